@@ -1,0 +1,242 @@
+"""Command line -> a frozen BenchConfig.
+
+Flags keep the older tool's spellings (``--batch-size``, ``--fp16 1``, ``--compileContext``,
+``--distributed_dataparallel``...) beside kebab-case aliases. Validation happens here, so a bad
+value fails before any model is built: one line on stderr, exit 2.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import difflib
+import inspect
+import sys
+from dataclasses import dataclass, field
+from typing import Any, NoReturn, Sequence
+
+from . import __version__
+from .errors import EXIT_USAGE, UsageError
+
+DEFAULT_NETWORK = "resnet50"
+DEFAULT_OUTPUT_DIR = "results"
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """Everything a run needs, validated. Passed whole; never mutated."""
+
+    network: str = DEFAULT_NETWORK
+    batch_size: int = 64
+    image_size: int | None = None
+    mode: str = "training"
+    opt_step: int = 1
+    iterations: int = 20
+    warmup: int = 5
+    fp16: int = 0
+    amp: bool = False
+    amp_dtype: str = "fp16"
+    amp_opt_level: int | None = None
+    tf32: bool = False
+    nhwc: bool = False
+    compile: bool = False
+    compile_options: dict = field(default_factory=dict)
+    compile_notes: tuple[str, ...] = ()
+    device: str = "auto"
+    output_dir: str = DEFAULT_OUTPUT_DIR
+    output_file: str | None = None
+    csv_file: str | None = None
+    write_files: bool = True
+    quiet: bool = False
+    seed: int = 0
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports a usage error as one line, exit 2 (DESIGN.md: one clear line)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def _positive_int(text: str) -> int:
+    value = _int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    value = _int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be zero or more, got {text}")
+    return value
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer, got '{text}'") from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="micro_benchmarking_pytorch.py",
+        description="Benchmark PyTorch training and inference of a model on a GPU (ROCm or CUDA) "
+                    "or the CPU: warm-up apart, device-event timing, every sample kept.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+
+    model = parser.add_argument_group("model and workload")
+    model.add_argument("--network", default=DEFAULT_NETWORK, metavar="NAME",
+                       help="model to run: any torchvision classification, segmentation or video "
+                            "model, shufflenet, xception, or an older alias (SqueezeNet, resnext50)")
+    model.add_argument("--list-networks", action="store_true",
+                       help="print the model names and exit")
+    model.add_argument("--batch-size", type=_positive_int, default=64, metavar="N",
+                       help="images (or clips) per iteration")
+    model.add_argument("--image-size", type=_positive_int, default=None, metavar="PX",
+                       help="input height and width (default: the model's native size, e.g. "
+                            "224, 299 for inception_v3, 112 for r3d_18)")
+    model.add_argument("--mode", choices=("training", "inference"), default="training",
+                       help="training: forward, loss, backward, SGD step; inference: forward "
+                            "in inference mode with the model in eval()")
+    model.add_argument("--opt-step", type=_positive_int, default=1, metavar="N",
+                       help="training: accumulate gradients over N iterations per optimizer step")
+    model.add_argument("--seed", type=int, default=0, help="seed for weights and inputs")
+
+    timing = parser.add_argument_group("timing")
+    timing.add_argument("--iterations", type=_positive_int, default=20, metavar="N",
+                        help="timed iterations (each one is a sample)")
+    timing.add_argument("--warmup", type=_non_negative_int, default=5, metavar="N",
+                        help="untimed warm-up iterations before the timed ones")
+
+    precision = parser.add_argument_group("precision")
+    precision.add_argument("--fp16", type=int, choices=(0, 1), default=0,
+                           help="1: whole network in FP16 (norm layers FP32) with FP32 master "
+                                "weights")
+    precision.add_argument("--amp", action="store_true",
+                           help="automatic mixed precision: autocast (+ gradient scaling for fp16)")
+    precision.add_argument("--amp-dtype", choices=("fp16", "bf16"), default="fp16",
+                           help="autocast type for --amp; bf16 needs no gradient scaling")
+    precision.add_argument("--amp-opt-level", type=int, choices=(0, 1, 2, 3), default=None,
+                           help="older APEX level, mapped: 0 fp32, 1 --amp, 2 and 3 --fp16 1")
+    precision.add_argument("--tf32", type=int, choices=(0, 1), default=0,
+                           help="1: allow TF32 for FP32 matmuls and convolutions; 0 keeps IEEE FP32")
+
+    layout = parser.add_argument_group("memory layout and compilation")
+    layout.add_argument("--nhwc", action="store_true",
+                        help="channels-last memory format for model and input")
+    layout.add_argument("--compile", action="store_true", help="torch.compile the model")
+    layout.add_argument("--compileContext", "--compile-context", dest="compile_context",
+                        default=None, metavar="DICT",
+                        help="torch.compile keyword arguments as a Python dict literal, e.g. "
+                             "\"{'mode': 'max-autotune', 'fullgraph': 'True'}\"")
+
+    device = parser.add_argument_group("device")
+    device.add_argument("--device", default="auto", metavar="DEV",
+                        help="auto (GPU when there is one, else CPU), cuda, cuda:N or cpu; "
+                             "ROCm GPUs are 'cuda' too")
+
+    output = parser.add_argument_group("output")
+    output.add_argument("--output-dir", default=DEFAULT_OUTPUT_DIR, metavar="DIR",
+                        help="where the JSON result and the CSV summary go")
+    output.add_argument("--output-file", default=None, metavar="NAME",
+                        help="JSON result file name (default: built from network, mode, "
+                             "precision and batch size)")
+    output.add_argument("--csv-file", default=None, metavar="PATH",
+                        help="CSV to append one row to (default: <output-dir>/benchmark_summary.csv)")
+    output.add_argument("--no-files", action="store_true",
+                        help="write no JSON or CSV, only print")
+    output.add_argument("--quiet", action="store_true", help="no per-iteration lines")
+    return parser
+
+
+# torch.compile's own keyword arguments; anything else in --compileContext is a usage error.
+def _compile_keywords() -> set[str]:
+    import torch
+    return {name for name in inspect.signature(torch.compile).parameters if name != "model"}
+
+
+# Inductor option names the workshop guide uses, and the real inductor options they mean.
+WORKSHOP_INDUCTOR_OPTIONS = {
+    "matmul-padding": "shape_padding",     # "Pad input tensors of matmul/bmm/addmm"
+    "static-memory": "memory_planning",    # "pooled allocations for non-output tensors"
+}
+
+
+def _literal_booleans(value: Any) -> Any:
+    """'True'/'False' strings become booleans (the older tool used bool(str), always True)."""
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    if isinstance(value, dict):
+        return {key: _literal_booleans(item) for key, item in value.items()}
+    return value
+
+
+def _inductor_options(options: Any, notes: list[str]) -> dict:
+    if not isinstance(options, dict):
+        raise UsageError("--compileContext: 'options' must be a dict of inductor options")
+    import torch._inductor
+    known = set(torch._inductor.list_options())
+    resolved = {}
+    for key, value in options.items():
+        name = WORKSHOP_INDUCTOR_OPTIONS.get(key, str(key).replace("-", "_"))
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=3)
+            hint = f" (did you mean {', '.join(close)}?)" if close else ""
+            raise UsageError(f"--compileContext: unknown inductor option '{key}'{hint}")
+        if name != key:
+            notes.append(f"compile option '{key}' is inductor's '{name}'")
+        resolved[name] = value
+    return resolved
+
+
+def parse_compile_context(text: str | None) -> tuple[dict, list[str]]:
+    """Parse ``--compileContext``: Python literals only, never evaluated as code."""
+    if text is None or not text.strip():
+        return {}, []
+    try:
+        context = ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        raise UsageError(f"--compileContext must be a Python dict literal such as "
+                         f"\"{{'mode': 'max-autotune'}}\", got: {text}") from None
+    if not isinstance(context, dict):
+        raise UsageError(f"--compileContext must be a dict, got {type(context).__name__}")
+    context = _literal_booleans(context)
+    unknown = sorted(set(map(str, context)) - _compile_keywords())
+    if unknown:
+        raise UsageError(f"--compileContext: {', '.join(unknown)} not torch.compile arguments "
+                         f"(allowed: {', '.join(sorted(_compile_keywords()))})")
+    if "mode" in context and "options" in context:
+        raise UsageError("--compileContext: torch.compile takes 'mode' or 'options', not both")
+    notes: list[str] = []
+    if "options" in context:
+        context["options"] = _inductor_options(context["options"], notes)
+    return context, notes
+
+
+def to_config(args: argparse.Namespace) -> BenchConfig:
+    compile_options, compile_notes = parse_compile_context(args.compile_context)
+    if args.compile_context and not args.compile:
+        raise UsageError("--compileContext needs --compile")
+    if args.compile and args.warmup < 1:
+        raise UsageError("--compile needs --warmup of at least 1: compilation happens in the "
+                         "first iteration and must not be timed")
+    if args.opt_step > 1 and args.mode == "inference":
+        raise UsageError("--opt-step applies to training only")
+    for name in ("output_file", "csv_file"):
+        value = getattr(args, name)
+        if value is not None and not value.strip():
+            raise UsageError(f"--{name.replace('_', '-')} must not be empty")
+    return BenchConfig(
+        network=args.network, batch_size=args.batch_size, image_size=args.image_size,
+        mode=args.mode, opt_step=args.opt_step, iterations=args.iterations, warmup=args.warmup,
+        fp16=args.fp16, amp=args.amp, amp_dtype=args.amp_dtype, amp_opt_level=args.amp_opt_level,
+        tf32=bool(args.tf32), nhwc=args.nhwc, compile=args.compile,
+        compile_options=compile_options, compile_notes=tuple(compile_notes), device=args.device,
+        output_dir=args.output_dir, output_file=args.output_file, csv_file=args.csv_file,
+        write_files=not args.no_files, quiet=args.quiet, seed=args.seed)
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    return build_parser().parse_args(sys.argv[1:] if argv is None else argv)

@@ -1,0 +1,29 @@
+"""Expected failures and their exit codes (DESIGN.md, "Errors").
+
+Raise one of these with a message that says what was wrong and what to do; the entry script prints
+it as one line on stderr, without a traceback, and exits with its code. Anything else is a bug and
+exits 1 with a traceback.
+"""
+
+EXIT_UNEXPECTED = 1
+EXIT_USAGE = 2
+EXIT_OUT_OF_MEMORY = 3
+EXIT_MISSING_ENVIRONMENT = 4
+
+
+class BenchmarkError(Exception):
+    exit_code = EXIT_UNEXPECTED
+
+
+class UsageError(BenchmarkError):
+    """Bad flags, bad values, bad files named by the user."""
+    exit_code = EXIT_USAGE
+
+
+class OutOfMemory(BenchmarkError):
+    exit_code = EXIT_OUT_OF_MEMORY
+
+
+class MissingEnvironment(BenchmarkError):
+    """No GPU where one was asked for, a missing optional dependency."""
+    exit_code = EXIT_MISSING_ENVIRONMENT

@@ -1,0 +1,177 @@
+"""Model registry: names, aliases, and the input and target each model family needs.
+
+Every classification, segmentation and video model that ``torchvision.models.list_models()``
+offers is here, built without weights, plus ShuffleNet v1 and Xception (``microbench.archs``),
+which torchvision lacks, and the older tool's spellings (``SqueezeNet``, ``resnext50``, ...).
+
+Example::
+
+    spec = resolve("resnet50")
+    model = spec.build(image_size=spec.image_size)
+    inputs, target = spec.make_batch(batch_size=8, image_size=spec.image_size, device=device)
+    loss = torch.nn.functional.cross_entropy(spec.logits(model(inputs)), target)
+"""
+from __future__ import annotations
+
+import difflib
+import warnings
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Callable
+
+import torch
+import torchvision.models as tvm
+from torchvision.models import get_model, list_models
+
+from . import archs
+from .errors import UsageError
+
+IMAGENET_CLASSES = 1000
+VOC_CLASSES = 21          # torchvision's segmentation models are defined on Pascal VOC's 21 classes
+KINETICS_CLASSES = 400    # torchvision's video models are defined on Kinetics-400
+
+# The older tool's names for models torchvision spells differently.
+LEGACY_ALIASES = {
+    "SqueezeNet": "squeezenet1_0",
+    "SqueezeNet1.1": "squeezenet1_1",
+    "resnext50": "resnext50_32x4d",
+    "resnext101": "resnext101_32x8d",
+    "inception": "inception_v3",
+    "shufflenet_v2_x05": "shufflenet_v2_x0_5",
+    "shufflenet_v2_x10": "shufflenet_v2_x1_0",
+    "shufflenet_v2_x15": "shufflenet_v2_x1_5",
+    "shufflenet_v2_x20": "shufflenet_v2_x2_0",
+}
+
+# Native input sizes that differ from the family default (the resolution each was designed for).
+NATIVE_IMAGE_SIZE = {"inception_v3": 299, "xception": 299}
+# Clips: 16 frames; the ResNet-3D family was trained on 112x112 crops, the others on 224x224.
+VIDEO_FRAMES = 16
+VIDEO_IMAGE_SIZE = {"r3d_18": 112, "mc3_18": 112, "r2plus1d_18": 112}
+# The smallest input each model accepts, for quick runs and tests (found by trying; the
+# pooling stacks of these reject anything smaller).
+SMALLEST_IMAGE_SIZE = {"alexnet": 64, "inception_v3": 96, "xception": 64, "maxvit_t": 224,
+                       "vit_h_14": 112, "s3d": 224, "mvit_v1_b": 224, "mvit_v2_s": 224,
+                       "swin3d_t": 64, "swin3d_s": 64, "swin3d_b": 64}
+# Builders that fix their input size themselves (MViT's positional embeddings).
+FIXED_IMAGE_SIZE = {"mvit_v1_b", "mvit_v2_s"}
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """How to build one model and feed it."""
+
+    name: str
+    family: str                                  # "classification" | "segmentation" | "video"
+    num_classes: int
+    image_size: int                              # native height = width
+    smallest_image_size: int
+    frames: int | None                           # clip length for video models
+    _builder: Callable[[int], torch.nn.Module]
+
+    def build(self, image_size: int) -> torch.nn.Module:
+        with warnings.catch_warnings():
+            # torchvision warns about future weight-init defaults on some weightless builds.
+            warnings.simplefilter("ignore", FutureWarning)
+            warnings.simplefilter("ignore", UserWarning)
+            return self._builder(image_size)
+
+    def check_image_size(self, image_size: int) -> None:
+        if self.name in FIXED_IMAGE_SIZE and image_size != self.image_size:
+            raise UsageError(f"{self.name} takes {self.image_size}x{self.image_size} input only; "
+                             f"drop --image-size")
+        if image_size < self.smallest_image_size:
+            raise UsageError(f"{self.name} needs --image-size of at least "
+                             f"{self.smallest_image_size}, got {image_size}")
+
+    def input_shape(self, batch_size: int, image_size: int) -> tuple[int, ...]:
+        if self.family == "video":
+            return (batch_size, 3, self.frames, image_size, image_size)
+        return (batch_size, 3, image_size, image_size)
+
+    def target_shape(self, batch_size: int, image_size: int) -> tuple[int, ...]:
+        if self.family == "segmentation":
+            return (batch_size, image_size, image_size)     # one class per pixel
+        return (batch_size,)
+
+    def make_batch(self, batch_size: int, image_size: int, device: torch.device,
+                   dtype: torch.dtype = torch.float32, seed: int = 0):
+        """Random inputs and class targets, made once on the device."""
+        generator = torch.Generator(device="cpu").manual_seed(seed)
+        inputs = torch.randn(self.input_shape(batch_size, image_size), generator=generator)
+        target = torch.randint(0, self.num_classes, self.target_shape(batch_size, image_size),
+                               generator=generator)
+        return inputs.to(device=device, dtype=dtype), target.to(device)
+
+    @staticmethod
+    def logits(output) -> torch.Tensor:
+        """The tensor the loss is taken on: segmentation returns a dict, GoogLeNet a tuple."""
+        if isinstance(output, dict):
+            return output["out"]
+        if hasattr(output, "logits"):
+            return output.logits
+        return output
+
+    def describe_input(self, image_size: int) -> str:
+        shape = self.input_shape(1, image_size)[1:]
+        return "x".join(str(d) for d in shape)
+
+
+def _torchvision_builder(name: str, family: str) -> Callable[[int], torch.nn.Module]:
+    def build(image_size: int) -> torch.nn.Module:
+        kwargs: dict = {}
+        if family == "segmentation":
+            # Segmentation builders fetch ImageNet backbone weights unless told not to.
+            kwargs["weights_backbone"] = None
+        if name in ("googlenet", "inception_v3"):
+            # The auxiliary heads only exist in training mode and the older tool left them out.
+            kwargs.update(aux_logits=False, init_weights=True)
+        if name.startswith("vit_"):
+            kwargs["image_size"] = image_size
+        elif name == "maxvit_t":
+            kwargs["input_size"] = (image_size, image_size)
+        return get_model(name, weights=None, **kwargs)
+    return build
+
+
+def _spec(name: str, family: str, builder: Callable[[int], torch.nn.Module]) -> ModelSpec:
+    if family == "video":
+        num_classes, frames = KINETICS_CLASSES, VIDEO_FRAMES
+        image_size = VIDEO_IMAGE_SIZE.get(name, 224)
+    else:
+        num_classes = VOC_CLASSES if family == "segmentation" else IMAGENET_CLASSES
+        frames, image_size = None, NATIVE_IMAGE_SIZE.get(name, 224)
+    return ModelSpec(name=name, family=family, num_classes=num_classes, image_size=image_size,
+                     smallest_image_size=SMALLEST_IMAGE_SIZE.get(name, 32), frames=frames,
+                     _builder=builder)
+
+
+@lru_cache(maxsize=1)
+def registry() -> dict[str, ModelSpec]:
+    specs: dict[str, ModelSpec] = {}
+    for family, module in (("classification", tvm), ("segmentation", tvm.segmentation),
+                           ("video", tvm.video)):
+        for name in list_models(module=module):
+            specs[name] = _spec(name, family, _torchvision_builder(name, family))
+    specs["shufflenet"] = _spec("shufflenet", "classification",
+                                lambda _size: archs.shufflenet_v1(groups=3))
+    specs["xception"] = _spec("xception", "classification", lambda _size: archs.xception())
+    return specs
+
+
+def available_names() -> list[str]:
+    return sorted(registry()) + sorted(LEGACY_ALIASES)
+
+
+def resolve(name: str) -> ModelSpec:
+    """The spec for a model name or legacy alias; unknown names suggest the closest ones."""
+    specs = registry()
+    canonical = LEGACY_ALIASES.get(name, name)
+    if canonical in specs:
+        return specs[canonical]
+    lowered = {n.lower(): n for n in specs}
+    if canonical.lower() in lowered:
+        return specs[lowered[canonical.lower()]]
+    close = difflib.get_close_matches(name, available_names(), n=3, cutoff=0.5)
+    hint = f"did you mean {', '.join(close)}?" if close else "see --list-networks"
+    raise UsageError(f"unknown network '{name}': {hint}")

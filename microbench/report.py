@@ -1,0 +1,299 @@
+"""One writer for results: the console summary, the JSON result and the CSV summary row.
+
+The summary keeps the older tool's lines verbatim in their labels (scripts grep them):
+``Microbenchmark for network :``, ``Num devices:``, ``Dtype:``, ``Mini batch size [img] :``,
+``Time per mini-batch :`` (seconds) and ``Throughput [img/sec] :``. The JSON keeps the older keys
+beside the richer fields. Files are written whole or not at all; CSV rows are appended under an
+exclusive lock, so concurrent runs never interleave, and a file with another header is refused.
+"""
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import json
+import math
+import os
+import tempfile
+from typing import TextIO
+
+from . import __version__
+from .benchmark import RunResult
+from .device import runtime_version
+from .errors import UsageError
+from .timing import NOISY_CV_THRESHOLD, clock_name
+
+try:
+    import fcntl
+except ImportError:                      # not POSIX: appends are still single writes
+    fcntl = None
+
+SCHEMA_VERSION = 1
+CSV_NAME = "benchmark_summary.csv"
+CSV_COLUMNS = (
+    "time_utc", "network", "mode", "precision", "nhwc", "compile", "batch_size",
+    "global_batch_size", "world_size", "image_size", "iterations", "warmup", "device_name",
+    "throughput_img_s", "mean_ms", "median_ms", "std_ms", "min_ms", "max_ms", "p90_ms", "p95_ms",
+    "p99_ms", "cv", "peak_allocated_mb", "peak_reserved_mb", "warmup_s", "compile_s", "torch",
+    "gpu_runtime", "host", "json_file",
+)
+RULE = "=" * 60
+
+
+# ---------------------------------------------------------------- console
+
+def print_config(config, precision, spec, image_size: int, batch_size: int, env: dict,
+                 notes: list[str], out: TextIO) -> None:
+    compile_text = "off"
+    if config.compile:
+        compile_text = f"on {config.compile_options}" if config.compile_options else "on (default)"
+    lines = [
+        ("Network", f"{spec.name} ({spec.family}, input {spec.describe_input(image_size)}, "
+                    f"{spec.num_classes} classes)"),
+        ("Mode", config.mode + (f" (optimizer step every {config.opt_step} iterations)"
+                                if config.opt_step > 1 else "")),
+        ("Batch size", str(batch_size)),
+        ("Iterations", f"{config.iterations} timed after {config.warmup} warm-up"),
+        ("Precision", f"{precision.label} (TF32 {'allowed' if precision.tf32 else 'off'})"),
+        ("Memory format", "channels-last (NHWC)" if config.nhwc else "contiguous (NCHW)"),
+        ("Compile", compile_text),
+        ("Device", f"{env['device']} {env['device_name']} ({env['architecture']})"),
+        ("PyTorch", f"{env['torch']}, torchvision {env['torchvision']}, {runtime_version(env)}"),
+    ]
+    print(f"micro_benchmarking_pytorch {__version__}", file=out)
+    for label, value in lines:
+        print(f"  {label:<14}: {value}", file=out)
+    for note in notes:
+        print(f"Note: {note}", file=out)
+
+
+def print_iterations(result: RunResult, out: TextIO, prefix: str = "") -> None:
+    losses = result.losses
+    for index, time_ms in enumerate(result.times.samples_ms):
+        loss = f"Loss = {losses[index]:.4f}, " if index < len(losses) else ""
+        print(f"{prefix}Iteration {index}: {loss}Time = {time_ms:.3f} ms", file=out)
+
+
+def print_warmup(result: RunResult, out: TextIO) -> None:
+    config = result.config
+    if config.warmup == 0:
+        print("Warm-up: none", file=out)
+        return
+    first = ("compile + first iteration" if config.compile else "first iteration")
+    print(f"Warm-up: {config.warmup} iterations in {result.warmup_s:.2f} s "
+          f"({first} {result.first_iteration_s:.2f} s)", file=out)
+
+
+def _mb(value: float | None) -> str:
+    return f"{value:.1f}" if value is not None else "n/a (not tracked on the CPU)"
+
+
+def print_legacy_summary(network: str, devices: int, dtype: str, batch_size: int,
+                         time_per_batch_s: float, throughput: float, out: TextIO) -> None:
+    print(f"Microbenchmark for network : {network}", file=out)
+    print(f"Num devices: {devices}", file=out)
+    print(f"Dtype: {dtype}", file=out)
+    print(f"Mini batch size [img] : {batch_size}", file=out)
+    print(f"Time per mini-batch : {time_per_batch_s:.6f}", file=out)
+    print(f"Throughput [img/sec] : {throughput:.2f}", file=out)
+
+
+def print_summary(result: RunResult, out: TextIO) -> None:
+    t = result.times
+    print("--------------------SUMMARY--------------------------", file=out)
+    print_legacy_summary(result.config.network, 1, result.precision.label, result.batch_size,
+                         t.mean / 1e3, result.throughput, out)
+    rows = [
+        ("Iteration time [ms]", f"mean {t.mean:.3f}  median {t.median:.3f}  std {t.std:.3f}  "
+                                f"min {t.min:.3f}  max {t.max:.3f}"),
+        ("Percentiles [ms]", f"p90 {t.p90:.3f}  p95 {t.p95:.3f}  p99 {t.p99:.3f}"),
+        ("Coefficient of variation", f"{t.cv:.2%}"),
+        ("Throughput [img/sec]", f"{result.throughput:.2f}"),
+        ("Time per batch [ms]", f"{t.mean:.3f}"),
+        ("Time per sample [us]", f"{t.mean * 1e3 / result.batch_size:.2f}"),
+        ("Peak memory allocated [MB]", _mb(result.peak_allocated_mb)),
+        ("Peak memory reserved [MB]", _mb(result.peak_reserved_mb)),
+        ("Warm-up [s]", f"{result.warmup_s:.2f} ({result.config.warmup} iterations)"),
+    ]
+    if result.compile_s is not None:
+        rows.append(("Compile + first iteration [s]", f"{result.compile_s:.2f}"))
+    rows.append(("Timed with", f"{clock_name(result.device)}, {t.count} samples"))
+    print(RULE, file=out)
+    print("Performance summary", file=out)
+    for label, value in rows:
+        print(f"{label:<30}: {value}", file=out)
+    print(RULE, file=out)
+    for warning in warnings_for(result):
+        print(f"WARNING: {warning}", file=out)
+
+
+def warnings_for(result: RunResult) -> list[str]:
+    found = []
+    if result.times.cv > NOISY_CV_THRESHOLD:
+        found.append(f"coefficient of variation {result.times.cv:.1%} exceeds "
+                     f"{NOISY_CV_THRESHOLD:.0%}: timings are noisy; run more --iterations, make sure "
+                     f"nothing else uses the device, and check clocks and temperature")
+    if any(not math.isfinite(loss) for loss in result.losses):
+        found.append("non-finite loss values: the numbers still time the work, but the model "
+                     "diverged (FP16 overflow?)")
+    return found
+
+
+# ---------------------------------------------------------------- files
+
+def default_json_name(result: RunResult) -> str:
+    config = result.config
+    parts = [result.spec.name, config.mode, result.precision.name]
+    if config.nhwc:
+        parts.append("nhwc")
+    if config.compile:
+        parts.append("compile")
+    parts.append(f"b{config.batch_size}")
+    return "_".join(parts) + ".json"
+
+
+def json_path(result: RunResult) -> str:
+    config = result.config
+    return os.path.join(config.output_dir, config.output_file or default_json_name(result))
+
+
+def csv_path(config) -> str:
+    return config.csv_file or os.path.join(config.output_dir, CSV_NAME)
+
+
+def result_document(result: RunResult) -> dict:
+    t = result.times
+    return {
+        # The older tool's keys, unchanged.
+        "Name": result.config.network,
+        "GPUs": 1,
+        "Mini batch size [img]": result.batch_size,
+        "Mini batch size [img/gpu]": result.batch_size,
+        "Throughput [img/sec]": result.throughput,
+        "Time per mini-batch": t.mean / 1e3,
+        # Richer fields.
+        "schema_version": SCHEMA_VERSION,
+        "tool_version": __version__,
+        "config": dataclasses.asdict(result.config),
+        "env": result.env,
+        "model": {"name": result.spec.name, "family": result.spec.family,
+                  "parameters": result.parameters, "num_classes": result.spec.num_classes,
+                  "input_shape": list(result.spec.input_shape(result.batch_size,
+                                                              result.image_size))},
+        "precision": {"name": result.precision.name, "label": result.precision.label,
+                      "tf32": result.precision.tf32},
+        "timing": {"clock": clock_name(result.device), "warmup_iterations": result.config.warmup,
+                   "warmup_s": result.warmup_s, "first_iteration_s": result.first_iteration_s,
+                   "compile_s": result.compile_s, "samples_ms": list(t.samples_ms),
+                   "stats": t.stats(), "noisy": t.is_noisy},
+        "throughput": {"images_per_s": result.throughput, "ms_per_batch": t.mean,
+                       "us_per_sample": t.mean * 1e3 / result.batch_size},
+        "memory": {"peak_allocated_mb": result.peak_allocated_mb,
+                   "peak_reserved_mb": result.peak_reserved_mb},
+        "losses": result.losses,
+        "notes": result.notes,
+    }
+
+
+def write_json(document: dict, path: str) -> None:
+    """Write whole or not at all: a temporary file in the same directory, then a rename."""
+    directory = os.path.dirname(os.path.abspath(path))
+    handle, temporary = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=directory)
+    try:
+        with os.fdopen(handle, "w") as stream:
+            json.dump(document, stream, indent=2, allow_nan=True, default=str)
+            stream.write("\n")
+        os.replace(temporary, path)
+    except BaseException:
+        os.unlink(temporary)
+        raise
+
+
+def csv_row(result: RunResult, json_file: str) -> dict:
+    t, config, env = result.times, result.config, result.env
+    return {
+        "time_utc": env["time_utc"], "network": result.spec.name, "mode": config.mode,
+        "precision": result.precision.name, "nhwc": int(config.nhwc),
+        "compile": int(config.compile), "batch_size": result.batch_size,
+        "global_batch_size": result.batch_size, "world_size": 1,
+        "image_size": result.image_size, "iterations": config.iterations,
+        "warmup": config.warmup, "device_name": env["device_name"],
+        "throughput_img_s": f"{result.throughput:.3f}",
+        "mean_ms": f"{t.mean:.4f}", "median_ms": f"{t.median:.4f}", "std_ms": f"{t.std:.4f}",
+        "min_ms": f"{t.min:.4f}", "max_ms": f"{t.max:.4f}", "p90_ms": f"{t.p90:.4f}",
+        "p95_ms": f"{t.p95:.4f}", "p99_ms": f"{t.p99:.4f}", "cv": f"{t.cv:.5f}",
+        "peak_allocated_mb": _optional(result.peak_allocated_mb),
+        "peak_reserved_mb": _optional(result.peak_reserved_mb),
+        "warmup_s": f"{result.warmup_s:.3f}", "compile_s": _optional(result.compile_s),
+        "torch": env["torch"], "gpu_runtime": runtime_version(env), "host": env["host"],
+        "json_file": json_file,
+    }
+
+
+def _optional(value: float | None) -> str:
+    return "" if value is None else f"{value:.3f}"
+
+
+def _header_line() -> str:
+    buffer = io.StringIO()
+    csv.writer(buffer).writerow(CSV_COLUMNS)
+    return buffer.getvalue()
+
+
+def check_csv_header(path: str) -> None:
+    """Refuse a CSV whose header is not ours before any time is spent benchmarking."""
+    try:
+        with open(path, newline="") as stream:
+            first = stream.readline()
+    except FileNotFoundError:
+        return
+    except OSError as error:
+        raise UsageError(f"cannot read --csv-file {path}: {error.strerror}") from None
+    if first and first.rstrip("\r\n") != _header_line().rstrip("\r\n"):
+        raise UsageError(f"{path} has a different CSV header (an older or foreign file): "
+                         f"name another --csv-file or move that one away")
+
+
+def append_csv(row: dict, path: str) -> None:
+    """Append one row (and the header to a new file) as one write under an exclusive lock."""
+    with open(path, "a+", newline="") as stream:
+        if fcntl is not None:
+            fcntl.flock(stream, fcntl.LOCK_EX)
+        stream.seek(0)
+        first = stream.readline()
+        if first and first != _header_line():
+            raise UsageError(f"{path} has a different CSV header: name another --csv-file")
+        buffer = io.StringIO()
+        if not first:
+            buffer.write(_header_line())
+        csv.DictWriter(buffer, fieldnames=CSV_COLUMNS).writerow(row)
+        stream.write(buffer.getvalue())
+        stream.flush()
+        os.fsync(stream.fileno())
+
+
+def prepare_output(config) -> None:
+    """Fail before the run, not after it, when results cannot be written."""
+    if not config.write_files:
+        return
+    try:
+        os.makedirs(config.output_dir, exist_ok=True)
+        with tempfile.TemporaryFile(dir=config.output_dir):
+            pass
+    except OSError as error:
+        raise UsageError(f"cannot write results to --output-dir {config.output_dir}: "
+                         f"{error.strerror}; choose another directory or pass --no-files") from None
+    csv_dir = os.path.dirname(os.path.abspath(csv_path(config)))
+    if not os.access(csv_dir, os.W_OK):
+        raise UsageError(f"cannot write --csv-file {csv_path(config)}: directory not writable")
+    check_csv_header(csv_path(config))
+
+
+def write_files(result: RunResult, out: TextIO) -> None:
+    if not result.config.write_files:
+        return
+    path = json_path(result)
+    write_json(result_document(result), path)
+    append_csv(csv_row(result, path), csv_path(result.config))
+    print(f"Results JSON : {path}", file=out)
+    print(f"Results CSV  : {csv_path(result.config)}", file=out)

@@ -1,0 +1,74 @@
+"""Flag parsing and validation into BenchConfig."""
+import pytest
+
+from microbench import cli
+from microbench.errors import UsageError
+
+
+def config_for(*argv):
+    return cli.to_config(cli.parse_args(list(argv)))
+
+
+def test_defaults_are_a_sensible_run():
+    config = config_for()
+    assert (config.network, config.batch_size, config.iterations) == ("resnet50", 64, 20)
+    assert config.warmup >= 5 and config.mode == "training" and not config.tf32
+
+
+def test_compile_context_strings_become_booleans():
+    options, notes = cli.parse_compile_context("{'mode': 'max-autotune', 'fullgraph': 'True'}")
+    assert options == {"mode": "max-autotune", "fullgraph": True}
+    options, _ = cli.parse_compile_context("{'fullgraph': 'False', 'dynamic': False}")
+    assert options["fullgraph"] is False and options["dynamic"] is False
+    assert notes == []
+
+
+def test_workshop_inductor_options_map_to_real_ones():
+    options, notes = cli.parse_compile_context(
+        "{'options': {'static-memory': 'True', 'matmul-padding': 'True'}}")
+    assert options == {"options": {"memory_planning": True, "shape_padding": True}}
+    assert len(notes) == 2
+
+
+@pytest.mark.parametrize("text, message", [
+    ("__import__('os').system('true')", "dict literal"),
+    ("{'mode': 'max-autotune'", "dict literal"),
+    ("['mode']", "must be a dict"),
+    ("{'fullgrap': True}", "not torch.compile arguments"),
+    ("{'mode': 'default', 'options': {'shape_padding': True}}", "not both"),
+    ("{'options': {'no-such-option': 1}}", "unknown inductor option"),
+])
+def test_bad_compile_context_is_a_usage_error(text, message):
+    with pytest.raises(UsageError, match=message):
+        cli.parse_compile_context(text)
+
+
+def test_compile_context_without_compile_is_refused():
+    with pytest.raises(UsageError, match="needs --compile"):
+        config_for("--compileContext", "{'mode': 'default'}")
+
+
+def test_compile_needs_a_warmup_iteration():
+    with pytest.raises(UsageError, match="--warmup"):
+        config_for("--compile", "--warmup", "0")
+
+
+def test_empty_output_file_name_is_refused():
+    with pytest.raises(UsageError, match="must not be empty"):
+        config_for("--output-file", "")
+
+
+@pytest.mark.parametrize("argv", [["--batch-size", "0"], ["--iterations", "-3"],
+                                  ["--warmup", "-1"], ["--batch-size", "x"], ["--fp16", "2"],
+                                  ["--mode", "eval"]])
+def test_bad_numbers_exit_2_with_one_line(argv, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.parse_args(argv)
+    assert exit_info.value.code == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_legacy_and_kebab_spellings_agree():
+    a = config_for("--compile", "--compileContext", "{'mode': 'reduce-overhead'}")
+    b = config_for("--compile", "--compile-context", "{'mode': 'reduce-overhead'}")
+    assert a == b

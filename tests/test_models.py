@@ -1,0 +1,93 @@
+"""The model registry: names, aliases, inputs per family, and one real step per model."""
+import math
+
+import pytest
+import torch
+
+from microbench import models, precision, workload
+from microbench.errors import UsageError
+
+FP32 = precision.resolve(0, False, "fp16", None, False)[0]
+CPU = torch.device("cpu")
+
+# One or two of each family and input quirk; `-m all_models` runs the whole registry.
+FAST_SUBSET = ["resnet18", "SqueezeNet1.1", "shufflenet", "xception", "googlenet", "inception_v3",
+               "vit_b_16", "lraspp_mobilenet_v3_large", "fcn_resnet50", "r3d_18"]
+
+
+def test_registry_covers_torchvision_classification_segmentation_and_video():
+    import torchvision.models as tvm
+    names = set(models.registry())
+    for module in (tvm, tvm.segmentation, tvm.video):
+        assert set(tvm.list_models(module=module)) <= names
+    assert {"shufflenet", "xception"} <= names
+
+
+@pytest.mark.parametrize("alias, name", [
+    ("SqueezeNet", "squeezenet1_0"), ("SqueezeNet1.1", "squeezenet1_1"),
+    ("resnext50", "resnext50_32x4d"), ("resnext101", "resnext101_32x8d"),
+    ("shufflenet_v2_x05", "shufflenet_v2_x0_5"), ("shufflenet_v2_x20", "shufflenet_v2_x2_0"),
+    ("inception", "inception_v3"), ("ResNet50", "resnet50")])
+def test_legacy_names_resolve(alias, name):
+    assert models.resolve(alias).name == name
+
+
+def test_unknown_name_suggests_the_closest():
+    with pytest.raises(UsageError, match="did you mean resnet50"):
+        models.resolve("resnet05")
+
+
+def test_inputs_and_targets_per_family():
+    seg, video, inception = (models.resolve(n) for n in ("fcn_resnet50", "r3d_18", "inception_v3"))
+    assert inception.image_size == 299
+    assert seg.num_classes == 21 and seg.target_shape(2, 64) == (2, 64, 64)
+    assert video.input_shape(2, 112) == (2, 3, 16, 112, 112) and video.target_shape(2, 112) == (2,)
+    inputs, target = seg.make_batch(2, 32, CPU)
+    assert int(target.max()) < 21 and inputs.shape == (2, 3, 32, 32)
+
+
+def one_training_step(name: str) -> float:
+    spec = models.resolve(name)
+    size = max(spec.smallest_image_size, 32)
+    work = workload.build(spec, size, batch_size=2, mode="training", precision=FP32, device=CPU)
+    return float(work.step())
+
+
+@pytest.mark.parametrize("name", FAST_SUBSET)
+def test_fast_subset_trains_one_step(name):
+    assert math.isfinite(one_training_step(name))
+
+
+@pytest.mark.all_models
+@pytest.mark.parametrize("name", sorted(models.registry()))
+def test_every_model_trains_one_step(name):
+    assert math.isfinite(one_training_step(name))
+
+
+def test_training_step_changes_weights_and_inference_does_not():
+    spec = models.resolve("resnet18")
+    train = workload.build(spec, 32, 2, "training", FP32, CPU)
+    before = train.model.fc.weight.detach().clone()
+    train.step()
+    assert not torch.equal(before, train.model.fc.weight)
+    infer = workload.build(spec, 32, 2, "inference", FP32, CPU)
+    before = infer.model.fc.weight.detach().clone()
+    assert infer.step() is None and not infer.model.training
+    assert torch.equal(before, infer.model.fc.weight)
+
+
+def test_opt_step_accumulates_before_stepping():
+    spec = models.resolve("resnet18")
+    work = workload.build(spec, 32, 2, "training", FP32, CPU, opt_step=2)
+    before = work.model.fc.weight.detach().clone()
+    work.step()
+    assert torch.equal(before, work.model.fc.weight), "no optimizer step after 1 of 2"
+    work.step()
+    assert not torch.equal(before, work.model.fc.weight)
+
+
+def test_nhwc_puts_model_and_input_in_channels_last():
+    spec = models.resolve("resnet18")
+    work = workload.build(spec, 32, 2, "inference", FP32, CPU, nhwc=True)
+    assert work.inputs.is_contiguous(memory_format=torch.channels_last)
+    assert work.model.conv1.weight.is_contiguous(memory_format=torch.channels_last)
