@@ -1,8 +1,10 @@
 """FP16 training helpers: an FP16 network with FP32 normalisation layers, and FP32 master weights.
 
 ``--fp16 1`` runs the whole network in half precision. Normalisation layers keep FP32 parameters
-and statistics (their half-precision variance loses too much; cuDNN, MIOpen and PyTorch's CPU
-kernels accept FP16 activations with FP32 norm parameters). The optimizer steps on FP32 master
+and statistics (their half-precision variance loses too much). Batch norm takes FP16 activations
+with FP32 parameters natively (cuDNN, MIOpen and the CPU kernels all accept the mix); group, layer
+and instance norm do not on every device (CUDA's group_norm refuses it), so their input is cast
+to FP32 and their output back to FP16 around the layer. The optimizer steps on FP32 master
 copies of the parameters, and the updated values are copied back into the FP16 model, as in
 Micikevicius et al., "Mixed Precision Training" (ICLR 2018), section 3.1. The older tool's
 version stepped on detached copies that never received gradients; :class:`MasterWeightOptimizer`
@@ -25,11 +27,20 @@ from torch import nn
 
 NORM_LAYERS = (nn.modules.batchnorm._BatchNorm, nn.GroupNorm, nn.LayerNorm,
                nn.modules.instancenorm._InstanceNorm)
+MIXED_DTYPE_NATIVE = (nn.modules.batchnorm._BatchNorm,)
 
 # A static loss scale keeps small FP16 gradients from flushing to zero without the per-step
 # host synchronisation that dynamic scaling needs to skip overflowing steps. 128 is the static
 # scale NVIDIA's APEX examples used for ImageNet training.
 DEFAULT_LOSS_SCALE = 128.0
+
+
+def _input_to_fp32(module: nn.Module, args: tuple) -> tuple:
+    return (args[0].float(),) + tuple(args[1:])
+
+
+def _output_to_fp16(module: nn.Module, args: tuple, output: torch.Tensor) -> torch.Tensor:
+    return output.half()
 
 
 def network_to_half(model: nn.Module) -> nn.Module:
@@ -38,6 +49,9 @@ def network_to_half(model: nn.Module) -> nn.Module:
     for module in model.modules():
         if isinstance(module, NORM_LAYERS):
             module.float()
+            if not isinstance(module, MIXED_DTYPE_NATIVE):
+                module.register_forward_pre_hook(_input_to_fp32)
+                module.register_forward_hook(_output_to_fp16)
     return model
 
 

@@ -48,6 +48,17 @@ class BenchConfig:
     write_files: bool = True
     quiet: bool = False
     seed: int = 0
+    distributed_dataparallel: bool = False
+    device_ids: tuple[int, ...] | None = None
+    rank: int | None = None
+    world_size: int | None = None
+    dist_backend: str | None = None
+    dist_url: str | None = None
+    dist_timeout: float = 600.0
+    ddp_bucket_cap_mb: float = 25.0
+    ddp_static_graph: bool = False
+    ddp_gradient_as_bucket_view: bool = False
+    scaling_baseline: str | None = None
 
 
 class _Parser(argparse.ArgumentParser):
@@ -148,7 +159,51 @@ def build_parser() -> argparse.ArgumentParser:
     output.add_argument("--no-files", action="store_true",
                         help="write no JSON or CSV, only print")
     output.add_argument("--quiet", action="store_true", help="no per-iteration lines")
+    _add_distributed_args(parser)
     return parser
+
+
+def _device_ids(text: str) -> tuple[int, ...]:
+    try:
+        ids = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be comma-separated GPU indices like 0,1, "
+                                         f"got '{text}'") from None
+    if len(set(ids)) != len(ids) or min(ids) < 0:
+        raise argparse.ArgumentTypeError(f"must list distinct non-negative indices, got '{text}'")
+    return ids
+
+
+def _add_distributed_args(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group(
+        "multi-GPU and multi-node (torchrun and srun need none of the manual flags)")
+    group.add_argument("--distributed_dataparallel", "--distributed-dataparallel",
+                       action="store_true",
+                       help="manual launch, one process per node or GPU started by hand; needs "
+                            "--rank, --world-size, --dist-backend and --dist-url")
+    group.add_argument("--device_ids", "--device-ids", type=_device_ids, default=None,
+                       metavar="IDS",
+                       help="manual launch: GPUs of this process (e.g. 0,1); one worker each")
+    group.add_argument("--rank", type=_non_negative_int, default=None,
+                       help="manual launch: rank of this process")
+    group.add_argument("--world-size", type=_positive_int, default=None,
+                       help="manual launch: number of processes")
+    group.add_argument("--dist-backend", choices=("nccl", "gloo"), default=None,
+                       help="process-group backend (default: nccl on GPUs, which is RCCL on "
+                            "ROCm; gloo on the CPU)")
+    group.add_argument("--dist-url", default=None, metavar="URL",
+                       help="rendezvous address, e.g. tcp://10.0.0.1:29500")
+    group.add_argument("--dist-timeout", type=float, default=600.0, metavar="S",
+                       help="seconds that rendezvous and collectives may wait for other ranks")
+    group.add_argument("--ddp-bucket-cap-mb", type=float, default=25.0, metavar="MB",
+                       help="DistributedDataParallel gradient bucket size")
+    group.add_argument("--ddp-static-graph", action="store_true",
+                       help="DistributedDataParallel static_graph=True")
+    group.add_argument("--ddp-gradient-as-bucket-view", action="store_true",
+                       help="DistributedDataParallel gradient_as_bucket_view=True")
+    group.add_argument("--scaling-baseline", default=None, metavar="FILE.json",
+                       help="a single-device result of the same configuration; adds scaling "
+                            "efficiency to the summary")
 
 
 # torch.compile's own keyword arguments; anything else in --compileContext is a usage error.
@@ -224,6 +279,8 @@ def to_config(args: argparse.Namespace) -> BenchConfig:
                          "first iteration and must not be timed")
     if args.opt_step > 1 and args.mode == "inference":
         raise UsageError("--opt-step applies to training only")
+    if args.dist_timeout <= 0:
+        raise UsageError("--dist-timeout must be a positive number of seconds")
     for name in ("output_file", "csv_file"):
         value = getattr(args, name)
         if value is not None and not value.strip():
@@ -235,7 +292,13 @@ def to_config(args: argparse.Namespace) -> BenchConfig:
         tf32=bool(args.tf32), nhwc=args.nhwc, compile=args.compile,
         compile_options=compile_options, compile_notes=tuple(compile_notes), device=args.device,
         output_dir=args.output_dir, output_file=args.output_file, csv_file=args.csv_file,
-        write_files=not args.no_files, quiet=args.quiet, seed=args.seed)
+        write_files=not args.no_files, quiet=args.quiet, seed=args.seed,
+        distributed_dataparallel=args.distributed_dataparallel, device_ids=args.device_ids,
+        rank=args.rank, world_size=args.world_size, dist_backend=args.dist_backend,
+        dist_url=args.dist_url, dist_timeout=args.dist_timeout,
+        ddp_bucket_cap_mb=args.ddp_bucket_cap_mb, ddp_static_graph=args.ddp_static_graph,
+        ddp_gradient_as_bucket_view=args.ddp_gradient_as_bucket_view,
+        scaling_baseline=args.scaling_baseline)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:

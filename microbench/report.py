@@ -42,7 +42,7 @@ RULE = "=" * 60
 
 # ---------------------------------------------------------------- console
 
-def print_config(config, precision, spec, image_size: int, batch_size: int, env: dict,
+def print_config(config, precision, spec, image_size: int, launch, env: dict,
                  notes: list[str], out: TextIO) -> None:
     compile_text = "off"
     if config.compile:
@@ -52,7 +52,7 @@ def print_config(config, precision, spec, image_size: int, batch_size: int, env:
                     f"{spec.num_classes} classes)"),
         ("Mode", config.mode + (f" (optimizer step every {config.opt_step} iterations)"
                                 if config.opt_step > 1 else "")),
-        ("Batch size", str(batch_size)),
+        ("Batch size", _batch_text(launch)),
         ("Iterations", f"{config.iterations} timed after {config.warmup} warm-up"),
         ("Precision", f"{precision.label} (TF32 {'allowed' if precision.tf32 else 'off'})"),
         ("Memory format", "channels-last (NHWC)" if config.nhwc else "contiguous (NCHW)"),
@@ -60,11 +60,19 @@ def print_config(config, precision, spec, image_size: int, batch_size: int, env:
         ("Device", f"{env['device']} {env['device_name']} ({env['architecture']})"),
         ("PyTorch", f"{env['torch']}, torchvision {env['torchvision']}, {runtime_version(env)}"),
     ]
+    if launch.distributed:
+        lines.append(("Distributed", f"{launch.launcher}, world size {launch.world_size}"))
     print(f"micro_benchmarking_pytorch {__version__}", file=out)
     for label, value in lines:
         print(f"  {label:<14}: {value}", file=out)
     for note in notes:
         print(f"Note: {note}", file=out)
+
+
+def _batch_text(launch) -> str:
+    if not launch.distributed:
+        return str(launch.local_batch)
+    return f"{launch.local_batch} per rank, {launch.global_batch} global"
 
 
 def print_iterations(result: RunResult, out: TextIO, prefix: str = "") -> None:
@@ -88,9 +96,8 @@ def _mb(value: float | None) -> str:
     return f"{value:.1f}" if value is not None else "n/a (not tracked on the CPU)"
 
 
-def print_legacy_summary(network: str, devices: int, dtype: str, batch_size: int,
-                         time_per_batch_s: float, throughput: float, out: TextIO) -> None:
-    print(f"Microbenchmark for network : {network}", file=out)
+def print_legacy_block(devices: int, dtype: str, batch_size: int, time_per_batch_s: float,
+                       throughput: float, out: TextIO) -> None:
     print(f"Num devices: {devices}", file=out)
     print(f"Dtype: {dtype}", file=out)
     print(f"Mini batch size [img] : {batch_size}", file=out)
@@ -98,26 +105,52 @@ def print_legacy_summary(network: str, devices: int, dtype: str, batch_size: int
     print(f"Throughput [img/sec] : {throughput:.2f}", file=out)
 
 
-def print_summary(result: RunResult, out: TextIO) -> None:
-    t = result.times
+def _max_known(values) -> float | None:
+    known = [v for v in values if v is not None]
+    return max(known) if known else None
+
+
+def print_summary(result: RunResult, out: TextIO, aggregate=None) -> None:
+    """The older tool's lines, then the performance summary (over all ranks under DDP)."""
+    dtype = result.precision.label
     print("--------------------SUMMARY--------------------------", file=out)
-    print_legacy_summary(result.config.network, 1, result.precision.label, result.batch_size,
-                         t.mean / 1e3, result.throughput, out)
+    print(f"Microbenchmark for network : {result.config.network}", file=out)
+    if aggregate is None:
+        print_legacy_block(1, dtype, result.batch_size, result.times.mean / 1e3,
+                           result.throughput, out)
+        times, throughput, batch = result.times, result.throughput, result.batch_size
+        allocated, reserved = result.peak_allocated_mb, result.peak_reserved_mb
+    else:
+        print(f"--------This process: rank {aggregate.launch.rank}--------", file=out)
+        print_legacy_block(1, dtype, result.batch_size, result.times.mean / 1e3,
+                           result.throughput, out)
+        print("", file=out)
+        print("--------Overall (all ranks; time of the slowest rank)--------", file=out)
+        print_legacy_block(aggregate.world_size, dtype, aggregate.global_batch,
+                           aggregate.time_per_batch_s, aggregate.throughput, out)
+        print_rank_table(aggregate, out)
+        times, throughput, batch = aggregate.all_times, aggregate.throughput, aggregate.global_batch
+        allocated = _max_known(r.peak_allocated_mb for r in aggregate.records)
+        reserved = _max_known(r.peak_reserved_mb for r in aggregate.records)
+    t = times
     rows = [
         ("Iteration time [ms]", f"mean {t.mean:.3f}  median {t.median:.3f}  std {t.std:.3f}  "
                                 f"min {t.min:.3f}  max {t.max:.3f}"),
         ("Percentiles [ms]", f"p90 {t.p90:.3f}  p95 {t.p95:.3f}  p99 {t.p99:.3f}"),
         ("Coefficient of variation", f"{t.cv:.2%}"),
-        ("Throughput [img/sec]", f"{result.throughput:.2f}"),
+        ("Throughput [img/sec]", f"{throughput:.2f}"),
         ("Time per batch [ms]", f"{t.mean:.3f}"),
-        ("Time per sample [us]", f"{t.mean * 1e3 / result.batch_size:.2f}"),
-        ("Peak memory allocated [MB]", _mb(result.peak_allocated_mb)),
-        ("Peak memory reserved [MB]", _mb(result.peak_reserved_mb)),
+        ("Time per sample [us]", f"{t.mean * 1e3 / batch:.2f}"),
+        ("Peak memory allocated [MB]", _mb(allocated)),
+        ("Peak memory reserved [MB]", _mb(reserved)),
         ("Warm-up [s]", f"{result.warmup_s:.2f} ({result.config.warmup} iterations)"),
     ]
+    if aggregate is not None:
+        rows[0:0] = [("Samples", f"all {aggregate.world_size} ranks, {t.count} in all")]
     if result.compile_s is not None:
         rows.append(("Compile + first iteration [s]", f"{result.compile_s:.2f}"))
-    rows.append(("Timed with", f"{clock_name(result.device)}, {t.count} samples"))
+    rows.append(("Timed with", f"{clock_name(result.device)}, {result.times.count} samples "
+                               f"per rank"))
     print(RULE, file=out)
     print("Performance summary", file=out)
     for label, value in rows:
@@ -125,6 +158,24 @@ def print_summary(result: RunResult, out: TextIO) -> None:
     print(RULE, file=out)
     for warning in warnings_for(result):
         print(f"WARNING: {warning}", file=out)
+
+
+def print_rank_table(aggregate, out: TextIO) -> None:
+    print("", file=out)
+    print(f"{'rank':>5} {'local':>5}  {'host':<20} {'median ms':>10} {'p99 ms':>10} "
+          f"{'img/s':>10}", file=out)
+    for r in aggregate.records:
+        t = r.times
+        print(f"{r.rank:>5} {r.local_rank:>5}  {r.host[:20]:<20} {t.median:>10.3f} "
+              f"{t.p99:>10.3f} {r.throughput:>10.2f}", file=out)
+    print(f"Skew between ranks : {aggregate.skew:.2%} (slowest rank {aggregate.slowest.rank}, "
+          f"fastest rank {aggregate.fastest.rank}, by timed wall time)", file=out)
+    print(f"Per-GPU throughput [img/sec] : {aggregate.per_gpu_throughput:.2f}", file=out)
+    if aggregate.scaling_efficiency is not None:
+        print(f"Scaling efficiency : {aggregate.scaling_efficiency:.1%} of {aggregate.world_size}"
+              f" x {aggregate.baseline_throughput:.2f} img/s (single-device baseline)", file=out)
+    for note in aggregate.notes:
+        print(f"Note: {note}", file=out)
 
 
 def warnings_for(result: RunResult) -> list[str]:
@@ -161,9 +212,9 @@ def csv_path(config) -> str:
     return config.csv_file or os.path.join(config.output_dir, CSV_NAME)
 
 
-def result_document(result: RunResult) -> dict:
+def result_document(result: RunResult, aggregate=None) -> dict:
     t = result.times
-    return {
+    document = {
         # The older tool's keys, unchanged.
         "Name": result.config.network,
         "GPUs": 1,
@@ -193,6 +244,15 @@ def result_document(result: RunResult) -> dict:
         "losses": result.losses,
         "notes": result.notes,
     }
+    if aggregate is not None:
+        document.update({
+            "GPUs": aggregate.world_size,
+            "Mini batch size [img]": aggregate.global_batch,
+            "Throughput [img/sec]": aggregate.throughput,
+            "Time per mini-batch": aggregate.time_per_batch_s,
+            "distributed": aggregate.to_dict(),
+        })
+    return document
 
 
 def write_json(document: dict, path: str) -> None:
@@ -209,9 +269,9 @@ def write_json(document: dict, path: str) -> None:
         raise
 
 
-def csv_row(result: RunResult, json_file: str) -> dict:
+def csv_row(result: RunResult, json_file: str, aggregate=None) -> dict:
     t, config, env = result.times, result.config, result.env
-    return {
+    row = {
         "time_utc": env["time_utc"], "network": result.spec.name, "mode": config.mode,
         "precision": result.precision.name, "nhwc": int(config.nhwc),
         "compile": int(config.compile), "batch_size": result.batch_size,
@@ -228,6 +288,16 @@ def csv_row(result: RunResult, json_file: str) -> dict:
         "torch": env["torch"], "gpu_runtime": runtime_version(env), "host": env["host"],
         "json_file": json_file,
     }
+    if aggregate is not None:
+        t = aggregate.all_times
+        row.update({
+            "global_batch_size": aggregate.global_batch, "world_size": aggregate.world_size,
+            "throughput_img_s": f"{aggregate.throughput:.3f}", "mean_ms": f"{t.mean:.4f}",
+            "median_ms": f"{t.median:.4f}", "std_ms": f"{t.std:.4f}", "min_ms": f"{t.min:.4f}",
+            "max_ms": f"{t.max:.4f}", "p90_ms": f"{t.p90:.4f}", "p95_ms": f"{t.p95:.4f}",
+            "p99_ms": f"{t.p99:.4f}", "cv": f"{t.cv:.5f}",
+        })
+    return row
 
 
 def _optional(value: float | None) -> str:
@@ -289,11 +359,32 @@ def prepare_output(config) -> None:
     check_csv_header(csv_path(config))
 
 
-def write_files(result: RunResult, out: TextIO) -> None:
+def write_files(result: RunResult, out: TextIO, aggregate=None) -> None:
     if not result.config.write_files:
         return
     path = json_path(result)
-    write_json(result_document(result), path)
-    append_csv(csv_row(result, path), csv_path(result.config))
+    write_json(result_document(result, aggregate), path)
+    append_csv(csv_row(result, path, aggregate), csv_path(result.config))
     print(f"Results JSON : {path}", file=out)
     print(f"Results CSV  : {csv_path(result.config)}", file=out)
+
+
+class PrefixedLines:
+    """A text stream that writes whole lines, each behind a prefix such as ``[rank 3] ``, in one
+    write call, so the output of several ranks on one terminal never interleaves mid-line."""
+
+    def __init__(self, stream: TextIO, prefix: str):
+        self._stream, self._prefix, self._pending = stream, prefix, ""
+
+    def write(self, text: str) -> int:
+        self._pending += text
+        *lines, self._pending = self._pending.split("\n")
+        if lines:
+            self._stream.write("".join(f"{self._prefix}{line}\n" for line in lines))
+            self._stream.flush()
+        return len(text)
+
+    def flush(self) -> None:
+        if self._pending:
+            self.write("\n")
+        self._stream.flush()

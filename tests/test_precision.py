@@ -43,7 +43,7 @@ def test_bf16_needs_no_scaler_and_fp16_amp_does():
 
 def small_net():
     torch.manual_seed(0)
-    return nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(),
+    return nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.GroupNorm(2, 4), nn.Flatten(),
                          nn.LayerNorm(4 * 6 * 6), nn.Linear(4 * 6 * 6, 5))
 
 
@@ -51,8 +51,20 @@ def test_network_to_half_keeps_norm_layers_fp32():
     net = fp16util.network_to_half(small_net())
     assert net[0].weight.dtype == torch.float16 and net[5].weight.dtype == torch.float16
     assert net[1].weight.dtype == torch.float32 and net[1].running_var.dtype == torch.float32
-    assert net[4].weight.dtype == torch.float32
+    assert net[2].weight.dtype == torch.float32 and net[4].weight.dtype == torch.float32
     assert net(torch.randn(2, 3, 8, 8).half()).dtype == torch.float16
+
+
+def test_norms_without_native_mixed_support_see_fp32_input():
+    """CUDA's group_norm refuses FP16 input with FP32 weights; the cast keeps them equal."""
+    net = fp16util.network_to_half(small_net())
+    seen = {}
+    for index in (1, 2, 4):
+        net[index].register_forward_pre_hook(
+            lambda module, args, index=index: seen.__setitem__(index, args[0].dtype))
+    net(torch.randn(2, 3, 8, 8).half())
+    assert seen == {1: torch.float16, 2: torch.float32, 4: torch.float32}
+    assert net[3](torch.ones(1, 2)).dtype == torch.float32   # Flatten untouched
 
 
 def test_master_weights_receive_the_fp16_gradients_and_update_the_model():

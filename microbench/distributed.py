@@ -1,0 +1,278 @@
+"""Multi-process runs: which launcher started us, who we are, and what all ranks measured.
+
+Launchers (torch.distributed is the engine: NCCL, which is RCCL on ROCm, on GPUs; gloo on the CPU):
+
+* torchrun, one or many nodes: the global rank comes from ``RANK``, the device from
+  ``LOCAL_RANK`` (the older tool took the global rank from LOCAL_RANK and broke multi-node runs).
+* SLURM ``srun`` without torchrun: ``SLURM_PROCID``, ``SLURM_NTASKS``, ``SLURM_LOCALID``, with
+  the rendezvous from ``MASTER_ADDR``/``MASTER_PORT`` or ``--dist-url``.
+* the older tool's manual launch: ``--distributed_dataparallel --rank R --world-size W
+  --dist-url tcp://host:port --dist-backend nccl [--device_ids 0,1]``; each process starts one
+  worker per listed device, worker i being global rank R * n + i of W * n.
+
+Under torchrun and SLURM ``--batch-size`` is the global batch, split evenly across ranks; the
+manual launch keeps the older meaning: the batch of this process, split over its devices.
+"""
+from __future__ import annotations
+
+import datetime
+import os
+import socket
+from dataclasses import dataclass, field, replace
+from typing import Mapping
+
+import torch
+import torch.distributed as dist
+
+from .errors import UsageError
+from .timing import Measurement
+
+# Set by tests (and by anyone checking failure handling): this global rank raises just before
+# the timed region, as a rank that dies mid-run would.
+FAIL_RANK_VARIABLE = "MICROBENCH_FAIL_RANK"
+
+
+@dataclass(frozen=True)
+class Launch:
+    """Who this process is in the job."""
+
+    launcher: str = "single"          # single | torchrun | slurm | manual
+    rank: int = 0
+    local_rank: int = 0
+    world_size: int = 1
+    backend: str | None = None        # None: nccl on GPUs, gloo on the CPU
+    init_method: str | None = None
+    device_index: int | None = None   # the GPU of this rank
+    workers: int = 1                  # manual launch: workers this process starts
+    local_batch: int = 0
+    global_batch: int = 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.launcher != "single"
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def _int_env(environ: Mapping[str, str], name: str) -> int:
+    try:
+        return int(environ[name])
+    except ValueError:
+        raise UsageError(f"environment variable {name}={environ[name]!r} is not an integer") from None
+
+
+def _split(batch: int, parts: int, what: str) -> int:
+    if batch % parts:
+        raise UsageError(f"--batch-size {batch} does not split evenly across {parts} {what}: "
+                         f"use a multiple of {parts}")
+    return batch // parts
+
+
+def _manual(config, environ: Mapping[str, str]) -> Launch:
+    missing = [flag for flag, value in (("--rank", config.rank), ("--world-size", config.world_size),
+                                        ("--dist-backend", config.dist_backend),
+                                        ("--dist-url", config.dist_url)) if value is None]
+    if missing:
+        raise UsageError("--distributed_dataparallel needs --rank, --world-size, --dist-backend "
+                         f"and --dist-url (missing: {', '.join(missing)})")
+    if not 0 <= config.rank < config.world_size:
+        raise UsageError(f"--rank {config.rank} must be in [0, --world-size {config.world_size})")
+    workers = len(config.device_ids) if config.device_ids else 1
+    local = _split(config.batch_size, workers, "devices of this process")
+    return Launch(launcher="manual", rank=config.rank * workers,
+                  world_size=config.world_size * workers, backend=config.dist_backend,
+                  init_method=config.dist_url, workers=workers,
+                  device_index=config.device_ids[0] if config.device_ids else None,
+                  local_batch=local, global_batch=local * config.world_size * workers)
+
+
+def _from_environment(config, environ: Mapping[str, str]) -> Launch | None:
+    if "TORCHELASTIC_RUN_ID" in environ or {"RANK", "WORLD_SIZE", "LOCAL_RANK"} <= set(environ):
+        launcher, rank, local, world = ("torchrun", _int_env(environ, "RANK"),
+                                        _int_env(environ, "LOCAL_RANK"),
+                                        _int_env(environ, "WORLD_SIZE"))
+        init_method = "env://"
+    elif "SLURM_PROCID" in environ and _int_env(environ, "SLURM_NTASKS") > 1:
+        launcher, rank, local, world = ("slurm", _int_env(environ, "SLURM_PROCID"),
+                                        _int_env(environ, "SLURM_LOCALID"),
+                                        _int_env(environ, "SLURM_NTASKS"))
+        init_method = config.dist_url or _slurm_rendezvous(environ)
+    else:
+        return None
+    local_batch = _split(config.batch_size, world, "ranks")
+    return Launch(launcher=launcher, rank=rank, local_rank=local, world_size=world,
+                  backend=config.dist_backend, init_method=init_method, device_index=local,
+                  local_batch=local_batch, global_batch=config.batch_size)
+
+
+def _slurm_rendezvous(environ: Mapping[str, str]) -> str:
+    if "MASTER_ADDR" in environ and "MASTER_PORT" in environ:
+        return "env://"
+    raise UsageError("under srun, set MASTER_ADDR and MASTER_PORT (e.g. the first host of "
+                     "$SLURM_JOB_NODELIST and a free port) or pass --dist-url tcp://host:port")
+
+
+def detect(config, environ: Mapping[str, str] | None = None) -> Launch:
+    """The launch this process belongs to; usage errors are raised before any rendezvous, so
+    every rank fails the same way at once instead of waiting for the others."""
+    environ = os.environ if environ is None else environ
+    if config.distributed_dataparallel:
+        return _manual(config, environ)
+    stray = [flag for flag, value in (("--rank", config.rank), ("--world-size", config.world_size),
+                                      ("--device_ids", config.device_ids)) if value is not None]
+    if stray:
+        raise UsageError(f"{', '.join(stray)} only apply with --distributed_dataparallel "
+                         f"(under torchrun or srun the launcher sets them)")
+    launch = _from_environment(config, environ)
+    if launch is None:
+        return Launch(local_batch=config.batch_size, global_batch=config.batch_size)
+    return launch
+
+
+def worker_launch(launch: Launch, index: int, device_ids) -> Launch:
+    """Worker ``index`` of a manual launch that starts several."""
+    return replace(launch, rank=launch.rank + index, local_rank=index,
+                   device_index=device_ids[index] if device_ids else None)
+
+
+def init_process_group(launch: Launch, device: torch.device, timeout_s: float) -> None:
+    backend = launch.backend or ("nccl" if device.type == "cuda" else "gloo")
+    kwargs = {}
+    if launch.launcher != "torchrun":      # torchrun's env:// carries rank and world size
+        kwargs.update(rank=launch.rank, world_size=launch.world_size)
+    dist.init_process_group(backend=backend, init_method=launch.init_method,
+                            timeout=datetime.timedelta(seconds=timeout_s), **kwargs)
+
+
+def barrier(device: torch.device) -> None:
+    if device.type == "cuda" and dist.get_backend() == "nccl":
+        dist.barrier(device_ids=[device.index])
+    else:
+        dist.barrier()
+
+
+def fail_if_asked(launch: Launch) -> None:
+    value = os.environ.get(FAIL_RANK_VARIABLE)
+    if value is not None and int(value) == launch.rank:
+        raise RuntimeError(f"failure injected on rank {launch.rank} by {FAIL_RANK_VARIABLE}")
+
+
+def shutdown() -> None:
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+# ---------------------------------------------------------------- results of all ranks
+
+@dataclass
+class RankRecord:
+    """What one rank measured, small enough to gather."""
+
+    rank: int
+    local_rank: int
+    host: str
+    device_name: str
+    batch_size: int
+    samples_ms: list[float]
+    peak_allocated_mb: float | None
+    peak_reserved_mb: float | None
+
+    @property
+    def times(self) -> Measurement:
+        return Measurement(self.samples_ms)
+
+    @property
+    def throughput(self) -> float:
+        times = self.times
+        return self.batch_size * times.count / (times.total_ms / 1e3)
+
+
+def record_of(result, launch: Launch) -> RankRecord:
+    return RankRecord(rank=launch.rank, local_rank=launch.local_rank, host=socket.gethostname(),
+                      device_name=result.env["device_name"], batch_size=result.batch_size,
+                      samples_ms=list(result.times.samples_ms),
+                      peak_allocated_mb=result.peak_allocated_mb,
+                      peak_reserved_mb=result.peak_reserved_mb)
+
+
+def gather_records(record: RankRecord) -> list[RankRecord] | None:
+    """Every rank's record on rank 0 (sorted by rank); None on the other ranks."""
+    gathered = [None] * dist.get_world_size() if dist.get_rank() == 0 else None
+    dist.gather_object(record, gathered, dst=0)
+    return sorted(gathered, key=lambda r: r.rank) if gathered is not None else None
+
+
+@dataclass
+class Aggregate:
+    """The job's numbers, computed on rank 0 from all ranks' raw samples."""
+
+    launch: Launch
+    records: list[RankRecord]
+    baseline_throughput: float | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def world_size(self) -> int:
+        return len(self.records)
+
+    @property
+    def slowest(self) -> RankRecord:
+        return max(self.records, key=lambda r: r.times.total_ms)
+
+    @property
+    def fastest(self) -> RankRecord:
+        return min(self.records, key=lambda r: r.times.total_ms)
+
+    @property
+    def global_batch(self) -> int:
+        return sum(r.batch_size for r in self.records)
+
+    @property
+    def throughput(self) -> float:
+        """Images of all ranks per second of the slowest rank's timed wall time: the job is
+        done only when its slowest rank is."""
+        slowest = self.slowest.times
+        return self.global_batch * slowest.count / (slowest.total_ms / 1e3)
+
+    @property
+    def per_gpu_throughput(self) -> float:
+        return self.throughput / self.world_size
+
+    @property
+    def time_per_batch_s(self) -> float:
+        return self.slowest.times.mean / 1e3
+
+    @property
+    def skew(self) -> float:
+        """How much longer the slowest rank's timed region took than the fastest rank's."""
+        return self.slowest.times.total_ms / self.fastest.times.total_ms - 1.0
+
+    @property
+    def all_times(self) -> Measurement:
+        return Measurement.merge(r.times for r in self.records)
+
+    @property
+    def scaling_efficiency(self) -> float | None:
+        if self.baseline_throughput is None:
+            return None
+        return self.throughput / (self.world_size * self.baseline_throughput)
+
+    def to_dict(self) -> dict:
+        return {
+            "launcher": self.launch.launcher, "world_size": self.world_size,
+            "backend": dist.get_backend() if dist.is_initialized() else self.launch.backend,
+            "local_batch_size": self.launch.local_batch, "global_batch_size": self.global_batch,
+            "throughput_img_s": self.throughput, "per_gpu_throughput_img_s":
+                self.per_gpu_throughput, "slowest_rank": self.slowest.rank,
+            "fastest_rank": self.fastest.rank, "skew": self.skew,
+            "baseline_throughput_img_s": self.baseline_throughput,
+            "scaling_efficiency": self.scaling_efficiency,
+            "all_ranks_stats": self.all_times.stats(),
+            "per_rank": [{"rank": r.rank, "local_rank": r.local_rank, "host": r.host,
+                          "device_name": r.device_name, "batch_size": r.batch_size,
+                          "throughput_img_s": r.throughput, "stats": r.times.stats(),
+                          "samples_ms": r.samples_ms, "peak_allocated_mb": r.peak_allocated_mb,
+                          "peak_reserved_mb": r.peak_reserved_mb} for r in self.records],
+        }

@@ -1,0 +1,168 @@
+"""One invocation: resolve the configuration, set up the devices and ranks, run, report.
+
+Single device, torchrun, SLURM and the older manual launch all go through :func:`run_worker`;
+only global rank 0 prints the summary and writes files, once, from every rank's raw samples.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from typing import TextIO
+
+import torch
+
+from . import benchmark, device as device_mod, distributed, models, precision as precision_mod
+from . import report
+from .cli import BenchConfig
+from .distributed import Launch
+from .errors import BenchmarkError, UsageError
+
+
+@dataclass
+class Console:
+    """Where this process writes: plain lines on rank 0, rank-prefixed lines elsewhere."""
+
+    out: TextIO
+    err: TextIO
+
+    @classmethod
+    def for_launch(cls, launch: Launch) -> "Console":
+        if not launch.distributed:
+            return cls(sys.stdout, sys.stderr)
+        prefix = f"[rank {launch.rank}] "
+        out = sys.stdout if launch.is_main else report.PrefixedLines(sys.stdout, prefix)
+        return cls(out, report.PrefixedLines(sys.stderr, prefix))
+
+
+def load_baseline(path: str | None, config: BenchConfig, precision) -> float | None:
+    """Single-device throughput from a result JSON, refusing another configuration."""
+    if path is None:
+        return None
+    try:
+        with open(path) as stream:
+            document = json.load(stream)
+    except (OSError, ValueError) as error:
+        raise UsageError(f"--scaling-baseline {path}: cannot read a result JSON ({error})") from None
+    if document.get("GPUs") != 1:
+        raise UsageError(f"--scaling-baseline {path} is a {document.get('GPUs')}-device result; "
+                         f"give a single-device run of the same configuration")
+    theirs = document.get("config", {})
+    ours = {"network": config.network, "mode": config.mode}
+    mismatched = [key for key, value in ours.items() if theirs.get(key) != value]
+    if document.get("precision", {}).get("name") != precision.name:
+        mismatched.append("precision")
+    if mismatched:
+        raise UsageError(f"--scaling-baseline {path} differs in {', '.join(mismatched)}")
+    return float(document["Throughput [img/sec]"])
+
+
+def _ddp_wrapper(config: BenchConfig, device: torch.device):
+    from torch.nn.parallel import DistributedDataParallel
+
+    def wrap(model: torch.nn.Module) -> torch.nn.Module:
+        return DistributedDataParallel(
+            model, device_ids=[device.index] if device.type == "cuda" else None,
+            bucket_cap_mb=config.ddp_bucket_cap_mb, static_graph=config.ddp_static_graph,
+            gradient_as_bucket_view=config.ddp_gradient_as_bucket_view)
+    return wrap
+
+
+def run_worker(config: BenchConfig, launch: Launch, console: Console) -> int:
+    spec = models.resolve(config.network)
+    precision, notes = precision_mod.resolve(config.fp16, config.amp, config.amp_dtype,
+                                             config.amp_opt_level, config.tf32)
+    notes += list(config.compile_notes)
+    device, notice = device_mod.select_device(
+        config.device, launch.device_index if launch.distributed else None)
+    if notice and launch.is_main:
+        print(notice, file=console.out)
+    try:
+        if launch.distributed:
+            distributed.init_process_group(launch, device, config.dist_timeout)
+        return _benchmark_and_report(config, launch, console, spec, precision, notes, device)
+    finally:
+        distributed.shutdown()
+
+
+def _benchmark_and_report(config, launch, console, spec, precision, notes, device) -> int:
+    out, main = console.out, launch.is_main
+    baseline = load_baseline(config.scaling_baseline, config, precision) if main else None
+    env = device_mod.describe(device)
+    image_size = config.image_size or spec.image_size
+    if main:
+        report.print_config(config, precision, spec, image_size, launch, env, notes, out)
+        print(f"Building {spec.name}...", file=out, flush=True)
+    wrap = before_timing = None
+    if launch.distributed:
+        wrap = _ddp_wrapper(config, device) if config.mode == "training" else None
+
+        def before_timing():
+            distributed.fail_if_asked(launch)
+            distributed.barrier(device)        # all ranks enter the timed region together
+    result = benchmark.run(
+        config, device, env, precision, launch.local_batch,
+        on_phase=lambda phase: main and print(f"{phase.capitalize()}...", file=out, flush=True),
+        wrap=wrap, before_timing=before_timing or (lambda: None))
+    result.notes.extend(notes)
+    aggregate = None
+    if launch.distributed:
+        distributed.barrier(device)            # ...and meet again at its end
+        records = distributed.gather_records(distributed.record_of(result, launch))
+        if main:
+            aggregate = distributed.Aggregate(launch, records, baseline)
+    if main:
+        report.print_warmup(result, out)
+        if not config.quiet:
+            report.print_iterations(result, out)
+        report.print_summary(result, out, aggregate)
+        report.write_files(result, out, aggregate)
+    return 0
+
+
+def _spawned_worker(index: int, config: BenchConfig, launch: Launch) -> None:
+    """One worker of a manual launch with several --device_ids (runs in a child process)."""
+    worker = distributed.worker_launch(launch, index, config.device_ids)
+    console = Console.for_launch(worker)
+    try:
+        code = run_worker(config, worker, console)
+    except BenchmarkError as error:
+        print(f"error: {error}", file=console.err)
+        console.err.flush()
+        code = error.exit_code
+    if code:
+        sys.exit(code)
+
+
+def run(config: BenchConfig) -> int:
+    """Validate everything that can be checked without other ranks, then run."""
+    models.resolve(config.network)
+    precision_mod.resolve(config.fp16, config.amp, config.amp_dtype, config.amp_opt_level,
+                          config.tf32)
+    launch = distributed.detect(config)
+    if launch.is_main:
+        report.prepare_output(config)
+    if launch.workers > 1:
+        return _spawn(config, launch)
+    return run_worker(config, launch, Console.for_launch(launch))
+
+
+def _spawn(config: BenchConfig, launch: Launch) -> int:
+    import torch.multiprocessing as mp
+    try:
+        mp.spawn(_spawned_worker, args=(config, launch), nprocs=launch.workers, join=True)
+    except mp.ProcessExitedException as failure:
+        rank = launch.rank + failure.error_index
+        raise BenchmarkError(f"worker for rank {rank} exited with code {failure.exit_code}") \
+            from None
+    return 0
+
+
+def current_launch_prefix() -> str:
+    """'[rank N] ' when this process is one rank of several, for error lines."""
+    import os
+    for variable in ("RANK", "SLURM_PROCID"):
+        if variable in os.environ and int(os.environ.get("WORLD_SIZE",
+                                                         os.environ.get("SLURM_NTASKS", 1))) > 1:
+            return f"[rank {os.environ[variable]}] "
+    return ""
