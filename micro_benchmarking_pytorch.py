@@ -11,6 +11,7 @@ This script only wires: arguments -> config -> run, and maps expected failures t
 from __future__ import annotations
 
 import sys
+import traceback
 
 from microbench import cli, models, runner
 from microbench.errors import BenchmarkError
@@ -29,6 +30,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 130
+    except Exception as error:                      # noqa: BLE001 (a bug: show everything)
+        traceback.print_exc()
+        print(f"{runner.current_launch_prefix()}error: unexpected {type(error).__name__}: "
+              f"{error}", file=sys.stderr, flush=True)
+        return 1
 
 
 if __name__ == "__main__":

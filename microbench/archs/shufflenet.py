@@ -24,6 +24,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ._init import init_weights
+
 __all__ = ["ChannelShuffle", "ShuffleUnit", "channel_shuffle", "shufflenet_v1", "SUPPORTED_GROUPS"]
 
 # Table 1: output channels of Stages 2, 3 and 4 for each number of groups g at 1x width. The
@@ -208,19 +210,6 @@ class ShuffleNetV1(nn.Module):
         return self.classifier(torch.flatten(self.pool(x), 1))
 
 
-def _init_weights(model: nn.Module) -> None:
-    """He initialisation for convolutions, identity BN, small normal weights for the classifier."""
-    for module in model.modules():
-        if isinstance(module, nn.Conv2d):
-            nn.init.kaiming_normal_(module.weight, mode="fan_out", nonlinearity="relu")
-        elif isinstance(module, nn.BatchNorm2d):
-            nn.init.ones_(module.weight)
-            nn.init.zeros_(module.bias)
-        elif isinstance(module, nn.Linear):
-            nn.init.normal_(module.weight, std=0.01)
-            nn.init.zeros_(module.bias)
-
-
 def shufflenet_v1(num_classes: int = 1000, groups: int = 3, width_mult: float = 1.0) -> nn.Module:
     """Build ShuffleNet v1 "ShuffleNet `width_mult`x (g = `groups`)" for 3x224x224 inputs.
 
@@ -238,5 +227,5 @@ def shufflenet_v1(num_classes: int = 1000, groups: int = 3, width_mult: float = 
     if num_classes < 1:
         raise ValueError(f"shufflenet_v1: num_classes must be at least 1, got {num_classes}")
     model = ShuffleNetV1(num_classes, groups, width_mult)
-    _init_weights(model)
+    init_weights(model)
     return model

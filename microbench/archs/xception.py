@@ -24,6 +24,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ._init import init_weights
+
 __all__ = ["SeparableConv2d", "xception"]
 
 _ENTRY_STEM_CHANNELS = (32, 64)
@@ -143,19 +145,6 @@ class Xception(nn.Module):
         return self.classifier(self.dropout(torch.flatten(self.pool(x), 1)))
 
 
-def _init_weights(model: nn.Module) -> None:
-    """He initialisation for convolutions, identity BN, small normal weights for the classifier."""
-    for module in model.modules():
-        if isinstance(module, nn.Conv2d):
-            nn.init.kaiming_normal_(module.weight, mode="fan_out", nonlinearity="relu")
-        elif isinstance(module, nn.BatchNorm2d):
-            nn.init.ones_(module.weight)
-            nn.init.zeros_(module.bias)
-        elif isinstance(module, nn.Linear):
-            nn.init.normal_(module.weight, std=0.01)
-            nn.init.zeros_(module.bias)
-
-
 def xception(num_classes: int = 1000) -> nn.Module:
     """Build Xception (Figure 5). Native input 3x299x299; smaller inputs such as 224x224 work too.
 
@@ -164,5 +153,5 @@ def xception(num_classes: int = 1000) -> nn.Module:
     if num_classes < 1:
         raise ValueError(f"xception: num_classes must be at least 1, got {num_classes}")
     model = Xception(num_classes)
-    _init_weights(model)
+    init_weights(model)
     return model

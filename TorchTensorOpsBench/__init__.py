@@ -1,0 +1,1 @@
+"""TorchTensorOpsBench: operator-level benchmark (see README.md); shares timing with microbench."""

@@ -1,0 +1,239 @@
+"""Result rows and their one writer: an aligned console table, JSON and CSV files.
+
+A row is an :class:`OpResult`: measured, skipped (did not fit in memory) or failed (bad input,
+unsupported dtype, out of memory). Files are written whole or not at all: into a temporary file
+beside the target, then ``os.replace``.
+"""
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import json
+import math
+import os
+import sys
+import tempfile
+from dataclasses import dataclass
+from typing import Callable, Iterable, Sequence
+
+from microbench.errors import BenchmarkError, UsageError
+from microbench.timing import NOISY_CV_THRESHOLD, Measurement
+
+BYTES_NOTE = "bytes moved = each input read once + output written once; FLOPs from the shapes"
+
+
+@dataclass(frozen=True)
+class OpResult:
+    op: str
+    op_type: str
+    shapes: str
+    dtype: str
+    roof: str = ""
+    bytes_moved: int | None = None
+    flops: int | None = None
+    status: str = "ok"            # ok, skipped or failed
+    message: str = ""
+    exit_code: int = 0
+    measurement: Measurement | None = None
+    gbs: float | None = None
+    tflops: float | None = None
+    peak_label: str | None = None  # "BW" for memory-bound ops, else the precision
+    peak_value: float | None = None  # GB/s or TFLOP/s
+    pct_of_peak: float | None = None
+    profile: str = ""  # torch.profiler's table with --enable-profiling (console only)
+
+    @classmethod
+    def for_case(cls, op: str, op_type: str, shapes: str, dtype: str, roof: str,
+                 bytes_moved: int, flops: int) -> "OpResult":
+        return cls(op, op_type, shapes, dtype, roof, bytes_moved, flops)
+
+    @classmethod
+    def for_request_error(cls, op: str, op_type: str, dtype: str,
+                          error: BenchmarkError) -> "OpResult":
+        return cls(op, op_type, "", dtype).failed(error)
+
+    def skipped(self, reason: str) -> "OpResult":
+        return dataclasses.replace(self, status="skipped", message=reason)
+
+    def failed(self, error: BenchmarkError) -> "OpResult":
+        return dataclasses.replace(self, status="failed", message=str(error),
+                                   exit_code=error.exit_code)
+
+    def measured(self, measurement: Measurement, gbs: float, tflops: float,
+                 peak_label: str | None, peak_value: float | None,
+                 pct_of_peak: float | None) -> "OpResult":
+        return dataclasses.replace(self, measurement=measurement, gbs=gbs, tflops=tflops,
+                                   peak_label=peak_label, peak_value=peak_value,
+                                   pct_of_peak=pct_of_peak)
+
+    def with_profile(self, profile: str) -> "OpResult":
+        return dataclasses.replace(self, profile=profile)
+
+    def as_dict(self, with_samples: bool = True) -> dict:
+        """Flat fields (the CSV row); JSON adds the raw samples."""
+        stats = self.measurement.stats() if self.measurement else {}
+        row = {
+            "op": self.op, "op_type": self.op_type, "shapes": self.shapes, "dtype": self.dtype,
+            "status": self.status, "message": self.message,
+            "median_ms": stats.get("median_ms"), "mean_ms": stats.get("mean_ms"),
+            "std_ms": stats.get("std_ms"), "min_ms": stats.get("min_ms"),
+            "max_ms": stats.get("max_ms"), "p90_ms": stats.get("p90_ms"),
+            "cv": stats.get("cv"), "iterations": stats.get("count"),
+            "bytes_moved": self.bytes_moved, "flops": self.flops,
+            "gbs": self.gbs, "tflops": self.tflops, "roof": self.roof,
+            "peak": self.peak_value, "peak_unit": _peak_unit(self.peak_label),
+            "peak_precision": self.peak_label, "pct_of_peak": self.pct_of_peak,
+        }
+        if with_samples:
+            row["samples_ms"] = list(self.measurement.samples_ms) if self.measurement else []
+        return row
+
+
+def _peak_unit(peak_label: str | None) -> str | None:
+    if peak_label is None:
+        return None
+    return "GB/s" if peak_label == "BW" else "TFLOP/s"
+
+
+# ---------------------------------------------------------------------------------------------
+# Console
+# ---------------------------------------------------------------------------------------------
+
+def _format_ms(value: float) -> str:
+    if value >= 100:
+        return f"{value:.1f}"
+    return f"{value:.3f}" if value >= 1 else f"{value:.4f}"
+
+
+def _format_rate(value: float | None) -> str:
+    if value is None or math.isnan(value):
+        return "-"
+    return f"{value:.1f}" if value >= 10 else f"{value:.3f}"
+
+
+def _format_cv(measurement: Measurement) -> str:
+    noisy_mark = "*" if measurement.is_noisy else ""
+    return f"{100 * measurement.cv:.1f}{noisy_mark}"
+
+
+def _format_pct(row: OpResult) -> str:
+    if row.pct_of_peak is None:
+        return "-"
+    return f"{row.pct_of_peak:.1f} ({row.peak_label})"
+
+
+HEADINGS = ("op", "shapes", "dtype", "median ms", "cv %", "GB/s", "TFLOP/s", "% of peak")
+_RIGHT_ALIGNED = {"median ms", "cv %", "GB/s", "TFLOP/s", "% of peak"}
+# "% of peak" holds e.g. "71.3 (fp32_matrix)".
+_MIN_WIDTHS = {"median ms": 10, "cv %": 6, "GB/s": 9, "TFLOP/s": 9, "% of peak": 18}
+
+
+def row_cells(row: OpResult) -> tuple[str, ...]:
+    measurement = row.measurement
+    return (row.op, row.shapes, row.dtype, _format_ms(measurement.median),
+            _format_cv(measurement), _format_rate(row.gbs), _format_rate(row.tflops),
+            _format_pct(row))
+
+
+class TablePrinter:
+    """Prints rows as they finish, aligned to widths known before the run starts."""
+
+    def __init__(self, labels: Iterable[tuple[str, str]], dtype: str,
+                 out: Callable[[str], None] = print,
+                 err: Callable[[str], None] | None = None):
+        labels = list(labels)
+        widths = {heading: max(len(heading), _MIN_WIDTHS.get(heading, 0))
+                  for heading in HEADINGS}
+        widths["op"] = max([widths["op"], *(len(op) for op, _ in labels)])
+        widths["shapes"] = max([widths["shapes"], *(len(shapes) for _, shapes in labels)])
+        widths["dtype"] = max(widths["dtype"], len(dtype))
+        self._widths = [widths[heading] for heading in HEADINGS]
+        self._out = out
+        self._err = err or (lambda line: print(line, file=sys.stderr, flush=True))
+
+    def _line(self, cells: Sequence[str]) -> str:
+        parts = [cell.rjust(width) if heading in _RIGHT_ALIGNED else cell.ljust(width)
+                 for heading, cell, width in zip(HEADINGS, cells, self._widths)]
+        return "  ".join(parts).rstrip()
+
+    def header(self) -> None:
+        self._out(self._line(HEADINGS))
+        self._out("  ".join("-" * width for width in self._widths))
+
+    def __call__(self, row: OpResult) -> None:
+        name = f"{row.op} {row.shapes}".rstrip()
+        if row.status == "ok":
+            self._out(self._line(row_cells(row)))
+            if row.profile:
+                self._out(row.profile)
+        elif row.status == "skipped":
+            self._out(f"skipped {name}: {row.message}")
+        else:
+            self._err(f"error: {name}: {row.message}")
+
+
+def summary_lines(results: Sequence[OpResult]) -> list[str]:
+    counts = {status: sum(row.status == status for row in results)
+              for status in ("ok", "skipped", "failed")}
+    noun = "op" if len(results) == 1 else "ops"
+    lines = [f"{len(results)} {noun}: {counts['ok']} measured, {counts['skipped']} skipped, "
+             f"{counts['failed']} failed"]
+    if any(row.measurement is not None and row.measurement.is_noisy for row in results):
+        lines.append(f"* CV above {NOISY_CV_THRESHOLD:.0%}: noisy; rerun with more "
+                     f"--num-iters or on an idle device")
+    return lines
+
+
+# ---------------------------------------------------------------------------------------------
+# Files
+# ---------------------------------------------------------------------------------------------
+
+def check_writable(path: str, flag: str) -> None:
+    """Fail before the run, not after it, when a result file cannot be written."""
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise UsageError(f"cannot write {flag} {path}: directory {directory} does not exist")
+    if not os.access(directory, os.W_OK):
+        raise UsageError(f"cannot write {flag} {path}: directory {directory} is not writable")
+
+
+def write_whole(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` whole or not at all (temporary file, then os.replace)."""
+    directory = os.path.dirname(os.path.abspath(path))
+    handle = tempfile.NamedTemporaryFile("w", dir=directory, prefix=".tmp-",
+                                         suffix=os.path.basename(path), delete=False,
+                                         encoding="utf-8", newline="")
+    try:
+        with handle:
+            handle.write(text)
+        os.replace(handle.name, path)
+    except BaseException:
+        os.unlink(handle.name)
+        raise
+
+
+def json_safe(value):
+    """NaN and infinity are not JSON; they become null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: json_safe(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [json_safe(item) for item in value]
+    return value
+
+
+def write_json(path: str, run_info: dict, results: Sequence[OpResult]) -> None:
+    document = {**run_info, "results": [row.as_dict() for row in results]}
+    write_whole(path, json.dumps(json_safe(document), indent=2) + "\n")
+
+
+def write_csv(path: str, results: Sequence[OpResult]) -> None:
+    rows = [row.as_dict(with_samples=False) for row in results]
+    buffer = io.StringIO()
+    fieldnames = list(OpResult("", "", "", "").as_dict(with_samples=False))
+    writer = csv.DictWriter(buffer, fieldnames=fieldnames, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    write_whole(path, buffer.getvalue())

@@ -1,0 +1,408 @@
+"""Run op cases: check shapes and memory, build inputs, warm up, time each call, derive rates.
+
+One case is measured as follows (DESIGN.md, "Measurement rules"):
+
+1. shapes are checked and the op's cost (bytes, FLOPs, bytes it allocates) computed from them;
+2. if the allocation would not fit in free memory the case is skipped with a line saying so;
+3. inputs are allocated, the op is called ``num_warmup_iters`` times and the device drained;
+4. ``num_iters`` calls are timed one by one with device events (``microbench.timing.time_calls``),
+   optionally zeroing a buffer larger than the L2 cache before each call, outside its interval;
+5. median time -> achieved GB/s and TFLOP/s -> share of the device's dense peak for the op's roof;
+6. with ``--enable-profiling`` a few more calls run under torch.profiler, after the timed calls;
+   its table travels with the row and prints after it.
+
+Errors are data in a list run: a bad shape, a dtype the op does not support on the device, or an
+out-of-memory becomes a failed row and the run goes on.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+import torch
+
+from microbench import flops
+from microbench.errors import BenchmarkError, OutOfMemory, UsageError
+from microbench.timing import Measurement, synchronize, time_calls
+
+from TorchTensorOpsBench import ops
+from TorchTensorOpsBench.report import OpResult
+
+MIB = 1 << 20
+# Headroom kept free beyond an op's own tensors: library workspaces (cuBLAS, cuDNN/MIOpen,
+# attention kernels) and allocator rounding.
+MEMORY_HEADROOM_FRACTION = 0.05
+MEMORY_HEADROOM_BYTES = 256 * MIB
+# Flush buffer when the device does not report its L2 size.
+DEFAULT_FLUSH_BYTES = 256 * MIB
+# MI300-series parts put a 256 MB Infinity Cache behind L2 that L2_cache_size does not report;
+# on ROCm the flush buffer is at least twice that.
+ROCM_MIN_FLUSH_BYTES = 512 * MIB
+PROFILED_CALLS = 5
+
+
+@dataclass(frozen=True)
+class CaseRequest:
+    """One op to run, as the user (or a list) named it; resolved and checked when it runs."""
+
+    op: str
+    op_type: str | None
+    input1: str | None
+    input2: str | None
+    inplace: bool = False
+
+
+@dataclass(frozen=True)
+class OpCase:
+    spec: ops.OpSpec
+    shapes: ops.Shapes
+    inplace: bool
+    label: str
+    shapes_text: str
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    device: torch.device
+    dtype_name: str
+    num_iters: int
+    num_warmup_iters: int
+    flush_l2: bool = False
+    enable_profiling: bool = False
+    append_dtype: bool = False
+    peak_tflops: float | None = None
+    peak_gbs: float | None = None
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return ops.DTYPES[self.dtype_name]
+
+
+# ---------------------------------------------------------------------------------------------
+# Lists of requests
+# ---------------------------------------------------------------------------------------------
+
+def predefined_requests(input1: str | None, input2: str | None, inplace: bool,
+                        op_type: str | None) -> list[CaseRequest]:
+    """The old predefined set (binary, unary, reductions) at the shapes given by the flags."""
+    requests = []
+    for name in ops.PREDEFINED_OPS:
+        spec, _ = ops.resolve_op(name)
+        if op_type in (None, spec.op_type):
+            requests.append(CaseRequest(name, spec.op_type, input1, input2,
+                                        inplace and spec.supports_inplace))
+    return requests
+
+
+def model_requests(op_type: str | None) -> list[CaseRequest]:
+    return [CaseRequest(name, kind, input1, input2)
+            for name, kind, input1, input2 in ops.MODEL_OPS if op_type in (None, kind)]
+
+
+def compute_requests() -> list[CaseRequest]:
+    """matmul, bmm, conv2d, sdpa, layer_norm and softmax, each at its own default shapes."""
+    return [CaseRequest(name, "compute", None, None) for name in ops.COMPUTE_OPS]
+
+
+# ---------------------------------------------------------------------------------------------
+# Resolving a request into a case
+# ---------------------------------------------------------------------------------------------
+
+def make_case(request: CaseRequest, dtype_name: str, append_dtype: bool) -> OpCase:
+    """Resolve the op and parse and check the shapes; UsageError when they do not fit."""
+    spec, named_inplace = ops.resolve_op(request.op, request.op_type)
+    inplace = named_inplace or request.inplace
+    if inplace and not spec.supports_inplace:
+        raise UsageError(f"{spec.name} has no in-place form; drop --inplace or the trailing '_'")
+    input1 = ops.parse_shape(request.input1 or spec.default_input1, "--input1-dim")
+    input2 = None
+    if spec.takes_input2:
+        text = request.input2 or spec.default_input2 or ops.format_shape(input1)
+        input2 = ops.parse_shape(text, "--input2-dim")
+    shapes = ops.Shapes(input1, input2)
+    spec.check(shapes, inplace)
+    return OpCase(spec, shapes, inplace, _label(spec, inplace, dtype_name, append_dtype),
+                  _shapes_text(spec, shapes))
+
+
+def _label(spec: ops.OpSpec, inplace: bool, dtype_name: str, append_dtype: bool) -> str:
+    """The old tool's op name: add_, add_(sparse), add(fp16) with --append-dtype."""
+    label = spec.name + ("_" if inplace else "")
+    if spec.op_type == "sparse":
+        label += "(sparse)"
+    if append_dtype:
+        label += f"({dtype_name})"
+    return label
+
+
+def _shapes_text(spec: ops.OpSpec, shapes: ops.Shapes) -> str:
+    first = ops.format_shape(shapes.input1)
+    if shapes.input2 is None:
+        return first
+    if spec.op_type == "sparse":  # the old tool printed the values' shape: rows-dim
+        return f"{first},{shapes.input2[0]}-{shapes.input1[-1]}"
+    return f"{first},{ops.format_shape(shapes.input2)}"
+
+
+def preview_labels(requests: Iterable[CaseRequest], config: RunConfig) -> list[tuple[str, str]]:
+    """(op, shapes) as the table will print them, so its columns can be sized up front."""
+    labels = []
+    for request in requests:
+        try:
+            case = make_case(request, config.dtype_name, config.append_dtype)
+        except UsageError:
+            labels.append((request_label(request), ""))
+        else:
+            labels.append((case.label, case.shapes_text))
+    return labels
+
+
+def request_label(request: CaseRequest) -> str:
+    """A name for a request that could not be resolved (for its error line)."""
+    shapes = ",".join(text for text in (request.input1, request.input2) if text)
+    return f"{request.op}({shapes})" if shapes else request.op
+
+
+# ---------------------------------------------------------------------------------------------
+# Peaks
+# ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Peaks:
+    """The device's dense peaks, with the user's overrides taking precedence."""
+
+    device_peak: flops.DevicePeak | None
+    tflops_override: float | None = None
+    gbs_override: float | None = None
+
+    def gbs(self) -> float | None:
+        if self.gbs_override is not None:
+            return self.gbs_override
+        return self.device_peak.memory_gbs if self.device_peak else None
+
+    def tflops(self, precision: str) -> float | None:
+        if self.tflops_override is not None:
+            return self.tflops_override
+        return flops.peak_tflops(self.device_peak, precision)
+
+    def describe(self, device_name: str) -> str:
+        overrides = [f"{flag} {value:g}" for flag, value in
+                     (("--peak-tflops", self.tflops_override), ("--peak-gbs", self.gbs_override))
+                     if value is not None]
+        if self.device_peak is None:
+            if overrides:
+                return f"{' and '.join(overrides)} ({device_name} is not in the datasheet table)"
+            return f"unknown for {device_name}; give --peak-gbs and --peak-tflops for a % of peak"
+        text = f"{self.device_peak.name} ({self.device_peak.source})"
+        return text + (f", overridden by {' and '.join(overrides)}" if overrides else "")
+
+
+def peak_precision(spec: ops.OpSpec, dtype_name: str) -> str:
+    """The datasheet rate an op's FLOPs run at.
+
+    FP32 products run on TF32 tensor cores when torch allows it (matmul: off by default;
+    convolutions through cuDNN: on by default), on AMD's FP32 matrix cores otherwise
+    (``fp32_matrix`` is the vector rate on NVIDIA, which has no FP32 matrix path).
+    """
+    if dtype_name != "fp32" or spec.compute_path == "vector":
+        return dtype_name
+    if spec.compute_path == "matmul" and torch.backends.cuda.matmul.allow_tf32:
+        return "tf32"
+    if spec.compute_path == "conv" and torch.backends.cudnn.allow_tf32 and not torch.version.hip:
+        return "tf32"
+    return "fp32_matrix"
+
+
+# ---------------------------------------------------------------------------------------------
+# Device memory and the L2 flush
+# ---------------------------------------------------------------------------------------------
+
+def _mem_available_bytes_from_proc() -> int | None:
+    """MemAvailable from /proc/meminfo (Linux); None where it cannot be read."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def available_memory_bytes(device: torch.device) -> int | None:
+    """Bytes an op can still allocate on ``device``; None when that cannot be known."""
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        # Blocks PyTorch's caching allocator holds but does not use are free to us too.
+        cached_unused = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+        return free + cached_unused
+    if device.type == "cpu":
+        return _mem_available_bytes_from_proc()
+    return None
+
+
+def memory_needed_bytes(cost: ops.OpCost) -> int:
+    return int(cost.bytes_allocated * (1 + MEMORY_HEADROOM_FRACTION)) + MEMORY_HEADROOM_BYTES
+
+
+def flush_buffer_bytes(device: torch.device) -> int:
+    """Twice the L2 size where the device reports it (so no line of the op's data survives)."""
+    l2_bytes = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or 0
+    size = 2 * l2_bytes if l2_bytes else DEFAULT_FLUSH_BYTES
+    return max(size, ROCM_MIN_FLUSH_BYTES) if torch.version.hip else size
+
+
+class CacheFlusher:
+    """Zeroes a buffer larger than the GPU's last-level cache; called between timed calls."""
+
+    def __init__(self, device: torch.device):
+        self.bytes = flush_buffer_bytes(device)
+        self._buffer = torch.empty(self.bytes, dtype=torch.uint8, device=device)
+
+    def __call__(self) -> None:
+        self._buffer.zero_()
+
+
+# ---------------------------------------------------------------------------------------------
+# Measuring one case
+# ---------------------------------------------------------------------------------------------
+
+def _gigabytes(count: int) -> str:
+    return f"{count / 1e9:.1f} GB"
+
+
+def _torch_error_as_benchmark_error(error: BaseException, case: OpCase, dtype_name: str,
+                                    device: torch.device) -> BenchmarkError | None:
+    """Map torch's errors for expected situations onto ours; None for anything else (a bug)."""
+    if isinstance(error, torch.cuda.OutOfMemoryError):
+        return OutOfMemory(f"out of memory on {device}; use smaller shapes")
+    message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    if "can't allocate memory" in message or "not enough memory" in message:
+        return OutOfMemory(f"out of memory on {device}: {message}")
+    # torch's dispatcher says e.g. '"addmm_impl_cpu_" not implemented for 'Half''.
+    if "not implemented for" in message:
+        return UsageError(f"{case.spec.name} does not support {dtype_name} on {device}: "
+                          f"{message}")
+    return None
+
+
+def _call_and_measure(call: Callable[[], object], config: RunConfig,
+                      between: Callable[[], object] | None) -> Measurement:
+    for _ in range(config.num_warmup_iters):
+        call()
+    synchronize(config.device)
+    return time_calls(call, config.num_iters, config.device, between=between)
+
+
+def _profile(call: Callable[[], object], device: torch.device) -> str:
+    """Profile a few calls after the timed ones (the timed region never sees the profiler);
+    returns torch.profiler's key_averages table."""
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    with torch.profiler.profile(activities=activities) as profiler:
+        for _ in range(PROFILED_CALLS):
+            call()
+        synchronize(device)
+    averages = profiler.key_averages()
+    if device.type != "cuda":
+        return averages.table(sort_by="cpu_time_total", row_limit=12)
+    try:
+        return averages.table(sort_by="device_time_total", row_limit=12)
+    except (AttributeError, KeyError):  # torch releases before the device_* names
+        return averages.table(sort_by="cuda_time_total", row_limit=12)
+
+
+def measure_case(case: OpCase, config: RunConfig, peaks: Peaks,
+                 between: Callable[[], object] | None = None) -> OpResult:
+    """Measure one resolved case; expected failures come back as rows, bugs propagate."""
+    cost = case.spec.cost(case.shapes, torch.empty((), dtype=config.dtype).element_size(),
+                          case.inplace)
+    row = OpResult.for_case(case.label, case.spec.op_type, case.shapes_text, config.dtype_name,
+                            case.spec.roof, cost.bytes_moved, cost.flops)
+    needed, available = memory_needed_bytes(cost), available_memory_bytes(config.device)
+    if available is not None and needed > available:
+        return row.skipped(f"needs {_gigabytes(needed)}, {_gigabytes(available)} free "
+                           f"on {config.device}")
+    try:
+        call = case.spec.build(case.shapes, config.dtype, config.device, case.inplace)
+        measurement = _call_and_measure(call, config, between)
+        profile = _profile(call, config.device) if config.enable_profiling else ""
+    except (RuntimeError, NotImplementedError) as error:
+        mapped = _torch_error_as_benchmark_error(error, case, config.dtype_name, config.device)
+        if mapped is None:
+            raise
+        return row.failed(mapped)
+    finally:
+        call = None  # drop the inputs before the next case checks free memory
+        _release_cached_memory(config.device)
+    return _with_rates(row, measurement, case.spec, config.dtype_name, peaks).with_profile(profile)
+
+
+def _release_cached_memory(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def _has_fp32_matrix(peak: flops.DevicePeak | None) -> bool:
+    return peak is not None and peak.fp32_matrix is not None
+
+
+def _with_rates(row: OpResult, measurement: Measurement, spec: ops.OpSpec, dtype_name: str,
+                peaks: Peaks) -> OpResult:
+    seconds = measurement.median / 1e3
+    gbs = row.bytes_moved / seconds / 1e9 if seconds > 0 else math.nan
+    tflops = row.flops / seconds / 1e12 if seconds > 0 else math.nan
+    if spec.roof == ops.MEMORY_BOUND:
+        peak_label, peak_value = "BW", peaks.gbs()
+        achieved = gbs
+    else:
+        peak_label = peak_precision(spec, dtype_name)
+        if peak_label == "fp32_matrix" and not _has_fp32_matrix(peaks.device_peak):
+            peak_label = "fp32"  # NVIDIA: FP32 GEMMs run on the vector units
+        peak_value, achieved = peaks.tflops(peak_label), tflops
+    percent = 100.0 * achieved / peak_value if peak_value else None
+    return row.measured(measurement, gbs, tflops, peak_label, peak_value, percent)
+
+
+# ---------------------------------------------------------------------------------------------
+# Running a list
+# ---------------------------------------------------------------------------------------------
+
+@dataclass
+class RunOutcome:
+    results: list[OpResult] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        """2 when any op had bad input, else 3 when any ran out of memory, else 0.
+
+        An op skipped by the memory check is not a failure in a list; alone, it is exit 3.
+        """
+        failed = [row for row in self.results if row.status == "failed"]
+        if any(row.exit_code == UsageError.exit_code for row in failed):
+            return UsageError.exit_code
+        if failed:
+            return max(row.exit_code for row in failed)
+        if len(self.results) == 1 and self.results[0].status == "skipped":
+            return OutOfMemory.exit_code
+        return 0
+
+
+def run_requests(requests: Iterable[CaseRequest], config: RunConfig, peaks: Peaks,
+                 on_result: Callable[[OpResult], None],
+                 between: Callable[[], object] | None = None) -> RunOutcome:
+    """Run each request in turn; a failure becomes its row and the list goes on."""
+    outcome = RunOutcome()
+    for request in requests:
+        try:
+            case = make_case(request, config.dtype_name, config.append_dtype)
+        except UsageError as error:
+            result = OpResult.for_request_error(request_label(request), request.op_type or "",
+                                                config.dtype_name, error)
+        else:
+            result = measure_case(case, config, peaks, between)
+        outcome.results.append(result)
+        on_result(result)
+    return outcome

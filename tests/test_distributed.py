@@ -1,0 +1,218 @@
+"""Multi-process runs on the CPU with gloo: torchrun, two "nodes", SLURM, the manual launch."""
+import csv
+import json
+import os
+import socket
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+
+from conftest import ROOT, SCRIPT
+from microbench import distributed
+from microbench.errors import UsageError
+
+RUN = ["--network", "resnet18", "--image-size", "32", "--iterations", "3", "--warmup", "1",
+       "--device", "cpu"]
+TIMEOUT = 240
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def child_env(**extra) -> dict:
+    env = {key: value for key, value in os.environ.items()
+           if key not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_PROCID", "SLURM_NTASKS")}
+    return {**env, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", **extra}
+
+
+def torchrun(*args, env=None):
+    command = [sys.executable, "-m", "torch.distributed.run", *args, str(SCRIPT)]
+    return command, child_env(**(env or {}))
+
+
+def run_torchrun(nproc, *tool_args, env=None):
+    command, child = torchrun("--nproc-per-node", str(nproc), "--master-port", str(free_port()),
+                              env=env)
+    return subprocess.run(command + list(tool_args), cwd=ROOT, env=child, capture_output=True,
+                          text=True, timeout=TIMEOUT)
+
+
+def result_files(out_dir):
+    return sorted(out_dir.glob("*.json"))
+
+
+@pytest.mark.parametrize("mode", ["training", "inference"])
+def test_torchrun_two_ranks_one_summary_one_file(tmp_path, mode):
+    process = run_torchrun(2, *RUN, "--mode", mode, "--batch-size", "4",
+                           "--output-dir", str(tmp_path))
+    assert process.returncode == 0, process.stderr[-3000:]
+    out = process.stdout
+    assert out.count("--------------------SUMMARY") == 1
+    assert "--------Overall (all ranks; time of the slowest rank)--------" in out
+    assert "Num devices: 2" in out and "Mini batch size [img] : 4" in out
+    assert "Batch size    : 2 per rank, 4 global" in out and "Skew between ranks" in out
+    [path] = result_files(tmp_path)
+    doc = json.loads(path.read_text())
+    dist = doc["distributed"]
+    assert doc["GPUs"] == 2 and doc["Mini batch size [img]"] == 4
+    assert doc["Mini batch size [img/gpu]"] == 2
+    assert [r["rank"] for r in dist["per_rank"]] == [0, 1]
+    slowest = max(sum(r["samples_ms"]) for r in dist["per_rank"])
+    assert doc["Throughput [img/sec]"] == pytest.approx(4 * 3 / (slowest / 1e3))
+    rows = list(csv.DictReader((tmp_path / "benchmark_summary.csv").open()))
+    assert len(rows) == 1 and rows[0]["world_size"] == "2"
+    assert rows[0]["global_batch_size"] == "4" and rows[0]["batch_size"] == "2"
+
+
+def test_two_nodes_on_one_machine_have_distinct_global_ranks(tmp_path):
+    port, processes = free_port(), []
+    for node in range(2):
+        command, env = torchrun("--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend",
+                                "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id",
+                                "two-nodes", "--node-rank", str(node))
+        processes.append(subprocess.Popen(command + RUN + ["--batch-size", "4", "--output-dir",
+                                                           str(tmp_path)], cwd=ROOT, env=env,
+                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                          text=True))
+    outputs = [p.communicate(timeout=TIMEOUT) for p in processes]
+    assert [p.returncode for p in processes] == [0, 0], [err[-2000:] for _, err in outputs]
+    [path] = result_files(tmp_path)
+    per_rank = json.loads(path.read_text())["distributed"]["per_rank"]
+    assert sorted(r["rank"] for r in per_rank) == [0, 1]
+    assert [r["local_rank"] for r in per_rank] == [0, 0]     # one process per "node"
+    assert sum(out.count("--------------------SUMMARY") for out, _ in outputs) == 1
+
+
+def launch_by_hand(tmp_path, per_rank_env, per_rank_args, batch="4"):
+    processes = []
+    for rank, (env, args) in enumerate(zip(per_rank_env, per_rank_args)):
+        processes.append(subprocess.Popen(
+            [sys.executable, str(SCRIPT), *RUN, "--batch-size", batch, "--output-dir",
+             str(tmp_path), *args], cwd=ROOT, env=child_env(**env), stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True))
+    return processes, [p.communicate(timeout=TIMEOUT) for p in processes]
+
+
+def test_manual_launch_keeps_the_per_process_batch(tmp_path):
+    url = f"tcp://127.0.0.1:{free_port()}"
+    args = [["--distributed_dataparallel", "--rank", str(r), "--world-size", "2",
+             "--dist-backend", "gloo", "--dist-url", url] for r in range(2)]
+    processes, outputs = launch_by_hand(tmp_path, [{}, {}], args)
+    assert [p.returncode for p in processes] == [0, 0], [err[-2000:] for _, err in outputs]
+    doc = json.loads(result_files(tmp_path)[0].read_text())
+    assert doc["Mini batch size [img/gpu]"] == 4 and doc["Mini batch size [img]"] == 8
+    assert doc["distributed"]["launcher"] == "manual"
+
+
+def test_slurm_variables_without_torchrun(tmp_path):
+    port = str(free_port())
+    envs = [{"SLURM_PROCID": str(r), "SLURM_NTASKS": "2", "SLURM_LOCALID": str(r),
+             "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port} for r in range(2)]
+    processes, outputs = launch_by_hand(tmp_path, envs, [[], []])
+    assert [p.returncode for p in processes] == [0, 0], [err[-2000:] for _, err in outputs]
+    doc = json.loads(result_files(tmp_path)[0].read_text())
+    assert doc["distributed"]["launcher"] == "slurm" and doc["Mini batch size [img/gpu]"] == 2
+
+
+def test_uneven_batch_is_a_usage_error_on_every_rank(tmp_path):
+    envs = [{"SLURM_PROCID": str(r), "SLURM_NTASKS": "2", "SLURM_LOCALID": str(r),
+             "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())} for r in range(2)]
+    processes, outputs = launch_by_hand(tmp_path, envs, [[], []], batch="3")
+    assert [p.returncode for p in processes] == [2, 2]
+    for rank, (_, err) in enumerate(outputs):
+        assert err.strip() == (f"[rank {rank}] error: --batch-size 3 does not split evenly "
+                               f"across 2 ranks: use a multiple of 2")
+
+
+def test_failing_rank_ends_the_job_with_its_name(tmp_path):
+    process = run_torchrun(2, *RUN, "--batch-size", "4", "--output-dir", str(tmp_path),
+                           env={distributed.FAIL_RANK_VARIABLE: "1"})
+    assert process.returncode != 0
+    assert "[rank 1] error: unexpected RuntimeError: failure injected on rank 1" in process.stderr
+    assert result_files(tmp_path) == []
+
+
+def config(**overrides):
+    base = dict(distributed_dataparallel=False, rank=None, world_size=None, dist_backend=None,
+                dist_url=None, device_ids=None, batch_size=8)
+    return SimpleNamespace(**{**base, **overrides})
+
+
+def test_torchrun_rank_comes_from_rank_and_device_from_local_rank():
+    env = {"TORCHELASTIC_RUN_ID": "x", "RANK": "5", "LOCAL_RANK": "1", "WORLD_SIZE": "8"}
+    launch = distributed.detect(config(batch_size=64), env)
+    assert (launch.rank, launch.local_rank, launch.device_index) == (5, 1, 1)
+    assert (launch.local_batch, launch.global_batch) == (8, 64)
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (dict(distributed_dataparallel=True, rank=0), "missing: --world-size, --dist-backend"),
+    (dict(distributed_dataparallel=True, rank=2, world_size=2, dist_backend="gloo",
+          dist_url="tcp://h:1"), "must be in"),
+    (dict(rank=1), "only apply with --distributed_dataparallel"),
+])
+def test_manual_launch_argument_errors(overrides, message):
+    with pytest.raises(UsageError, match=message):
+        distributed.detect(config(**overrides), {})
+
+
+def test_manual_launch_with_device_ids_numbers_workers_like_the_older_tool():
+    launch = distributed.detect(config(distributed_dataparallel=True, rank=1, world_size=2,
+                                       dist_backend="nccl", dist_url="tcp://h:1",
+                                       device_ids=(2, 3)), {})
+    assert (launch.rank, launch.world_size, launch.workers, launch.local_batch) == (2, 4, 2, 4)
+    second = distributed.worker_launch(launch, 1, (2, 3))
+    assert (second.rank, second.local_rank, second.device_index) == (3, 1, 3)
+
+
+def test_slurm_without_rendezvous_address_is_a_usage_error():
+    with pytest.raises(UsageError, match="MASTER_ADDR"):
+        distributed.detect(config(), {"SLURM_PROCID": "0", "SLURM_NTASKS": "2",
+                                      "SLURM_LOCALID": "0"})
+
+
+def record(rank, samples, batch=2):
+    return distributed.RankRecord(rank, rank, "h", "cpu", batch, samples, None, None)
+
+
+def test_aggregate_uses_the_slowest_rank_never_rank0_times_world():
+    agg = distributed.Aggregate(distributed.Launch(launcher="torchrun", world_size=2),
+                                [record(0, [10.0, 10.0]), record(1, [15.0, 15.0])],
+                                baseline_throughput=150.0)
+    assert agg.throughput == pytest.approx(4 * 2 / 0.030)          # slowest: 30 ms in all
+    assert agg.throughput != pytest.approx(2 * record(0, [10.0, 10.0]).throughput)
+    assert agg.skew == pytest.approx(0.5)
+    assert agg.slowest.rank == 1 and agg.per_gpu_throughput == pytest.approx(agg.throughput / 2)
+    assert agg.scaling_efficiency == pytest.approx(agg.throughput / 300.0)
+
+
+def test_manual_launch_with_device_ids_spawns_one_worker_each(tmp_path):
+    url = f"tcp://127.0.0.1:{free_port()}"
+    processes, outputs = launch_by_hand(
+        tmp_path, [{}], [["--distributed_dataparallel", "--rank", "0", "--world-size", "1",
+                          "--dist-backend", "gloo", "--dist-url", url, "--device_ids", "0,1"]])
+    assert processes[0].returncode == 0, outputs[0][1][-2000:]
+    doc = json.loads(result_files(tmp_path)[0].read_text())
+    assert doc["GPUs"] == 2 and doc["Mini batch size [img/gpu]"] == 2
+    assert [r["rank"] for r in doc["distributed"]["per_rank"]] == [0, 1]
+
+
+def test_scaling_baseline_adds_efficiency_and_refuses_other_configs(tmp_path):
+    from conftest import run_cli
+    single = tmp_path / "single"
+    assert run_cli(*RUN, "--batch-size", "2", "--output-dir", str(single)).returncode == 0
+    [baseline] = result_files(single)
+    process = run_torchrun(2, *RUN, "--batch-size", "4", "--output-dir", str(tmp_path / "two"),
+                           "--scaling-baseline", str(baseline))
+    assert process.returncode == 0, process.stderr[-2000:]
+    assert "Scaling efficiency : " in process.stdout
+    doc = json.loads(result_files(tmp_path / "two")[0].read_text())
+    assert 0 < doc["distributed"]["scaling_efficiency"] < 2
+    process = run_torchrun(2, *RUN, "--batch-size", "4", "--mode", "inference", "--output-dir",
+                           str(tmp_path / "three"), "--scaling-baseline", str(baseline))
+    assert process.returncode != 0 and "differs in mode" in process.stderr

@@ -1,0 +1,374 @@
+"""TorchTensorOpsBench on the CPU with tiny shapes: every op runs, byte and FLOP counts match
+hand-computed values, bad input exits 2 (and a list goes on), files hold what the table shows.
+
+The CLI runs end to end in subprocesses; counts and error mapping are checked in process.
+"""
+import csv
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if REPO_ROOT not in sys.path:
+    sys.path.insert(0, REPO_ROOT)
+
+from microbench import flops  # noqa: E402
+from microbench.errors import UsageError  # noqa: E402
+from microbench.timing import Measurement  # noqa: E402
+
+from TorchTensorOpsBench import ops, report, runner  # noqa: E402
+
+BENCH_DIR = os.path.join(REPO_ROOT, "TorchTensorOpsBench")
+SCRIPT = os.path.join(BENCH_DIR, "torch_tensor_ops_bench.py")
+QUICK = ("--num-iters", "3", "--num-warmup-iters", "1")
+CPU = torch.device("cpu")
+
+
+def run_cli(*args, cwd=REPO_ROOT, script=SCRIPT):
+    # One thread: the tests share two cores with whatever else runs.
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, script, *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=180)
+
+
+def cost_of(op, input1, input2=None, dtype="fp32", op_type=None, inplace=False):
+    case = runner.make_case(runner.CaseRequest(op, op_type, input1, input2, inplace),
+                            dtype, append_dtype=False)
+    element_size = torch.empty((), dtype=ops.DTYPES[dtype]).element_size()
+    return case.spec.cost(case.shapes, element_size, case.inplace)
+
+
+def cpu_config(dtype="fp32", **overrides):
+    settings = {"num_iters": 2, "num_warmup_iters": 1, **overrides}
+    return runner.RunConfig(CPU, dtype, **settings)
+
+
+# ---------------------------------------------------------------------------------------------
+# Every op runs
+# ---------------------------------------------------------------------------------------------
+
+def test_each_predefined_op_runs_through_the_cli(tmp_path):
+    output = tmp_path / "predefined.json"
+    result = run_cli("--run-predefined", "--device", "cpu", "--input1-dim", "4-32",
+                     "--output-json", str(output), *QUICK)
+    assert result.returncode == 0, result.stderr
+    rows = json.loads(output.read_text())["results"]
+    assert [row["op"] for row in rows] == list(ops.PREDEFINED_OPS)
+    assert all(row["status"] == "ok" and row["median_ms"] > 0 for row in rows)
+    for name in ops.PREDEFINED_OPS:
+        assert any(line.startswith(name + " ") for line in result.stdout.splitlines()), name
+
+
+@pytest.mark.parametrize("name, input1, input2", [
+    ("matmul", "2-16-8", "8-12"),
+    ("bmm", "2-16-8", "2-8-12"),
+    ("conv2d", "2-4-8-8", "3-4-3-3"),
+    ("sdpa", "1-2-16-8", None),
+    ("layer_norm", "8-32", None),
+    ("softmax", "8-32", None),
+])
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_each_compute_op_runs(name, input1, input2, dtype):
+    case = runner.make_case(runner.CaseRequest(name, None, input1, input2), dtype, False)
+    row = runner.measure_case(case, cpu_config(dtype), runner.Peaks(None))
+    assert row.status == "ok", row.message
+    assert row.measurement.count == 2 and row.gbs > 0 and row.tflops > 0
+
+
+def test_model_ops_run_except_the_16_gb_table():
+    requests = [request for request in runner.model_requests(None)
+                if request.op_type != "sparse"]
+    assert len(requests) == len(ops.MODEL_OPS) - 1
+    outcome = runner.run_requests(requests, cpu_config(num_iters=1, num_warmup_iters=0),
+                                  runner.Peaks(None), on_result=lambda row: None)
+    assert [row.status for row in outcome.results] == ["ok"] * len(requests)
+    assert outcome.results[8].op == "add_"  # ('add_', 'binary', '32-128-1024', '1024')
+    assert outcome.exit_code == 0
+
+
+def test_sparse_update_runs_in_place_and_out_of_place():
+    for name in ("add_", "add"):
+        case = runner.make_case(runner.CaseRequest(name, "sparse", "1000-16", "100"), "fp32",
+                                False)
+        row = runner.measure_case(case, cpu_config(), runner.Peaks(None))
+        assert row.status == "ok", row.message
+        assert row.op == name + "(sparse)" and row.shapes == "1000-16,100-16"
+
+
+def test_entry_runs_from_inside_its_folder():
+    result = run_cli("--op", "relu_", "--input1-dim", "8", "--device", "cpu", *QUICK,
+                     cwd=BENCH_DIR, script="torch_tensor_ops_bench.py")
+    assert result.returncode == 0, result.stderr
+    assert any(line.startswith("relu_ ") for line in result.stdout.splitlines())
+
+
+# ---------------------------------------------------------------------------------------------
+# Bytes and FLOPs, by hand
+# ---------------------------------------------------------------------------------------------
+
+def test_add_fp32_moves_12_bytes_per_element():
+    n = 64 * 1024 * 1024
+    cost = cost_of("add", "64-1024-1024", "64-1024-1024")
+    assert (cost.bytes_read, cost.bytes_written, cost.flops) == (8 * n, 4 * n, n)
+    assert cost.bytes_moved == 12 * n
+
+
+def test_broadcast_add_counts_the_small_input_at_its_own_size():
+    big, small = 32 * 16 * 128 * 128, 32 * 128
+    cost = cost_of("add", "32-16-128-128", "32-1-1-128", dtype="fp16")
+    assert cost.bytes_moved == 2 * (big + small) + 2 * big and cost.flops == big
+
+
+def test_eq_writes_one_byte_per_element_and_in_place_ops_allocate_no_output():
+    assert cost_of("eq", "1000", "1000").bytes_written == 1000
+    in_place = cost_of("add_", "128-256", "256")
+    assert in_place.bytes_moved == 4 * (128 * 256 + 256) + 4 * 128 * 256
+    assert in_place.bytes_allocated == 4 * (128 * 256 + 256)
+
+
+def test_matmul_is_2mnk_flops_with_broadcast_batch():
+    m, k, n = 64, 32, 48
+    cost = cost_of("matmul", f"{m}-{k}", f"{k}-{n}")
+    assert cost.flops == 2 * m * n * k
+    assert cost.bytes_moved == 4 * (m * k + k * n + m * n)
+    batched = cost_of("matmul", f"3-{m}-{k}", f"{k}-{n}", dtype="bf16")
+    assert batched.flops == 3 * 2 * m * n * k
+    assert batched.bytes_moved == 2 * (3 * m * k + k * n + 3 * m * n)
+    assert cost_of("matmul", "8192-8192", "8192-8192").flops == 2 * 8192 ** 3
+
+
+def test_reductions_read_once_and_write_a_scalar():
+    n = 4 * 512 * 1024
+    total = cost_of("sum", "4-512-1024")
+    assert (total.bytes_read, total.bytes_written, total.flops) == (4 * n, 4, n)
+    assert cost_of("argmax", "4-512-1024").bytes_written == 8  # an int64 index
+    assert cost_of("norm", "4-512-1024").flops == 2 * n
+    assert cost_of("var", "4-512-1024", dtype="bf16").bytes_read == 2 * n
+
+
+def test_embedding_update_moves_indices_values_and_touched_rows():
+    rows, dim, updated = 32709138, 128, 851968
+    cost = cost_of("add_", "32709138-128", "851968", op_type="sparse")
+    assert cost.flops == updated * dim
+    assert cost.bytes_read == 8 * updated + 4 * updated * dim + 4 * updated * dim
+    assert cost.bytes_written == 4 * updated * dim
+    assert cost.bytes_moved == 8 * updated + 3 * 4 * updated * dim
+    assert cost.bytes_allocated >= 4 * rows * dim  # the 16.7 GB table itself
+
+
+def test_conv2d_and_sdpa_flops():
+    conv = cost_of("conv2d", "2-4-8-8", "3-4-3-3")
+    assert conv.flops == 2 * (2 * 3 * 8 * 8) * 4 * 3 * 3
+    attention = cost_of("sdpa", "2-4-128-64", "2-4-256-64")
+    assert attention.flops == 4 * 2 * 4 * 128 * 256 * 64
+
+
+def test_rates_come_from_the_median_and_the_roof_decides_the_peak():
+    case = runner.make_case(runner.CaseRequest("add", None, "1000", None), "fp32", False)
+    row = report.OpResult.for_case(case.label, "binary", case.shapes_text, "fp32", ops.MEMORY_BOUND,
+                                   12_000, 1000)
+    peaks = runner.Peaks(flops.H100_SXM)
+    rated = runner._with_rates(row, Measurement([1.0, 2.0, 30.0]), case.spec, "fp32", peaks)
+    assert rated.gbs == pytest.approx(12_000 / 2e-3 / 1e9)
+    assert rated.pct_of_peak == pytest.approx(100 * rated.gbs / 3350.0)
+    assert rated.peak_label == "BW"
+    matmul = runner.make_case(runner.CaseRequest("matmul", None, "8-8", "8-8"), "bf16", False)
+    rated = runner._with_rates(row, Measurement([1.0]), matmul.spec, "bf16", peaks)
+    assert rated.peak_label == "bf16" and rated.peak_value == 989.5
+
+
+# ---------------------------------------------------------------------------------------------
+# Bad input
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("args, message", [
+    (("--op", "frobnicate"), "unknown op 'frobnicate'"),
+    (("--op", "add", "--input1-dim", "64x1024"), "malformed shape '64x1024'"),
+    (("--op", "add", "--input1-dim", "3-4", "--input2-dim", "5-4"), "do not broadcast"),
+    (("--op", "matmul", "--input1-dim", "3-4", "--input2-dim", "5-4"), "inner dimensions"),
+    (("--op", "exp", "--op-type", "binary"), "not a binary op"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, message):
+    result = run_cli(*args, "--device", "cpu", *QUICK)
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and message in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_list_goes_on_after_a_bad_op_and_exits_2(tmp_path):
+    output = tmp_path / "mixed.csv"
+    result = run_cli("--run-predefined", "--device", "cpu", "--input1-dim", "3-4",
+                     "--input2-dim", "5-4", "--output-csv", str(output), *QUICK)
+    assert result.returncode == 2
+    assert result.stderr.count("error: ") == len(ops.BINARY_OPS)
+    with open(output, newline="") as handle:
+        statuses = [row["status"] for row in csv.DictReader(handle)]
+    assert statuses.count("failed") == len(ops.BINARY_OPS)
+    assert statuses.count("ok") == len(ops.UNARY_OPS) + len(ops.REDUCTION_OPS)
+
+
+def test_unsupported_dtype_on_the_device_is_a_usage_error():
+    def unsupported(*_):
+        def call():
+            raise RuntimeError("\"exp_vml_cpu\" not implemented for 'BFloat16'")
+        return call
+    spec = ops.resolve_op("exp")[0]
+    case = runner.OpCase(ops.OpSpec(**{**spec.__dict__, "build": unsupported}),
+                         ops.Shapes((8,)), False, "exp", "8")
+    row = runner.measure_case(case, cpu_config("bf16"), runner.Peaks(None))
+    assert row.status == "failed" and row.exit_code == 2
+    assert "exp does not support bf16 on cpu" in row.message
+    assert runner.RunOutcome([row]).exit_code == 2
+
+
+def test_a_shape_that_does_not_fit_is_skipped_with_a_line(monkeypatch):
+    monkeypatch.setattr(runner, "available_memory_bytes", lambda device: 1 << 30)
+    request = runner.model_requests("sparse")[0]
+    lines = []
+    printer = report.TablePrinter([], "fp32", out=lines.append, err=lines.append)
+    outcome = runner.run_requests([request], cpu_config(), runner.Peaks(None), printer)
+    assert outcome.results[0].status == "skipped"
+    assert lines == ["skipped add_(sparse) 32709138-128,851968-128: needs 18.6 GB, "
+                     "1.1 GB free on cpu"]
+    assert outcome.exit_code == 3  # a lone op that could not run
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a GPU")
+def test_asking_for_a_gpu_without_one_exits_4():
+    result = run_cli("--op", "add", "--device", "cuda", *QUICK)
+    assert result.returncode == 4 and "no GPU" in result.stderr
+    proof = run_cli("--output", os.devnull,
+                    script=os.path.join(REPO_ROOT, "benchmarks", "ops_gpu_proof.py"))
+    assert proof.returncode == 4 and "needs a GPU" in proof.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# JSON and CSV
+# ---------------------------------------------------------------------------------------------
+
+def test_json_and_csv_hold_the_measured_row(tmp_path):
+    json_path, csv_path = tmp_path / "add.json", tmp_path / "add.csv"
+    result = run_cli("--op", "add", "--input1-dim", "4-8", "--device", "cpu", "--peak-gbs",
+                     "100", "--peak-tflops", "1", "--append-dtype", "--output-json",
+                     str(json_path), "--output-csv", str(csv_path), *QUICK)
+    assert result.returncode == 0, result.stderr
+    document = json.loads(json_path.read_text())
+    assert document["tool"] == "TorchTensorOpsBench" and document["dtype"] == "fp32"
+    assert document["num_iters"] == 3 and document["peak_gbs"] == 100
+    (row,) = document["results"]
+    assert (row["op"], row["shapes"], row["status"]) == ("add(fp32)", "4-8,4-8", "ok")
+    assert row["bytes_moved"] == 12 * 32 and row["flops"] == 32
+    assert len(row["samples_ms"]) == 3
+    assert row["median_ms"] == pytest.approx(sorted(row["samples_ms"])[1])
+    assert row["gbs"] == pytest.approx(row["bytes_moved"] / row["median_ms"] / 1e6)
+    assert row["pct_of_peak"] == pytest.approx(row["gbs"])  # of 100 GB/s
+    with open(csv_path, newline="") as handle:
+        (csv_row,) = list(csv.DictReader(handle))
+    assert csv_row["op"] == "add(fp32)" and int(csv_row["bytes_moved"]) == 384
+    assert float(csv_row["median_ms"]) == pytest.approx(row["median_ms"])
+    assert sorted(os.listdir(tmp_path)) == ["add.csv", "add.json"]  # no temporary files left
+    assert "add(fp32)" in result.stdout and "(BW)" in result.stdout
+
+
+def test_unwritable_output_fails_before_running():
+    result = run_cli("--op", "add", "--device", "cpu", "--output-json", "/nonexistent/x.json")
+    assert result.returncode == 2 and "does not exist" in result.stderr
+    assert "op(s)" not in result.stdout
+
+
+def test_run_sh_keeps_logs_json_and_csv_per_list(tmp_path):
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "LOG_ROOT": str(tmp_path),
+           "LISTS": "predefined", "DTYPES": "fp32 bf16", "DEVICE": "cpu"}
+    result = subprocess.run(["bash", os.path.join(BENCH_DIR, "run.sh"), "--input1-dim", "8",
+                             "--op-type", "unary", *QUICK], env=env, capture_output=True,
+                            text=True, timeout=180)
+    assert result.returncode == 0, result.stderr
+    (log_dir,) = list(tmp_path.iterdir())
+    assert sorted(path.name for path in log_dir.iterdir()) == sorted(
+        f"predefined_ops_{dtype}.{ext}" for dtype in ("fp32", "bf16")
+        for ext in ("log", "json", "csv"))
+    assert "exp " in (log_dir / "predefined_ops_bf16.log").read_text()
+
+
+# ---------------------------------------------------------------------------------------------
+# The peak table
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name, expected", [
+    ("NVIDIA H100 80GB HBM3", flops.H100_SXM),
+    ("NVIDIA H100 PCIe", flops.H100_PCIE),
+    ("NVIDIA H200", flops.H200_SXM),
+    ("NVIDIA B200", flops.B200),
+    ("NVIDIA L40S", flops.L40S),
+    ("NVIDIA A100-SXM4-80GB", flops.A100_SXM_80GB),
+    ("Tesla V100-SXM2-32GB", flops.V100_SXM2),
+    ("AMD Instinct MI300X", flops.MI300X),
+    ("AMD Instinct MI300A", flops.MI300A),
+    ("AMD Instinct MI325X", flops.MI325X),
+    ("AMD Instinct MI355X", flops.MI355X),
+    ("AMD Instinct MI250X / MI250", flops.MI250X_GCD),
+    ("AMD Instinct MI210", flops.MI210),
+    ("AMD Instinct MI100", flops.MI100),
+    ("NVIDIA H200 NVL", None),
+    ("NVIDIA H100 NVL", None),
+    ("NVIDIA A100-SXM4-40GB", None),
+    ("NVIDIA GeForce RTX 4090", None),
+    ("cpu", None),
+])
+def test_lookup_peak_matches_torch_device_names(name, expected):
+    assert flops.lookup_peak(name) is expected
+
+
+def test_compute_units_tell_apart_mi250_and_reject_partitions():
+    assert flops.lookup_peak("AMD Instinct MI250X / MI250", 104) is flops.MI250_GCD
+    assert flops.lookup_peak("AMD Instinct MI250X / MI250", 110) is flops.MI250X_GCD
+    assert flops.lookup_peak("AMD Instinct MI300X", 304) is flops.MI300X
+    assert flops.lookup_peak("AMD Instinct MI300X", 38) is None  # one XCD in CPX mode
+
+
+def test_table_holds_dense_rates():
+    # NVIDIA's datasheet prints 1979 TFLOPS* for H100 SXM BF16, with sparsity.
+    assert flops.peak_tflops(flops.H100_SXM, "bf16") == pytest.approx(1979 / 2, abs=0.5)
+    assert flops.peak_tflops(flops.MI300X, "fp16") == pytest.approx(1307.4)
+    assert flops.peak_tflops(flops.V100_SXM2, "bf16") is None
+    assert flops.peak_tflops(flops.H100_SXM, "fp32_matrix") == flops.H100_SXM.fp32
+    assert flops.peak_tflops(None, "fp16") is None
+    with pytest.raises(ValueError):
+        flops.peak_tflops(flops.H100_SXM, "int8")
+    assert all(peak.source and math.isfinite(peak.memory_gbs)
+               for peak in (entry.peak for entry in flops._TABLE))
+
+
+def test_fp32_matmul_is_compared_with_the_rate_it_runs_at():
+    matmul = ops.resolve_op("matmul")[0]
+    assert not torch.backends.cuda.matmul.allow_tf32  # torch's default
+    assert runner.peak_precision(matmul, "fp32") == "fp32_matrix"
+    assert runner.peak_precision(matmul, "bf16") == "bf16"
+    assert runner.peak_precision(ops.resolve_op("add")[0], "fp32") == "fp32"
+    with pytest.raises(UsageError):
+        runner.make_case(runner.CaseRequest("sum", None, "8", None, inplace=True), "fp32", False)
+
+
+# ---------------------------------------------------------------------------------------------
+# On a GPU
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_gpu_rows_use_device_events_flush_l2_and_know_the_peak(tmp_path):
+    output = tmp_path / "gpu.json"
+    result = run_cli("--op", "add", "--device", "cuda", "--input1-dim", "64-1024-1024",
+                     "--flush-l2", "--output-json", str(output), *QUICK)
+    assert result.returncode == 0, result.stderr
+    document = json.loads(output.read_text())
+    assert document["clock"] in ("CUDA events", "HIP events")
+    assert document["l2_flush_bytes"] >= 2 * torch.cuda.get_device_properties(0).L2_cache_size
+    (row,) = document["results"]
+    assert row["status"] == "ok" and row["gbs"] > 0
+    if flops.peak_for_device(torch.device("cuda")) is not None:
+        assert 0 < row["pct_of_peak"] < 110
