@@ -149,8 +149,9 @@ def print_summary(result: RunResult, out: TextIO, aggregate=None) -> None:
         rows[0:0] = [("Samples", f"all {aggregate.world_size} ranks, {t.count} in all")]
     if result.compile_s is not None:
         rows.append(("Compile + first iteration [s]", f"{result.compile_s:.2f}"))
-    rows.append(("Timed with", f"{clock_name(result.device)}, {result.times.count} samples "
-                               f"per rank"))
+    per_rank = " per rank" if aggregate is not None else ""
+    rows.append(("Timed with", f"{clock_name(result.device)}, {result.times.count} samples"
+                               f"{per_rank}"))
     print(RULE, file=out)
     print("Performance summary", file=out)
     for label, value in rows:
