@@ -12,7 +12,8 @@ from typing import Callable
 
 import torch
 
-from . import models, precision as precision_mod, workload as workload_mod
+from . import flops as flops_mod, models, precision as precision_mod, profilers
+from . import workload as workload_mod
 from .cli import BenchConfig
 from .errors import OutOfMemory
 from .timing import Measurement, make_recorder, synchronize
@@ -36,6 +37,10 @@ class RunResult:
     peak_allocated_mb: float | None
     peak_reserved_mb: float | None
     parameters: int
+    flops_per_iteration: int | None = None
+    peak: flops_mod.PeakChoice | None = None
+    profiled_iteration: int | None = None     # --flops-prof-step: left out of the samples
+    profile_reports: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -46,6 +51,13 @@ class RunResult:
     @property
     def compile_s(self) -> float | None:
         return self.first_iteration_s if self.config.compile else None
+
+    def utilization(self, times: Measurement | None = None) -> flops_mod.Utilization | None:
+        """Achieved TFLOP/s and MFU from the median of ``times`` (default: this process's)."""
+        if self.flops_per_iteration is None or self.peak is None:
+            return None
+        return flops_mod.Utilization(self.flops_per_iteration, (times or self.times).median,
+                                     self.peak)
 
 
 def _compile_wrapper(config: BenchConfig) -> Callable[[torch.nn.Module], torch.nn.Module] | None:
@@ -70,15 +82,68 @@ def warm_up(step: Callable[[], object], iterations: int, device: torch.device,
 
 
 def timed_loop(step: Callable[[], torch.Tensor | None], iterations: int, device: torch.device,
-               time_fn: Callable[[], float] | None = None) -> tuple[Measurement, list]:
-    """The timed region: ``iterations`` steps between device-event marks."""
+               time_fn: Callable[[], float] | None = None,
+               around_step: Callable[[int], object] | None = None,
+               first_index: int = 0) -> tuple[Measurement, list]:
+    """The timed region: ``iterations`` steps between device-event marks.
+
+    ``around_step(i)`` is a context per iteration (a named ROCTX/NVTX range); the loop is chosen
+    once, so the plain loop carries no per-iteration branch.
+    """
     recorder = make_recorder(device, iterations + 1, time_fn)
     outputs: list = [None] * iterations
     recorder.mark()
-    for index in range(iterations):
-        outputs[index] = step()
-        recorder.mark()
+    if around_step is None:
+        for index in range(iterations):
+            outputs[index] = step()
+            recorder.mark()
+    else:
+        for index in range(iterations):
+            with around_step(first_index + index):
+                outputs[index] = step()
+            recorder.mark()
     return Measurement(recorder.intervals_ms()), outputs
+
+
+def measure(config: BenchConfig, work: workload_mod.Workload, device: torch.device,
+            is_main: bool, time_fn: Callable[[], float] | None = None) -> tuple[Measurement, list]:
+    """The timed iterations, with the profilers that wrap them. With --flops-prof-step N the
+    loop is timed in two segments around iteration N, which DeepSpeed profiles (on rank 0;
+    the other ranks run it unprofiled, since DDP needs every rank to step)."""
+    around = profilers.iteration_range(device) if config.autograd_profiler else None
+    with profilers.capture_range(config.capture_range, device), \
+            profilers.operator_ranges(config.autograd_profiler, device):
+        if config.flops_prof_step is None:
+            return timed_loop(work.step, config.iterations, device, time_fn, around)
+        split = config.flops_prof_step
+        before, outputs_before = timed_loop(work.step, split, device, time_fn, around)
+        if is_main:
+            profilers.deepspeed_profile_step(work.eager_model, work.step, device, split)
+        else:
+            work.step()
+        after, outputs_after = timed_loop(work.step, config.iterations - split - 1, device,
+                                          time_fn, around, first_index=split + 1)
+    return (Measurement(before.samples_ms + after.samples_ms), outputs_before + outputs_after)
+
+
+def profiled_passes(config: BenchConfig, work: workload_mod.Workload, device: torch.device,
+                    is_main: bool, rank: int, world_size: int) -> list[str]:
+    """Profiler passes after the timed one, on every rank; reports to print on rank 0."""
+    reports = []
+    if config.autograd_profiler:
+        tables = profilers.operator_tables(work.step, device)
+        reports.append(tables)
+    if config.kineto:
+        output = config.profiler_output or config.output_dir + "/"
+        files, table = profilers.kineto_pass(
+            work.step, device, profilers.KinetoSchedule(*config.profiler_schedule), output,
+            rank, world_size)
+        where = ", ".join(files) + (f" (and the other {world_size - 1} ranks' files beside it)"
+                                    if world_size > 1 else "")
+        reports.append(f"Kineto profile of a separate pass (schedule wait/warmup/active = "
+                       f"{'/'.join(map(str, config.profiler_schedule))}; not part of the timed "
+                       f"statistics)\n{table}\nChrome traces: {where}")
+    return reports if is_main else []
 
 
 def reset_peak_memory(device: torch.device) -> None:
@@ -112,7 +177,8 @@ def is_out_of_memory(error: BaseException) -> bool:
 def run(config: BenchConfig, device: torch.device, env: dict, precision: precision_mod.Precision,
         batch_size: int, on_phase: Callable[[str], None] = lambda message: None,
         wrap: Callable[[torch.nn.Module], torch.nn.Module] | None = None,
-        before_timing: Callable[[], None] = lambda: None) -> RunResult:
+        before_timing: Callable[[], None] = lambda: None, is_main: bool = True, rank: int = 0,
+        world_size: int = 1) -> RunResult:
     """Build, warm up and time one configuration on ``device``.
 
     ``wrap`` goes around the model before compilation (DDP); ``before_timing`` runs just before
@@ -130,8 +196,9 @@ def run(config: BenchConfig, device: torch.device, env: dict, precision: precisi
         warmup_s, first_s = warm_up(work.step, config.warmup, device)
         reset_peak_memory(device)
         before_timing()
-        times, outputs = timed_loop(work.step, config.iterations, device)
+        times, outputs = measure(config, work, device, is_main)
         allocated, reserved = peak_memory_mb(device)
+        reports = profiled_passes(config, work, device, is_main, rank, world_size)
     except Exception as error:                       # noqa: BLE001 (re-raised unless OOM)
         if is_out_of_memory(error):
             raise out_of_memory(config, batch_size, device, env) from None
@@ -140,7 +207,10 @@ def run(config: BenchConfig, device: torch.device, env: dict, precision: precisi
     return RunResult(config=config, spec=spec, precision=precision, device=device, env=env,
                      image_size=image_size, batch_size=batch_size, times=times, losses=losses,
                      warmup_s=warmup_s, first_iteration_s=first_s, peak_allocated_mb=allocated,
-                     peak_reserved_mb=reserved, parameters=work.parameters)
+                     peak_reserved_mb=reserved, parameters=work.parameters,
+                     flops_per_iteration=work.flops_per_iteration,
+                     peak=flops_mod.choose_peak(device, precision.name, config.peak_tflops),
+                     profiled_iteration=config.flops_prof_step, profile_reports=reports)
 
 
 def _compose(inner, outer):

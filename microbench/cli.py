@@ -59,6 +59,13 @@ class BenchConfig:
     ddp_static_graph: bool = False
     ddp_gradient_as_bucket_view: bool = False
     scaling_baseline: str | None = None
+    autograd_profiler: bool = False
+    kineto: bool = False
+    profiler_schedule: tuple[int, int, int] = (1, 2, 2)
+    profiler_output: str | None = None
+    flops_prof_step: int | None = None
+    peak_tflops: float | None = None
+    capture_range: bool = False
 
 
 class _Parser(argparse.ArgumentParser):
@@ -160,7 +167,56 @@ def build_parser() -> argparse.ArgumentParser:
                         help="write no JSON or CSV, only print")
     output.add_argument("--quiet", action="store_true", help="no per-iteration lines")
     _add_distributed_args(parser)
+    _add_profiler_args(parser)
     return parser
+
+
+def _schedule(text: str) -> tuple[int, int, int]:
+    try:
+        wait, warmup, active = (int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be WAIT,WARMUP,ACTIVE like 1,2,2, got '{text}'") \
+            from None
+    if wait < 0 or warmup < 0 or active < 1:
+        raise argparse.ArgumentTypeError("needs WAIT >= 0, WARMUP >= 0 and ACTIVE >= 1")
+    return wait, warmup, active
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got '{text}'") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    return value
+
+
+def _add_profiler_args(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group(
+        "profiling (never inside the timed statistics: separate passes or excluded iterations)")
+    group.add_argument("--autograd_profiler", "--autograd-profiler", action="store_true",
+                       help="ROCTX/NVTX ranges per operator and per iteration during the timed "
+                            "pass, then operator tables (device time, CPU time, memory) from a "
+                            "separate profiled pass")
+    group.add_argument("--kineto", action="store_true",
+                       help="torch.profiler pass after the timed one; Chrome traces "
+                            "trace<step>.json and an operator table")
+    group.add_argument("--profiler-schedule", type=_schedule, default=(1, 2, 2),
+                       metavar="W,U,A", help="--kineto schedule: wait, warmup, active steps")
+    group.add_argument("--profiler-output", default=None, metavar="PATH",
+                       help="directory (or file-name prefix) for --kineto traces (default: "
+                            "--output-dir)")
+    group.add_argument("--flops-prof-step", type=_non_negative_int, default=None, metavar="N",
+                       help="run DeepSpeed's FLOPS profiler on timed iteration N (0-based, "
+                            "below --iterations); that iteration is left out of the statistics")
+    group.add_argument("--peak-tflops", type=_positive_float, default=None, metavar="T",
+                       help="dense peak TFLOP/s to compute MFU against (default: the built-in "
+                            "table for known GPUs; unknown otherwise)")
+    group.add_argument("--capture-range", action="store_true",
+                       help="start the device profiler API just before the timed iterations and "
+                            "stop it after (nsys --capture-range=cudaProfilerApi, rocprofv3 "
+                            "--selected-regions)")
 
 
 def _device_ids(text: str) -> tuple[int, ...]:
@@ -279,6 +335,13 @@ def to_config(args: argparse.Namespace) -> BenchConfig:
                          "first iteration and must not be timed")
     if args.opt_step > 1 and args.mode == "inference":
         raise UsageError("--opt-step applies to training only")
+    if args.flops_prof_step is not None:
+        if args.flops_prof_step >= args.iterations:
+            raise UsageError(f"--flops-prof-step {args.flops_prof_step} must be below "
+                             f"--iterations {args.iterations} (it is a 0-based iteration index)")
+        if args.iterations < 2:
+            raise UsageError("--flops-prof-step needs --iterations of at least 2: the profiled "
+                             "iteration is left out of the statistics")
     if args.dist_timeout <= 0:
         raise UsageError("--dist-timeout must be a positive number of seconds")
     for name in ("output_file", "csv_file"):
@@ -298,7 +361,10 @@ def to_config(args: argparse.Namespace) -> BenchConfig:
         dist_url=args.dist_url, dist_timeout=args.dist_timeout,
         ddp_bucket_cap_mb=args.ddp_bucket_cap_mb, ddp_static_graph=args.ddp_static_graph,
         ddp_gradient_as_bucket_view=args.ddp_gradient_as_bucket_view,
-        scaling_baseline=args.scaling_baseline)
+        scaling_baseline=args.scaling_baseline, autograd_profiler=args.autograd_profiler,
+        kineto=args.kineto, profiler_schedule=args.profiler_schedule,
+        profiler_output=args.profiler_output, flops_prof_step=args.flops_prof_step,
+        peak_tflops=args.peak_tflops, capture_range=args.capture_range)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:

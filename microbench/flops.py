@@ -30,10 +30,13 @@ Example::
 """
 from __future__ import annotations
 
+import contextlib
 import re
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
+from torch.utils.flop_counter import FlopCounterMode
 
 PRECISIONS = ("fp32", "fp32_matrix", "tf32", "fp16", "bf16", "fp64")
 
@@ -257,3 +260,66 @@ def peak_tflops(peak: DevicePeak | None, precision: str) -> float | None:
 # ----------------------------------------------------------------------------------------------
 # FLOP counting and MFU
 # ----------------------------------------------------------------------------------------------
+
+# The peak an MFU divides by, per precision mode. FP32 convolutions and GEMMs run on AMD's
+# matrix cores (MFMA) where they exist, so "fp32" uses the FP32 matrix rate, which falls back to
+# the vector rate on NVIDIA (no FP32 tensor-core path with TF32 off).
+PEAK_FOR_PRECISION = {"fp32": "fp32_matrix", "tf32": "tf32", "fp16": "fp16", "amp-fp16": "fp16",
+                      "amp-bf16": "bf16"}
+
+
+def count_iteration_flops(model: torch.nn.Module, inputs: torch.Tensor, target: torch.Tensor,
+                          logits: Callable, autocast, training: bool) -> int:
+    """FLOPs of one iteration, counted once by torch's FlopCounterMode on the eager model:
+    forward for inference, forward + loss + backward for training (the optimizer's elementwise
+    update is not counted, as in the usual MFU convention). Gradients it leaves are cleared."""
+    grad_mode = contextlib.nullcontext() if training else torch.inference_mode()
+    with FlopCounterMode(display=False) as counter:
+        with grad_mode, autocast:
+            output = logits(model(inputs))
+            loss = torch.nn.functional.cross_entropy(output, target) if training else None
+        if training:
+            loss.backward()
+    if training:
+        model.zero_grad(set_to_none=True)
+    return counter.get_total_flops()
+
+
+@dataclass(frozen=True)
+class PeakChoice:
+    tflops: float | None
+    source: str                 # where the number comes from, or why there is none
+
+
+def choose_peak(device: torch.device, precision_name: str, override: float | None) -> PeakChoice:
+    if override is not None:
+        return PeakChoice(override, "--peak-tflops")
+    key = PEAK_FOR_PRECISION[precision_name]
+    peak = peak_for_device(device)
+    value = peak_tflops(peak, key)
+    if value is None:
+        what = "the CPU" if device.type != "cuda" else "this device"
+        return PeakChoice(None, f"no peak known for {what}; pass --peak-tflops")
+    return PeakChoice(value, f"{peak.name} dense {key.replace('_matrix', '')}, {peak.source}")
+
+
+@dataclass(frozen=True)
+class Utilization:
+    """Achieved TFLOP/s from the median iteration time, and MFU where the peak is known."""
+
+    flops_per_iteration: int
+    median_ms: float
+    peak: PeakChoice
+
+    @property
+    def achieved_tflops(self) -> float:
+        return self.flops_per_iteration / (self.median_ms * 1e-3) / 1e12
+
+    @property
+    def mfu(self) -> float | None:
+        return self.achieved_tflops / self.peak.tflops if self.peak.tflops else None
+
+    def to_dict(self) -> dict:
+        return {"flops_per_iteration": self.flops_per_iteration,
+                "achieved_tflops": self.achieved_tflops, "peak_tflops": self.peak.tflops,
+                "peak_source": self.peak.source, "mfu": self.mfu}

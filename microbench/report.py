@@ -34,7 +34,8 @@ CSV_COLUMNS = (
     "time_utc", "network", "mode", "precision", "nhwc", "compile", "batch_size",
     "global_batch_size", "world_size", "image_size", "iterations", "warmup", "device_name",
     "throughput_img_s", "mean_ms", "median_ms", "std_ms", "min_ms", "max_ms", "p90_ms", "p95_ms",
-    "p99_ms", "cv", "peak_allocated_mb", "peak_reserved_mb", "warmup_s", "compile_s", "torch",
+    "p99_ms", "cv", "peak_allocated_mb", "peak_reserved_mb", "warmup_s", "compile_s",
+    "gflops_per_iteration", "achieved_tflops", "mfu", "torch",
     "gpu_runtime", "host", "json_file",
 )
 RULE = "=" * 60
@@ -75,11 +76,14 @@ def _batch_text(launch) -> str:
     return f"{launch.local_batch} per rank, {launch.global_batch} global"
 
 
-def print_iterations(result: RunResult, out: TextIO, prefix: str = "") -> None:
-    losses = result.losses
-    for index, time_ms in enumerate(result.times.samples_ms):
-        loss = f"Loss = {losses[index]:.4f}, " if index < len(losses) else ""
-        print(f"{prefix}Iteration {index}: {loss}Time = {time_ms:.3f} ms", file=out)
+def print_iterations(result: RunResult, out: TextIO) -> None:
+    losses, skipped = result.losses, result.profiled_iteration
+    for sample, time_ms in enumerate(result.times.samples_ms):
+        index = sample + 1 if skipped is not None and sample >= skipped else sample
+        if skipped is not None and sample == skipped:
+            print(f"Iteration {skipped}: profiled by DeepSpeed, not in the statistics", file=out)
+        loss = f"Loss = {losses[sample]:.4f}, " if sample < len(losses) else ""
+        print(f"Iteration {index}: {loss}Time = {time_ms:.3f} ms", file=out)
 
 
 def print_warmup(result: RunResult, out: TextIO) -> None:
@@ -149,6 +153,7 @@ def print_summary(result: RunResult, out: TextIO, aggregate=None) -> None:
         rows[0:0] = [("Samples", f"all {aggregate.world_size} ranks, {t.count} in all")]
     if result.compile_s is not None:
         rows.append(("Compile + first iteration [s]", f"{result.compile_s:.2f}"))
+    rows += _flops_rows(result, times, aggregate is not None)
     per_rank = " per rank" if aggregate is not None else ""
     rows.append(("Timed with", f"{clock_name(result.device)}, {result.times.count} samples"
                                f"{per_rank}"))
@@ -159,6 +164,26 @@ def print_summary(result: RunResult, out: TextIO, aggregate=None) -> None:
     print(RULE, file=out)
     for warning in warnings_for(result):
         print(f"WARNING: {warning}", file=out)
+
+
+def _flops_rows(result: RunResult, times, per_gpu: bool) -> list[tuple[str, str]]:
+    use = result.utilization(times)
+    if use is None:
+        return []
+    counted = "forward + backward" if result.config.mode == "training" else "forward"
+    per = " per GPU" if per_gpu else ""
+    gflops = use.flops_per_iteration / 1e9
+    mfu = (f"{use.mfu:.1%} of {use.peak.tflops:g} TFLOP/s ({use.peak.source})"
+           if use.mfu is not None else f"unknown ({use.peak.source})")
+    return [("FLOPs per iteration" + per, f"{gflops:.2f} GFLOP ({counted}; "
+                                          f"{gflops / result.batch_size:.3f} per image)"),
+            ("Achieved [TFLOP/s]" + per, f"{use.achieved_tflops:.2f} (median iteration)"),
+            ("MFU", mfu)]
+
+
+def print_profiles(result: RunResult, out: TextIO) -> None:
+    for text in result.profile_reports:
+        print(text, file=out)
 
 
 def print_rank_table(aggregate, out: TextIO) -> None:
@@ -244,6 +269,7 @@ def result_document(result: RunResult, aggregate=None) -> dict:
                    "peak_reserved_mb": result.peak_reserved_mb},
         "losses": result.losses,
         "notes": result.notes,
+        "flops": _flops_document(result, aggregate),
     }
     if aggregate is not None:
         document.update({
@@ -254,6 +280,16 @@ def result_document(result: RunResult, aggregate=None) -> dict:
             "distributed": aggregate.to_dict(),
         })
     return document
+
+
+def _flops_document(result: RunResult, aggregate) -> dict | None:
+    use = result.utilization(aggregate.all_times if aggregate is not None else None)
+    if use is None:
+        return None
+    return {**use.to_dict(), "counted": "forward+backward" if result.config.mode == "training"
+            else "forward", "counter": "torch.utils.flop_counter.FlopCounterMode",
+            "per": "GPU" if aggregate is not None else "device",
+            "deepspeed_profiled_iteration": result.profiled_iteration}
 
 
 def write_json(document: dict, path: str) -> None:
@@ -288,6 +324,7 @@ def csv_row(result: RunResult, json_file: str, aggregate=None) -> dict:
         "warmup_s": f"{result.warmup_s:.3f}", "compile_s": _optional(result.compile_s),
         "torch": env["torch"], "gpu_runtime": runtime_version(env), "host": env["host"],
         "json_file": json_file,
+        **_flops_cells(result, aggregate),
     }
     if aggregate is not None:
         t = aggregate.all_times
@@ -301,8 +338,18 @@ def csv_row(result: RunResult, json_file: str, aggregate=None) -> dict:
     return row
 
 
-def _optional(value: float | None) -> str:
-    return "" if value is None else f"{value:.3f}"
+def _flops_cells(result: RunResult, aggregate) -> dict:
+    use = result.utilization(aggregate.all_times if aggregate is not None else None)
+    if use is None:
+        return {"gflops_per_iteration": "", "achieved_tflops": "", "mfu": ""}
+    return {"gflops_per_iteration": f"{use.flops_per_iteration / 1e9:.3f}",
+            "achieved_tflops": f"{use.achieved_tflops:.4f}", "mfu": _optional(use.mfu, 5)}
+
+
+def _optional(value: float | None, digits: int = 3) -> str:
+    if value is None:
+        return ""
+    return f"{value:.{digits}f}"
 
 
 def _header_line() -> str:

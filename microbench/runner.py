@@ -13,7 +13,7 @@ from typing import TextIO
 import torch
 
 from . import benchmark, device as device_mod, distributed, models, precision as precision_mod
-from . import report
+from . import profilers, report
 from .cli import BenchConfig
 from .distributed import Launch
 from .errors import BenchmarkError, UsageError
@@ -73,6 +73,10 @@ def run_worker(config: BenchConfig, launch: Launch, console: Console) -> int:
     precision, notes = precision_mod.resolve(config.fp16, config.amp, config.amp_dtype,
                                              config.amp_opt_level, config.tf32)
     notes += list(config.compile_notes)
+    if config.flops_prof_step is not None and launch.distributed:
+        notes.append(f"DeepSpeed's profile of iteration {config.flops_prof_step} is printed by "
+                     f"rank 0 only; the other ranks run that iteration unprofiled, and every "
+                     f"rank leaves it out of its statistics")
     device, notice = device_mod.select_device(
         config.device, launch.device_index if launch.distributed else None)
     if notice and launch.is_main:
@@ -103,7 +107,8 @@ def _benchmark_and_report(config, launch, console, spec, precision, notes, devic
     result = benchmark.run(
         config, device, env, precision, launch.local_batch,
         on_phase=lambda phase: main and print(f"{phase.capitalize()}...", file=out, flush=True),
-        wrap=wrap, before_timing=before_timing or (lambda: None))
+        wrap=wrap, before_timing=before_timing or (lambda: None), is_main=main,
+        rank=launch.rank, world_size=launch.world_size)
     result.notes.extend(notes)
     aggregate = None
     if launch.distributed:
@@ -116,6 +121,7 @@ def _benchmark_and_report(config, launch, console, spec, precision, notes, devic
         if not config.quiet:
             report.print_iterations(result, out)
         report.print_summary(result, out, aggregate)
+        report.print_profiles(result, out)
         report.write_files(result, out, aggregate)
     return 0
 
@@ -136,6 +142,8 @@ def _spawned_worker(index: int, config: BenchConfig, launch: Launch) -> None:
 
 def run(config: BenchConfig) -> int:
     """Validate everything that can be checked without other ranks, then run."""
+    if config.flops_prof_step is not None:
+        profilers.require_deepspeed()
     models.resolve(config.network)
     precision_mod.resolve(config.fp16, config.amp, config.amp_dtype, config.amp_opt_level,
                           config.tf32)

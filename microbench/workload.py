@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 import fp16util
+from . import flops
 from .models import ModelSpec
 from .precision import Precision
 
@@ -26,10 +27,12 @@ WEIGHT_DECAY = 1e-4
 @dataclass
 class Workload:
     step: Callable[[], torch.Tensor | None]
-    model: nn.Module
+    model: nn.Module                 # what the step runs (compiled, DDP-wrapped)
+    eager_model: nn.Module           # the plain module underneath
     inputs: torch.Tensor
     target: torch.Tensor
     parameters: int
+    flops_per_iteration: int | None
 
 
 def make_sgd(params) -> torch.optim.Optimizer:
@@ -123,10 +126,12 @@ def prepare_model(spec: ModelSpec, image_size: int, precision: Precision, device
 
 def build(spec: ModelSpec, image_size: int, batch_size: int, mode: str, precision: Precision,
           device: torch.device, nhwc: bool = False, opt_step: int = 1, seed: int = 0,
-          wrap: Callable[[nn.Module], nn.Module] | None = None) -> Workload:
+          wrap: Callable[[nn.Module], nn.Module] | None = None,
+          count_flops: bool = True) -> Workload:
     """The model, its inputs and the step function for one run.
 
-    ``wrap`` is applied last to the ready model (``torch.compile``, a DDP wrapper).
+    ``wrap`` is applied last to the ready model (``torch.compile``, a DDP wrapper). FLOPs are
+    counted before that, on the eager model, so no compiled graph or DDP hook sees the count.
     """
     model = prepare_model(spec, image_size, precision, device, nhwc, seed)
     parameters = sum(p.numel() for p in model.parameters())
@@ -134,10 +139,15 @@ def build(spec: ModelSpec, image_size: int, batch_size: int, mode: str, precisio
     if nhwc:
         inputs = inputs.contiguous(memory_format=memory_format(spec))
     model.train(mode == "training")
+    iteration_flops = None
+    if count_flops:
+        iteration_flops = flops.count_iteration_flops(model, inputs, target, spec.logits,
+                                                      precision.autocast(device),
+                                                      training=mode == "training")
     runnable = wrap(model) if wrap is not None else model
     if mode == "training":
         step = training_step(runnable, spec, inputs, target, precision, device, opt_step)
     else:
         step = inference_step(runnable, inputs, precision, device)
-    return Workload(step=step, model=runnable, inputs=inputs, target=target,
-                    parameters=parameters)
+    return Workload(step=step, model=runnable, eager_model=model, inputs=inputs, target=target,
+                    parameters=parameters, flops_per_iteration=iteration_flops)

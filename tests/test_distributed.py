@@ -216,3 +216,11 @@ def test_scaling_baseline_adds_efficiency_and_refuses_other_configs(tmp_path):
     process = run_torchrun(2, *RUN, "--batch-size", "4", "--mode", "inference", "--output-dir",
                            str(tmp_path / "three"), "--scaling-baseline", str(baseline))
     assert process.returncode != 0 and "differs in mode" in process.stderr
+
+
+def test_kineto_traces_of_two_ranks_do_not_overwrite_each_other(tmp_path):
+    process = run_torchrun(2, *RUN, "--batch-size", "4", "--mode", "inference", "--kineto",
+                           "--profiler-schedule", "0,1,1", "--output-dir", str(tmp_path))
+    assert process.returncode == 0, process.stderr[-2000:]
+    assert sorted(p.name for p in tmp_path.glob("trace*.json")) == ["trace2_rank0.json",
+                                                                     "trace2_rank1.json"]

@@ -1,0 +1,178 @@
+"""Profilers, kept out of the numbers they sit beside.
+
+* ``--autograd_profiler``: ROCTX/NVTX ranges during the timed pass (``emit_nvtx`` plus one named
+  range per iteration), so rocprofv3/rocprof/nsys timelines line up with iterations; then a short
+  separate pass under torch.profiler prints operator tables by device time, CPU time and memory.
+* ``--kineto``: a separate pass under torch.profiler with a wait/warmup/active schedule; Chrome
+  traces ``trace<step>.json`` (``trace<step>_rank<r>.json`` when there are several ranks).
+* ``--flops-prof-step N``: DeepSpeed's FlopsProfiler on timed iteration N, which is left out of
+  the statistics (the loop is timed in two segments around it).
+* ``--capture-range``: the device profiler API (cudaProfilerStart/Stop, hipProfilerStart/Stop,
+  and ROCTX resume/pause where the ROCTX library is loadable) around the timed iterations, for
+  ``nsys profile --capture-range=cudaProfilerApi`` and rocprofv3's region selection.
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+from dataclasses import dataclass
+from typing import Callable, ContextManager
+
+import torch
+from torch.profiler import ProfilerActivity, profile, schedule
+
+from .errors import MissingEnvironment
+
+TABLE_ROWS = 15
+# Iterations of the separate pass that --autograd_profiler's operator tables come from.
+OPERATOR_TABLE_ITERATIONS = 3
+
+
+@dataclass(frozen=True)
+class KinetoSchedule:
+    wait: int = 1
+    warmup: int = 2
+    active: int = 2
+
+    @property
+    def steps(self) -> int:
+        return self.wait + self.warmup + self.active
+
+
+def _activities(device: torch.device) -> list[ProfilerActivity]:
+    if device.type == "cuda":
+        return [ProfilerActivity.CPU, ProfilerActivity.CUDA]     # CUDA covers HIP on ROCm
+    return [ProfilerActivity.CPU]
+
+
+def _time_key(device: torch.device) -> str:
+    return "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
+
+
+# ---------------------------------------------------------------- during the timed pass
+
+def iteration_range(device: torch.device) -> Callable[[int], ContextManager] | None:
+    """A named ROCTX/NVTX range per iteration (PyTorch's nvtx module emits ROCTX on ROCm)."""
+    if device.type != "cuda":
+        return None
+    return lambda index: torch.cuda.nvtx.range(f"iteration {index}")
+
+
+def operator_ranges(enabled: bool, device: torch.device) -> ContextManager:
+    """One range per operator from autograd (emit_nvtx) around the timed loop."""
+    if not enabled or device.type != "cuda":
+        return contextlib.nullcontext()
+    return torch.autograd.profiler.emit_nvtx()
+
+
+def _roctx_library():
+    for name in ("librocprofiler-sdk-roctx.so", "libroctx64.so"):
+        try:
+            return ctypes.CDLL(name)
+        except OSError:
+            continue
+    return None
+
+
+@contextlib.contextmanager
+def capture_range(enabled: bool, device: torch.device):
+    """Start the device profiler API just before the timed iterations and stop it after."""
+    if not enabled or device.type != "cuda":
+        yield
+        return
+    roctx = _roctx_library() if torch.version.hip else None
+    torch.cuda.synchronize(device)
+    torch.cuda.profiler.start()
+    if roctx is not None:
+        roctx.roctxProfilerResume(0)
+    try:
+        yield
+    finally:
+        torch.cuda.synchronize(device)
+        if roctx is not None:
+            roctx.roctxProfilerPause(0)
+        torch.cuda.profiler.stop()
+
+
+# ---------------------------------------------------------------- DeepSpeed FLOPS profiler
+
+def require_deepspeed() -> None:
+    try:
+        import deepspeed.profiling.flops_profiler  # noqa: F401
+    except ImportError as error:
+        raise MissingEnvironment(f"--flops-prof-step needs DeepSpeed's FLOPS profiler "
+                                 f"({error.msg}): pip install deepspeed") from None
+
+
+def deepspeed_profile_step(model: torch.nn.Module, step: Callable[[], object],
+                           device: torch.device, profile_step: int) -> None:
+    """Run one step under DeepSpeed's FlopsProfiler and print its model profile."""
+    from deepspeed.profiling.flops_profiler import FlopsProfiler
+    profiler = FlopsProfiler(model)
+    profiler.start_profile()
+    step()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    profiler.stop_profile()
+    profiler.print_model_profile(profile_step=profile_step, module_depth=-1, top_modules=3,
+                                 detailed=True)
+    profiler.end_profile()
+
+
+# ---------------------------------------------------------------- separate profiled passes
+
+def operator_tables(step: Callable[[], object], device: torch.device,
+                    iterations: int = OPERATOR_TABLE_ITERATIONS) -> str:
+    """Top operators by device time, CPU time and memory, from a short profiled pass."""
+    with profile(activities=_activities(device), profile_memory=True) as profiler:
+        for _ in range(iterations):
+            step()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+    averages = profiler.key_averages()
+    memory_key = "self_device_memory_usage" if device.type == "cuda" else "self_cpu_memory_usage"
+    sections = []
+    if device.type == "cuda":
+        sections.append(("Top operators by device time", "self_device_time_total"))
+    sections += [("Top operators by CPU time", "cpu_time_total"),
+                 ("Top operators by memory", memory_key)]
+    text = [f"Operator tables from a separate profiled pass of {iterations} iterations "
+            f"(not part of the timed statistics)"]
+    for title, key in sections:
+        text += ["", f"{title} (sorted by {key}):",
+                 averages.table(sort_by=key, row_limit=TABLE_ROWS)]
+    return "\n".join(text)
+
+
+def trace_path(output: str, step: int, rank: int, world_size: int) -> str:
+    """``<dir>/trace<step>.json``, or ``<prefix>trace<step>.json``; the rank joins the name
+    when there are several, so ranks never overwrite each other's traces."""
+    suffix = f"_rank{rank}" if world_size > 1 else ""
+    name = f"trace{step}{suffix}.json"
+    if output.endswith(os.sep) or os.path.isdir(output):
+        return os.path.join(output, name)
+    return output + name
+
+
+def kineto_pass(step: Callable[[], object], device: torch.device, plan: KinetoSchedule,
+                output: str, rank: int = 0, world_size: int = 1) -> tuple[list[str], str]:
+    """A scheduled torch.profiler pass; returns the trace files and the operator table."""
+    written: list[str] = []
+
+    def export(profiler) -> None:
+        path = trace_path(output, profiler.step_num, rank, world_size)
+        profiler.export_chrome_trace(path)
+        written.append(path)
+
+    directory = output if output.endswith(os.sep) else os.path.dirname(output) or "."
+    os.makedirs(directory, exist_ok=True)
+    with profile(activities=_activities(device), record_shapes=True,
+                 schedule=schedule(wait=plan.wait, warmup=plan.warmup, active=plan.active,
+                                   repeat=1),
+                 on_trace_ready=export) as profiler:
+        for _ in range(plan.steps):
+            step()
+            profiler.step()
+    table = profiler.key_averages().table(sort_by=_time_key(device), row_limit=TABLE_ROWS)
+    return written, table
