@@ -23,7 +23,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.list_networks:
             print("\n".join(models.available_names()))
             return 0
-        return runner.run(cli.to_config(args))
+        return runner.run_plan(cli.to_plan(args))
     except BenchmarkError as error:
         print(f"{runner.current_launch_prefix()}error: {error}", file=sys.stderr, flush=True)
         return error.exit_code

@@ -33,7 +33,8 @@ import torch  # noqa: E402
 
 import microbench  # noqa: E402
 from microbench import flops  # noqa: E402
-from microbench.errors import BenchmarkError, MissingEnvironment, UsageError  # noqa: E402
+from microbench.device import select_device  # noqa: E402
+from microbench.errors import BenchmarkError, UsageError  # noqa: E402
 from microbench.timing import clock_name  # noqa: E402
 
 from TorchTensorOpsBench import ops, report, runner  # noqa: E402
@@ -113,28 +114,6 @@ def build_parser() -> argparse.ArgumentParser:
 # ---------------------------------------------------------------------------------------------
 # argv -> config
 # ---------------------------------------------------------------------------------------------
-
-def resolve_device(text: str | None) -> torch.device:
-    if text is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(text)
-    except (RuntimeError, ValueError):
-        raise UsageError(f"unknown --device {text!r}: use cuda, cuda:N or cpu") from None
-    if device.type not in ("cuda", "cpu"):
-        raise UsageError(f"--device {text!r} is not supported: use cuda, cuda:N or cpu")
-    if device.type == "cuda":
-        if not torch.cuda.is_available():
-            raise MissingEnvironment("--device cuda, but torch sees no GPU "
-                                     "(torch.cuda.is_available() is False); check the "
-                                     "ROCm/CUDA install or run with --device cpu")
-        index = device.index if device.index is not None else torch.cuda.current_device()
-        if index >= torch.cuda.device_count():
-            raise MissingEnvironment(f"--device {text}: only {torch.cuda.device_count()} "
-                                     f"GPU(s) visible")
-        device = torch.device("cuda", index)
-    return device
-
 
 def validate(args: argparse.Namespace) -> None:
     if args.num_iters < 1:
@@ -218,9 +197,11 @@ def print_header(config: runner.RunConfig, peaks: runner.Peaks, count: int,
 
 def run(args: argparse.Namespace) -> int:
     validate(args)
-    device = resolve_device(args.device)
-    if device.type == "cuda":
-        torch.cuda.set_device(device)  # events record on the current device's stream
+    # The package's device choice: an indexed cuda:N (made current, so events record on its
+    # stream), the CPU with a notice when there is no GPU, exit 4 for --device cuda without one.
+    device, notice = select_device(args.device or "auto")
+    if notice:
+        print(notice)
     requests = requests_from_args(args)
     config = config_from_args(args, device)
     peaks = runner.Peaks(flops.peak_for_device(device), args.peak_tflops, args.peak_gbs)

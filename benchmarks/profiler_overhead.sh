@@ -7,7 +7,7 @@ out=${1:?usage: $0 OUTPUT_DIR}
 here=$(cd "$(dirname "$0")/.." && pwd)
 python=${PYTHON:-python3}
 mkdir -p "$out"
-common=(--network resnet50 --batch-size 128 --amp --nhwc --iterations 50 --warmup 10 --quiet)
+common=(--network resnet50 --batch-size 128 --amp --nhwc --iterations "${ITERATIONS:-50}" --warmup 10 --quiet)
 
 run() {   # run NAME [extra flags...]
   local name=$1; shift

@@ -15,7 +15,7 @@ import torch
 from . import flops as flops_mod, models, precision as precision_mod, profilers
 from . import workload as workload_mod
 from .cli import BenchConfig
-from .errors import OutOfMemory
+from .errors import OutOfMemory, UsageError
 from .timing import Measurement, make_recorder, synchronize
 
 
@@ -167,6 +167,14 @@ def out_of_memory(config: BenchConfig, batch_size: int, device: torch.device, en
                        f"activation memory, or --mode inference")
 
 
+def batch_norm_needs_more_values(error: BaseException) -> UsageError | None:
+    """Batch norm in training mode cannot normalise a single value per channel."""
+    if isinstance(error, ValueError) and "more than 1 value per channel" in str(error):
+        return UsageError(f"batch normalisation in training needs more than one value per "
+                          f"channel ({error}): use a larger --batch-size or --image-size")
+    return None
+
+
 def is_out_of_memory(error: BaseException) -> bool:
     if isinstance(error, torch.OutOfMemoryError):
         return True
@@ -202,6 +210,9 @@ def run(config: BenchConfig, device: torch.device, env: dict, precision: precisi
     except Exception as error:                       # noqa: BLE001 (re-raised unless OOM)
         if is_out_of_memory(error):
             raise out_of_memory(config, batch_size, device, env) from None
+        usage = batch_norm_needs_more_values(error)
+        if usage is not None:
+            raise usage from None
         raise
     losses = [float(loss) for loss in outputs if loss is not None]
     return RunResult(config=config, spec=spec, precision=precision, device=device, env=env,

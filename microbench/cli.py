@@ -11,7 +11,7 @@ import ast
 import difflib
 import inspect
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, NoReturn, Sequence
 
 from . import __version__
@@ -89,6 +89,40 @@ def _non_negative_int(text: str) -> int:
     return value
 
 
+def _names(text: str) -> list[str]:
+    names = [part.strip() for part in text.split(",")]
+    if not all(names):
+        raise argparse.ArgumentTypeError(f"empty name in '{text}'")
+    return names
+
+
+def _positive_ints(text: str) -> list[int]:
+    return [_positive_int(part) for part in text.split(",")]
+
+
+MODES = ("training", "inference")
+
+
+def _modes(text: str) -> list[str]:
+    modes = _names(text)
+    for mode in modes:
+        if mode not in MODES:
+            raise argparse.ArgumentTypeError(f"invalid choice '{mode}' (choose from training, "
+                                             f"inference)")
+    return modes
+
+
+def _choices(allowed: Sequence[str]):
+    def parse(text: str) -> list[str]:
+        values = _names(text)
+        for value in values:
+            if value not in allowed:
+                raise argparse.ArgumentTypeError(f"invalid choice '{value}' (choose from "
+                                                 f"{', '.join(allowed)})")
+        return values
+    return parse
+
+
 def _int(text: str) -> int:
     try:
         return int(text)
@@ -105,19 +139,21 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
 
     model = parser.add_argument_group("model and workload")
-    model.add_argument("--network", default=DEFAULT_NETWORK, metavar="NAME",
+    model.add_argument("--network", type=_names, default=[DEFAULT_NETWORK], metavar="NAME[,NAME]",
                        help="model to run: any torchvision classification, segmentation or video "
-                            "model, shufflenet, xception, or an older alias (SqueezeNet, resnext50)")
+                            "model, shufflenet, xception, or an older alias (SqueezeNet, "
+                            "resnext50); a comma-separated list sweeps")
     model.add_argument("--list-networks", action="store_true",
                        help="print the model names and exit")
-    model.add_argument("--batch-size", type=_positive_int, default=64, metavar="N",
-                       help="images (or clips) per iteration")
+    model.add_argument("--batch-size", type=_positive_ints, default=[64], metavar="N[,N]",
+                       help="images (or clips) per iteration; a comma-separated list sweeps")
     model.add_argument("--image-size", type=_positive_int, default=None, metavar="PX",
                        help="input height and width (default: the model's native size, e.g. "
                             "224, 299 for inception_v3, 112 for r3d_18)")
-    model.add_argument("--mode", choices=("training", "inference"), default="training",
+    model.add_argument("--mode", type=_modes, default=["training"], metavar="MODE[,MODE]",
                        help="training: forward, loss, backward, SGD step; inference: forward "
-                            "in inference mode with the model in eval()")
+                            "in inference mode with the model in eval(); both, comma-separated, "
+                            "sweep")
     model.add_argument("--opt-step", type=_positive_int, default=1, metavar="N",
                        help="training: accumulate gradients over N iterations per optimizer step")
     model.add_argument("--seed", type=int, default=0, help="seed for weights and inputs")
@@ -168,7 +204,66 @@ def build_parser() -> argparse.ArgumentParser:
     output.add_argument("--quiet", action="store_true", help="no per-iteration lines")
     _add_distributed_args(parser)
     _add_profiler_args(parser)
+    _add_sweep_args(parser)
     return parser
+
+
+# Precision names a sweep takes, and the single-run flags each stands for.
+SWEEP_PRECISIONS = {
+    "fp32": dict(fp16=0, amp=False, amp_dtype="fp16", tf32=False),
+    "tf32": dict(fp16=0, amp=False, amp_dtype="fp16", tf32=True),
+    "fp16": dict(fp16=1, amp=False, amp_dtype="fp16", tf32=False),
+    "amp": dict(fp16=0, amp=True, amp_dtype="fp16", tf32=False),
+    "amp-fp16": dict(fp16=0, amp=True, amp_dtype="fp16", tf32=False),
+    "amp-bf16": dict(fp16=0, amp=True, amp_dtype="bf16", tf32=False),
+}
+COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune",
+                 "max-autotune-no-cudagraphs")
+
+
+def _add_sweep_args(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group(
+        "sweeps, capacity and comparisons (lists in --network, --batch-size and --mode sweep too)")
+    group.add_argument("--precision", type=_choices(tuple(SWEEP_PRECISIONS)), default=None,
+                       metavar="P[,P]",
+                       help="precision modes to run: fp32, tf32, fp16, amp (= amp-fp16), "
+                            "amp-bf16; replaces --fp16/--amp/--tf32")
+    group.add_argument("--compile-mode", type=_choices(COMPILE_MODES), default=None,
+                       metavar="M[,M]",
+                       help="compile modes to run: none, default, reduce-overhead, "
+                            "max-autotune, max-autotune-no-cudagraphs")
+    group.add_argument("--find-max-batch", action="store_true",
+                       help="find the largest batch that fits (doubling, then bisecting), and "
+                            "benchmark it")
+    group.add_argument("--memory-budget-gb", type=_positive_float, default=None, metavar="GB",
+                       help="with --find-max-batch: pretend the GPU has only this much memory")
+    group.add_argument("--max-batch-limit", type=_positive_int, default=65536, metavar="N",
+                       help="with --find-max-batch: stop growing at this batch")
+    group.add_argument("--compare", default=None, metavar="BASELINE.json",
+                       help="compare with a result of the same configuration; exit 5 when "
+                            "throughput regressed beyond --tolerance")
+    group.add_argument("--tolerance", type=float, default=5.0, metavar="PCT",
+                       help="allowed throughput regression for --compare, in percent")
+    group.add_argument("--plot", default=None, metavar="FILE.png",
+                       help="plot a sweep: throughput and memory against batch size, or bars "
+                            "per configuration")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one invocation does: one configuration or a sweep of them, and what follows."""
+
+    configs: tuple[BenchConfig, ...]
+    find_max_batch: bool = False
+    memory_budget_gb: float | None = None
+    max_batch_limit: int = 65536
+    compare: str | None = None
+    tolerance_pct: float = 5.0
+    plot: str | None = None
+
+    @property
+    def is_sweep(self) -> bool:
+        return len(self.configs) > 1
 
 
 def _schedule(text: str) -> tuple[int, int, int]:
@@ -326,15 +421,21 @@ def parse_compile_context(text: str | None) -> tuple[dict, list[str]]:
     return context, notes
 
 
+def _check(config: BenchConfig) -> BenchConfig:
+    """Rules that hold for every configuration, swept or not."""
+    if config.compile and config.warmup < 1:
+        raise UsageError("--compile needs --warmup of at least 1: compilation happens in the "
+                         "first iteration and must not be timed")
+    if config.opt_step > 1 and config.mode == "inference":
+        raise UsageError("--opt-step applies to training only")
+    return config
+
+
 def to_config(args: argparse.Namespace) -> BenchConfig:
+    """The configuration of a single run (the first value of any list flag)."""
     compile_options, compile_notes = parse_compile_context(args.compile_context)
     if args.compile_context and not args.compile:
         raise UsageError("--compileContext needs --compile")
-    if args.compile and args.warmup < 1:
-        raise UsageError("--compile needs --warmup of at least 1: compilation happens in the "
-                         "first iteration and must not be timed")
-    if args.opt_step > 1 and args.mode == "inference":
-        raise UsageError("--opt-step applies to training only")
     if args.flops_prof_step is not None:
         if args.flops_prof_step >= args.iterations:
             raise UsageError(f"--flops-prof-step {args.flops_prof_step} must be below "
@@ -348,9 +449,9 @@ def to_config(args: argparse.Namespace) -> BenchConfig:
         value = getattr(args, name)
         if value is not None and not value.strip():
             raise UsageError(f"--{name.replace('_', '-')} must not be empty")
-    return BenchConfig(
-        network=args.network, batch_size=args.batch_size, image_size=args.image_size,
-        mode=args.mode, opt_step=args.opt_step, iterations=args.iterations, warmup=args.warmup,
+    return _check(BenchConfig(
+        network=args.network[0], batch_size=args.batch_size[0], image_size=args.image_size,
+        mode=args.mode[0], opt_step=args.opt_step, iterations=args.iterations, warmup=args.warmup,
         fp16=args.fp16, amp=args.amp, amp_dtype=args.amp_dtype, amp_opt_level=args.amp_opt_level,
         tf32=bool(args.tf32), nhwc=args.nhwc, compile=args.compile,
         compile_options=compile_options, compile_notes=tuple(compile_notes), device=args.device,
@@ -364,7 +465,48 @@ def to_config(args: argparse.Namespace) -> BenchConfig:
         scaling_baseline=args.scaling_baseline, autograd_profiler=args.autograd_profiler,
         kineto=args.kineto, profiler_schedule=args.profiler_schedule,
         profiler_output=args.profiler_output, flops_prof_step=args.flops_prof_step,
-        peak_tflops=args.peak_tflops, capture_range=args.capture_range)
+        peak_tflops=args.peak_tflops, capture_range=args.capture_range))
+
+
+def _sweep_values(args: argparse.Namespace) -> list[dict]:
+    """One dict of changes per configuration: network x mode x precision x compile x batch."""
+    if args.precision and (args.fp16 or args.amp or args.tf32 or args.amp_opt_level is not None):
+        raise UsageError("--precision replaces --fp16, --amp, --tf32 and --amp-opt-level: "
+                         "use one or the other")
+    if args.compile_mode and (args.compile or args.compile_context):
+        raise UsageError("--compile-mode replaces --compile and --compileContext: use one")
+    changes = []
+    for network in args.network:
+        for mode in args.mode:
+            for precision in args.precision or [None]:
+                for compile_mode in args.compile_mode or [None]:
+                    for batch in args.batch_size:
+                        change = dict(network=network, mode=mode, batch_size=batch)
+                        change.update(SWEEP_PRECISIONS.get(precision, {}))
+                        if compile_mode is not None:
+                            change.update(compile=compile_mode != "none", compile_options=(
+                                {} if compile_mode in ("none", "default")
+                                else {"mode": compile_mode}))
+                        changes.append(change)
+    return changes
+
+
+def to_plan(args: argparse.Namespace) -> Plan:
+    base = to_config(args)
+    configs = tuple(_check(replace(base, **change)) for change in _sweep_values(args))
+    plan = Plan(configs=configs, find_max_batch=args.find_max_batch,
+                memory_budget_gb=args.memory_budget_gb, max_batch_limit=args.max_batch_limit,
+                compare=args.compare, tolerance_pct=args.tolerance, plot=args.plot)
+    if plan.is_sweep and args.output_file:
+        raise UsageError("--output-file names one file, but a sweep writes one result per "
+                         "configuration: drop it")
+    if plan.is_sweep and (args.compare or args.find_max_batch):
+        raise UsageError("--compare and --find-max-batch take one configuration, not a sweep")
+    if args.memory_budget_gb is not None and not args.find_max_batch:
+        raise UsageError("--memory-budget-gb goes with --find-max-batch")
+    if args.tolerance < 0:
+        raise UsageError("--tolerance must be zero or more (percent)")
+    return plan
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:

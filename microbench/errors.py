@@ -9,6 +9,7 @@ EXIT_UNEXPECTED = 1
 EXIT_USAGE = 2
 EXIT_OUT_OF_MEMORY = 3
 EXIT_MISSING_ENVIRONMENT = 4
+EXIT_REGRESSION = 5
 
 
 class BenchmarkError(Exception):
@@ -27,3 +28,8 @@ class OutOfMemory(BenchmarkError):
 class MissingEnvironment(BenchmarkError):
     """No GPU where one was asked for, a missing optional dependency."""
     exit_code = EXIT_MISSING_ENVIRONMENT
+
+
+class Regression(BenchmarkError):
+    """--compare found throughput below the baseline by more than the tolerance (a CI gate)."""
+    exit_code = EXIT_REGRESSION

@@ -36,7 +36,7 @@ CSV_COLUMNS = (
     "throughput_img_s", "mean_ms", "median_ms", "std_ms", "min_ms", "max_ms", "p90_ms", "p95_ms",
     "p99_ms", "cv", "peak_allocated_mb", "peak_reserved_mb", "warmup_s", "compile_s",
     "gflops_per_iteration", "achieved_tflops", "mfu", "torch",
-    "gpu_runtime", "host", "json_file",
+    "gpu_runtime", "host", "json_file", "status", "error",
 )
 RULE = "=" * 60
 
@@ -325,6 +325,7 @@ def csv_row(result: RunResult, json_file: str, aggregate=None) -> dict:
         "torch": env["torch"], "gpu_runtime": runtime_version(env), "host": env["host"],
         "json_file": json_file,
         **_flops_cells(result, aggregate),
+        "status": "ok", "error": "",
     }
     if aggregate is not None:
         t = aggregate.all_times
@@ -335,6 +336,21 @@ def csv_row(result: RunResult, json_file: str, aggregate=None) -> dict:
             "max_ms": f"{t.max:.4f}", "p90_ms": f"{t.p90:.4f}", "p95_ms": f"{t.p95:.4f}",
             "p99_ms": f"{t.p99:.4f}", "cv": f"{t.cv:.5f}",
         })
+    return row
+
+
+def failed_csv_row(config, precision_name: str, env: dict, status: str, error: str) -> dict:
+    """A sweep row that did not run to the end: what it was, and why it stopped."""
+    row = {column: "" for column in CSV_COLUMNS}
+    row.update({
+        "time_utc": env["time_utc"], "network": config.network, "mode": config.mode,
+        "precision": precision_name, "nhwc": int(config.nhwc), "compile": int(config.compile),
+        "batch_size": config.batch_size, "global_batch_size": config.batch_size,
+        "world_size": 1, "iterations": config.iterations, "warmup": config.warmup,
+        "device_name": env["device_name"], "torch": env["torch"],
+        "gpu_runtime": runtime_version(env), "host": env["host"], "status": status,
+        "error": error,
+    })
     return row
 
 

@@ -7,16 +7,16 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TextIO
 
 import torch
 
-from . import benchmark, device as device_mod, distributed, models, precision as precision_mod
-from . import profilers, report
-from .cli import BenchConfig
+from . import benchmark, capacity, compare, device as device_mod, distributed, models
+from . import plot, precision as precision_mod, profilers, report, sweep
+from .cli import BenchConfig, Plan
 from .distributed import Launch
-from .errors import BenchmarkError, UsageError
+from .errors import BenchmarkError, OutOfMemory, UsageError
 
 
 @dataclass
@@ -68,7 +68,8 @@ def _ddp_wrapper(config: BenchConfig, device: torch.device):
     return wrap
 
 
-def run_worker(config: BenchConfig, launch: Launch, console: Console) -> int:
+def run_worker(config: BenchConfig, launch: Launch, console: Console,
+               plan: Plan | None = None) -> int:
     spec = models.resolve(config.network)
     precision, notes = precision_mod.resolve(config.fp16, config.amp, config.amp_dtype,
                                              config.amp_opt_level, config.tf32)
@@ -84,12 +85,19 @@ def run_worker(config: BenchConfig, launch: Launch, console: Console) -> int:
     try:
         if launch.distributed:
             distributed.init_process_group(launch, device, config.dist_timeout)
-        return _benchmark_and_report(config, launch, console, spec, precision, notes, device)
+        return _benchmark_and_report(config, launch, console, spec, precision, notes, device,
+                                     plan)
     finally:
         distributed.shutdown()
 
 
-def _benchmark_and_report(config, launch, console, spec, precision, notes, device) -> int:
+def _enter_timed_region(launch: Launch, device: torch.device) -> None:
+    distributed.fail_if_asked(launch)
+    distributed.barrier(device)                # all ranks enter the timed region together
+
+
+def _benchmark_and_report(config, launch, console, spec, precision, notes, device,
+                          plan: Plan | None = None) -> int:
     out, main = console.out, launch.is_main
     baseline = load_baseline(config.scaling_baseline, config, precision) if main else None
     env = device_mod.describe(device)
@@ -97,17 +105,14 @@ def _benchmark_and_report(config, launch, console, spec, precision, notes, devic
     if main:
         report.print_config(config, precision, spec, image_size, launch, env, notes, out)
         print(f"Building {spec.name}...", file=out, flush=True)
-    wrap = before_timing = None
+    wrap, before_timing = None, lambda: None
     if launch.distributed:
         wrap = _ddp_wrapper(config, device) if config.mode == "training" else None
-
-        def before_timing():
-            distributed.fail_if_asked(launch)
-            distributed.barrier(device)        # all ranks enter the timed region together
+        before_timing = lambda: _enter_timed_region(launch, device)   # noqa: E731
     result = benchmark.run(
         config, device, env, precision, launch.local_batch,
         on_phase=lambda phase: main and print(f"{phase.capitalize()}...", file=out, flush=True),
-        wrap=wrap, before_timing=before_timing or (lambda: None), is_main=main,
+        wrap=wrap, before_timing=before_timing, is_main=main,
         rank=launch.rank, world_size=launch.world_size)
     result.notes.extend(notes)
     aggregate = None
@@ -123,6 +128,10 @@ def _benchmark_and_report(config, launch, console, spec, precision, notes, devic
         report.print_summary(result, out, aggregate)
         report.print_profiles(result, out)
         report.write_files(result, out, aggregate)
+        if plan is not None and plan.compare:
+            compare.compare(report.result_document(result, aggregate),
+                            compare.load_baseline(plan.compare), plan.compare,
+                            plan.tolerance_pct, out)
     return 0
 
 
@@ -140,7 +149,78 @@ def _spawned_worker(index: int, config: BenchConfig, launch: Launch) -> None:
         sys.exit(code)
 
 
-def run(config: BenchConfig) -> int:
+def run_plan(plan: Plan) -> int:
+    """A sweep, a max-batch search followed by its run, or one configuration."""
+    if plan.is_sweep:
+        return run_sweep(plan)
+    config = plan.configs[0]
+    if plan.compare:
+        compare.load_baseline(plan.compare)            # unreadable: fail before the run
+    if plan.find_max_batch:
+        config = find_max_batch(config, plan)
+    return run(config, plan)
+
+
+def _single_device(plan: Plan, what: str) -> tuple[torch.device, dict]:
+    if distributed.detect(plan.configs[0]).distributed:
+        raise UsageError(f"{what} runs in one process on one device; launch it without "
+                         f"torchrun, srun or --distributed_dataparallel")
+    device, notice = device_mod.select_device(plan.configs[0].device)
+    if notice:
+        print(notice)
+    return device, device_mod.describe(device)
+
+
+def run_sweep(plan: Plan) -> int:
+    for config in plan.configs:
+        models.resolve(config.network)
+    report.prepare_output(plan.configs[0])
+    if plan.plot:
+        plot.require_matplotlib()
+    device, env = _single_device(plan, "a sweep")
+    print(f"Sweep of {len(plan.configs)} configurations on {env['device']} "
+          f"{env['device_name']}, {plan.configs[0].iterations} timed iterations each")
+    rows = sweep.run_sweep(plan.configs, device, env, sys.stdout)
+    sweep.print_comparison(rows, sys.stdout)
+    base = plan.configs[0]
+    if base.write_files:
+        path = sweep.write_files(rows, base.output_dir, report.csv_path(base), env)
+        print(f"Results JSON : {path} (and one per successful row)")
+        print(f"Results CSV  : {report.csv_path(base)}")
+    if plan.plot:
+        plot.plot_rows(rows, plan.plot)
+        print(f"Plot         : {plan.plot}")
+    return 0
+
+
+def find_max_batch(config: BenchConfig, plan: Plan) -> BenchConfig:
+    """The largest batch that fits, printed with its tries; the config to benchmark it with."""
+    models.resolve(config.network)
+    report.prepare_output(config)
+    device, _ = _single_device(plan, "--find-max-batch")
+    note = capacity.apply_memory_budget(device, plan.memory_budget_gb)
+    if note:
+        print(f"Note: {note}")
+    precision, _ = precision_mod.resolve(config.fp16, config.amp, config.amp_dtype,
+                                         config.amp_opt_level, config.tf32)
+    print(f"Searching the largest batch for {config.network} ({config.mode}, {precision.name}) "
+          f"from {config.batch_size} up to {plan.max_batch_limit}...", flush=True)
+
+    def fits(batch: int) -> bool:
+        ok = capacity.batch_fits(config, device, precision, batch)
+        print(f"  batch {batch}: {'fits' if ok else 'out of memory'}", flush=True)
+        return ok
+
+    found = capacity.find_max_batch(fits, config.batch_size, plan.max_batch_limit)
+    if found.largest == 0:
+        raise OutOfMemory(f"not even batch 1 of {config.network} fits: try --amp or --fp16 1, "
+                          f"a smaller --image-size, or a larger --memory-budget-gb")
+    limit = " (the --max-batch-limit; more may fit)" if found.hit_limit else ""
+    print(f"Largest batch that fits: {found.largest}{limit}; benchmarking it", flush=True)
+    return replace(config, batch_size=found.largest)
+
+
+def run(config: BenchConfig, plan: Plan | None = None) -> int:
     """Validate everything that can be checked without other ranks, then run."""
     if config.flops_prof_step is not None:
         profilers.require_deepspeed()
@@ -152,7 +232,7 @@ def run(config: BenchConfig) -> int:
         report.prepare_output(config)
     if launch.workers > 1:
         return _spawn(config, launch)
-    return run_worker(config, launch, Console.for_launch(launch))
+    return run_worker(config, launch, Console.for_launch(launch), plan)
 
 
 def _spawn(config: BenchConfig, launch: Launch) -> int:

@@ -1,0 +1,92 @@
+"""The largest batch that fits: grow by doubling until a try fails, then bisect.
+
+``fits(batch)`` builds a fresh model at that batch, runs a few warm-up steps (the optimizer's
+state exists from the first step on) and reports whether it ran out of memory; caches are emptied
+between tries. The search itself is a pure function, tested against a fake memory limit.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+
+@dataclass
+class SearchResult:
+    largest: int                      # 0: not even the first try fitted
+    hit_limit: bool                   # the limit fitted; the real maximum may be larger
+    tries: list[tuple[int, bool]] = field(default_factory=list)
+
+
+def find_max_batch(fits: Callable[[int], bool], start: int = 1,
+                   limit: int = 65536) -> SearchResult:
+    tries: list[tuple[int, bool]] = []
+
+    def attempt(batch: int) -> bool:
+        ok = fits(batch)
+        tries.append((batch, ok))
+        return ok
+
+    good, bad, batch = 0, None, min(start, limit)
+    while True:
+        if not attempt(batch):
+            bad = batch
+            break
+        good = batch
+        if batch == limit:
+            return SearchResult(good, True, tries)
+        batch = min(batch * 2, limit)
+    # Bisect between the largest fit (0 when even the first try failed) and the first failure.
+    while bad - good > 1:
+        middle = (good + bad) // 2
+        if attempt(middle):
+            good = middle
+        else:
+            bad = middle
+    return SearchResult(good, False, tries)
+
+
+def batch_fits(config, device, precision, batch: int, warmup_steps: int = 2) -> bool:
+    """Build a fresh model at ``batch`` and run a few steps; False when memory runs out."""
+    import gc
+
+    import torch
+
+    from . import benchmark, models, workload
+
+    spec = models.resolve(config.network)
+    work = None
+    try:
+        work = workload.build(spec, config.image_size or spec.image_size, batch, config.mode,
+                              precision, device, nhwc=config.nhwc, opt_step=config.opt_step,
+                              seed=config.seed, count_flops=False)
+        for _ in range(warmup_steps):
+            work.step()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        return True
+    except Exception as error:                     # noqa: BLE001 (anything but OOM re-raised)
+        if benchmark.is_out_of_memory(error):
+            return False
+        usage = benchmark.batch_norm_needs_more_values(error)
+        if usage is not None:
+            raise usage from None
+        raise
+    finally:
+        del work
+        gc.collect()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+
+
+def apply_memory_budget(device, budget_gb: float | None) -> str | None:
+    """Cap the caching allocator at ``budget_gb``, as if the GPU were smaller; a note to print."""
+    if budget_gb is None:
+        return None
+    import torch
+    if device.type != "cuda":
+        return "--memory-budget-gb applies to GPUs only; ignored on the CPU"
+    total = torch.cuda.get_device_properties(device).total_memory
+    fraction = min(1.0, budget_gb * 1e9 / total)
+    torch.cuda.set_per_process_memory_fraction(fraction, device)
+    return (f"memory budget {budget_gb:g} GB ({fraction:.1%} of {total / 1e9:.1f} GB) for the "
+            f"search and the run")

@@ -1,0 +1,159 @@
+"""Sweeps: every configuration of a plan in turn, in one process, on one device.
+
+Each row gets a fresh model and emptied caches (and a reset compiler when it compiles). A row
+that runs out of memory or fails otherwise is recorded with its error and the sweep goes on
+(errors are data in a sweep). A comparison table against the first successful row closes it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import gc
+import os
+from dataclasses import dataclass
+from typing import TextIO
+
+import torch
+
+from . import benchmark, precision as precision_mod, report
+from .benchmark import RunResult
+from .cli import BenchConfig
+from .errors import BenchmarkError, OutOfMemory
+
+
+@dataclass
+class Row:
+    config: BenchConfig
+    precision_name: str
+    result: RunResult | None = None
+    status: str = "ok"                 # ok | out of memory | error
+    error: str | None = None
+
+    @property
+    def throughput(self) -> float | None:
+        return self.result.throughput if self.result else None
+
+    @property
+    def peak_allocated_mb(self) -> float | None:
+        return self.result.peak_allocated_mb if self.result else None
+
+    def label(self) -> str:
+        config = self.config
+        compiled = (f" compile={config.compile_options.get('mode', 'default')}"
+                    if config.compile else "")
+        return (f"{config.network} {config.mode} {self.precision_name}"
+                f"{' nhwc' if config.nhwc else ''}{compiled} b{config.batch_size}")
+
+
+class Progress:
+    """An in-place status line on a terminal; plain lines otherwise (logs, profiler wrappers)."""
+
+    def __init__(self, out: TextIO, total: int):
+        self.out, self.total = out, total
+        self.live = hasattr(out, "isatty") and out.isatty()
+
+    def start(self, index: int, row: Row) -> None:
+        text = f"[{index}/{self.total}] {row.label()} ..."
+        if self.live:
+            self.out.write("\r\033[K" + text)
+            self.out.flush()
+        else:
+            print(text, file=self.out, flush=True)
+
+    def done(self, index: int, row: Row) -> None:
+        if self.live:
+            self.out.write("\r\033[K")
+        print(f"[{index}/{self.total}] {row.label()}: {_outcome(row)}", file=self.out, flush=True)
+
+
+def _outcome(row: Row) -> str:
+    if row.result is None:
+        return f"{row.status}: {row.error}"
+    t = row.result.times
+    memory = (f", peak {row.result.peak_allocated_mb:.0f} MB"
+              if row.result.peak_allocated_mb is not None else "")
+    return (f"{row.result.throughput:.2f} img/s, median {t.median:.3f} ms, "
+            f"CV {t.cv:.1%}{memory}")
+
+
+def release(device: torch.device, compiled: bool) -> None:
+    """Free what the last row left behind, so the next one starts clean."""
+    gc.collect()
+    if compiled:
+        torch._dynamo.reset()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def _precision(config: BenchConfig):
+    return precision_mod.resolve(config.fp16, config.amp, config.amp_dtype,
+                                 config.amp_opt_level, config.tf32)
+
+
+def run_row(row: Row, device: torch.device, env: dict) -> Row:
+    """Run one configuration; any failure is recorded in the row instead of raised."""
+    precision, notes = _precision(row.config)
+    try:
+        row.result = benchmark.run(row.config, device, env, precision, row.config.batch_size)
+        row.result.notes.extend(notes)
+    except OutOfMemory as error:
+        row.status, row.error = "out of memory", str(error)
+    except BenchmarkError as error:
+        row.status, row.error = "error", str(error)
+    except Exception as error:                     # noqa: BLE001 (recorded; the sweep goes on)
+        row.status, row.error = "error", f"{type(error).__name__}: {error}"
+    return row
+
+
+def run_sweep(configs, device: torch.device, env: dict, out: TextIO) -> list[Row]:
+    progress, rows = Progress(out, len(configs)), []
+    for index, config in enumerate(configs, 1):
+        row = Row(config, _precision(config)[0].name)
+        progress.start(index, row)
+        run_row(row, device, env)
+        release(device, config.compile)
+        progress.done(index, row)
+        rows.append(row)
+    return rows
+
+
+def print_comparison(rows: list[Row], out: TextIO) -> None:
+    reference = next((row for row in rows if row.result is not None), None)
+    print("", file=out)
+    print("Sweep comparison (speedup and memory change against row "
+          f"{rows.index(reference) + 1 if reference else '-'})", file=out)
+    print(f"{'#':>3}  {'configuration':<46} {'img/s':>10} {'speedup':>8} {'peak MB':>9} "
+          f"{'memory':>8}", file=out)
+    for index, row in enumerate(rows, 1):
+        if row.result is None:
+            print(f"{index:>3}  {row.label():<46} {row.status:>10}", file=out)
+            continue
+        speedup = row.throughput / reference.throughput
+        memory, change = "n/a", ""
+        if row.peak_allocated_mb is not None:
+            memory = f"{row.peak_allocated_mb:.0f}"
+            change = f"{row.peak_allocated_mb / reference.peak_allocated_mb - 1:+.0%}"
+        print(f"{index:>3}  {row.label():<46} {row.throughput:>10.2f} {speedup:>7.2f}x "
+              f"{memory:>9} {change:>8}", file=out)
+
+
+def write_files(rows: list[Row], output_dir: str, csv_path: str, env: dict) -> str:
+    """Each successful row's JSON, every row in the CSV, and one sweep JSON; returns its path."""
+    documents = []
+    for row in rows:
+        if row.result is not None:
+            path = report.json_path(row.result)
+            report.write_json(report.result_document(row.result), path)
+            report.append_csv(report.csv_row(row.result, path), csv_path)
+            documents.append({"status": "ok", "json_file": path,
+                              "result": report.result_document(row.result)})
+        else:
+            report.append_csv(report.failed_csv_row(row.config, row.precision_name, env,
+                                                    row.status, row.error), csv_path)
+            documents.append({"status": row.status, "error": row.error,
+                              "config": dataclasses.asdict(row.config)})
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    path = os.path.join(output_dir, f"sweep_{stamp}.json")
+    report.write_json({"schema_version": report.SCHEMA_VERSION, "env": env, "rows": documents},
+                      path)
+    return path

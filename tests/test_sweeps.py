@@ -1,0 +1,117 @@
+"""Sweeps, the max-batch search, --compare and --plot (CPU)."""
+import csv
+import json
+
+import pytest
+
+from conftest import run_cli
+from microbench import capacity, cli
+from microbench.errors import UsageError
+
+QUICK = ["--image-size", "32", "--iterations", "2", "--warmup", "1"]
+
+
+@pytest.mark.parametrize("limit", [0, 1, 7, 64, 65, 100, 129, 1000, 4095])
+def test_max_batch_search_finds_the_fake_memory_limit(limit):
+    result = capacity.find_max_batch(lambda batch: batch <= limit, start=64, limit=4096)
+    assert result.largest == limit and not result.hit_limit
+    assert all(ok == (batch <= limit) for batch, ok in result.tries)
+    assert len(result.tries) <= 2 * 13, "doubling then bisecting stays logarithmic"
+
+
+def test_max_batch_search_stops_at_its_limit():
+    result = capacity.find_max_batch(lambda batch: True, start=3, limit=20)
+    assert (result.largest, result.hit_limit) == (20, True)
+    assert [batch for batch, _ in result.tries] == [3, 6, 12, 20]
+
+
+def test_a_2x2_sweep_writes_four_rows(tmp_path):
+    process = run_cli("--network", "resnet18", "--batch-size", "2,4", "--precision",
+                      "fp32,amp-bf16", *QUICK, "--output-dir", str(tmp_path),
+                      "--plot", str(tmp_path / "sweep.png"))
+    assert process.returncode == 0, process.stderr
+    rows = list(csv.DictReader((tmp_path / "benchmark_summary.csv").open()))
+    assert [(r["batch_size"], r["precision"]) for r in rows] == [
+        ("2", "fp32"), ("4", "fp32"), ("2", "amp-bf16"), ("4", "amp-bf16")]
+    assert all(r["status"] == "ok" for r in rows)
+    assert "Sweep comparison" in process.stdout and "1.00x" in process.stdout
+    [sweep_json] = tmp_path.glob("sweep_*.json")
+    assert len(json.loads(sweep_json.read_text())["rows"]) == 4
+    assert (tmp_path / "sweep.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_failing_row_does_not_stop_the_sweep(tmp_path):
+    # inception_v3 refuses 32 px inputs: that row fails, the other runs.
+    process = run_cli("--network", "inception_v3,resnet18", "--batch-size", "2", *QUICK,
+                      "--output-dir", str(tmp_path))
+    assert process.returncode == 0, process.stderr
+    rows = list(csv.DictReader((tmp_path / "benchmark_summary.csv").open()))
+    assert [r["status"] for r in rows] == ["error", "ok"]
+    assert "at least 96" in rows[0]["error"] and rows[0]["throughput_img_s"] == ""
+    assert "[1/2] inception_v3 training fp32 b2: error:" in process.stdout
+
+
+def test_find_max_batch_benchmarks_the_largest_fit(tmp_path):
+    process = run_cli("--network", "resnet18", "--find-max-batch", "--batch-size", "2",
+                      "--max-batch-limit", "5", *QUICK, "--output-dir", str(tmp_path))
+    assert process.returncode == 0, process.stderr
+    assert "Largest batch that fits: 5 (the --max-batch-limit; more may fit)" in process.stdout
+    assert "Mini batch size [img] : 5" in process.stdout
+
+
+def test_single_value_batch_norm_is_a_usage_error(cli):
+    process, _ = cli("--network", "resnet18", "--batch-size", "1", *QUICK)
+    assert process.returncode == 2 and "larger --batch-size or --image-size" in process.stderr
+    assert "Traceback" not in process.stderr
+
+
+def baseline_from(tmp_path, throughput_factor):
+    """A real result, with its throughput scaled to fake a better or worse baseline."""
+    out = tmp_path / "base"
+    assert run_cli("--network", "resnet18", "--batch-size", "2", *QUICK, "--output-dir",
+                   str(out)).returncode == 0
+    [path] = out.glob("*.json")
+    doc = json.loads(path.read_text())
+    doc["Throughput [img/sec]"] *= throughput_factor
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_compare_exits_5_on_a_regression_and_0_on_an_improvement(tmp_path):
+    much_faster_baseline = baseline_from(tmp_path, 100.0)
+    process = run_cli("--network", "resnet18", "--batch-size", "2", *QUICK, "--no-files",
+                      "--compare", str(much_faster_baseline))
+    assert process.returncode == 5, process.stderr
+    assert "throughput regressed" in process.stderr and "Comparison with" in process.stdout
+    much_slower_baseline = baseline_from(tmp_path / "b", 0.01)
+    process = run_cli("--network", "resnet18", "--batch-size", "2", *QUICK, "--no-files",
+                      "--compare", str(much_slower_baseline))
+    assert process.returncode == 0, process.stderr
+    assert "Throughput within tolerance" in process.stdout
+
+
+def test_compare_refuses_another_configuration(tmp_path):
+    baseline = baseline_from(tmp_path, 1.0)
+    process = run_cli("--network", "resnet18", "--batch-size", "4", *QUICK, "--no-files",
+                      "--compare", str(baseline))
+    assert process.returncode == 2 and "another configuration" in process.stderr
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--precision", "fp32,amp", "--amp"], "replaces --fp16"),
+    (["--compile-mode", "default", "--compile"], "replaces --compile"),
+    (["--batch-size", "2,4", "--output-file", "x.json"], "a sweep writes one result"),
+    (["--batch-size", "2,4", "--find-max-batch"], "not a sweep"),
+    (["--memory-budget-gb", "8"], "goes with --find-max-batch"),
+    (["--mode", "training,inference", "--opt-step", "2"], "training only"),
+])
+def test_sweep_usage_errors(argv, message):
+    with pytest.raises(UsageError, match=message):
+        cli.to_plan(cli.parse_args(argv))
+
+
+def test_sweep_expansion_order_and_compile_modes():
+    plan = cli.to_plan(cli.parse_args(["--network", "resnet18", "--compile-mode",
+                                       "none,max-autotune", "--batch-size", "8,16"]))
+    assert [(c.compile, c.compile_options.get("mode"), c.batch_size) for c in plan.configs] == [
+        (False, None, 8), (False, None, 16), (True, "max-autotune", 8), (True, "max-autotune", 16)]
