@@ -111,8 +111,7 @@ def measure(config: BenchConfig, work: workload_mod.Workload, device: torch.devi
     loop is timed in two segments around iteration N, which DeepSpeed profiles (on rank 0;
     the other ranks run it unprofiled, since DDP needs every rank to step)."""
     around = profilers.iteration_range(device) if config.autograd_profiler else None
-    with profilers.capture_range(config.capture_range, device), \
-            profilers.operator_ranges(config.autograd_profiler, device):
+    with profilers.capture_range(config.capture_range, device):
         if config.flops_prof_step is None:
             return timed_loop(work.step, config.iterations, device, time_fn, around)
         split = config.flops_prof_step
@@ -131,8 +130,8 @@ def profiled_passes(config: BenchConfig, work: workload_mod.Workload, device: to
     """Profiler passes after the timed one, on every rank; reports to print on rank 0."""
     reports = []
     if config.autograd_profiler:
-        tables = profilers.operator_tables(work.step, device)
-        reports.append(tables)
+        profilers.operator_range_pass(work.step, device)
+        reports.append(profilers.operator_tables(work.step, device))
     if config.kineto:
         output = config.profiler_output or config.output_dir + "/"
         files, table = profilers.kineto_pass(

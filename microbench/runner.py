@@ -157,7 +157,7 @@ def run_plan(plan: Plan) -> int:
     if plan.compare:
         compare.load_baseline(plan.compare)            # unreadable: fail before the run
     if plan.find_max_batch:
-        config = find_max_batch(config, plan)
+        return run_largest_batch(config, plan)
     return run(config, plan)
 
 
@@ -193,8 +193,8 @@ def run_sweep(plan: Plan) -> int:
     return 0
 
 
-def find_max_batch(config: BenchConfig, plan: Plan) -> BenchConfig:
-    """The largest batch that fits, printed with its tries; the config to benchmark it with."""
+def run_largest_batch(config: BenchConfig, plan: Plan) -> int:
+    """Find the largest batch that fits, printing every try, and benchmark it."""
     models.resolve(config.network)
     report.prepare_output(config)
     device, _ = _single_device(plan, "--find-max-batch")
@@ -211,13 +211,24 @@ def find_max_batch(config: BenchConfig, plan: Plan) -> BenchConfig:
         print(f"  batch {batch}: {'fits' if ok else 'out of memory'}", flush=True)
         return ok
 
-    found = capacity.find_max_batch(fits, config.batch_size, plan.max_batch_limit)
+    def full_run(batch: int) -> int | None:
+        print(f"Largest batch that fits the probe: {batch}; benchmarking it", flush=True)
+        try:
+            return run(replace(config, batch_size=batch), plan)
+        except OutOfMemory:
+            print(f"  batch {batch}: the full run ran out of memory; searching below it",
+                  flush=True)
+            return None
+
+    found, code = capacity.largest_that_runs(fits, full_run, config.batch_size,
+                                             plan.max_batch_limit)
     if found.largest == 0:
         raise OutOfMemory(f"not even batch 1 of {config.network} fits: try --amp or --fp16 1, "
                           f"a smaller --image-size, or a larger --memory-budget-gb")
-    limit = " (the --max-batch-limit; more may fit)" if found.hit_limit else ""
-    print(f"Largest batch that fits: {found.largest}{limit}; benchmarking it", flush=True)
-    return replace(config, batch_size=found.largest)
+    limit = (" (the --max-batch-limit; more may fit)"
+             if found.largest == plan.max_batch_limit else "")
+    print(f"Largest batch that fits: {found.largest}{limit}")
+    return code
 
 
 def run(config: BenchConfig, plan: Plan | None = None) -> int:

@@ -59,6 +59,24 @@ def test_find_max_batch_benchmarks_the_largest_fit(tmp_path):
     assert "Mini batch size [img] : 5" in process.stdout
 
 
+def test_a_batch_that_passes_the_probe_but_not_the_run_is_searched_below():
+    """The probe admits up to 100, the full run only up to 97 (as at the edge on a real GPU)."""
+    probed, ran = [], []
+
+    def fits(batch):
+        probed.append(batch)
+        return batch <= 100
+
+    def run(batch):
+        ran.append(batch)
+        return "result" if batch <= 97 else None
+
+    found, outcome = capacity.largest_that_runs(fits, run, start=64, limit=4096)
+    assert (found.largest, outcome) == (97, "result")
+    assert ran == [100, 99, 98, 97]
+    assert len(probed) == len(set(probed)), "each batch is probed once"
+
+
 def test_single_value_batch_norm_is_a_usage_error(cli):
     process, _ = cli("--network", "resnet18", "--batch-size", "1", *QUICK)
     assert process.returncode == 2 and "larger --batch-size or --image-size" in process.stderr
