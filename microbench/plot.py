@@ -23,7 +23,8 @@ def _pyplot():
 def _series_label(row) -> str:
     config = row.config
     compiled = f", compile {config.compile_options.get('mode', 'default')}" if config.compile else ""
-    return f"{config.network} {config.mode} {row.precision_name}{compiled}"
+    layout = " nhwc" if config.nhwc else ""
+    return f"{config.network} {config.mode} {row.precision_name}{layout}{compiled}"
 
 
 def plot_rows(rows, path: str) -> None:
