@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 import traceback
 
-from microbench import cli, models, runner
+from microbench import cli, distributed, models, runner
 from microbench.errors import BenchmarkError
 
 
@@ -25,14 +25,14 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         return runner.run_plan(cli.to_plan(args))
     except BenchmarkError as error:
-        print(f"{runner.current_launch_prefix()}error: {error}", file=sys.stderr, flush=True)
+        print(f"{distributed.rank_prefix()}error: {error}", file=sys.stderr, flush=True)
         return error.exit_code
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 130
     except Exception as error:                      # noqa: BLE001 (a bug: show everything)
         traceback.print_exc()
-        print(f"{runner.current_launch_prefix()}error: unexpected {type(error).__name__}: "
+        print(f"{distributed.rank_prefix()}error: unexpected {type(error).__name__}: "
               f"{error}", file=sys.stderr, flush=True)
         return 1
 

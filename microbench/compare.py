@@ -22,12 +22,13 @@ def _field(document: dict, key: str, sub: str | None):
     return value.get(sub) if sub is not None and isinstance(value, dict) else value
 
 
-def load_baseline(path: str) -> dict:
+def load_result(path: str, flag: str = "--compare") -> dict:
+    """A result JSON named by ``flag``; unreadable is a usage error."""
     try:
         with open(path) as stream:
             return json.load(stream)
     except (OSError, ValueError) as error:
-        raise UsageError(f"--compare {path}: cannot read a result JSON ({error})") from None
+        raise UsageError(f"{flag} {path}: cannot read a result JSON ({error})") from None
 
 
 def check_same_configuration(current: dict, baseline: dict, path: str) -> None:

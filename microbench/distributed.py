@@ -131,6 +131,16 @@ def detect(config, environ: Mapping[str, str] | None = None) -> Launch:
     return launch
 
 
+def rank_prefix(environ: Mapping[str, str] | None = None) -> str:
+    """'[rank N] ' when the launcher says this process is one rank of several (error lines)."""
+    environ = os.environ if environ is None else environ
+    for rank_name, size_name in (("RANK", "WORLD_SIZE"), ("SLURM_PROCID", "SLURM_NTASKS")):
+        rank, size = environ.get(rank_name), environ.get(size_name, "1")
+        if rank is not None and size.isdigit() and int(size) > 1:
+            return f"[rank {rank}] "
+    return ""
+
+
 def worker_launch(launch: Launch, index: int, device_ids) -> Launch:
     """Worker ``index`` of a manual launch that starts several."""
     return replace(launch, rank=launch.rank + index, local_rank=index,

@@ -5,7 +5,6 @@ only global rank 0 prints the summary and writes files, once, from every rank's 
 """
 from __future__ import annotations
 
-import json
 import sys
 from dataclasses import dataclass, replace
 from typing import TextIO
@@ -39,11 +38,7 @@ def load_baseline(path: str | None, config: BenchConfig, precision) -> float | N
     """Single-device throughput from a result JSON, refusing another configuration."""
     if path is None:
         return None
-    try:
-        with open(path) as stream:
-            document = json.load(stream)
-    except (OSError, ValueError) as error:
-        raise UsageError(f"--scaling-baseline {path}: cannot read a result JSON ({error})") from None
+    document = compare.load_result(path, "--scaling-baseline")
     if document.get("GPUs") != 1:
         raise UsageError(f"--scaling-baseline {path} is a {document.get('GPUs')}-device result; "
                          f"give a single-device run of the same configuration")
@@ -130,7 +125,7 @@ def _benchmark_and_report(config, launch, console, spec, precision, notes, devic
         report.write_files(result, out, aggregate)
         if plan is not None and plan.compare:
             compare.compare(report.result_document(result, aggregate),
-                            compare.load_baseline(plan.compare), plan.compare,
+                            compare.load_result(plan.compare), plan.compare,
                             plan.tolerance_pct, out)
     return 0
 
@@ -155,7 +150,7 @@ def run_plan(plan: Plan) -> int:
         return run_sweep(plan)
     config = plan.configs[0]
     if plan.compare:
-        compare.load_baseline(plan.compare)            # unreadable: fail before the run
+        compare.load_result(plan.compare)            # unreadable: fail before the run
     if plan.find_max_batch:
         return run_largest_batch(config, plan)
     return run(config, plan)
@@ -255,13 +250,3 @@ def _spawn(config: BenchConfig, launch: Launch) -> int:
         raise BenchmarkError(f"worker for rank {rank} exited with code {failure.exit_code}") \
             from None
     return 0
-
-
-def current_launch_prefix() -> str:
-    """'[rank N] ' when this process is one rank of several, for error lines."""
-    import os
-    for variable in ("RANK", "SLURM_PROCID"):
-        if variable in os.environ and int(os.environ.get("WORLD_SIZE",
-                                                         os.environ.get("SLURM_NTASKS", 1))) > 1:
-            return f"[rank {os.environ[variable]}] "
-    return ""

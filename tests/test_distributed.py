@@ -224,3 +224,10 @@ def test_kineto_traces_of_two_ranks_do_not_overwrite_each_other(tmp_path):
     assert process.returncode == 0, process.stderr[-2000:]
     assert sorted(p.name for p in tmp_path.glob("trace*.json")) == ["trace2_rank0.json",
                                                                      "trace2_rank1.json"]
+
+
+def test_rank_prefix_only_for_one_rank_of_several():
+    assert distributed.rank_prefix({"RANK": "3", "WORLD_SIZE": "4"}) == "[rank 3] "
+    assert distributed.rank_prefix({"SLURM_PROCID": "1", "SLURM_NTASKS": "2"}) == "[rank 1] "
+    assert distributed.rank_prefix({"SLURM_PROCID": "0", "SLURM_NTASKS": "1"}) == ""
+    assert distributed.rank_prefix({"RANK": "0", "WORLD_SIZE": "x"}) == ""
