@@ -43,8 +43,7 @@ def tool_throughput(flags: list[str], mode: str, batch: int, iterations: int, wa
     config = cli.to_config(cli.parse_args(
         ["--network", "resnet50", "--mode", mode, "--batch-size", str(batch), "--iterations",
          str(iterations), "--warmup", str(warmup), "--no-files", *flags]))
-    policy, _ = precision_mod.resolve(config.fp16, config.amp, config.amp_dtype,
-                                      config.amp_opt_level, config.tf32)
+    policy, _ = precision_mod.for_config(config)
     return benchmark.run(config, device, env, policy, batch).throughput
 
 

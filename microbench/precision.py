@@ -79,6 +79,11 @@ def resolve(fp16: int, amp: bool, amp_dtype: str, amp_opt_level: int | None,
     return _policy(name, tf32), notes
 
 
+def for_config(config) -> tuple[Precision, list[str]]:
+    """The policy (and notes) for a BenchConfig's precision flags."""
+    return resolve(config.fp16, config.amp, config.amp_dtype, config.amp_opt_level, config.tf32)
+
+
 def apply_tf32(enabled: bool) -> None:
     """Allow or forbid TF32 for CUDA matmuls and cuDNN/MIOpen convolutions, process-wide."""
     if hasattr(torch.backends, "fp32_precision"):        # PyTorch >= 2.9

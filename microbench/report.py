@@ -306,19 +306,31 @@ def write_json(document: dict, path: str) -> None:
         raise
 
 
+def _timing_cells(times) -> dict:
+    return {"mean_ms": f"{times.mean:.4f}", "median_ms": f"{times.median:.4f}",
+            "std_ms": f"{times.std:.4f}", "min_ms": f"{times.min:.4f}",
+            "max_ms": f"{times.max:.4f}", "p90_ms": f"{times.p90:.4f}",
+            "p95_ms": f"{times.p95:.4f}", "p99_ms": f"{times.p99:.4f}", "cv": f"{times.cv:.5f}"}
+
+
 def csv_row(result: RunResult, json_file: str, aggregate=None) -> dict:
-    t, config, env = result.times, result.config, result.env
-    row = {
+    """One row; under DDP the timing, batch and throughput cells describe all ranks."""
+    config, env = result.config, result.env
+    if aggregate is None:
+        times, throughput = result.times, result.throughput
+        world_size, global_batch = 1, result.batch_size
+    else:
+        times, throughput = aggregate.all_times, aggregate.throughput
+        world_size, global_batch = aggregate.world_size, aggregate.global_batch
+    return {
         "time_utc": env["time_utc"], "network": result.spec.name, "mode": config.mode,
         "precision": result.precision.name, "nhwc": int(config.nhwc),
         "compile": int(config.compile), "batch_size": result.batch_size,
-        "global_batch_size": result.batch_size, "world_size": 1,
+        "global_batch_size": global_batch, "world_size": world_size,
         "image_size": result.image_size, "iterations": config.iterations,
         "warmup": config.warmup, "device_name": env["device_name"],
-        "throughput_img_s": f"{result.throughput:.3f}",
-        "mean_ms": f"{t.mean:.4f}", "median_ms": f"{t.median:.4f}", "std_ms": f"{t.std:.4f}",
-        "min_ms": f"{t.min:.4f}", "max_ms": f"{t.max:.4f}", "p90_ms": f"{t.p90:.4f}",
-        "p95_ms": f"{t.p95:.4f}", "p99_ms": f"{t.p99:.4f}", "cv": f"{t.cv:.5f}",
+        "throughput_img_s": f"{throughput:.3f}",
+        **_timing_cells(times),
         "peak_allocated_mb": _optional(result.peak_allocated_mb),
         "peak_reserved_mb": _optional(result.peak_reserved_mb),
         "warmup_s": f"{result.warmup_s:.3f}", "compile_s": _optional(result.compile_s),
@@ -327,16 +339,6 @@ def csv_row(result: RunResult, json_file: str, aggregate=None) -> dict:
         **_flops_cells(result, aggregate),
         "status": "ok", "error": "",
     }
-    if aggregate is not None:
-        t = aggregate.all_times
-        row.update({
-            "global_batch_size": aggregate.global_batch, "world_size": aggregate.world_size,
-            "throughput_img_s": f"{aggregate.throughput:.3f}", "mean_ms": f"{t.mean:.4f}",
-            "median_ms": f"{t.median:.4f}", "std_ms": f"{t.std:.4f}", "min_ms": f"{t.min:.4f}",
-            "max_ms": f"{t.max:.4f}", "p90_ms": f"{t.p90:.4f}", "p95_ms": f"{t.p95:.4f}",
-            "p99_ms": f"{t.p99:.4f}", "cv": f"{t.cv:.5f}",
-        })
-    return row
 
 
 def failed_csv_row(config, precision_name: str, env: dict, status: str, error: str) -> dict:

@@ -66,8 +66,7 @@ def _ddp_wrapper(config: BenchConfig, device: torch.device):
 def run_worker(config: BenchConfig, launch: Launch, console: Console,
                plan: Plan | None = None) -> int:
     spec = models.resolve(config.network)
-    precision, notes = precision_mod.resolve(config.fp16, config.amp, config.amp_dtype,
-                                             config.amp_opt_level, config.tf32)
+    precision, notes = precision_mod.for_config(config)
     notes += list(config.compile_notes)
     if config.flops_prof_step is not None and launch.distributed:
         notes.append(f"DeepSpeed's profile of iteration {config.flops_prof_step} is printed by "
@@ -196,8 +195,7 @@ def run_largest_batch(config: BenchConfig, plan: Plan) -> int:
     note = capacity.apply_memory_budget(device, plan.memory_budget_gb)
     if note:
         print(f"Note: {note}")
-    precision, _ = precision_mod.resolve(config.fp16, config.amp, config.amp_dtype,
-                                         config.amp_opt_level, config.tf32)
+    precision, _ = precision_mod.for_config(config)
     print(f"Searching the largest batch for {config.network} ({config.mode}, {precision.name}) "
           f"from {config.batch_size} up to {plan.max_batch_limit}...", flush=True)
 
@@ -231,8 +229,7 @@ def run(config: BenchConfig, plan: Plan | None = None) -> int:
     if config.flops_prof_step is not None:
         profilers.require_deepspeed()
     models.resolve(config.network)
-    precision_mod.resolve(config.fp16, config.amp, config.amp_dtype, config.amp_opt_level,
-                          config.tf32)
+    precision_mod.for_config(config)           # conflicting precision flags: fail before launch
     launch = distributed.detect(config)
     if launch.is_main:
         report.prepare_output(config)

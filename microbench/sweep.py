@@ -85,14 +85,9 @@ def release(device: torch.device, compiled: bool) -> None:
         torch.cuda.empty_cache()
 
 
-def _precision(config: BenchConfig):
-    return precision_mod.resolve(config.fp16, config.amp, config.amp_dtype,
-                                 config.amp_opt_level, config.tf32)
-
-
 def run_row(row: Row, device: torch.device, env: dict) -> Row:
     """Run one configuration; any failure is recorded in the row instead of raised."""
-    precision, notes = _precision(row.config)
+    precision, notes = precision_mod.for_config(row.config)
     try:
         row.result = benchmark.run(row.config, device, env, precision, row.config.batch_size)
         row.result.notes.extend(notes)
@@ -108,7 +103,7 @@ def run_row(row: Row, device: torch.device, env: dict) -> Row:
 def run_sweep(configs, device: torch.device, env: dict, out: TextIO) -> list[Row]:
     progress, rows = Progress(out, len(configs)), []
     for index, config in enumerate(configs, 1):
-        row = Row(config, _precision(config)[0].name)
+        row = Row(config, precision_mod.for_config(config)[0].name)
         progress.start(index, row)
         run_row(row, device, env)
         release(device, config.compile)
