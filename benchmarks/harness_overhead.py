@@ -8,7 +8,7 @@ that does the same work: same model, precision, layout and optimizer, timed the 
 temperature drift hit both; the median throughput of each side gives the ratio tool / loop.
 A ratio of 1.00 means the harness costs nothing; the target is >= 0.98.
 
-    python3 benchmarks/harness_overhead.py --batch-size 128 --iterations 30 --rounds 3 \
+    python3 -m benchmarks.harness_overhead --batch-size 128 --iterations 30 --rounds 3 \
         --output harness.json
 """
 from __future__ import annotations
@@ -23,11 +23,10 @@ from pathlib import Path
 import torch
 import torchvision
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # run from anywhere
-
-import fp16util                                                    # noqa: E402
-from microbench import benchmark, cli, device as device_mod        # noqa: E402
-from microbench import precision as precision_mod                  # noqa: E402
+import fp16util
+from microbench import benchmark, cli, config as config_mod, device as device_mod
+from microbench import precision as precision_mod
+from microbench.summary import Summary
 
 CONFIGS = {
     "fp32": [],
@@ -40,11 +39,12 @@ CONFIGS = {
 
 def tool_throughput(flags: list[str], mode: str, batch: int, iterations: int, warmup: int,
                     device: torch.device, env: dict) -> float:
-    config = cli.to_config(cli.parse_args(
+    plan = cli.to_plan(cli.parse_args(
         ["--network", "resnet50", "--mode", mode, "--batch-size", str(batch), "--iterations",
-         str(iterations), "--warmup", str(warmup), "--no-files", *flags]))
-    policy, _ = precision_mod.for_config(config)
-    return benchmark.run(config, device, env, policy, batch).throughput
+         str(iterations), "--warmup", str(warmup), "--no-files", "--device", str(device),
+         *flags]))
+    spec = config_mod.resolve(plan.configs[0], plan)
+    return Summary.of_process(spec, env, benchmark.run(spec)).throughput
 
 
 def hand_loop_throughput(flags: list[str], mode: str, batch: int, iterations: int, warmup: int,
@@ -113,7 +113,8 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("needs a GPU", file=sys.stderr)
         return 4
-    device, _ = device_mod.select_device("cuda")
+    device, _ = device_mod.select("cuda")
+    device_mod.activate(device)
     env = device_mod.describe(device)
     rows = []
     for mode in args.modes.split(","):

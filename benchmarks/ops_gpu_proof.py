@@ -7,7 +7,7 @@ In one process, on one GPU:
    (2 GiB a call), each call timed with device events; the median gives the copy GB/s. This is
    the practical ceiling of a streaming kernel on this device, measured rather than assumed.
 2. **Large fp32 add through the op bench's own code path** (``runner.make_case`` +
-   ``runner.measure_case``, exactly what ``torch_tensor_ops_bench.py --op add`` runs) at
+   ``runner.measure_case``, exactly what ``microbench-ops --op add`` runs) at
    256-1024-1024 (1 GiB per tensor; bytes = 12 per element: two reads and one write).
    Target: add GB/s >= 85% of the copy GB/s.
 3. **bf16 matmul 8192^3** through the same path; TFLOP/s = 2*8192^3 / median time, against the
@@ -23,33 +23,25 @@ Predicted numbers (datasheets in microbench/flops.py):
 
 Usage (from the repository root)::
 
-    python3 benchmarks/ops_gpu_proof.py --output results/ops_proof.json
+    python3 -m benchmarks.ops_gpu_proof --output results/ops_proof.json
 
 Prints a short table and writes the numbers, targets and verdicts as JSON (written whole).
 Exit codes: 0 measured (whatever the verdicts), 4 no GPU, 2 bad flags.
 """
 from __future__ import annotations
 
-import os
+import argparse
+import datetime
 import sys
 
-# benchmarks/ is not a package: put the repository root on the path for microbench and the op
-# bench, whether this runs from the repository root or from inside benchmarks/.
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if REPO_ROOT not in sys.path:
-    sys.path.insert(0, REPO_ROOT)
+import torch
 
-import argparse  # noqa: E402
-import datetime  # noqa: E402
-import json  # noqa: E402
-
-import torch  # noqa: E402
-
-from microbench import flops  # noqa: E402
-from microbench.errors import BenchmarkError, MissingEnvironment  # noqa: E402
-from microbench.timing import clock_name, synchronize, time_calls  # noqa: E402
-
-from TorchTensorOpsBench import report, runner  # noqa: E402
+from microbench import flops
+from microbench.device import clock_name, synchronize
+from microbench.errors import BenchmarkError, MissingEnvironment
+from microbench.ops import report, runner
+from microbench.report import writing
+from microbench.timing import time_calls
 
 COPY_ELEMENTS = 256 * 1024 * 1024  # fp32: 1 GiB per tensor, the same as each add operand
 ADD_SHAPE = "256-1024-1024"
@@ -173,7 +165,7 @@ def print_table(result: dict) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    report.check_writable(args.output, "--output")
+    writing.check_writable(args.output, "--output")
     device = torch.device(args.device)
     if device.type != "cuda" or not torch.cuda.is_available():
         raise MissingEnvironment("ops_gpu_proof needs a GPU (torch.cuda.is_available() is "
@@ -183,7 +175,7 @@ def run(args: argparse.Namespace) -> int:
     torch.cuda.set_device(device)
     result = collect(device, args.num_iters, args.num_warmup_iters)
     print_table(result)
-    report.write_whole(args.output, json.dumps(report.json_safe(result), indent=2) + "\n")
+    writing.write_json(args.output, result)
     print(f"wrote {args.output}")
     return 0
 

@@ -12,24 +12,17 @@ from typing import Callable
 
 import torch
 
-from . import flops as flops_mod, models, precision as precision_mod, profilers
+from . import device as device_layer, precision as precision_mod, profilers
 from . import workload as workload_mod
-from .cli import BenchConfig
+from .config import RunSpec
 from .errors import OutOfMemory, UsageError
-from .timing import Measurement, make_recorder, synchronize
+from .timing import Measurement, make_recorder
 
 
 @dataclass
-class RunResult:
-    """What one process measured. Report writers turn it into lines and files."""
+class ProcessResult:
+    """What one process measured; :class:`microbench.summary.Summary` reads it."""
 
-    config: BenchConfig
-    spec: models.ModelSpec
-    precision: precision_mod.Precision
-    device: torch.device
-    env: dict
-    image_size: int
-    batch_size: int                      # images per iteration on this process
     times: Measurement
     losses: list[float]
     warmup_s: float
@@ -38,29 +31,10 @@ class RunResult:
     peak_reserved_mb: float | None
     parameters: int
     flops_per_iteration: int | None = None
-    peak: flops_mod.PeakChoice | None = None
-    profiled_iteration: int | None = None     # --flops-prof-step: left out of the samples
     profile_reports: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def throughput(self) -> float:
-        """Images per second over the summed timed wall time."""
-        return self.batch_size * self.times.count / (self.times.total_ms / 1e3)
-
-    @property
-    def compile_s(self) -> float | None:
-        return self.first_iteration_s if self.config.compile else None
-
-    def utilization(self, times: Measurement | None = None) -> flops_mod.Utilization | None:
-        """Achieved TFLOP/s and MFU from the median of ``times`` (default: this process's)."""
-        if self.flops_per_iteration is None or self.peak is None:
-            return None
-        return flops_mod.Utilization(self.flops_per_iteration, (times or self.times).median,
-                                     self.peak)
 
 
-def _compile_wrapper(config: BenchConfig) -> Callable[[torch.nn.Module], torch.nn.Module] | None:
+def _compile_wrapper(config) -> Callable[[torch.nn.Module], torch.nn.Module] | None:
     if not config.compile:
         return None
     return lambda model: torch.compile(model, **config.compile_options)
@@ -73,11 +47,11 @@ def warm_up(step: Callable[[], object], iterations: int, device: torch.device,
         return 0.0, None
     start = clock()
     step()
-    synchronize(device)
+    device_layer.synchronize(device)
     first = clock() - start
     for _ in range(iterations - 1):
         step()
-    synchronize(device)
+    device_layer.synchronize(device)
     return clock() - start, first
 
 
@@ -105,7 +79,7 @@ def timed_loop(step: Callable[[], torch.Tensor | None], iterations: int, device:
     return Measurement(recorder.intervals_ms()), outputs
 
 
-def measure(config: BenchConfig, work: workload_mod.Workload, device: torch.device,
+def measure(config, work: workload_mod.Workload, device: torch.device,
             is_main: bool, time_fn: Callable[[], float] | None = None) -> tuple[Measurement, list]:
     """The timed iterations, with the profilers that wrap them. With --flops-prof-step N the
     loop is timed in two segments around iteration N, which DeepSpeed profiles (on rank 0;
@@ -125,7 +99,7 @@ def measure(config: BenchConfig, work: workload_mod.Workload, device: torch.devi
     return (Measurement(before.samples_ms + after.samples_ms), outputs_before + outputs_after)
 
 
-def profiled_passes(config: BenchConfig, work: workload_mod.Workload, device: torch.device,
+def profiled_passes(config, work: workload_mod.Workload, device: torch.device,
                     is_main: bool, rank: int, world_size: int) -> list[str]:
     """Profiler passes after the timed one, on every rank; reports to print on rank 0."""
     reports = []
@@ -145,24 +119,13 @@ def profiled_passes(config: BenchConfig, work: workload_mod.Workload, device: to
     return reports if is_main else []
 
 
-def reset_peak_memory(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-
-
-def peak_memory_mb(device: torch.device) -> tuple[float | None, float | None]:
-    """Peak allocated and reserved since the last reset; unknown (None) on the CPU."""
-    if device.type != "cuda":
-        return None, None
-    return (torch.cuda.max_memory_allocated(device) / 2**20,
-            torch.cuda.max_memory_reserved(device) / 2**20)
-
-
-def out_of_memory(config: BenchConfig, batch_size: int, device: torch.device, env: dict) -> OutOfMemory:
-    where = f"{device} ({env['device_name']}" + (
-        f", {env['device_memory_gb']} GB)" if "device_memory_gb" in env else ")")
-    return OutOfMemory(f"out of memory on {where} running {config.network} at batch size "
-                       f"{batch_size}: try a smaller --batch-size, --amp or --fp16 1 to halve "
+def out_of_memory(spec: RunSpec) -> OutOfMemory:
+    device = spec.device
+    total = device_layer.total_memory_bytes(device) if device_layer.is_gpu(device) else None
+    where = f"{device} ({device_layer.device_name(device)}" + (
+        f", {total / 1e9:.1f} GB)" if total else ")")
+    return OutOfMemory(f"out of memory on {where} running {spec.model.name} at batch size "
+                       f"{spec.batch_size}: try a smaller --batch-size, --amp or --fp16 1 to halve "
                        f"activation memory, or --mode inference")
 
 
@@ -174,53 +137,57 @@ def batch_norm_needs_more_values(error: BaseException) -> UsageError | None:
     return None
 
 
-def is_out_of_memory(error: BaseException) -> bool:
-    if isinstance(error, torch.OutOfMemoryError):
-        return True
-    # The CPU allocator raises a plain RuntimeError.
-    return isinstance(error, RuntimeError) and "can't allocate memory" in str(error)
+def build_workload(spec: RunSpec, wrap: Callable[[torch.nn.Module], torch.nn.Module] | None = None,
+                   count_flops: bool = True) -> workload_mod.Workload:
+    config = spec.config
+    return workload_mod.build(spec.model, spec.image_size, spec.batch_size, config.mode,
+                              spec.precision, spec.device, nhwc=config.nhwc,
+                              opt_step=config.opt_step, seed=config.seed,
+                              wrap=_compose(wrap, _compile_wrapper(config)),
+                              count_flops=count_flops)
 
 
-def run(config: BenchConfig, device: torch.device, env: dict, precision: precision_mod.Precision,
-        batch_size: int, on_phase: Callable[[str], None] = lambda message: None,
+def run(spec: RunSpec, on_phase: Callable[[str], None] = lambda message: None,
         wrap: Callable[[torch.nn.Module], torch.nn.Module] | None = None,
-        before_timing: Callable[[], None] = lambda: None, is_main: bool = True, rank: int = 0,
-        world_size: int = 1) -> RunResult:
-    """Build, warm up and time one configuration on ``device``.
+        before_timing: Callable[[], None] = lambda: None) -> ProcessResult:
+    """Build, warm up and time one configuration on this process's device.
 
     ``wrap`` goes around the model before compilation (DDP); ``before_timing`` runs just before
     the timed region (a barrier across ranks).
     """
-    spec = models.resolve(config.network)
-    image_size = config.image_size or spec.image_size
-    spec.check_image_size(image_size)
-    precision_mod.apply_tf32(precision.tf32)
+    config, device, launch = spec.config, spec.device, spec.launch
+    precision_mod.apply_tf32(spec.precision.tf32)
     try:
-        work = workload_mod.build(spec, image_size, batch_size, config.mode, precision, device,
-                                  nhwc=config.nhwc, opt_step=config.opt_step, seed=config.seed,
-                                  wrap=_compose(wrap, _compile_wrapper(config)))
+        work = build_workload(spec, wrap)
         on_phase("compiling and warming up" if config.compile else "warming up")
         warmup_s, first_s = warm_up(work.step, config.warmup, device)
-        reset_peak_memory(device)
+        device_layer.reset_peak_memory(device)
         before_timing()
-        times, outputs = measure(config, work, device, is_main)
-        allocated, reserved = peak_memory_mb(device)
-        reports = profiled_passes(config, work, device, is_main, rank, world_size)
-    except Exception as error:                       # noqa: BLE001 (re-raised unless OOM)
-        if is_out_of_memory(error):
-            raise out_of_memory(config, batch_size, device, env) from None
-        usage = batch_norm_needs_more_values(error)
-        if usage is not None:
-            raise usage from None
-        raise
+        times, outputs = measure(config, work, device, launch.is_main)
+        allocated, reserved = device_layer.peak_memory_mb(device)
+        reports = profiled_passes(config, work, device, launch.is_main, launch.rank,
+                                  launch.world_size)
+    except Exception as error:                       # noqa: BLE001 (re-raised unless expected)
+        if not _is_expected(error):
+            raise
+        raise expected_failure(error, spec) from None
     losses = [float(loss) for loss in outputs if loss is not None]
-    return RunResult(config=config, spec=spec, precision=precision, device=device, env=env,
-                     image_size=image_size, batch_size=batch_size, times=times, losses=losses,
-                     warmup_s=warmup_s, first_iteration_s=first_s, peak_allocated_mb=allocated,
-                     peak_reserved_mb=reserved, parameters=work.parameters,
-                     flops_per_iteration=work.flops_per_iteration,
-                     peak=flops_mod.choose_peak(device, precision.name, config.peak_tflops),
-                     profiled_iteration=config.flops_prof_step, profile_reports=reports)
+    return ProcessResult(times=times, losses=losses, warmup_s=warmup_s, first_iteration_s=first_s,
+                         peak_allocated_mb=allocated, peak_reserved_mb=reserved,
+                         parameters=work.parameters, flops_per_iteration=work.flops_per_iteration,
+                         profile_reports=reports)
+
+
+def _is_expected(error: BaseException) -> bool:
+    return device_layer.is_out_of_memory(error) or batch_norm_needs_more_values(error) is not None
+
+
+def expected_failure(error: BaseException, spec: RunSpec) -> Exception:
+    """The BenchmarkError an expected torch failure stands for (out of memory, a batch too
+    small for batch norm); ``error`` itself when it is not one of those."""
+    if device_layer.is_out_of_memory(error):
+        return out_of_memory(spec)
+    return batch_norm_needs_more_values(error) or error
 
 
 def _compose(inner, outer):

@@ -71,48 +71,42 @@ def largest_that_runs(fits: Callable[[int], bool], run: Callable[[int], object |
         limit = found.largest - 1
 
 
-def batch_fits(config, device, precision, batch: int, warmup_steps: int = 2) -> bool:
+def batch_fits(spec, batch: int, warmup_steps: int = 2) -> bool:
     """Build a fresh model at ``batch`` and run a few steps; False when memory runs out."""
     import gc
 
-    import torch
+    from . import benchmark, device as device_layer
 
-    from . import benchmark, models, workload
-
-    spec = models.resolve(config.network)
+    probe = spec.with_batch_size(batch)
     work = None
     try:
-        work = workload.build(spec, config.image_size or spec.image_size, batch, config.mode,
-                              precision, device, nhwc=config.nhwc, opt_step=config.opt_step,
-                              seed=config.seed)
+        work = benchmark.build_workload(probe)
         for _ in range(warmup_steps):
             work.step()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
+        device_layer.synchronize(probe.device)
         return True
     except Exception as error:                     # noqa: BLE001 (anything but OOM re-raised)
-        if benchmark.is_out_of_memory(error):
+        if device_layer.is_out_of_memory(error):
             return False
-        usage = benchmark.batch_norm_needs_more_values(error)
-        if usage is not None:
-            raise usage from None
-        raise
+        failure = benchmark.expected_failure(error, probe)   # a batch too small for batch norm
+        if failure is error:
+            raise
+        raise failure from None
     finally:
         del work
         gc.collect()
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
+        device_layer.empty_cache(probe.device)
 
 
 def apply_memory_budget(device, budget_gb: float | None) -> str | None:
     """Cap the caching allocator at ``budget_gb``, as if the GPU were smaller; a note to print."""
+    from . import device as device_layer
+
     if budget_gb is None:
         return None
-    import torch
-    if device.type != "cuda":
+    if not device_layer.is_gpu(device):
         return "--memory-budget-gb applies to GPUs only; ignored on the CPU"
-    total = torch.cuda.get_device_properties(device).total_memory
-    fraction = min(1.0, budget_gb * 1e9 / total)
-    torch.cuda.set_per_process_memory_fraction(fraction, device)
+    fraction = device_layer.cap_memory(device, budget_gb * 1e9)
+    total = device_layer.total_memory_bytes(device)
     return (f"memory budget {budget_gb:g} GB ({fraction:.1%} of {total / 1e9:.1f} GB) for the "
             f"search and the run")

@@ -1,4 +1,4 @@
-"""Command line -> a frozen BenchConfig.
+"""Command line -> a :class:`~microbench.config.Plan` of frozen BenchConfigs.
 
 Flags keep the older tool's spellings (``--batch-size``, ``--fp16 1``, ``--compileContext``,
 ``--distributed_dataparallel``...) beside kebab-case aliases. Validation happens here, so a bad
@@ -11,65 +11,16 @@ import ast
 import difflib
 import inspect
 import sys
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any, NoReturn, Sequence
 
-from . import __version__
+from . import __version__, precision as precision_table
+from .config import DEFAULT_NETWORK, DEFAULT_OUTPUT_DIR, BenchConfig, Plan
 from .errors import EXIT_USAGE, UsageError
-
-DEFAULT_NETWORK = "resnet50"
-DEFAULT_OUTPUT_DIR = "results"
-
-
-@dataclass(frozen=True)
-class BenchConfig:
-    """Everything a run needs, validated. Passed whole; never mutated."""
-
-    network: str = DEFAULT_NETWORK
-    batch_size: int = 64
-    image_size: int | None = None
-    mode: str = "training"
-    opt_step: int = 1
-    iterations: int = 20
-    warmup: int = 5
-    fp16: int = 0
-    amp: bool = False
-    amp_dtype: str = "fp16"
-    amp_opt_level: int | None = None
-    tf32: bool = False
-    nhwc: bool = False
-    compile: bool = False
-    compile_options: dict = field(default_factory=dict)
-    compile_notes: tuple[str, ...] = ()
-    device: str = "auto"
-    output_dir: str = DEFAULT_OUTPUT_DIR
-    output_file: str | None = None
-    csv_file: str | None = None
-    write_files: bool = True
-    quiet: bool = False
-    seed: int = 0
-    distributed_dataparallel: bool = False
-    device_ids: tuple[int, ...] | None = None
-    rank: int | None = None
-    world_size: int | None = None
-    dist_backend: str | None = None
-    dist_url: str | None = None
-    dist_timeout: float = 600.0
-    ddp_bucket_cap_mb: float = 25.0
-    ddp_static_graph: bool = False
-    ddp_gradient_as_bucket_view: bool = False
-    scaling_baseline: str | None = None
-    autograd_profiler: bool = False
-    kineto: bool = False
-    profiler_schedule: tuple[int, int, int] = (1, 2, 2)
-    profiler_output: str | None = None
-    flops_prof_step: int | None = None
-    peak_tflops: float | None = None
-    capture_range: bool = False
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse that reports a usage error as one line, exit 2 (DESIGN.md: one clear line)."""
+    """argparse that reports a usage error as one line, exit 2 (docs/architecture.md, "Errors")."""
 
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
@@ -132,7 +83,6 @@ def _int(text: str) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
-        prog="micro_benchmarking_pytorch.py",
         description="Benchmark PyTorch training and inference of a model on a GPU (ROCm or CUDA) "
                     "or the CPU: warm-up apart, device-event timing, every sample kept.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -208,15 +158,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-# Precision names a sweep takes, and the single-run flags each stands for.
-SWEEP_PRECISIONS = {
-    "fp32": dict(fp16=0, amp=False, amp_dtype="fp16", tf32=False),
-    "tf32": dict(fp16=0, amp=False, amp_dtype="fp16", tf32=True),
-    "fp16": dict(fp16=1, amp=False, amp_dtype="fp16", tf32=False),
-    "amp": dict(fp16=0, amp=True, amp_dtype="fp16", tf32=False),
-    "amp-fp16": dict(fp16=0, amp=True, amp_dtype="fp16", tf32=False),
-    "amp-bf16": dict(fp16=0, amp=True, amp_dtype="bf16", tf32=False),
-}
 COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune",
                  "max-autotune-no-cudagraphs")
 
@@ -224,10 +165,12 @@ COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune",
 def _add_sweep_args(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group(
         "sweeps, capacity and comparisons (lists in --network, --batch-size and --mode sweep too)")
-    group.add_argument("--precision", type=_choices(tuple(SWEEP_PRECISIONS)), default=None,
+    group.add_argument("--precision", type=_choices(precision_table.CHOICES), default=None,
                        metavar="P[,P]",
-                       help="precision modes to run: fp32, tf32, fp16, amp (= amp-fp16), "
-                            "amp-bf16; replaces --fp16/--amp/--tf32")
+                       help="precision mode(s): " + "; ".join(
+                           f"{row.name} ({row.older_flags})" for row in precision_table.TABLE)
+                       + "; amp = amp-fp16. One value is a single run's precision; a list "
+                         "sweeps. Replaces --fp16/--amp/--tf32")
     group.add_argument("--compile-mode", type=_choices(COMPILE_MODES), default=None,
                        metavar="M[,M]",
                        help="compile modes to run: none, default, reduce-overhead, "
@@ -247,23 +190,6 @@ def _add_sweep_args(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--plot", default=None, metavar="FILE.png",
                        help="plot a sweep: throughput and memory against batch size, or bars "
                             "per configuration")
-
-
-@dataclass(frozen=True)
-class Plan:
-    """What one invocation does: one configuration or a sweep of them, and what follows."""
-
-    configs: tuple[BenchConfig, ...]
-    find_max_batch: bool = False
-    memory_budget_gb: float | None = None
-    max_batch_limit: int = 65536
-    compare: str | None = None
-    tolerance_pct: float = 5.0
-    plot: str | None = None
-
-    @property
-    def is_sweep(self) -> bool:
-        return len(self.configs) > 1
 
 
 def _schedule(text: str) -> tuple[int, int, int]:
@@ -449,12 +375,13 @@ def to_config(args: argparse.Namespace) -> BenchConfig:
         value = getattr(args, name)
         if value is not None and not value.strip():
             raise UsageError(f"--{name.replace('_', '-')} must not be empty")
+    precision, precision_notes = _precision(args)
     return _check(BenchConfig(
         network=args.network[0], batch_size=args.batch_size[0], image_size=args.image_size,
         mode=args.mode[0], opt_step=args.opt_step, iterations=args.iterations, warmup=args.warmup,
-        fp16=args.fp16, amp=args.amp, amp_dtype=args.amp_dtype, amp_opt_level=args.amp_opt_level,
-        tf32=bool(args.tf32), nhwc=args.nhwc, compile=args.compile,
-        compile_options=compile_options, compile_notes=tuple(compile_notes), device=args.device,
+        precision=precision, tf32=bool(args.tf32), nhwc=args.nhwc, compile=args.compile,
+        compile_options=compile_options, notes=tuple(precision_notes + compile_notes),
+        device=args.device,
         output_dir=args.output_dir, output_file=args.output_file, csv_file=args.csv_file,
         write_files=not args.no_files, quiet=args.quiet, seed=args.seed,
         distributed_dataparallel=args.distributed_dataparallel, device_ids=args.device_ids,
@@ -468,11 +395,19 @@ def to_config(args: argparse.Namespace) -> BenchConfig:
         peak_tflops=args.peak_tflops, capture_range=args.capture_range))
 
 
+def _precision(args: argparse.Namespace) -> tuple[str, list[str]]:
+    """The precision mode of the first configuration: --precision, else the older flags."""
+    if args.precision:
+        if args.fp16 or args.amp or args.tf32 or args.amp_opt_level is not None:
+            raise UsageError("--precision replaces --fp16, --amp, --tf32 and --amp-opt-level: "
+                             "use one or the other")
+        return precision_table.lookup(args.precision[0]).name, []
+    return precision_table.from_older_flags(args.fp16, args.amp, args.amp_dtype,
+                                            args.amp_opt_level, bool(args.tf32))
+
+
 def _sweep_values(args: argparse.Namespace) -> list[dict]:
     """One dict of changes per configuration: network x mode x precision x compile x batch."""
-    if args.precision and (args.fp16 or args.amp or args.tf32 or args.amp_opt_level is not None):
-        raise UsageError("--precision replaces --fp16, --amp, --tf32 and --amp-opt-level: "
-                         "use one or the other")
     if args.compile_mode and (args.compile or args.compile_context):
         raise UsageError("--compile-mode replaces --compile and --compileContext: use one")
     changes = []
@@ -482,7 +417,9 @@ def _sweep_values(args: argparse.Namespace) -> list[dict]:
                 for compile_mode in args.compile_mode or [None]:
                     for batch in args.batch_size:
                         change = dict(network=network, mode=mode, batch_size=batch)
-                        change.update(SWEEP_PRECISIONS.get(precision, {}))
+                        if precision is not None:
+                            row = precision_table.lookup(precision)
+                            change.update(precision=row.name, tf32=row.tf32)
                         if compile_mode is not None:
                             change.update(compile=compile_mode != "none", compile_options=(
                                 {} if compile_mode in ("none", "default")

@@ -1,20 +1,62 @@
-"""Which device to run on, and what it and the software around it are.
+"""The device layer: the one module that knows device types.
 
-ROCm builds of PyTorch expose AMD GPUs through the ``torch.cuda`` API; ``torch.version.hip`` tells
-them apart, and the report then says ROCm/HIP, never CUDA.
+Which device to run on, what it is, and the operations whose spelling differs between a GPU and
+the CPU: synchronise, timing events, empty the cache, peak and free memory, the memory cap, and
+whether an exception means "out of memory". Everything else calls these and never branches on
+``device.type`` for them.
+
+GPUs go through ``torch.accelerator`` where the installed PyTorch has the functions we need
+(2.9 and newer), else through ``torch.cuda``; ROCm builds implement both for AMD GPUs, and
+``torch.version.hip`` tells them apart, so the report then says ROCm/HIP, never CUDA.
+
+Example::
+
+    device, notice = select("auto")
+    activate(device)
+    synchronize(device)
+    allocated_mb, reserved_mb = peak_memory_mb(device)   # (None, None) on the CPU
 """
 from __future__ import annotations
 
 import datetime
+import functools
 import os
 import platform
 import socket
+from types import SimpleNamespace
 
 import torch
-import torchvision
 
 from .errors import MissingEnvironment, UsageError
 
+# The torch.accelerator functions this module uses; an older torch lacks some of them, and then
+# torch.cuda (which HIP builds implement too) serves instead.
+_ACCELERATOR_FUNCTIONS = ("synchronize", "empty_cache", "max_memory_allocated",
+                          "max_memory_reserved", "reset_peak_memory_stats", "get_memory_info",
+                          "memory_reserved", "memory_allocated", "set_device_index")
+
+
+@functools.lru_cache(maxsize=1)
+def _gpu_api():
+    accelerator = getattr(torch, "accelerator", None)
+    if accelerator is not None and all(hasattr(accelerator, name)
+                                       for name in _ACCELERATOR_FUNCTIONS):
+        return accelerator
+    cuda = torch.cuda
+    return SimpleNamespace(
+        synchronize=cuda.synchronize, empty_cache=cuda.empty_cache,
+        max_memory_allocated=cuda.max_memory_allocated,
+        max_memory_reserved=cuda.max_memory_reserved,
+        reset_peak_memory_stats=cuda.reset_peak_memory_stats, get_memory_info=cuda.mem_get_info,
+        memory_reserved=cuda.memory_reserved, memory_allocated=cuda.memory_allocated,
+        set_device_index=cuda.set_device)
+
+
+def is_gpu(device: torch.device) -> bool:
+    return device.type != "cpu"
+
+
+# ---------------------------------------------------------------- choosing the device
 
 def gpu_runtime() -> str:
     """'ROCm' on HIP builds, 'CUDA' on CUDA builds, 'none' on CPU-only builds."""
@@ -23,12 +65,12 @@ def gpu_runtime() -> str:
     return "CUDA" if torch.version.cuda else "none"
 
 
-def select_device(requested: str, local_rank: int | None = None) -> tuple[torch.device, str | None]:
-    """The device to run on, and a notice to print when the choice was not asked for."""
+def select(requested: str, local_rank: int | None = None) -> tuple[torch.device, str | None]:
+    """The device to run on (checked, not yet made current), and a notice when the choice was
+    not asked for."""
     if requested == "auto":
         if torch.cuda.is_available():
-            index = local_rank if local_rank is not None else torch.cuda.current_device()
-            return _cuda_device(index), None
+            return _gpu(local_rank if local_rank is not None else 0), None
         return torch.device("cpu"), ("No GPU found (torch.cuda.is_available() is False): "
                                      "running on the CPU.")
     try:
@@ -45,27 +87,125 @@ def select_device(requested: str, local_rank: int | None = None) -> tuple[torch.
                                  f"(PyTorch {torch.__version__}, {gpu_runtime()} build): install a "
                                  f"ROCm or CUDA build of PyTorch, check the driver, or use "
                                  f"--device cpu")
-    index = device.index if device.index is not None else (local_rank or 0)
-    return _cuda_device(index), None
+    return _gpu(device.index if device.index is not None else (local_rank or 0)), None
 
 
-def _cuda_device(index: int) -> torch.device:
+def _gpu(index: int) -> torch.device:
     count = torch.cuda.device_count()
     if index >= count:
         raise MissingEnvironment(f"GPU {index} asked for, but only {count} visible "
                                  f"(check CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES)")
-    torch.cuda.set_device(index)
     return torch.device("cuda", index)
 
 
+def activate(device: torch.device) -> None:
+    """Make ``device`` this process's current device (events and kernels go to its stream)."""
+    if is_gpu(device):
+        _gpu_api().set_device_index(device)
+
+
+# ---------------------------------------------------------------- operations
+
+def synchronize(device: torch.device) -> None:
+    if is_gpu(device):
+        _gpu_api().synchronize(device)
+
+
+def timing_event():
+    """A device event that records a timestamp on the current stream."""
+    if hasattr(torch, "Event"):
+        return torch.Event(enable_timing=True)
+    return torch.cuda.Event(enable_timing=True)
+
+
+def clock_name(device: torch.device) -> str:
+    if not is_gpu(device):
+        return "host perf_counter"
+    return "HIP events" if torch.version.hip else "CUDA events"
+
+
+def empty_cache(device: torch.device) -> None:
+    if is_gpu(device):
+        _gpu_api().empty_cache()
+
+
+def reset_peak_memory(device: torch.device) -> None:
+    if is_gpu(device):
+        _gpu_api().reset_peak_memory_stats(device)
+
+
+def peak_memory_mb(device: torch.device) -> tuple[float | None, float | None]:
+    """Peak allocated and reserved since the last reset; unknown (None) on the CPU."""
+    if not is_gpu(device):
+        return None, None
+    api = _gpu_api()
+    return api.max_memory_allocated(device) / 2**20, api.max_memory_reserved(device) / 2**20
+
+
+def _meminfo_bytes(key: str) -> int | None:
+    """A field of /proc/meminfo (Linux); None where it cannot be read."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            for line in meminfo:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def free_memory_bytes(device: torch.device) -> int | None:
+    """Bytes that can still be allocated on ``device``; None when that cannot be known."""
+    if not is_gpu(device):
+        return _meminfo_bytes("MemAvailable")
+    api = _gpu_api()
+    free, _ = api.get_memory_info(device)
+    # Blocks PyTorch's caching allocator holds but does not use are free to us too.
+    return free + api.memory_reserved(device) - api.memory_allocated(device)
+
+
+def total_memory_bytes(device: torch.device) -> int | None:
+    if not is_gpu(device):
+        return _meminfo_bytes("MemTotal")
+    return torch.cuda.get_device_properties(device).total_memory
+
+
+def cache_bytes(device: torch.device) -> int | None:
+    """The last-level cache the device reports (L2 on GPUs); None when it says nothing."""
+    if not is_gpu(device):
+        return None
+    return getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or None
+
+
+def cap_memory(device: torch.device, budget_bytes: float) -> float:
+    """Cap the caching allocator at ``budget_bytes`` as if the GPU were smaller; the fraction."""
+    fraction = min(1.0, budget_bytes / total_memory_bytes(device))
+    torch.cuda.set_per_process_memory_fraction(fraction, device)
+    return fraction
+
+
+# The CPU allocator raises plain RuntimeErrors with these words (c10's DefaultCPUAllocator).
+_CPU_OUT_OF_MEMORY = ("can't allocate memory", "not enough memory")
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    """True when ``error`` says the device (GPU or host) ran out of memory."""
+    if isinstance(error, torch.OutOfMemoryError):       # CUDA and HIP allocators
+        return True
+    return isinstance(error, RuntimeError) and any(words in str(error)
+                                                   for words in _CPU_OUT_OF_MEMORY)
+
+
+# ---------------------------------------------------------------- what the device is
+
 def device_name(device: torch.device) -> str:
-    if device.type == "cuda":
+    if is_gpu(device):
         return torch.cuda.get_device_name(device)
     return _cpu_model()
 
 
 def _architecture(device: torch.device) -> str:
-    if device.type != "cuda":
+    if not is_gpu(device):
         return platform.machine()
     props = torch.cuda.get_device_properties(device)
     if torch.version.hip:
@@ -102,6 +242,7 @@ def _cpu_model() -> str:
 
 def describe(device: torch.device) -> dict:
     """Versions, device and host, for the config echo and the JSON ``env`` block."""
+    import torchvision
     env = {
         "torch": torch.__version__,
         "torchvision": torchvision.__version__,
@@ -110,6 +251,7 @@ def describe(device: torch.device) -> dict:
         "hip": torch.version.hip,
         "cuda": torch.version.cuda,
         "device": str(device),
+        "device_type": "gpu" if is_gpu(device) else "cpu",
         "device_name": device_name(device),
         "architecture": _architecture(device),
         "host": socket.gethostname(),
@@ -117,7 +259,7 @@ def describe(device: torch.device) -> dict:
         "cpu_threads": torch.get_num_threads(),
         "time_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
-    if device.type == "cuda":
+    if is_gpu(device):
         props = torch.cuda.get_device_properties(device)
         env["device_memory_gb"] = round(props.total_memory / 1e9, 1)
         env["multiprocessors"] = props.multi_processor_count
@@ -131,6 +273,9 @@ def describe(device: torch.device) -> dict:
 
 
 def runtime_version(env: dict) -> str:
+    """What ran the device's kernels: the GPU runtime, or the CPU (whatever the build)."""
+    if env.get("device_type") == "cpu":
+        return "CPU"
     if env["hip"]:
         return f"ROCm/HIP {env['hip']}"
     if env["cuda"]:

@@ -17,15 +17,14 @@ from __future__ import annotations
 
 import datetime
 import os
-import socket
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Mapping
 
 import torch
 import torch.distributed as dist
 
+from .device import is_gpu
 from .errors import UsageError
-from .timing import Measurement
 
 # Set by tests (and by anyone checking failure handling): this global rank raises just before
 # the timed region, as a rank that dies mid-run would.
@@ -148,7 +147,7 @@ def worker_launch(launch: Launch, index: int, device_ids) -> Launch:
 
 
 def init_process_group(launch: Launch, device: torch.device, timeout_s: float) -> None:
-    backend = launch.backend or ("nccl" if device.type == "cuda" else "gloo")
+    backend = launch.backend or ("nccl" if is_gpu(device) else "gloo")
     kwargs = {}
     if launch.launcher != "torchrun":      # torchrun's env:// carries rank and world size
         kwargs.update(rank=launch.rank, world_size=launch.world_size)
@@ -157,7 +156,7 @@ def init_process_group(launch: Launch, device: torch.device, timeout_s: float) -
 
 
 def barrier(device: torch.device) -> None:
-    if device.type == "cuda" and dist.get_backend() == "nccl":
+    if is_gpu(device) and dist.get_backend() == "nccl":
         dist.barrier(device_ids=[device.index])
     else:
         dist.barrier()
@@ -174,115 +173,24 @@ def shutdown() -> None:
         dist.destroy_process_group()
 
 
-# ---------------------------------------------------------------- results of all ranks
-
-@dataclass
-class RankRecord:
-    """What one rank measured, small enough to gather."""
-
-    rank: int
-    local_rank: int
-    host: str
-    device_name: str
-    batch_size: int
-    samples_ms: list[float]
-    peak_allocated_mb: float | None
-    peak_reserved_mb: float | None
-
-    @property
-    def times(self) -> Measurement:
-        return Measurement(self.samples_ms)
-
-    @property
-    def throughput(self) -> float:
-        times = self.times
-        return self.batch_size * times.count / (times.total_ms / 1e3)
-
-
-def record_of(result, launch: Launch) -> RankRecord:
-    return RankRecord(rank=launch.rank, local_rank=launch.local_rank, host=socket.gethostname(),
-                      device_name=result.env["device_name"], batch_size=result.batch_size,
-                      samples_ms=list(result.times.samples_ms),
-                      peak_allocated_mb=result.peak_allocated_mb,
-                      peak_reserved_mb=result.peak_reserved_mb)
-
-
-def gather_records(record: RankRecord) -> list[RankRecord] | None:
-    """Every rank's record on rank 0 (sorted by rank); None on the other ranks."""
+def gather_to_main(item):
+    """Every rank's ``item`` on global rank 0 (in rank order); None on the other ranks."""
     gathered = [None] * dist.get_world_size() if dist.get_rank() == 0 else None
-    dist.gather_object(record, gathered, dst=0)
-    return sorted(gathered, key=lambda r: r.rank) if gathered is not None else None
+    dist.gather_object(item, gathered, dst=0)
+    return gathered
 
 
-@dataclass
-class Aggregate:
-    """The job's numbers, computed on rank 0 from all ranks' raw samples."""
+def backend_name() -> str | None:
+    return dist.get_backend() if dist.is_available() and dist.is_initialized() else None
 
-    launch: Launch
-    records: list[RankRecord]
-    baseline_throughput: float | None = None
-    notes: list[str] = field(default_factory=list)
 
-    @property
-    def world_size(self) -> int:
-        return len(self.records)
+def ddp_wrapper(config, device: torch.device):
+    """A function that wraps a model in DistributedDataParallel with the --ddp-* settings."""
+    from torch.nn.parallel import DistributedDataParallel
 
-    @property
-    def slowest(self) -> RankRecord:
-        return max(self.records, key=lambda r: r.times.total_ms)
-
-    @property
-    def fastest(self) -> RankRecord:
-        return min(self.records, key=lambda r: r.times.total_ms)
-
-    @property
-    def global_batch(self) -> int:
-        return sum(r.batch_size for r in self.records)
-
-    @property
-    def throughput(self) -> float:
-        """Images of all ranks per second of the slowest rank's timed wall time: the job is
-        done only when its slowest rank is."""
-        slowest = self.slowest.times
-        return self.global_batch * slowest.count / (slowest.total_ms / 1e3)
-
-    @property
-    def per_gpu_throughput(self) -> float:
-        return self.throughput / self.world_size
-
-    @property
-    def time_per_batch_s(self) -> float:
-        return self.slowest.times.mean / 1e3
-
-    @property
-    def skew(self) -> float:
-        """How much longer the slowest rank's timed region took than the fastest rank's."""
-        return self.slowest.times.total_ms / self.fastest.times.total_ms - 1.0
-
-    @property
-    def all_times(self) -> Measurement:
-        return Measurement.merge(r.times for r in self.records)
-
-    @property
-    def scaling_efficiency(self) -> float | None:
-        if self.baseline_throughput is None:
-            return None
-        return self.throughput / (self.world_size * self.baseline_throughput)
-
-    def to_dict(self) -> dict:
-        return {
-            "launcher": self.launch.launcher, "world_size": self.world_size,
-            "backend": dist.get_backend() if dist.is_initialized() else self.launch.backend,
-            "local_batch_size": self.launch.local_batch, "global_batch_size": self.global_batch,
-            "throughput_img_s": self.throughput, "per_gpu_throughput_img_s":
-                self.per_gpu_throughput, "slowest_rank": self.slowest.rank,
-            "fastest_rank": self.fastest.rank, "skew": self.skew,
-            "baseline_throughput_img_s": self.baseline_throughput,
-            "scaling_efficiency": self.scaling_efficiency,
-            "all_ranks_stats": self.all_times.stats(),
-            "per_rank": [{"rank": r.rank, "local_rank": r.local_rank, "host": r.host,
-                          "device_name": r.device_name, "batch_size": r.batch_size,
-                          "throughput_img_s": r.throughput, "stats": r.times.stats(),
-                          "samples_ms": r.samples_ms, "peak_allocated_mb": r.peak_allocated_mb,
-                          "peak_reserved_mb": r.peak_reserved_mb} for r in self.records],
-        }
+    def wrap(model: torch.nn.Module) -> torch.nn.Module:
+        return DistributedDataParallel(
+            model, device_ids=[device.index] if is_gpu(device) else None,
+            bucket_cap_mb=config.ddp_bucket_cap_mb, static_graph=config.ddp_static_graph,
+            gradient_as_bucket_view=config.ddp_gradient_as_bucket_view)
+    return wrap

@@ -1,4 +1,4 @@
-"""Expected failures and their exit codes (DESIGN.md, "Errors").
+"""Expected failures and their exit codes (docs/architecture.md, "Errors").
 
 Raise one of these with a message that says what was wrong and what to do; the entry script prints
 it as one line on stderr, without a traceback, and exits with its code. Anything else is a bug and
@@ -10,6 +10,8 @@ EXIT_USAGE = 2
 EXIT_OUT_OF_MEMORY = 3
 EXIT_MISSING_ENVIRONMENT = 4
 EXIT_REGRESSION = 5
+# The codes of expected failures, each reported by one line where it happened.
+EXPECTED_EXIT_CODES = (EXIT_USAGE, EXIT_OUT_OF_MEMORY, EXIT_MISSING_ENVIRONMENT, EXIT_REGRESSION)
 
 
 class BenchmarkError(Exception):

@@ -19,7 +19,7 @@ Conventions:
 * One row describes what one ``torch.cuda`` device sees. An MI250X is two GCDs, and each GCD is
   a separate device with half the module's CUs and half its bandwidth, so its rows are per GCD.
 
-Unknown devices get no peak (``lookup_peak`` returns None, never a guess; DESIGN.md). A device
+Unknown devices get no peak (``lookup_peak`` returns None, never a guess: docs/architecture.md). A device
 whose compute-unit count differs from the row's (an MI300X in CPX partition mode, an H100 MIG
 slice) is unknown too.
 
@@ -37,6 +37,8 @@ from typing import Callable
 
 import torch
 from torch.utils.flop_counter import FlopCounterMode
+
+from .device import is_gpu
 
 PRECISIONS = ("fp32", "fp32_matrix", "tf32", "fp16", "bf16", "fp64")
 
@@ -236,7 +238,7 @@ def lookup_peak(device_name: str, compute_units: int | None = None) -> DevicePea
 
 def peak_for_device(device: torch.device) -> DevicePeak | None:
     """The table's peak for a torch device; None for the CPU and for unknown GPUs."""
-    if device.type != "cuda":
+    if not is_gpu(device):
         return None
     properties = torch.cuda.get_device_properties(device)
     return lookup_peak(properties.name, properties.multi_processor_count)
@@ -261,13 +263,6 @@ def peak_tflops(peak: DevicePeak | None, precision: str) -> float | None:
 # FLOP counting and MFU
 # ----------------------------------------------------------------------------------------------
 
-# The peak an MFU divides by, per precision mode. FP32 convolutions and GEMMs run on AMD's
-# matrix cores (MFMA) where they exist, so "fp32" uses the FP32 matrix rate, which falls back to
-# the vector rate on NVIDIA (no FP32 tensor-core path with TF32 off).
-PEAK_FOR_PRECISION = {"fp32": "fp32_matrix", "tf32": "tf32", "fp16": "fp16", "amp-fp16": "fp16",
-                      "amp-bf16": "bf16"}
-
-
 def count_iteration_flops(model: torch.nn.Module, inputs: torch.Tensor, target: torch.Tensor,
                           logits: Callable, autocast, training: bool) -> int:
     """FLOPs of one iteration, counted once by torch's FlopCounterMode on the eager model:
@@ -291,29 +286,32 @@ class PeakChoice:
     source: str                 # where the number comes from, or why there is none
 
 
-def choose_peak(device: torch.device, precision_name: str, override: float | None) -> PeakChoice:
+def choose_peak(device: torch.device, peak_key: str, override: float | None) -> PeakChoice:
+    """The dense peak MFU divides by: ``--peak-tflops``, else the table's ``peak_key`` column
+    (a precision row's ``peak_key``) for this device, else unknown with the reason."""
     if override is not None:
         return PeakChoice(override, "--peak-tflops")
-    key = PEAK_FOR_PRECISION[precision_name]
     peak = peak_for_device(device)
-    value = peak_tflops(peak, key)
+    value = peak_tflops(peak, peak_key)
     if value is None:
-        what = "the CPU" if device.type != "cuda" else "this device"
+        what = "this device" if is_gpu(device) else "the CPU"
         return PeakChoice(None, f"no peak known for {what}; pass --peak-tflops")
-    return PeakChoice(value, f"{peak.name} dense {key.replace('_matrix', '')}, {peak.source}")
+    return PeakChoice(value, f"{peak.name} dense {peak_key.replace('_matrix', '')}, {peak.source}")
 
 
 @dataclass(frozen=True)
 class Utilization:
-    """Achieved TFLOP/s from the median iteration time, and MFU where the peak is known."""
+    """Achieved TFLOP/s of one device over the timed total (the basis of the throughput), and
+    MFU where the peak is known: FLOPs per iteration x iterations / timed seconds / peak."""
 
     flops_per_iteration: int
-    median_ms: float
+    iterations: int
+    timed_s: float
     peak: PeakChoice
 
     @property
     def achieved_tflops(self) -> float:
-        return self.flops_per_iteration / (self.median_ms * 1e-3) / 1e12
+        return self.flops_per_iteration * self.iterations / self.timed_s / 1e12
 
     @property
     def mfu(self) -> float | None:
@@ -322,4 +320,5 @@ class Utilization:
     def to_dict(self) -> dict:
         return {"flops_per_iteration": self.flops_per_iteration,
                 "achieved_tflops": self.achieved_tflops, "peak_tflops": self.peak.tflops,
-                "peak_source": self.peak.source, "mfu": self.mfu}
+                "peak_source": self.peak.source, "mfu": self.mfu,
+                "basis": "FLOPs x timed iterations / timed total seconds (per device)"}

@@ -69,6 +69,11 @@ class ModelSpec:
     frames: int | None                           # clip length for video models
     _builder: Callable[[int], torch.nn.Module]
 
+    def __reduce__(self):
+        # Builders are closures, which do not pickle; a spec travels to a spawned worker by its
+        # registry name and is looked up again there.
+        return resolve, (self.name,)
+
     def build(self, image_size: int) -> torch.nn.Module:
         with warnings.catch_warnings():
             # torchvision warns about future weight-init defaults on some weightless builds.

@@ -1,18 +1,29 @@
-"""Numeric precision policies: fp32, tf32, fp16 (whole network), amp-fp16 and amp-bf16.
+"""Numeric precision modes: one table, one row per mode.
+
+Every place that needs to know about precision reads this table: the CLI's ``--precision``
+choices, the older flags (``--fp16 1``, ``--amp``, ``--amp-dtype``, ``--amp-opt-level``,
+``--tf32 1``) that map onto a row, the workload (dtypes, autocast, gradient scaling, master
+weights) and the MFU peak lookup (``peak_key``, a column of :mod:`microbench.flops`' table).
 
 * ``fp32``      IEEE FP32 everywhere; TF32 is switched off for matmuls and convolutions.
-* ``tf32``      FP32 tensors, with matmuls and convolutions allowed to use TF32 (``--tf32 1``).
-* ``fp16``      the network in FP16, norm layers in FP32, FP32 master weights (``--fp16 1``).
-* ``amp-fp16``  autocast to FP16 with gradient scaling (``--amp``).
-* ``amp-bf16``  autocast to BF16; BF16 has FP32's range and needs no scaler (``--amp --amp-dtype bf16``).
+* ``tf32``      FP32 tensors, with matmuls and convolutions allowed to use TF32.
+* ``fp16``      the network in FP16, norm layers in FP32, FP32 master weights (``fp16util``).
+* ``amp-fp16``  autocast to FP16 with dynamic gradient scaling.
+* ``amp-bf16``  autocast to BF16; BF16 has FP32's range and needs no scaler.
 
 TF32 is an explicit choice because PyTorch's own default allows it for cuDNN convolutions but not
 for matmuls, so an unqualified "FP32" number would mix the two.
+
+Example::
+
+    policy = lookup("amp-bf16")
+    with policy.autocast(device):
+        loss = model(inputs).sum()
 """
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -21,32 +32,46 @@ from .errors import UsageError
 
 @dataclass(frozen=True)
 class Precision:
-    name: str                           # fp32 | tf32 | fp16 | amp-fp16 | amp-bf16
+    name: str                           # the table key, e.g. "amp-bf16"
     label: str                          # what the "Dtype:" summary line prints
     model_dtype: torch.dtype            # parameters and inputs
     autocast_dtype: torch.dtype | None  # None: no autocast
     master_weights: bool                # FP32 master copies for an FP16 model
     grad_scaling: bool                  # torch.amp.GradScaler
-    tf32: bool
+    peak_key: str                       # the column of the datasheet peak table MFU divides by
+    older_flags: str                    # the older tool's spelling(s) of this mode
+    tf32: bool = False                  # FP32 matmuls and convolutions may use TF32
 
     def autocast(self, device: torch.device):
         if self.autocast_dtype is None:
             return contextlib.nullcontext()
         return torch.autocast(device_type=device.type, dtype=self.autocast_dtype)
 
+    @property
+    def is_half(self) -> bool:
+        """FP16 or BF16 does the bulk of the arithmetic."""
+        return self.model_dtype != torch.float32 or self.autocast_dtype is not None
 
-def _policy(name: str, tf32: bool) -> Precision:
-    half, bf16, fp32 = torch.float16, torch.bfloat16, torch.float32
-    table = {
-        "fp32": ("FP32", fp32, None, False, False),
-        "tf32": ("TF32", fp32, None, False, False),
-        "fp16": ("FP16", half, None, True, False),
-        "amp-fp16": ("AMP-FP16", fp32, half, False, True),
-        "amp-bf16": ("AMP-BF16", fp32, bf16, False, False),
-    }
-    label, model_dtype, autocast_dtype, master, scaling = table[name]
-    return Precision(name, label, model_dtype, autocast_dtype, master, scaling, tf32)
 
+_HALF, _BF16, _FP32 = torch.float16, torch.bfloat16, torch.float32
+
+# FP32 convolutions and GEMMs run on AMD's matrix cores (MFMA) where they exist, so "fp32"
+# divides by the FP32 matrix rate, which falls back to the vector rate on NVIDIA (no FP32
+# tensor-core path with TF32 off); see microbench/flops.py.
+TABLE = (
+    Precision("fp32", "FP32", _FP32, None, False, False, "fp32_matrix",
+              "the default; --amp-opt-level 0"),
+    Precision("tf32", "TF32", _FP32, None, False, False, "tf32", "--tf32 1", tf32=True),
+    Precision("fp16", "FP16", _HALF, None, True, False, "fp16",
+              "--fp16 1; --amp-opt-level 2 or 3"),
+    Precision("amp-fp16", "AMP-FP16", _FP32, _HALF, False, True, "fp16",
+              "--amp; --amp-opt-level 1"),
+    Precision("amp-bf16", "AMP-BF16", _FP32, _BF16, False, False, "bf16",
+              "--amp --amp-dtype bf16"),
+)
+PRECISIONS = {row.name: row for row in TABLE}
+ALIASES = {"amp": "amp-fp16"}
+CHOICES = tuple(PRECISIONS) + tuple(ALIASES)
 
 # APEX's opt levels (O0..O3) mapped onto native modes. O2 ("almost FP16": FP16 model, FP32 norm
 # layers and master weights) is exactly --fp16 1. O3 (pure FP16, norms too) is mapped to the same,
@@ -54,9 +79,17 @@ def _policy(name: str, tf32: bool) -> Precision:
 AMP_OPT_LEVELS = {0: "fp32", 1: "amp-fp16", 2: "fp16", 3: "fp16"}
 
 
-def resolve(fp16: int, amp: bool, amp_dtype: str, amp_opt_level: int | None,
-            tf32: bool) -> tuple[Precision, list[str]]:
-    """The policy for the precision flags, and notes to print about how they were read."""
+def lookup(name: str, tf32: bool = False) -> Precision:
+    """The row for a mode name or alias; ``tf32`` also allows TF32 outside autocast."""
+    row = PRECISIONS.get(ALIASES.get(name, name))
+    if row is None:
+        raise UsageError(f"unknown precision '{name}' (choose from {', '.join(CHOICES)})")
+    return replace(row, tf32=row.tf32 or tf32)
+
+
+def from_older_flags(fp16: int, amp: bool, amp_dtype: str, amp_opt_level: int | None,
+                     tf32: bool) -> tuple[str, list[str]]:
+    """The mode the older precision flags select, and notes on how they were read."""
     notes: list[str] = []
     if fp16 and amp:
         raise UsageError("--fp16 1 and --amp are different modes: choose one "
@@ -76,16 +109,11 @@ def resolve(fp16: int, amp: bool, amp_dtype: str, amp_opt_level: int | None,
         name = "tf32" if tf32 else "fp32"
     if amp_dtype == "bf16" and not amp:
         notes.append("--amp-dtype bf16 has no effect without --amp")
-    return _policy(name, tf32), notes
-
-
-def for_config(config) -> tuple[Precision, list[str]]:
-    """The policy (and notes) for a BenchConfig's precision flags."""
-    return resolve(config.fp16, config.amp, config.amp_dtype, config.amp_opt_level, config.tf32)
+    return name, notes
 
 
 def apply_tf32(enabled: bool) -> None:
-    """Allow or forbid TF32 for CUDA matmuls and cuDNN/MIOpen convolutions, process-wide."""
+    """Allow or forbid TF32 for GPU matmuls and cuDNN/MIOpen convolutions, process-wide."""
     if hasattr(torch.backends, "fp32_precision"):        # PyTorch >= 2.9
         mode = "tf32" if enabled else "ieee"
         torch.backends.cuda.matmul.fp32_precision = mode
@@ -93,3 +121,18 @@ def apply_tf32(enabled: bool) -> None:
     else:
         torch.backends.cuda.matmul.allow_tf32 = enabled
         torch.backends.cudnn.allow_tf32 = enabled
+
+
+def tf32_allowed(kind: str) -> bool:
+    """Whether FP32 ``"matmul"``s or cuDNN/MIOpen ``"conv"``olutions may use TF32 right now.
+
+    Reads the API that :func:`apply_tf32` writes: PyTorch 2.9 refuses to read the older
+    ``allow_tf32`` flags once the newer ``fp32_precision`` ones have been set.
+    """
+    if hasattr(torch.backends, "fp32_precision"):
+        node = torch.backends.cuda.matmul if kind == "matmul" else torch.backends.cudnn.conv
+        if node.fp32_precision in ("tf32", "ieee"):
+            return node.fp32_precision == "tf32"
+    # "none" (inherit) or an older PyTorch: the older flags hold the effective default.
+    return bool(torch.backends.cuda.matmul.allow_tf32 if kind == "matmul"
+                else torch.backends.cudnn.allow_tf32)

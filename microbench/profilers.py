@@ -25,6 +25,7 @@ from typing import Callable, ContextManager
 import torch
 from torch.profiler import ProfilerActivity, profile, schedule
 
+from . import device as device_layer
 from .errors import MissingEnvironment
 
 TABLE_ROWS = 15
@@ -44,20 +45,20 @@ class KinetoSchedule:
 
 
 def _activities(device: torch.device) -> list[ProfilerActivity]:
-    if device.type == "cuda":
+    if device_layer.is_gpu(device):
         return [ProfilerActivity.CPU, ProfilerActivity.CUDA]     # CUDA covers HIP on ROCm
     return [ProfilerActivity.CPU]
 
 
 def _time_key(device: torch.device) -> str:
-    return "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
+    return "self_device_time_total" if device_layer.is_gpu(device) else "self_cpu_time_total"
 
 
 # ---------------------------------------------------------------- during the timed pass
 
 def iteration_range(device: torch.device) -> Callable[[int], ContextManager] | None:
     """A named ROCTX/NVTX range per iteration (PyTorch's nvtx module emits ROCTX on ROCm)."""
-    if device.type != "cuda":
+    if not device_layer.is_gpu(device):
         return None
     return lambda index: torch.cuda.nvtx.range(f"iteration {index}")
 
@@ -66,13 +67,13 @@ def operator_range_pass(step: Callable[[], object], device: torch.device,
                         iterations: int = OPERATOR_TABLE_ITERATIONS) -> None:
     """A marked pass after the timed one: a range per operator (emit_nvtx) inside ranges named
     ``profiled iteration i``, for external profilers' timelines."""
-    if device.type != "cuda":
+    if not device_layer.is_gpu(device):
         return
     with torch.autograd.profiler.emit_nvtx():
         for index in range(iterations):
             with torch.cuda.nvtx.range(f"profiled iteration {index}"):
                 step()
-    torch.cuda.synchronize(device)
+    device_layer.synchronize(device)
 
 
 def _roctx_library():
@@ -87,18 +88,18 @@ def _roctx_library():
 @contextlib.contextmanager
 def capture_range(enabled: bool, device: torch.device):
     """Start the device profiler API just before the timed iterations and stop it after."""
-    if not enabled or device.type != "cuda":
+    if not enabled or not device_layer.is_gpu(device):
         yield
         return
     roctx = _roctx_library() if torch.version.hip else None
-    torch.cuda.synchronize(device)
+    device_layer.synchronize(device)
     torch.cuda.profiler.start()
     if roctx is not None:
         roctx.roctxProfilerResume(0)
     try:
         yield
     finally:
-        torch.cuda.synchronize(device)
+        device_layer.synchronize(device)
         if roctx is not None:
             roctx.roctxProfilerPause(0)
         torch.cuda.profiler.stop()
@@ -121,8 +122,7 @@ def deepspeed_profile_step(model: torch.nn.Module, step: Callable[[], object],
     profiler = FlopsProfiler(model)
     profiler.start_profile()
     step()
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+    device_layer.synchronize(device)
     profiler.stop_profile()
     profiler.print_model_profile(profile_step=profile_step, module_depth=-1, top_modules=3,
                                  detailed=True)
@@ -131,18 +131,31 @@ def deepspeed_profile_step(model: torch.nn.Module, step: Callable[[], object],
 
 # ---------------------------------------------------------------- separate profiled passes
 
+def _profiled_averages(step: Callable[[], object], device: torch.device, iterations: int,
+                       memory: bool = False):
+    with profile(activities=_activities(device), profile_memory=memory) as profiler:
+        for _ in range(iterations):
+            step()
+        device_layer.synchronize(device)
+    return profiler.key_averages()
+
+
+def operator_table(step: Callable[[], object], device: torch.device, iterations: int,
+                   row_limit: int = TABLE_ROWS) -> str:
+    """The top operators of ``iterations`` calls of ``step`` by self device time (CPU time on
+    the CPU); the op bench's --enable-profiling table."""
+    averages = _profiled_averages(step, device, iterations)
+    return averages.table(sort_by=_time_key(device), row_limit=row_limit)
+
+
 def operator_tables(step: Callable[[], object], device: torch.device,
                     iterations: int = OPERATOR_TABLE_ITERATIONS) -> str:
     """Top operators by device time, CPU time and memory, from a short profiled pass."""
-    with profile(activities=_activities(device), profile_memory=True) as profiler:
-        for _ in range(iterations):
-            step()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-    averages = profiler.key_averages()
-    memory_key = "self_device_memory_usage" if device.type == "cuda" else "self_cpu_memory_usage"
+    averages = _profiled_averages(step, device, iterations, memory=True)
+    on_gpu = device_layer.is_gpu(device)
+    memory_key = "self_device_memory_usage" if on_gpu else "self_cpu_memory_usage"
     sections = []
-    if device.type == "cuda":
+    if on_gpu:
         sections.append(("Top operators by device time", "self_device_time_total"))
     sections += [("Top operators by CPU time", "cpu_time_total"),
                  ("Top operators by memory", memory_key)]

@@ -15,33 +15,33 @@ from typing import TextIO
 
 import torch
 
-from . import benchmark, precision as precision_mod, report
-from .benchmark import RunResult
-from .cli import BenchConfig
+from . import benchmark, device as device_layer
+from .config import RunSpec
 from .errors import BenchmarkError, OutOfMemory
+from .report import files, writing
+from .summary import Summary
 
 
 @dataclass
 class Row:
-    config: BenchConfig
-    precision_name: str
-    result: RunResult | None = None
+    spec: RunSpec
+    summary: Summary | None = None
     status: str = "ok"                 # ok | out of memory | error
     error: str | None = None
 
     @property
     def throughput(self) -> float | None:
-        return self.result.throughput if self.result else None
+        return self.summary.throughput if self.summary else None
 
     @property
     def peak_allocated_mb(self) -> float | None:
-        return self.result.peak_allocated_mb if self.result else None
+        return self.summary.peak_allocated_mb if self.summary else None
 
     def label(self) -> str:
-        config = self.config
+        config = self.spec.config
         compiled = (f" compile={config.compile_options.get('mode', 'default')}"
                     if config.compile else "")
-        return (f"{config.network} {config.mode} {self.precision_name}"
+        return (f"{config.network} {config.mode} {self.spec.precision.name}"
                 f"{' nhwc' if config.nhwc else ''}{compiled} b{config.batch_size}")
 
 
@@ -67,30 +67,28 @@ class Progress:
 
 
 def _outcome(row: Row) -> str:
-    if row.result is None:
+    if row.summary is None:
         return f"{row.status}: {row.error}"
-    t = row.result.times
-    memory = (f", peak {row.result.peak_allocated_mb:.0f} MB"
-              if row.result.peak_allocated_mb is not None else "")
-    return (f"{row.result.throughput:.2f} img/s, median {t.median:.3f} ms, "
+    summary, t = row.summary, row.summary.times
+    memory = (f", peak {summary.peak_allocated_mb:.0f} MB"
+              if summary.peak_allocated_mb is not None else "")
+    return (f"{summary.throughput:.2f} img/s, median {t.median:.3f} ms, "
             f"CV {t.cv:.1%}{memory}")
 
 
-def release(device: torch.device, compiled: bool) -> None:
+def release(spec: RunSpec) -> None:
     """Free what the last row left behind, so the next one starts clean."""
     gc.collect()
-    if compiled:
+    if spec.config.compile:
         torch._dynamo.reset()
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
+    device_layer.empty_cache(spec.device)
 
 
-def run_row(row: Row, device: torch.device, env: dict) -> Row:
+def run_row(row: Row, env: dict) -> Row:
     """Run one configuration; any failure is recorded in the row instead of raised."""
-    precision, notes = precision_mod.for_config(row.config)
     try:
-        row.result = benchmark.run(row.config, device, env, precision, row.config.batch_size)
-        row.result.notes.extend(notes)
+        row.spec.check()
+        row.summary = Summary.of_process(row.spec, env, benchmark.run(row.spec))
     except OutOfMemory as error:
         row.status, row.error = "out of memory", str(error)
     except BenchmarkError as error:
@@ -100,27 +98,27 @@ def run_row(row: Row, device: torch.device, env: dict) -> Row:
     return row
 
 
-def run_sweep(configs, device: torch.device, env: dict, out: TextIO) -> list[Row]:
-    progress, rows = Progress(out, len(configs)), []
-    for index, config in enumerate(configs, 1):
-        row = Row(config, precision_mod.for_config(config)[0].name)
+def run_sweep(specs, env: dict, out: TextIO) -> list[Row]:
+    progress, rows = Progress(out, len(specs)), []
+    for index, spec in enumerate(specs, 1):
+        row = Row(spec)
         progress.start(index, row)
-        run_row(row, device, env)
-        release(device, config.compile)
+        run_row(row, env)
+        release(spec)
         progress.done(index, row)
         rows.append(row)
     return rows
 
 
 def print_comparison(rows: list[Row], out: TextIO) -> None:
-    reference = next((row for row in rows if row.result is not None), None)
+    reference = next((row for row in rows if row.summary is not None), None)
     print("", file=out)
     print("Sweep comparison (speedup and memory change against row "
           f"{rows.index(reference) + 1 if reference else '-'})", file=out)
     print(f"{'#':>3}  {'configuration':<46} {'img/s':>10} {'speedup':>8} {'peak MB':>9} "
           f"{'memory':>8}", file=out)
     for index, row in enumerate(rows, 1):
-        if row.result is None:
+        if row.summary is None:
             print(f"{index:>3}  {row.label():<46} {row.status:>10}", file=out)
             continue
         speedup = row.throughput / reference.throughput
@@ -132,23 +130,22 @@ def print_comparison(rows: list[Row], out: TextIO) -> None:
               f"{memory:>9} {change:>8}", file=out)
 
 
-def write_files(rows: list[Row], output_dir: str, csv_path: str, env: dict) -> str:
+def write_files(rows: list[Row], output_dir: str, env: dict) -> str:
     """Each successful row's JSON, every row in the CSV, and one sweep JSON; returns its path."""
     documents = []
     for row in rows:
-        if row.result is not None:
-            path = report.json_path(row.result)
-            report.write_json(report.result_document(row.result), path)
-            report.append_csv(report.csv_row(row.result, path), csv_path)
-            documents.append({"status": "ok", "json_file": path,
-                              "result": report.result_document(row.result)})
+        spec = row.spec
+        if row.summary is not None:
+            files.write_files(row.summary)
+            documents.append({"status": "ok", "json_file": spec.json_path,
+                              "result": files.result_document(row.summary)})
         else:
-            report.append_csv(report.failed_csv_row(row.config, row.precision_name, env,
-                                                    row.status, row.error), csv_path)
+            files.append_csv(files.failed_csv_row(spec, env, row.status, row.error),
+                             spec.csv_path)
             documents.append({"status": row.status, "error": row.error,
-                              "config": dataclasses.asdict(row.config)})
+                              "config": dataclasses.asdict(spec.config)})
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     path = os.path.join(output_dir, f"sweep_{stamp}.json")
-    report.write_json({"schema_version": report.SCHEMA_VERSION, "env": env, "rows": documents},
-                      path)
+    writing.write_json(path, {"schema_version": files.SCHEMA_VERSION, "env": env,
+                              "rows": documents})
     return path

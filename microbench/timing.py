@@ -1,7 +1,7 @@
 """Clocks and measurements.
 
-The clock is chosen once per device: CUDA/HIP events on a GPU (ROCm builds implement the same
-``torch.cuda.Event`` API), ``time.perf_counter`` on the CPU. A recorder takes one timestamp per
+The clock is chosen once per device: device events on a GPU (CUDA and HIP alike, through
+:mod:`microbench.device`), ``time.perf_counter`` on the CPU. A recorder takes one timestamp per
 ``mark()`` into storage allocated up front, so the timed loop allocates nothing for timing and
 never waits for the device; timestamps are read only after the loop, with one synchronisation.
 
@@ -27,6 +27,8 @@ from typing import Callable, Iterable, Sequence
 
 import torch
 
+from . import device as device_layer
+
 # A run whose coefficient of variation passes this is flagged as noisy in the summary.
 # torch.utils.benchmark warns on IQR/median; we report std/mean because users quote it.
 NOISY_CV_THRESHOLD = 0.05
@@ -35,9 +37,8 @@ NOISY_CV_THRESHOLD = 0.05
 class EventRecorder:
     """Timestamps as device events recorded on the current stream."""
 
-    def __init__(self, marks: int, device: torch.device):
-        self._events = [torch.cuda.Event(enable_timing=True) for _ in range(marks)]
-        self._device = device
+    def __init__(self, marks: int):
+        self._events = [device_layer.timing_event() for _ in range(marks)]
         self._count = 0
 
     def mark(self) -> None:
@@ -70,10 +71,6 @@ class HostRecorder:
         return [(b - a) * 1e3 for a, b in zip(stamps, stamps[1:])]
 
 
-def uses_device_events(device: torch.device) -> bool:
-    return device.type == "cuda"
-
-
 def make_recorder(device: torch.device, marks: int,
                   time_fn: Callable[[], float] | None = None):
     """The recorder for ``device``: device events on a GPU, the host clock otherwise.
@@ -82,20 +79,9 @@ def make_recorder(device: torch.device, marks: int,
     """
     if time_fn is not None:
         return HostRecorder(marks, time_fn)
-    if uses_device_events(device):
-        return EventRecorder(marks, device)
+    if device_layer.is_gpu(device):
+        return EventRecorder(marks)
     return HostRecorder(marks)
-
-
-def synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def clock_name(device: torch.device) -> str:
-    if not uses_device_events(device):
-        return "host perf_counter"
-    return "HIP events" if torch.version.hip else "CUDA events"
 
 
 def percentile(sorted_values: Sequence[float], q: float) -> float:

@@ -1,22 +1,49 @@
-"""Shared test helpers: the repository on sys.path, the CLI as a subprocess, GPU skips."""
+"""Shared test helpers: the CLI in-process and as a subprocess, GPU skips.
+
+Most tests call ``main()`` in this interpreter (a new one costs 6-8 s of imports on the CI
+machine); a handful run the real entry script in a subprocess where that is the point: exit
+codes of the process, signals, torchrun, the op bench's entry point, the installed commands.
+"""
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 SCRIPT = ROOT / "micro_benchmarking_pytorch.py"
 
 # The smallest run that still exercises every phase: tiny model input, 2 images, 2+1 iterations.
 TINY = ["--image-size", "32", "--batch-size", "2", "--iterations", "2", "--warmup", "1"]
 
 requires_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+
+
+@dataclass
+class Ran:
+    """What a run of the CLI left: its exit code and its output (like CompletedProcess)."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def run_main(capture, *args: str, main=None) -> Ran:
+    """Call the model benchmark's ``main()`` in this process; ``capture`` is capfd/capsys."""
+    if main is None:
+        from microbench.main import main
+    capture.readouterr()                       # drop whatever came before
+    try:
+        code = main(list(args))
+    except SystemExit as exit_:                # argparse's usage errors
+        code = exit_.code
+    out = capture.readouterr()
+    return Ran(code, out.out, out.err)
 
 
 def run_cli(*args: str, cwd: Path | None = None, timeout: int = 300,
@@ -28,10 +55,18 @@ def run_cli(*args: str, cwd: Path | None = None, timeout: int = 300,
 
 
 @pytest.fixture
-def cli(tmp_path):
-    """Run the CLI with results under a fresh directory; returns (process, output_dir)."""
-    def invoke(*args: str, **kwargs):
+def cli(tmp_path, capfd):
+    """Run the CLI in-process with results under a fresh directory; returns (ran, output_dir)."""
+    def invoke(*args: str):
         out_dir = tmp_path / "results"
-        process = run_cli(*args, "--output-dir", str(out_dir), **kwargs)
-        return process, out_dir
+        # The directory goes first, so a test's own --output-dir wins.
+        return run_main(capfd, "--output-dir", str(out_dir), *args), out_dir
     return invoke
+
+
+def assert_one_line_error(process, code: int, text: str) -> None:
+    """The error contract: the documented exit code, one line on stderr, no traceback."""
+    assert process.returncode == code, (process.stdout[-3000:], process.stderr[-3000:])
+    lines = [line for line in process.stderr.strip().splitlines() if line]
+    assert len(lines) == 1 and text in lines[0], process.stderr
+    assert "Traceback" not in process.stderr

@@ -1,4 +1,4 @@
-"""Flag parsing and validation into BenchConfig."""
+"""Flag parsing and validation into a Plan of BenchConfigs."""
 import pytest
 
 from microbench import cli
@@ -6,13 +6,24 @@ from microbench.errors import UsageError
 
 
 def config_for(*argv):
-    return cli.to_config(cli.parse_args(list(argv)))
+    return cli.to_plan(cli.parse_args(list(argv))).configs[0]
 
 
 def test_defaults_are_a_sensible_run():
     config = config_for()
     assert (config.network, config.batch_size, config.iterations) == ("resnet50", 64, 20)
     assert config.warmup >= 5 and config.mode == "training" and not config.tf32
+    assert config.precision == "fp32"
+
+
+@pytest.mark.parametrize("argv, precision", [
+    (["--fp16", "1"], "fp16"), (["--amp"], "amp-fp16"), (["--amp", "--amp-dtype", "bf16"],
+                                                         "amp-bf16"),
+    (["--tf32", "1"], "tf32"), (["--amp-opt-level", "2"], "fp16"), (["--precision", "amp"],
+                                                                     "amp-fp16"),
+    (["--precision", "amp-bf16"], "amp-bf16")])
+def test_every_precision_spelling_resolves_to_one_mode(argv, precision):
+    assert config_for(*argv).precision == precision
 
 
 def test_compile_context_strings_become_booleans():

@@ -9,9 +9,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from conftest import ROOT, SCRIPT
+from conftest import ROOT, SCRIPT, run_main
 from microbench import distributed
 from microbench.errors import UsageError
+from microbench.summary import RankRecord, Summary
 
 RUN = ["--network", "resnet18", "--image-size", "32", "--iterations", "3", "--warmup", "1",
        "--device", "cpu"]
@@ -132,7 +133,7 @@ def test_uneven_batch_is_a_usage_error_on_every_rank(tmp_path):
 def test_failing_rank_ends_the_job_with_its_name(tmp_path):
     process = run_torchrun(2, *RUN, "--batch-size", "4", "--output-dir", str(tmp_path),
                            env={distributed.FAIL_RANK_VARIABLE: "1"})
-    assert process.returncode != 0
+    assert process.returncode == 1          # torchrun's own code for a failed worker
     assert "[rank 1] error: unexpected RuntimeError: failure injected on rank 1" in process.stderr
     assert result_files(tmp_path) == []
 
@@ -177,18 +178,23 @@ def test_slurm_without_rendezvous_address_is_a_usage_error():
 
 
 def record(rank, samples, batch=2):
-    return distributed.RankRecord(rank, rank, "h", "cpu", batch, samples, None, None)
+    return RankRecord(rank, rank, "h", "cpu", batch, tuple(samples), None, None)
 
 
-def test_aggregate_uses_the_slowest_rank_never_rank0_times_world():
-    agg = distributed.Aggregate(distributed.Launch(launcher="torchrun", world_size=2),
-                                [record(0, [10.0, 10.0]), record(1, [15.0, 15.0])],
-                                baseline_throughput=150.0)
-    assert agg.throughput == pytest.approx(4 * 2 / 0.030)          # slowest: 30 ms in all
-    assert agg.throughput != pytest.approx(2 * record(0, [10.0, 10.0]).throughput)
-    assert agg.skew == pytest.approx(0.5)
-    assert agg.slowest.rank == 1 and agg.per_gpu_throughput == pytest.approx(agg.throughput / 2)
-    assert agg.scaling_efficiency == pytest.approx(agg.throughput / 300.0)
+def test_summary_of_ranks_uses_the_slowest_rank_never_rank0_times_world():
+    spec = SimpleNamespace(launch=distributed.Launch(launcher="torchrun", world_size=2),
+                           scaling_baseline_img_s=150.0, notes=())
+    result = SimpleNamespace(flops_per_iteration=None, losses=[])
+    summary = Summary.of_ranks(spec, {}, result, [record(1, [15.0, 15.0]),
+                                                  record(0, [10.0, 10.0])])
+    assert [r.rank for r in summary.ranks] == [0, 1]
+    assert summary.throughput == pytest.approx(4 * 2 / 0.030)      # slowest: 30 ms in all
+    assert summary.throughput != pytest.approx(2 * record(0, [10.0, 10.0]).throughput)
+    assert summary.skew == pytest.approx(0.5) and summary.own.rank == 0
+    assert summary.slowest.rank == 1 and summary.times.samples_ms == (15.0, 15.0)
+    assert summary.time_per_batch_ms == pytest.approx(15.0)
+    assert summary.per_device_throughput == pytest.approx(summary.throughput / 2)
+    assert summary.scaling_efficiency == pytest.approx(summary.throughput / 300.0)
 
 
 def test_manual_launch_with_device_ids_spawns_one_worker_each(tmp_path):
@@ -197,15 +203,26 @@ def test_manual_launch_with_device_ids_spawns_one_worker_each(tmp_path):
         tmp_path, [{}], [["--distributed_dataparallel", "--rank", "0", "--world-size", "1",
                           "--dist-backend", "gloo", "--dist-url", url, "--device_ids", "0,1"]])
     assert processes[0].returncode == 0, outputs[0][1][-2000:]
-    doc = json.loads(result_files(tmp_path)[0].read_text())
+    [path] = result_files(tmp_path)
+    doc = json.loads(path.read_text())
     assert doc["GPUs"] == 2 and doc["Mini batch size [img/gpu]"] == 2
     assert [r["rank"] for r in doc["distributed"]["per_rank"]] == [0, 1]
+    # The spawned workers carry the whole spec: --compare gates this launch too (exit 5).
+    doc["Throughput [img/sec]"] *= 100
+    baseline = tmp_path / "faster.json"
+    baseline.write_text(json.dumps(doc))
+    url = f"tcp://127.0.0.1:{free_port()}"
+    processes, outputs = launch_by_hand(
+        tmp_path / "again", [{}], [["--distributed_dataparallel", "--rank", "0", "--world-size",
+                                    "1", "--dist-backend", "gloo", "--dist-url", url,
+                                    "--device_ids", "0,1", "--compare", str(baseline)]])
+    assert processes[0].returncode == 5, outputs[0][1][-2000:]
+    assert "throughput regressed" in outputs[0][1] and "Comparison with" in outputs[0][0]
 
 
-def test_scaling_baseline_adds_efficiency_and_refuses_other_configs(tmp_path):
-    from conftest import run_cli
+def test_scaling_baseline_adds_efficiency_and_refuses_other_configs(tmp_path, capfd):
     single = tmp_path / "single"
-    assert run_cli(*RUN, "--batch-size", "2", "--output-dir", str(single)).returncode == 0
+    assert run_main(capfd, *RUN, "--batch-size", "2", "--output-dir", str(single)).returncode == 0
     [baseline] = result_files(single)
     process = run_torchrun(2, *RUN, "--batch-size", "4", "--output-dir", str(tmp_path / "two"),
                            "--scaling-baseline", str(baseline))
@@ -215,7 +232,8 @@ def test_scaling_baseline_adds_efficiency_and_refuses_other_configs(tmp_path):
     assert 0 < doc["distributed"]["scaling_efficiency"] < 2
     process = run_torchrun(2, *RUN, "--batch-size", "4", "--mode", "inference", "--output-dir",
                            str(tmp_path / "three"), "--scaling-baseline", str(baseline))
-    assert process.returncode != 0 and "differs in mode" in process.stderr
+    assert process.returncode == 1 and "error: --scaling-baseline" in process.stderr
+    assert "differs in mode" in process.stderr
 
 
 def test_kineto_traces_of_two_ranks_do_not_overwrite_each_other(tmp_path):

@@ -7,7 +7,7 @@ import torch
 from microbench import models, precision, workload
 from microbench.errors import UsageError
 
-FP32 = precision.resolve(0, False, "fp16", None, False)[0]
+FP32 = precision.lookup("fp32")
 CPU = torch.device("cpu")
 
 # One or two of each family and input quirk; `-m all_models` runs the whole registry.

@@ -19,26 +19,39 @@ from microbench.errors import UsageError
     ((0, False, "fp16", 2, False), "fp16"),
     ((0, False, "fp16", 3, False), "fp16"),
 ])
-def test_flags_select_policy(flags, name):
-    policy, _ = precision.resolve(*flags)
-    assert policy.name == name
+def test_older_flags_select_a_row_of_the_table(flags, name):
+    selected, _ = precision.from_older_flags(*flags)
+    assert selected == name and precision.lookup(selected).name == name
 
 
 def test_opt_level_says_how_it_was_mapped():
-    _, notes = precision.resolve(0, False, "fp16", 2, False)
+    _, notes = precision.from_older_flags(0, False, "fp16", 2, False)
     assert any("O2" in note and "fp16" in note for note in notes)
 
 
 def test_conflicting_modes_are_refused():
-    with pytest.raises(UsageError):
-        precision.resolve(1, True, "fp16", None, False)
-    with pytest.raises(UsageError):
-        precision.resolve(1, False, "fp16", 1, False)
+    with pytest.raises(UsageError, match="choose one"):
+        precision.from_older_flags(1, True, "fp16", None, False)
+    with pytest.raises(UsageError, match="cannot be combined"):
+        precision.from_older_flags(1, False, "fp16", 1, False)
 
 
 def test_bf16_needs_no_scaler_and_fp16_amp_does():
-    assert not precision.resolve(0, True, "bf16", None, False)[0].grad_scaling
-    assert precision.resolve(0, True, "fp16", None, False)[0].grad_scaling
+    assert not precision.lookup("amp-bf16").grad_scaling
+    assert precision.lookup("amp-fp16").grad_scaling and precision.lookup("amp").grad_scaling
+
+
+def test_one_table_drives_the_cli_choices_and_the_mfu_peak():
+    from microbench import cli, flops
+    assert set(precision.PRECISIONS) <= set(precision.CHOICES)
+    for row in precision.TABLE:
+        assert row.peak_key in flops.PRECISIONS, row.name
+        plan = cli.to_plan(cli.parse_args(["--precision", row.name]))
+        assert plan.configs[0].precision == row.name
+    with pytest.raises(SystemExit):
+        cli.parse_args(["--precision", "fp8"])
+    assert precision.lookup("tf32").tf32 and not precision.lookup("fp32").tf32
+    assert precision.lookup("amp-bf16", tf32=True).tf32
 
 
 def small_net():

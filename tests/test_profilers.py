@@ -8,7 +8,7 @@ import pytest
 import torch
 import torchvision
 
-from conftest import TINY, run_cli
+from conftest import TINY, assert_one_line_error, run_cli
 from microbench import benchmark, cli, flops, models, profilers
 
 
@@ -30,8 +30,10 @@ def test_resnet50_flops_match_the_published_count():
 def test_peak_choice_and_mfu():
     cpu = torch.device("cpu")
     assert flops.choose_peak(cpu, "fp32", None).tflops is None
-    choice = flops.choose_peak(cpu, "amp-bf16", 100.0)
-    use = flops.Utilization(flops_per_iteration=2 * 10**12, median_ms=100.0, peak=choice)
+    choice = flops.choose_peak(cpu, "bf16", 100.0)
+    # 2 TFLOP per iteration, 5 iterations in 0.5 s of timed total: 20 TFLOP/s, 20% of 100.
+    use = flops.Utilization(flops_per_iteration=2 * 10**12, iterations=5, timed_s=0.5,
+                            peak=choice)
     assert use.achieved_tflops == pytest.approx(20.0) and use.mfu == pytest.approx(0.2)
 
 
@@ -48,6 +50,10 @@ def test_mfu_printed_with_peak_and_unknown_without(cli):
     assert "of 1.5 TFLOP/s (--peak-tflops)" in process.stdout
     doc = json.loads(next(out_dir.glob("*.json")).read_text())
     assert doc["flops"]["mfu"] == pytest.approx(doc["flops"]["achieved_tflops"] / 1.5)
+    # MFU uses the throughput's basis: FLOPs x iterations over the timed total.
+    samples = doc["timing"]["samples_ms"]
+    assert doc["flops"]["achieved_tflops"] == pytest.approx(
+        doc["flops"]["flops_per_iteration"] * len(samples) / (sum(samples) / 1e3) / 1e12)
     process, _ = cli("--network", "resnet18", "--no-files", *TINY)
     assert "MFU                           : unknown" in process.stdout
 
@@ -94,8 +100,7 @@ def test_deepspeed_profile_prints_in_both_modes(cli, mode):
 
 def test_flops_prof_step_must_be_below_iterations(cli):
     process, _ = cli("--network", "resnet18", "--iterations", "10", "--flops-prof-step", "10")
-    assert process.returncode == 2 and "must be below --iterations 10" in process.stderr
-    assert len(process.stderr.strip().splitlines()) == 1
+    assert_one_line_error(process, 2, "must be below --iterations 10")
 
 
 def test_missing_deepspeed_exits_4_with_the_install_command(tmp_path):
@@ -122,7 +127,7 @@ def test_profiled_work_never_enters_a_timed_interval(monkeypatch):
         run_step()
 
     monkeypatch.setattr(profilers, "deepspeed_profile_step", slow_profiled_step)
-    config = cli.to_config(cli.parse_args(["--iterations", "6", "--flops-prof-step", "2"]))
+    config = cli.to_plan(cli.parse_args(["--iterations", "6", "--flops-prof-step", "2"])).configs[0]
     work = SimpleNamespace(step=step, eager_model=None)
     times, outputs = benchmark.measure(config, work, torch.device("cpu"), True,
                                        time_fn=lambda: now[0])

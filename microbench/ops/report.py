@@ -2,23 +2,22 @@
 
 A row is an :class:`OpResult`: measured, skipped (did not fit in memory) or failed (bad input,
 unsupported dtype, out of memory). Files are written whole or not at all: into a temporary file
-beside the target, then ``os.replace``.
+beside the target, then ``os.replace`` (:mod:`microbench.report.writing`, shared with the model
+benchmark).
 """
 from __future__ import annotations
 
 import csv
 import dataclasses
 import io
-import json
 import math
-import os
 import sys
-import tempfile
 from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
-from microbench.errors import BenchmarkError, UsageError
-from microbench.timing import NOISY_CV_THRESHOLD, Measurement
+from ..errors import BenchmarkError
+from ..report import writing
+from ..timing import NOISY_CV_THRESHOLD, Measurement
 
 BYTES_NOTE = "bytes moved = each input read once + output written once; FLOPs from the shapes"
 
@@ -189,44 +188,8 @@ def summary_lines(results: Sequence[OpResult]) -> list[str]:
 # Files
 # ---------------------------------------------------------------------------------------------
 
-def check_writable(path: str, flag: str) -> None:
-    """Fail before the run, not after it, when a result file cannot be written."""
-    directory = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(directory):
-        raise UsageError(f"cannot write {flag} {path}: directory {directory} does not exist")
-    if not os.access(directory, os.W_OK):
-        raise UsageError(f"cannot write {flag} {path}: directory {directory} is not writable")
-
-
-def write_whole(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` whole or not at all (temporary file, then os.replace)."""
-    directory = os.path.dirname(os.path.abspath(path))
-    handle = tempfile.NamedTemporaryFile("w", dir=directory, prefix=".tmp-",
-                                         suffix=os.path.basename(path), delete=False,
-                                         encoding="utf-8", newline="")
-    try:
-        with handle:
-            handle.write(text)
-        os.replace(handle.name, path)
-    except BaseException:
-        os.unlink(handle.name)
-        raise
-
-
-def json_safe(value):
-    """NaN and infinity are not JSON; they become null."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {key: json_safe(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [json_safe(item) for item in value]
-    return value
-
-
 def write_json(path: str, run_info: dict, results: Sequence[OpResult]) -> None:
-    document = {**run_info, "results": [row.as_dict() for row in results]}
-    write_whole(path, json.dumps(json_safe(document), indent=2) + "\n")
+    writing.write_json(path, {**run_info, "results": [row.as_dict() for row in results]})
 
 
 def write_csv(path: str, results: Sequence[OpResult]) -> None:
@@ -236,4 +199,4 @@ def write_csv(path: str, results: Sequence[OpResult]) -> None:
     writer = csv.DictWriter(buffer, fieldnames=fieldnames, lineterminator="\n")
     writer.writeheader()
     writer.writerows(rows)
-    write_whole(path, buffer.getvalue())
+    writing.write_whole(path, buffer.getvalue())

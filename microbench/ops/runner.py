@@ -1,6 +1,6 @@
 """Run op cases: check shapes and memory, build inputs, warm up, time each call, derive rates.
 
-One case is measured as follows (DESIGN.md, "Measurement rules"):
+One case is measured as follows (docs/architecture.md, "Measurement rules"):
 
 1. shapes are checked and the op's cost (bytes, FLOPs, bytes it allocates) computed from them;
 2. if the allocation would not fit in free memory the case is skipped with a line saying so;
@@ -22,12 +22,12 @@ from typing import Callable, Iterable
 
 import torch
 
-from microbench import flops
-from microbench.errors import BenchmarkError, OutOfMemory, UsageError
-from microbench.timing import Measurement, synchronize, time_calls
-
-from TorchTensorOpsBench import ops
-from TorchTensorOpsBench.report import OpResult
+from .. import device as device_layer, flops, profilers
+from ..precision import tf32_allowed
+from ..errors import BenchmarkError, OutOfMemory, UsageError
+from ..timing import Measurement, time_calls
+from . import catalog as ops
+from .report import OpResult
 
 MIB = 1 << 20
 # Headroom kept free beyond an op's own tensors: library workspaces (cuBLAS, cuDNN/MIOpen,
@@ -207,9 +207,9 @@ def peak_precision(spec: ops.OpSpec, dtype_name: str) -> str:
     """
     if dtype_name != "fp32" or spec.compute_path == "vector":
         return dtype_name
-    if spec.compute_path == "matmul" and torch.backends.cuda.matmul.allow_tf32:
+    if spec.compute_path == "matmul" and tf32_allowed("matmul"):
         return "tf32"
-    if spec.compute_path == "conv" and torch.backends.cudnn.allow_tf32 and not torch.version.hip:
+    if spec.compute_path == "conv" and tf32_allowed("conv") and not torch.version.hip:
         return "tf32"
     return "fp32_matrix"
 
@@ -218,37 +218,13 @@ def peak_precision(spec: ops.OpSpec, dtype_name: str) -> str:
 # Device memory and the L2 flush
 # ---------------------------------------------------------------------------------------------
 
-def _mem_available_bytes_from_proc() -> int | None:
-    """MemAvailable from /proc/meminfo (Linux); None where it cannot be read."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as meminfo:
-            for line in meminfo:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
-
-
-def available_memory_bytes(device: torch.device) -> int | None:
-    """Bytes an op can still allocate on ``device``; None when that cannot be known."""
-    if device.type == "cuda":
-        free, _ = torch.cuda.mem_get_info(device)
-        # Blocks PyTorch's caching allocator holds but does not use are free to us too.
-        cached_unused = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
-        return free + cached_unused
-    if device.type == "cpu":
-        return _mem_available_bytes_from_proc()
-    return None
-
-
 def memory_needed_bytes(cost: ops.OpCost) -> int:
     return int(cost.bytes_allocated * (1 + MEMORY_HEADROOM_FRACTION)) + MEMORY_HEADROOM_BYTES
 
 
 def flush_buffer_bytes(device: torch.device) -> int:
     """Twice the L2 size where the device reports it (so no line of the op's data survives)."""
-    l2_bytes = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or 0
+    l2_bytes = device_layer.cache_bytes(device)
     size = 2 * l2_bytes if l2_bytes else DEFAULT_FLUSH_BYTES
     return max(size, ROCM_MIN_FLUSH_BYTES) if torch.version.hip else size
 
@@ -275,11 +251,9 @@ def _gigabytes(count: int) -> str:
 def _torch_error_as_benchmark_error(error: BaseException, case: OpCase, dtype_name: str,
                                     device: torch.device) -> BenchmarkError | None:
     """Map torch's errors for expected situations onto ours; None for anything else (a bug)."""
-    if isinstance(error, torch.cuda.OutOfMemoryError):
-        return OutOfMemory(f"out of memory on {device}; use smaller shapes")
     message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-    if "can't allocate memory" in message or "not enough memory" in message:
-        return OutOfMemory(f"out of memory on {device}: {message}")
+    if device_layer.is_out_of_memory(error):
+        return OutOfMemory(f"out of memory on {device}: {message}; use smaller shapes")
     # torch's dispatcher says e.g. '"addmm_impl_cpu_" not implemented for 'Half''.
     if "not implemented for" in message:
         return UsageError(f"{case.spec.name} does not support {dtype_name} on {device}: "
@@ -291,27 +265,14 @@ def _call_and_measure(call: Callable[[], object], config: RunConfig,
                       between: Callable[[], object] | None) -> Measurement:
     for _ in range(config.num_warmup_iters):
         call()
-    synchronize(config.device)
+    device_layer.synchronize(config.device)
     return time_calls(call, config.num_iters, config.device, between=between)
 
 
 def _profile(call: Callable[[], object], device: torch.device) -> str:
     """Profile a few calls after the timed ones (the timed region never sees the profiler);
-    returns torch.profiler's key_averages table."""
-    activities = [torch.profiler.ProfilerActivity.CPU]
-    if device.type == "cuda":
-        activities.append(torch.profiler.ProfilerActivity.CUDA)
-    with torch.profiler.profile(activities=activities) as profiler:
-        for _ in range(PROFILED_CALLS):
-            call()
-        synchronize(device)
-    averages = profiler.key_averages()
-    if device.type != "cuda":
-        return averages.table(sort_by="cpu_time_total", row_limit=12)
-    try:
-        return averages.table(sort_by="device_time_total", row_limit=12)
-    except (AttributeError, KeyError):  # torch releases before the device_* names
-        return averages.table(sort_by="cuda_time_total", row_limit=12)
+    returns the package's operator table by device time (CPU time on the CPU)."""
+    return profilers.operator_table(call, device, PROFILED_CALLS, row_limit=12)
 
 
 def measure_case(case: OpCase, config: RunConfig, peaks: Peaks,
@@ -321,7 +282,7 @@ def measure_case(case: OpCase, config: RunConfig, peaks: Peaks,
                           case.inplace)
     row = OpResult.for_case(case.label, case.spec.op_type, case.shapes_text, config.dtype_name,
                             case.spec.roof, cost.bytes_moved, cost.flops)
-    needed, available = memory_needed_bytes(cost), available_memory_bytes(config.device)
+    needed, available = memory_needed_bytes(cost), device_layer.free_memory_bytes(config.device)
     if available is not None and needed > available:
         return row.skipped(f"needs {_gigabytes(needed)}, {_gigabytes(available)} free "
                            f"on {config.device}")
@@ -336,13 +297,8 @@ def measure_case(case: OpCase, config: RunConfig, peaks: Peaks,
         return row.failed(mapped)
     finally:
         call = None  # drop the inputs before the next case checks free memory
-        _release_cached_memory(config.device)
+        device_layer.empty_cache(config.device)
     return _with_rates(row, measurement, case.spec, config.dtype_name, peaks).with_profile(profile)
-
-
-def _release_cached_memory(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
 
 
 def _has_fp32_matrix(peak: flops.DevicePeak | None) -> bool:

@@ -2,7 +2,7 @@
 varies, grouped bars of throughput (and memory) per configuration otherwise."""
 from __future__ import annotations
 
-from .errors import MissingEnvironment
+from ..errors import MissingEnvironment
 
 
 def require_matplotlib() -> None:
@@ -21,34 +21,34 @@ def _pyplot():
 
 
 def _series_label(row) -> str:
-    config = row.config
+    config = row.spec.config
     compiled = f", compile {config.compile_options.get('mode', 'default')}" if config.compile else ""
     layout = " nhwc" if config.nhwc else ""
-    return f"{config.network} {config.mode} {row.precision_name}{layout}{compiled}"
+    return f"{config.network} {config.mode} {row.spec.precision.name}{layout}{compiled}"
 
 
 def plot_rows(rows, path: str) -> None:
-    """``rows``: sweep rows with .config, .precision_name, .throughput, .peak_allocated_mb."""
+    """``rows``: sweep rows (microbench.sweep.Row): .spec, .throughput, .peak_allocated_mb."""
     pyplot = _pyplot()
     figure, (speed, memory) = pyplot.subplots(1, 2, figsize=(12, 4.5))
-    batches = {row.config.batch_size for row in rows}
+    batches = {row.spec.batch_size for row in rows}
     if len(batches) > 1:
         series: dict[str, list] = {}
         for row in rows:
             series.setdefault(_series_label(row), []).append(row)
         for label, members in series.items():
             done = [r for r in members if r.throughput is not None]
-            speed.plot([r.config.batch_size for r in done], [r.throughput for r in done],
+            speed.plot([r.spec.batch_size for r in done], [r.throughput for r in done],
                        marker="o", label=label)
             known = [r for r in done if r.peak_allocated_mb is not None]
-            memory.plot([r.config.batch_size for r in known],
+            memory.plot([r.spec.batch_size for r in known],
                         [r.peak_allocated_mb for r in known], marker="o", label=label)
         for axis in (speed, memory):
             axis.set_xscale("log", base=2)
             axis.set_xlabel("batch size [images]")
             axis.legend(fontsize="small")
     else:
-        labels = [f"{_series_label(row)} b{row.config.batch_size}" for row in rows]
+        labels = [f"{_series_label(row)} b{row.spec.batch_size}" for row in rows]
         positions = list(range(len(rows)))
         # A failed row gets no bar (not a zero bar): nothing was measured.
         speed.bar([p for p, r in zip(positions, rows) if r.throughput is not None],

@@ -1,1 +1,0 @@
-"""TorchTensorOpsBench: operator-level benchmark (see README.md); shares timing with microbench."""

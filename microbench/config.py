@@ -1,0 +1,205 @@
+"""Settings: the frozen :class:`BenchConfig` the command line produces, and the :class:`RunSpec`
+resolved from it once.
+
+A config says what the user asked for (it is what a result file stores and what ``--rerun``
+replays). A spec is everything derived from it: the model spec, the precision policy, the image
+size, the launch (rank, world size, batch split), the device, the MFU peak, the result paths and
+the baselines read from disk. :func:`resolve` builds it; every module downstream receives the spec
+whole and resolves nothing again. A spawned worker of the manual launch gets the spec too
+(:meth:`RunSpec.for_worker`), so it knows everything the parent knew.
+
+Example::
+
+    spec = resolve(BenchConfig(network="resnet50", batch_size=64, precision="amp-bf16"))
+    spec.model.name, spec.precision.label, spec.device, spec.json_path
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, replace
+from typing import Mapping
+
+import torch
+
+from . import device as device_layer, distributed, flops, models, precision as precision_table
+from .distributed import Launch
+
+DEFAULT_NETWORK = "resnet50"
+DEFAULT_OUTPUT_DIR = "results"
+CSV_NAME = "benchmark_summary.csv"
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """One configuration as the user asked for it, validated. Passed whole; never mutated."""
+
+    network: str = DEFAULT_NETWORK
+    batch_size: int = 64
+    image_size: int | None = None
+    mode: str = "training"
+    opt_step: int = 1
+    iterations: int = 20
+    warmup: int = 5
+    precision: str = "fp32"                 # a row of microbench.precision.TABLE
+    tf32: bool = False                      # TF32 also outside autocast (--tf32 1)
+    nhwc: bool = False
+    compile: bool = False
+    compile_options: dict = field(default_factory=dict)
+    device: str = "auto"
+    output_dir: str = DEFAULT_OUTPUT_DIR
+    output_file: str | None = None
+    csv_file: str | None = None
+    write_files: bool = True
+    quiet: bool = False
+    seed: int = 0
+    distributed_dataparallel: bool = False
+    device_ids: tuple[int, ...] | None = None
+    rank: int | None = None
+    world_size: int | None = None
+    dist_backend: str | None = None
+    dist_url: str | None = None
+    dist_timeout: float = 600.0
+    ddp_bucket_cap_mb: float = 25.0
+    ddp_static_graph: bool = False
+    ddp_gradient_as_bucket_view: bool = False
+    scaling_baseline: str | None = None
+    autograd_profiler: bool = False
+    kineto: bool = False
+    profiler_schedule: tuple[int, int, int] = (1, 2, 2)
+    profiler_output: str | None = None
+    flops_prof_step: int | None = None
+    peak_tflops: float | None = None
+    capture_range: bool = False
+    notes: tuple[str, ...] = ()             # how older or workshop spellings were read
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one invocation does: one configuration or a sweep of them, and what follows."""
+
+    configs: tuple[BenchConfig, ...]
+    find_max_batch: bool = False
+    memory_budget_gb: float | None = None
+    max_batch_limit: int = 65536
+    compare: str | None = None
+    tolerance_pct: float = 5.0
+    plot: str | None = None
+
+    @property
+    def is_sweep(self) -> bool:
+        return len(self.configs) > 1
+
+
+@dataclass(frozen=True)
+class Gate:
+    """``--compare``: the baseline result, read before anything is written, and the tolerance."""
+
+    path: str
+    tolerance_pct: float
+    baseline: dict
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """A configuration resolved for this process: everything a run needs, derived once."""
+
+    config: BenchConfig
+    model: models.ModelSpec
+    precision: precision_table.Precision
+    image_size: int
+    launch: Launch
+    device: torch.device
+    peak: flops.PeakChoice
+    json_path: str | None              # None with --no-files
+    csv_path: str | None
+    notes: tuple[str, ...]
+    compare: Gate | None = None
+    scaling_baseline_img_s: float | None = None
+
+    @property
+    def batch_size(self) -> int:
+        """Images (clips, sequences) per iteration on this process."""
+        return self.launch.local_batch
+
+    @property
+    def training(self) -> bool:
+        return self.config.mode == "training"
+
+    def check(self) -> None:
+        """Settings that may not suit the model (a sweep records this as the row's failure)."""
+        self.model.check_image_size(self.image_size)
+
+    def for_worker(self, index: int) -> "RunSpec":
+        """The spec of worker ``index`` of a manual launch that starts one per --device_ids."""
+        launch = distributed.worker_launch(self.launch, index, self.config.device_ids)
+        return replace(_derive(self.config, launch), compare=self.compare,
+                       scaling_baseline_img_s=self.scaling_baseline_img_s)
+
+    def with_batch_size(self, batch_size: int) -> "RunSpec":
+        """The same run at another batch size (single process: the largest-batch search)."""
+        config = replace(self.config, batch_size=batch_size)
+        launch = replace(self.launch, local_batch=batch_size, global_batch=batch_size)
+        return replace(_derive(config, launch), compare=self.compare,
+                       scaling_baseline_img_s=self.scaling_baseline_img_s)
+
+
+def resolve(config: BenchConfig, plan: Plan | None = None,
+            environ: Mapping[str, str] | None = None, check: bool = True) -> RunSpec:
+    """Resolve ``config`` for this process: launch, model, precision, device, paths, baselines.
+
+    Input files (the --compare and --scaling-baseline results) are read here, on global rank 0
+    only (other nodes need not see them), before anything runs or is written. ``check=False``
+    leaves :meth:`RunSpec.check` to the caller (a sweep row fails alone).
+    """
+    launch = distributed.detect(config, environ)
+    spec = _derive(config, launch)
+    if check:
+        spec.check()
+    if not launch.is_main:
+        return spec
+    from .report import compare          # results on disk are the report package's format
+    gate = None
+    if plan is not None and plan.compare:
+        gate = Gate(plan.compare, plan.tolerance_pct, compare.load_result(plan.compare))
+    baseline = None
+    if config.scaling_baseline:
+        baseline = compare.scaling_baseline(config.scaling_baseline, spec)
+    return replace(spec, compare=gate, scaling_baseline_img_s=baseline)
+
+
+def _derive(config: BenchConfig, launch: Launch) -> RunSpec:
+    model = models.resolve(config.network)
+    image_size = config.image_size or model.image_size
+    policy = precision_table.lookup(config.precision, config.tf32)
+    device, notice = device_layer.select(config.device,
+                                         launch.device_index if launch.distributed else None)
+    notes = ([notice] if notice else []) + list(config.notes)
+    if config.flops_prof_step is not None and launch.distributed:
+        notes.append(f"DeepSpeed's profile of iteration {config.flops_prof_step} is printed by "
+                     f"rank 0 only; the other ranks run that iteration unprofiled, and every "
+                     f"rank leaves it out of its statistics")
+    json_path = csv_path = None
+    if config.write_files:
+        json_path = os.path.join(config.output_dir, _json_name(config, model, policy))
+        csv_path = config.csv_file or os.path.join(config.output_dir, CSV_NAME)
+    return RunSpec(config=config, model=model, precision=policy, image_size=image_size,
+                   launch=launch, device=device,
+                   peak=flops.choose_peak(device, policy.peak_key, config.peak_tflops),
+                   json_path=json_path, csv_path=csv_path, notes=tuple(notes))
+
+
+def _json_name(config: BenchConfig, model: models.ModelSpec,
+               policy: precision_table.Precision) -> str:
+    """``--output-file NAME`` gets ``.json`` appended as the older tool did (scripts then read
+    NAME.json); the default is built from what distinguishes one configuration from another."""
+    if config.output_file:
+        name = config.output_file
+        return name if name.endswith(".json") else name + ".json"
+    parts = [model.name, config.mode, policy.name]
+    if config.nhwc:
+        parts.append("nhwc")
+    if config.compile:
+        parts.append("compile")
+    parts.append(f"b{config.batch_size}")
+    return "_".join(parts) + ".json"
+

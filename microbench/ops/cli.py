@@ -1,0 +1,223 @@
+"""Time single PyTorch operators and say how close each comes to the hardware.
+
+The op bench's command line: ``microbench-ops`` once installed, ``python3 -m microbench.ops``,
+or the older entry point ``TorchTensorOpsBench/torch_tensor_ops_bench.py``. Examples::
+
+    microbench-ops --op add --dtype fp16
+    microbench-ops --op matmul --dtype bf16 --input1-dim 8192-8192 --input2-dim 8192-8192
+    microbench-ops --op add --op-type sparse            # DLRM embedding update
+    microbench-ops --run-predefined --input1-dim 16-256-256 --output-json ops.json
+    microbench-ops --run-model-ops --dtype bf16 --flush-l2
+    microbench-ops --run-compute-ops --dtype bf16 --output-csv compute.csv
+
+Exit codes: 0 all measured, 2 bad input (unknown op, malformed or incompatible shapes, a dtype an
+op does not support on the device; a list run goes on and exits 2 at the end), 3 out of memory,
+4 no GPU where one was asked for, 1 anything unexpected.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import sys
+
+import torch
+
+from .. import __version__, device as device_layer, flops
+from ..device import clock_name
+from ..errors import BenchmarkError, UsageError
+from ..report import writing
+from . import catalog as ops, report, runner
+
+DEFAULT_NUM_ITERS = 50
+DEFAULT_NUM_WARMUP_ITERS = 10
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        description="Time PyTorch operators with device events and report achieved GB/s, "
+                    "TFLOP/s and their share of the device's dense datasheet peak.",
+        epilog=f"Known ops: {', '.join(ops.known_op_names())}.")
+    what = parser.add_argument_group("what to run")
+    what.add_argument("--op", default=None,
+                      help="operator to time; a trailing '_' runs it in place (default: add)")
+    what.add_argument("--op-type", choices=ops.OP_TYPES, default=None,
+                      help="variant of --op ('--op add --op-type sparse' is the embedding "
+                           "update); with a --run-* list, run only ops of this type "
+                           "(default: the op's own type)")
+    lists = what.add_mutually_exclusive_group()
+    lists.add_argument("--run-predefined", action="store_true",
+                       help="run every binary, unary and reduction op at --input1-dim/"
+                            "--input2-dim")
+    lists.add_argument("--run-model-ops", action="store_true",
+                       help="run the transformer and recommender shapes of the model-ops list")
+    lists.add_argument("--run-compute-ops", action="store_true",
+                       help="run matmul, bmm, conv2d, sdpa, layer_norm and softmax at their "
+                            "default shapes")
+
+    shapes = parser.add_argument_group("shapes and precision")
+    shapes.add_argument("--dtype", choices=tuple(ops.DTYPES), default="fp32",
+                        help="element type (default: fp32)")
+    shapes.add_argument("--input1-dim", default=None, metavar="SHAPE",
+                        help=f"first input's shape, dash-separated (default: the op's own, "
+                             f"{ops.GENERIC_SHAPE} for elementwise ops and reductions)")
+    shapes.add_argument("--input2-dim", default=None, metavar="SHAPE",
+                        help="second input's shape; for the sparse update the number of rows "
+                             "updated (default: the op's own, else --input1-dim)")
+    shapes.add_argument("--inplace", action="store_true",
+                        help="run binary and unary ops in place (add_, exp_, ...)")
+    shapes.add_argument("--append-dtype", action="store_true",
+                        help="append the dtype to op names, e.g. add(fp16)")
+
+    device = parser.add_argument_group("device")
+    device.add_argument("--device", default=None,
+                        help="torch device: cuda, cuda:1, cpu; ROCm GPUs are 'cuda' too "
+                             "(default: cuda when a GPU is visible, else cpu)")
+
+    timing = parser.add_argument_group("timing")
+    timing.add_argument("--num-iters", type=int, default=DEFAULT_NUM_ITERS,
+                        help=f"timed calls per op, each timed alone (default: "
+                             f"{DEFAULT_NUM_ITERS})")
+    timing.add_argument("--num-warmup-iters", type=int, default=DEFAULT_NUM_WARMUP_ITERS,
+                        help=f"untimed calls before them (default: {DEFAULT_NUM_WARMUP_ITERS})")
+    timing.add_argument("--flush-l2", action="store_true",
+                        help="zero a buffer twice the L2 size before each timed call, so no op "
+                             "reads its inputs from cache (GPU only)")
+    timing.add_argument("--enable-profiling", action="store_true",
+                        help="after timing, profile a few calls with torch.profiler and print "
+                             "its table")
+
+    peaks = parser.add_argument_group("device peak (default: the datasheet table)")
+    peaks.add_argument("--peak-tflops", type=float, default=None,
+                       help="dense TFLOP/s for this dtype, instead of the table's")
+    peaks.add_argument("--peak-gbs", type=float, default=None,
+                       help="memory bandwidth in GB/s, instead of the table's")
+
+    output = parser.add_argument_group("output files")
+    output.add_argument("--output-json", default=None, metavar="PATH",
+                        help="write all results, with raw samples, as JSON")
+    output.add_argument("--output-csv", default=None, metavar="PATH",
+                        help="write one CSV row per op")
+    return parser
+
+
+# ---------------------------------------------------------------------------------------------
+# argv -> config
+# ---------------------------------------------------------------------------------------------
+
+def validate(args: argparse.Namespace) -> None:
+    if args.num_iters < 1:
+        raise UsageError(f"--num-iters must be at least 1, got {args.num_iters}")
+    if args.num_warmup_iters < 0:
+        raise UsageError(f"--num-warmup-iters must be 0 or more, got {args.num_warmup_iters}")
+    for flag, value in (("--peak-tflops", args.peak_tflops), ("--peak-gbs", args.peak_gbs)):
+        if value is not None and not value > 0:
+            raise UsageError(f"{flag} must be positive, got {value}")
+    if args.run_model_ops and args.inplace:
+        raise UsageError("--inplace does not apply to --run-model-ops: the list says which "
+                         "ops run in place")
+    if args.run_compute_ops and (args.input1_dim or args.input2_dim):
+        raise UsageError("--run-compute-ops uses each op's own shapes; to choose shapes run "
+                         "one op, e.g. --op matmul --input1-dim 4096-4096")
+    for flag, path in (("--output-json", args.output_json), ("--output-csv", args.output_csv)):
+        if path:
+            writing.check_writable(path, flag)
+
+
+def requests_from_args(args: argparse.Namespace) -> list[runner.CaseRequest]:
+    if args.run_predefined:
+        return runner.predefined_requests(args.input1_dim, args.input2_dim, args.inplace,
+                                          args.op_type)
+    if args.run_model_ops:
+        return runner.model_requests(args.op_type)
+    if args.run_compute_ops:
+        return runner.compute_requests()
+    request = runner.CaseRequest(args.op or "add", args.op_type, args.input1_dim,
+                                 args.input2_dim, args.inplace)
+    # One op: bad input stops here, before anything is allocated.
+    runner.make_case(request, args.dtype, args.append_dtype)
+    return [request]
+
+
+def config_from_args(args: argparse.Namespace, device: torch.device) -> runner.RunConfig:
+    return runner.RunConfig(device=device, dtype_name=args.dtype, num_iters=args.num_iters,
+                            num_warmup_iters=args.num_warmup_iters, flush_l2=args.flush_l2,
+                            enable_profiling=args.enable_profiling,
+                            append_dtype=args.append_dtype, peak_tflops=args.peak_tflops,
+                            peak_gbs=args.peak_gbs)
+
+
+# ---------------------------------------------------------------------------------------------
+# run -> table and files
+# ---------------------------------------------------------------------------------------------
+
+def device_name(device: torch.device) -> str:
+    return device_layer.device_name(device) if device_layer.is_gpu(device) else "cpu"
+
+
+def run_info(config: runner.RunConfig, peaks: runner.Peaks, flush_bytes: int | None) -> dict:
+    return {
+        "tool": "TorchTensorOpsBench", "version": __version__,
+        "command": sys.argv, "time": datetime.datetime.now().astimezone().isoformat(),
+        "torch": torch.__version__, "hip": torch.version.hip, "cuda": torch.version.cuda,
+        "device": str(config.device), "device_name": device_name(config.device),
+        "clock": clock_name(config.device), "dtype": config.dtype_name,
+        "num_iters": config.num_iters, "num_warmup_iters": config.num_warmup_iters,
+        "l2_flush_bytes": flush_bytes, "peak_source": peaks.describe(device_name(config.device)),
+        "peak_gbs": peaks.gbs(), "bytes_convention": report.BYTES_NOTE,
+    }
+
+
+def print_header(config: runner.RunConfig, peaks: runner.Peaks, count: int,
+                 flush_bytes: int | None) -> None:
+    name = device_name(config.device)
+    flush = f"L2 flush {flush_bytes / 2**20:.0f} MiB" if flush_bytes else "no L2 flush"
+    print(f"TorchTensorOpsBench: {count} op(s), dtype {config.dtype_name}, "
+          f"device {config.device} ({name})")
+    print(f"timing: {clock_name(config.device)}, {config.num_warmup_iters} warm-up calls apart, "
+          f"median of {config.num_iters} calls each timed alone, {flush}")
+    print(f"peak: {peaks.describe(name)}")
+    print(report.BYTES_NOTE)
+    if config.flush_l2 and not device_layer.is_gpu(config.device):
+        print("note: --flush-l2 has no effect on the CPU")
+    if device_layer.free_memory_bytes(config.device) is None:
+        print("note: free memory unknown (no /proc/meminfo); shapes are not checked against it")
+    print()
+
+
+def run(args: argparse.Namespace) -> int:
+    validate(args)
+    # The package's device choice: an indexed cuda:N (made current, so events record on its
+    # stream), the CPU with a notice when there is no GPU, exit 4 for --device cuda without one.
+    device, notice = device_layer.select(args.device or "auto")
+    device_layer.activate(device)
+    if notice:
+        print(notice)
+    requests = requests_from_args(args)
+    config = config_from_args(args, device)
+    peaks = runner.Peaks(flops.peak_for_device(device), args.peak_tflops, args.peak_gbs)
+    flusher = (runner.CacheFlusher(device) if config.flush_l2 and device_layer.is_gpu(device)
+               else None)
+    print_header(config, peaks, len(requests), flusher.bytes if flusher else None)
+
+    printer = report.TablePrinter(runner.preview_labels(requests, config), config.dtype_name)
+    printer.header()
+    outcome = runner.run_requests(requests, config, peaks, printer, between=flusher)
+    print()
+    for line in report.summary_lines(outcome.results):
+        print(line)
+    info = run_info(config, peaks, flusher.bytes if flusher else None)
+    if args.output_json:
+        report.write_json(args.output_json, info, outcome.results)
+    if args.output_csv:
+        report.write_csv(args.output_csv, outcome.results)
+    return outcome.exit_code
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return run(args)
+    except BenchmarkError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return error.exit_code
+

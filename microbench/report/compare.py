@@ -1,0 +1,108 @@
+"""Results on disk read back: ``--compare BASELINE.json`` and ``--scaling-baseline FILE.json``.
+
+``--compare`` is a gate for CI pipelines: every metric is printed with its change, and a
+throughput below the baseline by more than ``--tolerance`` percent raises
+:class:`~microbench.errors.Regression` (exit 5). A baseline of another configuration is refused:
+comparing resnet50 with resnet18, or batch 64 with batch 128, measures nothing. Both baselines
+are read when the run is resolved, before anything runs or is written.
+"""
+from __future__ import annotations
+
+import json
+import math
+from typing import TextIO
+
+from ..errors import Regression, UsageError
+from .files import result_document
+
+# Fields that must agree for two results to be comparable.
+IDENTITY = (("config", "network"), ("config", "mode"), ("precision", "name"), ("config", "nhwc"),
+            ("config", "compile"), ("Mini batch size [img]", None), ("GPUs", None))
+
+
+def _field(document: dict, key: str, sub: str | None):
+    value = document.get(key)
+    return value.get(sub) if sub is not None and isinstance(value, dict) else value
+
+
+def load_result(path: str, flag: str = "--compare") -> dict:
+    """A result JSON named by ``flag``; unreadable, or not a result of this tool, is a usage
+    error."""
+    try:
+        with open(path) as stream:
+            document = json.load(stream)
+    except (OSError, ValueError, RecursionError) as error:
+        raise UsageError(f"{flag} {path}: cannot read a result JSON ({error})") from None
+    throughput = document.get("Throughput [img/sec]") if isinstance(document, dict) else None
+    if (not isinstance(throughput, (int, float)) or isinstance(throughput, bool)
+            or not math.isfinite(throughput) or throughput <= 0):
+        raise UsageError(f"{flag} {path}: not a result of this tool (no positive "
+                         f"'Throughput [img/sec]')")
+    return document
+
+
+def scaling_baseline(path: str, spec) -> float:
+    """Single-device throughput from a result JSON, refusing another configuration."""
+    document = load_result(path, "--scaling-baseline")
+    if document.get("GPUs") != 1:
+        raise UsageError(f"--scaling-baseline {path} is a {document.get('GPUs')}-device result; "
+                         f"give a single-device run of the same configuration")
+    theirs = document.get("config") if isinstance(document.get("config"), dict) else {}
+    ours = {"network": spec.config.network, "mode": spec.config.mode}
+    mismatched = [key for key, value in ours.items() if theirs.get(key) != value]
+    if _field(document, "precision", "name") != spec.precision.name:
+        mismatched.append("precision")
+    if mismatched:
+        raise UsageError(f"--scaling-baseline {path} differs in {', '.join(mismatched)}")
+    return float(document["Throughput [img/sec]"])
+
+
+def check_same_configuration(current: dict, baseline: dict, path: str) -> None:
+    differ = []
+    for key, sub in IDENTITY:
+        ours, theirs = _field(current, key, sub), _field(baseline, key, sub)
+        if ours != theirs:
+            differ.append(f"{sub or key} {theirs!r} there, {ours!r} here")
+    if differ:
+        raise UsageError(f"--compare {path} is another configuration: {'; '.join(differ)}")
+
+
+def _metric(document: dict, *keys: str) -> float | None:
+    value = document
+    for key in keys:
+        value = value.get(key) if isinstance(value, dict) else None
+    return value if isinstance(value, (int, float)) else None
+
+
+def _metrics(document: dict) -> dict[str, float | None]:
+    return {
+        "Throughput [img/sec]": _metric(document, "Throughput [img/sec]"),
+        "Median iteration [ms]": _metric(document, "timing", "stats", "median_ms"),
+        "p99 iteration [ms]": _metric(document, "timing", "stats", "p99_ms"),
+        "Coefficient of variation": _metric(document, "timing", "stats", "cv"),
+        "Peak memory allocated [MB]": _metric(document, "memory", "peak_allocated_mb"),
+    }
+
+
+def compare(summary, gate, out: TextIO) -> None:
+    """Print this run against ``gate.baseline``; raise Regression past the tolerance."""
+    current, baseline = result_document(summary), gate.baseline
+    check_same_configuration(current, baseline, gate.path)
+    ours, theirs = _metrics(current), _metrics(baseline)
+    print(f"Comparison with {gate.path} (tolerance {gate.tolerance_pct:g}% on throughput)",
+          file=out)
+    print(f"  {'metric':<28} {'baseline':>12} {'this run':>12} {'change':>9}", file=out)
+    for name, value in ours.items():
+        before = theirs[name]
+        change = f"{(value / before - 1):+.1%}" if value is not None and before else "n/a"
+        print(f"  {name:<28} {_show(before):>12} {_show(value):>12} {change:>9}", file=out)
+    now, before = ours["Throughput [img/sec]"], theirs["Throughput [img/sec]"]
+    drop_pct = (1 - now / before) * 100
+    if drop_pct > gate.tolerance_pct:
+        raise Regression(f"throughput regressed {drop_pct:.1f}% against {gate.path} "
+                         f"({now:.2f} vs {before:.2f} img/s; tolerance {gate.tolerance_pct:g}%)")
+    print(f"  Throughput within tolerance ({-drop_pct:+.1f}%)", file=out)
+
+
+def _show(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.4g}"

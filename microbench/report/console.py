@@ -1,0 +1,220 @@
+"""The console writer: config echo, warm-up, per-iteration lines and the summary.
+
+The summary keeps the older tool's lines verbatim in their labels (scripts grep them):
+``Microbenchmark for network :``, ``Num devices:``, ``Dtype:``, ``Mini batch size [img] :``,
+``Time per mini-batch :`` (seconds) and ``Throughput [img/sec] :``.
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import TextIO
+
+from .. import __version__
+from ..config import RunSpec
+from ..device import clock_name, runtime_version
+from ..summary import Summary
+
+RULE = "=" * 60
+
+
+class PrefixedLines:
+    """A text stream that writes whole lines, each behind a prefix such as ``[rank 3] ``, in one
+    write call, so the output of several ranks on one terminal never interleaves mid-line."""
+
+    def __init__(self, stream: TextIO, prefix: str):
+        self._stream, self._prefix, self._pending = stream, prefix, ""
+
+    def write(self, text: str) -> int:
+        self._pending += text
+        *lines, self._pending = self._pending.split("\n")
+        if lines:
+            self._stream.write("".join(f"{self._prefix}{line}\n" for line in lines))
+            self._stream.flush()
+        return len(text)
+
+    def flush(self) -> None:
+        if self._pending:
+            self.write("\n")
+        self._stream.flush()
+
+
+@dataclass
+class Console:
+    """Where this process writes: plain lines on rank 0, rank-prefixed lines elsewhere."""
+
+    out: TextIO
+    err: TextIO
+
+    @classmethod
+    def for_spec(cls, spec: RunSpec) -> "Console":
+        launch = spec.launch
+        if not launch.distributed:
+            return cls(sys.stdout, sys.stderr)
+        prefix = f"[rank {launch.rank}] "
+        out = sys.stdout if launch.is_main else PrefixedLines(sys.stdout, prefix)
+        return cls(out, PrefixedLines(sys.stderr, prefix))
+
+
+# ---------------------------------------------------------------- before the run
+
+def print_config(spec: RunSpec, env: dict, out: TextIO) -> None:
+    config, model, launch = spec.config, spec.model, spec.launch
+    compile_text = "off"
+    if config.compile:
+        compile_text = f"on {config.compile_options}" if config.compile_options else "on (default)"
+    lines = [
+        ("Network", f"{model.name} ({model.family}, input {model.describe_input(spec.image_size)}, "
+                    f"{model.num_classes} classes)"),
+        ("Mode", config.mode + (f" (optimizer step every {config.opt_step} iterations)"
+                                if config.opt_step > 1 else "")),
+        ("Batch size", _batch_text(spec)),
+        ("Iterations", f"{config.iterations} timed after {config.warmup} warm-up"),
+        ("Precision", f"{spec.precision.label} (TF32 {'allowed' if spec.precision.tf32 else 'off'})"),
+        ("Memory format", "channels-last (NHWC)" if config.nhwc else "contiguous (NCHW)"),
+        ("Compile", compile_text),
+        ("Device", f"{env['device']} {env['device_name']} ({env['architecture']})"),
+        ("PyTorch", f"{env['torch']}, torchvision {env['torchvision']}, {runtime_version(env)}"),
+    ]
+    if launch.distributed:
+        lines.append(("Distributed", f"{launch.launcher}, world size {launch.world_size}"))
+    print(f"micro_benchmarking_pytorch {__version__}", file=out)
+    for label, value in lines:
+        print(f"  {label:<14}: {value}", file=out)
+    for note in spec.notes:
+        print(f"Note: {note}", file=out)
+
+
+def _batch_text(spec: RunSpec) -> str:
+    launch = spec.launch
+    if not launch.distributed:
+        return str(launch.local_batch)
+    return f"{launch.local_batch} per rank, {launch.global_batch} global"
+
+
+# ---------------------------------------------------------------- after the run
+
+def print_warmup(summary: Summary, out: TextIO) -> None:
+    config, result = summary.spec.config, summary.result
+    if config.warmup == 0:
+        print("Warm-up: none", file=out)
+        return
+    first = "compile + first iteration" if config.compile else "first iteration"
+    print(f"Warm-up: {config.warmup} iterations in {result.warmup_s:.2f} s "
+          f"({first} {result.first_iteration_s:.2f} s)", file=out)
+
+
+def print_iterations(summary: Summary, out: TextIO) -> None:
+    """This process's iterations (rank 0's under DDP), with the profiled one marked."""
+    losses, skipped = summary.result.losses, summary.spec.config.flops_prof_step
+    for sample, time_ms in enumerate(summary.result.times.samples_ms):
+        index = sample + 1 if skipped is not None and sample >= skipped else sample
+        if skipped is not None and sample == skipped:
+            print(f"Iteration {skipped}: profiled by DeepSpeed, not in the statistics", file=out)
+        loss = f"Loss = {losses[sample]:.4f}, " if sample < len(losses) else ""
+        print(f"Iteration {index}: {loss}Time = {time_ms:.3f} ms", file=out)
+
+
+def print_legacy_block(devices: int, dtype: str, batch_size: int, time_per_batch_s: float,
+                       throughput: float, out: TextIO) -> None:
+    print(f"Num devices: {devices}", file=out)
+    print(f"Dtype: {dtype}", file=out)
+    print(f"Mini batch size [img] : {batch_size}", file=out)
+    print(f"Time per mini-batch : {time_per_batch_s:.6f}", file=out)
+    print(f"Throughput [img/sec] : {throughput:.2f}", file=out)
+
+
+def _mb(value: float | None) -> str:
+    return f"{value:.1f}" if value is not None else "n/a (not tracked on the CPU)"
+
+
+def print_summary(summary: Summary, out: TextIO) -> None:
+    """The older tool's lines, then the performance summary (over all ranks under DDP)."""
+    dtype = summary.spec.precision.label
+    print("--------------------SUMMARY--------------------------", file=out)
+    print(f"Microbenchmark for network : {summary.spec.config.network}", file=out)
+    if summary.distributed:
+        own = summary.own
+        print(f"--------This process: rank {own.rank}--------", file=out)
+        print_legacy_block(1, dtype, own.batch_size, own.times.mean / 1e3, own.throughput, out)
+        print("", file=out)
+        print("--------Overall (all ranks; time of the slowest rank)--------", file=out)
+    print_legacy_block(summary.world_size, dtype, summary.global_batch,
+                       summary.time_per_batch_ms / 1e3, summary.throughput, out)
+    if summary.distributed:
+        print_rank_table(summary, out)
+    print(RULE, file=out)
+    print("Performance summary", file=out)
+    for label, value in _summary_rows(summary):
+        print(f"{label:<30}: {value}", file=out)
+    print(RULE, file=out)
+    for warning in summary.warnings():
+        print(f"WARNING: {warning}", file=out)
+
+
+def _summary_rows(summary: Summary) -> list[tuple[str, str]]:
+    t, result, config = summary.times, summary.result, summary.spec.config
+    basis = " (slowest rank)" if summary.distributed else ""
+    rows = [
+        (f"Iteration time [ms]{basis}", f"mean {t.mean:.3f}  median {t.median:.3f}  "
+                                        f"std {t.std:.3f}  min {t.min:.3f}  max {t.max:.3f}"),
+        ("Percentiles [ms]", f"p90 {t.p90:.3f}  p95 {t.p95:.3f}  p99 {t.p99:.3f}"),
+        ("Coefficient of variation", f"{t.cv:.2%}"),
+        ("Throughput [img/sec]", f"{summary.throughput:.2f}"),
+        ("Time per batch [ms]", f"{summary.time_per_batch_ms:.3f}"),
+        ("Time per sample [us]", f"{summary.time_per_sample_us:.2f}"),
+        ("Peak memory allocated [MB]", _mb(summary.peak_allocated_mb)),
+        ("Peak memory reserved [MB]", _mb(summary.peak_reserved_mb)),
+        ("Warm-up [s]", f"{result.warmup_s:.2f} ({config.warmup} iterations)"),
+    ]
+    if summary.compile_s is not None:
+        rows.append(("Compile + first iteration [s]", f"{summary.compile_s:.2f}"))
+    rows += _flops_rows(summary)
+    per_rank = " per rank" if summary.distributed else ""
+    rows.append(("Timed with", f"{clock_name(summary.spec.device)}, {t.count} samples"
+                               f"{per_rank}"))
+    return rows
+
+
+def _flops_rows(summary: Summary) -> list[tuple[str, str]]:
+    use = summary.utilization
+    if use is None:
+        return []
+    counted = "forward + backward" if summary.spec.training else "forward"
+    per = " per device" if summary.distributed else ""
+    gflops = use.flops_per_iteration / 1e9
+    mfu = (f"{use.mfu:.1%} of {use.peak.tflops:g} TFLOP/s ({use.peak.source})"
+           if use.mfu is not None else f"unknown ({use.peak.source})")
+    return [("FLOPs per iteration" + per, f"{gflops:.2f} GFLOP ({counted}; "
+                                          f"{gflops / summary.spec.batch_size:.3f} per image)"),
+            ("Achieved [TFLOP/s]" + per, f"{use.achieved_tflops:.2f} (over the timed total)"),
+            ("MFU", mfu)]
+
+
+def print_profiles(summary: Summary, out: TextIO) -> None:
+    for text in summary.result.profile_reports:
+        print(text, file=out)
+
+
+def print_rank_table(summary: Summary, out: TextIO) -> None:
+    print("", file=out)
+    print(f"{'rank':>5} {'local':>5}  {'host':<20} {'median ms':>10} {'p99 ms':>10} "
+          f"{'img/s':>10}", file=out)
+    for r in summary.ranks:
+        t = r.times
+        print(f"{r.rank:>5} {r.local_rank:>5}  {r.host[:20]:<20} {t.median:>10.3f} "
+              f"{t.p99:>10.3f} {r.throughput:>10.2f}", file=out)
+    print(f"Skew between ranks : {summary.skew:.2%} (slowest rank {summary.slowest.rank}, "
+          f"fastest rank {summary.fastest.rank}, by timed wall time)", file=out)
+    print(f"Per-GPU throughput [img/sec] : {summary.per_device_throughput:.2f}", file=out)
+    if summary.scaling_efficiency is not None:
+        print(f"Scaling efficiency : {summary.scaling_efficiency:.1%} of {summary.world_size}"
+              f" x {summary.spec.scaling_baseline_img_s:.2f} img/s (single-device baseline)",
+              file=out)
+
+
+def print_files(summary: Summary, out: TextIO) -> None:
+    spec = summary.spec
+    if spec.json_path:
+        print(f"Results JSON : {spec.json_path}", file=out)
+        print(f"Results CSV  : {spec.csv_path}", file=out)

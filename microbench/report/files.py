@@ -1,0 +1,236 @@
+"""The file writers: the JSON result and the CSV summary row, both read from a Summary.
+
+The JSON keeps the older tool's keys (``Name``, ``GPUs``, ``Mini batch size [img]``,
+``Mini batch size [img/gpu]``, ``Throughput [img/sec]``, ``Time per mini-batch``) beside the
+richer fields. Files are written whole or not at all; CSV rows are appended under an exclusive
+lock, so concurrent runs never interleave, and a file with another header is refused.
+"""
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import os
+import tempfile
+
+from .. import __version__
+from ..config import RunSpec
+from ..device import clock_name, runtime_version
+from ..errors import UsageError
+from ..summary import Summary
+from . import writing
+
+try:
+    import fcntl
+except ImportError:                      # not POSIX: appends are still single writes
+    fcntl = None
+
+SCHEMA_VERSION = 2
+CSV_COLUMNS = (
+    "time_utc", "network", "mode", "precision", "nhwc", "compile", "batch_size",
+    "global_batch_size", "world_size", "image_size", "iterations", "warmup", "device_name",
+    "throughput_img_s", "mean_ms", "median_ms", "std_ms", "min_ms", "max_ms", "p90_ms", "p95_ms",
+    "p99_ms", "cv", "peak_allocated_mb", "peak_reserved_mb", "warmup_s", "compile_s",
+    "gflops_per_iteration", "achieved_tflops", "mfu", "torch",
+    "gpu_runtime", "host", "json_file", "status", "error",
+)
+
+
+# ---------------------------------------------------------------- the JSON result
+
+def result_document(summary: Summary) -> dict:
+    spec, result, t = summary.spec, summary.result, summary.times
+    document = {
+        # The older tool's keys, unchanged in meaning: the job's figures.
+        "Name": spec.config.network,
+        "GPUs": summary.world_size,
+        "Mini batch size [img]": summary.global_batch,
+        "Mini batch size [img/gpu]": spec.batch_size,
+        "Throughput [img/sec]": summary.throughput,
+        "Time per mini-batch": summary.time_per_batch_ms / 1e3,
+        # Richer fields.
+        "schema_version": SCHEMA_VERSION,
+        "tool_version": __version__,
+        "config": dataclasses.asdict(spec.config),
+        "env": summary.env,
+        "model": {"name": spec.model.name, "family": spec.model.family,
+                  "parameters": result.parameters, "num_classes": spec.model.num_classes,
+                  "input_shape": list(spec.model.input_shape(spec.batch_size, spec.image_size))},
+        "precision": {"name": spec.precision.name, "label": spec.precision.label,
+                      "tf32": spec.precision.tf32},
+        "timing": {"clock": clock_name(spec.device), "basis": _basis(summary),
+                   "warmup_iterations": spec.config.warmup, "warmup_s": result.warmup_s,
+                   "first_iteration_s": result.first_iteration_s, "compile_s": summary.compile_s,
+                   "samples_ms": list(t.samples_ms), "stats": t.stats(), "noisy": t.is_noisy},
+        "throughput": {"images_per_s": summary.throughput,
+                       "ms_per_batch": summary.time_per_batch_ms,
+                       "us_per_sample": summary.time_per_sample_us},
+        "memory": {"peak_allocated_mb": summary.peak_allocated_mb,
+                   "peak_reserved_mb": summary.peak_reserved_mb},
+        "losses": result.losses,
+        "notes": summary.notes,
+        "flops": _flops_document(summary),
+    }
+    if summary.distributed:
+        document["distributed"] = _distributed_document(summary)
+    return document
+
+
+def _basis(summary: Summary) -> str:
+    if summary.distributed:
+        return f"the slowest rank's samples (rank {summary.slowest.rank})"
+    return "this process's samples"
+
+
+def _flops_document(summary: Summary) -> dict | None:
+    use = summary.utilization
+    if use is None:
+        return None
+    return {**use.to_dict(), "counted": "forward+backward" if summary.spec.training
+            else "forward", "counter": "torch.utils.flop_counter.FlopCounterMode",
+            "per": "device", "deepspeed_profiled_iteration": summary.spec.config.flops_prof_step}
+
+
+def _distributed_document(summary: Summary) -> dict:
+    launch = summary.spec.launch
+    return {
+        "launcher": launch.launcher, "world_size": summary.world_size,
+        "backend": summary.backend or launch.backend,
+        "local_batch_size": launch.local_batch, "global_batch_size": summary.global_batch,
+        "throughput_img_s": summary.throughput,
+        "per_gpu_throughput_img_s": summary.per_device_throughput,
+        "slowest_rank": summary.slowest.rank, "fastest_rank": summary.fastest.rank,
+        "skew": summary.skew, "baseline_throughput_img_s": summary.spec.scaling_baseline_img_s,
+        "scaling_efficiency": summary.scaling_efficiency,
+        "all_ranks_stats": summary.all_times.stats(),
+        "per_rank": [{"rank": r.rank, "local_rank": r.local_rank, "host": r.host,
+                      "device_name": r.device_name, "batch_size": r.batch_size,
+                      "throughput_img_s": r.throughput, "stats": r.times.stats(),
+                      "samples_ms": list(r.samples_ms), "peak_allocated_mb": r.peak_allocated_mb,
+                      "peak_reserved_mb": r.peak_reserved_mb} for r in summary.ranks],
+    }
+
+
+# ---------------------------------------------------------------- the CSV row
+
+def _optional(value: float | None, digits: int = 3) -> str:
+    return "" if value is None else f"{value:.{digits}f}"
+
+
+def _timing_cells(times) -> dict:
+    return {"mean_ms": f"{times.mean:.4f}", "median_ms": f"{times.median:.4f}",
+            "std_ms": f"{times.std:.4f}", "min_ms": f"{times.min:.4f}",
+            "max_ms": f"{times.max:.4f}", "p90_ms": f"{times.p90:.4f}",
+            "p95_ms": f"{times.p95:.4f}", "p99_ms": f"{times.p99:.4f}", "cv": f"{times.cv:.5f}"}
+
+
+def _flops_cells(summary: Summary) -> dict:
+    use = summary.utilization
+    if use is None:
+        return {"gflops_per_iteration": "", "achieved_tflops": "", "mfu": ""}
+    return {"gflops_per_iteration": f"{use.flops_per_iteration / 1e9:.3f}",
+            "achieved_tflops": f"{use.achieved_tflops:.4f}", "mfu": _optional(use.mfu, 5)}
+
+
+def _identity_cells(spec: RunSpec, env: dict) -> dict:
+    """The columns that say what ran, for measured and failed rows alike."""
+    config = spec.config
+    return {
+        "time_utc": env["time_utc"], "network": spec.model.name, "mode": config.mode,
+        "precision": spec.precision.name, "nhwc": int(config.nhwc),
+        "compile": int(config.compile), "batch_size": spec.batch_size,
+        "global_batch_size": spec.launch.global_batch, "world_size": spec.launch.world_size,
+        "image_size": spec.image_size, "iterations": config.iterations, "warmup": config.warmup,
+        "device_name": env["device_name"], "torch": env["torch"],
+        "gpu_runtime": runtime_version(env), "host": env["host"],
+    }
+
+
+def csv_row(summary: Summary) -> dict:
+    """One row; under DDP the timing, batch and throughput cells describe the job."""
+    result = summary.result
+    return {
+        **_identity_cells(summary.spec, summary.env),
+        "throughput_img_s": f"{summary.throughput:.3f}",
+        **_timing_cells(summary.times),
+        "peak_allocated_mb": _optional(summary.peak_allocated_mb),
+        "peak_reserved_mb": _optional(summary.peak_reserved_mb),
+        "warmup_s": f"{result.warmup_s:.3f}", "compile_s": _optional(summary.compile_s),
+        "json_file": summary.spec.json_path or "",
+        **_flops_cells(summary),
+        "status": "ok", "error": "",
+    }
+
+
+def failed_csv_row(spec: RunSpec, env: dict, status: str, error: str) -> dict:
+    """A sweep row that did not run to the end: what it was, and why it stopped."""
+    row = {column: "" for column in CSV_COLUMNS}
+    row.update({**_identity_cells(spec, env), "status": status, "error": error})
+    return row
+
+
+def _header_line() -> str:
+    buffer = io.StringIO()
+    csv.writer(buffer).writerow(CSV_COLUMNS)
+    return buffer.getvalue()
+
+
+def check_csv_header(path: str) -> None:
+    """Refuse a CSV whose header is not ours before any time is spent benchmarking."""
+    try:
+        with open(path, newline="") as stream:
+            first = stream.readline()
+    except FileNotFoundError:
+        return
+    except OSError as error:
+        raise UsageError(f"cannot read --csv-file {path}: {error.strerror}") from None
+    if first and first.rstrip("\r\n") != _header_line().rstrip("\r\n"):
+        raise UsageError(f"{path} has a different CSV header (an older or foreign file): "
+                         f"name another --csv-file or move that one away")
+
+
+def append_csv(row: dict, path: str) -> None:
+    """Append one row (and the header to a new file) as one write under an exclusive lock."""
+    with open(path, "a+", newline="") as stream:
+        if fcntl is not None:
+            fcntl.flock(stream, fcntl.LOCK_EX)
+        stream.seek(0)
+        first = stream.readline()
+        if first and first != _header_line():
+            raise UsageError(f"{path} has a different CSV header: name another --csv-file")
+        buffer = io.StringIO()
+        if not first:
+            buffer.write(_header_line())
+        csv.DictWriter(buffer, fieldnames=CSV_COLUMNS).writerow(row)
+        stream.write(buffer.getvalue())
+        stream.flush()
+        os.fsync(stream.fileno())
+
+
+# ---------------------------------------------------------------- before and after the run
+
+def prepare_output(spec: RunSpec) -> None:
+    """Fail before the run, not after it, when results cannot be written."""
+    if spec.json_path is None:
+        return
+    output_dir = spec.config.output_dir
+    try:
+        os.makedirs(output_dir, exist_ok=True)
+        with tempfile.TemporaryFile(dir=output_dir):
+            pass
+    except OSError as error:
+        raise UsageError(f"cannot write results to --output-dir {output_dir}: "
+                         f"{error.strerror}; choose another directory or pass --no-files") from None
+    csv_dir = os.path.dirname(os.path.abspath(spec.csv_path))
+    if not os.access(csv_dir, os.W_OK):
+        raise UsageError(f"cannot write --csv-file {spec.csv_path}: directory not writable")
+    check_csv_header(spec.csv_path)
+
+
+def write_files(summary: Summary) -> None:
+    """The JSON result and the CSV row of a finished run (nothing with --no-files)."""
+    spec = summary.spec
+    if spec.json_path is None:
+        return
+    writing.write_json(spec.json_path, result_document(summary))
+    append_csv(csv_row(summary), spec.csv_path)
