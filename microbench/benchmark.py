@@ -12,8 +12,8 @@ from typing import Callable
 
 import torch
 
-from . import device as device_layer, precision as precision_mod, profilers
-from . import workload as workload_mod
+from . import device as device_layer, generation as generation_mod, precision as precision_mod
+from . import profilers, workload as workload_mod
 from .config import RunSpec
 from .errors import OutOfMemory, UsageError
 from .timing import Measurement, make_recorder
@@ -32,6 +32,8 @@ class ProcessResult:
     parameters: int
     flops_per_iteration: int | None = None
     profile_reports: list[str] = field(default_factory=list)
+    phases: tuple[Measurement, ...] | None = None     # training: forward, backward, optimizer
+    generation: generation_mod.GenerationTimes | None = None
 
 
 def _compile_wrapper(config) -> Callable[[torch.nn.Module], torch.nn.Module] | None:
@@ -55,48 +57,99 @@ def warm_up(step: Callable[[], object], iterations: int, device: torch.device,
     return clock() - start, first
 
 
+@dataclass
+class Timed:
+    """What a timed loop measured: iteration times, the steps' outputs (losses), and where the
+    workload has them, the phase split of each iteration or the generation's token times."""
+
+    times: Measurement
+    outputs: list
+    phases: tuple[Measurement, ...] | None = None      # forward, backward, optimizer
+    generation: generation_mod.GenerationTimes | None = None
+
+    def join(self, later: "Timed") -> "Timed":
+        """Two segments of one loop (around an excluded iteration) as one."""
+        def merged(first, second):
+            return Measurement(first.samples_ms + second.samples_ms)
+        phases = generation = None
+        if self.phases is not None:
+            phases = tuple(merged(a, b) for a, b in zip(self.phases, later.phases))
+        if self.generation is not None:
+            ours, theirs = self.generation, later.generation
+            generation = generation_mod.GenerationTimes(merged(ours.prefill, theirs.prefill),
+                                                        merged(ours.decode, theirs.decode),
+                                                        merged(ours.e2e, theirs.e2e))
+        return Timed(merged(self.times, later.times), self.outputs + later.outputs, phases,
+                     generation)
+
+
 def timed_loop(step: Callable[[], torch.Tensor | None], iterations: int, device: torch.device,
                time_fn: Callable[[], float] | None = None,
                around_step: Callable[[int], object] | None = None,
-               first_index: int = 0) -> tuple[Measurement, list]:
+               first_index: int = 0, phases: workload_mod.PhaseMarks | None = None) -> Timed:
     """The timed region: ``iterations`` steps between device-event marks.
 
     ``around_step(i)`` is a context per iteration (a named ROCTX/NVTX range); the loop is chosen
-    once, so the plain loop carries no per-iteration branch.
+    once, so the plain loop carries no per-iteration branch. With ``phases``, the step marks the
+    end of its forward and backward passes on the same recorder, so each iteration's interval is
+    cut in three that add up to it exactly.
     """
-    recorder = make_recorder(device, iterations + 1, time_fn)
+    per_step = len(phases.NAMES) if phases is not None else 1
+    recorder = make_recorder(device, iterations * per_step + 1, time_fn)
     outputs: list = [None] * iterations
-    recorder.mark()
-    if around_step is None:
-        for index in range(iterations):
-            outputs[index] = step()
-            recorder.mark()
-    else:
-        for index in range(iterations):
-            with around_step(first_index + index):
+    if phases is not None:
+        phases.record_on(recorder)
+    try:
+        recorder.mark()
+        if around_step is None:
+            for index in range(iterations):
                 outputs[index] = step()
-            recorder.mark()
-    return Measurement(recorder.intervals_ms()), outputs
+                recorder.mark()
+        else:
+            for index in range(iterations):
+                with around_step(first_index + index):
+                    outputs[index] = step()
+                recorder.mark()
+    finally:
+        if phases is not None:
+            phases.stop()
+    intervals = recorder.intervals_ms()
+    if phases is None:
+        return Timed(Measurement(intervals), outputs)
+    split = tuple(Measurement(intervals[i::per_step]) for i in range(per_step))
+    iterations_ms = (sum(intervals[i:i + per_step]) for i in range(0, len(intervals), per_step))
+    return Timed(Measurement(iterations_ms), outputs, phases=split)
 
 
-def measure(config, work: workload_mod.Workload, device: torch.device,
-            is_main: bool, time_fn: Callable[[], float] | None = None) -> tuple[Measurement, list]:
+def _loop(work, device: torch.device, time_fn, around):
+    """The timed loop of this workload, as a function of (iterations, index of the first)."""
+    if isinstance(work, generation_mod.GenerationWorkload):
+        def generate(iterations: int, first_index: int) -> Timed:
+            times = generation_mod.timed_generation(work, iterations, device, time_fn)
+            return Timed(times.e2e, [], generation=times)
+        return generate
+    return lambda iterations, first_index: timed_loop(work.step, iterations, device, time_fn,
+                                                      around, first_index, work.phases)
+
+
+def measure(config, work, device: torch.device, is_main: bool,
+            time_fn: Callable[[], float] | None = None) -> Timed:
     """The timed iterations, with the profilers that wrap them. With --flops-prof-step N the
     loop is timed in two segments around iteration N, which DeepSpeed profiles (on rank 0;
     the other ranks run it unprofiled, since DDP needs every rank to step)."""
     around = profilers.iteration_range(device) if config.autograd_profiler else None
+    loop = _loop(work, device, time_fn, around)
     with profilers.capture_range(config.capture_range, device):
         if config.flops_prof_step is None:
-            return timed_loop(work.step, config.iterations, device, time_fn, around)
+            return loop(config.iterations, 0)
         split = config.flops_prof_step
-        before, outputs_before = timed_loop(work.step, split, device, time_fn, around)
+        before = loop(split, 0)
         if is_main:
             profilers.deepspeed_profile_step(work.eager_model, work.step, device, split)
         else:
             work.step()
-        after, outputs_after = timed_loop(work.step, config.iterations - split - 1, device,
-                                          time_fn, around, first_index=split + 1)
-    return (Measurement(before.samples_ms + after.samples_ms), outputs_before + outputs_after)
+        after = loop(config.iterations - split - 1, split + 1)
+    return before.join(after)
 
 
 def profiled_passes(config, work: workload_mod.Workload, device: torch.device,
@@ -138,13 +191,9 @@ def batch_norm_needs_more_values(error: BaseException) -> UsageError | None:
 
 
 def build_workload(spec: RunSpec, wrap: Callable[[torch.nn.Module], torch.nn.Module] | None = None,
-                   count_flops: bool = True) -> workload_mod.Workload:
-    config = spec.config
-    return workload_mod.build(spec.model, spec.image_size, spec.batch_size, config.mode,
-                              spec.precision, spec.device, nhwc=config.nhwc,
-                              opt_step=config.opt_step, seed=config.seed,
-                              wrap=_compose(wrap, _compile_wrapper(config)),
-                              count_flops=count_flops)
+                   count_flops: bool = True):
+    """The workload of ``spec``, compiled when asked, inside ``wrap`` (DDP) if given."""
+    return workload_mod.build(spec, _compose(wrap, _compile_wrapper(spec.config)), count_flops)
 
 
 def run(spec: RunSpec, on_phase: Callable[[str], None] = lambda message: None,
@@ -163,7 +212,7 @@ def run(spec: RunSpec, on_phase: Callable[[str], None] = lambda message: None,
         warmup_s, first_s = warm_up(work.step, config.warmup, device)
         device_layer.reset_peak_memory(device)
         before_timing()
-        times, outputs = measure(config, work, device, launch.is_main)
+        timed = measure(config, work, device, launch.is_main)
         allocated, reserved = device_layer.peak_memory_mb(device)
         reports = profiled_passes(config, work, device, launch.is_main, launch.rank,
                                   launch.world_size)
@@ -171,11 +220,12 @@ def run(spec: RunSpec, on_phase: Callable[[str], None] = lambda message: None,
         if not _is_expected(error):
             raise
         raise expected_failure(error, spec) from None
-    losses = [float(loss) for loss in outputs if loss is not None]
-    return ProcessResult(times=times, losses=losses, warmup_s=warmup_s, first_iteration_s=first_s,
-                         peak_allocated_mb=allocated, peak_reserved_mb=reserved,
-                         parameters=work.parameters, flops_per_iteration=work.flops_per_iteration,
-                         profile_reports=reports)
+    losses = [float(loss) for loss in timed.outputs if loss is not None]
+    return ProcessResult(times=timed.times, losses=losses, warmup_s=warmup_s,
+                         first_iteration_s=first_s, peak_allocated_mb=allocated,
+                         peak_reserved_mb=reserved, parameters=work.parameters,
+                         flops_per_iteration=work.flops_per_iteration, profile_reports=reports,
+                         phases=timed.phases, generation=timed.generation)
 
 
 def _is_expected(error: BaseException) -> bool:

@@ -10,6 +10,7 @@ import argparse
 import ast
 import difflib
 import inspect
+import itertools
 import sys
 from dataclasses import replace
 from typing import Any, NoReturn, Sequence
@@ -51,15 +52,15 @@ def _positive_ints(text: str) -> list[int]:
     return [_positive_int(part) for part in text.split(",")]
 
 
-MODES = ("training", "inference")
+MODES = ("training", "inference", "generate")
 
 
 def _modes(text: str) -> list[str]:
     modes = _names(text)
     for mode in modes:
         if mode not in MODES:
-            raise argparse.ArgumentTypeError(f"invalid choice '{mode}' (choose from training, "
-                                             f"inference)")
+            raise argparse.ArgumentTypeError(f"invalid choice '{mode}' (choose from "
+                                             f"{', '.join(MODES)})")
     return modes
 
 
@@ -102,8 +103,9 @@ def build_parser() -> argparse.ArgumentParser:
                             "224, 299 for inception_v3, 112 for r3d_18)")
     model.add_argument("--mode", type=_modes, default=["training"], metavar="MODE[,MODE]",
                        help="training: forward, loss, backward, SGD step; inference: forward "
-                            "in inference mode with the model in eval(); both, comma-separated, "
-                            "sweep")
+                            "in inference mode with the model in eval(); generate (llama_*): "
+                            "prefill a prompt, then decode token by token with a KV cache; a "
+                            "comma-separated list sweeps")
     model.add_argument("--opt-step", type=_positive_int, default=1, metavar="N",
                        help="training: accumulate gradients over N iterations per optimizer step")
     model.add_argument("--seed", type=int, default=0, help="seed for weights and inputs")
@@ -113,6 +115,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="timed iterations (each one is a sample)")
     timing.add_argument("--warmup", type=_non_negative_int, default=5, metavar="N",
                         help="untimed warm-up iterations before the timed ones")
+    timing.add_argument("--no-phases", action="store_true",
+                        help="training: do not split iterations into forward, backward and "
+                             "optimizer with two extra device events each")
 
     precision = parser.add_argument_group("precision")
     precision.add_argument("--fp16", type=int, choices=(0, 1), default=0,
@@ -152,6 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
     output.add_argument("--no-files", action="store_true",
                         help="write no JSON or CSV, only print")
     output.add_argument("--quiet", action="store_true", help="no per-iteration lines")
+    _add_language_args(parser)
     _add_distributed_args(parser)
     _add_profiler_args(parser)
     _add_sweep_args(parser)
@@ -160,6 +166,33 @@ def build_parser() -> argparse.ArgumentParser:
 
 COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune",
                  "max-autotune-no-cudagraphs")
+
+
+def _add_language_args(parser: argparse.ArgumentParser) -> None:
+    from .archs.llama import ATTENTION_IMPLS
+    group = parser.add_argument_group(
+        "language models (llama_tiny, llama_medium, llama_1b, hf:<model_type>)")
+    group.add_argument("--seq-len", type=_positive_ints, default=None, metavar="N[,N]",
+                       help="tokens per sequence (default: the preset's; 512 for hf:); with "
+                            "--mode generate, the positions of the KV cache; a list sweeps")
+    group.add_argument("--vocab-size", type=_positive_int, default=None, metavar="N",
+                       help="vocabulary size (default: the preset's)")
+    group.add_argument("--kv-heads", type=_positive_int, default=None, metavar="N",
+                       help="key/value heads (grouped-query attention); must divide the heads")
+    group.add_argument("--attention", type=_choices(ATTENTION_IMPLS), default=None,
+                       metavar="IMPL[,IMPL]",
+                       help="eager (matmul-softmax-matmul), sdpa (PyTorch chooses the kernel; "
+                            "the default), or scaled_dot_product_attention pinned to flash, "
+                            "efficient or math; a list sweeps")
+    group.add_argument("--model-kwargs", nargs="+", default=(), metavar="KEY=VALUE",
+                       help="hf:<model_type>: overrides of the transformers config, e.g. "
+                            "hidden_size=1024 num_hidden_layers=8")
+    group.add_argument("--prompt-len", type=_positive_int, default=None, metavar="N",
+                       help="--mode generate: prompt tokens per sequence (default: 128, or half "
+                            "the sequence length)")
+    group.add_argument("--gen-len", type=_positive_int, default=None, metavar="N",
+                       help="--mode generate: tokens generated per sequence (default: 128, "
+                            "within the sequence length)")
 
 
 def _add_sweep_args(parser: argparse.ArgumentParser) -> None:
@@ -352,8 +385,10 @@ def _check(config: BenchConfig) -> BenchConfig:
     if config.compile and config.warmup < 1:
         raise UsageError("--compile needs --warmup of at least 1: compilation happens in the "
                          "first iteration and must not be timed")
-    if config.opt_step > 1 and config.mode == "inference":
+    if config.opt_step > 1 and config.mode != "training":
         raise UsageError("--opt-step applies to training only")
+    if (config.prompt_len or config.gen_len) and config.mode != "generate":
+        raise UsageError("--prompt-len and --gen-len apply to --mode generate")
     return config
 
 
@@ -378,6 +413,10 @@ def to_config(args: argparse.Namespace) -> BenchConfig:
     precision, precision_notes = _precision(args)
     return _check(BenchConfig(
         network=args.network[0], batch_size=args.batch_size[0], image_size=args.image_size,
+        seq_len=args.seq_len[0] if args.seq_len else None, vocab_size=args.vocab_size,
+        kv_heads=args.kv_heads, attention=args.attention[0] if args.attention else None,
+        model_kwargs=tuple(args.model_kwargs), prompt_len=args.prompt_len, gen_len=args.gen_len,
+        phase_timing=not args.no_phases,
         mode=args.mode[0], opt_step=args.opt_step, iterations=args.iterations, warmup=args.warmup,
         precision=precision, tf32=bool(args.tf32), nhwc=args.nhwc, compile=args.compile,
         compile_options=compile_options, notes=tuple(precision_notes + compile_notes),
@@ -410,22 +449,31 @@ def _sweep_values(args: argparse.Namespace) -> list[dict]:
     """One dict of changes per configuration: network x mode x precision x compile x batch."""
     if args.compile_mode and (args.compile or args.compile_context):
         raise UsageError("--compile-mode replaces --compile and --compileContext: use one")
-    changes = []
-    for network in args.network:
-        for mode in args.mode:
-            for precision in args.precision or [None]:
-                for compile_mode in args.compile_mode or [None]:
-                    for batch in args.batch_size:
-                        change = dict(network=network, mode=mode, batch_size=batch)
-                        if precision is not None:
-                            row = precision_table.lookup(precision)
-                            change.update(precision=row.name, tf32=row.tf32)
-                        if compile_mode is not None:
-                            change.update(compile=compile_mode != "none", compile_options=(
-                                {} if compile_mode in ("none", "default")
-                                else {"mode": compile_mode}))
-                        changes.append(change)
-    return changes
+    axes = [
+        [dict(network=network) for network in args.network],
+        [dict(mode=mode) for mode in args.mode],
+        [_precision_change(name) for name in args.precision or [None]],
+        [_compile_change(mode) for mode in args.compile_mode or [None]],
+        [dict(attention=name) for name in args.attention or [None]],
+        [dict(seq_len=length) for length in args.seq_len or [None]],
+        [dict(batch_size=batch) for batch in args.batch_size],
+    ]
+    return [{key: value for part in combination for key, value in part.items()}
+            for combination in itertools.product(*axes)]
+
+
+def _precision_change(name: str | None) -> dict:
+    if name is None:
+        return {}
+    row = precision_table.lookup(name)
+    return dict(precision=row.name, tf32=row.tf32)
+
+
+def _compile_change(mode: str | None) -> dict:
+    if mode is None:
+        return {}
+    return dict(compile=mode != "none",
+                compile_options={} if mode in ("none", "default") else {"mode": mode})
 
 
 def to_plan(args: argparse.Namespace) -> Plan:

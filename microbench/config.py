@@ -23,6 +23,9 @@ import torch
 
 from . import device as device_layer, distributed, flops, models, precision as precision_table
 from .distributed import Launch
+from .errors import UsageError
+from .generation import GenerationShape
+from .language import LanguageModelSpec
 
 DEFAULT_NETWORK = "resnet50"
 DEFAULT_OUTPUT_DIR = "results"
@@ -36,7 +39,14 @@ class BenchConfig:
     network: str = DEFAULT_NETWORK
     batch_size: int = 64
     image_size: int | None = None
-    mode: str = "training"
+    seq_len: int | None = None              # language models: --seq-len, --vocab-size, ...
+    vocab_size: int | None = None
+    kv_heads: int | None = None
+    attention: str | None = None
+    model_kwargs: tuple[str, ...] = ()
+    mode: str = "training"                  # training | inference | generate
+    prompt_len: int | None = None           # generate
+    gen_len: int | None = None
     opt_step: int = 1
     iterations: int = 20
     warmup: int = 5
@@ -70,6 +80,7 @@ class BenchConfig:
     flops_prof_step: int | None = None
     peak_tflops: float | None = None
     capture_range: bool = False
+    phase_timing: bool = True               # training: forward / backward / optimizer events
     notes: tuple[str, ...] = ()             # how older or workshop spellings were read
 
 
@@ -104,9 +115,8 @@ class RunSpec:
     """A configuration resolved for this process: everything a run needs, derived once."""
 
     config: BenchConfig
-    model: models.ModelSpec
+    model: models.ModelSpec | LanguageModelSpec   # configured: input size, sequence length
     precision: precision_table.Precision
-    image_size: int
     launch: Launch
     device: torch.device
     peak: flops.PeakChoice
@@ -115,6 +125,7 @@ class RunSpec:
     notes: tuple[str, ...]
     compare: Gate | None = None
     scaling_baseline_img_s: float | None = None
+    generation: GenerationShape | None = None     # --mode generate
 
     @property
     def batch_size(self) -> int:
@@ -127,7 +138,10 @@ class RunSpec:
 
     def check(self) -> None:
         """Settings that may not suit the model (a sweep records this as the row's failure)."""
-        self.model.check_image_size(self.image_size)
+        self.model.check()
+        if self.model.family == "language":
+            compute = self.precision.autocast_dtype or self.precision.model_dtype
+            self.model.check_attention(self.device, compute)
 
     def for_worker(self, index: int) -> "RunSpec":
         """The spec of worker ``index`` of a manual launch that starts one per --device_ids."""
@@ -168,8 +182,12 @@ def resolve(config: BenchConfig, plan: Plan | None = None,
 
 
 def _derive(config: BenchConfig, launch: Launch) -> RunSpec:
-    model = models.resolve(config.network)
-    image_size = config.image_size or model.image_size
+    model = models.resolve(config.network, models.ModelOptions(
+        image_size=config.image_size, seq_len=config.seq_len, vocab_size=config.vocab_size,
+        kv_heads=config.kv_heads, attention=config.attention, model_kwargs=config.model_kwargs))
+    if config.nhwc and model.channels_last is None:
+        raise UsageError(f"--nhwc (channels-last) applies to image models; {model.name} reads "
+                         f"token ids")
     policy = precision_table.lookup(config.precision, config.tf32)
     device, notice = device_layer.select(config.device,
                                          launch.device_index if launch.distributed else None)
@@ -182,10 +200,31 @@ def _derive(config: BenchConfig, launch: Launch) -> RunSpec:
     if config.write_files:
         json_path = os.path.join(config.output_dir, _json_name(config, model, policy))
         csv_path = config.csv_file or os.path.join(config.output_dir, CSV_NAME)
-    return RunSpec(config=config, model=model, precision=policy, image_size=image_size,
-                   launch=launch, device=device,
+    return RunSpec(config=config, model=model, precision=policy, launch=launch, device=device,
                    peak=flops.choose_peak(device, policy.peak_key, config.peak_tflops),
-                   json_path=json_path, csv_path=csv_path, notes=tuple(notes))
+                   json_path=json_path, csv_path=csv_path, notes=tuple(notes),
+                   generation=_generation_shape(config, model))
+
+
+# Default prompt and generation lengths: up to 128 tokens each, within the model's positions.
+DEFAULT_PROMPT_LEN = 128
+DEFAULT_GEN_LEN = 128
+
+
+def _generation_shape(config: BenchConfig, model) -> GenerationShape | None:
+    if config.mode != "generate":
+        return None
+    if not getattr(model, "can_generate", False):
+        raise UsageError(f"--mode generate runs the llama_* presets (static KV cache), not "
+                         f"{model.name}")
+    prompt = config.prompt_len or min(DEFAULT_PROMPT_LEN, model.seq_len // 2)
+    generated = config.gen_len or min(DEFAULT_GEN_LEN, model.seq_len - prompt + 1)
+    shape = GenerationShape(prompt, generated)
+    if prompt < 1 or generated < 1 or shape.positions > model.seq_len:
+        raise UsageError(f"a {prompt}-token prompt and {generated} generated tokens need "
+                         f"{shape.positions} positions, but {model.name} has {model.seq_len}: "
+                         f"pass --seq-len {shape.positions} or shorter --prompt-len/--gen-len")
+    return shape
 
 
 def _json_name(config: BenchConfig, model: models.ModelSpec,
@@ -195,7 +234,7 @@ def _json_name(config: BenchConfig, model: models.ModelSpec,
     if config.output_file:
         name = config.output_file
         return name if name.endswith(".json") else name + ".json"
-    parts = [model.name, config.mode, policy.name]
+    parts = [model.name.replace(":", "-"), config.mode, policy.name]
     if config.nhwc:
         parts.append("nhwc")
     if config.compile:

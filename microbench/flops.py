@@ -264,19 +264,27 @@ def peak_tflops(peak: DevicePeak | None, precision: str) -> float | None:
 # ----------------------------------------------------------------------------------------------
 
 def count_iteration_flops(model: torch.nn.Module, inputs: torch.Tensor, target: torch.Tensor,
-                          logits: Callable, autocast, training: bool) -> int:
+                          loss: Callable, autocast, training: bool) -> int:
     """FLOPs of one iteration, counted once by torch's FlopCounterMode on the eager model:
     forward for inference, forward + loss + backward for training (the optimizer's elementwise
-    update is not counted, as in the usual MFU convention). Gradients it leaves are cleared."""
+    update is not counted, as in the usual MFU convention). Gradients it leaves are cleared.
+    ``loss(output, target)`` is the model family's loss."""
     grad_mode = contextlib.nullcontext() if training else torch.inference_mode()
     with FlopCounterMode(display=False) as counter:
         with grad_mode, autocast:
-            output = logits(model(inputs))
-            loss = torch.nn.functional.cross_entropy(output, target) if training else None
+            output = model(inputs)
+            value = loss(output, target) if training else None
         if training:
-            loss.backward()
+            value.backward()
     if training:
         model.zero_grad(set_to_none=True)
+    return counter.get_total_flops()
+
+
+def count_step_flops(step: Callable[[], object]) -> int:
+    """FLOPs of one call of ``step`` (a whole generation: prefill and every decode step)."""
+    with FlopCounterMode(display=False) as counter:
+        step()
     return counter.get_total_flops()
 
 

@@ -21,7 +21,7 @@ def main(argv: list[str] | None = None) -> int:
     args = cli.parse_args(argv)
     try:
         if args.list_networks:
-            print("\n".join(models.available_names()))
+            print("\n".join(models.listing()))
             return 0
         return runner.run_plan(cli.to_plan(args))
     except BenchmarkError as error:

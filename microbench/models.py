@@ -2,20 +2,24 @@
 
 Every classification, segmentation and video model that ``torchvision.models.list_models()``
 offers is here, built without weights, plus ShuffleNet v1 and Xception (``microbench.archs``),
-which torchvision lacks, and the older tool's spellings (``SqueezeNet``, ``resnext50``, ...).
+which torchvision lacks, the older tool's spellings (``SqueezeNet``, ``resnext50``, ...), and the
+language models of :mod:`microbench.language` (LLaMA presets, ``hf:<model_type>``).
+
+A spec is configured for one run (:func:`resolve` with the input options) and then knows how to
+build the model, make its inputs and targets, and take its loss, whatever the family.
 
 Example::
 
-    spec = resolve("resnet50")
-    model = spec.build(image_size=spec.image_size)
-    inputs, target = spec.make_batch(batch_size=8, image_size=spec.image_size, device=device)
-    loss = torch.nn.functional.cross_entropy(spec.logits(model(inputs)), target)
+    spec = resolve("resnet50", ModelOptions(image_size=160))
+    model = spec.build()
+    inputs, target = spec.make_batch(batch_size=8, device=device)
+    loss = spec.loss(model(inputs), target)
 """
 from __future__ import annotations
 
 import difflib
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Callable
 
@@ -23,7 +27,7 @@ import torch
 import torchvision.models as tvm
 from torchvision.models import get_model, list_models
 
-from . import archs
+from . import archs, language
 from .errors import UsageError
 
 IMAGENET_CLASSES = 1000
@@ -58,53 +62,98 @@ FIXED_IMAGE_SIZE = {"mvit_v1_b", "mvit_v2_s"}
 
 
 @dataclass(frozen=True)
+class ModelOptions:
+    """The flags that shape a model's input or architecture, as the user gave them."""
+
+    image_size: int | None = None        # vision models
+    seq_len: int | None = None           # language models (the rest too)
+    vocab_size: int | None = None
+    kv_heads: int | None = None
+    attention: str | None = None
+    model_kwargs: tuple[str, ...] = ()   # hf:<model_type> config overrides, key=value
+
+    def given(self, *names: str) -> list[str]:
+        """The flags among ``names`` (field names) that the user set."""
+        return [f"--{name.replace('_', '-')}" for name in names
+                if getattr(self, name) not in (None, ())]
+
+
+LANGUAGE_OPTIONS = ("seq_len", "vocab_size", "kv_heads", "attention", "model_kwargs")
+
+
+@dataclass(frozen=True)
 class ModelSpec:
-    """How to build one model and feed it."""
+    """How to build one vision model and feed it, at one input size."""
 
     name: str
     family: str                                  # "classification" | "segmentation" | "video"
     num_classes: int
-    image_size: int                              # native height = width
+    native_image_size: int                       # the resolution the model was designed for
     smallest_image_size: int
     frames: int | None                           # clip length for video models
     _builder: Callable[[int], torch.nn.Module]
+    image_size: int = 0                          # the run's input height = width
+
+    tokens_per_item = None                       # images, not token sequences
+    loss_name = "cross-entropy over classes"
+
+    def __post_init__(self) -> None:
+        if not self.image_size:
+            object.__setattr__(self, "image_size", self.native_image_size)
 
     def __reduce__(self):
         # Builders are closures, which do not pickle; a spec travels to a spawned worker by its
-        # registry name and is looked up again there.
-        return resolve, (self.name,)
+        # registry name and input size and is looked up again there.
+        return resolve, (self.name, ModelOptions(image_size=self.image_size))
 
-    def build(self, image_size: int) -> torch.nn.Module:
+    def configure(self, options: ModelOptions) -> "ModelSpec":
+        given = options.given(*LANGUAGE_OPTIONS)
+        if given:
+            raise UsageError(f"{', '.join(given)} apply to language models (llama_*, hf:...), "
+                             f"not to {self.name}")
+        return replace(self, image_size=options.image_size or self.native_image_size)
+
+    @property
+    def item(self) -> str:
+        return "clip" if self.family == "video" else "image"
+
+    @property
+    def channels_last(self) -> torch.memory_format:
+        return torch.channels_last_3d if self.family == "video" else torch.channels_last
+
+    def build(self) -> torch.nn.Module:
         with warnings.catch_warnings():
             # torchvision warns about future weight-init defaults on some weightless builds.
             warnings.simplefilter("ignore", FutureWarning)
             warnings.simplefilter("ignore", UserWarning)
-            return self._builder(image_size)
+            return self._builder(self.image_size)
 
-    def check_image_size(self, image_size: int) -> None:
-        if self.name in FIXED_IMAGE_SIZE and image_size != self.image_size:
-            raise UsageError(f"{self.name} takes {self.image_size}x{self.image_size} input only; "
-                             f"drop --image-size")
-        if image_size < self.smallest_image_size:
+    def check(self) -> None:
+        """Refuse an input size the model cannot take (a sweep row fails alone)."""
+        if self.name in FIXED_IMAGE_SIZE and self.image_size != self.native_image_size:
+            raise UsageError(f"{self.name} takes {self.native_image_size}x"
+                             f"{self.native_image_size} input only; drop --image-size")
+        if self.image_size < self.smallest_image_size:
             raise UsageError(f"{self.name} needs --image-size of at least "
-                             f"{self.smallest_image_size}, got {image_size}")
+                             f"{self.smallest_image_size}, got {self.image_size}")
 
-    def input_shape(self, batch_size: int, image_size: int) -> tuple[int, ...]:
+    def input_shape(self, batch_size: int) -> tuple[int, ...]:
+        size = self.image_size
         if self.family == "video":
-            return (batch_size, 3, self.frames, image_size, image_size)
-        return (batch_size, 3, image_size, image_size)
+            return (batch_size, 3, self.frames, size, size)
+        return (batch_size, 3, size, size)
 
-    def target_shape(self, batch_size: int, image_size: int) -> tuple[int, ...]:
+    def target_shape(self, batch_size: int) -> tuple[int, ...]:
         if self.family == "segmentation":
-            return (batch_size, image_size, image_size)     # one class per pixel
+            return (batch_size, self.image_size, self.image_size)     # one class per pixel
         return (batch_size,)
 
-    def make_batch(self, batch_size: int, image_size: int, device: torch.device,
+    def make_batch(self, batch_size: int, device: torch.device,
                    dtype: torch.dtype = torch.float32, seed: int = 0):
         """Random inputs and class targets, made once on the device."""
         generator = torch.Generator(device="cpu").manual_seed(seed)
-        inputs = torch.randn(self.input_shape(batch_size, image_size), generator=generator)
-        target = torch.randint(0, self.num_classes, self.target_shape(batch_size, image_size),
+        inputs = torch.randn(self.input_shape(batch_size), generator=generator)
+        target = torch.randint(0, self.num_classes, self.target_shape(batch_size),
                                generator=generator)
         return inputs.to(device=device, dtype=dtype), target.to(device)
 
@@ -117,9 +166,12 @@ class ModelSpec:
             return output.logits
         return output
 
-    def describe_input(self, image_size: int) -> str:
-        shape = self.input_shape(1, image_size)[1:]
-        return "x".join(str(d) for d in shape)
+    def loss(self, output, target: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.cross_entropy(self.logits(output), target)
+
+    def describe(self) -> str:
+        shape = "x".join(str(d) for d in self.input_shape(1)[1:])
+        return f"{self.name} ({self.family}, input {shape}, {self.num_classes} classes)"
 
 
 def _torchvision_builder(name: str, family: str) -> Callable[[int], torch.nn.Module]:
@@ -146,14 +198,15 @@ def _spec(name: str, family: str, builder: Callable[[int], torch.nn.Module]) -> 
     else:
         num_classes = VOC_CLASSES if family == "segmentation" else IMAGENET_CLASSES
         frames, image_size = None, NATIVE_IMAGE_SIZE.get(name, 224)
-    return ModelSpec(name=name, family=family, num_classes=num_classes, image_size=image_size,
+    return ModelSpec(name=name, family=family, num_classes=num_classes,
+                     native_image_size=image_size,
                      smallest_image_size=SMALLEST_IMAGE_SIZE.get(name, 32), frames=frames,
                      _builder=builder)
 
 
 @lru_cache(maxsize=1)
-def registry() -> dict[str, ModelSpec]:
-    specs: dict[str, ModelSpec] = {}
+def registry() -> dict:
+    specs: dict = {}
     for family, module in (("classification", tvm), ("segmentation", tvm.segmentation),
                            ("video", tvm.video)):
         for name in list_models(module=module):
@@ -161,6 +214,7 @@ def registry() -> dict[str, ModelSpec]:
     specs["shufflenet"] = _spec("shufflenet", "classification",
                                 lambda _size: archs.shufflenet_v1(groups=3))
     specs["xception"] = _spec("xception", "classification", lambda _size: archs.xception())
+    specs.update(language.presets())
     return specs
 
 
@@ -168,8 +222,22 @@ def available_names() -> list[str]:
     return sorted(registry()) + sorted(LEGACY_ALIASES)
 
 
-def resolve(name: str) -> ModelSpec:
-    """The spec for a model name or legacy alias; unknown names suggest the closest ones."""
+def listing() -> list[str]:
+    """``--list-networks``: one name a line; language presets with their size."""
+    lines = []
+    for name in available_names():
+        spec = registry().get(name)
+        lines.append(f"{name:<24} {spec.summary()}" if hasattr(spec, "summary") else name)
+    lines.append(f"{language.HF_PREFIX}<model_type>{'':<12} any causal language model of "
+                 f"Hugging Face transformers, built from its default config "
+                 f"(--model-kwargs key=value ...)")
+    return lines
+
+
+def lookup(name: str):
+    """The registry's spec for a model name or legacy alias; unknown names suggest the closest."""
+    if name.startswith(language.HF_PREFIX):
+        return language.hf_spec(name[len(language.HF_PREFIX):])
     specs = registry()
     canonical = LEGACY_ALIASES.get(name, name)
     if canonical in specs:
@@ -180,3 +248,8 @@ def resolve(name: str) -> ModelSpec:
     close = difflib.get_close_matches(name, available_names(), n=3, cutoff=0.5)
     hint = f"did you mean {', '.join(close)}?" if close else "see --list-networks"
     raise UsageError(f"unknown network '{name}': {hint}")
+
+
+def resolve(name: str, options: ModelOptions | None = None):
+    """The spec of ``name`` configured with ``options`` (input size, sequence length, ...)."""
+    return lookup(name).configure(options or ModelOptions())

@@ -21,7 +21,11 @@ from dataclasses import dataclass, field
 from .benchmark import ProcessResult
 from .config import RunSpec
 from .flops import Utilization
+from .generation import GenerationTimes
 from .timing import NOISY_CV_THRESHOLD, Measurement
+from .workload import PhaseMarks
+
+PHASE_NAMES = PhaseMarks.NAMES
 
 
 @dataclass(frozen=True)
@@ -136,6 +140,42 @@ class Summary:
     @property
     def time_per_sample_us(self) -> float:
         return 1e6 / self.throughput
+
+    @property
+    def tokens_per_item(self) -> int | None:
+        """Tokens in one item (a sequence) for language models; None for images and clips."""
+        return self.spec.model.tokens_per_item
+
+    @property
+    def token_throughput(self) -> float | None:
+        """Tokens per second on the same basis: processed tokens for training and inference,
+        generated tokens for generation."""
+        if self.spec.generation is not None:
+            return self.throughput * self.spec.generation.gen_len
+        if self.tokens_per_item is None:
+            return None
+        return self.throughput * self.tokens_per_item
+
+    @property
+    def phase_means_ms(self) -> dict[str, float] | None:
+        """Mean forward / backward / optimizer time per iteration (this process; they add up to
+        its mean iteration time)."""
+        if self.result.phases is None:
+            return None
+        return {name: phase.mean for name, phase in zip(PHASE_NAMES, self.result.phases)}
+
+    @property
+    def generation(self) -> GenerationTimes | None:
+        """This process's time to first token, inter-token latencies and whole generations."""
+        return self.result.generation
+
+    @property
+    def decode_tokens_per_s(self) -> float | None:
+        """Tokens generated per second by the decode steps alone (this process's batch)."""
+        times = self.result.generation
+        if times is None or not times.decode.count:
+            return None
+        return self.spec.batch_size * times.decode.count / (times.decode.total_ms / 1e3)
 
     @property
     def all_times(self) -> Measurement:

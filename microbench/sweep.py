@@ -38,11 +38,13 @@ class Row:
         return self.summary.peak_allocated_mb if self.summary else None
 
     def label(self) -> str:
-        config = self.spec.config
+        config, model = self.spec.config, self.spec.model
         compiled = (f" compile={config.compile_options.get('mode', 'default')}"
                     if config.compile else "")
+        language = (f" {model.attention} s{model.seq_len}"
+                    if model.tokens_per_item is not None else "")
         return (f"{config.network} {config.mode} {self.spec.precision.name}"
-                f"{' nhwc' if config.nhwc else ''}{compiled} b{config.batch_size}")
+                f"{' nhwc' if config.nhwc else ''}{compiled}{language} b{config.batch_size}")
 
 
 class Progress:

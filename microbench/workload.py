@@ -1,8 +1,10 @@
 """One training or inference step, built once; nothing is allocated for it per step.
 
-Training: forward, cross-entropy loss, backward, and an SGD step (momentum 0.9, weight decay
-1e-4, as torchvision's ImageNet reference recipe) every ``opt_step`` iterations. Inference: forward
-under ``torch.inference_mode`` with the model in ``eval()``. The step returns the loss tensor
+Training: forward, the model family's loss (cross-entropy over classes, or next-token
+cross-entropy for language models), backward, and an SGD step (momentum 0.9, weight decay 1e-4,
+as torchvision's ImageNet reference recipe) every ``opt_step`` iterations, with two phase marks
+between them. Inference: forward under ``torch.inference_mode`` with the model in ``eval()``.
+Generation (language models): :mod:`microbench.generation`. The step returns the loss tensor
 without reading it, so the timed loop never waits for the device.
 """
 from __future__ import annotations
@@ -15,8 +17,8 @@ import torch
 from torch import nn
 
 import fp16util
-from . import flops
-from .models import ModelSpec
+from . import flops, generation
+from .config import RunSpec
 from .precision import Precision
 
 LEARNING_RATE = 0.01
@@ -30,9 +32,9 @@ class Workload:
     model: nn.Module                 # what the step runs (compiled, DDP-wrapped)
     eager_model: nn.Module           # the plain module underneath
     inputs: torch.Tensor
-    target: torch.Tensor
     parameters: int
     flops_per_iteration: int | None
+    phases: "PhaseMarks | None" = None          # training: forward / backward / optimizer marks
 
 
 def make_sgd(params) -> torch.optim.Optimizer:
@@ -79,17 +81,44 @@ def make_update(model: nn.Module, precision: Precision, device: torch.device):
     return _PlainUpdate(model)
 
 
-def training_step(model: nn.Module, spec: ModelSpec, inputs: torch.Tensor, target: torch.Tensor,
-                  precision: Precision, device: torch.device, opt_step: int):
+class PhaseMarks:
+    """Where a training step marks the end of its forward (and loss) and of its backward pass.
+
+    The timed loop points ``mark`` at its recorder, so each iteration is split into forward,
+    backward and optimizer by two more device events, with no host synchronisation; outside the
+    timed loop (warm-up, profiler passes) it does nothing.
+    """
+
+    NAMES = ("forward", "backward", "optimizer")
+
+    def __init__(self) -> None:
+        self.mark: Callable[[], None] = _nothing
+
+    def record_on(self, recorder) -> None:
+        self.mark = recorder.mark
+
+    def stop(self) -> None:
+        self.mark = _nothing
+
+
+def _nothing() -> None:
+    pass
+
+
+def training_step(model: nn.Module, spec, inputs: torch.Tensor, target: torch.Tensor,
+                  precision: Precision, device: torch.device, opt_step: int,
+                  phases: PhaseMarks):
     update = make_update(model, precision, device)
     autocast = precision.autocast(device)
     iteration = itertools.count(1)
 
     def step() -> torch.Tensor:
         with autocast:
-            loss = nn.functional.cross_entropy(spec.logits(model(inputs)), target)
+            loss = spec.loss(model(inputs), target)
+        phases.mark()
         # Accumulated gradients average over the micro-batches, as in a real run.
         update.backward(loss / opt_step if opt_step > 1 else loss)
+        phases.mark()
         if next(iteration) % opt_step == 0:
             update.step()
             update.zero_grad()
@@ -109,45 +138,45 @@ def inference_step(model: nn.Module, inputs: torch.Tensor, precision: Precision,
     return step
 
 
-def memory_format(spec: ModelSpec) -> torch.memory_format:
-    return torch.channels_last_3d if spec.family == "video" else torch.channels_last
-
-
-def prepare_model(spec: ModelSpec, image_size: int, precision: Precision, device: torch.device,
-                  nhwc: bool, seed: int) -> nn.Module:
-    torch.manual_seed(seed)
-    model = spec.build(image_size).to(device)
-    if precision.model_dtype == torch.float16:
+def prepare_model(spec: RunSpec) -> nn.Module:
+    torch.manual_seed(spec.config.seed)
+    model = spec.model.build().to(spec.device)
+    if spec.precision.model_dtype == torch.float16:
         fp16util.network_to_half(model)
-    if nhwc:
-        model = model.to(memory_format=memory_format(spec))
+    if spec.config.nhwc:
+        model = model.to(memory_format=spec.model.channels_last)
     return model
 
 
-def build(spec: ModelSpec, image_size: int, batch_size: int, mode: str, precision: Precision,
-          device: torch.device, nhwc: bool = False, opt_step: int = 1, seed: int = 0,
-          wrap: Callable[[nn.Module], nn.Module] | None = None,
+def build(spec: RunSpec, wrap: Callable[[nn.Module], nn.Module] | None = None,
           count_flops: bool = True) -> Workload:
     """The model, its inputs and the step function for one run.
 
     ``wrap`` is applied last to the ready model (``torch.compile``, a DDP wrapper). FLOPs are
     counted before that, on the eager model, so no compiled graph or DDP hook sees the count.
     """
-    model = prepare_model(spec, image_size, precision, device, nhwc, seed)
+    if spec.config.mode == "generate":
+        return generation.build(spec, prepare_model(spec), wrap, count_flops)
+    model, device, precision = prepare_model(spec), spec.device, spec.precision
     parameters = sum(p.numel() for p in model.parameters())
-    inputs, target = spec.make_batch(batch_size, image_size, device, precision.model_dtype, seed)
-    if nhwc:
-        inputs = inputs.contiguous(memory_format=memory_format(spec))
-    model.train(mode == "training")
+    inputs, target = spec.model.make_batch(spec.batch_size, device, precision.model_dtype,
+                                           spec.config.seed)
+    if spec.config.nhwc:
+        inputs = inputs.contiguous(memory_format=spec.model.channels_last)
+    model.train(spec.training)
     iteration_flops = None
     if count_flops:
-        iteration_flops = flops.count_iteration_flops(model, inputs, target, spec.logits,
+        iteration_flops = flops.count_iteration_flops(model, inputs, target, spec.model.loss,
                                                       precision.autocast(device),
-                                                      training=mode == "training")
+                                                      training=spec.training)
     runnable = wrap(model) if wrap is not None else model
-    if mode == "training":
-        step = training_step(runnable, spec, inputs, target, precision, device, opt_step)
+    phases = PhaseMarks()
+    if spec.training:
+        step = training_step(runnable, spec.model, inputs, target, precision, device,
+                             spec.config.opt_step, phases)
     else:
         step = inference_step(runnable, inputs, precision, device)
-    return Workload(step=step, model=runnable, eager_model=model, inputs=inputs, target=target,
-                    parameters=parameters, flops_per_iteration=iteration_flops)
+    return Workload(step=step, model=runnable, eager_model=model, inputs=inputs,
+                    parameters=parameters,
+                    flops_per_iteration=iteration_flops,
+                    phases=phases if spec.training and spec.config.phase_timing else None)

@@ -4,11 +4,18 @@ import math
 import pytest
 import torch
 
-from microbench import models, precision, workload
+from microbench import models, workload
+from microbench.config import BenchConfig, resolve
 from microbench.errors import UsageError
 
-FP32 = precision.lookup("fp32")
 CPU = torch.device("cpu")
+
+
+def built(network="resnet18", image_size=32, batch_size=2, mode="training", **settings):
+    """The workload the benchmark would build for these settings, on the CPU."""
+    spec = resolve(BenchConfig(network=network, image_size=image_size, batch_size=batch_size,
+                               mode=mode, device="cpu", write_files=False, **settings))
+    return workload.build(spec)
 
 # One or two of each family and input quirk; `-m all_models` runs the whole registry.
 FAST_SUBSET = ["resnet18", "SqueezeNet1.1", "shufflenet", "xception", "googlenet", "inception_v3",
@@ -40,17 +47,17 @@ def test_unknown_name_suggests_the_closest():
 def test_inputs_and_targets_per_family():
     seg, video, inception = (models.resolve(n) for n in ("fcn_resnet50", "r3d_18", "inception_v3"))
     assert inception.image_size == 299
-    assert seg.num_classes == 21 and seg.target_shape(2, 64) == (2, 64, 64)
-    assert video.input_shape(2, 112) == (2, 3, 16, 112, 112) and video.target_shape(2, 112) == (2,)
-    inputs, target = seg.make_batch(2, 32, CPU)
+    seg64 = models.resolve("fcn_resnet50", models.ModelOptions(image_size=64))
+    assert seg.num_classes == 21 and seg64.target_shape(2) == (2, 64, 64)
+    assert video.input_shape(2) == (2, 3, 16, 112, 112) and video.target_shape(2) == (2,)
+    inputs, target = models.resolve("fcn_resnet50",
+                                    models.ModelOptions(image_size=32)).make_batch(2, CPU)
     assert int(target.max()) < 21 and inputs.shape == (2, 3, 32, 32)
 
 
 def one_training_step(name: str) -> float:
-    spec = models.resolve(name)
-    size = max(spec.smallest_image_size, 32)
-    work = workload.build(spec, size, batch_size=2, mode="training", precision=FP32, device=CPU)
-    return float(work.step())
+    size = max(models.resolve(name).smallest_image_size, 32)
+    return float(built(name, image_size=size).step())
 
 
 @pytest.mark.parametrize("name", FAST_SUBSET)
@@ -65,20 +72,18 @@ def test_every_model_trains_one_step(name):
 
 
 def test_training_step_changes_weights_and_inference_does_not():
-    spec = models.resolve("resnet18")
-    train = workload.build(spec, 32, 2, "training", FP32, CPU)
+    train = built()
     before = train.model.fc.weight.detach().clone()
     train.step()
     assert not torch.equal(before, train.model.fc.weight)
-    infer = workload.build(spec, 32, 2, "inference", FP32, CPU)
+    infer = built(mode="inference")
     before = infer.model.fc.weight.detach().clone()
     assert infer.step() is None and not infer.model.training
     assert torch.equal(before, infer.model.fc.weight)
 
 
 def test_opt_step_accumulates_before_stepping():
-    spec = models.resolve("resnet18")
-    work = workload.build(spec, 32, 2, "training", FP32, CPU, opt_step=2)
+    work = built(opt_step=2)
     before = work.model.fc.weight.detach().clone()
     work.step()
     assert torch.equal(before, work.model.fc.weight), "no optimizer step after 1 of 2"
@@ -87,7 +92,9 @@ def test_opt_step_accumulates_before_stepping():
 
 
 def test_nhwc_puts_model_and_input_in_channels_last():
-    spec = models.resolve("resnet18")
-    work = workload.build(spec, 32, 2, "inference", FP32, CPU, nhwc=True)
+    spec = resolve(BenchConfig(network="resnet18", image_size=32, batch_size=2, nhwc=True,
+                               mode="inference", device="cpu", write_files=False))
+    work = workload.build(spec)
     assert work.inputs.is_contiguous(memory_format=torch.channels_last)
+    assert work.model.conv1.weight.is_contiguous(memory_format=torch.channels_last)
     assert work.model.conv1.weight.is_contiguous(memory_format=torch.channels_last)

@@ -17,10 +17,10 @@ def test_resnet50_flops_match_the_published_count():
     torchvision's implementation puts at 4.1e9), about three times that for training."""
     model = torchvision.models.resnet50()
     x, y = torch.randn(1, 3, 224, 224), torch.randint(0, 1000, (1,))
-    logits = models.ModelSpec.logits
-    forward = flops.count_iteration_flops(model.eval(), x, y, logits, contextlib.nullcontext(),
+    loss = models.resolve("resnet50").loss
+    forward = flops.count_iteration_flops(model.eval(), x, y, loss, contextlib.nullcontext(),
                                           training=False)
-    training = flops.count_iteration_flops(model.train(), x, y, logits, contextlib.nullcontext(),
+    training = flops.count_iteration_flops(model.train(), x, y, loss, contextlib.nullcontext(),
                                            training=True)
     assert forward / 1e9 == pytest.approx(8.2, rel=0.05)
     assert training / forward == pytest.approx(3.0, rel=0.05)
@@ -128,8 +128,7 @@ def test_profiled_work_never_enters_a_timed_interval(monkeypatch):
 
     monkeypatch.setattr(profilers, "deepspeed_profile_step", slow_profiled_step)
     config = cli.to_plan(cli.parse_args(["--iterations", "6", "--flops-prof-step", "2"])).configs[0]
-    work = SimpleNamespace(step=step, eager_model=None)
-    times, outputs = benchmark.measure(config, work, torch.device("cpu"), True,
-                                       time_fn=lambda: now[0])
-    assert times.count == 5 and len(outputs) == 5
-    assert times.samples_ms == pytest.approx((10.0,) * 5)
+    work = SimpleNamespace(step=step, eager_model=None, phases=None)
+    timed = benchmark.measure(config, work, torch.device("cpu"), True, time_fn=lambda: now[0])
+    assert timed.times.count == 5 and len(timed.outputs) == 5
+    assert timed.times.samples_ms == pytest.approx((10.0,) * 5)

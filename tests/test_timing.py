@@ -67,9 +67,9 @@ def test_cpu_device_uses_host_clock():
 def test_timed_loop_times_each_step_and_keeps_outputs():
     clock = FakeClock([0.0, 0.002, 0.005, 0.009])
     outputs = iter([torch.tensor(1.0), torch.tensor(2.0), torch.tensor(3.0)])
-    times, kept = timed_loop(lambda: next(outputs), 3, torch.device("cpu"), time_fn=clock)
-    assert times.samples_ms == pytest.approx((2.0, 3.0, 4.0))
-    assert [float(x) for x in kept] == [1.0, 2.0, 3.0]
+    timed = timed_loop(lambda: next(outputs), 3, torch.device("cpu"), time_fn=clock)
+    assert timed.times.samples_ms == pytest.approx((2.0, 3.0, 4.0))
+    assert [float(x) for x in timed.outputs] == [1.0, 2.0, 3.0] and timed.phases is None
 
 
 def test_time_calls_excludes_the_between_hook():
@@ -89,3 +89,22 @@ def test_warm_up_reports_total_and_first_iteration():
     assert (total, first) == (pytest.approx(3.0), pytest.approx(2.5))
     assert len(calls) == 3
     assert warm_up(lambda: None, 0, torch.device("cpu")) == (0.0, None)
+
+
+def test_phase_marks_split_each_iteration_into_three_that_add_up():
+    """A fake step that marks after 'forward' and 'backward': 2+3+1 ms, then 4+5+2 ms."""
+    from microbench.workload import PhaseMarks
+    clock = FakeClock([0.0, 0.002, 0.005, 0.006, 0.010, 0.015, 0.017])
+    phases = PhaseMarks()
+
+    def step():
+        phases.mark()
+        phases.mark()
+
+    timed = timed_loop(step, 2, torch.device("cpu"), time_fn=clock, phases=phases)
+    forward, backward, optimizer = timed.phases
+    assert forward.samples_ms == pytest.approx((2.0, 4.0))
+    assert backward.samples_ms == pytest.approx((3.0, 5.0))
+    assert optimizer.samples_ms == pytest.approx((1.0, 2.0))
+    assert timed.times.samples_ms == pytest.approx((6.0, 11.0))
+    phases.mark()                         # outside the loop the marks do nothing

@@ -64,10 +64,8 @@ def print_config(spec: RunSpec, env: dict, out: TextIO) -> None:
     if config.compile:
         compile_text = f"on {config.compile_options}" if config.compile_options else "on (default)"
     lines = [
-        ("Network", f"{model.name} ({model.family}, input {model.describe_input(spec.image_size)}, "
-                    f"{model.num_classes} classes)"),
-        ("Mode", config.mode + (f" (optimizer step every {config.opt_step} iterations)"
-                                if config.opt_step > 1 else "")),
+        ("Network", model.describe()),
+        ("Mode", _mode_text(spec)),
         ("Batch size", _batch_text(spec)),
         ("Iterations", f"{config.iterations} timed after {config.warmup} warm-up"),
         ("Precision", f"{spec.precision.label} (TF32 {'allowed' if spec.precision.tf32 else 'off'})"),
@@ -83,6 +81,16 @@ def print_config(spec: RunSpec, env: dict, out: TextIO) -> None:
         print(f"  {label:<14}: {value}", file=out)
     for note in spec.notes:
         print(f"Note: {note}", file=out)
+
+
+def _mode_text(spec: RunSpec) -> str:
+    config = spec.config
+    if spec.generation is not None:
+        return (f"generate ({spec.generation.prompt_len}-token prompt, "
+                f"{spec.generation.gen_len} tokens generated per sequence, KV cache)")
+    if config.opt_step > 1:
+        return f"{config.mode} (optimizer step every {config.opt_step} iterations)"
+    return config.mode
 
 
 def _batch_text(spec: RunSpec) -> str:
@@ -141,6 +149,8 @@ def print_summary(summary: Summary, out: TextIO) -> None:
         print("--------Overall (all ranks; time of the slowest rank)--------", file=out)
     print_legacy_block(summary.world_size, dtype, summary.global_batch,
                        summary.time_per_batch_ms / 1e3, summary.throughput, out)
+    if summary.token_throughput is not None:
+        print(f"Throughput [tokens/sec] : {summary.token_throughput:.2f}", file=out)
     if summary.distributed:
         print_rank_table(summary, out)
     print(RULE, file=out)
@@ -169,6 +179,7 @@ def _summary_rows(summary: Summary) -> list[tuple[str, str]]:
     ]
     if summary.compile_s is not None:
         rows.append(("Compile + first iteration [s]", f"{summary.compile_s:.2f}"))
+    rows += _phase_rows(summary) + _generation_rows(summary)
     rows += _flops_rows(summary)
     per_rank = " per rank" if summary.distributed else ""
     rows.append(("Timed with", f"{clock_name(summary.spec.device)}, {t.count} samples"
@@ -176,19 +187,66 @@ def _summary_rows(summary: Summary) -> list[tuple[str, str]]:
     return rows
 
 
+def _phase_rows(summary: Summary) -> list[tuple[str, str]]:
+    means = summary.phase_means_ms
+    if means is None:
+        return []
+    total = sum(means.values())
+    parts = "  ".join(f"{name} {ms:.3f} ({ms / total:.0%})" for name, ms in means.items())
+    whose = " (rank 0)" if summary.distributed else ""
+    return [(f"Phases [ms, mean]{whose}", parts)]
+
+
+def _latency(times) -> str:
+    return f"median {times.median:.3f}  p90 {times.p90:.3f}  p99 {times.p99:.3f}"
+
+
+def _generation_rows(summary: Summary) -> list[tuple[str, str]]:
+    times = summary.generation
+    if times is None:
+        return []
+    shape = summary.spec.generation
+    return [
+        ("Time to first token [ms]", _latency(times.prefill)
+         + f"  ({shape.prompt_len}-token prompt, batch {summary.spec.batch_size})"),
+        ("Inter-token latency [ms]", _latency(times.decode)
+         + f"  ({times.decode.count} decode steps)"),
+        ("Decode [tokens/sec]", f"{summary.decode_tokens_per_s:.2f} (decode steps only)"),
+        ("End-to-end per sequence [ms]", f"mean {times.e2e.mean:.3f}  "
+                                         f"({shape.gen_len} tokens)"),
+    ]
+
+
 def _flops_rows(summary: Summary) -> list[tuple[str, str]]:
     use = summary.utilization
     if use is None:
         return []
-    counted = "forward + backward" if summary.spec.training else "forward"
+    counted = _counted(summary.spec)
     per = " per device" if summary.distributed else ""
     gflops = use.flops_per_iteration / 1e9
     mfu = (f"{use.mfu:.1%} of {use.peak.tflops:g} TFLOP/s ({use.peak.source})"
            if use.mfu is not None else f"unknown ({use.peak.source})")
+    unit, count = _flop_unit(summary)
     return [("FLOPs per iteration" + per, f"{gflops:.2f} GFLOP ({counted}; "
-                                          f"{gflops / summary.spec.batch_size:.3f} per image)"),
+                                          f"{gflops / count:.4g} per {unit})"),
             ("Achieved [TFLOP/s]" + per, f"{use.achieved_tflops:.2f} (over the timed total)"),
             ("MFU", mfu)]
+
+
+def _counted(spec: RunSpec) -> str:
+    if spec.generation is not None:
+        return "prefill + decode steps"
+    return "forward + backward" if spec.training else "forward"
+
+
+def _flop_unit(summary: Summary) -> tuple[str, int]:
+    """What FLOPs are counted per: an image, a token, a generated token."""
+    spec = summary.spec
+    if spec.generation is not None:
+        return "generated token", spec.batch_size * spec.generation.gen_len
+    if summary.tokens_per_item is not None:
+        return "token", spec.batch_size * summary.tokens_per_item
+    return spec.model.item, spec.batch_size
 
 
 def print_profiles(summary: Summary, out: TextIO) -> None:

@@ -17,7 +17,7 @@ from .. import __version__
 from ..config import RunSpec
 from ..device import clock_name, runtime_version
 from ..errors import UsageError
-from ..summary import Summary
+from ..summary import PHASE_NAMES, Summary
 from . import writing
 
 try:
@@ -28,11 +28,12 @@ except ImportError:                      # not POSIX: appends are still single w
 SCHEMA_VERSION = 2
 CSV_COLUMNS = (
     "time_utc", "network", "mode", "precision", "nhwc", "compile", "batch_size",
-    "global_batch_size", "world_size", "image_size", "iterations", "warmup", "device_name",
-    "throughput_img_s", "mean_ms", "median_ms", "std_ms", "min_ms", "max_ms", "p90_ms", "p95_ms",
-    "p99_ms", "cv", "peak_allocated_mb", "peak_reserved_mb", "warmup_s", "compile_s",
-    "gflops_per_iteration", "achieved_tflops", "mfu", "torch",
-    "gpu_runtime", "host", "json_file", "status", "error",
+    "global_batch_size", "world_size", "image_size", "seq_len", "iterations", "warmup",
+    "device_name", "throughput_img_s", "throughput_tokens_s", "mean_ms", "median_ms", "std_ms",
+    "min_ms", "max_ms", "p90_ms", "p95_ms", "p99_ms", "cv", "forward_ms", "backward_ms",
+    "optimizer_ms", "ttft_median_ms", "itl_median_ms", "itl_p99_ms", "peak_allocated_mb",
+    "peak_reserved_mb", "warmup_s", "compile_s", "gflops_per_iteration", "achieved_tflops", "mfu",
+    "torch", "gpu_runtime", "host", "json_file", "status", "error",
 )
 
 
@@ -53,9 +54,7 @@ def result_document(summary: Summary) -> dict:
         "tool_version": __version__,
         "config": dataclasses.asdict(spec.config),
         "env": summary.env,
-        "model": {"name": spec.model.name, "family": spec.model.family,
-                  "parameters": result.parameters, "num_classes": spec.model.num_classes,
-                  "input_shape": list(spec.model.input_shape(spec.batch_size, spec.image_size))},
+        "model": _model_document(summary),
         "precision": {"name": spec.precision.name, "label": spec.precision.label,
                       "tf32": spec.precision.tf32},
         "timing": {"clock": clock_name(spec.device), "basis": _basis(summary),
@@ -71,9 +70,44 @@ def result_document(summary: Summary) -> dict:
         "notes": summary.notes,
         "flops": _flops_document(summary),
     }
+    if summary.token_throughput is not None:
+        document["Throughput [tokens/sec]"] = summary.token_throughput
+        document["throughput"]["tokens_per_s"] = summary.token_throughput
+    if summary.phase_means_ms is not None:
+        document["phases"] = {name: {"mean_ms": phase.mean, "stats": phase.stats(),
+                                     "samples_ms": list(phase.samples_ms)}
+                              for name, phase in zip(PHASE_NAMES, result.phases)}
+    if summary.generation is not None:
+        document["generation"] = _generation_document(summary)
     if summary.distributed:
         document["distributed"] = _distributed_document(summary)
     return document
+
+
+def _model_document(summary: Summary) -> dict:
+    spec, model = summary.spec, summary.spec.model
+    document = {"name": model.name, "family": model.family,
+                "parameters": summary.result.parameters, "item": model.item,
+                "input_shape": list(model.input_shape(spec.batch_size))}
+    if model.tokens_per_item is not None:
+        document.update(seq_len=model.seq_len, vocab_size=model.vocab_size,
+                        attention=model.attention)
+    else:
+        document.update(num_classes=model.num_classes, image_size=model.image_size)
+    return document
+
+
+def _generation_document(summary: Summary) -> dict:
+    times, shape = summary.generation, summary.spec.generation
+    return {"prompt_len": shape.prompt_len, "gen_len": shape.gen_len,
+            "batch_size": summary.spec.batch_size,
+            "time_to_first_token": {"stats": times.prefill.stats(),
+                                    "samples_ms": list(times.prefill.samples_ms)},
+            "inter_token_latency": {"stats": times.decode.stats(),
+                                    "samples_ms": list(times.decode.samples_ms)},
+            "end_to_end": {"stats": times.e2e.stats()},
+            "decode_tokens_per_s": summary.decode_tokens_per_s,
+            "generated_tokens_per_s": summary.token_throughput}
 
 
 def _basis(summary: Summary) -> str:
@@ -124,6 +158,16 @@ def _timing_cells(times) -> dict:
             "p95_ms": f"{times.p95:.4f}", "p99_ms": f"{times.p99:.4f}", "cv": f"{times.cv:.5f}"}
 
 
+def _phase_cells(summary: Summary) -> dict:
+    means, times = summary.phase_means_ms or {}, summary.generation
+    return {"forward_ms": _optional(means.get("forward"), 4),
+            "backward_ms": _optional(means.get("backward"), 4),
+            "optimizer_ms": _optional(means.get("optimizer"), 4),
+            "ttft_median_ms": _optional(times.prefill.median if times else None, 4),
+            "itl_median_ms": _optional(times.decode.median if times else None, 4),
+            "itl_p99_ms": _optional(times.decode.p99 if times else None, 4)}
+
+
 def _flops_cells(summary: Summary) -> dict:
     use = summary.utilization
     if use is None:
@@ -140,7 +184,9 @@ def _identity_cells(spec: RunSpec, env: dict) -> dict:
         "precision": spec.precision.name, "nhwc": int(config.nhwc),
         "compile": int(config.compile), "batch_size": spec.batch_size,
         "global_batch_size": spec.launch.global_batch, "world_size": spec.launch.world_size,
-        "image_size": spec.image_size, "iterations": config.iterations, "warmup": config.warmup,
+        "image_size": getattr(spec.model, "image_size", ""),
+        "seq_len": getattr(spec.model, "seq_len", ""),
+        "iterations": config.iterations, "warmup": config.warmup,
         "device_name": env["device_name"], "torch": env["torch"],
         "gpu_runtime": runtime_version(env), "host": env["host"],
     }
@@ -152,7 +198,9 @@ def csv_row(summary: Summary) -> dict:
     return {
         **_identity_cells(summary.spec, summary.env),
         "throughput_img_s": f"{summary.throughput:.3f}",
+        "throughput_tokens_s": _optional(summary.token_throughput),
         **_timing_cells(summary.times),
+        **_phase_cells(summary),
         "peak_allocated_mb": _optional(summary.peak_allocated_mb),
         "peak_reserved_mb": _optional(summary.peak_reserved_mb),
         "warmup_s": f"{result.warmup_s:.3f}", "compile_s": _optional(summary.compile_s),
