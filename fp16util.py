@@ -62,11 +62,22 @@ def get_param_copy(model: nn.Module) -> list[torch.Tensor]:
 
 
 def _copy_all(destinations: list[torch.Tensor], sources: list[torch.Tensor]) -> None:
-    if hasattr(torch, "_foreach_copy_"):
-        torch._foreach_copy_(destinations, sources)
-    else:   # older PyTorch: one copy per tensor
-        for destination, source in zip(destinations, sources):
-            destination.copy_(source)
+    """Copy each source into its destination with one fused kernel per (source dtype, device):
+    torch's foreach kernels take their fast path only when every tensor of a list has one dtype,
+    and a model in FP16 keeps its norm layers in FP32, so a single mixed list would fall back to
+    one copy per parameter."""
+    groups: dict = {}
+    for destination, source in zip(destinations, sources):
+        key = (source.dtype, destination.dtype, source.device)
+        groups.setdefault(key, ([], []))
+        groups[key][0].append(destination)
+        groups[key][1].append(source)
+    for group_destinations, group_sources in groups.values():
+        if hasattr(torch, "_foreach_copy_"):
+            torch._foreach_copy_(group_destinations, group_sources)
+        else:   # older PyTorch: one copy per tensor
+            for destination, source in zip(group_destinations, group_sources):
+                destination.copy_(source)
 
 
 class MasterWeightOptimizer:
@@ -77,8 +88,8 @@ class MasterWeightOptimizer:
                  loss_scale: float = DEFAULT_LOSS_SCALE):
         self.model_params = [p for p in model.parameters() if p.requires_grad]
         self.master_params = get_param_copy(model)
-        for master in self.master_params:
-            master.grad = torch.zeros_like(master)   # allocated once, refilled every step
+        # Gradient buffers allocated once and refilled every step.
+        self.master_grads = [torch.zeros_like(master) for master in self.master_params]
         self.optimizer = make_optimizer(self.master_params)
         self.loss_scale = loss_scale
 
@@ -87,8 +98,16 @@ class MasterWeightOptimizer:
 
     @torch.no_grad()
     def step(self) -> None:
-        with_grad = [(m, p) for m, p in zip(self.master_params, self.model_params)
-                     if p.grad is not None]
+        with_grad = []
+        for master, buffer, param in zip(self.master_params, self.master_grads,
+                                         self.model_params):
+            # A parameter that got no gradient this step is not stepped (SGD would still apply
+            # momentum and weight decay to it): the optimizer skips a None gradient.
+            master.grad = buffer if param.grad is not None else None
+            if param.grad is not None:
+                with_grad.append((master, param))
+        if not with_grad:
+            return
         master_grads = [m.grad for m, _ in with_grad]
         _copy_all(master_grads, [p.grad for _, p in with_grad])
         torch._foreach_mul_(master_grads, 1.0 / self.loss_scale)

@@ -6,6 +6,7 @@ compilation inside its first iteration) is timed apart and never enters the stat
 """
 from __future__ import annotations
 
+import gc
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -13,7 +14,7 @@ from typing import Callable
 import torch
 
 from . import device as device_layer, generation as generation_mod, precision as precision_mod
-from . import profilers, workload as workload_mod
+from . import profilers, telemetry as telemetry_mod, workload as workload_mod
 from .config import RunSpec
 from .errors import OutOfMemory, UsageError
 from .timing import Measurement, make_recorder
@@ -34,6 +35,7 @@ class ProcessResult:
     profile_reports: list[str] = field(default_factory=list)
     phases: tuple[Measurement, ...] | None = None     # training: forward, backward, optimizer
     generation: generation_mod.GenerationTimes | None = None
+    telemetry: telemetry_mod.TelemetryReport | None = None   # clocks, power, energy while timed
 
 
 def _compile_wrapper(config) -> Callable[[torch.nn.Module], torch.nn.Module] | None:
@@ -133,10 +135,13 @@ def _loop(work, device: torch.device, time_fn, around):
 
 
 def measure(config, work, device: torch.device, is_main: bool,
-            time_fn: Callable[[], float] | None = None) -> Timed:
+            time_fn: Callable[[], float] | None = None,
+            rejoin: Callable[[], None] = lambda: None) -> Timed:
     """The timed iterations, with the profilers that wrap them. With --flops-prof-step N the
     loop is timed in two segments around iteration N, which DeepSpeed profiles (on rank 0;
-    the other ranks run it unprofiled, since DDP needs every rank to step)."""
+    the other ranks run it unprofiled, since DDP needs every rank to step); then every rank
+    waits for its device and meets the others (``rejoin``), so the time rank 0 spends printing
+    the profile is charged to no rank's samples."""
     around = profilers.iteration_range(device) if config.autograd_profiler else None
     loop = _loop(work, device, time_fn, around)
     with profilers.capture_range(config.capture_range, device):
@@ -148,6 +153,7 @@ def measure(config, work, device: torch.device, is_main: bool,
             profilers.deepspeed_profile_step(work.eager_model, work.step, device, split)
         else:
             work.step()
+        rejoin()
         after = loop(config.iterations - split - 1, split + 1)
     return before.join(after)
 
@@ -198,11 +204,14 @@ def build_workload(spec: RunSpec, wrap: Callable[[torch.nn.Module], torch.nn.Mod
 
 def run(spec: RunSpec, on_phase: Callable[[str], None] = lambda message: None,
         wrap: Callable[[torch.nn.Module], torch.nn.Module] | None = None,
-        before_timing: Callable[[], None] = lambda: None) -> ProcessResult:
+        before_timing: Callable[[], None] = lambda: None,
+        monitor: "Monitor | None" = None,
+        rejoin: Callable[[], None] = lambda: None) -> ProcessResult:
     """Build, warm up and time one configuration on this process's device.
 
     ``wrap`` goes around the model before compilation (DDP); ``before_timing`` runs just before
-    the timed region (a barrier across ranks).
+    the timed region (a barrier across ranks); ``monitor`` samples telemetry during it;
+    ``rejoin`` brings the ranks together after an excluded (profiled) iteration.
     """
     config, device, launch = spec.config, spec.device, spec.launch
     precision_mod.apply_tf32(spec.precision.tf32)
@@ -212,7 +221,13 @@ def run(spec: RunSpec, on_phase: Callable[[str], None] = lambda message: None,
         warmup_s, first_s = warm_up(work.step, config.warmup, device)
         device_layer.reset_peak_memory(device)
         before_timing()
-        timed = measure(config, work, device, launch.is_main)
+        sampler = monitor.start() if monitor is not None else None
+        try:
+            timed = measure(config, work, device, launch.is_main, rejoin=rejoin)
+        finally:
+            samples = sampler.stop() if sampler is not None else None
+        report = monitor.report(samples, items_timed(spec, timed.times.count),
+                                timed.times.total_ms / 1e3) if monitor is not None else None
         allocated, reserved = device_layer.peak_memory_mb(device)
         reports = profiled_passes(config, work, device, launch.is_main, launch.rank,
                                   launch.world_size)
@@ -225,7 +240,43 @@ def run(spec: RunSpec, on_phase: Callable[[str], None] = lambda message: None,
                          first_iteration_s=first_s, peak_allocated_mb=allocated,
                          peak_reserved_mb=reserved, parameters=work.parameters,
                          flops_per_iteration=work.flops_per_iteration, profile_reports=reports,
-                         phases=timed.phases, generation=timed.generation)
+                         phases=timed.phases, generation=timed.generation, telemetry=report)
+
+
+def items_timed(spec: RunSpec, iterations: int) -> int:
+    """What energy is shared out over: images (clips), or tokens for language models (generated
+    tokens in generation)."""
+    per_iteration = spec.batch_size
+    if spec.generation is not None:
+        per_iteration *= spec.generation.gen_len
+    elif spec.model.tokens_per_item is not None:
+        per_iteration *= spec.model.tokens_per_item
+    return per_iteration * iterations
+
+
+class Monitor:
+    """This process's telemetry source (opened once, used by every trial) and its interval."""
+
+    def __init__(self, device: torch.device, interval_s: float):
+        self.source, self.note = (telemetry_mod.open_source(device) if interval_s > 0
+                                  else (None, "telemetry: off (--telemetry-interval 0)"))
+        self.interval_s = interval_s
+
+    def start(self):
+        if self.source is None:
+            return None
+        sampler = telemetry_mod.Sampler(self.source, self.interval_s)
+        sampler.start()
+        return sampler
+
+    def report(self, samples, items: int, timed_s: float) -> telemetry_mod.TelemetryReport:
+        if self.source is None or samples is None:
+            return telemetry_mod.TelemetryReport.unavailable(self.note)
+        return telemetry_mod.summarize(samples, self.source, items, timed_s)
+
+    def close(self) -> None:
+        if self.source is not None:
+            self.source.close()
 
 
 def _is_expected(error: BaseException) -> bool:
@@ -238,6 +289,14 @@ def expected_failure(error: BaseException, spec: RunSpec) -> Exception:
     if device_layer.is_out_of_memory(error):
         return out_of_memory(spec)
     return batch_norm_needs_more_values(error) or error
+
+
+def release(spec: RunSpec, reset_compiler: bool = False) -> None:
+    """Free what the last run left behind, so the next one starts clean."""
+    gc.collect()
+    if reset_compiler and spec.config.compile:
+        torch._dynamo.reset()
+    device_layer.empty_cache(spec.device)
 
 
 def _compose(inner, outer):

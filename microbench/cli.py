@@ -115,6 +115,14 @@ def build_parser() -> argparse.ArgumentParser:
                         help="timed iterations (each one is a sample)")
     timing.add_argument("--warmup", type=_non_negative_int, default=5, metavar="N",
                         help="untimed warm-up iterations before the timed ones")
+    timing.add_argument("--repeat", type=_positive_int, default=1, metavar="N",
+                        help="independent trials (fresh model, optimizer and inputs each); the "
+                             "headline is their median, with a 95%% confidence interval; in a "
+                             "sweep the trials of all configurations interleave")
+    timing.add_argument("--telemetry-interval", type=_non_negative_float, default=100.0,
+                        metavar="MS",
+                        help="sample clocks, power, temperature, throttling and energy every MS "
+                             "milliseconds during the timed region (NVML or amdsmi); 0: off")
     timing.add_argument("--no-phases", action="store_true",
                         help="training: do not split iterations into forward, backward and "
                              "optimizer with two extra device events each")
@@ -164,6 +172,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# torch.compile modes that capture CUDA (HIP) graphs: inductor warms up, records and only then
+# replays, over the first iterations.
+CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
+CUDA_GRAPH_WARMUP = 3
 COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune",
                  "max-autotune-no-cudagraphs")
 
@@ -234,6 +246,16 @@ def _schedule(text: str) -> tuple[int, int, int]:
     if wait < 0 or warmup < 0 or active < 1:
         raise argparse.ArgumentTypeError("needs WAIT >= 0, WARMUP >= 0 and ACTIVE >= 1")
     return wait, warmup, active
+
+
+def _non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got '{text}'") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number, zero or more, got {text}")
+    return value
 
 
 def _positive_float(text: str) -> float:
@@ -385,6 +407,11 @@ def _check(config: BenchConfig) -> BenchConfig:
     if config.compile and config.warmup < 1:
         raise UsageError("--compile needs --warmup of at least 1: compilation happens in the "
                          "first iteration and must not be timed")
+    graphs = config.compile_options.get("mode") in CUDA_GRAPH_MODES
+    if config.compile and graphs and config.warmup < CUDA_GRAPH_WARMUP:
+        raise UsageError(f"compile mode '{config.compile_options['mode']}' records CUDA graphs "
+                         f"during its first iterations: give --warmup {CUDA_GRAPH_WARMUP} or "
+                         f"more so that none of them is timed")
     if config.opt_step > 1 and config.mode != "training":
         raise UsageError("--opt-step applies to training only")
     if (config.prompt_len or config.gen_len) and config.mode != "generate":
@@ -418,6 +445,7 @@ def to_config(args: argparse.Namespace) -> BenchConfig:
         model_kwargs=tuple(args.model_kwargs), prompt_len=args.prompt_len, gen_len=args.gen_len,
         phase_timing=not args.no_phases,
         mode=args.mode[0], opt_step=args.opt_step, iterations=args.iterations, warmup=args.warmup,
+        repeat=args.repeat, telemetry_interval_ms=args.telemetry_interval,
         precision=precision, tf32=bool(args.tf32), nhwc=args.nhwc, compile=args.compile,
         compile_options=compile_options, notes=tuple(precision_notes + compile_notes),
         device=args.device,

@@ -50,6 +50,8 @@ class BenchConfig:
     opt_step: int = 1
     iterations: int = 20
     warmup: int = 5
+    repeat: int = 1                         # independent trials of this configuration
+    telemetry_interval_ms: float = 100.0    # 0: no telemetry
     precision: str = "fp32"                 # a row of microbench.precision.TABLE
     tf32: bool = False                      # TF32 also outside autocast (--tf32 1)
     nhwc: bool = False
@@ -192,6 +194,10 @@ def _derive(config: BenchConfig, launch: Launch) -> RunSpec:
     device, notice = device_layer.select(config.device,
                                          launch.device_index if launch.distributed else None)
     notes = ([notice] if notice else []) + list(config.notes)
+    if device_layer.is_gpu(device):
+        policy, tf32_note = precision_table.on_rocm(policy, torch.version.hip,
+                                                    model.family != "language", os.environ)
+        notes += [tf32_note] if tf32_note else []
     if config.flops_prof_step is not None and launch.distributed:
         notes.append(f"DeepSpeed's profile of iteration {config.flops_prof_step} is printed by "
                      f"rank 0 only; the other ranks run that iteration unprofiled, and every "

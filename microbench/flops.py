@@ -309,17 +309,16 @@ def choose_peak(device: torch.device, peak_key: str, override: float | None) -> 
 
 @dataclass(frozen=True)
 class Utilization:
-    """Achieved TFLOP/s of one device over the timed total (the basis of the throughput), and
-    MFU where the peak is known: FLOPs per iteration x iterations / timed seconds / peak."""
+    """Achieved TFLOP/s of one device at the run's headline rate of iterations per second, and
+    MFU where the peak is known: FLOPs per iteration x iterations per second / peak."""
 
     flops_per_iteration: int
-    iterations: int
-    timed_s: float
+    iterations_per_s: float
     peak: PeakChoice
 
     @property
     def achieved_tflops(self) -> float:
-        return self.flops_per_iteration * self.iterations / self.timed_s / 1e12
+        return self.flops_per_iteration * self.iterations_per_s / 1e12
 
     @property
     def mfu(self) -> float | None:
@@ -329,4 +328,5 @@ class Utilization:
         return {"flops_per_iteration": self.flops_per_iteration,
                 "achieved_tflops": self.achieved_tflops, "peak_tflops": self.peak.tflops,
                 "peak_source": self.peak.source, "mfu": self.mfu,
-                "basis": "FLOPs x timed iterations / timed total seconds (per device)"}
+                "basis": "FLOPs per iteration x iterations per second of the headline "
+                         "throughput (per device)"}

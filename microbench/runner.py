@@ -13,7 +13,7 @@ from . import benchmark, capacity, device as device_layer, distributed, profiler
 from .config import Plan, RunSpec, resolve
 from .errors import EXPECTED_EXIT_CODES, BenchmarkError, OutOfMemory, UsageError
 from .report import compare, console, files, plot
-from .summary import Summary, record_of
+from .summary import Summary, Trial, record_of
 
 
 def run_plan(plan: Plan) -> int:
@@ -53,27 +53,59 @@ def run_worker(spec: RunSpec) -> int:
 
 
 def measure(spec: RunSpec, out) -> Summary | None:
-    """Run the benchmark on this process; the job's Summary on rank 0, None elsewhere."""
+    """Run the benchmark's trials on this process; the job's Summary on rank 0, None elsewhere."""
     launch, main = spec.launch, spec.launch.is_main
     env = device_layer.describe(spec.device)
+    monitor = benchmark.Monitor(spec.device, spec.config.telemetry_interval_ms / 1e3)
+    notes = list(spec.notes)
+    if monitor.source is None and device_layer.is_gpu(spec.device):
+        notes.append(monitor.note)
     if main:
-        console.print_config(spec, env, out)
+        console.print_config(spec, env, out, notes)
         print(f"Building {spec.model.name}...", file=out, flush=True)
-    wrap, before_timing = None, lambda: None
+    wrap, before_timing, rejoin = None, lambda: None, lambda: None
     if launch.distributed:
         wrap = distributed.ddp_wrapper(spec.config, spec.device) if spec.training else None
         before_timing = lambda: _enter_timed_region(spec)   # noqa: E731
-    result = benchmark.run(
-        spec, on_phase=lambda phase: main and print(f"{phase.capitalize()}...", file=out,
-                                                    flush=True),
-        wrap=wrap, before_timing=before_timing)
-    if not launch.distributed:
-        return Summary.of_process(spec, env, result)
-    distributed.barrier(spec.device)           # ...and meet again at its end
-    records = distributed.gather_to_main(record_of(spec, env, result))
+        rejoin = lambda: _rejoin(spec)                       # noqa: E731
+    trials = []
+    try:
+        for index in range(spec.config.repeat):
+            if index:
+                benchmark.release(spec)
+            result = benchmark.run(spec, on_phase=_phase_printer(spec, index, out), wrap=wrap,
+                                   before_timing=before_timing, monitor=monitor, rejoin=rejoin)
+            trials.append(_trial(spec, env, result))
+            if main and spec.config.repeat > 1:
+                print(f"Trial {index + 1}/{spec.config.repeat}: {trials[-1].throughput:.2f} "
+                      f"{spec.model.item}s/s", file=out, flush=True)
+    finally:
+        monitor.close()
     if not main:
         return None
-    return Summary.of_ranks(spec, env, result, records, distributed.backend_name())
+    return Summary(spec, env, trials, distributed.backend_name(), notes)
+
+
+def _phase_printer(spec: RunSpec, trial: int, out):
+    """Print each phase of a run on rank 0; with --repeat, name the trial."""
+    if not spec.launch.is_main:
+        return lambda phase: None
+    which = f"Trial {trial + 1}/{spec.config.repeat}: " if spec.config.repeat > 1 else ""
+    return lambda phase: print(f"{which}{phase.capitalize()}...", file=out, flush=True)
+
+
+def _trial(spec: RunSpec, env: dict, result) -> Trial | None:
+    """This trial of the job: every rank's record gathered on rank 0 (None elsewhere)."""
+    if not spec.launch.distributed:
+        return Trial.of_process(spec, env, result)
+    distributed.barrier(spec.device)           # ...and meet again at its end
+    records = distributed.gather_to_main(record_of(spec, env, result))
+    return Trial.of_ranks(result, records) if spec.launch.is_main else None
+
+
+def _rejoin(spec: RunSpec) -> None:
+    device_layer.synchronize(spec.device)
+    distributed.barrier(spec.device)
 
 
 def _enter_timed_region(spec: RunSpec) -> None:

@@ -1,16 +1,23 @@
-"""One value for the numbers of a run: :class:`Summary`, from one process or from all ranks.
+"""One value for the numbers of a run: :class:`Summary`, over its trials and ranks.
 
-A single-device run is a job of one rank. Every figure is derived here, once, on one basis: the
-timed total of the slowest rank (the job is done only when its slowest rank is). Throughput,
-time per batch and per sample, achieved TFLOP/s and MFU all use it; every writer (console, JSON,
-CSV, compare, sweep, plot) reads a Summary and computes nothing of its own, so adding a metric
-touches this file and the writers that show it.
+A run is one or more independent trials (``--repeat``); a trial is one process's measurement or
+every rank's, gathered on rank 0. Every figure is derived here, once, on a basis it names:
+
+* a trial's throughput is the images (tokens) of all ranks over the timed total of its slowest
+  rank (the job is done only when its slowest rank is);
+* the run's headline throughput is the median of its trials' throughputs (with one trial, that
+  trial's), and time per batch and per sample, achieved TFLOP/s and MFU all derive from it;
+* iteration-time statistics pool the basis samples (the slowest rank's) of every trial; the
+  spread between trials (:class:`~microbench.timing.TrialSpread`) is reported apart, because
+  spread within a run is not spread between runs.
+
+Every writer (console, JSON, CSV, compare, sweep, plot) reads a Summary and computes nothing of
+its own, so adding a metric touches this file and the writers that show it.
 
 Example::
 
-    summary = Summary.of_process(spec, env, result)          # one process
-    summary = Summary.of_ranks(spec, env, result, records)   # rank 0, after gathering
-    summary.throughput, summary.times.median, summary.utilization.mfu
+    summary = Summary(spec, env, [Trial.of_process(spec, env, result)])
+    summary.throughput, summary.times.median, summary.utilization.mfu, summary.trial_spread
 """
 from __future__ import annotations
 
@@ -18,11 +25,12 @@ import math
 import socket
 from dataclasses import dataclass, field
 
+from . import telemetry as telemetry_mod
 from .benchmark import ProcessResult
 from .config import RunSpec
 from .flops import Utilization
 from .generation import GenerationTimes
-from .timing import NOISY_CV_THRESHOLD, Measurement
+from .timing import NOISY_CV_THRESHOLD, Measurement, TrialSpread
 from .workload import PhaseMarks
 
 PHASE_NAMES = PhaseMarks.NAMES
@@ -30,7 +38,7 @@ PHASE_NAMES = PhaseMarks.NAMES
 
 @dataclass(frozen=True)
 class RankRecord:
-    """What one rank measured, small enough to gather on rank 0."""
+    """What one rank measured in one trial, small enough to gather on rank 0."""
 
     rank: int
     local_rank: int
@@ -40,6 +48,7 @@ class RankRecord:
     samples_ms: tuple[float, ...]
     peak_allocated_mb: float | None
     peak_reserved_mb: float | None
+    telemetry: telemetry_mod.TelemetryReport | None = None
 
     @property
     def times(self) -> Measurement:
@@ -57,7 +66,7 @@ def record_of(spec: RunSpec, env: dict, result: ProcessResult) -> RankRecord:
                       host=socket.gethostname(), device_name=env["device_name"],
                       batch_size=spec.batch_size, samples_ms=result.times.samples_ms,
                       peak_allocated_mb=result.peak_allocated_mb,
-                      peak_reserved_mb=result.peak_reserved_mb)
+                      peak_reserved_mb=result.peak_reserved_mb, telemetry=result.telemetry)
 
 
 def _max_known(values) -> float | None:
@@ -65,32 +74,77 @@ def _max_known(values) -> float | None:
     return max(known) if known else None
 
 
+@dataclass(frozen=True)
+class Trial:
+    """One independent measurement: the reporting process's details and every rank's record."""
+
+    result: ProcessResult
+    ranks: tuple[RankRecord, ...]          # sorted by rank; one for a single-device run
+
+    @classmethod
+    def of_process(cls, spec: RunSpec, env: dict, result: ProcessResult) -> "Trial":
+        return cls(result, (record_of(spec, env, result),))
+
+    @classmethod
+    def of_ranks(cls, result: ProcessResult, records) -> "Trial":
+        return cls(result, tuple(sorted(records, key=lambda r: r.rank)))
+
+    @property
+    def slowest(self) -> RankRecord:
+        return max(self.ranks, key=lambda r: r.times.total_ms)
+
+    @property
+    def global_batch(self) -> int:
+        return sum(record.batch_size for record in self.ranks)
+
+    @property
+    def throughput(self) -> float:
+        """Images of all ranks per second of the slowest rank's timed total."""
+        times = self.slowest.times
+        return self.global_batch * times.count / (times.total_ms / 1e3)
+
+
 @dataclass
 class Summary:
-    """The numbers of one run: this process's details and every rank's samples."""
+    """The numbers of one run: its trials, each with this process's details and every rank's
+    samples."""
 
     spec: RunSpec
     env: dict
-    result: ProcessResult                 # the reporting process's own (rank 0's) details
-    ranks: tuple[RankRecord, ...]         # sorted by rank; one for a single-device run
+    trials: tuple[Trial, ...]
     backend: str | None = None
     notes: list[str] = field(default_factory=list)
 
-    @classmethod
-    def of_process(cls, spec: RunSpec, env: dict, result: ProcessResult) -> "Summary":
-        return cls(spec, env, result, (record_of(spec, env, result),), notes=list(spec.notes))
+    def __post_init__(self) -> None:
+        self.trials = tuple(self.trials)
+        if not self.notes:
+            self.notes = list(self.spec.notes)
 
-    @classmethod
-    def of_ranks(cls, spec: RunSpec, env: dict, result: ProcessResult, records,
-                 backend: str | None = None) -> "Summary":
-        return cls(spec, env, result, tuple(sorted(records, key=lambda r: r.rank)), backend,
-                   notes=list(spec.notes))
-
-    # ------------------------------------------------------------ who ran
+    # ------------------------------------------------------------ who ran, which trial speaks
 
     @property
     def distributed(self) -> bool:
         return self.spec.launch.distributed
+
+    @property
+    def representative(self) -> Trial:
+        """The median trial (the lower of the two middle ones for an even count): its ranks,
+        losses and profiles stand for the run."""
+        ordered = sorted(self.trials, key=lambda trial: trial.throughput)
+        return ordered[(len(ordered) - 1) // 2]
+
+    @property
+    def result(self) -> ProcessResult:
+        return self.representative.result
+
+    @property
+    def first(self) -> ProcessResult:
+        """The first trial's details: its warm-up is the one that compiled from scratch."""
+        return self.trials[0].result
+
+    @property
+    def ranks(self) -> tuple[RankRecord, ...]:
+        return self.representative.ranks
 
     @property
     def world_size(self) -> int:
@@ -98,36 +152,36 @@ class Summary:
 
     @property
     def global_batch(self) -> int:
-        return sum(record.batch_size for record in self.ranks)
+        return self.representative.global_batch
 
     @property
     def own(self) -> RankRecord:
-        """The reporting process's record."""
+        """The reporting process's record (of the representative trial)."""
         return next(r for r in self.ranks if r.rank == self.spec.launch.rank)
 
     @property
     def slowest(self) -> RankRecord:
-        return max(self.ranks, key=lambda r: r.times.total_ms)
+        return self.representative.slowest
 
     @property
     def fastest(self) -> RankRecord:
         return min(self.ranks, key=lambda r: r.times.total_ms)
 
-    # ------------------------------------------------------------ the basis and what derives from it
+    # ------------------------------------------------------------ the headline and its basis
 
     @property
-    def times(self) -> Measurement:
-        """The samples every figure is based on: the slowest rank's (the only rank's)."""
-        return self.slowest.times
-
-    @property
-    def timed_s(self) -> float:
-        return self.times.total_ms / 1e3
+    def trial_spread(self) -> TrialSpread:
+        return TrialSpread(tuple(trial.throughput for trial in self.trials))
 
     @property
     def throughput(self) -> float:
-        """Images of all ranks per second of the slowest rank's timed total."""
-        return self.global_batch * self.times.count / self.timed_s
+        """The headline: the median of the trials' throughputs."""
+        return self.trial_spread.median
+
+    @property
+    def times(self) -> Measurement:
+        """The iteration times figures are based on: every trial's slowest rank's samples."""
+        return Measurement.merge(trial.slowest.times for trial in self.trials)
 
     @property
     def per_device_throughput(self) -> float:
@@ -135,7 +189,7 @@ class Summary:
 
     @property
     def time_per_batch_ms(self) -> float:
-        return self.times.total_ms / self.times.count
+        return self.global_batch / self.throughput * 1e3
 
     @property
     def time_per_sample_us(self) -> float:
@@ -157,42 +211,11 @@ class Summary:
         return self.throughput * self.tokens_per_item
 
     @property
-    def phase_means_ms(self) -> dict[str, float] | None:
-        """Mean forward / backward / optimizer time per iteration (this process; they add up to
-        its mean iteration time)."""
-        if self.result.phases is None:
-            return None
-        return {name: phase.mean for name, phase in zip(PHASE_NAMES, self.result.phases)}
-
-    @property
-    def generation(self) -> GenerationTimes | None:
-        """This process's time to first token, inter-token latencies and whole generations."""
-        return self.result.generation
-
-    @property
-    def decode_tokens_per_s(self) -> float | None:
-        """Tokens generated per second by the decode steps alone (this process's batch)."""
-        times = self.result.generation
-        if times is None or not times.decode.count:
-            return None
-        return self.spec.batch_size * times.decode.count / (times.decode.total_ms / 1e3)
-
-    @property
-    def all_times(self) -> Measurement:
-        """Every rank's samples together (spread across ranks, not a basis for throughput)."""
-        return Measurement.merge(record.times for record in self.ranks)
-
-    @property
-    def skew(self) -> float:
-        """How much longer the slowest rank's timed total was than the fastest rank's."""
-        return self.slowest.times.total_ms / self.fastest.times.total_ms - 1.0
-
-    @property
     def utilization(self) -> Utilization | None:
-        """Achieved TFLOP/s per device and MFU, over the same timed total as the throughput."""
+        """Achieved TFLOP/s per device and MFU, at the headline throughput's iteration rate."""
         if self.result.flops_per_iteration is None:
             return None
-        return Utilization(self.result.flops_per_iteration, self.times.count, self.timed_s,
+        return Utilization(self.result.flops_per_iteration, self.throughput / self.global_batch,
                            self.spec.peak)
 
     @property
@@ -202,19 +225,72 @@ class Summary:
             return None
         return self.throughput / (self.world_size * baseline)
 
+    @property
+    def skew(self) -> float:
+        """How much longer the slowest rank's timed total was than the fastest rank's."""
+        return self.slowest.times.total_ms / self.fastest.times.total_ms - 1.0
+
+    @property
+    def all_times(self) -> Measurement:
+        """Every rank's samples of every trial (spread across ranks, not a basis)."""
+        return Measurement.merge(r.times for trial in self.trials for r in trial.ranks)
+
+    # ------------------------------------------------------------ phases and generation
+
+    @property
+    def phase_means_ms(self) -> dict[str, float] | None:
+        """Mean forward / backward / optimizer time per iteration of this process, over all
+        trials (they add up to its mean iteration time)."""
+        phases = self.phases
+        if phases is None:
+            return None
+        return {name: phase.mean for name, phase in phases.items()}
+
+    @property
+    def phases(self) -> dict[str, Measurement] | None:
+        if self.first.phases is None:
+            return None
+        return {name: Measurement.merge(trial.result.phases[index] for trial in self.trials)
+                for index, name in enumerate(PHASE_NAMES)}
+
+    @property
+    def generation(self) -> GenerationTimes | None:
+        """This process's time to first token, inter-token latencies and whole generations."""
+        if self.first.generation is None:
+            return None
+        runs = [trial.result.generation for trial in self.trials]
+        return GenerationTimes(Measurement.merge(g.prefill for g in runs),
+                               Measurement.merge(g.decode for g in runs),
+                               Measurement.merge(g.e2e for g in runs))
+
+    @property
+    def decode_tokens_per_s(self) -> float | None:
+        """Tokens generated per second by the decode steps alone (this process's batch)."""
+        times = self.generation
+        if times is None or not times.decode.count:
+            return None
+        return self.spec.batch_size * times.decode.count / (times.decode.total_ms / 1e3)
+
     # ------------------------------------------------------------ the rest
 
     @property
+    def telemetry(self) -> telemetry_mod.TelemetryReport | None:
+        """Clocks, power and energy of every GPU over every trial's timed region, pooled."""
+        reports = [r.telemetry for trial in self.trials for r in trial.ranks
+                   if r.telemetry is not None]
+        return telemetry_mod.combine(reports) if reports else None
+
+    @property
     def peak_allocated_mb(self) -> float | None:
-        return _max_known(record.peak_allocated_mb for record in self.ranks)
+        return _max_known(r.peak_allocated_mb for trial in self.trials for r in trial.ranks)
 
     @property
     def peak_reserved_mb(self) -> float | None:
-        return _max_known(record.peak_reserved_mb for record in self.ranks)
+        return _max_known(r.peak_reserved_mb for trial in self.trials for r in trial.ranks)
 
     @property
     def compile_s(self) -> float | None:
-        return self.result.first_iteration_s if self.spec.config.compile else None
+        return self.first.first_iteration_s if self.spec.config.compile else None
 
     @property
     def is_noisy(self) -> bool:
@@ -222,12 +298,22 @@ class Summary:
 
     def warnings(self) -> list[str]:
         found = []
+        if self.spec.config.warmup == 0:
+            found.append("--warmup 0: the first timed iteration carries one-time costs (kernel "
+                         "selection, autotuning, allocator growth); its time is in the "
+                         "statistics")
         if self.is_noisy:
             found.append(f"coefficient of variation {self.times.cv:.1%} exceeds "
                          f"{NOISY_CV_THRESHOLD:.0%}: timings are noisy; run more --iterations, "
                          f"make sure nothing else uses the device, and check clocks and "
                          f"temperature")
-        if any(not math.isfinite(loss) for loss in self.result.losses):
+        spread = self.trial_spread
+        if spread.count > 1 and spread.cv > NOISY_CV_THRESHOLD:
+            found.append(f"the {spread.count} trials differ by {spread.cv:.1%} (CV of their "
+                         f"throughputs): the device's speed drifted between trials")
+        if any(not math.isfinite(loss) for trial in self.trials for loss in trial.result.losses):
             found.append("non-finite loss values: the numbers still time the work, but the model "
                          "diverged (FP16 overflow?)")
+        if self.telemetry is not None:
+            found.extend(self.telemetry.warnings())
         return found

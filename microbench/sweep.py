@@ -8,18 +8,15 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import gc
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TextIO
 
-import torch
-
-from . import benchmark, device as device_layer
+from . import benchmark
 from .config import RunSpec
 from .errors import BenchmarkError, OutOfMemory
 from .report import files, writing
-from .summary import Summary
+from .summary import Summary, Trial
 
 
 @dataclass
@@ -28,6 +25,11 @@ class Row:
     summary: Summary | None = None
     status: str = "ok"                 # ok | out of memory | error
     error: str | None = None
+    trials: list[Trial] = field(default_factory=list)
+
+    @property
+    def failed(self) -> bool:
+        return self.status != "ok"
 
     @property
     def throughput(self) -> float | None:
@@ -50,9 +52,13 @@ class Row:
 class Progress:
     """An in-place status line on a terminal; plain lines otherwise (logs, profiler wrappers)."""
 
-    def __init__(self, out: TextIO, total: int):
-        self.out, self.total = out, total
+    def __init__(self, out: TextIO, total: int, trials: int = 1):
+        self.out, self.total, self.trials = out, total, trials
         self.live = hasattr(out, "isatty") and out.isatty()
+
+    def trial(self, index: int) -> None:
+        if self.trials > 1:
+            print(f"Trial {index + 1} of {self.trials} of every row", file=self.out, flush=True)
 
     def start(self, index: int, row: Row) -> None:
         text = f"[{index}/{self.total}] {row.label()} ..."
@@ -69,58 +75,63 @@ class Progress:
 
 
 def _outcome(row: Row) -> str:
-    if row.summary is None:
+    if row.failed:
         return f"{row.status}: {row.error}"
-    summary, t = row.summary, row.summary.times
-    memory = (f", peak {summary.peak_allocated_mb:.0f} MB"
-              if summary.peak_allocated_mb is not None else "")
-    return (f"{summary.throughput:.2f} img/s, median {t.median:.3f} ms, "
-            f"CV {t.cv:.1%}{memory}")
+    trial = row.trials[-1]
+    t, memory = trial.slowest.times, trial.result.peak_allocated_mb
+    memory_text = f", peak {memory:.0f} MB" if memory is not None else ""
+    return (f"{trial.throughput:.2f} {row.spec.model.item}s/s, median {t.median:.3f} ms, "
+            f"CV {t.cv:.1%}{memory_text}")
 
 
-def release(spec: RunSpec) -> None:
-    """Free what the last row left behind, so the next one starts clean."""
-    gc.collect()
-    if spec.config.compile:
-        torch._dynamo.reset()
-    device_layer.empty_cache(spec.device)
-
-
-def run_row(row: Row, env: dict) -> Row:
-    """Run one configuration; any failure is recorded in the row instead of raised."""
+def run_trial(row: Row, env: dict, monitor: benchmark.Monitor) -> None:
+    """One trial of one configuration; a failure is recorded in the row instead of raised, and
+    ends the row (its later trials are skipped)."""
     try:
         row.spec.check()
-        row.summary = Summary.of_process(row.spec, env, benchmark.run(row.spec))
+        result = benchmark.run(row.spec, monitor=monitor)
+        row.trials.append(Trial.of_process(row.spec, env, result))
     except OutOfMemory as error:
         row.status, row.error = "out of memory", str(error)
     except BenchmarkError as error:
         row.status, row.error = "error", str(error)
     except Exception as error:                     # noqa: BLE001 (recorded; the sweep goes on)
         row.status, row.error = "error", f"{type(error).__name__}: {error}"
-    return row
 
 
 def run_sweep(specs, env: dict, out: TextIO) -> list[Row]:
-    progress, rows = Progress(out, len(specs)), []
-    for index, spec in enumerate(specs, 1):
-        row = Row(spec)
-        progress.start(index, row)
-        run_row(row, env)
-        release(spec)
-        progress.done(index, row)
-        rows.append(row)
+    """Every configuration, trial after trial: with --repeat N the rows interleave (trial 1 of
+    every row, then trial 2, ...), so a drift of the device's speed hits all rows alike."""
+    trials = specs[0].config.repeat
+    progress, rows = Progress(out, len(specs), trials), [Row(spec) for spec in specs]
+    monitor = benchmark.Monitor(specs[0].device, specs[0].config.telemetry_interval_ms / 1e3)
+    try:
+        for trial in range(trials):
+            progress.trial(trial)
+            for index, row in enumerate(rows, 1):
+                if row.failed:
+                    continue
+                progress.start(index, row)
+                run_trial(row, env, monitor)
+                benchmark.release(row.spec, reset_compiler=True)
+                progress.done(index, row)
+    finally:
+        monitor.close()
+    for row in rows:
+        if not row.failed:
+            row.summary = Summary(row.spec, env, row.trials)
     return rows
 
 
 def print_comparison(rows: list[Row], out: TextIO) -> None:
-    reference = next((row for row in rows if row.summary is not None), None)
+    reference = next((row for row in rows if not row.failed), None)
     print("", file=out)
     print("Sweep comparison (speedup and memory change against row "
           f"{rows.index(reference) + 1 if reference else '-'})", file=out)
     print(f"{'#':>3}  {'configuration':<46} {'img/s':>10} {'speedup':>8} {'peak MB':>9} "
           f"{'memory':>8}", file=out)
     for index, row in enumerate(rows, 1):
-        if row.summary is None:
+        if row.failed:
             print(f"{index:>3}  {row.label():<46} {row.status:>10}", file=out)
             continue
         speedup = row.throughput / reference.throughput
@@ -137,7 +148,7 @@ def write_files(rows: list[Row], output_dir: str, env: dict) -> str:
     documents = []
     for row in rows:
         spec = row.spec
-        if row.summary is not None:
+        if not row.failed:
             files.write_files(row.summary)
             documents.append({"status": "ok", "json_file": spec.json_path,
                               "result": files.result_document(row.summary)})

@@ -211,3 +211,68 @@ def time_calls(fn: Callable[[], object], iterations: int, device: torch.device,
         recorder.mark()
     intervals = recorder.intervals_ms()
     return Measurement(intervals[0::2])
+
+
+# Two-sided 95% quantiles of Student's t distribution, t(0.975, dof), for dof 1..30 (NIST/
+# SEMATECH e-Handbook of Statistical Methods, section 1.3.6.7.2, "Critical Values of the Student's
+# t Distribution"); beyond 30 the table's rows for 40, 60 and 120, then the normal 1.960.
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
+         2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
+         2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+
+
+def student_t975(dof: int) -> float:
+    if dof < 1:
+        raise ValueError("a t interval needs at least two values")
+    if dof <= len(_T975):
+        return _T975[dof - 1]
+    for limit, value in ((40, 2.021), (60, 2.000), (120, 1.980)):
+        if dof <= limit:
+            return value
+    return 1.960
+
+
+@dataclass(frozen=True)
+class TrialSpread:
+    """Spread between independent trials of one configuration (each a throughput).
+
+    The headline is the median; the interval is the 95% confidence interval of the mean by
+    Student's t (mean +- t(0.975, n - 1) * s / sqrt(n)), which needs two trials or more.
+    """
+
+    values: tuple[float, ...]
+
+    @property
+    def count(self) -> int:
+        return len(self.values)
+
+    @property
+    def median(self) -> float:
+        return percentile(sorted(self.values), 50)
+
+    @property
+    def mean(self) -> float:
+        return math.fsum(self.values) / self.count
+
+    @property
+    def std(self) -> float:
+        return Measurement(self.values).std
+
+    @property
+    def cv(self) -> float:
+        return self.std / self.mean if self.count > 1 and self.mean else math.nan
+
+    @property
+    def ci95(self) -> tuple[float, float] | None:
+        if self.count < 2:
+            return None
+        half = student_t975(self.count - 1) * self.std / math.sqrt(self.count)
+        return self.mean - half, self.mean + half
+
+    def to_dict(self) -> dict:
+        ci = self.ci95
+        return {"trials": self.count, "values": list(self.values), "median": self.median,
+                "mean": self.mean, "std": self.std, "cv": self.cv,
+                "min": min(self.values), "max": max(self.values),
+                "ci95_low": ci[0] if ci else None, "ci95_high": ci[1] if ci else None,
+                "ci95_method": "Student t on the mean of the trials" if ci else None}

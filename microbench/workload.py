@@ -9,6 +9,7 @@ without reading it, so the timed loop never waits for the device.
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 from dataclasses import dataclass
 from typing import Callable
@@ -111,15 +112,20 @@ def training_step(model: nn.Module, spec, inputs: torch.Tensor, target: torch.Te
     update = make_update(model, precision, device)
     autocast = precision.autocast(device)
     iteration = itertools.count(1)
+    # Under DDP, accumulation skips the gradient all-reduce of every micro-batch but the last
+    # (DistributedDataParallel.no_sync), as real training does; one all-reduce per step.
+    no_sync = getattr(model, "no_sync", None) if opt_step > 1 else None
 
     def step() -> torch.Tensor:
-        with autocast:
-            loss = spec.loss(model(inputs), target)
-        phases.mark()
-        # Accumulated gradients average over the micro-batches, as in a real run.
-        update.backward(loss / opt_step if opt_step > 1 else loss)
-        phases.mark()
-        if next(iteration) % opt_step == 0:
+        stepping = next(iteration) % opt_step == 0
+        with contextlib.nullcontext() if stepping or no_sync is None else no_sync():
+            with autocast:
+                loss = spec.loss(model(inputs), target)
+            phases.mark()
+            # Accumulated gradients average over the micro-batches, as in a real run.
+            update.backward(loss / opt_step if opt_step > 1 else loss)
+            phases.mark()
+        if stepping:
             update.step()
             update.zero_grad()
         return loss.detach()

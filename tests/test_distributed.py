@@ -12,7 +12,7 @@ import pytest
 from conftest import ROOT, SCRIPT, run_main
 from microbench import distributed
 from microbench.errors import UsageError
-from microbench.summary import RankRecord, Summary
+from microbench.summary import RankRecord, Summary, Trial
 
 RUN = ["--network", "resnet18", "--image-size", "32", "--iterations", "3", "--warmup", "1",
        "--device", "cpu"]
@@ -185,8 +185,8 @@ def test_summary_of_ranks_uses_the_slowest_rank_never_rank0_times_world():
     spec = SimpleNamespace(launch=distributed.Launch(launcher="torchrun", world_size=2),
                            scaling_baseline_img_s=150.0, notes=())
     result = SimpleNamespace(flops_per_iteration=None, losses=[])
-    summary = Summary.of_ranks(spec, {}, result, [record(1, [15.0, 15.0]),
-                                                  record(0, [10.0, 10.0])])
+    summary = Summary(spec, {}, [Trial.of_ranks(result, [record(1, [15.0, 15.0]),
+                                                         record(0, [10.0, 10.0])])])
     assert [r.rank for r in summary.ranks] == [0, 1]
     assert summary.throughput == pytest.approx(4 * 2 / 0.030)      # slowest: 30 ms in all
     assert summary.throughput != pytest.approx(2 * record(0, [10.0, 10.0]).throughput)

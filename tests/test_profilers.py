@@ -31,9 +31,8 @@ def test_peak_choice_and_mfu():
     cpu = torch.device("cpu")
     assert flops.choose_peak(cpu, "fp32", None).tflops is None
     choice = flops.choose_peak(cpu, "bf16", 100.0)
-    # 2 TFLOP per iteration, 5 iterations in 0.5 s of timed total: 20 TFLOP/s, 20% of 100.
-    use = flops.Utilization(flops_per_iteration=2 * 10**12, iterations=5, timed_s=0.5,
-                            peak=choice)
+    # 2 TFLOP per iteration at 10 iterations per second: 20 TFLOP/s, 20% of 100.
+    use = flops.Utilization(flops_per_iteration=2 * 10**12, iterations_per_s=10.0, peak=choice)
     assert use.achieved_tflops == pytest.approx(20.0) and use.mfu == pytest.approx(0.2)
 
 

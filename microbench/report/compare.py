@@ -42,19 +42,38 @@ def load_result(path: str, flag: str = "--compare") -> dict:
 
 
 def scaling_baseline(path: str, spec) -> float:
-    """Single-device throughput from a result JSON, refusing another configuration."""
+    """Single-device throughput from a result JSON, refusing another configuration: the same
+    network, mode, precision, per-device batch, input size, layout, compile setting and device
+    model, or the efficiency would compare different work."""
     document = load_result(path, "--scaling-baseline")
     if document.get("GPUs") != 1:
         raise UsageError(f"--scaling-baseline {path} is a {document.get('GPUs')}-device result; "
                          f"give a single-device run of the same configuration")
-    theirs = document.get("config") if isinstance(document.get("config"), dict) else {}
-    ours = {"network": spec.config.network, "mode": spec.config.mode}
-    mismatched = [key for key, value in ours.items() if theirs.get(key) != value]
-    if _field(document, "precision", "name") != spec.precision.name:
-        mismatched.append("precision")
+    mismatched = [f"{name} ({theirs!r} there, {ours!r} here)"
+                  for name, theirs, ours in _scaling_identity(document, spec) if theirs != ours]
     if mismatched:
-        raise UsageError(f"--scaling-baseline {path} differs in {', '.join(mismatched)}")
+        raise UsageError(f"--scaling-baseline {path} differs in {'; '.join(mismatched)}")
     return float(document["Throughput [img/sec]"])
+
+
+def _scaling_identity(document: dict, spec) -> list[tuple[str, object, object]]:
+    from ..device import device_name
+    model = spec.model
+    input_size = (model.seq_len if model.tokens_per_item is not None else model.image_size)
+    theirs_model = document.get("model") if isinstance(document.get("model"), dict) else {}
+    theirs_input = theirs_model.get("seq_len", theirs_model.get("image_size"))
+    return [
+        ("network", _field(document, "config", "network"), spec.config.network),
+        ("mode", _field(document, "config", "mode"), spec.config.mode),
+        ("precision", _field(document, "precision", "name"), spec.precision.name),
+        ("per-device batch", document.get("Mini batch size [img/gpu]"), spec.batch_size),
+        ("input size", theirs_input, input_size),
+        ("layout (nhwc)", _field(document, "config", "nhwc"), spec.config.nhwc),
+        ("compile", (_field(document, "config", "compile"),
+                     _field(document, "config", "compile_options")),
+         (spec.config.compile, spec.config.compile_options)),
+        ("device", _field(document, "env", "device_name"), device_name(spec.device)),
+    ]
 
 
 def check_same_configuration(current: dict, baseline: dict, path: str) -> None:

@@ -58,7 +58,7 @@ class Console:
 
 # ---------------------------------------------------------------- before the run
 
-def print_config(spec: RunSpec, env: dict, out: TextIO) -> None:
+def print_config(spec: RunSpec, env: dict, out: TextIO, notes=None) -> None:
     config, model, launch = spec.config, spec.model, spec.launch
     compile_text = "off"
     if config.compile:
@@ -79,7 +79,7 @@ def print_config(spec: RunSpec, env: dict, out: TextIO) -> None:
     print(f"micro_benchmarking_pytorch {__version__}", file=out)
     for label, value in lines:
         print(f"  {label:<14}: {value}", file=out)
-    for note in spec.notes:
+    for note in spec.notes if notes is None else notes:
         print(f"Note: {note}", file=out)
 
 
@@ -103,12 +103,13 @@ def _batch_text(spec: RunSpec) -> str:
 # ---------------------------------------------------------------- after the run
 
 def print_warmup(summary: Summary, out: TextIO) -> None:
-    config, result = summary.spec.config, summary.result
+    config, result = summary.spec.config, summary.first
     if config.warmup == 0:
         print("Warm-up: none", file=out)
         return
     first = "compile + first iteration" if config.compile else "first iteration"
-    print(f"Warm-up: {config.warmup} iterations in {result.warmup_s:.2f} s "
+    which = f" (first of {config.repeat} trials)" if config.repeat > 1 else ""
+    print(f"Warm-up{which}: {config.warmup} iterations in {result.warmup_s:.2f} s "
           f"({first} {result.first_iteration_s:.2f} s)", file=out)
 
 
@@ -163,7 +164,7 @@ def print_summary(summary: Summary, out: TextIO) -> None:
 
 
 def _summary_rows(summary: Summary) -> list[tuple[str, str]]:
-    t, result, config = summary.times, summary.result, summary.spec.config
+    t, result, config = summary.times, summary.first, summary.spec.config
     basis = " (slowest rank)" if summary.distributed else ""
     rows = [
         (f"Iteration time [ms]{basis}", f"mean {t.mean:.3f}  median {t.median:.3f}  "
@@ -180,10 +181,11 @@ def _summary_rows(summary: Summary) -> list[tuple[str, str]]:
     if summary.compile_s is not None:
         rows.append(("Compile + first iteration [s]", f"{summary.compile_s:.2f}"))
     rows += _phase_rows(summary) + _generation_rows(summary)
-    rows += _flops_rows(summary)
+    rows += _flops_rows(summary) + _trial_rows(summary) + _telemetry_rows(summary)
     per_rank = " per rank" if summary.distributed else ""
+    trials = f" in {len(summary.trials)} trials" if len(summary.trials) > 1 else ""
     rows.append(("Timed with", f"{clock_name(summary.spec.device)}, {t.count} samples"
-                               f"{per_rank}"))
+                               f"{per_rank}{trials}"))
     return rows
 
 
@@ -195,6 +197,55 @@ def _phase_rows(summary: Summary) -> list[tuple[str, str]]:
     parts = "  ".join(f"{name} {ms:.3f} ({ms / total:.0%})" for name, ms in means.items())
     whose = " (rank 0)" if summary.distributed else ""
     return [(f"Phases [ms, mean]{whose}", parts)]
+
+
+def _trial_rows(summary: Summary) -> list[tuple[str, str]]:
+    spread = summary.trial_spread
+    if spread.count < 2:
+        return []
+    low, high = spread.ci95
+    unit = f"{summary.spec.model.item}s/s"
+    values = " ".join(f"{value:.2f}" for value in spread.values)
+    within = summary.times.cv
+    return [("Trials", f"{spread.count}: {values} {unit}"),
+            ("Across trials", f"median {spread.median:.2f}; 95% CI of the mean {low:.2f} to "
+                              f"{high:.2f} (Student t); CV {spread.cv:.2%} between trials, "
+                              f"{within:.2%} within")]
+
+
+def _telemetry_rows(summary: Summary) -> list[tuple[str, str]]:
+    report = summary.telemetry
+    if report is None:
+        return []
+    if not report.available:
+        return [("Telemetry", report.reason.removeprefix("telemetry: "))]
+    rows = []
+    for label, quantity, digits in (("SM clock [MHz]", "sm_clock_mhz", 0),
+                                    ("Memory clock [MHz]", "memory_clock_mhz", 0),
+                                    ("Power [W]", "power_w", 1),
+                                    ("Temperature [C]", "temperature_c", 0),
+                                    ("Utilization [%]", "utilization_pct", 0)):
+        stat = report.stat(quantity)
+        if stat is not None:
+            rows.append((label, f"min {stat.min:.{digits}f}  median {stat.median:.{digits}f}  "
+                                f"max {stat.max:.{digits}f}"))
+    if report.energy_j is not None:
+        item = _energy_item(summary)
+        basis = "energy counter" if not report.energy_estimated else "estimated: power x time"
+        rows.append(("Energy", f"{report.energy_j:.1f} J ({basis}); "
+                               f"{report.joules_per_item:.4g} J per {item}, "
+                               f"{report.items_per_joule:.4g} {item}s per J"))
+    throttled = {True: "yes: " + ", ".join(report.throttle_reasons_seen), False: "no",
+                 None: "not reported"}[report.throttled]
+    rows.append(("Throttled", throttled))
+    return rows
+
+
+def _energy_item(summary: Summary) -> str:
+    spec = summary.spec
+    if spec.generation is not None:
+        return "generated token"
+    return "token" if summary.tokens_per_item is not None else spec.model.item
 
 
 def _latency(times) -> str:
@@ -229,7 +280,7 @@ def _flops_rows(summary: Summary) -> list[tuple[str, str]]:
     unit, count = _flop_unit(summary)
     return [("FLOPs per iteration" + per, f"{gflops:.2f} GFLOP ({counted}; "
                                           f"{gflops / count:.4g} per {unit})"),
-            ("Achieved [TFLOP/s]" + per, f"{use.achieved_tflops:.2f} (over the timed total)"),
+            ("Achieved [TFLOP/s]" + per, f"{use.achieved_tflops:.2f} (at the headline throughput)"),
             ("MFU", mfu)]
 
 

@@ -17,7 +17,7 @@ from .. import __version__
 from ..config import RunSpec
 from ..device import clock_name, runtime_version
 from ..errors import UsageError
-from ..summary import PHASE_NAMES, Summary
+from ..summary import Summary
 from . import writing
 
 try:
@@ -33,7 +33,9 @@ CSV_COLUMNS = (
     "min_ms", "max_ms", "p90_ms", "p95_ms", "p99_ms", "cv", "forward_ms", "backward_ms",
     "optimizer_ms", "ttft_median_ms", "itl_median_ms", "itl_p99_ms", "peak_allocated_mb",
     "peak_reserved_mb", "warmup_s", "compile_s", "gflops_per_iteration", "achieved_tflops", "mfu",
-    "torch", "gpu_runtime", "host", "json_file", "status", "error",
+    "trials", "trial_cv", "ci95_low", "ci95_high", "sm_clock_mhz_median", "power_w_median",
+    "energy_j", "j_per_item", "throttled", "device_type", "torch", "gpu_runtime", "host",
+    "json_file", "status", "error",
 )
 
 
@@ -58,8 +60,9 @@ def result_document(summary: Summary) -> dict:
         "precision": {"name": spec.precision.name, "label": spec.precision.label,
                       "tf32": spec.precision.tf32},
         "timing": {"clock": clock_name(spec.device), "basis": _basis(summary),
-                   "warmup_iterations": spec.config.warmup, "warmup_s": result.warmup_s,
-                   "first_iteration_s": result.first_iteration_s, "compile_s": summary.compile_s,
+                   "warmup_iterations": spec.config.warmup, "warmup_s": summary.first.warmup_s,
+                   "first_iteration_s": summary.first.first_iteration_s,
+                   "compile_s": summary.compile_s,
                    "samples_ms": list(t.samples_ms), "stats": t.stats(), "noisy": t.is_noisy},
         "throughput": {"images_per_s": summary.throughput,
                        "ms_per_batch": summary.time_per_batch_ms,
@@ -76,12 +79,24 @@ def result_document(summary: Summary) -> dict:
     if summary.phase_means_ms is not None:
         document["phases"] = {name: {"mean_ms": phase.mean, "stats": phase.stats(),
                                      "samples_ms": list(phase.samples_ms)}
-                              for name, phase in zip(PHASE_NAMES, result.phases)}
+                              for name, phase in summary.phases.items()}
     if summary.generation is not None:
         document["generation"] = _generation_document(summary)
+    document["trials"] = {**summary.trial_spread.to_dict(), "unit": f"{spec.model.item}s/s",
+                          "within_trial_cv": t.cv,
+                          "per_trial": [_trial_document(trial) for trial in summary.trials]}
+    report = summary.telemetry
+    document["telemetry"] = report.to_dict() if report is not None else None
     if summary.distributed:
         document["distributed"] = _distributed_document(summary)
     return document
+
+
+def _trial_document(trial) -> dict:
+    times = trial.slowest.times
+    return {"throughput": trial.throughput, "samples_ms": list(times.samples_ms),
+            "stats": times.stats(), "warmup_s": trial.result.warmup_s,
+            "first_iteration_s": trial.result.first_iteration_s}
 
 
 def _model_document(summary: Summary) -> dict:
@@ -111,9 +126,11 @@ def _generation_document(summary: Summary) -> dict:
 
 
 def _basis(summary: Summary) -> str:
-    if summary.distributed:
-        return f"the slowest rank's samples (rank {summary.slowest.rank})"
-    return "this process's samples"
+    whose = "the slowest rank's samples" if summary.distributed else "this process's samples"
+    if len(summary.trials) > 1:
+        return (f"{whose} of all {len(summary.trials)} trials; the headline throughput is the "
+                f"median of the trials'")
+    return whose
 
 
 def _flops_document(summary: Summary) -> dict | None:
@@ -168,6 +185,20 @@ def _phase_cells(summary: Summary) -> dict:
             "itl_p99_ms": _optional(times.decode.p99 if times else None, 4)}
 
 
+def _trust_cells(summary: Summary) -> dict:
+    spread, report = summary.trial_spread, summary.telemetry
+    ci = spread.ci95
+    cells = {"trials": spread.count, "trial_cv": _optional(spread.cv if ci else None, 5),
+             "ci95_low": _optional(ci[0] if ci else None), "ci95_high": _optional(ci[1] if ci
+                                                                                else None)}
+    telemetry = report.csv_cells() if report is not None and report.available else {}
+    for key in ("sm_clock_mhz_median", "power_w_median", "energy_j", "j_per_item"):
+        cells[key] = _optional(telemetry.get(key), 4)
+    throttled = telemetry.get("throttled")
+    cells["throttled"] = "" if throttled is None else int(throttled)
+    return cells
+
+
 def _flops_cells(summary: Summary) -> dict:
     use = summary.utilization
     if use is None:
@@ -187,14 +218,14 @@ def _identity_cells(spec: RunSpec, env: dict) -> dict:
         "image_size": getattr(spec.model, "image_size", ""),
         "seq_len": getattr(spec.model, "seq_len", ""),
         "iterations": config.iterations, "warmup": config.warmup,
-        "device_name": env["device_name"], "torch": env["torch"],
+        "device_name": env["device_name"], "device_type": env.get("device_type", ""),
+        "torch": env["torch"],
         "gpu_runtime": runtime_version(env), "host": env["host"],
     }
 
 
 def csv_row(summary: Summary) -> dict:
     """One row; under DDP the timing, batch and throughput cells describe the job."""
-    result = summary.result
     return {
         **_identity_cells(summary.spec, summary.env),
         "throughput_img_s": f"{summary.throughput:.3f}",
@@ -203,9 +234,10 @@ def csv_row(summary: Summary) -> dict:
         **_phase_cells(summary),
         "peak_allocated_mb": _optional(summary.peak_allocated_mb),
         "peak_reserved_mb": _optional(summary.peak_reserved_mb),
-        "warmup_s": f"{result.warmup_s:.3f}", "compile_s": _optional(summary.compile_s),
+        "warmup_s": f"{summary.first.warmup_s:.3f}", "compile_s": _optional(summary.compile_s),
         "json_file": summary.spec.json_path or "",
         **_flops_cells(summary),
+        **_trust_cells(summary),
         "status": "ok", "error": "",
     }
 
