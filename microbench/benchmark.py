@@ -215,6 +215,7 @@ def run(spec: RunSpec, on_phase: Callable[[str], None] = lambda message: None,
     """
     config, device, launch = spec.config, spec.device, spec.launch
     precision_mod.apply_tf32(spec.precision.tf32)
+    device_layer.set_conv_autotuner(config.cudnn_benchmark)
     try:
         work = build_workload(spec, wrap)
         on_phase("compiling and warming up" if config.compile else "warming up")

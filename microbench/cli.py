@@ -16,7 +16,8 @@ from dataclasses import replace
 from typing import Any, NoReturn, Sequence
 
 from . import __version__, precision as precision_table
-from .config import DEFAULT_NETWORK, DEFAULT_OUTPUT_DIR, BenchConfig, Plan
+from .preset import PRESETS
+from .config import DEFAULT_NETWORK, DEFAULT_OUTPUT_DIR, BenchConfig, Plan, validate
 from .errors import EXIT_USAGE, UsageError
 
 
@@ -140,6 +141,21 @@ def build_parser() -> argparse.ArgumentParser:
     precision.add_argument("--tf32", type=int, choices=(0, 1), default=0,
                            help="1: allow TF32 for FP32 matmuls and convolutions; 0 keeps IEEE FP32")
 
+    fast = parser.add_argument_group("the fast path")
+    fast.add_argument("--preset", choices=PRESETS, default=None,
+                      help="fast: the levers that measured fastest for this model family and "
+                           "device (channels-last, BF16/FP16 AMP, fused optimizer, "
+                           "torch.compile, cudnn.benchmark; DDP bucket views); explicit flags "
+                           "win, and the run prints the flags that reproduce it")
+    fast.add_argument("--optimizer-impl", choices=("foreach", "fused"), default="foreach",
+                      help="training: SGD's multi-tensor (foreach, PyTorch's own choice on GPUs) "
+                           "or fused kernel; fused also takes AMP's scale and inf check on the "
+                           "device, removing GradScaler's host sync")
+    fast.add_argument("--cudnn-benchmark", type=int, choices=(0, 1), default=0,
+                      help="1: let cuDNN (MIOpen's find mode on ROCm) time convolution "
+                           "algorithms and keep the fastest; 0: its heuristics (PyTorch's "
+                           "default). MIOPEN_FIND_ENFORCE=3 also tunes on ROCm")
+
     layout = parser.add_argument_group("memory layout and compilation")
     layout.add_argument("--nhwc", action="store_true",
                         help="channels-last memory format for model and input")
@@ -172,10 +188,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-# torch.compile modes that capture CUDA (HIP) graphs: inductor warms up, records and only then
-# replays, over the first iterations.
-CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
-CUDA_GRAPH_WARMUP = 3
 COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune",
                  "max-autotune-no-cudagraphs")
 
@@ -403,19 +415,8 @@ def parse_compile_context(text: str | None) -> tuple[dict, list[str]]:
 
 
 def _check(config: BenchConfig) -> BenchConfig:
-    """Rules that hold for every configuration, swept or not."""
-    if config.compile and config.warmup < 1:
-        raise UsageError("--compile needs --warmup of at least 1: compilation happens in the "
-                         "first iteration and must not be timed")
-    graphs = config.compile_options.get("mode") in CUDA_GRAPH_MODES
-    if config.compile and graphs and config.warmup < CUDA_GRAPH_WARMUP:
-        raise UsageError(f"compile mode '{config.compile_options['mode']}' records CUDA graphs "
-                         f"during its first iterations: give --warmup {CUDA_GRAPH_WARMUP} or "
-                         f"more so that none of them is timed")
-    if config.opt_step > 1 and config.mode != "training":
-        raise UsageError("--opt-step applies to training only")
-    if (config.prompt_len or config.gen_len) and config.mode != "generate":
-        raise UsageError("--prompt-len and --gen-len apply to --mode generate")
+    """Rules that hold for every configuration, swept or not (config.validate)."""
+    validate(config)
     return config
 
 
@@ -443,7 +444,9 @@ def to_config(args: argparse.Namespace) -> BenchConfig:
         seq_len=args.seq_len[0] if args.seq_len else None, vocab_size=args.vocab_size,
         kv_heads=args.kv_heads, attention=args.attention[0] if args.attention else None,
         model_kwargs=tuple(args.model_kwargs), prompt_len=args.prompt_len, gen_len=args.gen_len,
-        phase_timing=not args.no_phases,
+        phase_timing=not args.no_phases, optimizer_impl=args.optimizer_impl,
+        cudnn_benchmark=bool(args.cudnn_benchmark), preset=args.preset,
+        explicit=tuple(sorted(getattr(args, "explicit", ()))),
         mode=args.mode[0], opt_step=args.opt_step, iterations=args.iterations, warmup=args.warmup,
         repeat=args.repeat, telemetry_interval_ms=args.telemetry_interval,
         precision=precision, tf32=bool(args.tf32), nhwc=args.nhwc, compile=args.compile,
@@ -522,5 +525,27 @@ def to_plan(args: argparse.Namespace) -> Plan:
     return plan
 
 
+# Command-line destinations and the config fields they set, where the names differ (a preset
+# must not overrule what the user gave).
+_PRESET_FIELDS = {"amp": "precision", "fp16": "precision", "amp_dtype": "precision",
+                  "amp_opt_level": "precision", "compile_context": "compile_options",
+                  "compile_mode": "compile", "no_phases": "phase_timing"}
+
+
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    return build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    args.explicit = _given(parser, argv)
+    return args
+
+
+def _given(parser: argparse.ArgumentParser, argv: list[str]) -> set[str]:
+    """The config fields the user set on the command line: parse again with every default
+    suppressed, so that only given options appear."""
+    silent = build_parser()
+    for action in silent._actions:
+        action.default = argparse.SUPPRESS
+    given = set(vars(silent.parse_args(argv)))
+    return {_PRESET_FIELDS.get(name, name) for name in given} | (
+        {"compile_options"} if "compile_mode" in given else set())

@@ -22,6 +22,7 @@ from typing import Mapping
 import torch
 
 from . import device as device_layer, distributed, flops, models, precision as precision_table
+from . import preset
 from .distributed import Launch
 from .errors import UsageError
 from .generation import GenerationShape
@@ -83,7 +84,33 @@ class BenchConfig:
     peak_tflops: float | None = None
     capture_range: bool = False
     phase_timing: bool = True               # training: forward / backward / optimizer events
+    optimizer_impl: str = "foreach"         # foreach | fused (SGD)
+    cudnn_benchmark: bool = False           # cuDNN autotuner; MIOpen find mode on ROCm
+    preset: str | None = None               # --preset fast: filled in by resolve()
+    explicit: tuple[str, ...] = ()          # settings given on the command line (win over presets)
     notes: tuple[str, ...] = ()             # how older or workshop spellings were read
+
+
+# torch.compile modes that capture CUDA (HIP) graphs: inductor warms up, records and only then
+# replays, over the first iterations.
+CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
+CUDA_GRAPH_WARMUP = 3
+
+
+def validate(config: BenchConfig) -> None:
+    """Rules that hold for every configuration, swept or not, and after a preset filled it in."""
+    graphs = config.compile_options.get("mode") in CUDA_GRAPH_MODES
+    if config.compile and graphs and config.warmup < CUDA_GRAPH_WARMUP:
+        raise UsageError(f"compile mode '{config.compile_options['mode']}' records CUDA graphs "
+                         f"during its first iterations: give --warmup {CUDA_GRAPH_WARMUP} or "
+                         f"more so that none of them is timed")
+    if config.compile and config.warmup < 1:
+        raise UsageError("--compile needs --warmup of at least 1: compilation happens in the "
+                         "first iteration and must not be timed")
+    if config.opt_step > 1 and config.mode != "training":
+        raise UsageError("--opt-step applies to training only")
+    if (config.prompt_len or config.gen_len) and config.mode != "generate":
+        raise UsageError("--prompt-len and --gen-len apply to --mode generate")
 
 
 @dataclass(frozen=True)
@@ -187,13 +214,19 @@ def _derive(config: BenchConfig, launch: Launch) -> RunSpec:
     model = models.resolve(config.network, models.ModelOptions(
         image_size=config.image_size, seq_len=config.seq_len, vocab_size=config.vocab_size,
         kv_heads=config.kv_heads, attention=config.attention, model_kwargs=config.model_kwargs))
+    device, notice = device_layer.select(config.device,
+                                         launch.device_index if launch.distributed else None)
+    preset_notes = []
+    if config.preset is not None:
+        config = preset.apply(config, model.family, device, launch.world_size)
+        preset_notes.append(f"--preset {config.preset} chose: {preset.as_flags(config)} (explicit "
+                            f"flags win; these flags reproduce the run without the preset)")
+        validate(config)
     if config.nhwc and model.channels_last is None:
         raise UsageError(f"--nhwc (channels-last) applies to image models; {model.name} reads "
                          f"token ids")
     policy = precision_table.lookup(config.precision, config.tf32)
-    device, notice = device_layer.select(config.device,
-                                         launch.device_index if launch.distributed else None)
-    notes = ([notice] if notice else []) + list(config.notes)
+    notes = ([notice] if notice else []) + list(config.notes) + preset_notes
     if device_layer.is_gpu(device):
         policy, tf32_note = precision_table.on_rocm(policy, torch.version.hip,
                                                     model.family != "language", os.environ)

@@ -124,6 +124,11 @@ def clock_name(device: torch.device) -> str:
     return "HIP events" if torch.version.hip else "CUDA events"
 
 
+def set_conv_autotuner(enabled: bool) -> None:
+    """cuDNN's benchmark mode; on ROCm the same switch selects MIOpen's find (search) mode."""
+    torch.backends.cudnn.benchmark = enabled
+
+
 def empty_cache(device: torch.device) -> None:
     if is_gpu(device):
         _gpu_api().empty_cache()

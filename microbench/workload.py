@@ -20,6 +20,7 @@ from torch import nn
 import fp16util
 from . import flops, generation
 from .config import RunSpec
+from .errors import UsageError
 from .precision import Precision
 
 LEARNING_RATE = 0.01
@@ -38,15 +39,22 @@ class Workload:
     phases: "PhaseMarks | None" = None          # training: forward / backward / optimizer marks
 
 
-def make_sgd(params) -> torch.optim.Optimizer:
-    return torch.optim.SGD(params, lr=LEARNING_RATE, momentum=MOMENTUM, weight_decay=WEIGHT_DECAY)
+def make_sgd(params, impl: str = "foreach") -> torch.optim.Optimizer:
+    """SGD as torchvision's ImageNet recipe, with the multi-tensor or the fused implementation."""
+    kind = {"fused": True} if impl == "fused" else {"foreach": True}
+    try:
+        return torch.optim.SGD(params, lr=LEARNING_RATE, momentum=MOMENTUM,
+                               weight_decay=WEIGHT_DECAY, **kind)
+    except (RuntimeError, ValueError) as error:
+        raise UsageError(f"--optimizer-impl {impl} cannot run here ({error}); use "
+                         f"--optimizer-impl foreach") from None
 
 
 class _PlainUpdate:
     """FP32, TF32 and BF16 autocast: gradients need no scaling."""
 
-    def __init__(self, model: nn.Module):
-        self.optimizer = make_sgd(model.parameters())
+    def __init__(self, model: nn.Module, impl: str):
+        self.optimizer = make_sgd(model.parameters(), impl)
 
     def backward(self, loss: torch.Tensor) -> None:
         loss.backward()
@@ -62,8 +70,8 @@ class _ScaledUpdate(_PlainUpdate):
     """FP16 autocast: torch.amp's dynamic loss scaling. GradScaler reads one flag from the device
     per step to skip overflowing steps; that synchronisation is part of the AMP workload."""
 
-    def __init__(self, model: nn.Module, device: torch.device):
-        super().__init__(model)
+    def __init__(self, model: nn.Module, impl: str, device: torch.device):
+        super().__init__(model, impl)
         self.scaler = torch.amp.GradScaler(device.type)
 
     def backward(self, loss: torch.Tensor) -> None:
@@ -74,12 +82,13 @@ class _ScaledUpdate(_PlainUpdate):
         self.scaler.update()
 
 
-def make_update(model: nn.Module, precision: Precision, device: torch.device):
+def make_update(model: nn.Module, precision: Precision, device: torch.device,
+                impl: str = "foreach"):
     if precision.master_weights:
-        return fp16util.MasterWeightOptimizer(model, make_sgd)
+        return fp16util.MasterWeightOptimizer(model, lambda params: make_sgd(params, impl))
     if precision.grad_scaling:
-        return _ScaledUpdate(model, device)
-    return _PlainUpdate(model)
+        return _ScaledUpdate(model, impl, device)
+    return _PlainUpdate(model, impl)
 
 
 class PhaseMarks:
@@ -108,8 +117,8 @@ def _nothing() -> None:
 
 def training_step(model: nn.Module, spec, inputs: torch.Tensor, target: torch.Tensor,
                   precision: Precision, device: torch.device, opt_step: int,
-                  phases: PhaseMarks):
-    update = make_update(model, precision, device)
+                  phases: PhaseMarks, optimizer_impl: str = "foreach"):
+    update = make_update(model, precision, device, optimizer_impl)
     autocast = precision.autocast(device)
     iteration = itertools.count(1)
     # Under DDP, accumulation skips the gradient all-reduce of every micro-batch but the last
@@ -179,7 +188,7 @@ def build(spec: RunSpec, wrap: Callable[[nn.Module], nn.Module] | None = None,
     phases = PhaseMarks()
     if spec.training:
         step = training_step(runnable, spec.model, inputs, target, precision, device,
-                             spec.config.opt_step, phases)
+                             spec.config.opt_step, phases, spec.config.optimizer_impl)
     else:
         step = inference_step(runnable, inputs, precision, device)
     return Workload(step=step, model=runnable, eager_model=model, inputs=inputs,

@@ -10,6 +10,8 @@ import sys
 from dataclasses import dataclass
 from typing import TextIO
 
+import torch
+
 from .. import __version__
 from ..config import RunSpec
 from ..device import clock_name, runtime_version
@@ -71,6 +73,7 @@ def print_config(spec: RunSpec, env: dict, out: TextIO, notes=None) -> None:
         ("Precision", f"{spec.precision.label} (TF32 {'allowed' if spec.precision.tf32 else 'off'})"),
         ("Memory format", "channels-last (NHWC)" if config.nhwc else "contiguous (NCHW)"),
         ("Compile", compile_text),
+        ("Optimizer", _optimizer_text(spec)),
         ("Device", f"{env['device']} {env['device_name']} ({env['architecture']})"),
         ("PyTorch", f"{env['torch']}, torchvision {env['torchvision']}, {runtime_version(env)}"),
     ]
@@ -81,6 +84,15 @@ def print_config(spec: RunSpec, env: dict, out: TextIO, notes=None) -> None:
         print(f"  {label:<14}: {value}", file=out)
     for note in spec.notes if notes is None else notes:
         print(f"Note: {note}", file=out)
+
+
+def _optimizer_text(spec: RunSpec) -> str:
+    config = spec.config
+    library = "MIOpen find mode" if torch.version.hip else "cuDNN benchmark"
+    autotune = f"{library} {'on' if config.cudnn_benchmark else 'off'}"
+    if not spec.training:
+        return f"none (inference); {autotune}"
+    return f"SGD, {config.optimizer_impl}; {autotune}"
 
 
 def _mode_text(spec: RunSpec) -> str:

@@ -28,7 +28,7 @@ except ImportError:                      # not POSIX: appends are still single w
 SCHEMA_VERSION = 2
 CSV_COLUMNS = (
     "time_utc", "network", "mode", "precision", "nhwc", "compile", "batch_size",
-    "global_batch_size", "world_size", "image_size", "seq_len", "iterations", "warmup",
+    "global_batch_size", "world_size", "image_size", "seq_len", "attention", "iterations", "warmup",
     "device_name", "throughput_img_s", "throughput_tokens_s", "mean_ms", "median_ms", "std_ms",
     "min_ms", "max_ms", "p90_ms", "p95_ms", "p99_ms", "cv", "forward_ms", "backward_ms",
     "optimizer_ms", "ttft_median_ms", "itl_median_ms", "itl_p99_ms", "peak_allocated_mb",
@@ -217,6 +217,7 @@ def _identity_cells(spec: RunSpec, env: dict) -> dict:
         "global_batch_size": spec.launch.global_batch, "world_size": spec.launch.world_size,
         "image_size": getattr(spec.model, "image_size", ""),
         "seq_len": getattr(spec.model, "seq_len", ""),
+        "attention": getattr(spec.model, "attention", ""),
         "iterations": config.iterations, "warmup": config.warmup,
         "device_name": env["device_name"], "device_type": env.get("device_type", ""),
         "torch": env["torch"],

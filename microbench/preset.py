@@ -1,0 +1,95 @@
+"""``--preset fast``: the levers that measured fastest, chosen per model family and device.
+
+A preset is a set of ordinary settings, never a hidden mode: :func:`apply` fills in the settings
+the user did not give on the command line, and :func:`as_flags` spells the result as the flags
+that reproduce the run without the preset (printed, and stored in the result's config). Explicit
+flags always win.
+
+What "fast" picks, and why (numbers in docs/results.md, "The fast path"):
+
+* channels-last memory format for image models: convolutions run NHWC kernels (cuDNN, MIOpen);
+* mixed precision in BF16 where the GPU has BF16 matrix units (no GradScaler, so no host sync
+  per step), FP16 with dynamic scaling elsewhere;
+* the fused SGD kernel, which also takes the AMP scale and inf check on the device;
+* ``torch.compile`` with ``max-autotune-no-cudagraphs`` for image models (autotuned GEMM and
+  convolution choices and fusions; minutes of compilation in the first warm-up iteration) and
+  the default mode for language models;
+* ``cudnn.benchmark`` (MIOpen's find mode on ROCm): convolution algorithms measured, not guessed;
+* under DDP, gradients as views of the communication buckets and a static graph.
+
+On the CPU the preset keeps FP32 (BF16 autocast is slow without AMX) and compiles in the
+default mode.
+
+Example::
+
+    config = apply(config, family="classification", device=torch.device("cuda"), world_size=1)
+    print(as_flags(config))
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+
+from .device import is_gpu
+
+PRESETS = ("fast",)
+VISION_COMPILE_MODE = "max-autotune-no-cudagraphs"
+
+
+def _bf16_matrix_units(device: torch.device) -> bool:
+    """BF16 tensor/matrix cores: NVIDIA Ampere (sm_80) and newer, AMD CDNA 2 (MI200) and newer;
+    torch.cuda.is_bf16_supported answers for both."""
+    return torch.cuda.is_bf16_supported()
+
+
+def fast_choices(family: str, device: torch.device, world_size: int, training: bool) -> dict:
+    """The settings --preset fast stands for on this device, for this model family."""
+    vision = family != "language"
+    choices: dict = {"compile": True,
+                     "compile_options": {"mode": VISION_COMPILE_MODE} if vision and is_gpu(device)
+                     else {}}
+    if vision:
+        choices["nhwc"] = True
+    if not is_gpu(device):
+        return choices
+    choices.update(precision="amp-bf16" if _bf16_matrix_units(device) else "amp-fp16",
+                   cudnn_benchmark=True)
+    if training:
+        choices["optimizer_impl"] = "fused"
+    if training and world_size > 1:
+        choices.update(ddp_gradient_as_bucket_view=True, ddp_static_graph=True)
+    return choices
+
+
+def apply(config, family: str, device: torch.device, world_size: int):
+    """``config`` with the preset's choices for every setting the user did not give."""
+    if config.preset is None:
+        return config
+    choices = fast_choices(family, device, world_size, config.mode == "training")
+    kept = {key: value for key, value in choices.items() if key not in config.explicit}
+    return replace(config, **kept)
+
+
+# The flags that spell each setting, for the reproduce-it line.
+def as_flags(config) -> str:
+    flags = []
+    if config.precision != "fp32":
+        flags.append(f"--precision {config.precision}")
+    if config.tf32 and config.precision != "tf32":
+        flags.append("--tf32 1")
+    if config.nhwc:
+        flags.append("--nhwc")
+    if config.compile:
+        flags.append("--compile")
+        if config.compile_options:
+            flags.append(f"--compileContext \"{config.compile_options}\"")
+    if config.optimizer_impl != "foreach":
+        flags.append(f"--optimizer-impl {config.optimizer_impl}")
+    if config.cudnn_benchmark:
+        flags.append("--cudnn-benchmark 1")
+    if config.ddp_gradient_as_bucket_view:
+        flags.append("--ddp-gradient-as-bucket-view")
+    if config.ddp_static_graph:
+        flags.append("--ddp-static-graph")
+    return " ".join(flags)
