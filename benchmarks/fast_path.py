@@ -30,7 +30,6 @@ RESNET = ["--network", "resnet50", "--batch-size", "128"]
 CONFIGS = {
     "older tool --amp --nhwc --compile": ("old", RESNET + ["--amp", "--nhwc", "--compile"]),
     "this tool --amp --nhwc": ("new", RESNET + ["--amp", "--nhwc"]),
-    "this tool --amp --nhwc --compile": ("new", RESNET + ["--amp", "--nhwc", "--compile"]),
     "this tool --preset fast": ("new", RESNET + ["--preset", "fast"]),
     "older tool --amp --nhwc inference": ("old", RESNET + ["--amp", "--nhwc", "--mode",
                                                            "inference"]),
@@ -39,10 +38,7 @@ CONFIGS = {
 }
 # Asked once each, in the first round: is cudnn.benchmark what separates compile from eager?
 PROBES = {
-    "this tool --amp --nhwc --cudnn-benchmark 1": ("new", RESNET + ["--amp", "--nhwc",
-                                                                    "--cudnn-benchmark", "1"]),
-    "this tool --amp --nhwc --compile --cudnn-benchmark 1": (
-        "new", RESNET + ["--amp", "--nhwc", "--compile", "--cudnn-benchmark", "1"]),
+    "this tool --amp --nhwc --compile": ("new", RESNET + ["--amp", "--nhwc", "--compile"]),
 }
 THROUGHPUT = re.compile(r"^Throughput \[img/sec\] : ([0-9.]+)", re.MULTILINE)
 

@@ -13,9 +13,12 @@ tool="$here/micro_benchmarking_pytorch.py"
 common=(--network resnet50 --iterations 50 --warmup 10 --quiet)
 mkdir -p "$out"
 
-echo "== 1 GPU, --preset fast"
-"$python" "$tool" "${common[@]}" --preset fast --batch-size 128 --output-dir "$out/one" \
-    --output-file fast "${extra[@]}" > "$out/one.log" 2>&1 || { echo failed; tail -5 "$out/one.log"; }
+# Under DDP the preset compiles in the default mode; the one-GPU baseline runs the same settings
+# (--scaling-baseline refuses another compile setting).
+echo "== 1 GPU, --preset fast --compile-mode default"
+"$python" "$tool" "${common[@]}" --preset fast --compile-mode default --batch-size 128 \
+    --output-dir "$out/one" --output-file fast "${extra[@]}" > "$out/one.log" 2>&1 \
+    || { echo failed; tail -5 "$out/one.log"; }
 for run in 1 2 3; do
   echo "== 2 GPUs, --preset fast, run $run"
   "$python" -m torch.distributed.run --nproc-per-node 2 "$tool" "${common[@]}" --preset fast \
@@ -23,6 +26,14 @@ for run in 1 2 3; do
       --output-file fast "${extra[@]}" > "$out/two_$run.log" 2>&1 \
       || { echo failed; tail -5 "$out/two_$run.log"; }
 done
+echo "== 1 and 2 GPUs, --preset fast --compile-mode reduce-overhead (CUDA graphs under DDP)"
+"$python" "$tool" "${common[@]}" --preset fast --compile-mode reduce-overhead --batch-size 128 \
+    --output-dir "$out/one_graphs" --output-file graphs "${extra[@]}" > "$out/one_graphs.log" 2>&1 \
+    || echo failed
+"$python" -m torch.distributed.run --nproc-per-node 2 "$tool" "${common[@]}" --preset fast \
+    --compile-mode reduce-overhead --batch-size 256 --scaling-baseline "$out/one_graphs/graphs.json" \
+    --output-dir "$out/two_graphs" --output-file graphs "${extra[@]}" > "$out/two_graphs.log" 2>&1 \
+    || { echo failed; tail -5 "$out/two_graphs.log"; }
 echo "== 1 and 2 GPUs, --amp --nhwc (this tool's older best flags)"
 "$python" "$tool" "${common[@]}" --amp --nhwc --batch-size 128 --output-dir "$out/one_amp" \
     --output-file amp "${extra[@]}" > "$out/one_amp.log" 2>&1 || echo failed

@@ -8,6 +8,7 @@ out=${1:?usage: $0 OUTPUT_DIR}
 here=$(cd "$(dirname "$0")/.." && pwd)
 python=${PYTHON:-python3}
 extra=(${EXTRA:-})
+mkdir -p "$out"
 "$python" "$here/micro_benchmarking_pytorch.py" --network resnet50 --batch-size 128 --amp --nhwc \
     --iterations 50 --warmup 10 --repeat 5 --telemetry-interval 100 --quiet \
     --output-dir "$out" --output-file trust "${extra[@]}" 2>&1 | tee "$out/trust.log"

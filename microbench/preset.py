@@ -11,9 +11,13 @@ What "fast" picks, and why (numbers in docs/results.md, "The fast path"):
 * mixed precision in BF16 where the GPU has BF16 matrix units (no GradScaler, so no host sync
   per step), FP16 with dynamic scaling elsewhere;
 * the fused SGD kernel, which also takes the AMP scale and inf check on the device;
-* ``torch.compile`` with ``max-autotune-no-cudagraphs`` for image models (autotuned GEMM and
-  convolution choices and fusions; minutes of compilation in the first warm-up iteration) and
-  the default mode for language models;
+* ``torch.compile``; for training on GPUs in ``reduce-overhead`` mode, whose CUDA (HIP) graphs
+  replay each step's hundreds of kernel launches at once: resnet50 bf16 on an H200 went from
+  4609-5766 to 6375-6437 img/s and from 68-96% to 100% GPU utilization, and on two H200s under
+  DDP from 66% to 93.5% scaling efficiency (the default mode's split DDP graphs left the GPUs
+  waiting on the host). Inference and the CPU compile in the default mode.
+  ``max-autotune-no-cudagraphs`` compiled for more than seven minutes there without finishing,
+  too long for a preset;
 * ``cudnn.benchmark`` (MIOpen's find mode on ROCm): convolution algorithms measured, not guessed;
 * under DDP, gradients as views of the communication buckets and a static graph.
 
@@ -34,7 +38,6 @@ import torch
 from .device import is_gpu
 
 PRESETS = ("fast",)
-VISION_COMPILE_MODE = "max-autotune-no-cudagraphs"
 
 
 def _bf16_matrix_units(device: torch.device) -> bool:
@@ -46,9 +49,9 @@ def _bf16_matrix_units(device: torch.device) -> bool:
 def fast_choices(family: str, device: torch.device, world_size: int, training: bool) -> dict:
     """The settings --preset fast stands for on this device, for this model family."""
     vision = family != "language"
+    graphs = is_gpu(device) and training
     choices: dict = {"compile": True,
-                     "compile_options": {"mode": VISION_COMPILE_MODE} if vision and is_gpu(device)
-                     else {}}
+                     "compile_options": {"mode": "reduce-overhead"} if graphs else {}}
     if vision:
         choices["nhwc"] = True
     if not is_gpu(device):

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from . import telemetry as telemetry_mod
 from .benchmark import ProcessResult
-from .config import RunSpec
+from .config import CUDA_GRAPH_MODES, RunSpec
 from .flops import Utilization
 from .generation import GenerationTimes
 from .timing import NOISY_CV_THRESHOLD, Measurement, TrialSpread
@@ -287,6 +287,14 @@ class Summary:
     @property
     def peak_reserved_mb(self) -> float | None:
         return _max_known(r.peak_reserved_mb for trial in self.trials for r in trial.ranks)
+
+    @property
+    def graph_pools_hidden(self) -> bool:
+        """CUDA (HIP) graphs keep their tensors in private pools that the allocator's peak
+        'allocated' does not see after warm-up; 'reserved' does."""
+        mode = self.spec.config.compile_options.get("mode")
+        return bool(self.spec.config.compile and mode in CUDA_GRAPH_MODES
+                    and self.peak_allocated_mb is not None)
 
     @property
     def compile_s(self) -> float | None:

@@ -20,10 +20,11 @@ def plan_config(*argv):
 def test_fast_on_a_gpu_picks_every_lever(monkeypatch):
     monkeypatch.setattr(preset, "_bf16_matrix_units", lambda device: True)
     choices = preset.fast_choices("classification", GPU, world_size=2, training=True)
-    assert choices == {"compile": True, "compile_options": {"mode": "max-autotune-no-cudagraphs"},
+    assert choices == {"compile": True, "compile_options": {"mode": "reduce-overhead"},
                        "nhwc": True, "precision": "amp-bf16", "cudnn_benchmark": True,
                        "optimizer_impl": "fused", "ddp_gradient_as_bucket_view": True,
                        "ddp_static_graph": True}
+    assert preset.fast_choices("classification", GPU, 1, False)["compile_options"] == {}
     monkeypatch.setattr(preset, "_bf16_matrix_units", lambda device: False)
     assert preset.fast_choices("language", GPU, 1, True)["precision"] == "amp-fp16"
     assert "nhwc" not in preset.fast_choices("language", GPU, 1, True)

@@ -186,7 +186,9 @@ def _summary_rows(summary: Summary) -> list[tuple[str, str]]:
         ("Throughput [img/sec]", f"{summary.throughput:.2f}"),
         ("Time per batch [ms]", f"{summary.time_per_batch_ms:.3f}"),
         ("Time per sample [us]", f"{summary.time_per_sample_us:.2f}"),
-        ("Peak memory allocated [MB]", _mb(summary.peak_allocated_mb)),
+        ("Peak memory allocated [MB]", _mb(summary.peak_allocated_mb)
+         + (" (excludes the CUDA graphs' memory pool: see reserved)"
+            if summary.graph_pools_hidden else "")),
         ("Peak memory reserved [MB]", _mb(summary.peak_reserved_mb)),
         ("Warm-up [s]", f"{result.warmup_s:.2f} ({config.warmup} iterations)"),
     ]
