@@ -15,6 +15,7 @@ Example::
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field, replace
 from typing import Mapping
@@ -23,6 +24,7 @@ import torch
 
 from . import device as device_layer, distributed, flops, models, precision as precision_table
 from .distributed import Launch
+from .errors import BenchmarkError
 
 DEFAULT_NETWORK = "resnet50"
 DEFAULT_OUTPUT_DIR = "results"
@@ -73,6 +75,14 @@ class BenchConfig:
     notes: tuple[str, ...] = ()             # how older or workshop spellings were read
 
 
+# Settings that may differ between the ranks of one job: who the process is and which GPUs it
+# uses, where it writes (only rank 0 writes results; traces may go to node-local paths), how it
+# finds the others, and what only rank 0 reads or prints.
+PER_RANK_FIELDS = ("rank", "device_ids", "device", "output_dir", "output_file", "csv_file",
+                   "write_files", "quiet", "dist_url", "scaling_baseline", "profiler_output",
+                   "notes")
+
+
 @dataclass(frozen=True)
 class Plan:
     """What one invocation does: one configuration or a sweep of them, and what follows."""
@@ -115,6 +125,9 @@ class RunSpec:
     notes: tuple[str, ...]
     compare: Gate | None = None
     scaling_baseline_img_s: float | None = None
+    # A problem this rank found before the run (a baseline it cannot read) in a multi-process
+    # job: raised when the ranks meet, so that the others stop too instead of waiting for it.
+    problem: BenchmarkError | None = None
 
     @property
     def batch_size(self) -> int:
@@ -128,6 +141,14 @@ class RunSpec:
     def check(self) -> None:
         """Settings that may not suit the model (a sweep records this as the row's failure)."""
         self.model.check_image_size(self.image_size)
+
+    def settings(self) -> dict:
+        """What every rank of a job must agree on (compared by ``distributed.agree``): the
+        configuration without what may differ per process, and what it resolved to."""
+        config = {key: value for key, value in dataclasses.asdict(self.config).items()
+                  if key not in PER_RANK_FIELDS}
+        return {**config, "image_size": self.image_size, "world_size": self.launch.world_size,
+                "local_batch": self.launch.local_batch, "device_type": self.device.type}
 
     def for_worker(self, index: int) -> "RunSpec":
         """The spec of worker ``index`` of a manual launch that starts one per --device_ids."""
@@ -148,7 +169,9 @@ def resolve(config: BenchConfig, plan: Plan | None = None,
     """Resolve ``config`` for this process: launch, model, precision, device, paths, baselines.
 
     Input files (the --compare and --scaling-baseline results) are read here, on global rank 0
-    only (other nodes need not see them), before anything runs or is written. ``check=False``
+    only (other nodes need not see them), before anything runs or is written; in a multi-process
+    job a problem with them is kept in ``spec.problem`` and raised on every rank when the ranks
+    meet (distributed.agree). ``check=False``
     leaves :meth:`RunSpec.check` to the caller (a sweep row fails alone).
     """
     launch = distributed.detect(config, environ)
@@ -157,13 +180,24 @@ def resolve(config: BenchConfig, plan: Plan | None = None,
         spec.check()
     if not launch.is_main:
         return spec
+    try:
+        return _read_baselines(spec, plan)
+    except BenchmarkError as error:
+        if not launch.distributed:
+            raise
+        return replace(spec, problem=error)
+
+
+def _read_baselines(spec: RunSpec, plan: Plan | None) -> RunSpec:
     from .report import compare          # results on disk are the report package's format
     gate = None
     if plan is not None and plan.compare:
         gate = Gate(plan.compare, plan.tolerance_pct, compare.load_result(plan.compare))
+        compare.check_same_configuration(compare.planned_identity(spec), gate.baseline,
+                                         gate.path)
     baseline = None
-    if config.scaling_baseline:
-        baseline = compare.scaling_baseline(config.scaling_baseline, spec)
+    if spec.config.scaling_baseline:
+        baseline = compare.scaling_baseline(spec.config.scaling_baseline, spec)
     return replace(spec, compare=gate, scaling_baseline_img_s=baseline)
 
 
