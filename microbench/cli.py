@@ -25,7 +25,7 @@ from .config import DEFAULT_NETWORK, DEFAULT_OUTPUT_DIR, BenchConfig, Plan
 from .errors import EXIT_USAGE, UsageError
 
 
-class _Parser(argparse.ArgumentParser):
+class OneLineParser(argparse.ArgumentParser):
     """argparse that reports a usage error as one line, exit 2 (docs/architecture.md, "Errors")."""
 
     def error(self, message: str) -> NoReturn:
@@ -125,7 +125,7 @@ def _int(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = OneLineParser(
         description="Benchmark PyTorch training and inference of a model on a GPU (ROCm or CUDA) "
                     "or the CPU: warm-up apart, device-event timing, every sample kept.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter)

@@ -85,8 +85,9 @@ def _check_torchrun_environment(environ: Mapping[str, str]) -> None:
     missing = [name for name in TORCHRUN_VARIABLES if name not in environ]
     if missing:
         present = [name for name in TORCHRUN_VARIABLES if name in environ]
-        raise UsageError(f"partial launcher environment: {', '.join(present) or 'TORCHELASTIC_RUN_ID'} "
-                         f"set but {', '.join(missing)} not; launch with torchrun, set all of "
+        raise UsageError(f"partial launcher environment: "
+                         f"{', '.join(present) or 'TORCHELASTIC_RUN_ID'} set but "
+                         f"{', '.join(missing)} not; launch with torchrun, set all of "
                          f"{', '.join(TORCHRUN_VARIABLES)}, or unset them for a single process")
     _int_env(environ, "MASTER_PORT", 1, 65535)
 

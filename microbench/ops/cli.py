@@ -25,7 +25,8 @@ import sys
 import torch
 
 from .. import __version__, device as device_layer, flops, process
-from ..cli import MAX_ITERATIONS, MAX_PEAK_TFLOPS, MAX_WARMUP, bounded_int, finite_float
+from ..cli import (MAX_ITERATIONS, MAX_PEAK_TFLOPS, MAX_WARMUP, OneLineParser, bounded_int,
+                   finite_float)
 from ..device import clock_name
 from ..errors import (EXIT_INTERRUPTED, EXIT_TERMINATED, BenchmarkError, Terminated,
                       UsageError)
@@ -38,7 +39,7 @@ MAX_PEAK_GBS = 10**7
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         description="Time PyTorch operators with device events and report achieved GB/s, "
                     "TFLOP/s and their share of the device's dense datasheet peak.",
         epilog=f"Known ops: {', '.join(ops.known_op_names())}.")
