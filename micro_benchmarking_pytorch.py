@@ -6,11 +6,12 @@
     torchrun --nproc-per-node 4 micro_benchmarking_pytorch.py --network resnet50 --batch-size 256
 
 The older tool's entry point, kept where users and workshop guides call it; it runs
-:func:`microbench.main.main` (installed as the ``microbench`` command).
+:func:`microbench.main.main` (installed as the ``microbench`` command), importing it under
+:func:`microbench.process.entry` so that Ctrl-C or SIGTERM during the imports prints one line.
 """
 import sys
 
-from microbench.main import main
+from microbench.process import microbench
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(microbench())

@@ -10,7 +10,7 @@ script runs from anywhere without installing and without touching ``sys.path``.
 """
 import sys
 
-from microbench.ops.cli import main
+from microbench.process import microbench_ops
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(microbench_ops())

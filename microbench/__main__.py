@@ -1,6 +1,6 @@
 """``python3 -m microbench``: the model benchmark (the same as the ``microbench`` command)."""
 import sys
 
-from .main import main
+from .process import microbench
 
-sys.exit(main())
+sys.exit(microbench())

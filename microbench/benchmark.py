@@ -166,7 +166,7 @@ def profiled_passes(config, work: workload_mod.Workload, device: torch.device,
         profilers.operator_range_pass(work.step, device)
         reports.append(profilers.operator_tables(work.step, device))
     if config.kineto:
-        output = config.profiler_output or config.output_dir + "/"
+        output = profilers.trace_output(config)
         files, table = profilers.kineto_pass(
             work.step, device, profilers.KinetoSchedule(*config.profiler_schedule), output,
             rank, world_size)
@@ -221,6 +221,7 @@ def run(spec: RunSpec, on_phase: Callable[[str], None] = lambda message: None,
         on_phase("compiling and warming up" if config.compile else "warming up")
         warmup_s, first_s = warm_up(work.step, config.warmup, device)
         device_layer.reset_peak_memory(device)
+        on_phase(f"timing {config.iterations} iterations")
         before_timing()
         sampler = monitor.start() if monitor is not None else None
         try:

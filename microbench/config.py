@@ -15,6 +15,7 @@ Example::
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field, replace
 from typing import Mapping
@@ -24,7 +25,7 @@ import torch
 from . import device as device_layer, distributed, flops, models, precision as precision_table
 from . import preset
 from .distributed import Launch
-from .errors import UsageError
+from .errors import BenchmarkError, UsageError
 from .generation import GenerationShape
 from .language import LanguageModelSpec
 
@@ -113,6 +114,14 @@ def validate(config: BenchConfig) -> None:
         raise UsageError("--prompt-len and --gen-len apply to --mode generate")
 
 
+# Settings that may differ between the ranks of one job: who the process is and which GPUs it
+# uses, where it writes (only rank 0 writes results; traces may go to node-local paths), how it
+# finds the others, and what only rank 0 reads or prints.
+PER_RANK_FIELDS = ("rank", "device_ids", "device", "output_dir", "output_file", "csv_file",
+                   "write_files", "quiet", "dist_url", "scaling_baseline", "profiler_output",
+                   "notes")
+
+
 @dataclass(frozen=True)
 class Plan:
     """What one invocation does: one configuration or a sweep of them, and what follows."""
@@ -155,6 +164,9 @@ class RunSpec:
     compare: Gate | None = None
     scaling_baseline_img_s: float | None = None
     generation: GenerationShape | None = None     # --mode generate
+    # A problem this rank found before the run (a baseline it cannot read) in a multi-process
+    # job: raised when the ranks meet, so that the others stop too instead of waiting for it.
+    problem: BenchmarkError | None = None
 
     @property
     def batch_size(self) -> int:
@@ -171,6 +183,15 @@ class RunSpec:
         if self.model.family == "language":
             compute = self.precision.autocast_dtype or self.precision.model_dtype
             self.model.check_attention(self.device, compute)
+
+    def settings(self) -> dict:
+        """What every rank of a job must agree on (compared by ``distributed.agree``): the
+        configuration without what may differ per process, and what it resolved to."""
+        config = {key: value for key, value in dataclasses.asdict(self.config).items()
+                  if key not in PER_RANK_FIELDS}
+        return {**config, "input_shape": self.model.input_shape(self.batch_size),
+                "world_size": self.launch.world_size, "local_batch": self.launch.local_batch,
+                "device_type": self.device.type}
 
     def for_worker(self, index: int) -> "RunSpec":
         """The spec of worker ``index`` of a manual launch that starts one per --device_ids."""
@@ -191,7 +212,9 @@ def resolve(config: BenchConfig, plan: Plan | None = None,
     """Resolve ``config`` for this process: launch, model, precision, device, paths, baselines.
 
     Input files (the --compare and --scaling-baseline results) are read here, on global rank 0
-    only (other nodes need not see them), before anything runs or is written. ``check=False``
+    only (other nodes need not see them), before anything runs or is written; in a multi-process
+    job a problem with them is kept in ``spec.problem`` and raised on every rank when the ranks
+    meet (distributed.agree). ``check=False``
     leaves :meth:`RunSpec.check` to the caller (a sweep row fails alone).
     """
     launch = distributed.detect(config, environ)
@@ -200,13 +223,24 @@ def resolve(config: BenchConfig, plan: Plan | None = None,
         spec.check()
     if not launch.is_main:
         return spec
+    try:
+        return _read_baselines(spec, plan)
+    except BenchmarkError as error:
+        if not launch.distributed:
+            raise
+        return replace(spec, problem=error)
+
+
+def _read_baselines(spec: RunSpec, plan: Plan | None) -> RunSpec:
     from .report import compare          # results on disk are the report package's format
     gate = None
     if plan is not None and plan.compare:
         gate = Gate(plan.compare, plan.tolerance_pct, compare.load_result(plan.compare))
+        compare.check_same_configuration(compare.planned_identity(spec), gate.baseline,
+                                         gate.path)
     baseline = None
-    if config.scaling_baseline:
-        baseline = compare.scaling_baseline(config.scaling_baseline, spec)
+    if spec.config.scaling_baseline:
+        baseline = compare.scaling_baseline(spec.config.scaling_baseline, spec)
     return replace(spec, compare=gate, scaling_baseline_img_s=baseline)
 
 

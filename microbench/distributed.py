@@ -15,16 +15,18 @@ manual launch keeps the older meaning: the batch of this process, split over its
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 from dataclasses import dataclass, replace
-from typing import Mapping
+from typing import Iterator, Mapping
 
 import torch
 import torch.distributed as dist
 
 from .device import is_gpu
-from .errors import UsageError
+from .errors import BenchmarkError, DistributedFailure, RankFailed, UsageError
+from .process import env_rank_prefix
 
 # Set by tests (and by anyone checking failure handling): this global rank raises just before
 # the timed region, as a rank that dies mid-run would.
@@ -55,11 +57,39 @@ class Launch:
         return self.rank == 0
 
 
-def _int_env(environ: Mapping[str, str], name: str) -> int:
+# What torchrun sets for every worker; a process started by hand as one rank sets them all too.
+TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+# The launch of this process once detected, for the rank prefix of its error lines (the manual
+# launch has no RANK variable to read it from).
+_current: Launch | None = None
+
+
+def _int_env(environ: Mapping[str, str], name: str, low: int = 0, high: int = 2**31 - 1) -> int:
+    if name not in environ:
+        raise UsageError(f"environment variable {name} is not set, but the launcher's other "
+                         f"variables are: set it, or launch with torchrun or srun")
     try:
-        return int(environ[name])
+        value = int(environ[name])
     except ValueError:
-        raise UsageError(f"environment variable {name}={environ[name]!r} is not an integer") from None
+        raise UsageError(f"environment variable {name}={environ[name]!r} is not an "
+                         f"integer") from None
+    if not low <= value <= high:
+        raise UsageError(f"environment variable {name}={value} must be in [{low}, {high}]")
+    return value
+
+
+def _check_torchrun_environment(environ: Mapping[str, str]) -> None:
+    """A partial environment (RANK without WORLD_SIZE, no MASTER_ADDR...) would end in a
+    KeyError or a silent single-process run: name what is missing instead."""
+    missing = [name for name in TORCHRUN_VARIABLES if name not in environ]
+    if missing:
+        present = [name for name in TORCHRUN_VARIABLES if name in environ]
+        raise UsageError(f"partial launcher environment: "
+                         f"{', '.join(present) or 'TORCHELASTIC_RUN_ID'} set but "
+                         f"{', '.join(missing)} not; launch with torchrun, set all of "
+                         f"{', '.join(TORCHRUN_VARIABLES)}, or unset them for a single process")
+    _int_env(environ, "MASTER_PORT", 1, 65535)
 
 
 def _split(batch: int, parts: int, what: str) -> int:
@@ -79,6 +109,8 @@ def _manual(config, environ: Mapping[str, str]) -> Launch:
     if not 0 <= config.rank < config.world_size:
         raise UsageError(f"--rank {config.rank} must be in [0, --world-size {config.world_size})")
     workers = len(config.device_ids) if config.device_ids else 1
+    global _current                  # known from here on: later error lines carry the rank
+    _current = Launch(launcher="manual", rank=config.rank * workers)
     local = _split(config.batch_size, workers, "devices of this process")
     return Launch(launcher="manual", rank=config.rank * workers,
                   world_size=config.world_size * workers, backend=config.dist_backend,
@@ -88,15 +120,18 @@ def _manual(config, environ: Mapping[str, str]) -> Launch:
 
 
 def _from_environment(config, environ: Mapping[str, str]) -> Launch | None:
-    if "TORCHELASTIC_RUN_ID" in environ or {"RANK", "WORLD_SIZE", "LOCAL_RANK"} <= set(environ):
-        launcher, rank, local, world = ("torchrun", _int_env(environ, "RANK"),
-                                        _int_env(environ, "LOCAL_RANK"),
-                                        _int_env(environ, "WORLD_SIZE"))
+    if "TORCHELASTIC_RUN_ID" in environ or any(name in environ
+                                               for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK")):
+        _check_torchrun_environment(environ)
+        world = _int_env(environ, "WORLD_SIZE", 1)
+        launcher, rank, local = ("torchrun", _int_env(environ, "RANK", 0, world - 1),
+                                 _int_env(environ, "LOCAL_RANK"))
         init_method = "env://"
-    elif "SLURM_PROCID" in environ and _int_env(environ, "SLURM_NTASKS") > 1:
-        launcher, rank, local, world = ("slurm", _int_env(environ, "SLURM_PROCID"),
-                                        _int_env(environ, "SLURM_LOCALID"),
-                                        _int_env(environ, "SLURM_NTASKS"))
+    elif "SLURM_PROCID" in environ and "SLURM_NTASKS" in environ \
+            and _int_env(environ, "SLURM_NTASKS", 1) > 1:
+        world = _int_env(environ, "SLURM_NTASKS", 1)
+        launcher, rank, local = ("slurm", _int_env(environ, "SLURM_PROCID", 0, world - 1),
+                                 _int_env(environ, "SLURM_LOCALID"))
         init_method = config.dist_url or _slurm_rendezvous(environ)
     else:
         return None
@@ -126,18 +161,24 @@ def detect(config, environ: Mapping[str, str] | None = None) -> Launch:
                          f"(under torchrun or srun the launcher sets them)")
     launch = _from_environment(config, environ)
     if launch is None:
-        return Launch(local_batch=config.batch_size, global_batch=config.batch_size)
+        launch = Launch(local_batch=config.batch_size, global_batch=config.batch_size)
+    global _current
+    _current = launch
     return launch
 
 
+def forget() -> None:
+    """A new invocation in this process (tests call main() many times) starts unknown."""
+    global _current
+    _current = None
+
+
 def rank_prefix(environ: Mapping[str, str] | None = None) -> str:
-    """'[rank N] ' when the launcher says this process is one rank of several (error lines)."""
-    environ = os.environ if environ is None else environ
-    for rank_name, size_name in (("RANK", "WORLD_SIZE"), ("SLURM_PROCID", "SLURM_NTASKS")):
-        rank, size = environ.get(rank_name), environ.get(size_name, "1")
-        if rank is not None and size.isdigit() and int(size) > 1:
-            return f"[rank {rank}] "
-    return ""
+    """'[rank N] ' when this process is one rank of several (error lines): from the detected
+    launch (the manual launch sets no variable), else from the launcher's variables."""
+    if environ is None and _current is not None:
+        return f"[rank {_current.rank}] " if _current.distributed else ""
+    return env_rank_prefix(environ)
 
 
 def worker_launch(launch: Launch, index: int, device_ids) -> Launch:
@@ -153,6 +194,91 @@ def init_process_group(launch: Launch, device: torch.device, timeout_s: float) -
         kwargs.update(rank=launch.rank, world_size=launch.world_size)
     dist.init_process_group(backend=backend, init_method=launch.init_method,
                             timeout=datetime.timedelta(seconds=timeout_s), **kwargs)
+
+
+# --------------------------------------------------------------- ranks agree, or fail together
+
+def agree(settings: dict, problem: BenchmarkError | None) -> None:
+    """Right after the process group forms, every rank shows the others its settings and any
+    problem it found before the run (an output path rank 0 cannot write). Ranks started with
+    different settings would otherwise run mismatched collectives and hang until --dist-timeout;
+    a rank that cannot run would leave the others waiting. Either way every rank stops now, with
+    one line and the same exit code."""
+    mine = {"settings": settings,
+            "problem": None if problem is None else (str(problem), problem.exit_code)}
+    everyone: list = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, mine)
+    if problem is not None:
+        raise problem
+    for rank, theirs in enumerate(everyone):
+        if theirs["problem"] is not None:
+            message, code = theirs["problem"]
+            raise RankFailed(f"rank {rank} cannot run, so neither can this one: {message}", code)
+    difference = first_difference([theirs["settings"] for theirs in everyone])
+    if difference:
+        raise UsageError(f"ranks were started with different settings: {difference}; start "
+                         f"every rank with the same flags")
+
+
+# Field names whose flag is not the name in kebab case.
+_FLAG_NAMES = {"compile_options": "--compileContext", "precision": "the precision mode",
+               "device_type": "the device type", "local_batch": "the per-rank batch",
+               "distributed_dataparallel": "--distributed_dataparallel"}
+
+
+def first_difference(settings: list[dict]) -> str | None:
+    """'--iterations is 20 on rank 0, 30 on rank 1' for the first setting that differs."""
+    for key in settings[0]:
+        values: dict[str, list[int]] = {}
+        for rank, theirs in enumerate(settings):
+            values.setdefault(repr(theirs.get(key)), []).append(rank)
+        if len(values) > 1:
+            name = _FLAG_NAMES.get(key, "--" + key.replace("_", "-"))
+            shown = [f"{value} on rank{'s' if len(ranks) > 1 else ''} "
+                     f"{','.join(map(str, ranks[:8]))}{'...' if len(ranks) > 8 else ''}"
+                     for value, ranks in values.items()]
+            return f"{name} is {', '.join(shown)}"
+    return None
+
+
+# Words of torch.distributed's and its backends' errors when a peer is gone or too slow.
+_PEER_FAILURE_WORDS = ("timed out", "timeout", "connection closed", "connection reset",
+                       "connection refused", "broken pipe", "peer", "socket", "aborted",
+                       "watchdog", "heartbeat")
+
+
+def is_peer_failure(error: BaseException) -> bool:
+    if isinstance(error, dist.DistError):
+        return True
+    text = str(error).lower()
+    return isinstance(error, RuntimeError) and any(word in text for word in _PEER_FAILURE_WORDS)
+
+
+@contextlib.contextmanager
+def failures_reported(launch: Launch, timeout_s: float, phase: str) -> Iterator[None]:
+    """Turn a rendezvous timeout (``phase`` "rendezvous"), a dead peer or a collective that timed
+    out ("run") into one line that says what happened and what to check (exit 1), instead of a
+    traceback."""
+    try:
+        yield
+    except BenchmarkError:
+        raise
+    except Exception as error:                       # noqa: BLE001 (re-raised unless a peer's)
+        if not (launch.distributed and is_peer_failure(error)):
+            raise
+        text = " ".join(str(error).split())[:240]
+        if phase == "rendezvous":
+            address = launch.init_method
+            if address == "env://":
+                address = f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"
+            advice = (f"not every rank joined within --dist-timeout {timeout_s:g} s: check that "
+                      f"all {launch.world_size} ranks were started with the same world size and "
+                      f"rendezvous address ({address}) and that its port is reachable")
+        else:
+            advice = ("another rank failed or was killed (see its error line) or the network "
+                      f"between ranks failed; --dist-timeout {timeout_s:g} s bounds the wait")
+        what = "rendezvous failed" if phase == "rendezvous" else "lost the other ranks"
+        raise DistributedFailure(f"{what} ({type(error).__name__}: {text}): {advice}") from None
 
 
 def barrier(device: torch.device) -> None:

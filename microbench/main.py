@@ -5,33 +5,41 @@
     torchrun --nproc-per-node 4 micro_benchmarking_pytorch.py --network resnet50 --batch-size 256
 
 Expected failures print one line on stderr and exit with their code (2 usage, 3 out of memory,
-4 missing GPU or dependency, 5 regression found by --compare); anything else is a bug and exits 1
-with its traceback.
+4 missing GPU, dependency or disk space, 5 regression found by --compare, 130 Ctrl-C, 143
+SIGTERM; 1 with one line when another rank failed); anything else is a bug and exits 1 with its
+traceback.
 """
 from __future__ import annotations
 
 import sys
 import traceback
 
-from . import cli, distributed, models, runner
-from .errors import BenchmarkError
+from . import cli, distributed, models, process, runner
+from .errors import EXIT_INTERRUPTED, EXIT_TERMINATED, BenchmarkError, Terminated
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = cli.parse_args(argv)
-    try:
-        if args.list_networks:
-            print("\n".join(models.listing()))
-            return 0
-        return runner.run_plan(cli.to_plan(args))
-    except BenchmarkError as error:
-        print(f"{distributed.rank_prefix()}error: {error}", file=sys.stderr, flush=True)
-        return error.exit_code
-    except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
-        return 130
-    except Exception as error:                      # noqa: BLE001 (a bug: show everything)
-        traceback.print_exc()
-        print(f"{distributed.rank_prefix()}error: unexpected {type(error).__name__}: "
-              f"{error}", file=sys.stderr, flush=True)
-        return 1
+    distributed.forget()
+    with process.sigterm_raises():
+        try:
+            args = cli.parse_args(argv)
+            if args.list_networks:
+                print("\n".join(models.listing()))
+                return 0
+            return runner.run_plan(cli.to_plan(args))
+        except BenchmarkError as error:
+            # One line, whatever the message holds (a torch error quoted in it may not).
+            message = " ".join(str(error).splitlines())
+            print(f"{distributed.rank_prefix()}error: {message}", file=sys.stderr, flush=True)
+            return error.exit_code
+        except KeyboardInterrupt:
+            return process.stopped(process.INTERRUPTED, EXIT_INTERRUPTED,
+                                   distributed.rank_prefix())
+        except Terminated:
+            return process.stopped(process.TERMINATED, EXIT_TERMINATED,
+                                   distributed.rank_prefix())
+        except Exception as error:                      # noqa: BLE001 (a bug: show everything)
+            traceback.print_exc()
+            print(f"{distributed.rank_prefix()}error: unexpected {type(error).__name__}: "
+                  f"{error}", file=sys.stderr, flush=True)
+            return 1

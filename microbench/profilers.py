@@ -26,7 +26,8 @@ import torch
 from torch.profiler import ProfilerActivity, profile, schedule
 
 from . import device as device_layer
-from .errors import MissingEnvironment
+from .errors import MissingEnvironment, UsageError
+from .report import writing
 
 TABLE_ROWS = 15
 # Iterations of the separate pass that --autograd_profiler's operator tables come from.
@@ -113,6 +114,13 @@ def require_deepspeed() -> None:
     except ImportError as error:
         raise MissingEnvironment(f"--flops-prof-step needs DeepSpeed's FLOPS profiler "
                                  f"({error.msg}): pip install deepspeed") from None
+    except Exception as error:          # noqa: BLE001 (a broken install is not our bug)
+        # DeepSpeed's import probes compilers and accelerators and can fail in many ways
+        # (a missing CUDA_HOME, a version clash); the user fixes that environment, not us.
+        text = " ".join(str(error).split())[:300]
+        raise MissingEnvironment(f"--flops-prof-step: DeepSpeed is installed but fails to "
+                                 f"import ({type(error).__name__}: {text}); fix or reinstall "
+                                 f"it (pip install -U deepspeed)") from None
 
 
 def deepspeed_profile_step(model: torch.nn.Module, step: Callable[[], object],
@@ -167,6 +175,32 @@ def operator_tables(step: Callable[[], object], device: torch.device,
     return "\n".join(text)
 
 
+def trace_directory(output: str) -> str:
+    """The directory the traces go to: ``output`` itself when it is one (or ends in a
+    separator), else the directory of the file-name prefix."""
+    if output.endswith(os.sep) or os.path.isdir(output):
+        return output
+    return os.path.dirname(output) or "."
+
+
+def trace_output(config) -> str:
+    return config.profiler_output or config.output_dir + os.sep
+
+
+def prepare_trace_output(config) -> None:
+    """Before the run: the trace directory exists (created now) and is writable."""
+    output = trace_output(config)
+    directory = trace_directory(output)
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except OSError as error:
+        raise UsageError(f"cannot write --kineto traces to {directory} (--profiler-output "
+                         f"{output}): {error.strerror}") from None
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise UsageError(f"cannot write --kineto traces to {directory} (--profiler-output "
+                         f"{output}): directory not writable")
+
+
 def trace_path(output: str, step: int, rank: int, world_size: int) -> str:
     """``<dir>/trace<step>.json``, or ``<prefix>trace<step>.json``; the rank joins the name
     when there are several, so ranks never overwrite each other's traces."""
@@ -184,11 +218,10 @@ def kineto_pass(step: Callable[[], object], device: torch.device, plan: KinetoSc
 
     def export(profiler) -> None:
         path = trace_path(output, profiler.step_num, rank, world_size)
-        profiler.export_chrome_trace(path)
+        writing.write_via(path, profiler.export_chrome_trace)
         written.append(path)
 
-    directory = output if output.endswith(os.sep) else os.path.dirname(output) or "."
-    os.makedirs(directory, exist_ok=True)
+    os.makedirs(trace_directory(output), exist_ok=True)
     with profile(activities=_activities(device), record_shapes=True,
                  schedule=schedule(wait=plan.wait, warmup=plan.warmup, active=plan.active,
                                    repeat=1),

@@ -7,46 +7,71 @@ one process on one device.
 """
 from __future__ import annotations
 
+import inspect
+import os
 import sys
 
-from . import benchmark, capacity, device as device_layer, distributed, profilers, sweep
+from . import benchmark, capacity, device as device_layer, distributed, process, profilers, sweep
 from .config import Plan, RunSpec, resolve
-from .errors import EXPECTED_EXIT_CODES, BenchmarkError, OutOfMemory, UsageError
+from .errors import (EXIT_INTERRUPTED, EXIT_TERMINATED, EXPECTED_EXIT_CODES, BenchmarkError,
+                     OutOfMemory, Terminated, UsageError)
 from .report import compare, console, files, plot
 from .summary import Summary, Trial, record_of
 
 
 def run_plan(plan: Plan) -> int:
     """A sweep, a largest-batch search followed by its run, or one configuration."""
+    if any(config.flops_prof_step is not None for config in plan.configs):
+        profilers.require_deepspeed()          # once, before anything runs, sweeps included
     if plan.is_sweep:
         return run_sweep(plan, _single_device(plan, "a sweep"))
     if plan.find_max_batch:
         [spec] = _single_device(plan, "--find-max-batch")
         return run_largest_batch(spec, plan)
-    return run(resolve(plan.configs[0], plan))
+    spec = resolve(plan.configs[0], plan)
+    _note_self_compare(spec)
+    return run(spec)
+
+
+def _note_self_compare(spec: RunSpec) -> None:
+    gate = spec.compare
+    if gate is not None and spec.json_path is not None and \
+            os.path.abspath(gate.path) == os.path.abspath(spec.json_path):
+        print(f"Note: --compare {gate.path} is also this run's result file: the baseline was "
+              f"read before the run, and this run's result will replace it")
 
 
 def run(spec: RunSpec) -> int:
-    """Check what can be checked without other ranks, then run (spawning workers if asked)."""
-    if spec.config.flops_prof_step is not None:
-        profilers.require_deepspeed()
-    if spec.launch.is_main:
+    """Check every output path before the model is built, then run (spawning workers if
+    asked). Under DDP a problem is held until the process group forms, then told to every rank
+    (distributed.agree), so that no rank waits for the others until --dist-timeout."""
+    problem = spec.problem
+    try:
         files.prepare_output(spec)
+    except BenchmarkError as error:
+        if not spec.launch.distributed:
+            raise
+        problem = problem or error
     if spec.launch.workers > 1:
-        return _spawn(spec)
-    return run_worker(spec)
+        return _spawn(spec, problem)
+    return run_worker(spec, problem)
 
 
-def run_worker(spec: RunSpec) -> int:
-    """This process's part of the run: measure, then (on rank 0) report."""
+def run_worker(spec: RunSpec, problem: BenchmarkError | None = None) -> int:
+    """This process's part of the run: meet the other ranks, measure, then (on rank 0) report.
+    A dead peer or a timeout becomes one line (distributed.failures_reported)."""
     out = console.Console.for_spec(spec).out
     device_layer.activate(spec.device)
+    launch, timeout = spec.launch, spec.config.dist_timeout
     try:
-        if spec.launch.distributed:
-            distributed.init_process_group(spec.launch, spec.device, spec.config.dist_timeout)
-        summary = measure(spec, out)
-        if summary is not None:
-            report(summary, out)
+        if launch.distributed:
+            with distributed.failures_reported(launch, timeout, "rendezvous"):
+                distributed.init_process_group(launch, spec.device, timeout)
+                distributed.agree(spec.settings(), problem)
+        with distributed.failures_reported(launch, timeout, "run"):
+            summary = measure(spec, out)
+            if summary is not None:
+                report(summary, out)
     finally:
         distributed.shutdown()
     return 0
@@ -128,32 +153,59 @@ def report(summary: Summary, out) -> None:
 
 # ---------------------------------------------------------------- the manual launch
 
-def _spawn(spec: RunSpec) -> int:
+WORKER_GRACE_S = 30.0
+
+
+def _spawn(spec: RunSpec, problem: BenchmarkError | None) -> int:
     """One worker per --device_ids entry; a worker's documented exit code (it has printed its
-    own error line) becomes this process's."""
+    own error line) becomes this process's. Ctrl-C or SIGTERM here stops the workers too."""
     import torch.multiprocessing as mp
+    context = mp.start_processes(_spawned_worker, args=(spec, problem),
+                                 nprocs=spec.launch.workers, join=False, start_method="spawn")
+    # When one worker fails, the others are about to fail too (they hear of it when the ranks
+    # agree, or see the peer go): let them print their own line before they are terminated
+    # (PyTorch 2.5 and later; older ones terminate at once).
+    grace = ({"grace_period": WORKER_GRACE_S}
+             if "grace_period" in inspect.signature(context.join).parameters else {})
     try:
-        mp.spawn(_spawned_worker, args=(spec,), nprocs=spec.launch.workers, join=True)
+        while not context.join(**grace):
+            pass
     except mp.ProcessExitedException as failure:
         if failure.exit_code in EXPECTED_EXIT_CODES:
             return failure.exit_code
         rank = spec.launch.rank + failure.error_index
         raise BenchmarkError(f"worker for rank {rank} exited with code {failure.exit_code}") \
             from None
+    except BaseException:
+        for worker in context.processes:
+            if worker.is_alive():
+                worker.terminate()             # SIGTERM: each worker reports and cleans up
+        for worker in context.processes:
+            worker.join(30)
+        raise
     return 0
 
 
-def _spawned_worker(index: int, spec: RunSpec) -> None:
-    """One worker of a manual launch with several --device_ids (runs in a child process)."""
+def _spawned_worker(index: int, spec: RunSpec, problem: BenchmarkError | None) -> None:
+    """One worker of a manual launch with several --device_ids (runs in a child process). The
+    parent's problem found before the run goes to its first worker; the others hear of it from
+    that worker when the ranks agree."""
     err = sys.stderr
-    try:
-        worker = spec.for_worker(index)
-        err = console.Console.for_spec(worker).err
-        code = run_worker(worker)
-    except BenchmarkError as error:
-        print(f"error: {error}", file=err)
-        err.flush()
-        code = error.exit_code
+    with process.sigterm_raises():
+        try:
+            worker = spec.for_worker(index)
+            err = console.Console.for_spec(worker).err
+            code = run_worker(worker, problem if index == 0 else None)
+        except BenchmarkError as error:
+            print("error: " + " ".join(str(error).splitlines()), file=err)
+            err.flush()
+            code = error.exit_code
+        except KeyboardInterrupt:
+            code = process.stopped(process.INTERRUPTED, EXIT_INTERRUPTED,
+                                   f"[rank {spec.launch.rank + index}] ")
+        except Terminated:
+            code = process.stopped(process.TERMINATED, EXIT_TERMINATED,
+                                   f"[rank {spec.launch.rank + index}] ")
     if code:
         sys.exit(code)
 
@@ -174,9 +226,7 @@ def _single_device(plan: Plan, what: str) -> list[RunSpec]:
 
 def run_sweep(plan: Plan, specs: list[RunSpec]) -> int:
     first = specs[0]
-    files.prepare_output(first)
-    if plan.plot:
-        plot.require_matplotlib()
+    files.prepare_output(first, plan.plot)
     env = device_layer.describe(first.device)
     print(f"Sweep of {len(specs)} configurations on {env['device']} "
           f"{env['device_name']}, {first.config.iterations} timed iterations each")
@@ -189,7 +239,7 @@ def run_sweep(plan: Plan, specs: list[RunSpec]) -> int:
     if plan.plot:
         plot.plot_rows(rows, plan.plot)
         print(f"Plot         : {plan.plot}")
-    return 0
+    return sweep.outcome(rows)
 
 
 def run_largest_batch(spec: RunSpec, plan: Plan) -> int:

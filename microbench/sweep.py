@@ -14,7 +14,7 @@ from typing import TextIO
 
 from . import benchmark
 from .config import RunSpec
-from .errors import BenchmarkError, OutOfMemory
+from .errors import EXIT_UNEXPECTED, BenchmarkError, OutOfMemory, SweepFailed
 from .report import files, writing
 from .summary import Summary, Trial
 
@@ -26,6 +26,7 @@ class Row:
     status: str = "ok"                 # ok | out of memory | error
     error: str | None = None
     trials: list[Trial] = field(default_factory=list)
+    exit_code: int = 0                 # what this row alone would have exited with
 
     @property
     def failed(self) -> bool:
@@ -92,11 +93,22 @@ def run_trial(row: Row, env: dict, monitor: benchmark.Monitor) -> None:
         result = benchmark.run(row.spec, monitor=monitor)
         row.trials.append(Trial.of_process(row.spec, env, result))
     except OutOfMemory as error:
-        row.status, row.error = "out of memory", str(error)
+        row.status, row.error, row.exit_code = "out of memory", str(error), error.exit_code
     except BenchmarkError as error:
-        row.status, row.error = "error", str(error)
+        row.status, row.error, row.exit_code = "error", str(error), error.exit_code
     except Exception as error:                     # noqa: BLE001 (recorded; the sweep goes on)
-        row.status, row.error = "error", f"{type(error).__name__}: {error}"
+        row.status, row.error, row.exit_code = ("error", f"{type(error).__name__}: {error}",
+                                                EXIT_UNEXPECTED)
+
+
+def outcome(rows: list[Row]) -> int:
+    """0 when any row was measured (errors are data in a sweep); when every row failed, the
+    sweep failed: exit with the first row's code (3 if it ran out of memory), with one line."""
+    if any(row.summary is not None for row in rows):
+        return 0
+    first = rows[0]
+    raise SweepFailed(f"every configuration of the sweep failed ({len(rows)} of {len(rows)}); "
+                      f"the first, {first.label()}: {first.error}", first.exit_code)
 
 
 def run_sweep(specs, env: dict, out: TextIO) -> list[Row]:

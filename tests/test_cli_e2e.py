@@ -118,8 +118,10 @@ def test_bad_input_gives_one_line_and_exit_code(cli, argv, code, text):
 
 
 def test_out_of_memory_exits_3_with_advice(cli):
-    # A batch no machine can hold: the CPU allocator refuses it at once.
-    process, _ = cli("--network", "resnet18", "--batch-size", "100000000", "--iterations", "1")
+    # A batch no machine can hold (50 PB of input), within the flags' bounds: the CPU allocator
+    # refuses it at once.
+    process, _ = cli("--network", "resnet18", "--batch-size", "1000000", "--image-size", "2048",
+                     "--iterations", "1")
     assert_one_line_error(process, 3, "out of memory")
     assert "--batch-size" in process.stderr
 

@@ -145,7 +145,8 @@ def config(**overrides):
 
 
 def test_torchrun_rank_comes_from_rank_and_device_from_local_rank():
-    env = {"TORCHELASTIC_RUN_ID": "x", "RANK": "5", "LOCAL_RANK": "1", "WORLD_SIZE": "8"}
+    env = {"TORCHELASTIC_RUN_ID": "x", "RANK": "5", "LOCAL_RANK": "1", "WORLD_SIZE": "8",
+           "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500"}    # torchrun sets all of these
     launch = distributed.detect(config(batch_size=64), env)
     assert (launch.rank, launch.local_rank, launch.device_index) == (5, 1, 1)
     assert (launch.local_batch, launch.global_batch) == (8, 64)

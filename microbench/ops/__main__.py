@@ -1,6 +1,6 @@
 """``python3 -m microbench.ops``: the op bench (the same as the ``microbench-ops`` command)."""
 import sys
 
-from .cli import main
+from ..process import microbench_ops
 
-sys.exit(main())
+sys.exit(microbench_ops())

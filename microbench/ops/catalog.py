@@ -89,13 +89,27 @@ class OpSpec:
 # Shapes
 # ---------------------------------------------------------------------------------------------
 
+# Far above any op's real shape; beyond them a shape is a typo that would reach torch as an
+# integer overflow or a tensor of more dimensions than its kernels take.
+MAX_DIMS = 8
+MAX_DIM_SIZE = 2**31 - 1
+
+
 def parse_shape(text: str, flag: str) -> Shape:
     """'64-1024-1024' -> (64, 1024, 1024); anything else is a usage error."""
     parts = text.strip().split("-")
-    if not text.strip() or not all(part.isdigit() and int(part) > 0 for part in parts):
+    if not text.strip() or not all(part.isascii() and part.isdigit() and int(part) > 0
+                                   for part in parts):
         raise UsageError(f"malformed shape {text!r} for {flag}: expected positive integers "
                          f"separated by '-', e.g. {GENERIC_SHAPE}")
-    return tuple(int(part) for part in parts)
+    if len(parts) > MAX_DIMS:
+        raise UsageError(f"shape {text!r} for {flag} has {len(parts)} dimensions; at most "
+                         f"{MAX_DIMS}")
+    shape = tuple(int(part) for part in parts)
+    if max(shape) > MAX_DIM_SIZE:
+        raise UsageError(f"shape {text!r} for {flag}: a dimension above {MAX_DIM_SIZE:,} is "
+                         f"more than any device holds")
+    return shape
 
 
 def format_shape(shape: Shape) -> str:

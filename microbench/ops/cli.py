@@ -12,28 +12,34 @@ or the older entry point ``TorchTensorOpsBench/torch_tensor_ops_bench.py``. Exam
 
 Exit codes: 0 all measured, 2 bad input (unknown op, malformed or incompatible shapes, a dtype an
 op does not support on the device; a list run goes on and exits 2 at the end), 3 out of memory,
-4 no GPU where one was asked for, 1 anything unexpected.
+4 no GPU where one was asked for or no space to write the results, 130 Ctrl-C, 143 SIGTERM,
+1 anything unexpected. Output paths are checked before anything runs; files are written whole.
 """
 from __future__ import annotations
 
 import argparse
 import datetime
+import os
 import sys
 
 import torch
 
-from .. import __version__, device as device_layer, flops
+from .. import __version__, device as device_layer, flops, process
+from ..cli import (MAX_ITERATIONS, MAX_PEAK_TFLOPS, MAX_WARMUP, OneLineParser, bounded_int,
+                   finite_float)
 from ..device import clock_name
-from ..errors import BenchmarkError, UsageError
+from ..errors import (EXIT_INTERRUPTED, EXIT_TERMINATED, BenchmarkError, Terminated,
+                      UsageError)
 from ..report import writing
 from . import catalog as ops, report, runner
 
 DEFAULT_NUM_ITERS = 50
 DEFAULT_NUM_WARMUP_ITERS = 10
+MAX_PEAK_GBS = 10**7
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         description="Time PyTorch operators with device events and report achieved GB/s, "
                     "TFLOP/s and their share of the device's dense datasheet peak.",
         epilog=f"Known ops: {', '.join(ops.known_op_names())}.")
@@ -74,10 +80,12 @@ def build_parser() -> argparse.ArgumentParser:
                              "(default: cuda when a GPU is visible, else cpu)")
 
     timing = parser.add_argument_group("timing")
-    timing.add_argument("--num-iters", type=int, default=DEFAULT_NUM_ITERS,
+    timing.add_argument("--num-iters", type=bounded_int(1, MAX_ITERATIONS),
+                        default=DEFAULT_NUM_ITERS,
                         help=f"timed calls per op, each timed alone (default: "
-                             f"{DEFAULT_NUM_ITERS})")
-    timing.add_argument("--num-warmup-iters", type=int, default=DEFAULT_NUM_WARMUP_ITERS,
+                             f"{DEFAULT_NUM_ITERS}, at most {MAX_ITERATIONS:,})")
+    timing.add_argument("--num-warmup-iters", type=bounded_int(0, MAX_WARMUP),
+                        default=DEFAULT_NUM_WARMUP_ITERS,
                         help=f"untimed calls before them (default: {DEFAULT_NUM_WARMUP_ITERS})")
     timing.add_argument("--flush-l2", action="store_true",
                         help="zero a buffer twice the L2 size before each timed call, so no op "
@@ -87,9 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "its table")
 
     peaks = parser.add_argument_group("device peak (default: the datasheet table)")
-    peaks.add_argument("--peak-tflops", type=float, default=None,
+    peaks.add_argument("--peak-tflops", type=finite_float(0, MAX_PEAK_TFLOPS), default=None,
                        help="dense TFLOP/s for this dtype, instead of the table's")
-    peaks.add_argument("--peak-gbs", type=float, default=None,
+    peaks.add_argument("--peak-gbs", type=finite_float(0, MAX_PEAK_GBS), default=None,
                        help="memory bandwidth in GB/s, instead of the table's")
 
     output = parser.add_argument_group("output files")
@@ -105,13 +113,6 @@ def build_parser() -> argparse.ArgumentParser:
 # ---------------------------------------------------------------------------------------------
 
 def validate(args: argparse.Namespace) -> None:
-    if args.num_iters < 1:
-        raise UsageError(f"--num-iters must be at least 1, got {args.num_iters}")
-    if args.num_warmup_iters < 0:
-        raise UsageError(f"--num-warmup-iters must be 0 or more, got {args.num_warmup_iters}")
-    for flag, value in (("--peak-tflops", args.peak_tflops), ("--peak-gbs", args.peak_gbs)):
-        if value is not None and not value > 0:
-            raise UsageError(f"{flag} must be positive, got {value}")
     if args.run_model_ops and args.inplace:
         raise UsageError("--inplace does not apply to --run-model-ops: the list says which "
                          "ops run in place")
@@ -119,8 +120,13 @@ def validate(args: argparse.Namespace) -> None:
         raise UsageError("--run-compute-ops uses each op's own shapes; to choose shapes run "
                          "one op, e.g. --op matmul --input1-dim 4096-4096")
     for flag, path in (("--output-json", args.output_json), ("--output-csv", args.output_csv)):
-        if path:
-            writing.check_writable(path, flag)
+        if path is not None:
+            if not path.strip():
+                raise UsageError(f"{flag} must not be empty")
+            writing.check_target(path, flag)
+    if args.output_json and args.output_csv and \
+            os.path.abspath(args.output_json) == os.path.abspath(args.output_csv):
+        raise UsageError("--output-json and --output-csv name the same file: name two")
 
 
 def requests_from_args(args: argparse.Namespace) -> list[runner.CaseRequest]:
@@ -214,10 +220,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        return run(args)
-    except BenchmarkError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return error.exit_code
+    with process.sigterm_raises():
+        try:
+            return run(build_parser().parse_args(argv))
+        except BenchmarkError as error:
+            print("error: " + " ".join(str(error).splitlines()), file=sys.stderr)
+            return error.exit_code
+        except KeyboardInterrupt:
+            return process.stopped(process.INTERRUPTED, EXIT_INTERRUPTED)
+        except Terminated:
+            return process.stopped(process.TERMINATED, EXIT_TERMINATED)
 

@@ -76,6 +76,16 @@ def _scaling_identity(document: dict, spec) -> list[tuple[str, object, object]]:
     ]
 
 
+def planned_identity(spec) -> dict:
+    """The identity fields a result of ``spec`` will have, known before the run, so a baseline
+    of another configuration is refused before it costs the user the run."""
+    config = spec.config
+    return {"config": {"network": config.network, "mode": config.mode, "nhwc": config.nhwc,
+                       "compile": config.compile},
+            "precision": {"name": spec.precision.name},
+            "Mini batch size [img]": spec.launch.global_batch, "GPUs": spec.launch.world_size}
+
+
 def check_same_configuration(current: dict, baseline: dict, path: str) -> None:
     differ = []
     for key, sub in IDENTITY:

@@ -3,13 +3,12 @@
 The JSON keeps the older tool's keys (``Name``, ``GPUs``, ``Mini batch size [img]``,
 ``Mini batch size [img/gpu]``, ``Throughput [img/sec]``, ``Time per mini-batch``) beside the
 richer fields. Files are written whole or not at all; CSV rows are appended under an exclusive
-lock, so concurrent runs never interleave, and a file with another header is refused.
+lock, so concurrent runs never interleave, a failed append is cut back, and a file with another
+header is refused before the run (:mod:`microbench.report.writing`).
 """
 from __future__ import annotations
 
-import csv
 import dataclasses
-import io
 import os
 import tempfile
 
@@ -19,11 +18,6 @@ from ..device import clock_name, runtime_version
 from ..errors import UsageError
 from ..summary import Summary
 from . import writing
-
-try:
-    import fcntl
-except ImportError:                      # not POSIX: appends are still single writes
-    fcntl = None
 
 SCHEMA_VERSION = 2
 CSV_COLUMNS = (
@@ -251,48 +245,42 @@ def failed_csv_row(spec: RunSpec, env: dict, status: str, error: str) -> dict:
     return row
 
 
-def _header_line() -> str:
-    buffer = io.StringIO()
-    csv.writer(buffer).writerow(CSV_COLUMNS)
-    return buffer.getvalue()
-
-
-def check_csv_header(path: str) -> None:
-    """Refuse a CSV whose header is not ours before any time is spent benchmarking."""
-    try:
-        with open(path, newline="") as stream:
-            first = stream.readline()
-    except FileNotFoundError:
+def check_csv(path: str) -> None:
+    """Refuse, before any time is spent benchmarking, a CSV that cannot take our row: one that
+    cannot be written (report.writing.check_target), a binary file, or another header."""
+    writing.check_target(path, "--csv-file")
+    if not os.path.exists(path):
         return
+    try:
+        head = writing.read_head(path)
     except OSError as error:
         raise UsageError(f"cannot read --csv-file {path}: {error.strerror}") from None
-    if first and first.rstrip("\r\n") != _header_line().rstrip("\r\n"):
-        raise UsageError(f"{path} has a different CSV header (an older or foreign file): "
-                         f"name another --csv-file or move that one away")
+    problem = writing.header_problem(head, CSV_COLUMNS)
+    if problem:
+        raise UsageError(f"--csv-file {path} {problem} (an older or foreign file): name "
+                         f"another --csv-file or move that one away")
 
 
 def append_csv(row: dict, path: str) -> None:
-    """Append one row (and the header to a new file) as one write under an exclusive lock."""
-    with open(path, "a+", newline="") as stream:
-        if fcntl is not None:
-            fcntl.flock(stream, fcntl.LOCK_EX)
-        stream.seek(0)
-        first = stream.readline()
-        if first and first != _header_line():
-            raise UsageError(f"{path} has a different CSV header: name another --csv-file")
-        buffer = io.StringIO()
-        if not first:
-            buffer.write(_header_line())
-        csv.DictWriter(buffer, fieldnames=CSV_COLUMNS).writerow(row)
-        stream.write(buffer.getvalue())
-        stream.flush()
-        os.fsync(stream.fileno())
+    """Append one row (and the header to a new file): one write under an exclusive lock, cut
+    back if it fails (report.writing.append_csv_rows)."""
+    writing.append_csv_rows(path, CSV_COLUMNS, [[row.get(column, "") for column in CSV_COLUMNS]])
 
 
 # ---------------------------------------------------------------- before and after the run
 
-def prepare_output(spec: RunSpec) -> None:
-    """Fail before the run, not after it, when results cannot be written."""
+def prepare_output(spec: RunSpec, plot_path: str | None = None) -> None:
+    """Every output path of this process checked before the model is built, so no problem with
+    them costs the user a run: the result directory, the JSON and the CSV (on rank 0, which
+    writes them), the --plot file, and the --kineto trace directory (every rank writes its own)."""
+    if spec.config.kineto:
+        from ..profilers import prepare_trace_output
+        prepare_trace_output(spec.config)
+    if not spec.launch.is_main:
+        return
+    if plot_path is not None:
+        from .plot import check_path
+        check_path(plot_path)
     if spec.json_path is None:
         return
     output_dir = spec.config.output_dir
@@ -303,16 +291,20 @@ def prepare_output(spec: RunSpec) -> None:
     except OSError as error:
         raise UsageError(f"cannot write results to --output-dir {output_dir}: "
                          f"{error.strerror}; choose another directory or pass --no-files") from None
-    csv_dir = os.path.dirname(os.path.abspath(spec.csv_path))
-    if not os.access(csv_dir, os.W_OK):
-        raise UsageError(f"cannot write --csv-file {spec.csv_path}: directory not writable")
-    check_csv_header(spec.csv_path)
+    writing.check_target(spec.json_path, "--output-file")
+    if os.path.abspath(spec.csv_path) == os.path.abspath(spec.json_path):
+        raise UsageError(f"--csv-file {spec.csv_path} is also the JSON result file: name "
+                         f"another")
+    check_csv(spec.csv_path)
 
 
 def write_files(summary: Summary) -> None:
-    """The JSON result and the CSV row of a finished run (nothing with --no-files)."""
+    """The JSON result and the CSV row of a finished run (nothing with --no-files): both are
+    written or neither (the JSON waits beside its target until the row is appended)."""
     spec = summary.spec
     if spec.json_path is None:
         return
-    writing.write_json(spec.json_path, result_document(summary))
-    append_csv(csv_row(summary), spec.csv_path)
+    text = writing.json_text(result_document(summary)).encode("utf-8")
+    with writing.replacing(spec.json_path) as temporary:
+        writing.fill(temporary, text, spec.json_path)
+        append_csv(csv_row(summary), spec.csv_path)

@@ -1,8 +1,14 @@
 """``--plot FILE.png`` for sweeps: throughput and memory against batch size when the batch size
-varies, grouped bars of throughput (and memory) per configuration otherwise."""
+varies, grouped bars of throughput (and memory) per configuration otherwise. The file's suffix
+names its format (any matplotlib writes: png, svg, pdf...); it is checked before the sweep runs
+and written whole or not at all."""
 from __future__ import annotations
 
-from ..errors import MissingEnvironment
+import io
+import os
+
+from ..errors import MissingEnvironment, UsageError
+from . import writing
 
 
 def require_matplotlib() -> None:
@@ -10,6 +16,19 @@ def require_matplotlib() -> None:
         import matplotlib  # noqa: F401
     except ImportError:
         raise MissingEnvironment("--plot needs matplotlib: pip install matplotlib") from None
+
+
+def check_path(path: str) -> None:
+    """Before the sweep: matplotlib is there, the file can be written, its suffix is a format
+    matplotlib writes."""
+    require_matplotlib()
+    from matplotlib.backend_bases import FigureCanvasBase
+    formats = FigureCanvasBase.get_supported_filetypes()
+    suffix = os.path.splitext(path)[1].lstrip(".").lower()
+    if suffix not in formats:
+        raise UsageError(f"--plot {path}: the suffix names the format; use one of "
+                         f"{', '.join('.' + name for name in sorted(formats))}")
+    writing.check_target(path, "--plot")
 
 
 def _pyplot():
@@ -65,5 +84,7 @@ def plot_rows(rows, path: str) -> None:
     speed.set_title("Throughput")
     memory.set_title("Peak memory")
     figure.tight_layout()
-    figure.savefig(path, dpi=120)
+    image = io.BytesIO()
+    figure.savefig(image, dpi=120, format=os.path.splitext(path)[1].lstrip(".").lower())
     pyplot.close(figure)
+    writing.write_whole(path, image.getvalue())

@@ -1,0 +1,651 @@
+"""The contract under hostile input and faults (docs/architecture.md, "Errors").
+
+Every case holds the contract: the documented exit code, one line on stderr, no traceback, and
+the disk left as it was (files that were there unchanged byte for byte, nothing new written, no
+temporary file). Most cases run main() in-process (a subprocess costs 6-8 s of imports); a few
+need a process of their own: a file-size limit (RLIMIT_FSIZE) standing in for a full disk,
+SIGTERM and SIGINT during the timed loop, and ranks that meet over gloo.
+"""
+from __future__ import annotations
+
+import csv
+import errno
+import importlib.abc
+import json
+import os
+import resource
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, SCRIPT, TINY, assert_one_line_error, run_main
+from microbench import process
+from microbench.errors import CannotWrite, Terminated
+from microbench.report import files, writing
+
+RUN = ["--network", "resnet18", *TINY, "--device", "cpu"]
+CHILD_ENV = {"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+LAUNCHER_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT",
+                      "TORCHELASTIC_RUN_ID", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID")
+HEADER = writing.csv_lines([files.CSV_COLUMNS], "\r\n").encode()
+
+
+# ---------------------------------------------------------------- what is on disk
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    """Every file under ``root`` with its bytes (directories do not count)."""
+    return {str(path.relative_to(root)): path.read_bytes()
+            for path in sorted(root.rglob("*")) if path.is_file()}
+
+
+def temporaries(root: Path) -> list[str]:
+    return [str(path) for path in root.rglob(f"{writing.TEMPORARY_PREFIX}*")]
+
+
+def assert_disk_unchanged(root: Path, before: dict[str, bytes]) -> None:
+    after = snapshot(root)
+    assert temporaries(root) == []
+    assert sorted(after) == sorted(before), "files appeared or vanished"
+    for name, data in before.items():
+        assert after[name] == data, f"{name} changed"
+
+
+@pytest.fixture(autouse=True)
+def no_launcher_environment(monkeypatch):
+    for name in LAUNCHER_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+
+
+# ---------------------------------------------------------------- the table
+
+@dataclass
+class Case:
+    """argv ({tmp} is the test's directory), the exit code, text of the one stderr line, files
+    on disk before (path -> bytes), launcher variables, and a setup(monkeypatch) if needed."""
+
+    id: str
+    argv: list[str]
+    code: int
+    text: str
+    files: dict[str, bytes] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+    setup: object = None
+    modes: dict[str, int] = field(default_factory=dict)    # chmod after creating the files
+
+
+class BrokenImport(importlib.abc.MetaPathFinder):
+    """Importing DeepSpeed raises ``error`` (a broken install, or none)."""
+
+    def __init__(self, error: BaseException):
+        self.error = error
+
+    def find_spec(self, name, path=None, target=None):
+        if name == "deepspeed" or name.startswith("deepspeed."):
+            raise self.error
+        return None
+
+
+def deepspeed_raises(error: BaseException):
+    def setup(monkeypatch):
+        for name in [name for name in sys.modules if name.split(".")[0] == "deepspeed"]:
+            monkeypatch.delitem(sys.modules, name)
+        monkeypatch.setattr(sys, "meta_path", [BrokenImport(error), *sys.meta_path])
+    return setup
+
+
+SWEEP = ["--batch-size", "2,4"]
+FOREIGN_CSV = b"a,b,c\n1,2,3\n"
+RESULT = json.dumps({"Throughput [img/sec]": 100.0, "GPUs": 1}).encode()
+TORCHRUN_ENV = {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": "29500"}
+
+CASES = [
+    # Float flags: finite, in range, checked in one place (cli.finite_float).
+    Case("tolerance-nan", ["--tolerance", "nan"], 2, "--tolerance: must be a finite number"),
+    Case("tolerance-inf", ["--tolerance", "inf"], 2, "--tolerance: must be a finite number"),
+    Case("tolerance-negative", ["--tolerance", "-1"], 2, "--tolerance"),
+    Case("peak-tflops-nan", ["--peak-tflops", "nan"], 2, "--peak-tflops: must be a finite"),
+    Case("peak-tflops-inf", ["--peak-tflops", "1e999"], 2, "--peak-tflops: must be a finite"),
+    Case("dist-timeout-nan", ["--dist-timeout", "nan"], 2, "--dist-timeout: must be a finite"),
+    Case("dist-timeout-huge", ["--dist-timeout", "1e300"], 2, "--dist-timeout"),
+    Case("dist-timeout-zero", ["--dist-timeout", "0"], 2, "--dist-timeout"),
+    Case("memory-budget-nan", ["--find-max-batch", "--memory-budget-gb", "nan"], 2,
+         "--memory-budget-gb: must be a finite"),
+    Case("bucket-cap-inf", ["--ddp-bucket-cap-mb", "inf"], 2, "--ddp-bucket-cap-mb"),
+    # Integers with documented bounds.
+    Case("seed-beyond-64-bits", ["--seed", str(2**64)], 2, "--seed: must be zero or more"),
+    Case("seed-negative", ["--seed", "-1"], 2, "--seed"),
+    Case("iterations-huge", ["--iterations", str(10**12)], 2, "--iterations: must be a positive"),
+    Case("warmup-huge", ["--warmup", str(10**9)], 2, "--warmup"),
+    Case("image-size-huge", ["--image-size", str(10**9)], 2, "--image-size"),
+    Case("batch-size-huge", ["--batch-size", str(2**40)], 2, "--batch-size"),
+    Case("opt-step-huge", ["--opt-step", str(10**12)], 2, "--opt-step"),
+    Case("digits-beyond-int-limit", ["--iterations", "9" * 5000], 2, "must be an integer"),
+    Case("profiler-schedule-huge", ["--profiler-schedule", "1,2,1000000"], 2,
+         "--profiler-schedule"),
+    Case("device-index-huge", ["--distributed_dataparallel", "--device_ids", "0,99999999999"],
+         2, "--device_ids"),
+    # --compileContext: literals only, every value checked, no option that runs a program.
+    Case("compile-mode-not-a-string", ["--compile", "--compileContext", "{'mode': 5}"], 2,
+         "'mode' must be one of"),
+    Case("compile-mode-unknown", ["--compile", "--compileContext", "{'mode': 'fastest'}"], 2,
+         "'mode' must be one of"),
+    Case("compile-fullgraph-maybe", ["--compile", "--compileContext", "{'fullgraph': 'maybe'}"],
+         2, "'fullgraph' must be True or False"),
+    Case("compile-dynamic-number", ["--compile", "--compileContext", "{'dynamic': 3}"], 2,
+         "'dynamic' must be True or False or None"),
+    Case("compile-backend-unknown", ["--compile", "--compileContext", "{'backend': 'gcc'}"], 2,
+         "'backend' must be one of"),
+    Case("compile-keyword-unsupported", ["--compile", "--compileContext", "{'name': 'x'}"], 2,
+         "cannot be set here"),
+    Case("compile-cxx-option", ["--compile", "--compileContext",
+                                "{'options': {'cpp.cxx': 'gcc'}}"], 2, "is not allowed"),
+    Case("compile-cuda-cxx-option", ["--compile", "--compileContext",
+                                     "{'options': {'cuda.cuda_cxx': '/tmp/x'}}"], 2,
+         "is not allowed"),
+    Case("compile-debug-dir-option", ["--compile", "--compileContext",
+                                      "{'options': {'trace.debug_dir': '/tmp'}}"], 2,
+         "is not allowed"),
+    Case("compile-value-names-program", ["--compile", "--compileContext",
+                                         "{'options': {'max_autotune_gemm_backends': 'sh'}}"],
+         2, "not a path or a program"),
+    Case("compile-value-is-path", ["--compile", "--compileContext",
+                                   "{'options': {'max_autotune_gemm_backends': '/bin/sh'}}"],
+         2, "not a path or a program"),
+    Case("compile-value-wrong-type", ["--compile", "--compileContext",
+                                      "{'options': {'max_autotune': 3}}"], 2, "must be bool"),
+    Case("compile-value-huge", ["--compile", "--compileContext",
+                                "{'options': {'cpp.threads': 10000000000000}}"], 2,
+         "out of range"),
+    Case("compile-deep-literal", ["--compile", "--compileContext",
+                                  "{'options': " + "[" * 90 + "]" * 90 + "}"], 2,
+         "nests more than"),
+    Case("compile-very-deep-literal", ["--compile", "--compileContext", "[" * 100000], 2,
+         "characters long"),
+    Case("compile-unary-chain", ["--compile", "--compileContext",
+                                 "{'fullgraph': " + "-" * 4000 + "1}"], 2, "dict literal"),
+    Case("compile-code", ["--compile", "--compileContext", "__import__('os').system('true')"],
+         2, "dict literal"),
+    # --output-file is a name inside --output-dir.
+    Case("output-file-dotdot", ["--output-file", "../escaped"], 2, "must be a file name"),
+    Case("output-file-absolute", ["--output-file", "/tmp/escaped.json"], 2,
+         "must be a file name"),
+    Case("output-file-subdirectory", ["--output-file", "sub/r.json"], 2, "must be a file name"),
+    Case("output-file-is-dotdot", ["--output-file", ".."], 2, "must be a file name"),
+    Case("output-file-empty", ["--output-file", " "], 2, "must not be empty"),
+    Case("csv-file-empty", ["--csv-file", ""], 2, "must not be empty"),
+    Case("output-file-names-directory", ["--output-file", "r.json"], 2, "is a directory",
+         files={"out/r.json/keep": b"x"}),
+    Case("output-file-too-long", ["--output-file", "x" * 300], 2, "longer than"),
+    Case("output-dir-is-a-file", ["--output-dir", "{tmp}/afile/sub"], 2, "cannot write results",
+         files={"afile": b"x"}),
+    # The CSV: checked before the run.
+    Case("csv-foreign-header", ["--csv-file", "{tmp}/f.csv"], 2, "different CSV header",
+         files={"f.csv": FOREIGN_CSV}),
+    Case("csv-binary", ["--csv-file", "{tmp}/b.csv"], 2, "not a text CSV",
+         files={"b.csv": b"\x00\x01\x02binary\x00"}),
+    Case("csv-not-utf8", ["--csv-file", "{tmp}/l.csv"], 2, "not a UTF-8 text CSV",
+         files={"l.csv": b"time_utc,n\xe9twork\n"}),
+    Case("csv-is-directory", ["--csv-file", "{tmp}/csvdir"], 2, "is a directory",
+         files={"csvdir/keep": b""}),
+    Case("csv-in-missing-directory", ["--csv-file", "{tmp}/nowhere/s.csv"], 2,
+         "does not exist"),
+    Case("csv-is-device", ["--csv-file", os.devnull], 2, "not a regular file"),
+    Case("csv-is-the-json", ["--output-file", "r.json", "--csv-file", "{tmp}/out/r.json"], 2,
+         "is also the JSON result file"),
+    # Read-only files and directories (root writes them anyway: those cases skip as root).
+    Case("csv-read-only", ["--csv-file", "{tmp}/ro.csv"], 2, "the file is read-only",
+         files={"ro.csv": HEADER}, modes={"ro.csv": 0o444}),
+    Case("json-read-only", ["--output-file", "r.json"], 2, "the file is read-only",
+         files={"out/r.json": b"{}"}, modes={"out/r.json": 0o444}),
+    Case("output-dir-read-only", [], 2, "cannot write results to --output-dir",
+         files={"out/keep": b""}, modes={"out": 0o555}),
+    # --plot and --profiler-output.
+    Case("plot-single-configuration", ["--plot", "{tmp}/p.png"], 2, "--plot draws a sweep"),
+    Case("plot-missing-directory", [*SWEEP, "--plot", "{tmp}/nowhere/p.png"], 2,
+         "does not exist"),
+    Case("plot-unknown-format", [*SWEEP, "--plot", "{tmp}/p.xyz"], 2, "suffix names the format"),
+    Case("plot-no-suffix", [*SWEEP, "--plot", "{tmp}/plot"], 2, "suffix names the format"),
+    Case("plot-is-directory", [*SWEEP, "--plot", "{tmp}/p.png"], 2, "is a directory",
+         files={"p.png/keep": b""}),
+    Case("profiler-output-under-a-file", ["--kineto", "--profiler-output", "{tmp}/afile/t/"],
+         2, "cannot write --kineto traces", files={"afile": b"x"}),
+    # The --compare and --scaling-baseline inputs: results of this tool, or refused.
+    Case("compare-list", ["--compare", "{tmp}/base.json"], 2, "not a result of this tool",
+         files={"base.json": b"[1, 2]"}),
+    Case("compare-missing-keys", ["--compare", "{tmp}/base.json"], 2, "not a result",
+         files={"base.json": b"{}"}),
+    Case("compare-zero-throughput", ["--compare", "{tmp}/base.json"], 2, "not a result",
+         files={"base.json": b'{"Throughput [img/sec]": 0}'}),
+    Case("compare-nan-throughput", ["--compare", "{tmp}/base.json"], 2, "not a result",
+         files={"base.json": b'{"Throughput [img/sec]": NaN}'}),
+    Case("compare-boolean-throughput", ["--compare", "{tmp}/base.json"], 2, "not a result",
+         files={"base.json": b'{"Throughput [img/sec]": true}'}),
+    Case("compare-binary", ["--compare", "{tmp}/base.json"], 2, "cannot read a result JSON",
+         files={"base.json": b"\xff\xfe\x00garbage"}),
+    Case("compare-deeply-nested", ["--compare", "{tmp}/base.json"], 2, "cannot read",
+         files={"base.json": b"[" * 200000}),
+    Case("compare-missing", ["--compare", "{tmp}/none.json"], 2, "cannot read a result JSON"),
+    Case("compare-directory", ["--compare", "{tmp}"], 2, "cannot read a result JSON"),
+    Case("compare-another-configuration", ["--compare", "{tmp}/base.json"], 2,
+         "is another configuration: network 'resnet50' there, 'resnet18' here",
+         files={"base.json": json.dumps({
+             "Throughput [img/sec]": 1.0, "GPUs": 1, "Mini batch size [img]": 2,
+             "config": {"network": "resnet50", "mode": "training", "nhwc": False,
+                        "compile": False}, "precision": {"name": "fp32"}}).encode()}),
+    Case("scaling-baseline-list", ["--scaling-baseline", "{tmp}/base.json"], 2,
+         "--scaling-baseline", files={"base.json": b"[]"}),
+    Case("scaling-baseline-other-mode", ["--scaling-baseline", "{tmp}/base.json"], 2,
+         "differs in", files={"base.json": json.dumps({
+             "Throughput [img/sec]": 1.0, "GPUs": 1, "config": {"network": "resnet18",
+                                                               "mode": "inference"},
+             "precision": {"name": "fp32"}}).encode()}),
+    # Launcher environments: all of it or none of it.
+    Case("env-rank-alone", [], 2, "partial launcher environment", env={"RANK": "0"}),
+    Case("env-no-master", [], 2, "MASTER_ADDR, MASTER_PORT not",
+         env={"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0"}),
+    Case("env-rank-beyond-world", [], 2, "RANK=5 must be in [0, 1]",
+         env={**TORCHRUN_ENV, "RANK": "5"}),
+    Case("env-port-not-a-number", [], 2, "MASTER_PORT='http' is not an integer",
+         env={**TORCHRUN_ENV, "MASTER_PORT": "http"}),
+    Case("env-torchelastic-partial", [], 2, "partial launcher environment",
+         env={"TORCHELASTIC_RUN_ID": "x", "RANK": "0"}),
+    Case("env-slurm-no-localid", [], 2, "SLURM_LOCALID is not set",
+         env={"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "MASTER_ADDR": "h",
+              "MASTER_PORT": "1"}),
+    Case("manual-launch-error-has-rank", ["--distributed_dataparallel", "--rank", "1",
+                                          "--world-size", "2", "--dist-backend", "gloo",
+                                          "--dist-url", "tcp://127.0.0.1:1", "--batch-size",
+                                          "3", "--device_ids", "0,1"], 2,
+         "[rank 2] error: --batch-size 3 does not split evenly"),
+    # DeepSpeed: missing, or failing with something other than ImportError; sweeps too.
+    Case("deepspeed-broken", ["--flops-prof-step", "1"], 4, "DeepSpeed is installed but fails",
+         setup=deepspeed_raises(RuntimeError("CUDA_HOME does not exist"))),
+    Case("deepspeed-missing-in-sweep", [*SWEEP, "--flops-prof-step", "1"], 4,
+         "needs DeepSpeed", setup=deepspeed_raises(ImportError("No module named 'deepspeed'"))),
+]
+
+
+def prepare(case: Case, tmp_path: Path, monkeypatch) -> dict[str, bytes]:
+    """Lay out the case's files and environment; what is on disk before the run."""
+    if case.modes and os.geteuid() == 0:
+        pytest.skip("root writes read-only files and directories")
+    for name, data in case.files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(data)
+    for name, mode in case.modes.items():
+        (tmp_path / name).chmod(mode)
+    for name, value in case.env.items():
+        monkeypatch.setenv(name, value)
+    if case.setup is not None:
+        case.setup(monkeypatch)
+    return snapshot(tmp_path)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
+def test_hostile_input_one_line_and_disk_unchanged(case, tmp_path, capfd, monkeypatch):
+    before = prepare(case, tmp_path, monkeypatch)
+    argv = [arg.replace("{tmp}", str(tmp_path))
+            for arg in [*RUN, "--output-dir", "{tmp}/out", *case.argv]]
+    try:
+        ran = run_main(capfd, *argv)
+        assert_one_line_error(ran, case.code, case.text)
+        assert "Warming up" not in ran.stdout, "found only after the run"
+        assert_disk_unchanged(tmp_path, before)
+    finally:
+        for name in case.modes:                  # let pytest clean up
+            (tmp_path / name).chmod(0o755)
+
+
+# The op bench: the same contract for its flags, shapes and output files.
+OPS_RUN = ["--op", "add", "--input1-dim", "8", "--device", "cpu", "--num-iters", "2",
+           "--num-warmup-iters", "0"]
+OPS_CASES = [
+    Case("ops-peak-tflops-nan", ["--peak-tflops", "nan"], 2, "--peak-tflops: must be a finite"),
+    Case("ops-peak-gbs-inf", ["--peak-gbs", "inf"], 2, "--peak-gbs: must be a finite"),
+    Case("ops-num-iters-huge", ["--num-iters", str(10**12)], 2, "--num-iters"),
+    Case("ops-num-iters-zero", ["--num-iters", "0"], 2, "--num-iters"),
+    Case("ops-dimension-huge", ["--input1-dim", "99999999999999"], 2, "more than any device"),
+    Case("ops-too-many-dimensions", ["--input1-dim", "-".join(["1"] * 9)], 2, "at most 8"),
+    Case("ops-zero-dimension", ["--input1-dim", "0-4"], 2, "malformed shape"),
+    Case("ops-negative-dimension", ["--input1-dim", "4--4"], 2, "malformed shape"),
+    Case("ops-unicode-digits", ["--input1-dim", "\uff12-3"], 2, "malformed shape"),
+    Case("ops-matmul-one-dimension", ["--op", "matmul", "--input1-dim", "3", "--input2-dim",
+                                      "3"], 2, "needs shapes of at least 2 dims"),
+    Case("ops-json-missing-directory", ["--output-json", "{tmp}/nowhere/o.json"], 2,
+         "does not exist"),
+    Case("ops-csv-is-directory", ["--output-csv", "{tmp}/d"], 2, "is a directory",
+         files={"d/keep": b""}),
+    Case("ops-json-is-device", ["--output-json", os.devnull], 2, "not a regular file"),
+    Case("ops-json-and-csv-same", ["--output-json", "{tmp}/o", "--output-csv", "{tmp}/o"], 2,
+         "name the same file"),
+]
+
+
+@pytest.mark.parametrize("case", OPS_CASES, ids=[case.id for case in OPS_CASES])
+def test_hostile_op_bench_input_one_line_and_disk_unchanged(case, tmp_path, capfd,
+                                                            monkeypatch):
+    from microbench.ops.cli import main as ops_main
+    before = prepare(case, tmp_path, monkeypatch)
+    argv = [arg.replace("{tmp}", str(tmp_path)) for arg in [*OPS_RUN, *case.argv]]
+    ran = run_main(capfd, *argv, main=ops_main)
+    assert_one_line_error(ran, case.code, case.text)
+    assert_disk_unchanged(tmp_path, before)
+
+
+# ---------------------------------------------------------------- runs that get to the end
+
+def run_ok(capfd, *argv):
+    ran = run_main(capfd, *RUN, *argv)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    return ran
+
+
+def test_compare_with_this_runs_own_file_reads_the_old_content_first(tmp_path, capfd):
+    """X is the file this run writes: the gate reads X before the run, so a drop fails."""
+    out = tmp_path / "out"
+    run_ok(capfd, "--mode", "inference", "--output-dir", str(out), "--output-file", "x")
+    target = out / "x.json"
+    baseline = json.loads(target.read_text())
+    baseline["Throughput [img/sec]"] *= 10          # the stored run was 10x faster
+    target.write_text(json.dumps(baseline))
+    ran = run_main(capfd, *RUN, "--mode", "inference", "--output-dir", str(out),
+                   "--output-file", "x", "--compare", str(target))
+    assert_one_line_error(ran, 5, "throughput regressed")
+    assert "is also this run's result file" in ran.stdout
+    [line] = [line for line in ran.stdout.splitlines()
+              if line.strip().startswith("Throughput [img/sec]") and line.endswith("%")]
+    assert float(line.split()[-1].rstrip("%")) < -50, ran.stdout   # not +0.0% against itself
+    stored = json.loads(target.read_text())["Throughput [img/sec]"]
+    assert stored < baseline["Throughput [img/sec]"] / 2, ran.stdout  # replaced, as noted
+    assert temporaries(tmp_path) == []
+
+
+def test_a_csv_with_unix_line_ends_takes_our_rows_with_its_own_line_ends(tmp_path, capfd):
+    csv_path = tmp_path / "lf.csv"
+    csv_path.write_bytes(HEADER.replace(b"\r\n", b"\n"))
+    run_ok(capfd, "--mode", "inference", "--output-dir", str(tmp_path / "out"),
+           "--csv-file", str(csv_path))
+    data = csv_path.read_bytes()
+    assert b"\r" not in data and data.count(b"\n") == 2
+    [row] = list(csv.DictReader(data.decode().splitlines()))
+    assert row["status"] == "ok"
+
+
+def test_every_row_of_a_sweep_failing_is_not_a_success(tmp_path, capfd):
+    # inception_v3 refuses 32 px inputs: each row is a usage error (2).
+    ran = run_main(capfd, *RUN, "--network", "inception_v3", "--batch-size", "2,4",
+                   "--output-dir", str(tmp_path))
+    assert_one_line_error(ran, 2, "every configuration of the sweep failed (2 of 2)")
+    rows = list(csv.DictReader((tmp_path / "benchmark_summary.csv").open()))
+    assert [row["status"] for row in rows] == ["error", "error"]   # still recorded
+
+
+def test_a_sweep_where_every_row_runs_out_of_memory_exits_3(tmp_path, capfd):
+    ran = run_main(capfd, *RUN, "--batch-size", "500000,1000000", "--image-size", "2048",
+                   "--iterations", "1", "--output-dir", str(tmp_path))
+    assert_one_line_error(ran, 3, "every configuration of the sweep failed")
+
+
+# ---------------------------------------------------------------- the writers under faults
+
+def row(tag: str) -> dict:
+    return {column: f"{tag}" for column in files.CSV_COLUMNS}
+
+
+def rows_of(path: Path) -> list[list[str]]:
+    return list(csv.reader(path.read_bytes().decode().splitlines()))
+
+
+def fail_after_half(monkeypatch, error: BaseException):
+    """The next write of a CSV append writes half its bytes, then fails."""
+    real = writing._write_all
+
+    def half_then_fail(fd, data):
+        real(fd, data[:len(data) // 2])
+        raise error
+    monkeypatch.setattr(writing, "_write_all", half_then_fail)
+
+
+@pytest.mark.parametrize("error", [OSError(errno.ENOSPC, "No space left on device"),
+                                   KeyboardInterrupt()], ids=["disk-full", "ctrl-c"])
+def test_a_failed_append_is_cut_back_and_the_next_one_is_clean(tmp_path, monkeypatch, error):
+    path = tmp_path / "s.csv"
+    files.append_csv(row("first"), str(path))
+    before = path.read_bytes()
+    fail_after_half(monkeypatch, error)
+    with pytest.raises(CannotWrite if isinstance(error, OSError) else KeyboardInterrupt):
+        files.append_csv(row("lost"), str(path))
+    assert path.read_bytes() == before
+    monkeypatch.undo()
+    files.append_csv(row("next"), str(path))
+    assert [r[0] for r in rows_of(path)] == ["time_utc", "first", "next"]
+
+
+@pytest.mark.parametrize("tail, kept", [
+    (b"half,a,ro", ["time_utc", "first", "next"]),                  # cut off
+    (writing.csv_lines([row("whole").values()], "").encode(),      # ended and kept
+     ["time_utc", "first", "whole", "next"]),
+    (writing.csv_lines([row("whole").values()], "").encode() + b"\r",
+     ["time_utc", "first", "whole", "next"]),
+], ids=["half-a-row", "a-row-without-line-end", "a-row-without-its-newline"])
+def test_an_incomplete_last_line_is_repaired_before_appending(tmp_path, tail, kept):
+    path = tmp_path / "s.csv"
+    files.append_csv(row("first"), str(path))
+    with path.open("ab") as stream:
+        stream.write(tail)
+    files.append_csv(row("next"), str(path))
+    assert [r[0] for r in rows_of(path)] == kept
+    assert all(len(r) == len(files.CSV_COLUMNS) for r in rows_of(path))
+    assert path.read_bytes().endswith(b"\r\n") and b"\r\r" not in path.read_bytes()
+
+
+def test_a_header_cut_short_by_a_crash_is_written_again(tmp_path):
+    path = tmp_path / "s.csv"
+    path.write_bytes(HEADER[:20])
+    files.check_csv(str(path))                       # accepted before the run
+    files.append_csv(row("first"), str(path))
+    assert [r[0] for r in rows_of(path)] == ["time_utc", "first"]
+
+
+def test_an_error_message_with_line_breaks_stays_on_its_row(tmp_path):
+    path = tmp_path / "s.csv"
+    files.append_csv({**row("x"), "error": "line one\nline two\r\nthree"}, str(path))
+    assert path.read_bytes().count(b"\n") == 2
+    assert rows_of(path)[1][-1] == "line one line two three"
+
+
+def test_json_and_csv_row_are_written_together_or_not_at_all(tmp_path, monkeypatch):
+    """The CSV append fails after the JSON is ready: the JSON stays as it was too."""
+    json_path, csv_path = tmp_path / "r.json", tmp_path / "s.csv"
+    json_path.write_text('{"previous": true}')
+    files.append_csv(row("first"), str(csv_path))
+    before = snapshot(tmp_path)
+    summary = type("S", (), {})()
+    summary.spec = type("Spec", (), {"json_path": str(json_path), "csv_path": str(csv_path)})()
+    monkeypatch.setattr(files, "result_document", lambda s: {"new": 1})
+    monkeypatch.setattr(files, "csv_row", lambda s: row("lost"))
+    fail_after_half(monkeypatch, OSError(errno.EDQUOT, "Disk quota exceeded"))
+    with pytest.raises(CannotWrite, match="Disk quota exceeded"):
+        files.write_files(summary)
+    assert_disk_unchanged(tmp_path, before)
+
+
+@pytest.mark.parametrize("error", [OSError(errno.ENOSPC, "No space left on device"),
+                                   KeyboardInterrupt()], ids=["disk-full", "ctrl-c"])
+def test_a_failed_whole_write_leaves_the_previous_file(tmp_path, monkeypatch, error):
+    target = tmp_path / "r.json"
+    target.write_text("previous")
+    fail_after_half(monkeypatch, error)
+    with pytest.raises(CannotWrite if isinstance(error, OSError) else KeyboardInterrupt):
+        writing.write_json(str(target), {"new": 1})
+    assert_disk_unchanged(tmp_path, {"r.json": b"previous"})
+
+
+def test_result_files_honour_the_umask(tmp_path):
+    old = os.umask(0o027)
+    try:
+        writing.write_json(str(tmp_path / "r.json"), {"a": 1})
+        files.append_csv(row("x"), str(tmp_path / "s.csv"))
+        writing.write_via(str(tmp_path / "t.json"),
+                          lambda path: Path(path).write_text("{}"))
+    finally:
+        os.umask(old)
+    for name in ("r.json", "s.csv", "t.json"):
+        assert (tmp_path / name).stat().st_mode & 0o777 == 0o640, name
+
+
+def test_concurrent_appends_with_failures_never_interleave_nor_leave_fragments(tmp_path,
+                                                                              monkeypatch):
+    """Threads append under the lock (flock locks each open file); every third write fails
+    half-way; the file holds exactly the rows that succeeded, each whole."""
+    path, real, count = str(tmp_path / "s.csv"), writing._write_all, [0]
+
+    def sometimes_fails(fd, data):
+        count[0] += 1
+        if count[0] % 3 == 0:
+            real(fd, data[:len(data) // 2])
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real(fd, data)
+    monkeypatch.setattr(writing, "_write_all", sometimes_fails)
+    written, lock = [], threading.Lock()
+
+    def worker(name):
+        for index in range(15):
+            try:
+                files.append_csv(row(f"{name}-{index}"), path)
+                with lock:
+                    written.append(f"{name}-{index}")
+            except CannotWrite:
+                pass
+    threads = [threading.Thread(target=worker, args=(f"w{n}",)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    rows = rows_of(Path(path))
+    if written:                                   # the header went with the first row
+        assert rows[0] == list(files.CSV_COLUMNS)
+    assert sorted(r[0] for r in rows[1:]) == sorted(written)
+    assert all(len(r) == len(files.CSV_COLUMNS) and len(set(r)) == 1 for r in rows[1:])
+
+
+def test_ctrl_c_or_sigterm_during_the_imports_prints_one_line(capfd, monkeypatch):
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        for error, code, text in ((KeyboardInterrupt(), 130, "error: interrupted"),
+                                  (Terminated(), 143, "error: terminated (SIGTERM)")):
+            class Interrupting(importlib.abc.MetaPathFinder):
+                def find_spec(self, name, path=None, target=None):
+                    if name == "microbench.main":
+                        raise error
+                    return None
+            monkeypatch.delitem(sys.modules, "microbench.main", raising=False)
+            monkeypatch.setattr(sys, "meta_path", [Interrupting(), *sys.meta_path])
+            capfd.readouterr()
+            assert process.entry("microbench.main") == code
+            err = capfd.readouterr().err
+            assert err == text + "\n"
+            monkeypatch.undo()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+# ---------------------------------------------------------------- processes of their own
+
+def child(argv, **kwargs) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, str(SCRIPT), *argv], cwd=ROOT,
+                            env={**os.environ, **CHILD_ENV, **kwargs.pop("env", {})},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
+
+
+def file_size_limit(size: int):
+    """Run in the child before exec: writes past ``size`` bytes fail with EFBIG, like a full
+    disk (Python ignores SIGXFSZ, so the write returns the error)."""
+    return lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
+
+
+@pytest.mark.parametrize("where", ["json", "csv"])
+def test_a_full_disk_leaves_json_and_csv_as_they_were(tmp_path, where):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "r.json").write_bytes(b'{"previous": true}\n')
+    # A CSV of earlier rows; for the CSV case larger than the new JSON, so only its append
+    # crosses the limit.
+    rows = 1 if where == "json" else 200
+    lines = writing.csv_lines([list(row(f"old{n}").values()) for n in range(rows)], "\r\n")
+    (out / "benchmark_summary.csv").write_bytes(HEADER + lines.encode())
+    before = snapshot(tmp_path)
+    limit = 1500 if where == "json" else len(HEADER) + len(lines) + 100
+    proc = child([*RUN, "--mode", "inference", "--output-dir", str(out), "--output-file", "r"],
+                 preexec_fn=file_size_limit(limit))
+    stdout, stderr = proc.communicate(timeout=240)
+    ran = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+    assert_one_line_error(ran, 4, "File too large; the previous file is unchanged")
+    assert_disk_unchanged(tmp_path, before)
+
+
+@pytest.mark.parametrize("signal_number, code, text", [
+    (signal.SIGTERM, 143, "error: terminated (SIGTERM)"),
+    (signal.SIGINT, 130, "error: interrupted")], ids=["sigterm", "sigint"])
+def test_a_signal_in_the_timed_loop_ends_with_one_line_and_no_files(tmp_path, signal_number,
+                                                                   code, text):
+    proc = child([*RUN, "--iterations", str(10**6), "--output-dir", str(tmp_path)])
+    deadline = time.monotonic() + 180
+    for line in proc.stdout:                      # polling the output, no sleeps
+        if line.startswith("Timing") or time.monotonic() > deadline:
+            break
+    proc.send_signal(signal_number)
+    stdout, stderr = proc.communicate(timeout=60)
+    ran = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+    assert_one_line_error(ran, code, text)
+    assert snapshot(tmp_path) == {} and temporaries(tmp_path) == []
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_ranks_started_with_different_settings_exit_2_at_once(tmp_path):
+    """Two ranks as torchrun would start them, with different --iterations: both stop right
+    after the process group forms, naming the first difference, long before --dist-timeout."""
+    port, started = str(free_port()), time.monotonic()
+    procs = [child([*RUN, "--batch-size", "4", "--iterations", str(iterations),
+                    "--output-dir", str(tmp_path)],
+                   env={"RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank),
+                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port})
+             for rank, iterations in enumerate((2, 3))]
+    outputs = [proc.communicate(timeout=120) for proc in procs]
+    assert time.monotonic() - started < 60
+    for rank, (proc, (stdout, stderr)) in enumerate(zip(procs, outputs)):
+        ran = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+        assert_one_line_error(ran, 2, f"[rank {rank}] error: ranks were started with different "
+                                      f"settings: --iterations is 2 on rank 0, 3 on rank 1")
+    assert snapshot(tmp_path) == {}
+
+
+def test_a_problem_only_rank_0_sees_stops_every_spawned_worker(tmp_path):
+    """The manual launch with two --device_ids: the CSV only rank 0 writes has another header;
+    both workers stop at once, each with its [rank N] line, and nothing is written."""
+    foreign = tmp_path / "f.csv"
+    foreign.write_bytes(FOREIGN_CSV)
+    proc = child([*RUN, "--batch-size", "4", "--output-dir", str(tmp_path / "out"),
+                  "--csv-file", str(foreign), "--distributed_dataparallel", "--rank", "0",
+                  "--world-size", "1", "--dist-backend", "gloo", "--dist-url",
+                  f"tcp://127.0.0.1:{free_port()}", "--device_ids", "0,1"])
+    stdout, stderr = proc.communicate(timeout=180)
+    assert proc.returncode == 2, stderr[-3000:]
+    lines = sorted(line for line in stderr.splitlines() if line)
+    assert len(lines) == 2 and "Traceback" not in stderr, stderr
+    assert lines[0].startswith("[rank 0] error: --csv-file") and "different CSV header" in lines[0]
+    assert lines[1].startswith("[rank 1] error: rank 0 cannot run")
+    assert foreign.read_bytes() == FOREIGN_CSV and not list(tmp_path.rglob("*.json"))
