@@ -6,6 +6,8 @@ compilation inside its first iteration) is timed apart and never enters the stat
 """
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import gc
 import time
 from dataclasses import dataclass, field
@@ -14,7 +16,7 @@ from typing import Callable
 import torch
 
 from . import device as device_layer, generation as generation_mod, precision as precision_mod
-from . import profilers, telemetry as telemetry_mod, workload as workload_mod
+from . import noise, profilers, telemetry as telemetry_mod, workload as workload_mod
 from .config import RunSpec
 from .errors import OutOfMemory, UsageError
 from .timing import Measurement, make_recorder
@@ -68,6 +70,7 @@ class Timed:
     outputs: list
     phases: tuple[Measurement, ...] | None = None      # forward, backward, optimizer
     generation: generation_mod.GenerationTimes | None = None
+    deepspeed_profile: str | None = None              # --flops-prof-step, rank 0
 
     def join(self, later: "Timed") -> "Timed":
         """Two segments of one loop (around an excluded iteration) as one."""
@@ -148,14 +151,14 @@ def measure(config, work, device: torch.device, is_main: bool,
         if config.flops_prof_step is None:
             return loop(config.iterations, 0)
         split = config.flops_prof_step
-        before = loop(split, 0)
+        before, profile = loop(split, 0), None
         if is_main:
-            profilers.deepspeed_profile_step(work.eager_model, work.step, device, split)
+            profile = profilers.deepspeed_profile_step(work.eager_model, work.step, device, split)
         else:
             work.step()
         rejoin()
         after = loop(config.iterations - split - 1, split + 1)
-    return before.join(after)
+    return dataclasses.replace(before.join(after), deepspeed_profile=profile)
 
 
 def profiled_passes(config, work: workload_mod.Workload, device: torch.device,
@@ -219,7 +222,8 @@ def run(spec: RunSpec, on_phase: Callable[[str], None] = lambda message: None,
     try:
         work = build_workload(spec, wrap)
         on_phase("compiling and warming up" if config.compile else "warming up")
-        warmup_s, first_s = warm_up(work.step, config.warmup, device)
+        with noise.captured() if config.compile else contextlib.nullcontext():
+            warmup_s, first_s = warm_up(work.step, config.warmup, device)
         device_layer.reset_peak_memory(device)
         on_phase(f"timing {config.iterations} iterations")
         before_timing()
@@ -231,8 +235,11 @@ def run(spec: RunSpec, on_phase: Callable[[str], None] = lambda message: None,
         report = monitor.report(samples, items_timed(spec, timed.times.count),
                                 timed.times.total_ms / 1e3) if monitor is not None else None
         allocated, reserved = device_layer.peak_memory_mb(device)
-        reports = profiled_passes(config, work, device, launch.is_main, launch.rank,
-                                  launch.world_size)
+        with noise.captured():                     # Kineto's tracepoints and probes
+            reports = profiled_passes(config, work, device, launch.is_main, launch.rank,
+                                      launch.world_size)
+        if timed.deepspeed_profile:
+            reports.insert(0, timed.deepspeed_profile)
     except Exception as error:                       # noqa: BLE001 (re-raised unless expected)
         if not _is_expected(error):
             raise

@@ -21,7 +21,7 @@ import tokenize
 from dataclasses import replace
 from typing import Any, Callable, NoReturn, Sequence
 
-from . import __version__, precision as precision_table
+from . import __version__, precision as precision_table, rerun
 from .preset import PRESETS
 from .config import DEFAULT_NETWORK, DEFAULT_OUTPUT_DIR, BenchConfig, Plan, validate
 from .errors import EXIT_USAGE, UsageError
@@ -134,27 +134,50 @@ def _int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"must be an integer, got '{text}'") from None
 
 
+class HelpFormatter(argparse.HelpFormatter):
+    """Each default shown once, spelled as the user would type it (``64``, ``1,2,2``), and
+    none for switches (off unless given) or where the help text already says it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if (default is None or default is False or default == () or default == argparse.SUPPRESS
+                or not action.option_strings or "default" in text.lower()):
+            return text
+        return f"{text} (default: {_as_typed(default)})"
+
+
+def _as_typed(value: Any) -> str:
+    if isinstance(value, (list, tuple)):
+        return ",".join(_as_typed(item) for item in value)
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return str(value).replace("%", "%%")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
         description="Benchmark PyTorch training and inference of a model on a GPU (ROCm or CUDA) "
                     "or the CPU: warm-up apart, device-event timing, every sample kept.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+        formatter_class=HelpFormatter)
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
 
     model = parser.add_argument_group("model and workload")
-    model.add_argument("--network", type=_names, default=[DEFAULT_NETWORK], metavar="NAME[,NAME]",
+    model.add_argument("--network", "--model", type=_names, default=[DEFAULT_NETWORK], metavar="NAME[,NAME]",
                        help="model to run: any torchvision classification, segmentation or video "
                             "model, shufflenet, xception, or an older alias (SqueezeNet, "
-                            "resnext50); a comma-separated list sweeps")
+                            "resnext50), llama_tiny/llama_medium/llama_1b, hf:<model_type>; a "
+                            "comma-separated list sweeps. --model is timm's spelling")
     model.add_argument("--list-networks", action="store_true",
                        help="print the model names and exit")
     model.add_argument("--batch-size", type=_positive_ints, default=[64], metavar="N[,N]",
                        help=f"images (or clips) per iteration, at most {MAX_BATCH:,}; a "
                             f"comma-separated list sweeps")
-    model.add_argument("--image-size", type=bounded_int(1, MAX_IMAGE_SIZE), default=None,
+    model.add_argument("--image-size", "--img-size", type=bounded_int(1, MAX_IMAGE_SIZE), default=None,
                        metavar="PX",
                        help="input height and width (default: the model's native size, e.g. "
-                            "224, 299 for inception_v3, 112 for r3d_18)")
+                            "224, 299 for inception_v3, 112 for r3d_18); --img-size is timm's "
+                            "spelling")
     model.add_argument("--mode", type=_modes, default=["training"], metavar="MODE[,MODE]",
                        help="training: forward, loss, backward, SGD step; inference: forward "
                             "in inference mode with the model in eval(); generate (llama_*): "
@@ -162,8 +185,12 @@ def build_parser() -> argparse.ArgumentParser:
                             "comma-separated list sweeps")
     model.add_argument("--opt-step", type=bounded_int(1, MAX_ITERATIONS), default=1, metavar="N",
                        help="training: accumulate gradients over N iterations per optimizer step")
-    model.add_argument("--seed", type=bounded_int(0, MAX_SEED), default=0,
+    model.add_argument("--seed", type=bounded_int(0, MAX_SEED), default=0, metavar="N",
                        help="seed for weights and inputs (0 to 2**63-1)")
+    model.add_argument("--rerun", default=None, metavar="RESULT.json",
+                       help="repeat the run a result file stores: its configuration, as flags, "
+                            "with the flags given here added or replacing them (output "
+                            "locations and the launch are this invocation's)")
 
     timing = parser.add_argument_group("timing")
     timing.add_argument("--iterations", type=bounded_int(1, MAX_ITERATIONS), default=20,
@@ -184,7 +211,14 @@ def build_parser() -> argparse.ArgumentParser:
                         help="training: do not split iterations into forward, backward and "
                              "optimizer with two extra device events each")
 
-    precision = parser.add_argument_group("precision")
+    precision = parser.add_argument_group(
+        "precision (--precision names the mode; --fp16, --amp, --amp-dtype, --amp-opt-level "
+        "and --tf32 are the older spellings of the same modes)")
+    precision.add_argument("--precision", type=_choices(precision_table.CHOICES), default=None,
+                           metavar="P[,P]",
+                           help="the precision mode: " + "; ".join(
+                               f"{row.name} ({row.older_flags})" for row in precision_table.TABLE)
+                           + "; amp = amp-fp16 (default: fp32). A comma-separated list sweeps")
     precision.add_argument("--fp16", type=int, choices=(0, 1), default=0,
                            help="1: whole network in FP16 (norm layers FP32) with FP32 master "
                                 "weights")
@@ -213,8 +247,9 @@ def build_parser() -> argparse.ArgumentParser:
                            "default). MIOPEN_FIND_ENFORCE=3 also tunes on ROCm")
 
     layout = parser.add_argument_group("memory layout and compilation")
-    layout.add_argument("--nhwc", action="store_true",
-                        help="channels-last memory format for model and input")
+    layout.add_argument("--nhwc", "--channels-last", action="store_true",
+                        help="channels-last memory format for model and input (--channels-last "
+                             "is timm's spelling)")
     layout.add_argument("--compile", action="store_true", help="torch.compile the model")
     layout.add_argument("--compileContext", "--compile-context", dest="compile_context",
                         default=None, metavar="DICT",
@@ -282,13 +317,8 @@ def _add_language_args(parser: argparse.ArgumentParser) -> None:
 
 def _add_sweep_args(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group(
-        "sweeps, capacity and comparisons (lists in --network, --batch-size and --mode sweep too)")
-    group.add_argument("--precision", type=_choices(precision_table.CHOICES), default=None,
-                       metavar="P[,P]",
-                       help="precision mode(s): " + "; ".join(
-                           f"{row.name} ({row.older_flags})" for row in precision_table.TABLE)
-                       + "; amp = amp-fp16. One value is a single run's precision; a list "
-                         "sweeps. Replaces --fp16/--amp/--tf32")
+        "sweeps, capacity and comparisons (lists in --network, --batch-size, --mode, --precision, "
+        "--seq-len and --attention sweep too)")
     group.add_argument("--compile-mode", type=_choices(COMPILE_MODES), default=None,
                        metavar="M[,M]",
                        help="compile modes to run: none, default, reduce-overhead, "
@@ -329,9 +359,10 @@ def _add_profiler_args(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group(
         "profiling (never inside the timed statistics: separate passes or excluded iterations)")
     group.add_argument("--autograd_profiler", "--autograd-profiler", action="store_true",
-                       help="ROCTX/NVTX ranges per operator and per iteration during the timed "
-                            "pass, then operator tables (device time, CPU time, memory) from a "
-                            "separate profiled pass")
+                       help="a ROCTX/NVTX range per timed iteration (a range per operator "
+                            "would slow the timed pass, so those come in a separate marked pass "
+                            "after it), then operator tables (device time, CPU time, memory) "
+                            "from another separate pass")
     group.add_argument("--kineto", action="store_true",
                        help="torch.profiler pass after the timed one; Chrome traces "
                             "trace<step>.json and an operator table")
@@ -375,9 +406,9 @@ def _add_distributed_args(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--device_ids", "--device-ids", type=_device_ids, default=None,
                        metavar="IDS",
                        help="manual launch: GPUs of this process (e.g. 0,1); one worker each")
-    group.add_argument("--rank", type=bounded_int(0, MAX_RANKS - 1), default=None,
+    group.add_argument("--rank", type=bounded_int(0, MAX_RANKS - 1), default=None, metavar="N",
                        help="manual launch: rank of this process")
-    group.add_argument("--world-size", type=bounded_int(1, MAX_RANKS), default=None,
+    group.add_argument("--world-size", type=bounded_int(1, MAX_RANKS), default=None, metavar="N",
                        help="manual launch: number of processes")
     group.add_argument("--dist-backend", choices=("nccl", "gloo"), default=None,
                        help="process-group backend (default: nccl on GPUs, which is RCCL on "
@@ -623,7 +654,8 @@ def to_config(args: argparse.Namespace) -> BenchConfig:
         mode=args.mode[0], opt_step=args.opt_step, iterations=args.iterations, warmup=args.warmup,
         repeat=args.repeat, telemetry_interval_ms=args.telemetry_interval,
         precision=precision, tf32=bool(args.tf32), nhwc=args.nhwc, compile=args.compile,
-        compile_options=compile_options, notes=tuple(precision_notes + compile_notes),
+        compile_options=compile_options,
+        notes=tuple(getattr(args, "rerun_notes", []) + precision_notes + compile_notes),
         device=args.device,
         output_dir=args.output_dir, output_file=args.output_file, csv_file=args.csv_file,
         write_files=not args.no_files, quiet=args.quiet, seed=args.seed,
@@ -721,8 +753,29 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser()
     args = parser.parse_args(argv)
+    rerun_notes: list[str] = []
+    if args.rerun is not None:
+        # The stored configuration's flags first, so that the flags given now replace them.
+        path = args.rerun
+        stored, rerun_notes = rerun.flags_of(path)
+        argv = stored + _without_rerun(argv)
+        args = parser.parse_args(argv)
+        rerun_notes.insert(0, f"--rerun {path}: {' '.join(stored)}")
+    args.rerun_notes = rerun_notes
     args.explicit = _given(parser, argv)
     return args
+
+
+def _without_rerun(argv: list[str]) -> list[str]:
+    kept, skip = [], False
+    for token in argv:
+        if skip:
+            skip = False
+        elif token == "--rerun":
+            skip = True
+        elif not token.startswith("--rerun="):
+            kept.append(token)
+    return kept
 
 
 def _given(parser: argparse.ArgumentParser, argv: list[str]) -> set[str]:

@@ -19,13 +19,14 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import tempfile
 from dataclasses import dataclass
 from typing import Callable, ContextManager
 
 import torch
 from torch.profiler import ProfilerActivity, profile, schedule
 
-from . import device as device_layer
+from . import device as device_layer, noise
 from .errors import MissingEnvironment, UsageError
 from .report import writing
 
@@ -110,7 +111,8 @@ def capture_range(enabled: bool, device: torch.device):
 
 def require_deepspeed() -> None:
     try:
-        import deepspeed.profiling.flops_profiler  # noqa: F401
+        with noise.captured(stdout=True):          # DeepSpeed announces its accelerator probe
+            import deepspeed.profiling.flops_profiler  # noqa: F401
     except ImportError as error:
         raise MissingEnvironment(f"--flops-prof-step needs DeepSpeed's FLOPS profiler "
                                  f"({error.msg}): pip install deepspeed") from None
@@ -124,17 +126,23 @@ def require_deepspeed() -> None:
 
 
 def deepspeed_profile_step(model: torch.nn.Module, step: Callable[[], object],
-                           device: torch.device, profile_step: int) -> None:
-    """Run one step under DeepSpeed's FlopsProfiler and print its model profile."""
+                           device: torch.device, profile_step: int) -> str:
+    """Run one step under DeepSpeed's FlopsProfiler; its model profile, as text to print after
+    the summary (printed here, it would land in the middle of the timed iterations' output)."""
     from deepspeed.profiling.flops_profiler import FlopsProfiler
     profiler = FlopsProfiler(model)
     profiler.start_profile()
     step()
     device_layer.synchronize(device)
     profiler.stop_profile()
-    profiler.print_model_profile(profile_step=profile_step, module_depth=-1, top_modules=3,
-                                 detailed=True)
+    with tempfile.TemporaryDirectory() as directory:
+        path = os.path.join(directory, "profile.txt")
+        profiler.print_model_profile(profile_step=profile_step, module_depth=-1, top_modules=3,
+                                     detailed=True, output_file=path)
+        with open(path) as stream:
+            text = stream.read()
     profiler.end_profile()
+    return text.strip("\n")
 
 
 # ---------------------------------------------------------------- separate profiled passes

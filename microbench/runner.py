@@ -8,10 +8,12 @@ one process on one device.
 from __future__ import annotations
 
 import inspect
+import io
 import os
 import sys
 
-from . import benchmark, capacity, device as device_layer, distributed, process, profilers, sweep
+from . import benchmark, capacity, device as device_layer, distributed, process, profilers, progress
+from . import sweep
 from .config import Plan, RunSpec, resolve
 from .errors import (EXIT_INTERRUPTED, EXIT_TERMINATED, EXPECTED_EXIT_CODES, BenchmarkError,
                      OutOfMemory, Terminated, UsageError)
@@ -87,22 +89,25 @@ def measure(spec: RunSpec, out) -> Summary | None:
         notes.append(monitor.note)
     if main:
         console.print_config(spec, env, out, notes)
-        print(f"Building {spec.model.name}...", file=out, flush=True)
     wrap, before_timing, rejoin = None, lambda: None, lambda: None
     if launch.distributed:
         wrap = distributed.ddp_wrapper(spec.config, spec.device) if spec.training else None
         before_timing = lambda: _enter_timed_region(spec)   # noqa: E731
         rejoin = lambda: _rejoin(spec)                       # noqa: E731
-    trials = []
+    trials, repeat = [], spec.config.repeat
     try:
-        for index in range(spec.config.repeat):
+        for index in range(repeat):
             if index:
                 benchmark.release(spec)
-            result = benchmark.run(spec, on_phase=_phase_printer(spec, index, out), wrap=wrap,
-                                   before_timing=before_timing, monitor=monitor, rejoin=rejoin)
+            which = f"Trial {index + 1}/{repeat}: " if repeat > 1 else ""
+            with _activity(spec, out) as activity:
+                activity.start(f"{which}Building {spec.model.name}")
+                result = benchmark.run(spec, on_phase=lambda phase: activity.start(
+                    which + _PHASE_TEXT.get(phase, phase.capitalize())), wrap=wrap,
+                    before_timing=before_timing, monitor=monitor, rejoin=rejoin)
             trials.append(_trial(spec, env, result))
-            if main and spec.config.repeat > 1:
-                print(f"Trial {index + 1}/{spec.config.repeat}: {trials[-1].throughput:.2f} "
+            if main and repeat > 1:
+                print(f"Trial {index + 1}/{repeat}: {trials[-1].throughput:.2f} "
                       f"{spec.model.item}s/s", file=out, flush=True)
     finally:
         monitor.close()
@@ -111,12 +116,17 @@ def measure(spec: RunSpec, out) -> Summary | None:
     return Summary(spec, env, trials, distributed.backend_name(), notes)
 
 
-def _phase_printer(spec: RunSpec, trial: int, out):
-    """Print each phase of a run on rank 0; with --repeat, name the trial."""
-    if not spec.launch.is_main:
-        return lambda phase: None
-    which = f"Trial {trial + 1}/{spec.config.repeat}: " if spec.config.repeat > 1 else ""
-    return lambda phase: print(f"{which}{phase.capitalize()}...", file=out, flush=True)
+# What benchmark.run's phases are called on the terminal.
+_PHASE_TEXT = {"compiling and warming up":
+               "Compiling and warming up (torch.compile can take minutes the first time)",
+               "warming up": "Warming up"}
+
+
+def _activity(spec: RunSpec, out) -> progress.Activity:
+    """Rank 0 shows its phases; the other ranks' would only repeat them."""
+    if spec.launch.is_main:
+        return progress.Activity(out)
+    return progress.Activity(io.StringIO(), live=False)
 
 
 def _trial(spec: RunSpec, env: dict, result) -> Trial | None:
@@ -140,7 +150,6 @@ def _enter_timed_region(spec: RunSpec) -> None:
 
 def report(summary: Summary, out) -> None:
     """Everything rank 0 shows and writes after a run, and the --compare gate last."""
-    console.print_warmup(summary, out)
     if not summary.spec.config.quiet:
         console.print_iterations(summary, out)
     console.print_summary(summary, out)

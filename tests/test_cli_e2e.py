@@ -33,9 +33,14 @@ def test_training_run_prints_summary_and_writes_json_and_csv(tmp_path):
     for line in LEGACY_LINES:
         assert line in out
     assert "Dtype: FP32" in out and "Iteration 1: Loss = " in out
-    for label in ("p99", "Coefficient of variation", "Peak memory allocated [MB]",
-                  "Time per sample [us]", "Warm-up [s]"):
+    for label in ("p99", "(CV of 2 iterations)", "Peak memory           : not tracked on the CPU",
+                  "Time per image", "Warm-up               : 1 iterations in"):
         assert label in out
+    # The headline stands between two rules, right after the older tool's lines.
+    lines = out.splitlines()
+    headline = lines.index("=" * 60) + 1
+    assert lines[headline].startswith("resnet18 training: ") and "images/s" in lines[headline]
+    assert "on the CPU" in lines[headline] and lines[headline + 1] == "=" * 60
     path, doc = only_json(out_dir)
     assert path.name == "resnet18_training_fp32_b2.json"
     for key in LEGACY_KEYS:
@@ -81,7 +86,7 @@ def test_compile_reports_compile_time(cli):
     process, out_dir = cli("--network", "squeezenet1_1", "--mode", "inference", "--compile",
                            "--compileContext", "{'fullgraph': 'True'}", *TINY)
     assert process.returncode == 0, process.stderr
-    assert "Compile + first iteration [s]" in process.stdout
+    assert "compile + first iteration" in process.stdout
     _, doc = only_json(out_dir)
     assert doc["timing"]["compile_s"] > 0
     assert doc["config"]["compile_options"] == {"fullgraph": True}
@@ -131,7 +136,7 @@ def test_unwritable_output_dir_fails_before_running(cli, tmp_path):
     blocker.write_text("not a directory")
     process, _ = cli("--network", "resnet18", *TINY, "--output-dir", str(blocker / "sub"))
     assert_one_line_error(process, 2, "cannot write results")
-    assert "Warm-up" not in process.stdout
+    assert "Warming up" not in process.stdout
 
 
 def test_csv_with_another_header_is_refused(cli, tmp_path):

@@ -56,7 +56,7 @@ def test_training_phases_add_up_to_each_iteration(run, tmp_path):
     for index, total in enumerate(doc["timing"]["samples_ms"]):
         parts = sum(phases[name]["samples_ms"][index] for name in phases)
         assert parts == pytest.approx(total, abs=1e-6)
-    assert "Phases [ms, mean]" in process.stdout and "backward" in process.stdout
+    assert "Phases (mean)" in process.stdout and "backward" in process.stdout
     process = run("--network", "resnet18", "--image-size", "32", "--batch-size", "2",
                   "--iterations", "2", "--warmup", "1", "--no-phases", "--no-files")
     assert "Phases" not in process.stdout
@@ -75,7 +75,7 @@ def test_generation_reports_first_token_and_inter_token_latency(run, tmp_path):
         assert e2e[i] == pytest.approx(ttft[i] + sum(itl[4 * i:4 * i + 4]), abs=1e-6)
     assert generation["decode_tokens_per_s"] == pytest.approx(2 * 12 / (sum(itl) / 1e3))
     assert doc["Throughput [tokens/sec]"] == pytest.approx(2 * 5 * 3 / (sum(e2e) / 1e3))
-    for label in ("Time to first token [ms]", "Inter-token latency [ms]", "Decode [tokens/sec]"):
+    for label in ("Time to first token", "Inter-token latency", "Decode  "):
         assert label in process.stdout
 
 
@@ -163,7 +163,7 @@ def test_generation_compiles_once_and_never_per_token(capfd, small_preset):
     assert process.returncode == 0, process.stderr[-2000:]
     # One graph for the prefill, one for the decode step, whatever the number of tokens.
     assert counters["stats"]["unique_graphs"] <= 2
-    assert "Compile + first iteration [s]" in process.stdout
+    assert "compile + first iteration" in process.stdout
 
 
 def test_hugging_face_architecture_from_its_config(run, tmp_path):

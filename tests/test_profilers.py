@@ -45,7 +45,7 @@ def test_known_gpu_gets_its_datasheet_peak():
 def test_mfu_printed_with_peak_and_unknown_without(cli):
     process, out_dir = cli("--network", "resnet18", "--peak-tflops", "1.5", *TINY)
     assert process.returncode == 0, process.stderr
-    assert "MFU                           : " in process.stdout
+    assert "  MFU                   : " in process.stdout
     assert "of 1.5 TFLOP/s (--peak-tflops)" in process.stdout
     doc = json.loads(next(out_dir.glob("*.json")).read_text())
     assert doc["flops"]["mfu"] == pytest.approx(doc["flops"]["achieved_tflops"] / 1.5)
@@ -54,7 +54,7 @@ def test_mfu_printed_with_peak_and_unknown_without(cli):
     assert doc["flops"]["achieved_tflops"] == pytest.approx(
         doc["flops"]["flops_per_iteration"] * len(samples) / (sum(samples) / 1e3) / 1e12)
     process, _ = cli("--network", "resnet18", "--no-files", *TINY)
-    assert "MFU                           : unknown" in process.stdout
+    assert "  MFU                   : unknown" in process.stdout
 
 
 def test_kineto_traces_load_and_hold_events(cli, tmp_path):

@@ -16,6 +16,7 @@ from .. import __version__
 from ..config import RunSpec
 from ..device import clock_name, runtime_version
 from ..summary import Summary
+from . import units
 
 RULE = "=" * 60
 
@@ -114,17 +115,6 @@ def _batch_text(spec: RunSpec) -> str:
 
 # ---------------------------------------------------------------- after the run
 
-def print_warmup(summary: Summary, out: TextIO) -> None:
-    config, result = summary.spec.config, summary.first
-    if config.warmup == 0:
-        print("Warm-up: none", file=out)
-        return
-    first = "compile + first iteration" if config.compile else "first iteration"
-    which = f" (first of {config.repeat} trials)" if config.repeat > 1 else ""
-    print(f"Warm-up{which}: {config.warmup} iterations in {result.warmup_s:.2f} s "
-          f"({first} {result.first_iteration_s:.2f} s)", file=out)
-
-
 def print_iterations(summary: Summary, out: TextIO) -> None:
     """This process's iterations (rank 0's under DDP), with the profiled one marked."""
     losses, skipped = summary.result.losses, summary.spec.config.flops_prof_step
@@ -145,12 +135,8 @@ def print_legacy_block(devices: int, dtype: str, batch_size: int, time_per_batch
     print(f"Throughput [img/sec] : {throughput:.2f}", file=out)
 
 
-def _mb(value: float | None) -> str:
-    return f"{value:.1f}" if value is not None else "n/a (not tracked on the CPU)"
-
-
 def print_summary(summary: Summary, out: TextIO) -> None:
-    """The older tool's lines, then the performance summary (over all ranks under DDP)."""
+    """The older tool's lines (scripts grep them), the headline set apart, then the details."""
     dtype = summary.spec.precision.label
     print("--------------------SUMMARY--------------------------", file=out)
     print(f"Microbenchmark for network : {summary.spec.config.network}", file=out)
@@ -167,33 +153,82 @@ def print_summary(summary: Summary, out: TextIO) -> None:
     if summary.distributed:
         print_rank_table(summary, out)
     print(RULE, file=out)
-    print("Performance summary", file=out)
-    for label, value in _summary_rows(summary):
-        print(f"{label:<30}: {value}", file=out)
+    print(headline(summary), file=out)
     print(RULE, file=out)
+    for label, value in _summary_rows(summary):
+        print(f"  {label:<22}: {value}", file=out)
     for warning in summary.warnings():
         print(f"WARNING: {warning}", file=out)
 
 
+def headline(summary: Summary) -> str:
+    """One line: the throughput, how far it spreads, and what produced it."""
+    config = summary.spec.config
+    return (f"{config.network} {config.mode}: {_headline_rate(summary)}  "
+            f"{_headline_spread(summary)}  on {_where(summary)}")
+
+
+def _headline_rate(summary: Summary) -> str:
+    item = f"{summary.spec.model.item}s/s"
+    if summary.token_throughput is None:
+        return f"{units.rate(summary.throughput)} {item}"
+    tokens = "generated tokens/s" if summary.spec.generation is not None else "tokens/s"
+    return f"{units.rate(summary.token_throughput)} {tokens} ({units.rate(summary.throughput)} " \
+           f"{item})"
+
+
+def _headline_spread(summary: Summary) -> str:
+    spread = summary.trial_spread
+    if spread.count > 1:
+        low, high = spread.ci95
+        return (f"median of {spread.count} trials, 95% CI {units.rate(low)} to "
+                f"{units.rate(high)}")
+    times = summary.times
+    return f"+/- {units.percent(times.cv)} (CV of {times.count} iterations)"
+
+
+def _where(summary: Summary) -> str:
+    device = summary.spec.device
+    name = summary.env.get("device_name", "")
+    what = "the CPU" if device.type == "cpu" else device.type.upper()
+    if summary.world_size > 1:
+        what = f"{summary.world_size} x {what}"
+    return f"{what} ({name}), {summary.spec.precision.label}" if name else \
+        f"{what}, {summary.spec.precision.label}"
+
+
+def _memory(summary: Summary) -> str:
+    if summary.peak_allocated_mb is None:
+        return "not tracked on the CPU"
+    text = (f"allocated {units.megabytes(summary.peak_allocated_mb)}, reserved "
+            f"{units.megabytes(summary.peak_reserved_mb)}")
+    if summary.graph_pools_hidden:
+        text += " (allocated excludes the CUDA graphs' memory pool: see reserved)"
+    return text
+
+
+def _warmup(summary: Summary) -> str:
+    config, result = summary.spec.config, summary.first
+    if config.warmup == 0:
+        return "none"
+    first = "compile + first iteration" if config.compile else "first iteration"
+    which = f" (first of {config.repeat} trials)" if config.repeat > 1 else ""
+    return (f"{config.warmup} iterations in {result.warmup_s:.2f} s{which}; {first} "
+            f"{result.first_iteration_s:.2f} s")
+
+
 def _summary_rows(summary: Summary) -> list[tuple[str, str]]:
-    t, result, config = summary.times, summary.first, summary.spec.config
+    t, ms = summary.times, units.duration_ms
     basis = " (slowest rank)" if summary.distributed else ""
+    item = summary.spec.model.item
     rows = [
-        (f"Iteration time [ms]{basis}", f"mean {t.mean:.3f}  median {t.median:.3f}  "
-                                        f"std {t.std:.3f}  min {t.min:.3f}  max {t.max:.3f}"),
-        ("Percentiles [ms]", f"p90 {t.p90:.3f}  p95 {t.p95:.3f}  p99 {t.p99:.3f}"),
-        ("Coefficient of variation", f"{t.cv:.2%}"),
-        ("Throughput [img/sec]", f"{summary.throughput:.2f}"),
-        ("Time per batch [ms]", f"{summary.time_per_batch_ms:.3f}"),
-        ("Time per sample [us]", f"{summary.time_per_sample_us:.2f}"),
-        ("Peak memory allocated [MB]", _mb(summary.peak_allocated_mb)
-         + (" (excludes the CUDA graphs' memory pool: see reserved)"
-            if summary.graph_pools_hidden else "")),
-        ("Peak memory reserved [MB]", _mb(summary.peak_reserved_mb)),
-        ("Warm-up [s]", f"{result.warmup_s:.2f} ({config.warmup} iterations)"),
+        (f"Iteration time{basis}", f"median {ms(t.median)}  mean {ms(t.mean)}  std {ms(t.std)}"
+                                   f"  min {ms(t.min)}  max {ms(t.max)}"),
+        ("Percentiles", f"p90 {ms(t.p90)}  p95 {ms(t.p95)}  p99 {ms(t.p99)}"),
+        (f"Time per {item}", ms(summary.time_per_sample_us / 1e3)),
+        ("Peak memory", _memory(summary)),
+        ("Warm-up", _warmup(summary)),
     ]
-    if summary.compile_s is not None:
-        rows.append(("Compile + first iteration [s]", f"{summary.compile_s:.2f}"))
     rows += _phase_rows(summary) + _generation_rows(summary)
     rows += _flops_rows(summary) + _trial_rows(summary) + _telemetry_rows(summary)
     per_rank = " per rank" if summary.distributed else ""
@@ -208,9 +243,10 @@ def _phase_rows(summary: Summary) -> list[tuple[str, str]]:
     if means is None:
         return []
     total = sum(means.values())
-    parts = "  ".join(f"{name} {ms:.3f} ({ms / total:.0%})" for name, ms in means.items())
-    whose = " (rank 0)" if summary.distributed else ""
-    return [(f"Phases [ms, mean]{whose}", parts)]
+    parts = "  ".join(f"{name} {units.duration_ms(ms)} ({ms / total:.0%})"
+                      for name, ms in means.items())
+    whose = ", rank 0" if summary.distributed else ""
+    return [(f"Phases (mean{whose})", parts)]
 
 
 def _trial_rows(summary: Summary) -> list[tuple[str, str]]:
@@ -219,12 +255,13 @@ def _trial_rows(summary: Summary) -> list[tuple[str, str]]:
         return []
     low, high = spread.ci95
     unit = f"{summary.spec.model.item}s/s"
-    values = " ".join(f"{value:.2f}" for value in spread.values)
+    values = "  ".join(units.rate(value) for value in spread.values)
     within = summary.times.cv
     return [("Trials", f"{spread.count}: {values} {unit}"),
-            ("Across trials", f"median {spread.median:.2f}; 95% CI of the mean {low:.2f} to "
-                              f"{high:.2f} (Student t); CV {spread.cv:.2%} between trials, "
-                              f"{within:.2%} within")]
+            ("Across trials", f"median {units.rate(spread.median)}; 95% CI of the mean "
+                              f"{units.rate(low)} to {units.rate(high)} (Student t); CV "
+                              f"{units.percent(spread.cv)} between trials, "
+                              f"{units.percent(within)} within")]
 
 
 def _telemetry_rows(summary: Summary) -> list[tuple[str, str]]:
@@ -263,7 +300,8 @@ def _energy_item(summary: Summary) -> str:
 
 
 def _latency(times) -> str:
-    return f"median {times.median:.3f}  p90 {times.p90:.3f}  p99 {times.p99:.3f}"
+    ms = units.duration_ms
+    return f"median {ms(times.median)}  p90 {ms(times.p90)}  p99 {ms(times.p99)}"
 
 
 def _generation_rows(summary: Summary) -> list[tuple[str, str]]:
@@ -272,13 +310,13 @@ def _generation_rows(summary: Summary) -> list[tuple[str, str]]:
         return []
     shape = summary.spec.generation
     return [
-        ("Time to first token [ms]", _latency(times.prefill)
+        ("Time to first token", _latency(times.prefill)
          + f"  ({shape.prompt_len}-token prompt, batch {summary.spec.batch_size})"),
-        ("Inter-token latency [ms]", _latency(times.decode)
+        ("Inter-token latency", _latency(times.decode)
          + f"  ({times.decode.count} decode steps)"),
-        ("Decode [tokens/sec]", f"{summary.decode_tokens_per_s:.2f} (decode steps only)"),
-        ("End-to-end per sequence [ms]", f"mean {times.e2e.mean:.3f}  "
-                                         f"({shape.gen_len} tokens)"),
+        ("Decode", f"{units.rate(summary.decode_tokens_per_s)} tokens/s (decode steps only)"),
+        ("End-to-end per sequence", f"mean {units.duration_ms(times.e2e.mean)}  "
+                                    f"({shape.gen_len} tokens)"),
     ]
 
 
@@ -288,13 +326,14 @@ def _flops_rows(summary: Summary) -> list[tuple[str, str]]:
         return []
     counted = _counted(summary.spec)
     per = " per device" if summary.distributed else ""
-    gflops = use.flops_per_iteration / 1e9
     mfu = (f"{use.mfu:.1%} of {use.peak.tflops:g} TFLOP/s ({use.peak.source})"
            if use.mfu is not None else f"unknown ({use.peak.source})")
     unit, count = _flop_unit(summary)
-    return [("FLOPs per iteration" + per, f"{gflops:.2f} GFLOP ({counted}; "
-                                          f"{gflops / count:.4g} per {unit})"),
-            ("Achieved [TFLOP/s]" + per, f"{use.achieved_tflops:.2f} (at the headline throughput)"),
+    return [("FLOPs per iteration" + per,
+             f"{units.flops(use.flops_per_iteration)} ({counted}); "
+             f"{units.flops(use.flops_per_iteration / count)} per {unit}"),
+            ("Achieved" + per, f"{units.flops(use.achieved_tflops * 1e12, per_second=True)} "
+                               f"(at the headline throughput)"),
             ("MFU", mfu)]
 
 
@@ -329,7 +368,7 @@ def print_rank_table(summary: Summary, out: TextIO) -> None:
               f"{t.p99:>10.3f} {r.throughput:>10.2f}", file=out)
     print(f"Skew between ranks : {summary.skew:.2%} (slowest rank {summary.slowest.rank}, "
           f"fastest rank {summary.fastest.rank}, by timed wall time)", file=out)
-    print(f"Per-GPU throughput [img/sec] : {summary.per_device_throughput:.2f}", file=out)
+    print(f"Per-device throughput [img/sec] : {summary.per_device_throughput:.2f}", file=out)
     if summary.scaling_efficiency is not None:
         print(f"Scaling efficiency : {summary.scaling_efficiency:.1%} of {summary.world_size}"
               f" x {summary.spec.scaling_baseline_img_s:.2f} img/s (single-device baseline)",

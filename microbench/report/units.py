@@ -1,0 +1,61 @@
+"""Numbers as a reader wants them: scaled to a unit where they have three or four significant
+digits (``3.79 s``, not ``3787750.96 us``; ``2.04 GFLOP/s``, not ``0.00 TFLOP/s``).
+
+Only the console uses these; JSON and CSV keep fixed units (milliseconds, MB, img/s), which
+scripts rely on.
+
+Example::
+
+    duration_ms(0.0123) == "12.3 us";  duration_ms(3787.75) == "3.79 s"
+    flops(2.04e9) == "2.04 GFLOP";  rate(5163.72) == "5,164"
+"""
+from __future__ import annotations
+
+import math
+
+_SI = ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, ""))
+
+
+def _significant(value: float, digits: int = 3) -> str:
+    """``value`` with about ``digits`` significant digits, never in exponent notation."""
+    magnitude = abs(value)
+    if magnitude == 0 or not math.isfinite(magnitude):
+        return f"{value:.0f}" if magnitude == 0 else str(value)
+    decimals = max(0, digits - 1 - math.floor(math.log10(magnitude)))
+    return f"{value:.{decimals}f}"
+
+
+def duration_ms(ms: float) -> str:
+    """A time given in milliseconds, in us, ms or s."""
+    if ms >= 1000:
+        return f"{_significant(ms / 1e3)} s"
+    if ms >= 1:
+        return f"{_significant(ms)} ms"
+    return f"{_significant(ms * 1e3)} us"
+
+
+def flops(value: float, per_second: bool = False) -> str:
+    """FLOP counts and rates with an SI prefix: ``3.49 GFLOP``, ``412 TFLOP/s``."""
+    suffix = "FLOP/s" if per_second else "FLOP"
+    for scale, prefix in _SI:
+        if abs(value) >= scale:
+            return f"{_significant(value / scale)} {prefix}{suffix}"
+    return f"{_significant(value)} {suffix}"
+
+
+def megabytes(mb: float) -> str:
+    """Memory given in MB (10^6 bytes, as the JSON stores it), in MB or GB."""
+    if mb >= 1000:
+        return f"{_significant(mb / 1e3)} GB"
+    return f"{_significant(mb)} MB"
+
+
+def rate(value: float) -> str:
+    """A throughput: thousands separated, a decimal only where the number is small."""
+    if abs(value) >= 1000:
+        return f"{value:,.0f}"
+    return _significant(value, 4)
+
+
+def percent(fraction: float) -> str:
+    return f"{fraction:.1%}" if abs(fraction) >= 0.001 or fraction == 0 else f"{fraction:.2%}"

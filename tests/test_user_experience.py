@@ -1,0 +1,204 @@
+"""What a user sees: scaled units, the headline, the progress line, library chatter filtered,
+--help without raw Python values, timm's spellings, --precision for one run, --rerun."""
+from __future__ import annotations
+
+import io
+import json
+import os
+import sys
+
+import pytest
+
+from conftest import TINY, assert_one_line_error, run_cli
+from microbench import cli, noise, progress
+from microbench.report import units
+
+
+# ---------------------------------------------------------------- units
+
+@pytest.mark.parametrize("ms, text", [(0.0123, "12.3 us"), (0.5, "500 us"), (12.345, "12.3 ms"),
+                                      (113.2, "113 ms"), (3787.75, "3.79 s")])
+def test_durations_scale_to_three_significant_digits(ms, text):
+    assert units.duration_ms(ms) == text
+
+
+def test_flops_memory_and_rates_scale():
+    assert units.flops(3.49e9) == "3.49 GFLOP"
+    assert units.flops(8.72e8) == "872 MFLOP"
+    assert units.flops(30.5e9, per_second=True) == "30.5 GFLOP/s"
+    assert units.flops(412e12, per_second=True) == "412 TFLOP/s"
+    assert units.megabytes(830.2) == "830 MB" and units.megabytes(12345.6) == "12.3 GB"
+    assert units.rate(5163.72) == "5,164" and units.rate(34.969) == "34.97"
+
+
+# ---------------------------------------------------------------- progress
+
+class FakeTerminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_progress_on_a_terminal_counts_elapsed_time_and_keeps_the_duration():
+    now = [100.0]
+    out = FakeTerminal()
+    activity = progress.Activity(out, clock=lambda: now[0], tick=False)
+    activity.start("Compiling")
+    now[0] += 75.0
+    activity.render()
+    assert out.getvalue().endswith("\r\x1b[KCompiling... 1 min 15 s")
+    now[0] += 5.0
+    activity.start("Timing 20 iterations")          # ends the compile phase
+    assert "\r\x1b[KCompiling... done in 1 min 20 s\n" in out.getvalue()
+    activity.finish()
+    assert out.getvalue().endswith("Timing 20 iterations... done in 0.0 s\n")
+
+
+def test_progress_elsewhere_is_one_plain_line_per_phase():
+    out = io.StringIO()                               # not a terminal: a log file, CI
+    activity = progress.Activity(out, clock=lambda: 0.0)
+    activity.start("Warming up")
+    activity.start("Timing 2 iterations")
+    activity.finish()
+    assert out.getvalue() == "Warming up...\nTiming 2 iterations...\n"
+    assert activity._thread is None
+
+
+def test_progress_on_a_terminal_ticks_in_a_thread_and_stops():
+    out = FakeTerminal()
+    activity = progress.Activity(out, clock=lambda: 0.0)
+    activity.start("Searching")
+    assert activity._thread is not None and activity._thread.daemon
+    activity.finish("batch 64")
+    assert activity._thread is None and out.getvalue().endswith("batch 64 in 0.0 s\n")
+
+
+# ---------------------------------------------------------------- library chatter
+
+CHATTER = [
+    "USDT:2026-11-22 09:03:04 2443:2443 SyncActivityProfilerHandler.cpp:39] profiler_start\n",
+    "ERROR:2026-11-22 09:03:04 2443:2443 DeviceProperties.cpp:56] gpuGetDeviceCount failed "
+    "with code 35\n",
+    "[2026-11-22 09:03:02,723] [WARNING] [real_accelerator.py:213:get_accelerator] Setting "
+    "accelerator to CPU. If you have GPU or other accelerator, we were unable to detect it.\n",
+    "No CUDA runtime is found, using CUDA_HOME='/usr/local/cuda'\n",
+]
+
+
+def test_known_chatter_is_dropped_and_everything_else_kept(monkeypatch):
+    real = "RuntimeError: something the user must see\n"
+    assert noise.kept_lines("".join(CHATTER) + real) == real
+    monkeypatch.setenv(noise.ENV_SWITCH, "all")
+    assert noise.kept_lines("".join(CHATTER)) == "".join(CHATTER)
+
+
+def test_capture_filters_what_cpp_writes_to_the_descriptor(capfd, monkeypatch):
+    stream = open(2, "w", closefd=False)              # sys.stderr on fd 2, as outside pytest
+    monkeypatch.setattr(sys, "stderr", stream)
+    with noise.captured():
+        os.write(2, "".join(CHATTER).encode() + b"a real warning\n")
+    stream.flush()
+    err = capfd.readouterr().err
+    assert err == "a real warning\n"
+
+
+def test_cpu_profiling_run_shows_no_library_chatter(tmp_path):
+    """A real process: the chatter is written to file descriptors, which pytest replaces."""
+    pytest.importorskip("deepspeed")
+    process = run_cli("--network", "resnet18", "--image-size", "32", "--batch-size", "2",
+                      "--iterations", "3", "--warmup", "1", "--no-files", "--quiet",
+                      "--kineto", "--profiler-schedule", "0,1,1", "--flops-prof-step", "1",
+                      "--profiler-output", str(tmp_path) + os.sep)
+    assert process.returncode == 0, process.stderr
+    both = process.stdout + process.stderr
+    for text in ("USDT", "gpuGetDeviceCount", "Setting accelerator"):
+        assert text not in both
+    # DeepSpeed's profile comes after the summary, not inside the timed iterations' lines.
+    assert process.stdout.index("SUMMARY") < process.stdout.index("DeepSpeed Flops Profiler")
+
+
+# ---------------------------------------------------------------- --help and spellings
+
+def test_help_shows_each_default_once_as_typed(capsys):
+    with pytest.raises(SystemExit):
+        cli.parse_args(["--help"])
+    text = capsys.readouterr().out
+    assert "['" not in text and "(1, 2, 2)" not in text and "default: False" not in text
+    assert "(default: 64)" in text and "(default: 1,2,2)" in text
+    flat = " ".join(text.split())
+    assert "(default: auto)" in flat and flat.count("(default: auto)") == 1
+    assert "(default: None)" not in flat
+
+
+def test_timm_spellings_are_aliases():
+    args = cli.parse_args(["--model", "resnet18", "--channels-last", "--img-size", "64"])
+    config = cli.to_config(args)
+    assert (config.network, config.nhwc, config.image_size) == ("resnet18", True, 64)
+
+
+def test_precision_is_the_one_flag_for_a_single_run():
+    config = cli.to_config(cli.parse_args(["--precision", "amp-bf16"]))
+    assert config.precision == "amp-bf16"
+    older = cli.to_config(cli.parse_args(["--amp", "--amp-dtype", "bf16"]))
+    assert older.precision == "amp-bf16"
+
+
+def test_precision_and_an_older_spelling_together_are_refused(cli):
+    process, _ = cli("--precision", "fp16", "--amp", *TINY)
+    assert_one_line_error(process, 2, "--precision replaces")
+
+
+# ---------------------------------------------------------------- --rerun
+
+def _stored_config(path):
+    config = json.loads(path.read_text())["config"]
+    for key in ("output_dir", "explicit", "notes", "quiet", "write_files"):
+        config.pop(key)
+    return config
+
+
+def test_rerun_repeats_the_stored_configuration_with_new_flags_on_top(cli, tmp_path):
+    first, out = cli("--network", "resnet18", "--precision", "tf32", "--nhwc", "--seed", "7",
+                     "--opt-step", "2", *TINY, "--quiet")
+    assert first.returncode == 0, first.stderr
+    [stored] = out.glob("*.json")
+    again_dir = tmp_path / "again"
+    second, _ = cli("--rerun", str(stored), "--iterations", "3", "--output-dir", str(again_dir),
+                    "--quiet")
+    assert second.returncode == 0, second.stderr
+    assert f"Note: --rerun {stored}: --network=resnet18" in second.stdout
+    [repeated] = again_dir.glob("*.json")
+    before, after = _stored_config(stored), _stored_config(repeated)
+    assert after.pop("iterations") == 3 and before.pop("iterations") == 2
+    assert after == before
+
+
+def test_rerun_of_amp_with_tf32_keeps_both():
+    from microbench import rerun
+    flags = []
+    for name in ("precision", "tf32"):
+        flags += rerun._flags(name, {"precision": "amp-bf16", "tf32": True}[name],
+                              {"precision": "amp-bf16", "tf32": True}, "x.json")
+    config = cli.to_config(cli.parse_args(flags))
+    assert (config.precision, config.tf32) == ("amp-bf16", True)
+
+
+@pytest.mark.parametrize("stored, message", [
+    ({"network": "resnet18", "batch_size": 10**12}, "--batch-size"),
+    ({"network": "resnet18", "compile": True,
+      "compile_options": {"options": {"cpp.cxx": "/bin/sh"}}}, "not allowed"),
+    ({"network": "resnet18", "nhwc": "yes"}, "not a value this tool writes"),
+    ({"network": "resnet18", "model_kwargs": ["--output-dir=/etc"]}, "not a value"),
+])
+def test_rerun_checks_a_stored_value_like_a_typed_one(cli, tmp_path, stored, message):
+    path = tmp_path / "edited.json"
+    path.write_text(json.dumps({"Throughput [img/sec]": 10.0, "config": stored}))
+    process, out = cli("--rerun", str(path), "--no-files")
+    assert_one_line_error(process, 2, message)
+    assert not out.exists()
+
+
+def test_rerun_of_a_file_that_is_not_a_result_is_one_line(cli, tmp_path):
+    path = tmp_path / "list.json"
+    path.write_text("[1, 2]")
+    process, _ = cli("--rerun", str(path))
+    assert_one_line_error(process, 2, "not a result of this tool")
