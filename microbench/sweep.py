@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass, field
 from typing import TextIO
 
-from . import benchmark
+from . import benchmark, progress
 from .config import RunSpec
 from .errors import EXIT_UNEXPECTED, BenchmarkError, OutOfMemory, SweepFailed
 from .report import files, writing
@@ -51,28 +51,23 @@ class Row:
 
 
 class Progress:
-    """An in-place status line on a terminal; plain lines otherwise (logs, profiler wrappers)."""
+    """One line per row: on a terminal it counts the row's elapsed time while the row runs
+    and keeps the outcome; elsewhere (logs, profiler wrappers) a plain line when a row starts
+    and one with its outcome."""
 
     def __init__(self, out: TextIO, total: int, trials: int = 1):
         self.out, self.total, self.trials = out, total, trials
-        self.live = hasattr(out, "isatty") and out.isatty()
+        self.activity = progress.Activity(out)
 
     def trial(self, index: int) -> None:
         if self.trials > 1:
             print(f"Trial {index + 1} of {self.trials} of every row", file=self.out, flush=True)
 
     def start(self, index: int, row: Row) -> None:
-        text = f"[{index}/{self.total}] {row.label()} ..."
-        if self.live:
-            self.out.write("\r\033[K" + text)
-            self.out.flush()
-        else:
-            print(text, file=self.out, flush=True)
+        self.activity.start(f"[{index}/{self.total}] {row.label()}")
 
     def done(self, index: int, row: Row) -> None:
-        if self.live:
-            self.out.write("\r\033[K")
-        print(f"[{index}/{self.total}] {row.label()}: {_outcome(row)}", file=self.out, flush=True)
+        self.activity.finish(_outcome(row))
 
 
 def _outcome(row: Row) -> str:
