@@ -93,7 +93,8 @@ def test_one_trial_bars_span_p10_to_p90_of_per_iteration_throughput():
     (x0, low, high), (x1, _, _) = error_bars(axis)
     assert (x0, x1) == (2, 4)
     assert low == pytest.approx(2 / 0.046) and high == pytest.approx(2 / 0.014)
-    assert points(axis).get_ydata()[0] == pytest.approx(2 * 5 / 0.150)   # the headline, not a median
+    # The point is the headline (items over the summed time), not a median rate.
+    assert points(axis).get_ydata()[0] == pytest.approx(2 * 5 / 0.150)
     assert "10th to 90th percentile of the per-iteration rate" in texts(figure)
     assert "5 timed iterations, one trial" in texts(figure)
 
