@@ -12,15 +12,17 @@ import os
 import subprocess
 import sys
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
 from conftest import ROOT, assert_one_line_error, run_main
 from microbench import device as device_layer, flops
 from microbench.errors import UsageError
-from microbench.ops import catalog as ops, report, runner
+from microbench.ops import catalog as ops, cli as ops_cli, report, runner
 from microbench.ops.cli import main as ops_main
-from microbench.timing import Measurement
+from microbench.timing import Measurement, time_calls
 
 REPO_ROOT = str(ROOT)
 BENCH_DIR = os.path.join(REPO_ROOT, "TorchTensorOpsBench")
@@ -198,6 +200,8 @@ def test_rates_come_from_the_median_and_the_roof_decides_the_peak():
     (("--op", "add", "--input1-dim", "3-4", "--input2-dim", "5-4"), "do not broadcast"),
     (("--op", "matmul", "--input1-dim", "3-4", "--input2-dim", "5-4"), "inner dimensions"),
     (("--op", "exp", "--op-type", "binary"), "not a binary op"),
+    (("--queued-delay-ms", "nan"), "--queued-delay-ms: must be a finite"),
+    (("--queued-delay-ms", "-0.5"), "--queued-delay-ms: must be a finite"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, message, run_cli):
     assert_one_line_error(run_cli(*args, "--device", "cpu", *QUICK), 2, message)
@@ -369,13 +373,228 @@ def test_fp32_matmul_is_compared_with_the_rate_it_runs_at():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 def test_gpu_rows_use_device_events_flush_l2_and_know_the_peak(tmp_path, run_cli):
     output = tmp_path / "gpu.json"
+    # No --flush-l2: it is the default on a GPU.
     result = run_cli("--op", "add", "--device", "cuda", "--input1-dim", "64-1024-1024",
-                     "--flush-l2", "--output-json", str(output), *QUICK)
+                     "--output-json", str(output), *QUICK)
     assert result.returncode == 0, result.stderr
     document = json.loads(output.read_text())
     assert document["clock"] in ("CUDA events", "HIP events")
+    assert document["flush_l2"] is True and document["calls_per_interval"] == 1
     assert document["l2_flush_bytes"] >= 2 * torch.cuda.get_device_properties(0).L2_cache_size
+    assert document["dispatch_outside_interval"] is True
     (row,) = document["results"]
-    assert row["status"] == "ok" and row["gbs"] > 0
+    assert row["status"] == "ok" and row["gbs"] > 0 and row["cache_resident"] is False
     if flops.peak_for_device(torch.device("cuda")) is not None:
         assert 0 < row["pct_of_peak"] < 110
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_gpu_without_flush_spins_before_each_call_and_marks_what_fits(tmp_path, run_cli):
+    output = tmp_path / "warm.json"
+    result = run_cli("--op", "add", "--device", "cuda", "--input1-dim", "1024",
+                     "--no-flush-l2", "--output-json", str(output), *QUICK)
+    assert result.returncode == 0, result.stderr
+    document = json.loads(output.read_text())
+    assert document["flush_l2"] is False and document["l2_flush_bytes"] is None
+    assert document["queued_delay_ms"] == runner.DEFAULT_QUEUED_DELAY_MS
+    assert document["queued_delay_cycles"] > 0
+    (row,) = document["results"]
+    assert row["cache_resident"] is True and "cache" in row["flags"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Trust: the flush, cache-resident rows, values above the peak, dispatch outside the interval
+# ---------------------------------------------------------------------------------------------
+
+GPU = torch.device("cuda")        # a device object only: nothing here runs on it
+MIB = 1 << 20
+
+
+@pytest.mark.parametrize("properties, hip, cache_mib, flush_mib", [
+    (SimpleNamespace(L2_cache_size=50 * MIB), None, 50, 512),            # H100: the floor
+    (SimpleNamespace(L2_cache_size=400 * MIB), None, 400, 800),          # a larger L2: 2x
+    (SimpleNamespace(L2_cache_size=4 * MIB, gcnArchName="gfx942:sramecc+:xnack-"), "6.4",
+     256, 512),                                                          # MI300X: Infinity Cache
+    (SimpleNamespace(L2_cache_size=4 * MIB, gcnArchName="gfx950"), "7.0", 256, 512),  # MI355X
+    (SimpleNamespace(L2_cache_size=8 * MIB, gcnArchName="gfx90a:sramecc+:xnack-"), "6.4",
+     8, 512),                                                            # MI250X: none behind L2
+    (SimpleNamespace(L2_cache_size=0), None, None, 512),                 # not reported
+])
+def test_flush_buffer_is_twice_the_last_level_cache_with_a_floor(properties, hip, cache_mib,
+                                                                 flush_mib):
+    cache = runner.device_cache(GPU, properties, hip=hip)
+    assert cache.size_bytes == (cache_mib * MIB if cache_mib else None)
+    assert runner.flush_buffer_bytes(cache) == flush_mib * MIB
+
+
+def test_the_cpu_cache_is_unknown_and_never_flushed(run_cli):
+    assert runner.device_cache(CPU).size_bytes is None
+    plan = runner.TimingPlan.build(CPU, flush=True)
+    assert (plan.flusher, plan.delay, plan.dispatch_hidden) == (None, None, None)
+    parser = ops_cli.build_parser()
+    assert ops_cli.flush_wanted(parser.parse_args([]), GPU) is True       # the GPU default
+    assert ops_cli.flush_wanted(parser.parse_args(["--no-flush-l2"]), GPU) is False
+    assert ops_cli.flush_wanted(parser.parse_args([]), CPU) is False
+    assert ops_cli.flush_wanted(parser.parse_args(["--flush-l2"]), CPU) is False
+    result = run_cli("--op", "add", "--input1-dim", "8", "--device", "cpu", "--flush-l2", *QUICK)
+    assert result.returncode == 0 and "note: --flush-l2 has no effect on the CPU" in result.stdout
+
+
+def test_the_working_set_counts_inputs_and_output_once():
+    n = 1024 * 1024
+    assert ops.working_set_bytes(cost_of("add", "1048576", "1048576"), False) == 12 * n
+    # In place the output is input1: 1M + 1024 elements read, nothing new written.
+    in_place = cost_of("add_", "1024-1024", "1024")
+    assert ops.working_set_bytes(in_place, True) == 4 * (n + 1024)
+    assert ops.working_set_bytes(cost_of("sum", "1048576"), False) == 4 * n + 4
+
+
+@pytest.mark.parametrize("working_set, cache, flushed, expected", [
+    (12 * MIB, 50 * MIB, False, True),      # 1M-element fp32 add in an H100's L2
+    (50 * MIB, 50 * MIB, False, True),
+    (50 * MIB + 1, 50 * MIB, False, False),
+    (12 * MIB, 50 * MIB, True, False),      # the flush evicts it before every call
+    (12 * MIB, None, False, None),          # CPU: unknown, not guessed
+])
+def test_cache_resident_is_computed_from_the_bytes(working_set, cache, flushed, expected):
+    assert runner.cache_resident(working_set, cache, flushed) is expected
+
+
+def test_a_row_that_fits_in_the_cache_is_marked_in_the_table_json_and_csv(tmp_path):
+    case = runner.make_case(runner.CaseRequest("add", None, "4-8", None), "fp32", False)
+    config = cpu_config(cache_bytes=384, flush_l2=False)      # exactly the add's 384 bytes
+    row = runner.measure_case(case, config, runner.Peaks(None))
+    assert (row.working_set_bytes, row.cache_resident, row.flags) == (384, True, ("cache",))
+    bigger = runner.make_case(runner.CaseRequest("add", None, "4-9", None), "fp32", False)
+    assert runner.measure_case(bigger, config, runner.Peaks(None)).cache_resident is False
+    assert "cache" in report.row_cells(row)[-1]
+    assert any(line.startswith("cache: the working set") for line in report.summary_lines([row]))
+    report.write_csv(str(tmp_path / "rows.csv"), [row])
+    with open(tmp_path / "rows.csv", newline="") as handle:
+        (csv_row,) = list(csv.DictReader(handle))
+    assert (csv_row["cache_resident"], csv_row["flags"], csv_row["working_set_bytes"]) == (
+        "True", "cache", "384")
+
+
+def test_a_share_above_100_percent_is_marked():
+    case = runner.make_case(runner.CaseRequest("add", None, "1000", None), "fp32", False)
+    row = report.OpResult.for_case(case.label, "binary", case.shapes_text, "fp32",
+                                   ops.MEMORY_BOUND, 12_000_000, 1000)
+    # 12 MB in 1 us is 12,000 GB/s: more than an H100's HBM (3,350 GB/s) can give.
+    rated = runner._with_rates(row, Measurement([0.001]), case.spec, "fp32",
+                               runner.Peaks(flops.H100_SXM))
+    assert rated.pct_of_peak > 100 and rated.above_peak and rated.flags == (">peak",)
+    assert rated.as_dict()["above_peak"] is True
+    assert any(line.startswith(">peak:") for line in report.summary_lines([rated]))
+    slower = runner._with_rates(row, Measurement([1.0]), case.spec, "fp32",
+                                runner.Peaks(flops.H100_SXM))
+    assert slower.above_peak is False and slower.flags == ()
+    assert runner._with_rates(row, Measurement([1.0]), case.spec, "fp32",
+                              runner.Peaks(None)).above_peak is None
+
+
+def test_the_spin_is_calibrated_from_a_timed_probe():
+    spins = []
+    # The fake GPU spins 1e6 cycles in 0.508 ms (an H100 at 1.97 GHz).
+    delay = runner.QueuedDelay.calibrate(GPU, 0.5, sleep=spins.append,
+                                         measure_ms=lambda call: (call(), 0.508)[1])
+    assert delay.cycles == math.ceil(1_000_000 * 0.5 / 0.508)
+    delay()
+    assert spins == [runner.SPIN_PROBE_CYCLES, runner.SPIN_PROBE_CYCLES, delay.cycles]
+    assert runner.QueuedDelay.calibrate(GPU, 0.5, sleep=spins.append,
+                                        measure_ms=lambda call: math.nan) is None
+    assert runner.QueuedDelay.calibrate(GPU, 0.0, sleep=spins.append) is None
+
+
+class FakeStream:
+    """A GPU stream on a fake timeline (milliseconds): the host pays to launch work, the GPU
+    runs queued work in order, and an event fires when the GPU reaches it (at once when idle)."""
+
+    def __init__(self):
+        self.host = 0.0          # host time
+        self.free_at = 0.0       # when the GPU finishes what is queued
+
+    def launch(self, gpu_ms: float, host_ms: float) -> None:
+        self.host += host_ms
+        self.free_at = max(self.host, self.free_at) + gpu_ms
+
+    def event_seconds(self) -> float:
+        self.host += 0.001
+        self.free_at = max(self.host, self.free_at)
+        return self.free_at / 1e3
+
+
+def time_on_fake_gpu(plan_parts):
+    """The median time of an op of 4 us on the GPU and 7 us of host dispatch (a 1024-element
+    add on an H100), timed with ``plan_parts`` (flusher, delay) before each call."""
+    stream = FakeStream()
+    flusher, delay = plan_parts(stream)
+    plan = runner.TimingPlan(GPU, runner.CacheInfo(50 * MIB, "fake"), flusher=flusher,
+                             delay=delay)
+    times = time_calls(lambda: stream.launch(0.004, 0.007), 20, CPU, between=plan,
+                       time_fn=stream.event_seconds)
+    return times.median
+
+
+def test_queued_work_keeps_host_dispatch_out_of_the_interval():
+    def flush(stream):                 # zeroing 512 MiB: 0.17 ms on an H100
+        return (lambda: stream.launch(0.17, 0.003)), None
+
+    def spin(stream):
+        return None, runner.QueuedDelay(lambda cycles: stream.launch(cycles / 2e6, 0.003),
+                                        1_000_000, 0.5)
+
+    # Nothing queued: the start event fires on an idle GPU and the interval holds the dispatch.
+    assert time_on_fake_gpu(lambda stream: (None, None)) == pytest.approx(0.007 + 0.004,
+                                                                          abs=2e-3)
+    assert time_on_fake_gpu(flush) == pytest.approx(0.004, abs=1e-6)
+    assert time_on_fake_gpu(spin) == pytest.approx(0.004, abs=1e-6)
+
+
+def test_the_gpu_plan_flushes_or_spins_never_both(monkeypatch):
+    made = []
+    monkeypatch.setattr(runner, "CacheFlusher", lambda device, size: made.append(size) or "F")
+    monkeypatch.setattr(runner.QueuedDelay, "calibrate",
+                        classmethod(lambda cls, device, ms: cls(print, 123, ms)))
+    cache = runner.CacheInfo(50 * MIB, "fake")
+    flushing = runner.TimingPlan.build(GPU, flush=True, cache=cache)
+    assert (flushing.flusher, flushing.delay, made) == ("F", None, [512 * MIB])
+    spinning = runner.TimingPlan.build(GPU, flush=False, queued_delay_ms=0.5, cache=cache)
+    assert spinning.flusher is None and spinning.delay.cycles == 123
+    assert spinning.info()["queued_delay_ms"] == 0.5 and spinning.dispatch_hidden
+    assert "0.5 ms spin" in spinning.describe()[0]
+    off = runner.TimingPlan.build(GPU, flush=False, queued_delay_ms=0, cache=cache)
+    assert off.delay is None and off.dispatch_hidden is False
+    assert "--queued-delay-ms 0" in off.describe()[0]
+    monkeypatch.delattr(torch.cuda, "_sleep")
+    missing = runner.TimingPlan.build(GPU, flush=False, queued_delay_ms=0.5, cache=cache)
+    assert missing.delay is None and "_sleep is missing" in missing.describe()[0]
+
+
+OLD_CSV_COLUMNS = ["op", "op_type", "shapes", "dtype", "status", "message", "median_ms",
+                   "mean_ms", "std_ms", "min_ms", "max_ms", "p90_ms", "cv", "iterations",
+                   "bytes_moved", "flops", "gbs", "tflops", "roof", "peak", "peak_unit",
+                   "peak_precision", "pct_of_peak"]
+
+
+def test_files_keep_their_keys_and_add_the_trust_ones(tmp_path, run_cli):
+    json_path, csv_path = tmp_path / "add.json", tmp_path / "add.csv"
+    result = run_cli("--op", "add", "--input1-dim", "4-8", "--device", "cpu", "--peak-gbs",
+                     "1e-6", "--output-json", str(json_path), "--output-csv", str(csv_path),
+                     *QUICK)
+    assert result.returncode == 0, result.stderr
+    with open(csv_path, newline="") as handle:
+        header = next(csv.reader(handle))
+    assert header[:len(OLD_CSV_COLUMNS)] == OLD_CSV_COLUMNS
+    assert header[len(OLD_CSV_COLUMNS):] == ["working_set_bytes", "cache_resident",
+                                             "above_peak", "flags"]
+    document = json.loads(json_path.read_text())
+    assert document["l2_flush_bytes"] is None and document["flush_l2"] is False
+    assert document["calls_per_interval"] == 1 and document["cache_bytes"] is None
+    (row,) = document["results"]
+    assert row["above_peak"] is True and row["cache_resident"] is None
+    assert row["working_set_bytes"] == 384 and row["flags"] == ">peak"
+    table_row = next(line for line in result.stdout.splitlines() if line.startswith("add "))
+    assert table_row.endswith(">peak")
+    assert "1 call per timed interval" in result.stdout and "flags" in result.stdout

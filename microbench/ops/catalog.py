@@ -61,6 +61,13 @@ class OpCost:
         return self.bytes_read + self.bytes_written
 
 
+def working_set_bytes(cost: OpCost, inplace: bool) -> int:
+    """The distinct bytes one call touches: its inputs and its output. In place the output is
+    one of the inputs (binary and unary ops write input1; the sparse update writes the rows it
+    read), so only what is read counts; out of place, what is read plus what is written."""
+    return cost.bytes_read if inplace else cost.bytes_moved
+
+
 @dataclass(frozen=True)
 class OpSpec:
     """One operator: name, type, default shapes and three functions of its shapes.

@@ -7,8 +7,13 @@ or the older entry point ``TorchTensorOpsBench/torch_tensor_ops_bench.py``. Exam
     microbench-ops --op matmul --dtype bf16 --input1-dim 8192-8192 --input2-dim 8192-8192
     microbench-ops --op add --op-type sparse            # DLRM embedding update
     microbench-ops --run-predefined --input1-dim 16-256-256 --output-json ops.json
-    microbench-ops --run-model-ops --dtype bf16 --flush-l2
+    microbench-ops --run-model-ops --dtype bf16 --no-flush-l2   # warm caches, rows marked
     microbench-ops --run-compute-ops --dtype bf16 --output-csv compute.csv
+
+On a GPU the cache is flushed before each timed call by default (``--no-flush-l2`` keeps it
+warm and marks the rows that fit in it); either the flush or a short spin is queued ahead of each
+call so that host dispatch is not timed (``runner`` says why). Rows above 100% of the datasheet
+peak are marked ``>peak``.
 
 Exit codes: 0 all measured, 2 bad input (unknown op, malformed or incompatible shapes, a dtype an
 op does not support on the device; a list run goes on and exits 2 at the end), 3 out of memory,
@@ -36,6 +41,7 @@ from . import catalog as ops, report, runner
 DEFAULT_NUM_ITERS = 50
 DEFAULT_NUM_WARMUP_ITERS = 10
 MAX_PEAK_GBS = 10**7
+MAX_QUEUED_DELAY_MS = 100.0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -87,9 +93,21 @@ def build_parser() -> argparse.ArgumentParser:
     timing.add_argument("--num-warmup-iters", type=bounded_int(0, MAX_WARMUP),
                         default=DEFAULT_NUM_WARMUP_ITERS,
                         help=f"untimed calls before them (default: {DEFAULT_NUM_WARMUP_ITERS})")
-    timing.add_argument("--flush-l2", action="store_true",
-                        help="zero a buffer twice the L2 size before each timed call, so no op "
-                             "reads its inputs from cache (GPU only)")
+    timing.add_argument("--flush-l2", action=argparse.BooleanOptionalAction, default=None,
+                        help=f"zero a buffer of twice the device's last-level cache (at least "
+                             f"{runner.FLUSH_FLOOR_BYTES // runner.MIB} MiB) before each timed "
+                             f"call, outside its interval, so no op reads its inputs from "
+                             f"cache; --no-flush-l2 keeps caches warm and marks the rows that "
+                             f"fit in them (default: on for GPUs, off on the CPU)")
+    timing.add_argument("--queued-delay-ms", type=finite_float(0, MAX_QUEUED_DELAY_MS,
+                                                               low_inclusive=True),
+                        default=runner.DEFAULT_QUEUED_DELAY_MS,
+                        help=f"with --no-flush-l2 on a GPU: spin this long on the device before "
+                             f"each timed call, so the call is queued before its start event "
+                             f"fires and host dispatch stays out of the interval (the flush "
+                             f"does this when on); 0 turns it off (default: "
+                             f"{runner.DEFAULT_QUEUED_DELAY_MS:g}, at most "
+                             f"{MAX_QUEUED_DELAY_MS:g})")
     timing.add_argument("--enable-profiling", action="store_true",
                         help="after timing, profile a few calls with torch.profiler and print "
                              "its table")
@@ -144,9 +162,20 @@ def requests_from_args(args: argparse.Namespace) -> list[runner.CaseRequest]:
     return [request]
 
 
-def config_from_args(args: argparse.Namespace, device: torch.device) -> runner.RunConfig:
+def flush_wanted(args: argparse.Namespace, device: torch.device) -> bool:
+    """On by default on GPUs. Off on the CPU: torch reports no CPU cache size to size a buffer
+    from, zeroing hundreds of MiB before every call would make a list run many times longer,
+    and a CPU call runs synchronously, so there is no queue for the flush to fill."""
+    if not device_layer.is_gpu(device):
+        return False
+    return True if args.flush_l2 is None else args.flush_l2
+
+
+def config_from_args(args: argparse.Namespace, device: torch.device,
+                     timing: runner.TimingPlan) -> runner.RunConfig:
     return runner.RunConfig(device=device, dtype_name=args.dtype, num_iters=args.num_iters,
-                            num_warmup_iters=args.num_warmup_iters, flush_l2=args.flush_l2,
+                            num_warmup_iters=args.num_warmup_iters, flush_l2=timing.flushes,
+                            cache_bytes=timing.cache.size_bytes,
                             enable_profiling=args.enable_profiling,
                             append_dtype=args.append_dtype, peak_tflops=args.peak_tflops,
                             peak_gbs=args.peak_gbs)
@@ -160,7 +189,7 @@ def device_name(device: torch.device) -> str:
     return device_layer.device_name(device) if device_layer.is_gpu(device) else "cpu"
 
 
-def run_info(config: runner.RunConfig, peaks: runner.Peaks, flush_bytes: int | None) -> dict:
+def run_info(config: runner.RunConfig, peaks: runner.Peaks, timing: runner.TimingPlan) -> dict:
     return {
         "tool": "TorchTensorOpsBench", "version": __version__,
         "command": sys.argv, "time": datetime.datetime.now().astimezone().isoformat(),
@@ -168,22 +197,27 @@ def run_info(config: runner.RunConfig, peaks: runner.Peaks, flush_bytes: int | N
         "device": str(config.device), "device_name": device_name(config.device),
         "clock": clock_name(config.device), "dtype": config.dtype_name,
         "num_iters": config.num_iters, "num_warmup_iters": config.num_warmup_iters,
-        "l2_flush_bytes": flush_bytes, "peak_source": peaks.describe(device_name(config.device)),
+        **timing.info(),                    # l2_flush_bytes (as before) and the added keys
+        "peak_source": peaks.describe(device_name(config.device)),
         "peak_gbs": peaks.gbs(), "bytes_convention": report.BYTES_NOTE,
     }
 
 
 def print_header(config: runner.RunConfig, peaks: runner.Peaks, count: int,
-                 flush_bytes: int | None) -> None:
+                 timing: runner.TimingPlan, flush_asked: bool | None) -> None:
     name = device_name(config.device)
-    flush = f"L2 flush {flush_bytes / 2**20:.0f} MiB" if flush_bytes else "no L2 flush"
+    flush = (f"L2 flush {timing.flusher.bytes / runner.MIB:.0f} MiB" if timing.flusher
+             else "no L2 flush")
     print(f"TorchTensorOpsBench: {count} op(s), dtype {config.dtype_name}, "
           f"device {config.device} ({name})")
     print(f"timing: {clock_name(config.device)}, {config.num_warmup_iters} warm-up calls apart, "
-          f"median of {config.num_iters} calls each timed alone, {flush}")
+          f"median of {config.num_iters} calls, {timing.calls_per_interval} call per timed "
+          f"interval, {flush}")
+    for line in timing.describe():
+        print(line)
     print(f"peak: {peaks.describe(name)}")
     print(report.BYTES_NOTE)
-    if config.flush_l2 and not device_layer.is_gpu(config.device):
+    if flush_asked and not device_layer.is_gpu(config.device):
         print("note: --flush-l2 has no effect on the CPU")
     if device_layer.free_memory_bytes(config.device) is None:
         print("note: free memory unknown (no /proc/meminfo); shapes are not checked against it")
@@ -199,19 +233,19 @@ def run(args: argparse.Namespace) -> int:
     if notice:
         print(notice)
     requests = requests_from_args(args)
-    config = config_from_args(args, device)
+    # The flush buffer is allocated (and the spin calibrated) before the first op's memory check.
+    timing = runner.TimingPlan.build(device, flush_wanted(args, device), args.queued_delay_ms)
+    config = config_from_args(args, device, timing)
     peaks = runner.Peaks(flops.peak_for_device(device), args.peak_tflops, args.peak_gbs)
-    flusher = (runner.CacheFlusher(device) if config.flush_l2 and device_layer.is_gpu(device)
-               else None)
-    print_header(config, peaks, len(requests), flusher.bytes if flusher else None)
+    print_header(config, peaks, len(requests), timing, args.flush_l2)
 
     printer = report.TablePrinter(runner.preview_labels(requests, config), config.dtype_name)
     printer.header()
-    outcome = runner.run_requests(requests, config, peaks, printer, between=flusher)
+    outcome = runner.run_requests(requests, config, peaks, printer, between=timing)
     print()
     for line in report.summary_lines(outcome.results):
         print(line)
-    info = run_info(config, peaks, flusher.bytes if flusher else None)
+    info = run_info(config, peaks, timing)
     if args.output_json:
         report.write_json(args.output_json, info, outcome.results)
     if args.output_csv:

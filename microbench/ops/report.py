@@ -20,6 +20,8 @@ from ..report import writing
 from ..timing import NOISY_CV_THRESHOLD, Measurement
 
 BYTES_NOTE = "bytes moved = each input read once + output written once; FLOPs from the shapes"
+CACHE_FLAG = "cache"
+ABOVE_PEAK_FLAG = ">peak"
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,8 @@ class OpResult:
     peak_value: float | None = None  # GB/s or TFLOP/s
     pct_of_peak: float | None = None
     profile: str = ""  # torch.profiler's table with --enable-profiling (console only)
+    working_set_bytes: int | None = None  # distinct bytes of inputs and output
+    cache_resident: bool | None = None    # fits in the last-level cache, not flushed; None: unknown
 
     @classmethod
     def for_case(cls, op: str, op_type: str, shapes: str, dtype: str, roof: str,
@@ -69,6 +73,26 @@ class OpResult:
     def with_profile(self, profile: str) -> "OpResult":
         return dataclasses.replace(self, profile=profile)
 
+    def with_cache(self, working_set_bytes: int, cache_resident: bool | None) -> "OpResult":
+        return dataclasses.replace(self, working_set_bytes=working_set_bytes,
+                                   cache_resident=cache_resident)
+
+    @property
+    def above_peak(self) -> bool | None:
+        """More than the datasheet allows: the data came from a cache, or the peak is wrong
+        for this device. None without a peak."""
+        return None if self.pct_of_peak is None else self.pct_of_peak > 100.0
+
+    @property
+    def flags(self) -> tuple[str, ...]:
+        """Short marks for the table (explained under it by :func:`summary_lines`)."""
+        marks = []
+        if self.cache_resident:
+            marks.append(CACHE_FLAG)
+        if self.above_peak:
+            marks.append(ABOVE_PEAK_FLAG)
+        return tuple(marks)
+
     def as_dict(self, with_samples: bool = True) -> dict:
         """Flat fields (the CSV row); JSON adds the raw samples."""
         stats = self.measurement.stats() if self.measurement else {}
@@ -83,6 +107,9 @@ class OpResult:
             "gbs": self.gbs, "tflops": self.tflops, "roof": self.roof,
             "peak": self.peak_value, "peak_unit": _peak_unit(self.peak_label),
             "peak_precision": self.peak_label, "pct_of_peak": self.pct_of_peak,
+            # Added keys (after the original ones, so older readers of the CSV keep working).
+            "working_set_bytes": self.working_set_bytes, "cache_resident": self.cache_resident,
+            "above_peak": self.above_peak, "flags": " ".join(self.flags),
         }
         if with_samples:
             row["samples_ms"] = list(self.measurement.samples_ms) if self.measurement else []
@@ -122,17 +149,19 @@ def _format_pct(row: OpResult) -> str:
     return f"{row.pct_of_peak:.1f} ({row.peak_label})"
 
 
-HEADINGS = ("op", "shapes", "dtype", "median ms", "cv %", "GB/s", "TFLOP/s", "% of peak")
+HEADINGS = ("op", "shapes", "dtype", "median ms", "cv %", "GB/s", "TFLOP/s", "% of peak",
+            "flags")
 _RIGHT_ALIGNED = {"median ms", "cv %", "GB/s", "TFLOP/s", "% of peak"}
 # "% of peak" holds e.g. "71.3 (fp32_matrix)".
-_MIN_WIDTHS = {"median ms": 10, "cv %": 6, "GB/s": 9, "TFLOP/s": 9, "% of peak": 18}
+_MIN_WIDTHS = {"median ms": 10, "cv %": 6, "GB/s": 9, "TFLOP/s": 9, "% of peak": 18,
+               "flags": len(f"{CACHE_FLAG} {ABOVE_PEAK_FLAG}")}
 
 
 def row_cells(row: OpResult) -> tuple[str, ...]:
     measurement = row.measurement
     return (row.op, row.shapes, row.dtype, _format_ms(measurement.median),
             _format_cv(measurement), _format_rate(row.gbs), _format_rate(row.tflops),
-            _format_pct(row))
+            _format_pct(row), " ".join(row.flags))
 
 
 class TablePrinter:
@@ -178,9 +207,18 @@ def summary_lines(results: Sequence[OpResult]) -> list[str]:
     noun = "op" if len(results) == 1 else "ops"
     lines = [f"{len(results)} {noun}: {counts['ok']} measured, {counts['skipped']} skipped, "
              f"{counts['failed']} failed"]
-    if any(row.measurement is not None and row.measurement.is_noisy for row in results):
+    measured = [row for row in results if row.status == "ok"]
+    if any(row.measurement is not None and row.measurement.is_noisy for row in measured):
         lines.append(f"* CV above {NOISY_CV_THRESHOLD:.0%}: noisy; rerun with more "
                      f"--num-iters or on an idle device")
+    if any(row.cache_resident for row in measured):
+        lines.append(f"{CACHE_FLAG}: the working set (inputs + output) fits in the device's "
+                     f"last-level cache and nothing flushed it between calls: the rate is the "
+                     f"cache's, not the memory's (drop --no-flush-l2 to measure the memory)")
+    if any(row.above_peak for row in measured):
+        lines.append(f"{ABOVE_PEAK_FLAG}: above 100% of the datasheet peak: the data came from "
+                     f"a cache, or the table's peak does not fit this device (--peak-gbs, "
+                     f"--peak-tflops); not an efficiency")
     return lines
 
 

@@ -6,10 +6,22 @@ One case is measured as follows (docs/architecture.md, "Measurement rules"):
 2. if the allocation would not fit in free memory the case is skipped with a line saying so;
 3. inputs are allocated, the op is called ``num_warmup_iters`` times and the device drained;
 4. ``num_iters`` calls are timed one by one with device events (``microbench.timing.time_calls``),
-   optionally zeroing a buffer larger than the L2 cache before each call, outside its interval;
+   one call per interval. Before each call, outside its interval, a :class:`TimingPlan` queues
+   work on the GPU: the cache flush (on by default on GPUs), or without it a calibrated spin.
+   Either keeps the GPU busy while the host dispatches the call, so the start event fires after
+   the call is queued and a microsecond op is not timed with its microseconds of host dispatch;
 5. median time -> achieved GB/s and TFLOP/s -> share of the device's dense peak for the op's roof;
+   a row whose working set fits in the device's last-level cache while the flush is off is marked
+   cache-resident, and any share above 100% is marked too;
 6. with ``--enable-profiling`` a few more calls run under torch.profiler, after the timed calls;
    its table travels with the row and prints after it.
+
+Why one call per interval with queued work in front, and not K calls between one pair of events:
+K back-to-back calls find their inputs in the cache the previous call left (a flush between them
+would be inside the interval), and when the host dispatches slower than the GPU runs them, the K
+calls are still timed at the host's pace. Measured with this tool on an H100 (PyTorch 2.11,
+add of 1024 fp32 elements, median of 200 calls): 10.3 us per call with nothing queued in front,
+4.0 us behind the spin and 4.3 us behind the flush; host dispatch is 7-9 us per call there.
 
 Errors are data in a list run: a bad shape, a dtype the op does not support on the device, or an
 out-of-memory becomes a failed row and the run goes on.
@@ -34,11 +46,22 @@ MIB = 1 << 20
 # attention kernels) and allocator rounding.
 MEMORY_HEADROOM_FRACTION = 0.05
 MEMORY_HEADROOM_BYTES = 256 * MIB
-# Flush buffer when the device does not report its L2 size.
-DEFAULT_FLUSH_BYTES = 256 * MIB
-# MI300-series parts put a 256 MB Infinity Cache behind L2 that L2_cache_size does not report;
-# on ROCm the flush buffer is at least twice that.
-ROCM_MIN_FLUSH_BYTES = 512 * MIB
+# The flush buffer: twice the last-level cache, and never less than this floor, which covers a
+# cache that the device does not report (MI300's 256 MB Infinity Cache, twice over). Zeroing
+# 512 MiB takes 0.17 ms on an H100 (measured), untimed.
+FLUSH_FLOOR_BYTES = 512 * MIB
+# Memory-side caches behind L2 that torch's L2_cache_size leaves out, by AMD gfx target (the
+# part of gcnArchName before ':'). AMD CDNA 3 white paper: MI300X, MI300A and MI325X (gfx942)
+# have a 256 MB AMD Infinity Cache; AMD CDNA 4 white paper: MI350X and MI355X (gfx950) keep it.
+INFINITY_CACHE_BYTES = {"gfx942": 256 * MIB, "gfx950": 256 * MIB}
+# Without the flush, a spin of this long is queued before each timed call: far above the host
+# dispatch of one eager op (7-9 us on the H100 host we measured), so the call is queued before
+# its start event fires. The host then runs ahead of the GPU and the margin grows.
+DEFAULT_QUEUED_DELAY_MS = 0.5
+# Cycles of torch.cuda._sleep timed once to convert the delay into cycles: the counter runs at
+# the shader clock on NVIDIA (1e6 cycles = 0.51 ms on an H100) and may run at a fixed clock on
+# AMD, so it is measured rather than assumed.
+SPIN_PROBE_CYCLES = 1_000_000
 PROFILED_CALLS = 5
 
 
@@ -68,7 +91,8 @@ class RunConfig:
     dtype_name: str
     num_iters: int
     num_warmup_iters: int
-    flush_l2: bool = False
+    flush_l2: bool = False            # the cache is flushed before each timed call
+    cache_bytes: int | None = None    # the device's last-level cache; None: unknown (CPU)
     enable_profiling: bool = False
     append_dtype: bool = False
     peak_tflops: float | None = None
@@ -222,22 +246,187 @@ def memory_needed_bytes(cost: ops.OpCost) -> int:
     return int(cost.bytes_allocated * (1 + MEMORY_HEADROOM_FRACTION)) + MEMORY_HEADROOM_BYTES
 
 
-def flush_buffer_bytes(device: torch.device) -> int:
-    """Twice the L2 size where the device reports it (so no line of the op's data survives)."""
-    l2_bytes = device_layer.cache_bytes(device)
-    size = 2 * l2_bytes if l2_bytes else DEFAULT_FLUSH_BYTES
-    return max(size, ROCM_MIN_FLUSH_BYTES) if torch.version.hip else size
+@dataclass(frozen=True)
+class CacheInfo:
+    """The device's last-level cache as far as torch tells (plus what it is known to leave out);
+    ``size_bytes`` None when unknown."""
+
+    size_bytes: int | None
+    source: str
+
+    def describe(self) -> str:
+        if self.size_bytes is None:
+            return self.source
+        return f"{self.size_bytes / MIB:.0f} MiB ({self.source})"
+
+
+def device_cache(device: torch.device, properties=None, hip: str | None = None) -> CacheInfo:
+    """The last-level cache of ``device``. ``properties`` and ``hip`` default to torch's device
+    properties and ``torch.version.hip`` (tests pass fakes)."""
+    if not device_layer.is_gpu(device):
+        return CacheInfo(None, "unknown: torch does not report CPU caches")
+    if properties is None:
+        properties = torch.cuda.get_device_properties(device)
+    if hip is None:
+        hip = torch.version.hip
+    l2_bytes = getattr(properties, "L2_cache_size", 0) or 0
+    if hip:
+        target = str(getattr(properties, "gcnArchName", "")).split(":")[0]
+        infinity = INFINITY_CACHE_BYTES.get(target)
+        if infinity is not None and infinity > l2_bytes:
+            return CacheInfo(infinity, f"{target} Infinity Cache, behind an L2 of "
+                                       f"{l2_bytes / MIB:.0f} MiB")
+    if not l2_bytes:
+        return CacheInfo(None, "unknown: the device reports no L2 size")
+    return CacheInfo(l2_bytes, "L2_cache_size")
+
+
+def flush_buffer_bytes(cache: CacheInfo) -> int:
+    """Twice the last-level cache (so no line of the op's data survives), at least the floor."""
+    return max(2 * (cache.size_bytes or 0), FLUSH_FLOOR_BYTES)
+
+
+def cache_resident(working_set_bytes: int, cache_bytes: int | None,
+                   flushed: bool) -> bool | None:
+    """Whether a call can find all its data in the cache: its working set fits and nothing
+    evicted it since the previous call. None when the cache size is unknown."""
+    if flushed:
+        return False
+    if cache_bytes is None:
+        return None
+    return working_set_bytes <= cache_bytes
 
 
 class CacheFlusher:
-    """Zeroes a buffer larger than the GPU's last-level cache; called between timed calls."""
+    """Zeroes a buffer larger than the GPU's last-level cache; called before each timed call."""
 
-    def __init__(self, device: torch.device):
-        self.bytes = flush_buffer_bytes(device)
-        self._buffer = torch.empty(self.bytes, dtype=torch.uint8, device=device)
+    def __init__(self, device: torch.device, size_bytes: int):
+        self.bytes = size_bytes
+        self._buffer = torch.empty(size_bytes, dtype=torch.uint8, device=device)
 
     def __call__(self) -> None:
         self._buffer.zero_()
+
+
+class QueuedDelay:
+    """A spin on the GPU (``torch.cuda._sleep``, CUDA and HIP builds) queued before a timed call
+    so that its start event fires on a busy GPU, after the call itself has been queued."""
+
+    method = "torch.cuda._sleep"
+
+    def __init__(self, sleep: Callable[[int], object], cycles: int, target_ms: float):
+        self._sleep, self.cycles, self.target_ms = sleep, cycles, target_ms
+
+    @classmethod
+    def calibrate(cls, device: torch.device, target_ms: float,
+                  sleep: Callable[[int], object] | None = None,
+                  measure_ms: Callable[[Callable[[], object]], float] | None = None
+                  ) -> "QueuedDelay | None":
+        """Convert ``target_ms`` into spin cycles by timing a probe spin; None where no spin is
+        available (a torch without ``torch.cuda._sleep``) or the probe cannot be timed."""
+        if sleep is None:
+            sleep = getattr(torch.cuda, "_sleep", None)
+        if sleep is None or target_ms <= 0:
+            return None
+        if measure_ms is None:
+            def measure_ms(call):
+                return time_calls(call, 3, device).median
+
+        sleep(SPIN_PROBE_CYCLES)                 # the first launch loads the kernel
+        probe_ms = measure_ms(lambda: sleep(SPIN_PROBE_CYCLES))
+        if not (probe_ms > 0 and math.isfinite(probe_ms)):
+            return None
+        return cls(sleep, max(1, math.ceil(SPIN_PROBE_CYCLES * target_ms / probe_ms)), target_ms)
+
+    def __call__(self) -> None:
+        self._sleep(self.cycles)
+
+
+@dataclass
+class TimingPlan:
+    """What runs before each timed call, outside its interval: the flush, or else the spin.
+
+    The flush is queued work too (0.17 ms for 512 MiB on an H100, against 7-9 us of host
+    dispatch per call), so with it no spin is added. Called as ``time_calls``'s ``between``.
+    """
+
+    device: torch.device
+    cache: CacheInfo
+    flusher: CacheFlusher | None = None
+    delay: QueuedDelay | None = None
+    no_delay_reason: str = ""          # why nothing is queued without the flush
+    calls_per_interval: int = 1
+
+    @classmethod
+    def build(cls, device: torch.device, flush: bool,
+              queued_delay_ms: float = DEFAULT_QUEUED_DELAY_MS,
+              cache: CacheInfo | None = None) -> "TimingPlan":
+        cache = cache or device_cache(device)
+        if not device_layer.is_gpu(device):
+            return cls(device, cache)
+        if flush:
+            return cls(device, cache, flusher=CacheFlusher(device, flush_buffer_bytes(cache)))
+        if queued_delay_ms <= 0:
+            return cls(device, cache, no_delay_reason="--queued-delay-ms 0")
+        if not hasattr(torch.cuda, "_sleep"):
+            return cls(device, cache,
+                       no_delay_reason="torch.cuda._sleep is missing in this PyTorch")
+        delay = QueuedDelay.calibrate(device, queued_delay_ms)
+        return cls(device, cache, delay=delay,
+                   no_delay_reason="" if delay else "the spin could not be timed")
+
+    @property
+    def flushes(self) -> bool:
+        return self.flusher is not None
+
+    @property
+    def dispatch_hidden(self) -> bool | None:
+        """Whether work is queued ahead of each start event; None on the CPU, where a call runs
+        synchronously and its dispatch is part of its time."""
+        if not device_layer.is_gpu(self.device):
+            return None
+        return self.flusher is not None or self.delay is not None
+
+    def __call__(self) -> None:
+        if self.flusher is not None:
+            self.flusher()
+        if self.delay is not None:
+            self.delay()
+
+    def describe(self) -> list[str]:
+        """Lines for the console header: what precedes each call, and the cache."""
+        if not device_layer.is_gpu(self.device):
+            return ["before each call: nothing (on the CPU a call runs synchronously; its "
+                    "dispatch is part of its time)",
+                    f"cache: {self.cache.describe()}; no flush on the CPU, rows not marked"]
+        cache = f"cache: {self.cache.describe()}"
+        if self.flusher is not None:
+            return [f"before each call: L2 flush of {self.flusher.bytes / MIB:.0f} MiB (2x the "
+                    f"cache, at least {FLUSH_FLOOR_BYTES / MIB:.0f} MiB), outside the interval; "
+                    f"it keeps the GPU busy while the call is dispatched, so dispatch is not "
+                    f"timed", cache]
+        if self.delay is not None:
+            first = (f"before each call: no flush (--no-flush-l2); a {self.delay.target_ms:g} ms "
+                     f"spin ({self.delay.method}, {self.delay.cycles} cycles) keeps the GPU "
+                     f"busy while the call is dispatched, so dispatch is not timed")
+        else:
+            first = (f"before each call: no flush (--no-flush-l2) and nothing queued "
+                     f"({self.no_delay_reason}): a call shorter than its host dispatch is "
+                     f"timed with it")
+        return [first, f"{cache}; rows whose working set fits are marked cache-resident"]
+
+    def info(self) -> dict:
+        """Keys of the JSON run block."""
+        return {
+            "flush_l2": self.flushes,
+            "l2_flush_bytes": self.flusher.bytes if self.flusher else None,
+            "cache_bytes": self.cache.size_bytes, "cache_source": self.cache.source,
+            "calls_per_interval": self.calls_per_interval,
+            "queued_delay_ms": self.delay.target_ms if self.delay else None,
+            "queued_delay_cycles": self.delay.cycles if self.delay else None,
+            "queued_delay_method": self.delay.method if self.delay else None,
+            "dispatch_outside_interval": self.dispatch_hidden,
+        }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -282,6 +471,9 @@ def measure_case(case: OpCase, config: RunConfig, peaks: Peaks,
                           case.inplace)
     row = OpResult.for_case(case.label, case.spec.op_type, case.shapes_text, config.dtype_name,
                             case.spec.roof, cost.bytes_moved, cost.flops)
+    working_set = ops.working_set_bytes(cost, case.inplace)
+    row = row.with_cache(working_set, cache_resident(working_set, config.cache_bytes,
+                                                     config.flush_l2))
     needed, available = memory_needed_bytes(cost), device_layer.free_memory_bytes(config.device)
     if available is not None and needed > available:
         return row.skipped(f"needs {_gigabytes(needed)}, {_gigabytes(available)} free "
