@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Data-parallel scaling of the fast path: resnet50 training at 128 images per GPU with
-# --preset fast on one GPU, then three consecutive two-GPU runs under torchrun against it, and one
-# two-GPU run of plain --amp --nhwc for comparison. Compilation is paid by the first run of each
-# shape; inductor's caches serve the rest.
+# --preset fast (CUDA graphs) on one GPU, then three consecutive two-GPU runs under torchrun
+# against it, then one two-GPU run with larger DDP buckets. Compilation is paid by the first
+# run of each shape; inductor's caches serve the rest.
 # Usage: bash benchmarks/fast_scaling.sh OUTPUT_DIR   (EXTRA="..." is appended to every command)
 set -uo pipefail
 out=${1:?usage: $0 OUTPUT_DIR}
@@ -10,36 +10,24 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 python=${PYTHON:-python3}
 extra=(${EXTRA:-})
 tool="$here/micro_benchmarking_pytorch.py"
-common=(--network resnet50 --iterations 50 --warmup 10 --quiet)
+common=(--network resnet50 --iterations 50 --warmup 10 --quiet --preset fast)
 mkdir -p "$out"
 
-# Under DDP the preset compiles in the default mode; the one-GPU baseline runs the same settings
-# (--scaling-baseline refuses another compile setting).
-echo "== 1 GPU, --preset fast --compile-mode default"
-"$python" "$tool" "${common[@]}" --preset fast --compile-mode default --batch-size 128 \
-    --output-dir "$out/one" --output-file fast "${extra[@]}" > "$out/one.log" 2>&1 \
-    || { echo failed; tail -5 "$out/one.log"; }
+echo "== 1 GPU, --preset fast"
+"$python" "$tool" "${common[@]}" --batch-size 128 --output-dir "$out/one" --output-file fast \
+    "${extra[@]}" > "$out/one.log" 2>&1 || { echo failed; tail -5 "$out/one.log"; }
 for run in 1 2 3; do
   echo "== 2 GPUs, --preset fast, run $run"
-  "$python" -m torch.distributed.run --nproc-per-node 2 "$tool" "${common[@]}" --preset fast \
+  "$python" -m torch.distributed.run --nproc-per-node 2 "$tool" "${common[@]}" \
       --batch-size 256 --scaling-baseline "$out/one/fast.json" --output-dir "$out/two_$run" \
       --output-file fast "${extra[@]}" > "$out/two_$run.log" 2>&1 \
       || { echo failed; tail -5 "$out/two_$run.log"; }
 done
-echo "== 1 and 2 GPUs, --preset fast --compile-mode reduce-overhead (CUDA graphs under DDP)"
-"$python" "$tool" "${common[@]}" --preset fast --compile-mode reduce-overhead --batch-size 128 \
-    --output-dir "$out/one_graphs" --output-file graphs "${extra[@]}" > "$out/one_graphs.log" 2>&1 \
-    || echo failed
-"$python" -m torch.distributed.run --nproc-per-node 2 "$tool" "${common[@]}" --preset fast \
-    --compile-mode reduce-overhead --batch-size 256 --scaling-baseline "$out/one_graphs/graphs.json" \
-    --output-dir "$out/two_graphs" --output-file graphs "${extra[@]}" > "$out/two_graphs.log" 2>&1 \
-    || { echo failed; tail -5 "$out/two_graphs.log"; }
-echo "== 1 and 2 GPUs, --amp --nhwc (this tool's older best flags)"
-"$python" "$tool" "${common[@]}" --amp --nhwc --batch-size 128 --output-dir "$out/one_amp" \
-    --output-file amp "${extra[@]}" > "$out/one_amp.log" 2>&1 || echo failed
-"$python" -m torch.distributed.run --nproc-per-node 2 "$tool" "${common[@]}" --amp --nhwc \
-    --batch-size 256 --scaling-baseline "$out/one_amp/amp.json" --output-dir "$out/two_amp" \
-    --output-file amp "${extra[@]}" > "$out/two_amp.log" 2>&1 || echo failed
+echo "== 2 GPUs, --preset fast --ddp-bucket-cap-mb 100"
+"$python" -m torch.distributed.run --nproc-per-node 2 "$tool" "${common[@]}" --batch-size 256 \
+    --ddp-bucket-cap-mb 100 --scaling-baseline "$out/one/fast.json" --output-dir "$out/two_b100" \
+    --output-file fast "${extra[@]}" > "$out/two_b100.log" 2>&1 \
+    || { echo failed; tail -5 "$out/two_b100.log"; }
 
 "$python" - "$out" <<'PY'
 import json, pathlib, sys
