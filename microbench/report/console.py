@@ -188,13 +188,14 @@ def _headline_spread(summary: Summary) -> str:
 
 
 def _where(summary: Summary) -> str:
-    device = summary.spec.device
-    name = summary.env.get("device_name", "")
-    what = "the CPU" if device.type == "cpu" else device.type.upper()
-    if summary.world_size > 1:
-        what = f"{summary.world_size} x {what}"
-    return f"{what} ({name}), {summary.spec.precision.label}" if name else \
-        f"{what}, {summary.spec.precision.label}"
+    """``NVIDIA H200``, ``2 x NVIDIA H200``, ``the CPU (Intel Xeon ...)``, and the precision."""
+    name = summary.env.get("device_name") or summary.spec.device.type.upper()
+    if summary.spec.device.type == "cpu":
+        ranks = f"{summary.world_size} processes on " if summary.world_size > 1 else ""
+        what = f"{ranks}the CPU ({name})"
+    else:
+        what = f"{summary.world_size} x {name}" if summary.world_size > 1 else name
+    return f"{what}, {summary.spec.precision.label}"
 
 
 def _memory(summary: Summary) -> str:
