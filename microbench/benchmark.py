@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -162,7 +163,7 @@ def measure(config, work, device: torch.device, is_main: bool,
 
 
 def profiled_passes(config, work: workload_mod.Workload, device: torch.device,
-                    is_main: bool, rank: int, world_size: int) -> list[str]:
+                    is_main: bool, rank: int, world_size: int, stem: str = "") -> list[str]:
     """Profiler passes after the timed one, on every rank; reports to print on rank 0."""
     reports = []
     if config.autograd_profiler:
@@ -172,7 +173,7 @@ def profiled_passes(config, work: workload_mod.Workload, device: torch.device,
         output = profilers.trace_output(config)
         files, table = profilers.kineto_pass(
             work.step, device, profilers.KinetoSchedule(*config.profiler_schedule), output,
-            rank, world_size)
+            rank, world_size, stem)
         where = ", ".join(files) + (f" (and the other {world_size - 1} ranks' files beside it)"
                                     if world_size > 1 else "")
         reports.append(f"Kineto profile of a separate pass (schedule wait/warmup/active = "
@@ -237,7 +238,7 @@ def run(spec: RunSpec, on_phase: Callable[[str], None] = lambda message: None,
         allocated, reserved = device_layer.peak_memory_mb(device)
         with noise.captured():                     # Kineto's tracepoints and probes
             reports = profiled_passes(config, work, device, launch.is_main, launch.rank,
-                                      launch.world_size)
+                                      launch.world_size, trace_stem(spec))
         if timed.deepspeed_profile:
             reports.insert(0, timed.deepspeed_profile)
     except Exception as error:                       # noqa: BLE001 (re-raised unless expected)
@@ -250,6 +251,13 @@ def run(spec: RunSpec, on_phase: Callable[[str], None] = lambda message: None,
                          peak_reserved_mb=reserved, parameters=work.parameters,
                          flops_per_iteration=work.flops_per_iteration, profile_reports=reports,
                          phases=timed.phases, generation=timed.generation, telemetry=report)
+
+
+def trace_stem(spec: RunSpec) -> str:
+    """Traces are named after the run's result (its model and mode with --no-files)."""
+    if spec.json_path is not None:
+        return os.path.basename(spec.json_path).removesuffix(".json")
+    return f"{spec.model.name.replace(':', '-')}_{spec.config.mode}"
 
 
 def items_timed(spec: RunSpec, iterations: int) -> int:

@@ -9,6 +9,7 @@ fails. The searches are pure functions, tested against fake memory limits.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -20,8 +21,10 @@ class SearchResult:
     tries: list[tuple[int, bool]] = field(default_factory=list)
 
 
-def find_max_batch(fits: Callable[[int], bool], start: int = 1,
-                   limit: int = 65536) -> SearchResult:
+def find_max_batch(fits: Callable[[int], bool], start: int = 1, limit: int = 65536,
+                   granularity: int = 1) -> SearchResult:
+    """Double from ``start`` until a try fails (or ``limit`` fits), then bisect on multiples of
+    ``granularity``: the answer is a multiple of it, or a batch of the doubling below it."""
     tries: list[tuple[int, bool]] = []
 
     def attempt(batch: int) -> bool:
@@ -39,8 +42,10 @@ def find_max_batch(fits: Callable[[int], bool], start: int = 1,
             return SearchResult(good, True, tries)
         batch = min(batch * 2, limit)
     # Bisect between the largest fit (0 when even the first try failed) and the first failure.
-    while bad - good > 1:
-        middle = (good + bad) // 2
+    while True:
+        middle = (good + bad) // 2 // granularity * granularity
+        if middle <= good:
+            break
         if attempt(middle):
             good = middle
         else:
@@ -49,7 +54,8 @@ def find_max_batch(fits: Callable[[int], bool], start: int = 1,
 
 
 def largest_that_runs(fits: Callable[[int], bool], run: Callable[[int], object | None],
-                      start: int = 1, limit: int = 65536) -> tuple[SearchResult, object | None]:
+                      start: int = 1, limit: int = 65536,
+                      granularity: int = 1) -> tuple[SearchResult, object | None]:
     """Search with ``fits``, then confirm with ``run`` (None: out of memory). A batch that passes
     the probe but not the run is marked as failing and the search repeats below it; tries are
     remembered, so the repeat costs only new probes."""
@@ -61,7 +67,7 @@ def largest_that_runs(fits: Callable[[int], bool], run: Callable[[int], object |
         return known[batch]
 
     while True:
-        found = find_max_batch(remembered, start, limit)
+        found = find_max_batch(remembered, min(start, limit), limit, granularity)
         if found.largest == 0:
             return found, None
         outcome = run(found.largest)
@@ -98,6 +104,54 @@ def batch_fits(spec, batch: int, warmup_steps: int = 2) -> bool:
         device_layer.empty_cache(probe.device)
 
 
+class HostMemory:
+    """The process's peak resident memory on Linux: reset by writing 5 to /proc/self/clear_refs,
+    read as VmHWM from /proc/self/status (proc(5)). The CPU search's memory limit."""
+
+    def __init__(self, proc: str = "/proc/self"):
+        self.proc = proc
+
+    def available(self) -> bool:
+        return os.access(os.path.join(self.proc, "clear_refs"), os.W_OK) and \
+            os.path.exists(os.path.join(self.proc, "status"))
+
+    def reset_peak(self) -> None:
+        with open(os.path.join(self.proc, "clear_refs"), "w") as stream:
+            stream.write("5")
+
+    def peak_bytes(self) -> int:
+        with open(os.path.join(self.proc, "status")) as stream:
+            for line in stream:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024            # kB
+        raise OSError("no VmHWM line in /proc/self/status")
+
+
+def within_host_budget(probe: Callable[[int], bool], budget_bytes: float,
+                       memory: HostMemory) -> Callable[[int], bool]:
+    """``probe`` on the CPU, failing a batch whose peak resident memory passed the budget."""
+    def fits(batch: int) -> bool:
+        memory.reset_peak()
+        return probe(batch) and memory.peak_bytes() <= budget_bytes
+    return fits
+
+
+def host_budget_problem(budget_gb: float | None, memory: HostMemory,
+                        total_bytes: float | None) -> str | None:
+    """Why the largest-batch search cannot run on the CPU as asked, or None."""
+    if budget_gb is None:
+        return ("--find-max-batch on the CPU grows the batch in host memory until the machine "
+                "swaps or the kernel kills the process: bound it with --memory-budget-gb GB "
+                "(the process's peak resident memory)")
+    if not memory.available():
+        return ("--find-max-batch on the CPU reads the process's peak memory from "
+                "/proc/self (Linux); it is not available here")
+    if total_bytes is not None and budget_gb * 1e9 > total_bytes:
+        return (f"--memory-budget-gb {budget_gb:g} is more than this machine's "
+                f"{total_bytes / 1e9:.1f} GB of memory")
+    return None
+
+
 def apply_memory_budget(device, budget_gb: float | None) -> str | None:
     """Cap the caching allocator at ``budget_gb``, as if the GPU were smaller; a note to print."""
     from . import device as device_layer
@@ -105,7 +159,8 @@ def apply_memory_budget(device, budget_gb: float | None) -> str | None:
     if budget_gb is None:
         return None
     if not device_layer.is_gpu(device):
-        return "--memory-budget-gb applies to GPUs only; ignored on the CPU"
+        return (f"memory budget {budget_gb:g} GB of host memory: a batch fits when the "
+                f"process's peak resident memory stays within it")
     fraction = device_layer.cap_memory(device, budget_gb * 1e9)
     total = device_layer.total_memory_bytes(device)
     return (f"memory budget {budget_gb:g} GB ({fraction:.1%} of {total / 1e9:.1f} GB) for the "

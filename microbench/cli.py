@@ -328,10 +328,16 @@ def _add_sweep_args(parser: argparse.ArgumentParser) -> None:
                             "benchmark it")
     group.add_argument("--memory-budget-gb", type=finite_float(0, MAX_MEMORY_GB), default=None,
                        metavar="GB",
-                       help="with --find-max-batch: pretend the GPU has only this much memory")
+                       help="with --find-max-batch: on a GPU, cap PyTorch's allocator as if the "
+                            "GPU had only this much memory; on the CPU (where it is required), "
+                            "the process's peak resident memory")
     group.add_argument("--max-batch-limit", type=bounded_int(1, MAX_BATCH), default=65536,
                        metavar="N",
                        help="with --find-max-batch: stop growing at this batch")
+    group.add_argument("--batch-granularity", type=bounded_int(1, MAX_BATCH), default=8,
+                       metavar="N",
+                       help="with --find-max-batch: stop bisecting at a multiple of N (1: the "
+                            "exact largest batch, at the cost of more probes)")
     group.add_argument("--compare", default=None, metavar="BASELINE.json",
                        help="compare with a result of the same configuration; exit 5 when "
                             "throughput regressed beyond --tolerance")
@@ -365,7 +371,7 @@ def _add_profiler_args(parser: argparse.ArgumentParser) -> None:
                             "from another separate pass")
     group.add_argument("--kineto", action="store_true",
                        help="torch.profiler pass after the timed one; Chrome traces "
-                            "trace<step>.json and an operator table")
+                            "<result>_trace<step>.json and an operator table")
     group.add_argument("--profiler-schedule", type=_schedule, default=(1, 2, 2),
                        metavar="W,U,A", help="--kineto schedule: wait, warmup, active steps")
     group.add_argument("--profiler-output", default=None, metavar="PATH",
@@ -728,6 +734,7 @@ def to_plan(args: argparse.Namespace) -> Plan:
     configs = tuple(_check(replace(base, **change)) for change in _sweep_values(args))
     plan = Plan(configs=configs, find_max_batch=args.find_max_batch,
                 memory_budget_gb=args.memory_budget_gb, max_batch_limit=args.max_batch_limit,
+                batch_granularity=args.batch_granularity,
                 compare=args.compare, tolerance_pct=args.tolerance, plot=args.plot)
     if plan.is_sweep and args.output_file:
         raise UsageError("--output-file names one file, but a sweep writes one result per "

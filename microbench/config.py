@@ -130,6 +130,7 @@ class Plan:
     find_max_batch: bool = False
     memory_budget_gb: float | None = None
     max_batch_limit: int = 65536
+    batch_granularity: int = 8
     compare: str | None = None
     tolerance_pct: float = 5.0
     plot: str | None = None
@@ -261,6 +262,7 @@ def _derive(config: BenchConfig, launch: Launch) -> RunSpec:
                          f"token ids")
     policy = precision_table.lookup(config.precision, config.tf32)
     notes = ([notice] if notice else []) + list(config.notes) + preset_notes
+    notes += _slow_precision_notes(policy, device)
     if device_layer.is_gpu(device):
         policy, tf32_note = precision_table.on_rocm(policy, torch.version.hip,
                                                     model.family != "language", os.environ)
@@ -271,12 +273,26 @@ def _derive(config: BenchConfig, launch: Launch) -> RunSpec:
                      f"rank leaves it out of its statistics")
     json_path = csv_path = None
     if config.write_files:
-        json_path = os.path.join(config.output_dir, _json_name(config, model, policy))
+        json_path = os.path.join(config.output_dir,
+                                 _json_name(config, model, policy, launch.world_size))
         csv_path = config.csv_file or os.path.join(config.output_dir, CSV_NAME)
     return RunSpec(config=config, model=model, precision=policy, launch=launch, device=device,
                    peak=flops.choose_peak(device, policy.peak_key, config.peak_tflops),
                    json_path=json_path, csv_path=csv_path, notes=tuple(notes),
                    generation=_generation_shape(config, model))
+
+
+def _slow_precision_notes(policy: precision_table.Precision, device: torch.device) -> list[str]:
+    """A note when the precision asked for is known to be slow on this device: the CPU runs
+    FP16 12-23x slower than FP32 (no FP16 instructions, so every operation converts)."""
+    half = policy.autocast_dtype or (policy.model_dtype if policy.is_half else None)
+    reason = device_layer.slow_half_reason(device, half) if half is not None else None
+    if reason is None:
+        return []
+    faster = "--precision amp-fp16" if device_layer.is_gpu(device) and \
+        half == torch.bfloat16 else "FP32 (--precision fp32)"
+    return [f"{policy.label} is slow on this device: {reason}, so it runs as conversions and "
+            f"emulation. That is the hardware, not the benchmark; {faster} is faster here"]
 
 
 # Default prompt and generation lengths: up to 128 tokens each, within the model's positions.
@@ -300,10 +316,13 @@ def _generation_shape(config: BenchConfig, model) -> GenerationShape | None:
     return shape
 
 
-def _json_name(config: BenchConfig, model: models.ModelSpec,
-               policy: precision_table.Precision) -> str:
+def _json_name(config: BenchConfig, model, policy: precision_table.Precision,
+               world_size: int) -> str:
     """``--output-file NAME`` gets ``.json`` appended as the older tool did (scripts then read
-    NAME.json); the default is built from what distinguishes one configuration from another."""
+    NAME.json). The default is built from what usually tells configurations apart: model, mode,
+    precision, layout, compile mode, sequence and attention, profilers, the batch and the world
+    size. Settings it leaves out are told apart by report.files.claim_result_path, which never
+    lets one configuration's result replace another's."""
     if config.output_file:
         name = config.output_file
         return name if name.endswith(".json") else name + ".json"
@@ -311,7 +330,15 @@ def _json_name(config: BenchConfig, model: models.ModelSpec,
     if config.nhwc:
         parts.append("nhwc")
     if config.compile:
-        parts.append("compile")
+        mode = config.compile_options.get("mode")
+        parts.append(f"compile-{mode}" if mode else "compile")
+    if getattr(model, "tokens_per_item", None) is not None:
+        parts.append(f"{model.attention}-s{model.seq_len}")
+    parts += [tag for flag, tag in ((config.autograd_profiler, "autograd"),
+                                    (config.kineto, "kineto"),
+                                    (config.flops_prof_step is not None, "flops")) if flag]
     parts.append(f"b{config.batch_size}")
+    if world_size > 1:
+        parts.append(f"w{world_size}")
     return "_".join(parts) + ".json"
 

@@ -201,6 +201,35 @@ def is_out_of_memory(error: BaseException) -> bool:
                                                    for words in _CPU_OUT_OF_MEMORY)
 
 
+# ---------------------------------------------------------------- half precision
+
+def _cpu_has(feature: str) -> bool:
+    probe = getattr(torch.cpu, f"_is_{feature}_supported", None)
+    try:
+        return bool(probe()) if probe is not None else False
+    except RuntimeError:
+        return False
+
+
+def slow_half_reason(device: torch.device, dtype: torch.dtype) -> str | None:
+    """Why FP16 or BF16 arithmetic is slow on ``device`` (no matrix units or vector
+    instructions for it), or None when it is not known to be."""
+    if dtype not in (torch.float16, torch.bfloat16):
+        return None
+    if not is_gpu(device):
+        if dtype == torch.float16 and not _cpu_has("amx_fp16"):
+            return "this CPU has no FP16 matrix instructions (AMX-FP16)"
+        if dtype == torch.bfloat16 and not (_cpu_has("avx512_bf16") or _cpu_has("amx_tile")):
+            return "this CPU has no BF16 instructions (AVX512-BF16 or AMX)"
+        return None
+    if dtype == torch.bfloat16 and not torch.cuda.is_bf16_supported(including_emulation=False):
+        return "this GPU has no BF16 matrix units"
+    if dtype == torch.float16 and not torch.version.hip and \
+            torch.cuda.get_device_capability(device) < (7, 0):
+        return "this GPU has no FP16 tensor cores (compute capability below 7.0)"
+    return None
+
+
 # ---------------------------------------------------------------- what the device is
 
 def device_name(device: torch.device) -> str:

@@ -209,23 +209,25 @@ def prepare_trace_output(config) -> None:
                          f"{output}): directory not writable")
 
 
-def trace_path(output: str, step: int, rank: int, world_size: int) -> str:
-    """``<dir>/trace<step>.json``, or ``<prefix>trace<step>.json``; the rank joins the name
-    when there are several, so ranks never overwrite each other's traces."""
+def trace_path(output: str, step: int, rank: int, world_size: int, stem: str = "") -> str:
+    """``<dir>/<stem>_trace<step>.json`` (the stem is the result's name, so that runs of other
+    configurations never replace each other's traces), or ``<prefix>trace<step>.json`` for a
+    prefix the user chose; the rank joins the name when there are several."""
     suffix = f"_rank{rank}" if world_size > 1 else ""
     name = f"trace{step}{suffix}.json"
     if output.endswith(os.sep) or os.path.isdir(output):
-        return os.path.join(output, name)
+        return os.path.join(output, f"{stem}_{name}" if stem else name)
     return output + name
 
 
 def kineto_pass(step: Callable[[], object], device: torch.device, plan: KinetoSchedule,
-                output: str, rank: int = 0, world_size: int = 1) -> tuple[list[str], str]:
+                output: str, rank: int = 0, world_size: int = 1,
+                stem: str = "") -> tuple[list[str], str]:
     """A scheduled torch.profiler pass; returns the trace files and the operator table."""
     written: list[str] = []
 
     def export(profiler) -> None:
-        path = trace_path(output, profiler.step_num, rank, world_size)
+        path = trace_path(output, profiler.step_num, rank, world_size, stem)
         writing.write_via(path, profiler.export_chrome_trace)
         written.append(path)
 

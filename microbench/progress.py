@@ -49,14 +49,15 @@ class Activity:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def start(self, label: str) -> None:
-        """Begin a phase (ending the one before it)."""
+    def start(self, label: str, announce: bool = True) -> None:
+        """Begin a phase (ending the one before it). ``announce=False``: off a terminal, print
+        nothing now and let :meth:`finish`'s outcome be the phase's one line."""
         self.finish()
         with self._lock:
             self._label, self._started = label, self.clock()
             if self.live:
                 self._write_live()
-            else:
+            elif announce:
                 self.out.write(f"{label}...\n")
                 self.out.flush()
         if self._tick:

@@ -48,6 +48,7 @@ def run(spec: RunSpec) -> int:
     asked). Under DDP a problem is held until the process group forms, then told to every rank
     (distributed.agree), so that no rank waits for the others until --dist-timeout."""
     problem = spec.problem
+    spec = _claimed(spec)
     try:
         files.prepare_output(spec)
     except BenchmarkError as error:
@@ -233,7 +234,15 @@ def _single_device(plan: Plan, what: str) -> list[RunSpec]:
     return specs
 
 
+def _claimed(spec: RunSpec) -> RunSpec:
+    spec, note = files.claim_result_path(spec)
+    if note:
+        print(f"Note: {note}", flush=True)
+    return spec
+
+
 def run_sweep(plan: Plan, specs: list[RunSpec]) -> int:
+    specs = [_claimed(spec) for spec in specs]
     first = specs[0]
     files.prepare_output(first, plan.plot)
     env = device_layer.describe(first.device)
@@ -251,20 +260,39 @@ def run_sweep(plan: Plan, specs: list[RunSpec]) -> int:
     return sweep.outcome(rows)
 
 
+def _batch_probe(spec: RunSpec, plan: Plan):
+    """Whether a batch fits: out of memory on a GPU; on the CPU, beyond --memory-budget-gb of
+    peak resident memory (required there: nothing else stops the search before the machine
+    swaps)."""
+    def probe(batch: int) -> bool:
+        return capacity.batch_fits(spec, batch)
+    if device_layer.is_gpu(spec.device):
+        return probe
+    memory = capacity.HostMemory()
+    problem = capacity.host_budget_problem(plan.memory_budget_gb, memory,
+                                           device_layer.total_memory_bytes(spec.device))
+    if problem:
+        raise UsageError(problem)
+    return capacity.within_host_budget(probe, plan.memory_budget_gb * 1e9, memory)
+
+
 def run_largest_batch(spec: RunSpec, plan: Plan) -> int:
     """Find the largest batch that fits, printing every try, and benchmark it."""
+    probe = _batch_probe(spec, plan)
     files.prepare_output(spec)
     note = capacity.apply_memory_budget(spec.device, plan.memory_budget_gb)
     if note:
         print(f"Note: {note}")
     config = spec.config
     print(f"Searching the largest batch for {config.network} ({config.mode}, "
-          f"{spec.precision.name}) from {config.batch_size} up to {plan.max_batch_limit}...",
-          flush=True)
+          f"{spec.precision.name}) from {config.batch_size} up to {plan.max_batch_limit}, "
+          f"to a multiple of {plan.batch_granularity}...", flush=True)
+    activity = progress.Activity(sys.stdout)
 
     def fits(batch: int) -> bool:
-        ok = capacity.batch_fits(spec, batch)
-        print(f"  batch {batch}: {'fits' if ok else 'out of memory'}", flush=True)
+        activity.start(f"  batch {batch}", announce=False)
+        ok = probe(batch)
+        activity.finish("fits" if ok else "out of memory")
         return ok
 
     def full_run(batch: int) -> int | None:
@@ -277,7 +305,7 @@ def run_largest_batch(spec: RunSpec, plan: Plan) -> int:
             return None
 
     found, code = capacity.largest_that_runs(fits, full_run, config.batch_size,
-                                             plan.max_batch_limit)
+                                             plan.max_batch_limit, plan.batch_granularity)
     if found.largest == 0:
         raise OutOfMemory(f"not even batch 1 of {config.network} fits: try --amp or --fp16 1, "
                           f"a smaller --image-size, or a larger --memory-budget-gb")

@@ -241,8 +241,9 @@ def test_kineto_traces_of_two_ranks_do_not_overwrite_each_other(tmp_path):
     process = run_torchrun(2, *RUN, "--batch-size", "4", "--mode", "inference", "--kineto",
                            "--profiler-schedule", "0,1,1", "--output-dir", str(tmp_path))
     assert process.returncode == 0, process.stderr[-2000:]
-    assert sorted(p.name for p in tmp_path.glob("trace*.json")) == ["trace2_rank0.json",
-                                                                     "trace2_rank1.json"]
+    stem = "resnet18_inference_fp32_kineto_b4_w2"
+    assert sorted(p.name for p in tmp_path.glob("*trace*.json")) == [
+        f"{stem}_trace2_rank0.json", f"{stem}_trace2_rank1.json"]
 
 
 def test_rank_prefix_only_for_one_rank_of_several():

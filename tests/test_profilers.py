@@ -62,14 +62,16 @@ def test_kineto_traces_load_and_hold_events(cli, tmp_path):
     process, _ = cli("--network", "resnet18", "--kineto", "--profiler-output", f"{traces}/",
                      "--profiler-schedule", "0,1,1", *TINY)
     assert process.returncode == 0, process.stderr
-    files = sorted(traces.glob("trace*.json"))
-    assert [f.name for f in files] == ["trace2.json"]
+    files = sorted(traces.glob("*trace*.json"))
+    assert [f.name for f in files] == ["resnet18_training_fp32_kineto_b2_trace2.json"]
     assert len(json.loads(files[0].read_text())["traceEvents"]) > 100
     assert "Kineto profile of a separate pass" in process.stdout and "aten::" in process.stdout
 
 
 def test_trace_names_carry_the_rank_when_there_are_several(tmp_path):
     assert profilers.trace_path(f"{tmp_path}/", 5, 0, 1).endswith("/trace5.json")
+    assert profilers.trace_path(f"{tmp_path}/", 5, 0, 1, "resnet50_training_fp32_b8") \
+        .endswith("/resnet50_training_fp32_b8_trace5.json")
     assert profilers.trace_path(f"{tmp_path}/", 5, 3, 4).endswith("/trace5_rank3.json")
     assert profilers.trace_path(str(tmp_path / "run1_"), 5, 0, 1).endswith("run1_trace5.json")
 

@@ -59,10 +59,72 @@ def test_a_failing_row_does_not_stop_the_sweep(tmp_path, run_cli):
 
 def test_find_max_batch_benchmarks_the_largest_fit(tmp_path, run_cli):
     process = run_cli("--network", "resnet18", "--find-max-batch", "--batch-size", "2",
-                      "--max-batch-limit", "5", *QUICK, "--output-dir", str(tmp_path))
+                      "--max-batch-limit", "5", "--memory-budget-gb", "8", *QUICK,
+                      "--output-dir", str(tmp_path))
     assert process.returncode == 0, process.stderr
     assert "Largest batch that fits: 5 (the --max-batch-limit; more may fit)" in process.stdout
     assert "Mini batch size [img] : 5" in process.stdout
+
+
+@pytest.mark.parametrize("limit", [5, 8, 100, 129, 1000, 4095])
+def test_the_search_stops_at_a_multiple_of_the_granularity(limit):
+    exact = capacity.find_max_batch(lambda batch: batch <= limit, start=1, limit=4096)
+    round_ = capacity.find_max_batch(lambda batch: batch <= limit, start=1, limit=4096,
+                                     granularity=8)
+    expected = limit // 8 * 8 if limit >= 8 else 4          # 1, 2, 4 from the doubling
+    assert round_.largest == expected and all(ok == (b <= limit) for b, ok in round_.tries)
+    assert len(round_.tries) <= len(exact.tries) - (3 if limit > 16 else 0)
+
+
+def test_find_max_batch_on_the_cpu_needs_a_memory_budget(tmp_path, run_cli):
+    process = run_cli("--network", "resnet18", "--find-max-batch", *QUICK,
+                      "--output-dir", str(tmp_path))
+    assert_one_line_error(process, 2, "--memory-budget-gb")
+    assert not tmp_path.exists() or not any(tmp_path.iterdir())
+
+
+class FakeHostMemory(capacity.HostMemory):
+    """Peak resident memory of 1 GB plus 100 MB per image of the last probe."""
+
+    def __init__(self):
+        self.resets, self.last = 0, 0
+
+    def available(self):
+        return True
+
+    def reset_peak(self):
+        self.resets += 1
+
+    def peak_bytes(self):
+        return 1e9 + 100e6 * self.last
+
+
+def test_a_cpu_probe_fails_beyond_the_host_budget():
+    memory = FakeHostMemory()
+
+    def probe(batch):
+        memory.last = batch
+        return True
+
+    fits = capacity.within_host_budget(probe, 2.5e9, memory)
+    found = capacity.find_max_batch(fits, start=1, limit=4096)
+    assert found.largest == 15 and memory.resets == len(found.tries)
+
+
+def test_host_budget_problems_are_named():
+    memory = FakeHostMemory()
+    assert "bound it with --memory-budget-gb" in capacity.host_budget_problem(None, memory, 8e9)
+    assert "more than this machine" in capacity.host_budget_problem(16, memory, 8e9)
+    assert capacity.host_budget_problem(4, memory, 8e9) is None
+
+
+def test_the_host_memory_reader_parses_proc_status(tmp_path):
+    (tmp_path / "status").write_text("Name:\tpython\nVmHWM:\t  204800 kB\nVmRSS:\t1 kB\n")
+    (tmp_path / "clear_refs").write_text("")
+    memory = capacity.HostMemory(str(tmp_path))
+    memory.reset_peak()
+    assert memory.available() and memory.peak_bytes() == 204800 * 1024
+    assert (tmp_path / "clear_refs").read_text() == "5"
 
 
 def test_a_batch_that_passes_the_probe_but_not_the_run_is_searched_below():

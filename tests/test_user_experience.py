@@ -2,6 +2,7 @@
 --help without raw Python values, timm's spellings, --precision for one run, --rerun."""
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import os
@@ -202,3 +203,68 @@ def test_rerun_of_a_file_that_is_not_a_result_is_one_line(cli, tmp_path):
     path.write_text("[1, 2]")
     process, _ = cli("--rerun", str(path))
     assert_one_line_error(process, 2, "not a result of this tool")
+
+
+# ---------------------------------------------------------------- result names
+
+def test_a_result_of_another_configuration_is_never_replaced(cli):
+    first, out = cli("--network", "resnet18", *TINY, "--quiet")
+    second, _ = cli("--network", "resnet18", *TINY, "--quiet", "--seed", "3")
+    assert first.returncode == second.returncode == 0, second.stderr
+    assert "holds a result of another configuration (differing in seed)" in second.stdout
+    names = sorted(p.name for p in out.glob("*.json"))
+    assert names == ["resnet18_training_fp32_b2-2.json", "resnet18_training_fp32_b2.json"]
+    seeds = {json.loads((out / name).read_text())["config"]["seed"] for name in names}
+    assert seeds == {0, 3}
+    # The same configuration again refreshes its own file, wherever it went.
+    third, _ = cli("--network", "resnet18", *TINY, "--quiet", "--seed", "3")
+    assert third.stdout.split("Results JSON : ")[1].split()[0].endswith("_b2-2.json")
+    assert len(list(out.glob("*.json"))) == 2
+
+
+def test_an_explicit_output_file_is_replaced_with_a_note(cli):
+    cli("--network", "resnet18", *TINY, "--quiet", "--output-file", "mine")
+    again, out = cli("--network", "resnet18", *TINY, "--quiet", "--output-file", "mine",
+                     "--seed", "5")
+    assert "--output-file names it, so this run's result replaces it" in again.stdout
+    assert json.loads((out / "mine.json").read_text())["config"]["seed"] == 5
+
+
+def test_default_names_tell_profiled_compiled_and_language_runs_apart():
+    from microbench import config as config_mod, models, precision
+    name = config_mod._json_name
+    fp32 = precision.lookup("fp32")
+    vision = models.resolve("resnet18", models.ModelOptions())
+    llama = models.resolve("llama_tiny", models.ModelOptions(seq_len=64))
+    base = config_mod.BenchConfig(network="resnet18", batch_size=8)
+    assert name(base, vision, fp32, 1) == "resnet18_training_fp32_b8.json"
+    assert name(base, vision, fp32, 4) == "resnet18_training_fp32_b8_w4.json"
+    profiled = dataclasses.replace(base, kineto=True, flops_prof_step=2, compile=True,
+                                   compile_options={"mode": "max-autotune"})
+    assert name(profiled, vision, fp32, 1) == \
+        "resnet18_training_fp32_compile-max-autotune_kineto_flops_b8.json"
+    lm = dataclasses.replace(base, network="llama_tiny")
+    assert name(lm, llama, fp32, 1) == "llama_tiny_training_fp32_sdpa-s64_b8.json"
+
+
+# ---------------------------------------------------------------- slow precisions
+
+def test_fp16_on_a_cpu_without_amx_fp16_gets_a_note(cli, monkeypatch):
+    import torch
+    monkeypatch.setattr(torch.cpu, "_is_amx_fp16_supported", lambda: False)
+    process, _ = cli("--network", "resnet18", *TINY, "--amp", "--no-files", "--quiet")
+    assert process.returncode == 0, process.stderr
+    assert "Note: AMP-FP16 is slow on this device: this CPU has no FP16 matrix instructions" \
+        in process.stdout and "FP32 (--precision fp32) is faster here" in process.stdout
+
+
+def test_slow_half_reasons_follow_the_device(monkeypatch):
+    import torch
+    from microbench import device
+    cpu = torch.device("cpu")
+    monkeypatch.setattr(torch.cpu, "_is_amx_fp16_supported", lambda: True)
+    assert device.slow_half_reason(cpu, torch.float16) is None
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
+    assert "no BF16 instructions" in device.slow_half_reason(cpu, torch.bfloat16)
+    assert device.slow_half_reason(cpu, torch.float32) is None

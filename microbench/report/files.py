@@ -9,6 +9,7 @@ header is refused before the run (:mod:`microbench.report.writing`).
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import tempfile
 
@@ -296,6 +297,73 @@ def prepare_output(spec: RunSpec, plot_path: str | None = None) -> None:
         raise UsageError(f"--csv-file {spec.csv_path} is also the JSON result file: name "
                          f"another")
     check_csv(spec.csv_path)
+
+
+# ---------------------------------------------------------------- result names that never collide
+
+def _identity(config: dict, devices) -> dict:
+    """What makes two results the same configuration: every stored setting but where it was
+    written and how it was launched, plus the number of devices."""
+    from ..rerun import NOT_REPLAYED
+    same = {key: value for key, value in config.items()
+            if key not in NOT_REPLAYED and key != "device"}
+    return {"config": same, "devices": devices}
+
+
+def _identity_of_spec(spec: RunSpec) -> dict:
+    config = json.loads(json.dumps(dataclasses.asdict(spec.config), default=list))
+    return _identity(config, spec.launch.world_size)
+
+
+def _identity_on_disk(path: str) -> dict | None:
+    """The identity of the result at ``path``; None when there is none (no file, or not a
+    result of this tool: nothing of ours to protect)."""
+    try:
+        with open(path) as stream:
+            document = json.load(stream)
+    except (OSError, ValueError, RecursionError):
+        return None
+    if not isinstance(document, dict) or not isinstance(document.get("config"), dict):
+        return None
+    return _identity(document["config"], document.get("GPUs"))
+
+
+def _differences(ours: dict, theirs: dict) -> str:
+    keys = sorted({*ours["config"], *theirs["config"]})
+    names = [key for key in keys if ours["config"].get(key) != theirs["config"].get(key)]
+    if ours["devices"] != theirs["devices"]:
+        names.insert(0, "devices")
+    return ", ".join(names[:4]) + (" ..." if len(names) > 4 else "")
+
+
+def claim_result_path(spec: RunSpec) -> tuple[RunSpec, str | None]:
+    """The JSON path this run may write, and a note when it is not the one asked for.
+
+    A result of the same configuration is replaced (a re-run refreshes it). A result of another
+    configuration is never replaced silently: under a default name this run takes the next free
+    one (``NAME-2.json``, ...); under an explicit ``--output-file`` it replaces the file, as
+    the older tool did, with a note."""
+    path = spec.json_path
+    if path is None or not spec.launch.is_main:
+        return spec, None
+    ours = _identity_of_spec(spec)
+    theirs = _identity_on_disk(path)
+    if theirs is None or theirs == ours:
+        return spec, None
+    differ = _differences(ours, theirs)
+    if spec.config.output_file:
+        return spec, (f"{path} held a result of another configuration (differing in {differ}); "
+                      f"--output-file names it, so this run's result replaces it")
+    stem, number = path[:-len(".json")], 2
+    while True:
+        candidate = f"{stem}-{number}.json"
+        found = _identity_on_disk(candidate)
+        if not os.path.exists(candidate) or found == ours:
+            break
+        number += 1
+    return dataclasses.replace(spec, json_path=candidate), (
+        f"{path} holds a result of another configuration (differing in {differ}); this "
+        f"run's result goes to {candidate}")
 
 
 def write_files(summary: Summary) -> None:
