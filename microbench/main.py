@@ -38,6 +38,8 @@ def main(argv: list[str] | None = None) -> int:
         except Terminated:
             return process.stopped(process.TERMINATED, EXIT_TERMINATED,
                                    distributed.rank_prefix())
+        except BrokenPipeError:                          # | head: the reader left
+            return process.reader_gone()
         except Exception as error:                      # noqa: BLE001 (a bug: show everything)
             traceback.print_exc()
             print(f"{distributed.rank_prefix()}error: unexpected {type(error).__name__}: "

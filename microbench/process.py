@@ -59,6 +59,22 @@ def stopped(line: str, code: int, prefix: str = "") -> int:
     return code
 
 
+# What a shell reports for a process killed by SIGPIPE (128 + 13): the reader of our output
+# (``| head``) went away, which is not an error of ours.
+EXIT_READER_GONE = 141
+
+
+def reader_gone() -> int:
+    """Standard output's reader closed the pipe: say nothing (there is no one to tell), and
+    point stdout at /dev/null so that the interpreter's last flush does not fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
+    return EXIT_READER_GONE
+
+
 def entry(module: str) -> int:
     """Import ``module`` and run its ``main()``; Ctrl-C or SIGTERM during the imports prints
     the same one line as later, instead of a traceback."""

@@ -268,3 +268,22 @@ def test_slow_half_reasons_follow_the_device(monkeypatch):
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
     assert "no BF16 instructions" in device.slow_half_reason(cpu, torch.bfloat16)
     assert device.slow_half_reason(cpu, torch.float32) is None
+
+
+# ---------------------------------------------------------------- | head
+
+class ClosedPipe(io.StringIO):
+    def write(self, text):
+        raise BrokenPipeError(32, "Broken pipe")
+
+
+@pytest.mark.parametrize("entry, argv", [("microbench.main", ["--list-networks"]),
+                                         ("microbench.ops.cli", ["--op", "add", "--op-type",
+                                                                 "binary", "--num-iters", "1"])])
+def test_a_reader_that_leaves_ends_the_run_quietly(capfd, monkeypatch, entry, argv):
+    import importlib
+    main = importlib.import_module(entry).main
+    monkeypatch.setattr(sys, "stdout", ClosedPipe())
+    code = main(argv)
+    monkeypatch.undo()
+    assert code == 141 and capfd.readouterr().err.count("Traceback") == 0

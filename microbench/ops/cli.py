@@ -264,4 +264,6 @@ def main(argv: list[str] | None = None) -> int:
             return process.stopped(process.INTERRUPTED, EXIT_INTERRUPTED)
         except Terminated:
             return process.stopped(process.TERMINATED, EXIT_TERMINATED)
+        except BrokenPipeError:                          # | head: the reader left
+            return process.reader_gone()
 
