@@ -69,10 +69,7 @@ class Activity:
     def finish(self, outcome: str | None = None) -> None:
         """End the current phase: on a terminal its line keeps the time it took (and
         ``outcome``, e.g. 'fits'); elsewhere ``outcome`` alone is printed, if given."""
-        if self._thread is not None:
-            self._stop.set()
-            self._thread.join()
-            self._thread = None
+        self._stop_ticking()
         with self._lock:
             if self._label is None:
                 return
@@ -83,11 +80,27 @@ class Activity:
                 self.out.flush()
             self._label = None
 
+    def clear(self) -> None:
+        """End the current phase leaving no line of its own (the caller prints the outcome in
+        its own format, e.g. a table row)."""
+        self._stop_ticking()
+        with self._lock:
+            if self._label is not None and self.live:
+                self.out.write("\r\x1b[K")
+                self.out.flush()
+            self._label = None
+
     def render(self) -> None:
         """Redraw the live line with the current elapsed time."""
         with self._lock:
             if self._label is not None and self.live:
                 self._write_live()
+
+    def _stop_ticking(self) -> None:
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+            self._thread = None
 
     def _write_live(self, final: str | None = None) -> None:
         elapsed = self.clock() - self._started

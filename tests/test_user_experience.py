@@ -287,3 +287,16 @@ def test_a_reader_that_leaves_ends_the_run_quietly(capfd, monkeypatch, entry, ar
     code = main(argv)
     monkeypatch.undo()
     assert code == 141 and capfd.readouterr().err.count("Traceback") == 0
+
+
+def test_clear_leaves_no_line_of_its_own():
+    out = FakeTerminal()
+    activity = progress.Activity(out, clock=lambda: 0.0, tick=False)
+    activity.start("add 64-1024", announce=False)
+    activity.clear()
+    assert out.getvalue() == "\r\x1b[Kadd 64-1024... 0.0 s\r\x1b[K"
+    plain = io.StringIO()
+    quiet = progress.Activity(plain, clock=lambda: 0.0)
+    quiet.start("add 64-1024", announce=False)
+    quiet.clear()
+    assert plain.getvalue() == ""

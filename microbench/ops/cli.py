@@ -29,7 +29,7 @@ import sys
 
 import torch
 
-from .. import __version__, device as device_layer, flops, process
+from .. import __version__, device as device_layer, flops, process, progress
 from ..cli import (MAX_ITERATIONS, MAX_PEAK_TFLOPS, MAX_WARMUP, OneLineParser, bounded_int,
                    finite_float)
 from ..device import clock_name
@@ -241,7 +241,15 @@ def run(args: argparse.Namespace) -> int:
 
     printer = report.TablePrinter(runner.preview_labels(requests, config), config.dtype_name)
     printer.header()
-    outcome = runner.run_requests(requests, config, peaks, printer, between=timing)
+    # On a terminal the op being measured shows with its elapsed time until its row replaces it.
+    activity = progress.Activity(sys.stdout)
+
+    def row_done(row) -> None:
+        activity.clear()
+        printer(row)
+
+    outcome = runner.run_requests(requests, config, peaks, row_done, between=timing,
+                                  on_start=lambda label: activity.start(label, announce=False))
     print()
     for line in report.summary_lines(outcome.results):
         print(line)

@@ -540,10 +540,12 @@ class RunOutcome:
 
 def run_requests(requests: Iterable[CaseRequest], config: RunConfig, peaks: Peaks,
                  on_result: Callable[[OpResult], None],
-                 between: Callable[[], object] | None = None) -> RunOutcome:
+                 between: Callable[[], object] | None = None,
+                 on_start: Callable[[str], None] = lambda label: None) -> RunOutcome:
     """Run each request in turn; a failure becomes its row and the list goes on."""
     outcome = RunOutcome()
     for request in requests:
+        on_start(request_label(request))
         try:
             case = make_case(request, config.dtype_name, config.append_dtype)
         except UsageError as error:
