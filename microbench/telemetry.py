@@ -229,7 +229,25 @@ class _FirstAvailable:
         return None
 
 
-class NvmlSource:
+class _LibrarySource:
+    """What NVML and amdsmi sources share: a query of one field of this device that gives None
+    when the library raises its own error (NVMLError NotSupported, AmdSmiException), never a
+    crash. Subclasses set ``_error`` and ``_handle``."""
+
+    _error: type[BaseException]
+    _handle: Any
+
+    def _try(self, function: Callable, *args: Any) -> Any:
+        try:
+            return function(*args)
+        except self._error:
+            return None
+
+    def _query(self, function: Callable | None, *args: Any) -> Any:
+        return None if function is None else self._try(function, self._handle, *args)
+
+
+class NvmlSource(_LibrarySource):
     """An NVIDIA GPU through NVML (pynvml.py of nvidia-ml-py; units from the NVML API reference).
 
     ``device`` is a :class:`DeviceIdentity` (what :func:`open_source` passes), a UUID string, or
@@ -320,16 +338,6 @@ class NvmlSource:
         uuid = _text(uuid) if uuid is not None else "no UUID"
         return f"{name} ({uuid}, matched by {matched_by})"
 
-    def _try(self, function: Callable, *args: Any) -> Any:
-        try:
-            return function(*args)
-        except self._error:
-            return None
-
-    def _query(self, function: Callable | None, *args: Any) -> Any:
-        """One field; NVMLError (NotSupported above all) makes it None instead of a crash."""
-        return None if function is None else self._try(function, self._handle, *args)
-
     def read(self) -> Sample:
         nvml = self._nvml
         power_mw = self._query(nvml.nvmlDeviceGetPowerUsage)              # milliwatts
@@ -373,7 +381,7 @@ def _amd_number(value: Any, unsupported: frozenset[int] = _AMD_UNSUPPORTED) -> f
     return None if number is None or value in unsupported else number
 
 
-class AmdSmiSource:
+class AmdSmiSource(_LibrarySource):
     """An AMD GPU through amdsmi (AMD SMI Python API reference; amdsmi_interface.py).
 
     ``device`` is a :class:`DeviceIdentity` (what :func:`open_source` passes), a PCI address
@@ -445,16 +453,6 @@ class AmdSmiSource:
         name = asic.get("market_name") if isinstance(asic, dict) else None
         address = self._query(self._smi.amdsmi_get_gpu_device_bdf)
         return f"{name or 'AMD GPU'} ({address or 'no PCI address'}, matched by {matched_by})"
-
-    def _try(self, function: Callable, *args: Any) -> Any:
-        try:
-            return function(*args)
-        except self._error:
-            return None
-
-    def _query(self, function: Callable | None, *args: Any) -> Any:
-        """One field; AmdSmiException (unsupported, say) makes it None instead of a crash."""
-        return None if function is None else self._try(function, self._handle, *args)
 
     def read(self) -> Sample:
         smi = self._smi
