@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
-import os
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -254,10 +253,8 @@ def run(spec: RunSpec, on_phase: Callable[[str], None] = lambda message: None,
 
 
 def trace_stem(spec: RunSpec) -> str:
-    """Traces are named after the run's result (its model and mode with --no-files)."""
-    if spec.json_path is not None:
-        return os.path.basename(spec.json_path).removesuffix(".json")
-    return f"{spec.model.name.replace(':', '-')}_{spec.config.mode}"
+    """Traces are named after the run's result (the name it would have with --no-files)."""
+    return spec.result_name
 
 
 def items_timed(spec: RunSpec, iterations: int) -> int:

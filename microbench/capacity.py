@@ -23,8 +23,10 @@ class SearchResult:
 
 def find_max_batch(fits: Callable[[int], bool], start: int = 1, limit: int = 65536,
                    granularity: int = 1) -> SearchResult:
-    """Double from ``start`` until a try fails (or ``limit`` fits), then bisect on multiples of
-    ``granularity``: the answer is a multiple of it, or a batch of the doubling below it."""
+    """Double from ``start`` until a try fails (or ``limit`` fits), then bisect over the
+    multiples of ``granularity`` between the largest fit and the first failure. The answer is
+    a multiple of ``granularity`` (or, below it, a power of two), or ``limit`` when that fits;
+    a smaller batch than one that fitted is taken to fit too."""
     tries: list[tuple[int, bool]] = []
 
     def attempt(batch: int) -> bool:
@@ -41,27 +43,36 @@ def find_max_batch(fits: Callable[[int], bool], start: int = 1, limit: int = 655
         if batch == limit:
             return SearchResult(good, True, tries)
         batch = min(batch * 2, limit)
-    # Bisect between the largest fit (0 when even the first try failed) and the first failure.
-    while True:
-        middle = (good + bad) // 2 // granularity * granularity
-        if middle <= good:
-            break
-        if attempt(middle):
-            good = middle
+    low, high = good // granularity + 1, (bad - 1) // granularity    # multiples strictly between
+    while low <= high:
+        middle = (low + high) // 2
+        if attempt(middle * granularity):
+            good, low = middle * granularity, middle + 1
         else:
-            bad = middle
-    return SearchResult(good, False, tries)
+            high = middle - 1
+    return SearchResult(_round_down(good, granularity), False, tries)
+
+
+def _round_down(batch: int, granularity: int) -> int:
+    """The largest multiple of ``granularity`` at most ``batch``; below it, a power of two."""
+    if batch >= granularity:
+        return batch // granularity * granularity
+    return 1 << (batch.bit_length() - 1) if batch else 0
 
 
 def largest_that_runs(fits: Callable[[int], bool], run: Callable[[int], object | None],
                       start: int = 1, limit: int = 65536,
                       granularity: int = 1) -> tuple[SearchResult, object | None]:
-    """Search with ``fits``, then confirm with ``run`` (None: out of memory). A batch that passes
-    the probe but not the run is marked as failing and the search repeats below it; tries are
-    remembered, so the repeat costs only new probes."""
+    """Search with ``fits``, then confirm with ``run`` (None: out of memory). When the run
+    fails at a batch that passed the probe, that batch and every larger one count as not
+    fitting, and the search repeats below it (on the same granularity); probes are remembered,
+    so the repeat costs only new probes and one full run per answer."""
     known: dict[int, bool] = {}
+    ceiling = limit + 1                         # batches from here on did not run
 
     def remembered(batch: int) -> bool:
+        if batch >= ceiling:
+            return False
         if batch not in known:
             known[batch] = fits(batch)
         return known[batch]
@@ -73,8 +84,7 @@ def largest_that_runs(fits: Callable[[int], bool], run: Callable[[int], object |
         outcome = run(found.largest)
         if outcome is not None:
             return found, outcome
-        known[found.largest] = False
-        limit = found.largest - 1
+        ceiling = found.largest
 
 
 def batch_fits(spec, batch: int, warmup_steps: int = 2) -> bool:

@@ -168,6 +168,9 @@ class RunSpec:
     # A problem this rank found before the run (a baseline it cannot read) in a multi-process
     # job: raised when the ranks meet, so that the others stop too instead of waiting for it.
     problem: BenchmarkError | None = None
+    # The result's name without .json, --no-files too (traces are named after it); rank 0's
+    # choice (report.files.claim_result_path) reaches the other ranks through distributed.agree.
+    result_name: str = ""
 
     @property
     def batch_size(self) -> int:
@@ -271,28 +274,34 @@ def _derive(config: BenchConfig, launch: Launch) -> RunSpec:
         notes.append(f"DeepSpeed's profile of iteration {config.flops_prof_step} is printed by "
                      f"rank 0 only; the other ranks run that iteration unprofiled, and every "
                      f"rank leaves it out of its statistics")
+    name = _json_name(config, model, policy, launch.world_size)
     json_path = csv_path = None
     if config.write_files:
-        json_path = os.path.join(config.output_dir,
-                                 _json_name(config, model, policy, launch.world_size))
+        json_path = os.path.join(config.output_dir, name)
         csv_path = config.csv_file or os.path.join(config.output_dir, CSV_NAME)
     return RunSpec(config=config, model=model, precision=policy, launch=launch, device=device,
                    peak=flops.choose_peak(device, policy.peak_key, config.peak_tflops),
                    json_path=json_path, csv_path=csv_path, notes=tuple(notes),
+                   result_name=name.removesuffix(".json"),
                    generation=_generation_shape(config, model))
 
 
 def _slow_precision_notes(policy: precision_table.Precision, device: torch.device) -> list[str]:
     """A note when the precision asked for is known to be slow on this device: the CPU runs
-    FP16 12-23x slower than FP32 (no FP16 instructions, so every operation converts)."""
+    FP16 14-26x slower than FP32 (no FP16 instructions, so every operation converts); on a CPU
+    with AMX, BF16 autocast was 1.6x faster than FP32 (resnet18, 2 cores)."""
     half = policy.autocast_dtype or (policy.model_dtype if policy.is_half else None)
     reason = device_layer.slow_half_reason(device, half) if half is not None else None
     if reason is None:
         return []
-    faster = "--precision amp-fp16" if device_layer.is_gpu(device) and \
-        half == torch.bfloat16 else "FP32 (--precision fp32)"
-    return [f"{policy.label} is slow on this device: {reason}, so it runs as conversions and "
-            f"emulation. That is the hardware, not the benchmark; {faster} is faster here"]
+    if device_layer.is_gpu(device):
+        faster = "--precision amp-fp16" if half == torch.bfloat16 else "FP32 (--precision fp32)"
+    elif half == torch.float16 and device_layer.cpu_has_fast_bf16():
+        faster = "--precision amp-bf16 (and FP32)"
+    else:
+        faster = "FP32 (--precision fp32)"
+    return [f"{policy.label} is slow on this device: {reason}. That is the hardware, not the "
+            f"benchmark; {faster} is faster here"]
 
 
 # Default prompt and generation lengths: up to 128 tokens each, within the model's positions.

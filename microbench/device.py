@@ -218,16 +218,35 @@ def slow_half_reason(device: torch.device, dtype: torch.dtype) -> str | None:
         return None
     if not is_gpu(device):
         if dtype == torch.float16 and not _cpu_has("amx_fp16"):
-            return "this CPU has no FP16 matrix instructions (AMX-FP16)"
-        if dtype == torch.bfloat16 and not (_cpu_has("avx512_bf16") or _cpu_has("amx_tile")):
-            return "this CPU has no BF16 instructions (AVX512-BF16 or AMX)"
+            return ("this CPU has no FP16 arithmetic instructions (AMX-FP16), so every "
+                    "operation converts to FP32 and back")
+        if dtype == torch.bfloat16 and not cpu_has_fast_bf16():
+            return ("this CPU has no BF16 instructions (AVX512-BF16 or AMX), so every "
+                    "operation converts to FP32 and back")
         return None
-    if dtype == torch.bfloat16 and not torch.cuda.is_bf16_supported(including_emulation=False):
-        return "this GPU has no BF16 matrix units"
-    if dtype == torch.float16 and not torch.version.hip and \
-            torch.cuda.get_device_capability(device) < (7, 0):
-        return "this GPU has no FP16 tensor cores (compute capability below 7.0)"
+    if torch.version.hip:
+        # MI50/MI60 (gfx906) and RDNA 1/2 (gfx10xx) have no BF16 dot products or matrix
+        # units; PyTorch's is_bf16_supported() answers True on every ROCm GPU.
+        arch = getattr(torch.cuda.get_device_properties(device), "gcnArchName", "")
+        base = arch.split(":")[0]
+        if dtype == torch.bfloat16 and (base in ("gfx900", "gfx906") or base.startswith("gfx10")):
+            return f"this GPU ({base}) has no BF16 matrix or dot-product instructions"
+        return None
+    capability = torch.cuda.get_device_capability(device)
+    if dtype == torch.bfloat16 and capability < (8, 0):
+        return (f"this GPU (compute capability {capability[0]}.{capability[1]}) has no BF16 "
+                f"tensor cores")
+    # FP16 runs at 1/64 of FP32 on Maxwell (5.x) and consumer Pascal (6.1); P100 (6.0) and
+    # Jetson TX2 (6.2) run it at twice FP32.
+    if dtype == torch.float16 and (capability < (6, 0) or capability == (6, 1)):
+        return (f"this GPU (compute capability {capability[0]}.{capability[1]}) runs FP16 "
+                f"arithmetic far slower than FP32")
     return None
+
+
+def cpu_has_fast_bf16() -> bool:
+    """BF16 instructions on this CPU: AVX512-BF16 or AMX tiles."""
+    return _cpu_has("avx512_bf16") or _cpu_has("amx_tile")
 
 
 # ---------------------------------------------------------------- what the device is

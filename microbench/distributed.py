@@ -198,13 +198,14 @@ def init_process_group(launch: Launch, device: torch.device, timeout_s: float) -
 
 # --------------------------------------------------------------- ranks agree, or fail together
 
-def agree(settings: dict, problem: BenchmarkError | None) -> None:
+def agree(settings: dict, problem: BenchmarkError | None, result_name: str = "") -> str:
     """Right after the process group forms, every rank shows the others its settings and any
     problem it found before the run (an output path rank 0 cannot write). Ranks started with
     different settings would otherwise run mismatched collectives and hang until --dist-timeout;
     a rank that cannot run would leave the others waiting. Either way every rank stops now, with
-    one line and the same exit code."""
-    mine = {"settings": settings,
+    one line and the same exit code. Returns rank 0's result name, which names every rank's
+    traces (rank 0 alone chooses it: it reads and writes the result directory)."""
+    mine = {"settings": settings, "result_name": result_name,
             "problem": None if problem is None else (str(problem), problem.exit_code)}
     everyone: list = [None] * dist.get_world_size()
     dist.all_gather_object(everyone, mine)
@@ -218,6 +219,7 @@ def agree(settings: dict, problem: BenchmarkError | None) -> None:
     if difference:
         raise UsageError(f"ranks were started with different settings: {difference}; start "
                          f"every rank with the same flags")
+    return everyone[0]["result_name"]
 
 
 # Field names whose flag is not the name in kebab case.

@@ -7,6 +7,7 @@ one process on one device.
 """
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import io
 import os
@@ -70,7 +71,8 @@ def run_worker(spec: RunSpec, problem: BenchmarkError | None = None) -> int:
         if launch.distributed:
             with distributed.failures_reported(launch, timeout, "rendezvous"):
                 distributed.init_process_group(launch, spec.device, timeout)
-                distributed.agree(spec.settings(), problem)
+                name = distributed.agree(spec.settings(), problem, spec.result_name)
+                spec = dataclasses.replace(spec, result_name=name)
         with distributed.failures_reported(launch, timeout, "run"):
             summary = measure(spec, out)
             if summary is not None:
@@ -234,15 +236,16 @@ def _single_device(plan: Plan, what: str) -> list[RunSpec]:
     return specs
 
 
-def _claimed(spec: RunSpec) -> RunSpec:
-    spec, note = files.claim_result_path(spec)
+def _claimed(spec: RunSpec, taken: set[str] | None = None) -> RunSpec:
+    spec, note = files.claim_result_path(spec, taken)
     if note:
         print(f"Note: {note}", flush=True)
     return spec
 
 
 def run_sweep(plan: Plan, specs: list[RunSpec]) -> int:
-    specs = [_claimed(spec) for spec in specs]
+    taken: set[str] = set()                  # rows of this sweep never share a name
+    specs = [_claimed(spec, taken) for spec in specs]
     first = specs[0]
     files.prepare_output(first, plan.plot)
     env = device_layer.describe(first.device)

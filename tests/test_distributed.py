@@ -244,6 +244,15 @@ def test_kineto_traces_of_two_ranks_do_not_overwrite_each_other(tmp_path):
     stem = "resnet18_inference_fp32_kineto_b4_w2"
     assert sorted(p.name for p in tmp_path.glob("*trace*.json")) == [
         f"{stem}_trace2_rank0.json", f"{stem}_trace2_rank1.json"]
+    # Another configuration under the same name: rank 0 picks ...-2, and every rank's traces
+    # follow it rather than replacing the first run's.
+    again = run_torchrun(2, *RUN, "--batch-size", "4", "--mode", "inference", "--kineto",
+                         "--profiler-schedule", "0,1,1", "--output-dir", str(tmp_path),
+                         "--seed", "9")
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert sorted(p.name for p in tmp_path.glob(f"{stem}-2_trace*.json")) == [
+        f"{stem}-2_trace2_rank0.json", f"{stem}-2_trace2_rank1.json"]
+    assert len(list(tmp_path.glob("*trace*.json"))) == 4
 
 
 def test_rank_prefix_only_for_one_rank_of_several():

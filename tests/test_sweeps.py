@@ -200,3 +200,29 @@ def test_sweep_expansion_order_and_compile_modes():
                                        "none,max-autotune", "--batch-size", "8,16"]))
     assert [(c.compile, c.compile_options.get("mode"), c.batch_size) for c in plan.configs] == [
         (False, None, 8), (False, None, 16), (True, "max-autotune", 8), (True, "max-autotune", 16)]
+
+
+def test_a_failed_full_run_keeps_the_granularity_and_costs_one_run_per_answer():
+    """Probes fit up to 100, the full run only up to 90: at granularity 8 the answer is 88,
+    after two full runs (96 failed), not one full run per batch from 96 down."""
+    ran = []
+
+    def run(batch):
+        ran.append(batch)
+        return "result" if batch <= 90 else None
+
+    found, outcome = capacity.largest_that_runs(lambda b: b <= 100, run, start=64, limit=4096,
+                                                granularity=8)
+    assert (found.largest, outcome, ran) == (88, "result", [96, 88])
+
+
+@pytest.mark.parametrize("start, limit, fits_up_to, expected", [
+    (100, 4096, 103, 96),          # a start off the grid: rounded down to a multiple
+    (96, 105, 104, 104),           # the multiple between the start and the limit is probed
+    (3, 4096, 7, 4),               # below the granularity: a power of two
+    (64, 4096, 0, 0),              # nothing fits
+])
+def test_answers_are_multiples_of_the_granularity(start, limit, fits_up_to, expected):
+    found = capacity.find_max_batch(lambda b: b <= fits_up_to, start=start, limit=limit,
+                                    granularity=8)
+    assert found.largest == expected

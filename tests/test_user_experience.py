@@ -249,13 +249,42 @@ def test_default_names_tell_profiled_compiled_and_language_runs_apart():
 
 # ---------------------------------------------------------------- slow precisions
 
-def test_fp16_on_a_cpu_without_amx_fp16_gets_a_note(cli, monkeypatch):
+@pytest.mark.parametrize("bf16, faster", [(False, "FP32 (--precision fp32) is faster here"),
+                                           (True, "--precision amp-bf16 (and FP32) is faster")])
+def test_fp16_on_a_cpu_without_amx_fp16_gets_a_note(cli, monkeypatch, bf16, faster):
     import torch
     monkeypatch.setattr(torch.cpu, "_is_amx_fp16_supported", lambda: False)
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: bf16)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: bf16)
     process, _ = cli("--network", "resnet18", *TINY, "--amp", "--no-files", "--quiet")
     assert process.returncode == 0, process.stderr
-    assert "Note: AMP-FP16 is slow on this device: this CPU has no FP16 matrix instructions" \
-        in process.stdout and "FP32 (--precision fp32) is faster here" in process.stdout
+    assert "Note: AMP-FP16 is slow on this device: this CPU has no FP16 arithmetic " \
+        "instructions" in process.stdout and faster in process.stdout
+
+
+@pytest.mark.parametrize("capability, dtype, slow", [
+    ((6, 0), "float16", False), ((6, 1), "float16", True), ((5, 2), "float16", True),
+    ((7, 0), "float16", False), ((7, 5), "bfloat16", True), ((8, 0), "bfloat16", False)])
+def test_slow_half_reasons_on_nvidia_gpus(monkeypatch, capability, dtype, slow):
+    import torch
+    from microbench import device
+    monkeypatch.setattr(torch.version, "hip", None)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    reason = device.slow_half_reason(torch.device("cuda"), getattr(torch, dtype))
+    assert (reason is not None) == slow
+
+
+@pytest.mark.parametrize("arch, slow", [("gfx906:sramecc+:xnack-", True), ("gfx1030", True),
+                                        ("gfx90a:sramecc+:xnack-", False), ("gfx942", False)])
+def test_bf16_on_rocm_gpus_without_bf16_units_gets_a_reason(monkeypatch, arch, slow):
+    import types
+    import torch
+    from microbench import device
+    monkeypatch.setattr(torch.version, "hip", "6.4")
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda device=None: types.SimpleNamespace(gcnArchName=arch))
+    reason = device.slow_half_reason(torch.device("cuda"), torch.bfloat16)
+    assert (reason is not None) == slow
 
 
 def test_slow_half_reasons_follow_the_device(monkeypatch):
@@ -300,3 +329,37 @@ def test_clear_leaves_no_line_of_its_own():
     quiet.start("add 64-1024", announce=False)
     quiet.clear()
     assert plain.getvalue() == ""
+
+
+def test_two_rows_of_one_sweep_never_share_a_name(cli):
+    """SqueezeNet is the older name of squeezenet1_0: both rows would be squeezenet1_0_..."""
+    process, out = cli("--network", "SqueezeNet,squeezenet1_0", "--image-size", "64",
+                       "--batch-size", "2", "--iterations", "2", "--warmup", "1", "--quiet")
+    assert process.returncode == 0, process.stderr
+    names = sorted(p.name for p in out.glob("squeezenet*.json"))
+    assert names == ["squeezenet1_0_training_fp32_b2-2.json", "squeezenet1_0_training_fp32_b2.json"]
+    networks = {json.loads((out / n).read_text())["config"]["network"] for n in names}
+    assert networks == {"SqueezeNet", "squeezenet1_0"}
+
+
+def test_a_result_from_another_device_model_is_not_replaced(cli):
+    first, out = cli("--network", "resnet18", *TINY, "--quiet")
+    [path] = out.glob("*.json")
+    document = json.loads(path.read_text())
+    document["env"]["device_name"] = "NVIDIA H200"
+    path.write_text(json.dumps(document))
+    again, _ = cli("--network", "resnet18", *TINY, "--quiet")
+    assert "differing in device_name" in again.stdout
+    assert len(list(out.glob("*.json"))) == 2
+
+
+def test_traces_are_named_after_the_configuration_with_no_files(cli, tmp_path):
+    traces = tmp_path / "traces"
+    for precision in ("fp32", "amp-bf16"):
+        process, _ = cli("--network", "resnet18", *TINY, "--quiet", "--no-files", "--kineto",
+                         "--profiler-schedule", "0,1,1", "--precision", precision,
+                         "--profiler-output", f"{traces}/")
+        assert process.returncode == 0, process.stderr
+    assert sorted(p.name for p in traces.glob("*.json")) == [
+        "resnet18_training_amp-bf16_kineto_b2_trace2.json",
+        "resnet18_training_fp32_kineto_b2_trace2.json"]

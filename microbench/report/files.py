@@ -301,18 +301,21 @@ def prepare_output(spec: RunSpec, plot_path: str | None = None) -> None:
 
 # ---------------------------------------------------------------- result names that never collide
 
-def _identity(config: dict, devices) -> dict:
+def _identity(config: dict, devices, device_name) -> dict:
     """What makes two results the same configuration: every stored setting but where it was
-    written and how it was launched, plus the number of devices."""
+    written and how it was launched (iterations, warm-up, trials and seed included: a result
+    of 1000 iterations is not refreshed by a 3-iteration check), the number of devices and
+    their model (the same command on another GPU is another measurement)."""
     from ..rerun import NOT_REPLAYED
     same = {key: value for key, value in config.items()
             if key not in NOT_REPLAYED and key != "device"}
-    return {"config": same, "devices": devices}
+    return {"config": same, "devices": devices, "device_name": device_name}
 
 
 def _identity_of_spec(spec: RunSpec) -> dict:
+    from ..device import device_name
     config = json.loads(json.dumps(dataclasses.asdict(spec.config), default=list))
-    return _identity(config, spec.launch.world_size)
+    return _identity(config, spec.launch.world_size, device_name(spec.device))
 
 
 def _identity_on_disk(path: str) -> dict | None:
@@ -325,45 +328,58 @@ def _identity_on_disk(path: str) -> dict | None:
         return None
     if not isinstance(document, dict) or not isinstance(document.get("config"), dict):
         return None
-    return _identity(document["config"], document.get("GPUs"))
+    env = document.get("env") if isinstance(document.get("env"), dict) else {}
+    return _identity(document["config"], document.get("GPUs"), env.get("device_name"))
 
 
 def _differences(ours: dict, theirs: dict) -> str:
     keys = sorted({*ours["config"], *theirs["config"]})
     names = [key for key in keys if ours["config"].get(key) != theirs["config"].get(key)]
-    if ours["devices"] != theirs["devices"]:
-        names.insert(0, "devices")
+    names = [key for key in ("devices", "device_name") if ours[key] != theirs[key]] + names
     return ", ".join(names[:4]) + (" ..." if len(names) > 4 else "")
 
 
-def claim_result_path(spec: RunSpec) -> tuple[RunSpec, str | None]:
+def claim_result_path(spec: RunSpec,
+                      taken: set[str] | None = None) -> tuple[RunSpec, str | None]:
     """The JSON path this run may write, and a note when it is not the one asked for.
 
     A result of the same configuration is replaced (a re-run refreshes it). A result of another
     configuration is never replaced silently: under a default name this run takes the next free
     one (``NAME-2.json``, ...); under an explicit ``--output-file`` it replaces the file, as
-    the older tool did, with a note."""
+    the older tool did, with a note. ``taken``: paths earlier rows of this invocation claimed
+    (added to), which are never shared even before they are written."""
     path = spec.json_path
     if path is None or not spec.launch.is_main:
         return spec, None
+    taken = set() if taken is None else taken
     ours = _identity_of_spec(spec)
-    theirs = _identity_on_disk(path)
-    if theirs is None or theirs == ours:
-        return spec, None
-    differ = _differences(ours, theirs)
-    if spec.config.output_file:
-        return spec, (f"{path} held a result of another configuration (differing in {differ}); "
-                      f"--output-file names it, so this run's result replaces it")
-    stem, number = path[:-len(".json")], 2
-    while True:
-        candidate = f"{stem}-{number}.json"
+
+    def free(candidate: str) -> bool:
+        if os.path.abspath(candidate) in taken:
+            return False
         found = _identity_on_disk(candidate)
-        if not os.path.exists(candidate) or found == ours:
-            break
+        return found is None or found == ours
+
+    if free(path) or spec.config.output_file:
+        taken.add(os.path.abspath(path))
+        theirs = _identity_on_disk(path)
+        if theirs is None or theirs == ours:
+            return spec, None
+        return spec, (f"{path} held a result of another configuration (differing in "
+                      f"{_differences(ours, theirs)}); --output-file names it, so this run's "
+                      f"result replaces it")
+    stem, number = path[:-len(".json")], 2
+    while not free(f"{stem}-{number}.json"):
         number += 1
-    return dataclasses.replace(spec, json_path=candidate), (
-        f"{path} holds a result of another configuration (differing in {differ}); this "
-        f"run's result goes to {candidate}")
+    candidate = f"{stem}-{number}.json"
+    taken.add(os.path.abspath(candidate))
+    theirs = _identity_on_disk(path)
+    why = (f"holds a result of another configuration (differing in "
+           f"{_differences(ours, theirs)})" if theirs is not None and theirs != ours
+           else "is another row's of this invocation")
+    name = os.path.basename(candidate).removesuffix(".json")
+    return dataclasses.replace(spec, json_path=candidate, result_name=name), (
+        f"{path} {why}; this run's result goes to {candidate}")
 
 
 def write_files(summary: Summary) -> None:
