@@ -24,7 +24,7 @@ from typing import Iterator, Mapping
 import torch
 import torch.distributed as dist
 
-from .device import is_gpu
+from . import device as device_layer
 from .errors import BenchmarkError, DistributedFailure, RankFailed, UsageError
 from .process import env_rank_prefix
 
@@ -188,7 +188,7 @@ def worker_launch(launch: Launch, index: int, device_ids) -> Launch:
 
 
 def init_process_group(launch: Launch, device: torch.device, timeout_s: float) -> None:
-    backend = launch.backend or ("nccl" if is_gpu(device) else "gloo")
+    backend = launch.backend or device_layer.collective_backend(device)
     kwargs = {}
     if launch.launcher != "torchrun":      # torchrun's env:// carries rank and world size
         kwargs.update(rank=launch.rank, world_size=launch.world_size)
@@ -284,8 +284,9 @@ def failures_reported(launch: Launch, timeout_s: float, phase: str) -> Iterator[
 
 
 def barrier(device: torch.device) -> None:
-    if is_gpu(device) and dist.get_backend() == "nccl":
-        dist.barrier(device_ids=[device.index])
+    ids = device_layer.rank_device_ids(device)
+    if ids is not None and dist.get_backend() == "nccl":
+        dist.barrier(device_ids=ids)
     else:
         dist.barrier()
 
@@ -318,7 +319,7 @@ def ddp_wrapper(config, device: torch.device):
 
     def wrap(model: torch.nn.Module) -> torch.nn.Module:
         return DistributedDataParallel(
-            model, device_ids=[device.index] if is_gpu(device) else None,
+            model, device_ids=device_layer.rank_device_ids(device),
             bucket_cap_mb=config.ddp_bucket_cap_mb, static_graph=config.ddp_static_graph,
             gradient_as_bucket_view=config.ddp_gradient_as_bucket_view)
     return wrap

@@ -14,12 +14,13 @@ import os
 import sys
 
 from . import benchmark, capacity, device as device_layer, distributed, process, profilers, progress
-from . import sweep
-from .config import Plan, RunSpec, resolve
+from . import sweep, trials
+from .config import Plan
 from .errors import (EXIT_INTERRUPTED, EXIT_TERMINATED, EXPECTED_EXIT_CODES, BenchmarkError,
                      OutOfMemory, Terminated, UsageError)
 from .report import compare, console, files, plot
-from .summary import Summary, Trial, record_of
+from .spec import RunSpec, resolve
+from .summary import Summary
 
 
 def run_plan(plan: Plan) -> int:
@@ -31,9 +32,28 @@ def run_plan(plan: Plan) -> int:
     if plan.find_max_batch:
         [spec] = _single_device(plan, "--find-max-batch")
         return run_largest_batch(spec, plan)
-    spec = resolve(plan.configs[0], plan)
+    spec = with_baselines(resolve(plan.configs[0]), plan)
     _note_self_compare(spec)
     return run(spec)
+
+
+def with_baselines(spec: RunSpec, plan: Plan) -> RunSpec:
+    """``spec`` with the results it is measured against: ``--compare``'s and
+    ``--scaling-baseline``'s, read on global rank 0 only (other nodes need not see them), before
+    anything runs or is written. In a multi-process job a problem with them is kept in
+    ``spec.problem`` and raised on every rank when the ranks meet (distributed.agree)."""
+    if not spec.launch.is_main:
+        return spec
+    try:
+        gate = (compare.read_gate(plan.compare, plan.tolerance_pct, spec)
+                if plan.compare else None)
+        baseline = (compare.scaling_baseline(spec.config.scaling_baseline, spec)
+                    if spec.config.scaling_baseline else None)
+    except BenchmarkError as error:
+        if not spec.launch.distributed:
+            raise
+        return dataclasses.replace(spec, problem=error)
+    return dataclasses.replace(spec, compare=gate, scaling_baseline_img_s=baseline)
 
 
 def _note_self_compare(spec: RunSpec) -> None:
@@ -84,39 +104,46 @@ def run_worker(spec: RunSpec, problem: BenchmarkError | None = None) -> int:
 
 def measure(spec: RunSpec, out) -> Summary | None:
     """Run the benchmark's trials on this process; the job's Summary on rank 0, None elsewhere."""
-    launch, main = spec.launch, spec.launch.is_main
+    main = spec.launch.is_main
     env = device_layer.describe(spec.device)
     monitor = benchmark.Monitor(spec.device, spec.config.telemetry_interval_ms / 1e3)
     notes = list(spec.notes)
-    if monitor.source is None and device_layer.is_gpu(spec.device):
+    if monitor.source is None and env.on_gpu:
         notes.append(monitor.note)
     if main:
         console.print_config(spec, env, out, notes)
-    wrap, before_timing, rejoin = None, lambda: None, lambda: None
-    if launch.distributed:
-        wrap = distributed.ddp_wrapper(spec.config, spec.device) if spec.training else None
-        before_timing = lambda: _enter_timed_region(spec)   # noqa: E731
-        rejoin = lambda: _rejoin(spec)                       # noqa: E731
-    trials, repeat = [], spec.config.repeat
+    hooks, repeat, job = _rank_hooks(spec), spec.config.repeat, trials.Job(spec)
+
+    def measure_one(job: trials.Job, index: int) -> None:
+        which = f"Trial {index + 1}/{repeat}: " if repeat > 1 else ""
+        with _activity(spec, out) as activity:
+            activity.start(f"{which}Building {spec.model.name}")
+            trial = trials.measure_trial(spec, env, monitor, hooks, on_phase=lambda phase:
+                                         activity.start(which + _PHASE_TEXT.get(
+                                             phase, phase.capitalize())))
+        job.trials.append(trial)
+        if main and repeat > 1:
+            print(f"Trial {index + 1}/{repeat}: {trial.throughput:.2f} "
+                  f"{spec.model.item}s/s", file=out, flush=True)
+
     try:
-        for index in range(repeat):
-            if index:
-                benchmark.release(spec)
-            which = f"Trial {index + 1}/{repeat}: " if repeat > 1 else ""
-            with _activity(spec, out) as activity:
-                activity.start(f"{which}Building {spec.model.name}")
-                result = benchmark.run(spec, on_phase=lambda phase: activity.start(
-                    which + _PHASE_TEXT.get(phase, phase.capitalize())), wrap=wrap,
-                    before_timing=before_timing, monitor=monitor, rejoin=rejoin)
-            trials.append(_trial(spec, env, result))
-            if main and repeat > 1:
-                print(f"Trial {index + 1}/{repeat}: {trials[-1].throughput:.2f} "
-                      f"{spec.model.item}s/s", file=out, flush=True)
+        trials.run_rounds([job], repeat, measure_one, between=lambda job: benchmark.release(spec))
     finally:
         monitor.close()
     if not main:
         return None
-    return Summary(spec, env, trials, distributed.backend_name(), notes)
+    return Summary(spec, env, job.trials, distributed.backend_name(), notes)
+
+
+def _rank_hooks(spec: RunSpec) -> trials.RankHooks:
+    """Under DDP: wrap the model (when the scenario steps an optimizer), meet before the timed
+    region, meet again after an excluded iteration."""
+    if not spec.launch.distributed:
+        return trials.RankHooks()
+    wrap = (distributed.ddp_wrapper(spec.config, spec.device)
+            if spec.scenario.updates_weights else None)
+    return trials.RankHooks(wrap=wrap, before_timing=lambda: _enter_timed_region(spec),
+                            rejoin=lambda: _rejoin(spec))
 
 
 # What benchmark.run's phases are called on the terminal.
@@ -130,15 +157,6 @@ def _activity(spec: RunSpec, out) -> progress.Activity:
     if spec.launch.is_main:
         return progress.Activity(out)
     return progress.Activity(io.StringIO(), live=False)
-
-
-def _trial(spec: RunSpec, env: dict, result) -> Trial | None:
-    """This trial of the job: every rank's record gathered on rank 0 (None elsewhere)."""
-    if not spec.launch.distributed:
-        return Trial.of_process(spec, env, result)
-    distributed.barrier(spec.device)           # ...and meet again at its end
-    records = distributed.gather_to_main(record_of(spec, env, result))
-    return Trial.of_ranks(result, records) if spec.launch.is_main else None
 
 
 def _rejoin(spec: RunSpec) -> None:
@@ -226,7 +244,8 @@ def _spawned_worker(index: int, spec: RunSpec, problem: BenchmarkError | None) -
 
 def _single_device(plan: Plan, what: str) -> list[RunSpec]:
     # A sweep row whose settings do not suit its model fails alone, when its turn comes.
-    specs = [resolve(config, plan, check=not plan.is_sweep) for config in plan.configs]
+    specs = [with_baselines(resolve(config, check=not plan.is_sweep), plan)
+             for config in plan.configs]
     if specs[0].launch.distributed:
         raise UsageError(f"{what} runs in one process on one device; launch it without "
                          f"torchrun, srun or --distributed_dataparallel")
@@ -249,8 +268,8 @@ def run_sweep(plan: Plan, specs: list[RunSpec]) -> int:
     first = specs[0]
     files.prepare_output(first, plan.plot)
     env = device_layer.describe(first.device)
-    print(f"Sweep of {len(specs)} configurations on {env['device']} "
-          f"{env['device_name']}, {first.config.iterations} timed iterations each")
+    print(f"Sweep of {len(specs)} configurations on {env.device} {env.device_name}, "
+          f"{first.config.iterations} timed iterations each")
     rows = sweep.run_sweep(specs, env, sys.stdout)
     sweep.print_comparison(rows, sys.stdout)
     if first.json_path is not None:

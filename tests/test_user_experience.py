@@ -174,11 +174,8 @@ def test_rerun_repeats_the_stored_configuration_with_new_flags_on_top(cli, tmp_p
 
 
 def test_rerun_of_amp_with_tf32_keeps_both():
-    from microbench import rerun
-    flags = []
-    for name in ("precision", "tf32"):
-        flags += rerun._flags(name, {"precision": "amp-bf16", "tf32": True}[name],
-                              {"precision": "amp-bf16", "tf32": True}, "x.json")
+    from microbench import config as config_mod
+    flags = config_mod.spelled({"precision": "amp-bf16", "tf32": True}, ("precision", "tf32"))
     config = cli.to_config(cli.parse_args(flags))
     assert (config.precision, config.tf32) == ("amp-bf16", True)
 
@@ -231,8 +228,8 @@ def test_an_explicit_output_file_is_replaced_with_a_note(cli):
 
 
 def test_default_names_tell_profiled_compiled_and_language_runs_apart():
-    from microbench import config as config_mod, models, precision
-    name = config_mod._json_name
+    from microbench import config as config_mod, models, precision, spec as spec_mod
+    name = spec_mod._json_name
     fp32 = precision.lookup("fp32")
     vision = models.resolve("resnet18", models.ModelOptions())
     llama = models.resolve("llama_tiny", models.ModelOptions(seq_len=64))

@@ -525,7 +525,7 @@ def check_attention(impl: str, device: torch.device | str, dtype: torch.dtype,
         _check_flash_limits(dtype, head_dim, instead)
     reason = _probe(impl, device, dtype, head_dim)
     if reason is not None:
-        gpu = f"ROCm {torch.version.hip}" if torch.version.hip else f"CUDA {torch.version.cuda}"
+        gpu = device_layer.runtime_text()
         raise UsageError(f"attention '{impl}' ({name}) cannot run {_dtype_name(dtype)} with "
                          f"head_dim {head_dim} on {device} with PyTorch {torch.__version__} "
                          f"({gpu}): {reason}; {instead}.")

@@ -30,8 +30,8 @@ import sys
 import torch
 
 from .. import __version__, device as device_layer, flops, process, progress
-from ..cli import (MAX_ITERATIONS, MAX_PEAK_TFLOPS, MAX_WARMUP, OneLineParser, bounded_int,
-                   finite_float)
+from ..argtypes import (MAX_ITERATIONS, MAX_PEAK_TFLOPS, MAX_WARMUP, OneLineParser, bounded_int,
+                        finite_float)
 from ..device import clock_name
 from ..errors import (EXIT_INTERRUPTED, EXIT_TERMINATED, BenchmarkError, Terminated,
                       UsageError)
@@ -193,7 +193,7 @@ def run_info(config: runner.RunConfig, peaks: runner.Peaks, timing: runner.Timin
     return {
         "tool": "TorchTensorOpsBench", "version": __version__,
         "command": sys.argv, "time": datetime.datetime.now().astimezone().isoformat(),
-        "torch": torch.__version__, "hip": torch.version.hip, "cuda": torch.version.cuda,
+        **device_layer.build_versions(),
         "device": str(config.device), "device_name": device_name(config.device),
         "clock": clock_name(config.device), "dtype": config.dtype_name,
         "num_iters": config.num_iters, "num_warmup_iters": config.num_warmup_iters,

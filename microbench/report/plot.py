@@ -31,7 +31,6 @@ import os
 import textwrap
 from dataclasses import dataclass
 
-from ..device import runtime_version
 from ..errors import MissingEnvironment, UsageError
 from . import writing
 
@@ -86,16 +85,10 @@ class Point:
         return max(0.0, self.high - self.value)
 
 
-def _tokens_per_item(summary) -> float | None:
-    """Tokens per item for language models (generated tokens for generation); None otherwise."""
-    tokens = summary.token_throughput
-    return tokens / summary.throughput if tokens is not None else None
-
-
 def point_of(summary, per_token: bool = False) -> Point:
     """The headline of a summary and its spread: between trials when there are two or more,
     else between the iterations of the one trial (see the module docstring)."""
-    scale = _tokens_per_item(summary) if per_token else 1.0
+    scale = summary.scenario.units_per_item if per_token else 1
     spread = summary.trial_spread
     if spread.count >= 2:
         low, high = min(spread.values), max(spread.values)
@@ -177,13 +170,12 @@ def subtitle(rows) -> str:
     env = next((row.summary.env for row in rows if row.summary is not None), None)
     if env is None:
         return f"{rows[0].spec.device} · {precisions} · no configuration was measured"
-    if env.get("device_type") == "cpu":
-        device = f"{env['device_name']} (CPU, {env.get('cpu_threads', '?')} threads)"
-        software = f"PyTorch {env['torch']}, torchvision {env['torchvision']}"
+    if not env.on_gpu:
+        device = f"{env.device_name} (CPU, {env.cpu_threads} threads)"
+        software = f"PyTorch {env.torch}, torchvision {env.torchvision}"
     else:
-        device = f"{env['device_name']} ({env['device']})"
-        software = (f"PyTorch {env['torch']}, torchvision {env['torchvision']}, "
-                    f"{runtime_version(env)}")
+        device = f"{env.device_name} ({env.device})"
+        software = f"PyTorch {env.torch}, torchvision {env.torchvision}, {env.runtime}"
     return f"{device} · {precisions} · {software}"
 
 
