@@ -138,6 +138,15 @@ def test_combine_never_sums_part_of_the_energy_and_keeps_an_estimate_labelled():
     assert partial.joules_per_item is None and partial.csv_cells()["energy_j"] is None
 
 
+def test_combine_measures_the_drop_against_the_highest_reference_and_names_its_kind():
+    no_maximum = _report(clocks=[2100.0, 2050.0], max_clock=None)   # "highest sample": 2100
+    with_maximum = _report(clocks=[1500.0, 1500.0], max_clock=2000.0)
+    both = combine([with_maximum, no_maximum])
+    assert both.max_sm_clock_mhz == 2100.0 and both.sm_clock_reference == "highest sample"
+    assert both.sm_clock_drop == pytest.approx(1 - 1500.0 / 2100.0)
+    assert "below its highest sample (1500 of 2100 MHz)" in both.warnings()[0]
+
+
 def test_combine_without_telemetry_keeps_the_reason():
     off = TelemetryReport.unavailable("telemetry: off (--telemetry-interval 0)")
     assert combine([off, TelemetryReport.unavailable("other")]) is off

@@ -147,8 +147,7 @@ def combine(reports: Sequence[TelemetryReport]) -> TelemetryReport:
         return available[0]
     samples = tuple(s for report in available for s in report.samples)
     stats = quantity_stats(samples)
-    references = [r.max_sm_clock_mhz for r in available if r.max_sm_clock_mhz]
-    reference = max(references) if references else None
+    reference, reference_kind = _highest_clock_reference(available)
     energy, basis = energy_mod.total([(r.energy_j, r.energy_basis) for r in available])
     items = math.fsum(r.items or 0.0 for r in available) or None
     per_item, per_joule = energy_mod.per_item_and_per_joule(energy, items)
@@ -157,7 +156,7 @@ def combine(reports: Sequence[TelemetryReport]) -> TelemetryReport:
         device_label=f"{len(available)} measurements ({available[0].device_label}, ...)",
         items=items, timed_s=math.fsum(r.timed_s or 0.0 for r in available), samples=samples,
         stats=stats, max_sm_clock_mhz=reference,
-        sm_clock_reference=available[0].sm_clock_reference,
+        sm_clock_reference=reference_kind,
         sm_clock_drop=clock_drop(stats["sm_clock_mhz"], reference),
         counter_energy_j=energy_mod.sum_known(r.counter_energy_j for r in available),
         power_energy_j=energy_mod.sum_known(r.power_energy_j for r in available),
@@ -166,6 +165,17 @@ def combine(reports: Sequence[TelemetryReport]) -> TelemetryReport:
         throttle_reasons_seen=tuple(sorted({x for r in available
                                             for x in r.throttle_reasons_seen})),
         throttle_reported=any(r.throttle_reported for r in available))
+
+
+def _highest_clock_reference(
+        reports: Sequence[TelemetryReport]) -> tuple[float | None, str | None]:
+    """The highest SM clock reference of ``reports``, with its own kind ("device maximum" or
+    "highest sample"), so the label names the reference the drop is measured against."""
+    known = [r for r in reports if r.max_sm_clock_mhz]
+    if not known:
+        return None, None
+    highest = max(known, key=lambda r: r.max_sm_clock_mhz)
+    return highest.max_sm_clock_mhz, highest.sm_clock_reference
 
 
 def energy_counter_vs_power(report: TelemetryReport) -> float | None:
