@@ -133,3 +133,17 @@ def test_the_telemetry_package_asks_the_device_layer_about_devices():
         text = path.read_text()
         for device_knowledge in ("torch.version", "torch.cuda", "is_gpu(", ".type =="):
             assert device_knowledge not in text, f"{path.name} reads {device_knowledge}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Telemetry by default: the README's install line brings NVML's bindings (issue 26).
+
+
+def test_nvidia_ml_py_is_installed_with_the_tool_not_by_an_extra():
+    tomllib = pytest.importorskip("tomllib")                  # Python 3.11 and newer
+    root = Path(__file__).resolve().parent.parent
+    project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
+    assert "nvidia-ml-py" in project["dependencies"]
+    assert project["optional-dependencies"]["telemetry"] == []   # kept for scripts that name it
+    requirements = (root / "requirements.txt").read_text().splitlines()
+    assert "nvidia-ml-py" in [line.split("#")[0].strip() for line in requirements]
