@@ -15,11 +15,13 @@ Example::
     activate(device)
     synchronize(device)
     allocated_mb, reserved_mb = peak_memory_mb(device)   # (None, None) on the CPU
+    vendor(device)                                       # Vendor.AMD on a ROCm build
 """
 from __future__ import annotations
 
 import dataclasses
 import datetime
+import enum
 import functools
 import importlib.metadata
 import os
@@ -58,6 +60,23 @@ def _gpu_api():
 
 def is_gpu(device: torch.device) -> bool:
     return device.type != "cpu"
+
+
+class Vendor(enum.Enum):
+    """Whose runtime runs a device's kernels; telemetry picks its management library by it."""
+
+    CPU = "cpu"
+    AMD = "amd"            # a ROCm (HIP) build, whose GPUs torch also calls "cuda"
+    NVIDIA = "nvidia"      # a CUDA build
+    UNKNOWN = "unknown"    # a GPU under a build with neither runtime
+
+
+def vendor(device: torch.device) -> Vendor:
+    if not is_gpu(device):
+        return Vendor.CPU
+    if torch.version.hip:
+        return Vendor.AMD
+    return Vendor.NVIDIA if torch.version.cuda else Vendor.UNKNOWN
 
 
 # ---------------------------------------------------------------- choosing the device
@@ -326,11 +345,39 @@ def _driver_version() -> str:
         except OSError:
             return "unknown"
     try:
-        import pynvml  # optional: nvidia-ml-py ships with many CUDA images
+        import pynvml  # nvidia-ml-py, a dependency; a checkout run uninstalled may lack it
         pynvml.nvmlInit()
         return pynvml.nvmlSystemGetDriverVersion()
     except Exception:                                         # noqa: BLE001 (any failure: unknown)
         return "unknown"
+
+
+@dataclass(frozen=True)
+class GpuIdentity:
+    """What torch knows that names a GPU, for finding the same GPU in a vendor's management
+    library (NVML, amdsmi), which numbers every GPU of the machine, not the visible ones."""
+
+    index: int | None = None            # torch's index, after *_VISIBLE_DEVICES renumbering
+    uuid: str | None = None             # torch spells it without NVML's "GPU-" prefix
+    pci_bus_id: str | None = None       # "dddd:bb:dd", hexadecimal
+
+
+def gpu_identity(device: torch.device) -> GpuIdentity:
+    """Index, UUID and PCI address of the GPU ``device`` (the current one where it has no
+    index); the UUID and PCI fields are None where this torch's device properties lack them.
+    Nothing names the CPU: it gets an empty identity."""
+    if not is_gpu(device):
+        return GpuIdentity()
+    index = torch.cuda.current_device() if device.index is None else device.index
+    props = torch.cuda.get_device_properties(index)
+    uuid = getattr(props, "uuid", None)
+    uuid_text = str(uuid) if uuid is not None else None
+    if uuid_text is not None and not uuid_text.replace("-", "").strip("0"):
+        uuid_text = None                # all zeros: the runtime has no UUID for it
+    pci = None
+    if all(hasattr(props, a) for a in ("pci_domain_id", "pci_bus_id", "pci_device_id")):
+        pci = f"{props.pci_domain_id:04x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}"
+    return GpuIdentity(index, uuid_text, pci)
 
 
 def _cpu_model() -> str:
