@@ -265,3 +265,35 @@ def test_rank_prefix_only_for_one_rank_of_several():
     assert distributed.rank_prefix({"SLURM_PROCID": "1", "SLURM_NTASKS": "2"}) == "[rank 1] "
     assert distributed.rank_prefix({"SLURM_PROCID": "0", "SLURM_NTASKS": "1"}) == ""
     assert distributed.rank_prefix({"RANK": "0", "WORLD_SIZE": "x"}) == ""
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def test_a_rank_whose_peer_never_comes_honours_sigterm(tmp_path):
+    """Rank 1 failed alone (it never starts); torchrun then sends rank 0, which waits for it at
+    the rendezvous inside torch's C++, a SIGTERM: one line and 143, not a kill 30 s later."""
+    port = free_port()
+    env = {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+           "MASTER_PORT": str(port)}
+    rank0 = subprocess.Popen([sys.executable, str(SCRIPT), *RUN, "--batch-size", "4",
+                              "--output-dir", str(tmp_path)], cwd=ROOT, env=child_env(**env),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(TIMEOUT * 10):        # a condition, not a duration: the store is up
+            if _listening(port) or rank0.poll() is not None:
+                break
+            try:
+                rank0.wait(timeout=0.1)
+            except subprocess.TimeoutExpired:
+                pass
+        assert rank0.poll() is None, rank0.communicate()
+        rank0.terminate()
+        out, err = rank0.communicate(timeout=TIMEOUT)
+    finally:
+        rank0.kill()
+    assert rank0.returncode == 143, err[-2000:]
+    assert err.strip() == "[rank 0] error: terminated (SIGTERM)"
+    assert result_files(tmp_path) == []
