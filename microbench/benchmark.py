@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
+import os
 import time
 from typing import TYPE_CHECKING, Callable
 
@@ -113,7 +114,7 @@ def build_workload(spec: "RunSpec",
     return spec.scenario.build(spec, _compose(wrap, _compile_wrapper(spec.config)), count_flops)
 
 
-def run(spec: "RunSpec", on_phase: Callable[[str], None] = lambda message: None,
+def run(spec: "RunSpec", on_phase: Callable[..., None] = lambda phase, timed=False: None,
         wrap: Callable[[torch.nn.Module], torch.nn.Module] | None = None,
         before_timing: Callable[[], None] = lambda: None,
         monitor: "Monitor | None" = None,
@@ -133,7 +134,7 @@ def run(spec: "RunSpec", on_phase: Callable[[str], None] = lambda message: None,
         with noise.captured() if config.compile else contextlib.nullcontext():
             warmup_s, first_s = warm_up(work.step, config.warmup, device)
         device_layer.reset_peak_memory(device)
-        on_phase(f"timing {config.iterations} iterations")
+        on_phase(f"timing {config.iterations} iterations", timed=True)
         before_timing()
         sampler = monitor.start() if monitor is not None else None
         try:
@@ -158,7 +159,8 @@ def run(spec: "RunSpec", on_phase: Callable[[str], None] = lambda message: None,
                          first_iteration_s=first_s, peak_allocated_mb=allocated,
                          peak_reserved_mb=reserved, parameters=work.parameters,
                          flops_per_iteration=work.flops_per_iteration, profile_reports=reports,
-                         detail=timed.detail, telemetry=report)
+                         detail=timed.detail, telemetry=report, pid=os.getpid(),
+                         seed=config.seed)
 
 
 def trace_stem(spec: "RunSpec") -> str:

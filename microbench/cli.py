@@ -91,6 +91,10 @@ def build_parser() -> argparse.ArgumentParser:
              help="independent trials (fresh model, optimizer and inputs each); the "
                   "headline is their median, with a 95%% confidence interval; in a "
                   "sweep the trials of all configurations interleave")
+    _setting(timing, "trials", choices=("processes", "in-process"),
+             help="with --repeat: run each trial in a fresh worker process with its own seed "
+                  "(processes: the compiler, autotuning and allocator start cold each time, "
+                  "as they do between runs) or all of them in this process (in-process)")
     _setting(timing, "telemetry_interval_ms", type=finite_float(0, MAX_TELEMETRY_MS, True),
              metavar="MS",
              help="sample clocks, power, temperature, throttling and energy every MS "

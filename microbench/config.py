@@ -75,6 +75,7 @@ class BenchConfig:
     iterations: int = setting(20)
     warmup: int = setting(5)
     repeat: int = setting(1)                          # independent trials of this configuration
+    trials: str = setting("processes")                # where trials run: microbench.trials
     telemetry_interval_ms: float = setting(100.0, flag="--telemetry-interval",
                                            dest="telemetry_interval")   # 0: no telemetry
     precision: str = setting("fp32", kind=DERIVED, preset=True)   # microbench.precision.TABLE
@@ -119,6 +120,11 @@ class BenchConfig:
     # older or workshop spellings were read.
     explicit: tuple[str, ...] = setting((), kind=DERIVED, replayed=False)
     notes: tuple[str, ...] = setting((), kind=DERIVED, replayed=False, per_rank=True)
+
+    @property
+    def trials_in_workers(self) -> bool:
+        """Whether each trial runs in a fresh worker process (microbench.trials)."""
+        return self.repeat > 1 and self.trials == "processes"
 
 
 # ---------------------------------------------------------------- the schema, read back

@@ -19,6 +19,7 @@ import contextlib
 import datetime
 import os
 import threading
+import urllib.parse
 from dataclasses import dataclass, replace
 from typing import Callable, Iterator, Mapping, TypeVar
 
@@ -221,14 +222,41 @@ def interruptible(call: Callable[[], T]) -> T:
     return outcome.get("value")
 
 
-def init_process_group(launch: Launch, device: torch.device, timeout_s: float) -> None:
-    backend = launch.backend or device_layer.collective_backend(device)
+def init_process_group(launch: Launch, device: torch.device, timeout_s: float,
+                       coordination_only: bool = False) -> None:
+    """The job's process group. ``coordination_only``: this process only meets the others and
+    passes small objects (its trials run in worker processes, which form their own groups), so
+    it takes gloo and never touches the GPU."""
+    backend = "gloo" if coordination_only else (
+        launch.backend or device_layer.collective_backend(device))
     kwargs = {}
     if launch.launcher != "torchrun":      # torchrun's env:// carries rank and world size
         kwargs.update(rank=launch.rank, world_size=launch.world_size)
     interruptible(lambda: dist.init_process_group(
         backend=backend, init_method=launch.init_method,
         timeout=datetime.timedelta(seconds=timeout_s), **kwargs))
+
+
+def init_trial_group(launch: Launch, device: torch.device, timeout_s: float,
+                     rendezvous: str) -> None:
+    """A trial worker's process group, at the rendezvous rank 0 chose for this trial."""
+    backend = launch.backend or device_layer.collective_backend(device)
+    interruptible(lambda: dist.init_process_group(
+        backend=backend, init_method=rendezvous, rank=launch.rank,
+        world_size=launch.world_size, timeout=datetime.timedelta(seconds=timeout_s)))
+
+
+def rendezvous_host(launch: Launch) -> str:
+    """The host the ranks reach rank 0 at: MASTER_ADDR under env:// (torchrun, SLURM), else the
+    host of --dist-url's tcp:// address."""
+    if launch.init_method == "env://" or not launch.init_method:
+        return os.environ.get("MASTER_ADDR", "127.0.0.1")
+    return urllib.parse.urlsplit(launch.init_method).hostname or "127.0.0.1"
+
+
+def broadcast_from_main(objects: list) -> None:
+    """Replace ``objects`` on every rank by rank 0's, in place."""
+    interruptible(lambda: dist.broadcast_object_list(objects, src=0))
 
 
 # --------------------------------------------------------------- ranks agree, or fail together

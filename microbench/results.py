@@ -105,6 +105,8 @@ class ProcessResult:
     profile_reports: list[str] = field(default_factory=list)
     detail: Any = None                   # the scenario's: PhaseTimes, GenerationTimes or None
     telemetry: TelemetryReport | None = None   # clocks, power, energy while timed
+    pid: int = 0                         # the process that measured it
+    seed: int = 0                        # the seed of its weights and inputs
 
 
 @dataclass(frozen=True)

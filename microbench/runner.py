@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import io
 import os
 import sys
 
@@ -85,12 +84,15 @@ def run_worker(spec: RunSpec, problem: BenchmarkError | None = None) -> int:
     """This process's part of the run: meet the other ranks, measure, then (on rank 0) report.
     A dead peer or a timeout becomes one line (distributed.failures_reported)."""
     out = console.Console.for_spec(spec).out
-    device_layer.activate(spec.device)
+    workers = trials.in_workers(spec)
+    if not workers:
+        device_layer.activate(spec.device)      # trial workers take the device themselves
     launch, timeout = spec.launch, spec.config.dist_timeout
     try:
         if launch.distributed:
             with distributed.failures_reported(launch, timeout, "rendezvous"):
-                distributed.init_process_group(launch, spec.device, timeout)
+                distributed.init_process_group(launch, spec.device, timeout,
+                                               coordination_only=workers)
                 name = distributed.agree(spec.settings(), problem, spec.result_name)
                 spec = dataclasses.replace(spec, result_name=name)
         with distributed.failures_reported(launch, timeout, "run"):
@@ -103,70 +105,71 @@ def run_worker(spec: RunSpec, problem: BenchmarkError | None = None) -> int:
 
 
 def measure(spec: RunSpec, out) -> Summary | None:
-    """Run the benchmark's trials on this process; the job's Summary on rank 0, None elsewhere."""
-    main = spec.launch.is_main
+    """Run the benchmark's trials (here, or each in a worker process); the job's Summary on
+    rank 0, None elsewhere."""
+    main, repeat = spec.launch.is_main, spec.config.repeat
     env = device_layer.describe(spec.device)
-    monitor = benchmark.Monitor(spec.device, spec.config.telemetry_interval_ms / 1e3)
-    notes = list(spec.notes)
-    if monitor.source is None and env.on_gpu:
-        notes.append(monitor.note)
-    if main:
-        console.print_config(spec, env, out, notes)
-    hooks, repeat, job = _rank_hooks(spec), spec.config.repeat, trials.Job(spec)
+    notes = list(spec.notes) + _trial_notes(spec)
+    job = trials.Job(spec)
 
-    def measure_one(job: trials.Job, index: int) -> None:
-        which = f"Trial {index + 1}/{repeat}: " if repeat > 1 else ""
-        with _activity(spec, out) as activity:
-            activity.start(f"{which}Building {spec.model.name}")
-            trial = trials.measure_trial(spec, env, monitor, hooks, on_phase=lambda phase:
-                                         activity.start(which + _PHASE_TEXT.get(
-                                             phase, phase.capitalize())))
-        job.trials.append(trial)
+    def label(index: int) -> str:
+        return f"Trial {index + 1}/{repeat}: " if repeat > 1 else ""
+
+    def report_trial(index: int) -> None:
         if main and repeat > 1:
-            print(f"Trial {index + 1}/{repeat}: {trial.throughput:.2f} "
-                  f"{spec.model.item}s/s", file=out, flush=True)
+            trial = job.trials[-1]
+            print(f"{label(index)}{trial.throughput:.2f} {spec.model.item}s/s"
+                  f"{_worker_text(spec, trial)}", file=out, flush=True)
 
-    try:
-        trials.run_rounds([job], repeat, measure_one, between=lambda job: benchmark.release(spec))
-    finally:
-        monitor.close()
+    if trials.in_workers(spec):
+        if main:
+            console.print_config(spec, env, out, notes)
+
+        def in_worker(job: trials.Job, index: int) -> None:
+            rendezvous = trials.trial_rendezvous(spec.launch)
+            job.trials.append(trials.in_worker(spec, index, rendezvous, label(index)))
+            if spec.launch.distributed:
+                distributed.barrier(spec.device)
+            report_trial(index)
+        trials.run_rounds([job], repeat, in_worker)
+    else:
+        monitor = benchmark.Monitor(spec.device, spec.config.telemetry_interval_ms / 1e3)
+        if monitor.source is None and env.on_gpu:
+            notes.append(monitor.note)
+        if main:
+            console.print_config(spec, env, out, notes)
+        hooks = trials.rank_hooks(spec)
+
+        def here(job: trials.Job, index: int) -> None:
+            with trials.shown_phases(label(index) if main else None, out) as activity:
+                activity.start(f"{label(index)}Building {spec.model.name}")
+                job.trials.append(trials.measure_trial(
+                    spec, env, monitor, hooks, trials.phase_line(activity, label(index))))
+            report_trial(index)
+        try:
+            trials.run_rounds([job], repeat, here, between=lambda job: benchmark.release(spec))
+        finally:
+            monitor.close()
     if not main:
         return None
     return Summary(spec, env, job.trials, distributed.backend_name(), notes)
 
 
-def _rank_hooks(spec: RunSpec) -> trials.RankHooks:
-    """Under DDP: wrap the model (when the scenario steps an optimizer), meet before the timed
-    region, meet again after an excluded iteration."""
-    if not spec.launch.distributed:
-        return trials.RankHooks()
-    wrap = (distributed.ddp_wrapper(spec.config, spec.device)
-            if spec.scenario.updates_weights else None)
-    return trials.RankHooks(wrap=wrap, before_timing=lambda: _enter_timed_region(spec),
-                            rejoin=lambda: _rejoin(spec))
+def _trial_notes(spec: RunSpec) -> list[str]:
+    if spec.config.repeat < 2:
+        return []
+    if trials.in_workers(spec):
+        return [f"{spec.config.repeat} trials, each in a fresh worker process with its own "
+                f"seed (the compiler, autotuning, allocator and device context start cold "
+                f"every time)"]
+    return [f"{spec.config.repeat} trials in this one process (--trials in-process): later "
+            f"trials reuse the first one's compiled graphs, autotuning results and allocator"]
 
 
-# What benchmark.run's phases are called on the terminal.
-_PHASE_TEXT = {"compiling and warming up":
-               "Compiling and warming up (torch.compile can take minutes the first time)",
-               "warming up": "Warming up"}
-
-
-def _activity(spec: RunSpec, out) -> progress.Activity:
-    """Rank 0 shows its phases; the other ranks' would only repeat them."""
-    if spec.launch.is_main:
-        return progress.Activity(out)
-    return progress.Activity(io.StringIO(), live=False)
-
-
-def _rejoin(spec: RunSpec) -> None:
-    device_layer.synchronize(spec.device)
-    distributed.barrier(spec.device)
-
-
-def _enter_timed_region(spec: RunSpec) -> None:
-    distributed.fail_if_asked(spec.launch)
-    distributed.barrier(spec.device)           # all ranks enter the timed region together
+def _worker_text(spec: RunSpec, trial) -> str:
+    if not trials.in_workers(spec):
+        return ""
+    return f" (worker process {trial.result.pid}, seed {trial.result.seed})"
 
 
 def report(summary: Summary, out) -> None:

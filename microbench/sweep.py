@@ -73,12 +73,16 @@ def _outcome(row: Row) -> str:
             f"CV {units.percent(t.cv)}{memory_text}")
 
 
-def run_trial(row: Row, env, monitor: benchmark.Monitor) -> None:
-    """One trial of one configuration; a failure is recorded in the row instead of raised, and
-    ends the row (its later trials are skipped)."""
+def run_trial(row: Row, env, monitor: benchmark.Monitor, index: int = 0) -> None:
+    """Trial ``index`` of one configuration (in a worker process when trials run in workers);
+    a failure is recorded in the row instead of raised, and ends the row (its later trials are
+    skipped)."""
     try:
         row.spec.check()
-        row.trials.append(trials_mod.measure_trial(row.spec, env, monitor))
+        if trials_mod.in_workers(row.spec):
+            row.trials.append(trials_mod.in_worker(row.spec, index))
+        else:
+            row.trials.append(trials_mod.measure_trial(row.spec, env, monitor))
     except OutOfMemory as error:
         row.fail("out of memory", str(error), error.exit_code)
     except BenchmarkError as error:
@@ -107,7 +111,7 @@ def run_sweep(specs, env, out: TextIO) -> list[Row]:
     def measure(row: Row, index: int) -> None:
         number = rows.index(row) + 1
         shown.start(number, row)
-        run_trial(row, env, monitor)
+        run_trial(row, env, monitor, index)
         benchmark.release(row.spec, reset_compiler=True)
         shown.done(number, row)
 

@@ -77,7 +77,7 @@ def test_the_headline_is_the_median_trial_and_every_figure_follows_it():
 
 
 def test_repeat_runs_independent_trials_and_keeps_every_sample(run, tmp_path):
-    process = run("--network", "resnet18", *TINY, "--repeat", "3")
+    process = run("--network", "resnet18", *TINY, "--repeat", "3", "--trials", "in-process")
     assert process.returncode == 0, process.stderr
     doc = only_json(tmp_path)
     trials = doc["trials"]
@@ -100,7 +100,7 @@ def test_a_sweep_interleaves_the_trials_of_its_rows(capfd, tmp_path, monkeypatch
     monkeypatch.setattr(benchmark, "run", recording_run)
     process = run_main(capfd, "--network", "resnet18", "--image-size", "32", "--batch-size",
                        "2,4", "--iterations", "1", "--warmup", "0", "--repeat", "3",
-                       "--no-files")
+                       "--trials", "in-process", "--no-files")
     assert process.returncode == 0, process.stderr
     assert order == [2, 4, 2, 4, 2, 4]
 

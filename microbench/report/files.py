@@ -75,6 +75,8 @@ def result_document(summary: Summary) -> dict:
         document["throughput"]["tokens_per_s"] = summary.token_throughput
     document.update(spec.scenario.document(summary))
     document["trials"] = {**summary.trial_spread.to_dict(), "unit": f"{spec.model.item}s/s",
+                          "where": ("worker processes" if spec.config.trials_in_workers
+                                    else "this process"),
                           "within_trial_cv": t.cv,
                           "per_trial": [_trial_document(trial) for trial in summary.trials]}
     report = summary.telemetry
@@ -85,10 +87,12 @@ def result_document(summary: Summary) -> dict:
 
 
 def _trial_document(trial) -> dict:
-    times = trial.slowest.times
+    times, result = trial.slowest.times, trial.result
+    telemetry = result.telemetry.to_dict() if result.telemetry is not None else None
     return {"throughput": trial.throughput, "samples_ms": list(times.samples_ms),
-            "stats": times.stats(), "warmup_s": trial.result.warmup_s,
-            "first_iteration_s": trial.result.first_iteration_s}
+            "stats": times.stats(), "warmup_s": result.warmup_s,
+            "first_iteration_s": result.first_iteration_s, "pid": result.pid,
+            "seed": result.seed, "telemetry": telemetry}
 
 
 def _model_document(summary: Summary) -> dict:
