@@ -24,8 +24,8 @@ from .argtypes import (MAX_BATCH, MAX_BUCKET_CAP_MB, MAX_DEVICE_INDEX, MAX_DIST_
                        bounded_int, choices, finite_float, list_of, names, positive_int,
                        positive_ints, zero_or_one)
 from .compile_options import COMPILE_MODES, parse_compile_context
-from .config import (DERIVED, INVERSE, SCHEMA, SWITCH, BenchConfig, Plan, field_of_dest,
-                     validate)
+from .config import (DERIVED, INVERSE, SCHEMA, SWITCH, BenchConfig, Plan, as_command_line,
+                     field_of_dest, replayed_fields, spelled, validate)
 from .errors import UsageError
 from .preset import PRESETS
 
@@ -360,10 +360,16 @@ def to_config(args: argparse.Namespace) -> BenchConfig:
     if args.output_file is not None:
         _check_file_name(args.output_file)
     precision, precision_notes = _precision(args)
-    return _check(BenchConfig(
+    config = BenchConfig(
         **_from_args(args), precision=precision, tf32=bool(args.tf32),
         compile_options=compile_options, explicit=tuple(sorted(args.explicit)),
-        notes=tuple(args.rerun_notes + precision_notes + compile_notes)))
+        notes=tuple(args.spelling_notes + precision_notes + compile_notes))
+    if args.rerun is not None:
+        # What runs: the stored settings with the flags given now in their place.
+        effective = as_command_line(spelled(config, replayed_fields()))
+        config = replace(config, notes=(f"--rerun {args.rerun} runs: {effective}",
+                                        *args.rerun_notes, *config.notes))
+    return _check(config)
 
 
 def _check_file_name(name: str) -> None:
@@ -475,6 +481,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """Parse argv once: the defaults, under the flags a --rerun result stores, under the flags
     given now. ``args.explicit`` holds the config fields given (stored or typed)."""
     argv = sys.argv[1:] if argv is None else list(argv)
+    argv, spelling_notes = _own_spellings(argv)
     parser = build_parser()
     given = _given(parser, argv)
     stored, notes = {}, []
@@ -483,8 +490,36 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         words, notes = rerun.flags_of(path)
         stored = _given(parser, words)
         stored.pop("rerun", None)
-        notes.insert(0, f"--rerun {path}: {' '.join(words)}")
     args = argparse.Namespace(**{**vars(parser.parse_args([])), **stored, **given})
     args.explicit = _fields_given({*stored, *given})
-    args.rerun_notes = notes
+    args.rerun_notes, args.spelling_notes = notes, spelling_notes
     return args
+
+
+# timm's benchmark.py spellings that users type from habit: flag -> (our flag, value map).
+TIMM_SPELLINGS = {
+    "-m": ("--network", {}),
+    "-b": ("--batch-size", {}),
+    "--num-bench-iter": ("--iterations", {}),
+    "--bench": ("--mode", {"train": "training", "inference": "inference"}),
+}
+
+
+def _own_spellings(argv: list[str]) -> tuple[list[str], list[str]]:
+    """argv with timm's spellings replaced by this tool's own, and a note for each, so that
+    what ran is shown in the flags this tool documents."""
+    words, notes, index = [], [], 0
+    while index < len(argv):
+        word = argv[index]
+        flag, equals, given = word.partition("=")
+        if flag in TIMM_SPELLINGS and (equals or index + 1 < len(argv)):
+            ours, values = TIMM_SPELLINGS[flag]
+            if not equals:
+                index, given = index + 1, argv[index + 1]
+            value = values.get(given, given)
+            words += [ours, value]
+            notes.append(f"{flag} {given} is timm's spelling: read as {ours} {value}")
+        else:
+            words.append(word)
+        index += 1
+    return words, notes

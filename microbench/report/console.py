@@ -61,17 +61,19 @@ class Console:
 def print_config(spec, env, out: TextIO, notes=None) -> None:
     """The configuration echo (``spec``: the RunSpec; ``env``: the DeviceInfo)."""
     config, model, launch = spec.config, spec.model, spec.launch
-    compile_text = "off"
-    if config.compile:
-        compile_text = f"on {config.compile_options}" if config.compile_options else "on (default)"
+    tf32 = "allowed" if spec.precision.tf32 else "off"
     lines = [
         ("Network", model.describe()),
         ("Mode", spec.scenario.mode_text()),
         ("Batch size", _batch_text(spec)),
         ("Iterations", f"{config.iterations} timed after {config.warmup} warm-up"),
-        ("Precision", f"{spec.precision.label} (TF32 {'allowed' if spec.precision.tf32 else 'off'})"),
-        ("Memory format", "channels-last (NHWC)" if config.nhwc else "contiguous (NCHW)"),
-        ("Compile", compile_text),
+        ("Precision", f"{spec.precision.label} (TF32 {tf32})"),
+    ]
+    if model.channels_last is not None:            # image models; token ids have no layout
+        lines.append(("Memory format",
+                      "channels-last (NHWC)" if config.nhwc else "contiguous (NCHW)"))
+    lines += [
+        ("Compile", compile_text(config)),
         ("Optimizer", _optimizer_text(spec)),
         ("Device", f"{env.device} {env.device_name} ({env.architecture})"),
         ("PyTorch", f"{env.torch}, torchvision {env.torchvision}, {env.runtime}"),
@@ -83,6 +85,21 @@ def print_config(spec, env, out: TextIO, notes=None) -> None:
         print(f"  {label:<14}: {value}", file=out)
     for note in spec.notes if notes is None else notes:
         print(f"Note: {note}", file=out)
+
+
+def compile_text(config) -> str:
+    """``off``, ``on (default)``, ``on (mode reduce-overhead)``, ``on (mode max-autotune,
+    fullgraph True)``: what was asked of torch.compile, in words, not a Python dict."""
+    if not config.compile:
+        return "off"
+    if not config.compile_options:
+        return "on (default)"
+    parts = []
+    for key, value in config.compile_options.items():
+        if isinstance(value, dict):
+            value = ", ".join(f"{name}={setting}" for name, setting in value.items())
+        parts.append(f"{key} {value}")
+    return f"on ({', '.join(parts)})"
 
 
 def _optimizer_text(spec) -> str:
@@ -214,7 +231,10 @@ def _summary_rows(summary: Summary) -> list[tuple[str, str]]:
         (f"Iteration time{basis}", f"median {ms(t.median)}  mean {ms(t.mean)}  std {ms(t.std)}"
                                    f"  min {ms(t.min)}  max {ms(t.max)}"),
         ("Percentiles", f"p90 {ms(t.p90)}  p95 {ms(t.p95)}  p99 {ms(t.p99)}"),
-        (f"Time per {item}", ms(summary.time_per_sample_us / 1e3)),
+    ]
+    if summary.scenario.items_run_one_by_one:
+        rows.append((f"Time per {item}", ms(summary.time_per_sample_us / 1e3)))
+    rows += [
         ("Peak memory", _memory(summary)),
         ("Warm-up", _warmup(summary)),
     ]

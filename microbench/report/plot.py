@@ -164,9 +164,39 @@ def _unit(rows, per_token: bool) -> str:
     return f"{min(items)}s/s" if len(items) == 1 else "items/s"
 
 
+# Settings the title's facets already show, or that do not change what was measured.
+_NOT_IN_SUBTITLE = {"network", "mode", "precision", "tf32", "nhwc", "compile", "compile_options",
+                    "attention", "seq_len", "batch_size", "device", "preset"}
+
+
+def changed_settings(rows) -> list[str]:
+    """Every replayed setting all rows share that differs from its default (``image size 64``),
+    so that a 64-pixel run is not read as a 224-pixel one."""
+    from ..config import SCHEMA
+    configs = [row.spec.config for row in rows]
+    shown = []
+    for name, item in SCHEMA.items():
+        values = {repr(getattr(config, name)) for config in configs}
+        value = getattr(configs[0], name)
+        if (item.replayed and name not in _NOT_IN_SUBTITLE and len(values) == 1
+                and value != item.default):
+            shown.append(f"{name.replace('_', ' ')} {_as_text(value)}")
+    return shown
+
+
+def _as_text(value) -> str:
+    if isinstance(value, (list, tuple)):
+        return ",".join(map(str, value))
+    return str(value)
+
+
 def subtitle(rows) -> str:
-    """Device, precisions and software, from the environment the rows were measured in."""
+    """Device, precisions, the settings that differ from the defaults, and software, from the
+    environment the rows were measured in."""
     precisions = ", ".join(dict.fromkeys(row.spec.precision.name for row in rows))
+    changed = changed_settings(rows)
+    if changed:
+        precisions += " · " + ", ".join(changed)
     env = next((row.summary.env for row in rows if row.summary is not None), None)
     if env is None:
         return f"{rows[0].spec.device} · {precisions} · no configuration was measured"

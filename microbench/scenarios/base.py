@@ -29,6 +29,10 @@ class Scenario:
     mode: ClassVar[str] = ""
     updates_weights: ClassVar[bool] = False      # an optimizer steps (DDP wraps the model)
     flops_counted: ClassVar[str] = "forward"     # what one iteration's FLOP count covers
+    # Whether the time per item (batch time / batch) means something to a reader: not in
+    # generation, where every sequence of the batch takes the whole generation's time (its
+    # scenario prints that, named, instead).
+    items_run_one_by_one: ClassVar[bool] = True
 
     def __init__(self, config, model) -> None:
         self.config, self.model = config, model

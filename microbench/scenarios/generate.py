@@ -36,6 +36,7 @@ def _latency(times) -> str:
 class Generate(Scenario):
     mode = "generate"
     flops_counted = "prefill + decode steps"
+    items_run_one_by_one = False
 
     def __init__(self, config, model) -> None:
         super().__init__(config, model)
@@ -107,8 +108,9 @@ class Generate(Scenario):
              + f"  ({times.decode.count} decode steps)"),
             ("Decode", f"{units.rate(self.decode_tokens_per_s(summary))} tokens/s (decode "
                        f"steps only)"),
-            ("End-to-end per sequence", f"mean {units.duration_ms(times.e2e.mean)}  "
-                                        f"({self.shape.gen_len} tokens)"),
+            ("Time per sequence", f"mean {units.duration_ms(times.e2e.mean)}  (prefill and "
+                                  f"{self.shape.gen_len - 1} decode steps: every sequence of "
+                                  f"the batch takes this long)"),
         ]
 
     def document(self, summary) -> dict:
