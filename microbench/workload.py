@@ -18,14 +18,9 @@ import torch
 from torch import nn
 
 import fp16util
-from . import flops, generation
+from . import flops, generation, optim
 from .config import RunSpec
-from .errors import UsageError
 from .precision import Precision
-
-LEARNING_RATE = 0.01
-MOMENTUM = 0.9
-WEIGHT_DECAY = 1e-4
 
 
 @dataclass
@@ -40,14 +35,9 @@ class Workload:
 
 
 def make_sgd(params, impl: str = "foreach") -> torch.optim.Optimizer:
-    """SGD as torchvision's ImageNet recipe, with the multi-tensor or the fused implementation."""
-    kind = {"fused": True} if impl == "fused" else {"foreach": True}
-    try:
-        return torch.optim.SGD(params, lr=LEARNING_RATE, momentum=MOMENTUM,
-                               weight_decay=WEIGHT_DECAY, **kind)
-    except (RuntimeError, ValueError) as error:
-        raise UsageError(f"--optimizer-impl {impl} cannot run here ({error}); use "
-                         f"--optimizer-impl foreach") from None
+    """SGD as torchvision's ImageNet recipe, with the multi-tensor or the fused implementation
+    (:mod:`microbench.optim` holds the recipes)."""
+    return optim.make_optimizer(params, "sgd", impl)
 
 
 class _PlainUpdate:
