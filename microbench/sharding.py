@@ -20,7 +20,9 @@ What `shard` does, following the FSDP2 documentation and torchtitan's Llama 3 re
   master weights and the optimizer stay FP32; ``fp32`` and ``tf32`` keep FP32 parameters. The
   row's autocast stays on, so norms, softmax, RoPE and the loss run in FP32 as in a plain
   ``amp-bf16`` run; unlike it, the residual stream is BF16 (the embedding's output). The FP16
-  modes are refused: FSDP's FP16 gradients would need a sharded gradient scaler.
+  modes are refused: FSDP's FP16 gradients would need a sharded gradient scaler. Keep autocast
+  on for the LLaMA written here: without it, RoPE's FP32 tables turn BF16 queries and keys into
+  FP32 while values stay BF16, and attention refuses the mix.
 
 The model is built on the meta device, sharded, and only then given memory (`materialize`), so no
 rank ever holds the whole model.
@@ -197,10 +199,9 @@ def process_group(device: torch.device, timeout_s: float = 600.0) -> Iterator[No
     if dist.is_initialized():
         yield
         return
-    gpu = is_gpu(device)
-    dist.init_process_group("nccl" if gpu else "gloo", store=dist.HashStore(), rank=0,
-                            world_size=1, timeout=datetime.timedelta(seconds=timeout_s),
-                            device_id=device if gpu else None)
+    # NCCL (RCCL on ROCm) binds to the current device, which device.py has set for the run.
+    dist.init_process_group("nccl" if is_gpu(device) else "gloo", store=dist.HashStore(),
+                            rank=0, world_size=1, timeout=datetime.timedelta(seconds=timeout_s))
     try:
         yield
     finally:
