@@ -1,6 +1,6 @@
 """One rank of the two-process FSDP check in tests/test_sharding.py (run under torchrun, gloo).
 
-Trains a shrunk llama_tiny (2 layers, 32 tokens) for a few steps twice from the same seeded
+Trains a shrunk llama_tiny (2 layers, 32 tokens, vocabulary 999) for a few steps twice from the same seeded
 weights and the same data: sharded with microbench.sharding (built on meta, selective activation
 checkpointing) and replicated with DDP. Writes what it saw to OUT_DIR/rank<R>.json.
 
@@ -25,7 +25,9 @@ from microbench import activation_checkpointing, optim, precision, sharding
 from microbench.archs import llama
 
 STEPS, GLOBAL_BATCH, SEED = 3, 4, 0
-CONFIG = replace(llama.PRESETS["llama_tiny"], num_layers=2, max_seq_len=32)
+# An odd vocabulary: the (tied) embedding's 999 rows split 500 / 499, so uneven shards are
+# initialised and trained too.
+CONFIG = replace(llama.PRESETS["llama_tiny"], num_layers=2, max_seq_len=32, vocab_size=999)
 CPU = torch.device("cpu")
 FP32 = precision.lookup("fp32")
 
