@@ -9,14 +9,17 @@ is wrapped with PyTorch's ``checkpoint_wrapper`` (non-reentrant ``torch.utils.ch
 * ``selective``  per-operator selective checkpointing
                  (``torch.utils.checkpoint.create_selective_checkpoint_contexts``) with the
                  policy torchtitan applies by default (its ``SelectiveAC``, "op" mode): the
-                 outputs of the attention kernels and of every other matrix multiplication in a
-                 block are kept, and everything else (the other matmuls, norms, RoPE, SwiGLU's
-                 elementwise ops) is recomputed. In a LLaMA block the kept matmuls are wq, wv, w1
-                 and w2, the recomputed ones wk, wo and w3.
+                 outputs of the attention kernels (or of the explicit formula's batched
+                 matmuls) and of every other projection in a block are kept, and everything
+                 else (the other projections, norms, RoPE, SwiGLU's elementwise ops) is
+                 recomputed. In a LLaMA block the kept projections are wq, wv, w1 and w2, the
+                 recomputed ones wk, wo and w3.
 
-The recomputed work is not counted as useful FLOPs: MFU keeps the model's FLOPs, as torchtitan
-does, so checkpointing shows as a lower MFU at the same batch (or a larger batch that fits).
-Apply it to the plain module, before FSDP's ``fully_shard``, ``torch.compile`` or DDP.
+Recomputation is not useful work: MFU keeps the model's FLOPs, as torchtitan does, so
+checkpointing shows as a lower MFU at the same batch (or as a larger batch that fits). FLOPs
+counted by running the step (``flops.count_iteration_flops``) on a checkpointed model include the
+recomputation, so count them before `apply`. Apply it to the plain module, before FSDP's
+``fully_shard``, ``torch.compile`` or DDP.
 
 Example::
 
