@@ -18,16 +18,11 @@ import torch
 from torch import nn
 
 import fp16util
-from . import flops
-from .errors import UsageError
+from . import flops, optim
 from .precision import Precision
 
 if TYPE_CHECKING:
     from .spec import RunSpec
-
-LEARNING_RATE = 0.01
-MOMENTUM = 0.9
-WEIGHT_DECAY = 1e-4
 
 
 @dataclass
@@ -42,14 +37,9 @@ class Workload:
 
 
 def make_sgd(params, impl: str = "foreach") -> torch.optim.Optimizer:
-    """SGD as torchvision's ImageNet recipe, with the multi-tensor or the fused implementation."""
-    kind = {"fused": True} if impl == "fused" else {"foreach": True}
-    try:
-        return torch.optim.SGD(params, lr=LEARNING_RATE, momentum=MOMENTUM,
-                               weight_decay=WEIGHT_DECAY, **kind)
-    except (RuntimeError, ValueError) as error:
-        raise UsageError(f"--optimizer-impl {impl} cannot run here ({error}); use "
-                         f"--optimizer-impl foreach") from None
+    """SGD as torchvision's ImageNet recipe, with the multi-tensor or the fused implementation
+    (:mod:`microbench.optim` holds the recipes)."""
+    return optim.make_optimizer(params, "sgd", impl)
 
 
 class _PlainUpdate:
