@@ -145,6 +145,33 @@ def test_the_text_table_names_its_units_intervals_and_unknowns(results, capfd):
     assert "mode" in out.splitlines()[2].split()
 
 
+def test_mfu_mbu_and_energy_where_the_results_know_them(capfd, tmp_path):
+    """What the CPU cannot measure, as a GPU result stores it: MFU and MBU as percentages,
+    energy per unit of throughput (an estimate marked), none of them guessed elsewhere."""
+    gpu = document(HISTORY / "v2_17ac068_training.json")
+    gpu["flops"].update(mfu=0.412, mbu=0.25, peak_tflops=989.0)
+    gpu["telemetry"] = {"available": True, "source": "NVML 12", "energy_j": 500.0,
+                        "joules_per_item": 5.0, "energy_estimated": True, "samples": []}
+    gpu["env"].update(device_name="NVIDIA H100 80GB HBM3", time_utc="2026-11-25T01:00:00+00:00")
+    (tmp_path / "gpu.json").write_text(json.dumps(gpu))
+    process = report(capfd, str(tmp_path / "gpu.json"), str(HISTORY / "v2_17ac068_training.json"))
+    assert process.returncode == 0, process.stderr
+    header, _, cpu_row, gpu_row = process.stdout.splitlines()[2:6]
+    assert header.split()[-3:] == ["MFU", "MBU", "J/image"]
+    assert "41.2%" in gpu_row and "25.0%" in gpu_row and "~5.000" in gpu_row
+    assert "NVIDIA H100" in gpu_row and "41.2%" not in cpu_row and "~" not in cpu_row
+    assert "~: energy estimated from power samples" in process.stdout
+    language = document(HISTORY / "v2_1e1a09d_generate.json")
+    language["telemetry"] = {"available": True, "source": "amdsmi", "energy_j": 10.0,
+                             "joules_per_item": 0.5, "energy_estimated": False, "samples": []}
+    (tmp_path / "lm.json").write_text(json.dumps(language))
+    [lm] = as_json(report(capfd, str(tmp_path / "lm.json"), "--format", "json"))["tables"]
+    assert lm["rows"][0]["unit"] == "tokens/s"
+    # Energy is shared out over generated tokens by the run itself: no conversion here.
+    assert lm["rows"][0]["figures"]["energy_per_unit"] == 0.5
+    assert "J/token" in report(capfd, str(tmp_path / "lm.json")).stdout
+
+
 # ---------------------------------------------------------------- the baseline
 
 def _row_number(model, source, precision=None):

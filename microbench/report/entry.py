@@ -174,14 +174,14 @@ def _tokens_per_item(document: dict) -> float | None:
     return tokens / items if tokens and items else None
 
 
-def _energy_per_unit(document: dict, scale: float) -> tuple[float | None, bool]:
-    """Joules per unit of the throughput (image, token), and whether the energy was estimated
-    from power samples rather than read from an energy counter."""
+def _energy_per_unit(document: dict) -> tuple[float | None, bool]:
+    """Joules per unit of the throughput, and whether the energy was estimated from power
+    samples rather than read from an energy counter. The telemetry block shares energy out over
+    the throughput's own unit already: images (clips), or tokens for language models (generated
+    tokens for generation; benchmark.items_timed)."""
     telemetry = _get(document, "telemetry")
-    per_item = _number(_get(telemetry, "joules_per_item"))
-    if per_item is None:
-        return None, False
-    return per_item / scale, bool(_get(telemetry, "energy_estimated"))
+    per_unit = _number(_get(telemetry, "joules_per_item"))
+    return per_unit, per_unit is not None and bool(_get(telemetry, "energy_estimated"))
 
 
 def _trials(document: dict, scale: float) -> tuple[tuple[float, ...], float | None,
@@ -209,7 +209,7 @@ def result_entry(document: dict, source: str) -> Entry:
         else f"{_item(document)}s/s"
     stats = _get(document, "timing", "stats") or {}
     trial_values, low, high = _trials(document, scale)
-    energy, estimated = _energy_per_unit(document, scale)
+    energy, estimated = _energy_per_unit(document)
     figures = {
         "throughput": _number(document["Throughput [img/sec]"]) * scale,
         "ci95_low": low, "ci95_high": high,
