@@ -314,7 +314,7 @@ def _draw_lines(axis, table: Table, series, metric: str, x: str) -> None:
                       yerr=[[low * scale for low, _ in bars], [high * scale for _, high in bars]],
                       marker="o", capsize=3, label=label or None)
     from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
-    if values and values[0] > 0 and values[-1] / values[0] >= 8:
+    if values and values[0] > 0 and values[-1] / values[0] >= 4:
         axis.set_xscale("log", base=2)         # doubling steps (batch sizes) evenly spaced
         axis.set_xlim(values[0] / 2 ** 0.5, values[-1] * 2 ** 0.5)
     axis.xaxis.set_major_locator(FixedLocator(values))

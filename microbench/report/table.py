@@ -381,7 +381,10 @@ def render_text(tables: list[Table]) -> str:
 
 
 def _markdown_cell(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("|", "\\|") or " "
+    """Text that markdown shows as written: no cell break (|), emphasis (*) or HTML (<)."""
+    for raw, escaped in (("\\", "\\\\"), ("|", "\\|"), ("*", "\\*"), ("<", "&lt;")):
+        text = text.replace(raw, escaped)
+    return text or " "
 
 
 def render_markdown(tables: list[Table]) -> str:
