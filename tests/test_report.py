@@ -36,7 +36,7 @@ def results(tmp_path_factory):
     assert main(["--output-dir", str(folder), *QUICK, "--batch-size", "2,4",
                  "--precision", "fp32,tf32"]) == 0
     assert main(["--output-dir", str(folder), *QUICK, "--batch-size", "2", "--repeat", "2",
-                 "--output-file", "trials.json"]) == 0
+                 "--trials", "in-process", "--output-file", "trials.json"]) == 0
     (folder / "resnet18_trace1.json").write_text('{"traceEvents": []}')
     old = folder / "old"
     old.mkdir()
@@ -117,12 +117,12 @@ def test_figures_are_the_documents_own(results, capfd):
     trials = document(results / "trials.json")
     row = by_source[str(results / "trials.json")]
     assert row["figures"]["throughput"] == trials["Throughput [img/sec]"]
-    assert row["figures"]["trials"] == 2
+    assert row["figures"]["trial_count"] == 2
     assert row["figures"]["ci95_low"] == trials["trials"]["ci95_low"]
     assert row["figures"]["p99_ms"] == trials["timing"]["stats"]["p99_ms"]
     assert row["unit"] == "images/s" and row["figures"]["mfu"] is None     # no CPU peak
     older = by_source[str(results / "old" / "older_tool.json")]
-    assert older["figures"] == {"throughput": 20.0, "trials": 1}
+    assert older["figures"] == {"throughput": 20.0, "trial_count": 1}
     failed = [r for r in model["rows"] if r["status"] != "ok"]
     assert [r["settings"]["batch"] for r in failed] == [1]
     assert "batch normalisation" in failed[0]["error"]
@@ -166,10 +166,12 @@ def test_mfu_mbu_and_energy_where_the_results_know_them(capfd, tmp_path):
                              "joules_per_item": 0.5, "energy_estimated": False, "samples": []}
     (tmp_path / "lm.json").write_text(json.dumps(language))
     [lm] = as_json(report(capfd, str(tmp_path / "lm.json"), "--format", "json"))["tables"]
-    assert lm["rows"][0]["unit"] == "tokens/s"
+    # Generated tokens are not processed tokens: named apart, never compared with them.
+    assert lm["rows"][0]["unit"] == "generated tokens/s"
     # Energy is shared out over generated tokens by the run itself: no conversion here.
     assert lm["rows"][0]["figures"]["energy_per_unit"] == 0.5
-    assert "J/token" in report(capfd, str(tmp_path / "lm.json")).stdout
+    out = report(capfd, str(tmp_path / "lm.json")).stdout
+    assert "J/generated token" in out and "throughput [generated tokens/s]" in out
 
 
 # ---------------------------------------------------------------- the baseline
@@ -400,6 +402,15 @@ def test_bad_paths_are_one_line_and_exit_2(capfd, tmp_path, setup, message):
     assert_one_line_error(report(capfd, setup(tmp_path)), 2, message)
 
 
+@pytest.mark.parametrize("args, message", [
+    (["--metric", "latency"], "--metric chooses what the chart draws: give --plot FILE"),
+    (["--x", "batch"], "--x chooses what the chart draws"),
+    (["--title", "nightly"], "--title names the --html page"),
+])
+def test_flags_that_would_not_take_effect_are_refused(capfd, args, message):
+    assert_one_line_error(report(capfd, str(HISTORY), *args), 2, message)
+
+
 def test_a_file_larger_than_a_result_can_be_is_refused_unread(capfd, tmp_path, monkeypatch):
     monkeypatch.setattr(collection, "MAX_INPUT_BYTES", 100)
     big = tmp_path / "big.json"
@@ -410,12 +421,15 @@ def test_a_file_larger_than_a_result_can_be_is_refused_unread(capfd, tmp_path, m
 def test_nothing_readable_is_exit_2_after_naming_each_file(capfd, tmp_path):
     (tmp_path / "a.json").write_text("{")
     (tmp_path / "b.json").write_text("[]")
-    process = report(capfd, str(tmp_path))
+    (tmp_path / "benchmark_summary.csv").write_text("time_utc,network\n")
+    process = report(capfd, str(tmp_path), str(tmp_path / "benchmark_summary.csv"))
     assert process.returncode == 2 and "Traceback" not in process.stderr
     lines = process.stderr.strip().splitlines()
     assert lines[0].startswith(f"skipped {tmp_path / 'a.json'}: not JSON")
     assert lines[1].startswith(f"skipped {tmp_path / 'b.json'}: not a result of this tool")
-    assert lines[2] == ("error: no result to report: none of the 2 file(s) read is a result "
+    assert lines[2].startswith(f"skipped {tmp_path / 'benchmark_summary.csv'}: a CSV; the "
+                               f"report reads the JSON results")
+    assert lines[3] == ("error: no result to report: none of the 3 file(s) read is a result "
                         "of this tool (see the lines above)")
 
 

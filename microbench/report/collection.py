@@ -174,6 +174,10 @@ def read(inputs: Inputs) -> Found:
             found.lines.append(f"skipped {error}")
             continue
         except (UnicodeDecodeError, ValueError, RecursionError) as error:
+            if path.lower().endswith(".csv"):
+                found.lines.append(f"skipped {path}: a CSV; the report reads the JSON results "
+                                   f"(each CSV row has its JSON beside it)")
+                continue
             reason = str(error).splitlines()[0][:120] if str(error) else type(error).__name__
             found.lines.append(f"skipped {path}: not JSON ({reason})")
             continue

@@ -16,8 +16,9 @@ Exit codes: 0 a table was printed (files may have been skipped, each named); 2 u
 is missing, not a regular file or directory (a FIFO, a device), larger than a result can be, a
 directory without results, no readable result at all, a baseline that names no row or several;
 4 matplotlib (--plot) or jsonschema missing, or no space to write the chart or page; 130 Ctrl-C,
-141 the reader of standard output left, 143 SIGTERM. This module imports neither torch nor the
-benchmark: reading results takes a fraction of a second.
+141 the reader of standard output left, 143 SIGTERM. Nothing here imports torch or the code that
+runs a benchmark (only microbench.config's setting schema, for the settings' flag names), so
+reading results does not wait for torch's imports.
 """
 from __future__ import annotations
 
@@ -29,6 +30,9 @@ from .. import __version__, process
 from ..errors import EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE, BenchmarkError, \
     Terminated, UsageError
 from . import chart, collection, page, table, writing
+
+
+DEFAULT_TITLE = "Benchmark results"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -65,15 +69,23 @@ def build_parser() -> argparse.ArgumentParser:
                              "setting that varies, e.g. batch)")
     parser.add_argument("--html", metavar="FILE",
                         help="write the tables and the chart as one self-contained web page")
-    parser.add_argument("--title", default="Benchmark results",
-                        help="the web page's title (default: Benchmark results)")
+    parser.add_argument("--title", default=DEFAULT_TITLE,
+                        help=f"the --html page's title (default: {DEFAULT_TITLE})")
     parser.add_argument("--version", action="version",
                         version=f"microbench-report {__version__}")
     return parser
 
 
 def _check_outputs(args: argparse.Namespace) -> None:
-    """Output paths checked before any result is read."""
+    """Output paths checked before any result is read, and no flag given that would not take
+    effect."""
+    if args.plot is None and args.html is None:
+        for flag, value in (("--metric", args.metric), ("--x", args.x)):
+            if value is not None:
+                raise UsageError(f"{flag} chooses what the chart draws: give --plot FILE or "
+                                 f"--html FILE with it")
+    if args.html is None and args.title != DEFAULT_TITLE:
+        raise UsageError("--title names the --html page: give --html FILE with it")
     if args.plot is not None:
         chart.check_path(args.plot, "--plot")
     if args.html is not None:

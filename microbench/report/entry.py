@@ -19,24 +19,24 @@ Example::
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 
+from .. import config as config_schema
 from . import schema
 
 MODEL, OP = "model", "op"
 
-# Config keys that are not settings of the measurement: where results went and how the job was
-# launched (rerun.NOT_REPLAYED; a test keeps the two in step), the device *request* (the device
-# that ran is a setting of its own), and keys shown under a setting of their own below.
-NOT_SETTINGS = frozenset({
-    "output_dir", "output_file", "csv_file", "write_files", "quiet", "profiler_output",
-    "scaling_baseline", "distributed_dataparallel", "device_ids", "rank", "world_size",
-    "dist_backend", "dist_url", "explicit", "notes", "device",
-    "network", "batch_size", "image_size", "seq_len", "attention", "mode", "prompt_len",
-    "gen_len", "precision", "fp16", "amp", "amp_dtype", "amp_opt_level", "nhwc", "compile",
-    "compile_options", "compile_notes",
-})
+# Config keys that are not settings of the measurement: those --rerun does not replay (where
+# results went, how the job was launched: config.SCHEMA says which), the device *request* (the
+# device that ran is a setting of its own), and keys shown under a setting of their own below,
+# older versions' precision flags among them.
+NOT_SETTINGS = frozenset(
+    {name for name, item in config_schema.SCHEMA.items() if not item.replayed}
+    | {"device", "network", "batch_size", "image_size", "seq_len", "attention", "mode",
+       "prompt_len", "gen_len", "precision", "fp16", "amp", "amp_dtype", "amp_opt_level", "nhwc",
+       "compile", "compile_options", "compile_notes"})
 
 
 @dataclass(frozen=True)
@@ -56,6 +56,7 @@ class Entry:
     time_utc: str | None = None
     identity: str = ""                  # equal for one measurement read twice
     flags: tuple[str, ...] = field(default=())  # marks for the table: noisy, estimated energy
+    file: str = ""                      # the file it was read from
 
     @property
     def measured(self) -> bool:
@@ -120,9 +121,16 @@ def _input_size(model: dict, config: dict) -> tuple[int | None, int | None]:
     return size, None
 
 
+def _setting_name(key: str) -> str:
+    """A stored setting under its flag's spelling (opt-step, telemetry-interval); a key this
+    version no longer has, with dashes."""
+    item = config_schema.SCHEMA.get(key)
+    return item.flag.lstrip("-") if item is not None else key.replace("_", "-")
+
+
 def _generic_settings(config: dict) -> dict:
-    """Every other stored setting, under its flag's spelling (opt-step, cudnn-benchmark...)."""
-    return {key.replace("_", "-"): value for key, value in config.items()
+    """Every other stored setting (opt-step, iterations, cudnn-benchmark, ...)."""
+    return {_setting_name(key): value for key, value in config.items()
             if key not in NOT_SETTINGS}
 
 
@@ -205,15 +213,18 @@ def _identity(document: dict) -> str:
 def result_entry(document: dict, source: str) -> Entry:
     """A run's result (version 1 or 2)."""
     scale = _tokens_per_item(document) or 1.0
-    unit = "tokens/s" if scale != 1.0 or _get(document, "model", "family") == "language" \
-        else f"{_item(document)}s/s"
+    unit = f"{_item(document)}s/s"
+    if scale != 1.0 or _get(document, "model", "family") == "language":
+        # Generation counts the tokens it generates, training and inference those processed:
+        # two quantities, never compared with each other.
+        unit = "generated tokens/s" if "generation" in document else "tokens/s"
     stats = _get(document, "timing", "stats") or {}
     trial_values, low, high = _trials(document, scale)
     energy, estimated = _energy_per_unit(document)
     figures = {
         "throughput": _number(document["Throughput [img/sec]"]) * scale,
         "ci95_low": low, "ci95_high": high,
-        "trials": len(trial_values) or 1,
+        "trial_count": len(trial_values) or 1,
         "p50_ms": _number(stats.get("median_ms")),
         "p90_ms": _number(stats.get("p90_ms")),
         "p99_ms": _number(stats.get("p99_ms")),
@@ -244,7 +255,7 @@ def older_tool_entry(document: dict, source: str) -> Entry:
     time per mini-batch was a mean, not a percentile, so no latency column takes it)."""
     settings = {"network": document.get("Name"), "devices": document.get("GPUs"),
                 "batch": document.get("Mini batch size [img]"), "tool": "older tool"}
-    figures = {"throughput": _number(document["Throughput [img/sec]"]), "trials": 1}
+    figures = {"throughput": _number(document["Throughput [img/sec]"]), "trial_count": 1}
     return Entry(MODEL, source, settings, figures, "images/s",
                  identity=json.dumps([source, document.get("Throughput [img/sec]")]))
 
@@ -283,6 +294,10 @@ def op_entry(run: dict, row: dict, source: str) -> Entry:
 
 def entries_of(document: dict, source: str) -> list[Entry]:
     """The rows one validated document holds (schema.validate_result first)."""
+    return [dataclasses.replace(entry, file=source) for entry in _entries(document, source)]
+
+
+def _entries(document: dict, source: str) -> list[Entry]:
     kind = schema.document_kind(document)
     if kind == schema.RESULT:
         return [result_entry(document, source)]

@@ -94,7 +94,7 @@ class Column:
 MODEL_FIGURES = (
     ("throughput", "throughput [{unit}]", None),
     ("ci95", "95% CI of mean", None),
-    ("trials", "trials", None),
+    ("trial_count", "trial count", None),
     ("p50_ms", "p50 [ms]", None),
     ("p90_ms", "p90 [ms]", None),
     ("p99_ms", "p99 [ms]", None),
@@ -118,8 +118,8 @@ OP_FIGURES = (
 def _figure_known(entries, key: str) -> bool:
     if key == "ci95":
         return any(e.figures.get("ci95_low") is not None for e in entries)
-    if key == "trials":
-        return any((e.figures.get("trials") or 1) > 1 for e in entries)
+    if key == "trial_count":
+        return any((e.figures.get("trial_count") or 1) > 1 for e in entries)
     if key == "flags":
         return any(e.flags for e in entries)
     return any(e.figures.get(key) is not None for e in entries)
@@ -144,7 +144,7 @@ def _columns(group: Group) -> tuple[list[Column], list[str]]:
     unknown = []
     units_ = _units(entries)
     unit = units_[0] if len(units_) == 1 else "unit"
-    item = unit.split("/")[0].rstrip("s") if len(units_) == 1 else "unit"
+    item = unit.split("/")[0].removesuffix("s") if len(units_) == 1 else "unit"
     figures = MODEL_FIGURES if group.table == MODEL else OP_FIGURES
     for key, heading, why_unknown in figures:
         if _figure_known(entries, key) or key in ("throughput", "median_ms"):
@@ -214,8 +214,7 @@ def _candidates(tables: list[Table], selector: str) -> list[tuple[Table, Entry]]
     if not os.path.exists(selector):
         raise UsageError(f"--baseline {selector}: no such row number, file or SETTING=VALUE")
     real = os.path.realpath(selector)
-    return [(t, e) for t, e in rows
-            if os.path.realpath(e.source.rsplit(" row ", 1)[0].rsplit(" op ", 1)[0]) == real]
+    return [(t, e) for t, e in rows if os.path.realpath(e.file) == real]
 
 
 def choose_baseline(tables: list[Table], selector: str) -> None:
@@ -274,8 +273,8 @@ def _figure_cell(table: Table, entry: Entry, key: str) -> str:
     if key == "ci95":
         low, high = figures.get("ci95_low"), figures.get("ci95_high")
         return "-" if low is None else f"[{units.rate(low)}, {units.rate(high)}]"
-    if key == "trials":
-        return str(figures.get("trials") or 1)
+    if key == "trial_count":
+        return str(figures.get("trial_count") or 1)
     if key in ("mfu", "mbu", "cv", "pct_of_peak"):
         value = figures.get(key)
         if value is None:
@@ -407,7 +406,7 @@ def render_markdown(tables: list[Table]) -> str:
 
 
 # Raw figures in fixed units, for CSV and JSON: model, then op bench.
-RAW_FIGURES = ("throughput", "ci95_low", "ci95_high", "trials", "p50_ms", "p90_ms", "p99_ms",
+RAW_FIGURES = ("throughput", "ci95_low", "ci95_high", "trial_count", "p50_ms", "p90_ms", "p99_ms",
                "cv", "ttft_ms", "itl_ms", "mfu", "mbu", "energy_per_unit",
                "peak_allocated_mb", "median_ms", "gbs", "tflops", "pct_of_peak")
 
