@@ -172,6 +172,10 @@ def test_mfu_mbu_and_energy_where_the_results_know_them(capfd, tmp_path):
     assert lm["rows"][0]["figures"]["energy_per_unit"] == 0.5
     out = report(capfd, str(tmp_path / "lm.json")).stdout
     assert "J/generated token" in out and "throughput [generated tokens/s]" in out
+    # Rows of two units in one table: each cell names its own.
+    both = report(capfd, str(tmp_path / "lm.json"), str(tmp_path / "gpu.json")).stdout
+    assert "0.5000 J/generated token" in both and "~5.000 J/image" in both
+    assert " generated tokens/s" in both and " images/s" in both
 
 
 # ---------------------------------------------------------------- the baseline

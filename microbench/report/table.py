@@ -100,9 +100,10 @@ MODEL_FIGURES = (
     ("p99_ms", "p99 [ms]", None),
     ("ttft_ms", "TTFT p50 [ms]", None),
     ("itl_ms", "ITL p50 [ms]", None),
-    ("mfu", "MFU", "MFU (no datasheet peak for the device: --peak-tflops gives one)"),
+    ("mfu", "MFU", "MFU (no datasheet peak for the device, or no FLOP count; --peak-tflops "
+                   "gives a peak)"),
     ("mbu", "MBU", None),
-    ("energy_per_unit", "J/{item}", "energy (no telemetry on these devices)"),
+    ("energy_per_unit", "J/{item}", "energy (no telemetry for these devices)"),
     ("peak_allocated_mb", "peak alloc [MB]", None),
 )
 OP_FIGURES = (
@@ -152,9 +153,9 @@ def _columns(group: Group) -> tuple[list[Column], list[str]]:
                                   numeric=key != "flags"))
         elif why_unknown and any(e.measured for e in entries):
             unknown.append(why_unknown)
-    if len(units_) > 1 and group.table == MODEL:
-        columns = [Column(c.key, "throughput", numeric=True) if c.key == "throughput" else c
-                   for c in columns]
+    if len(units_) > 1 and group.table == MODEL:         # each cell then names its unit
+        renamed = {"throughput": "throughput", "energy_per_unit": "energy"}
+        columns = [Column(c.key, renamed[c.key]) if c.key in renamed else c for c in columns]
     return columns, unknown
 
 
@@ -283,8 +284,11 @@ def _figure_cell(table: Table, entry: Entry, key: str) -> str:
     if key == "flags":
         return " ".join(entry.flags)
     text = _number(figures.get(key))
-    if key == "throughput" and len(_units(table.group.entries)) > 1 and text != "-":
-        text = f"{text} {entry.unit}"
+    if len(_units(table.group.entries)) > 1 and text != "-":
+        if key == "throughput":
+            text = f"{text} {entry.unit}"
+        elif key == "energy_per_unit":
+            text = f"{text} J/{entry.unit.split('/')[0].removesuffix('s')}"
     if key == "p50_ms" and "noisy" in entry.flags and text != "-":
         text += "*"
     if key == "energy_per_unit" and "estimated energy" in entry.flags and text != "-":
