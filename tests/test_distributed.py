@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from conftest import ROOT, SCRIPT, run_main
+from test_schema import check_document
 from microbench import distributed
 from microbench.errors import UsageError
 from microbench.results import RankRecord, Trial
@@ -206,7 +207,7 @@ def test_manual_launch_with_device_ids_spawns_one_worker_each(tmp_path):
                           "--dist-backend", "gloo", "--dist-url", url, "--device_ids", "0,1"]])
     assert processes[0].returncode == 0, outputs[0][1][-2000:]
     [path] = result_files(tmp_path)
-    doc = json.loads(path.read_text())
+    doc = check_document(path)                    # a DDP result matches the published schema
     assert doc["GPUs"] == 2 and doc["Mini batch size [img/gpu]"] == 2
     assert [r["rank"] for r in doc["distributed"]["per_rank"]] == [0, 1]
     # The spawned workers carry the whole spec: --compare gates this launch too (exit 5).

@@ -36,6 +36,7 @@ from ..device import clock_name
 from ..errors import (EXIT_INTERRUPTED, EXIT_TERMINATED, BenchmarkError, Terminated,
                       UsageError)
 from ..report import writing
+from ..report.schema import SCHEMA_VERSION
 from . import catalog as ops, report, runner
 
 DEFAULT_NUM_ITERS = 50
@@ -191,7 +192,7 @@ def device_name(device: torch.device) -> str:
 
 def run_info(config: runner.RunConfig, peaks: runner.Peaks, timing: runner.TimingPlan) -> dict:
     return {
-        "tool": "TorchTensorOpsBench", "version": __version__,
+        "tool": "TorchTensorOpsBench", "version": __version__, "schema_version": SCHEMA_VERSION,
         "command": sys.argv, "time": datetime.datetime.now().astimezone().isoformat(),
         **device_layer.build_versions(),
         "device": str(config.device), "device_name": device_name(config.device),
