@@ -240,7 +240,8 @@ def run(args: argparse.Namespace) -> int:
     peaks = runner.Peaks(flops.peak_for_device(device), args.peak_tflops, args.peak_gbs)
     print_header(config, peaks, len(requests), timing, args.flush_l2)
 
-    printer = report.TablePrinter(runner.preview_labels(requests, config), config.dtype_name)
+    printer = report.TablePrinter(runner.preview_labels(requests, config), config.dtype_name,
+                                  terminal=progress.is_terminal(sys.stdout))
     printer.header()
     # On a terminal the op being measured shows with its elapsed time until its row replaces it.
     activity = progress.Activity(sys.stdout)
