@@ -237,3 +237,24 @@ def test_the_header_names_the_system(host, capsys, tmp_path):
     env = json.loads(result.read_text())["env"]
     assert (env["os"], env["libc"], env["cpu"]) == ("Ubuntu 24.04.2 LTS (aarch64)",
                                                     "glibc-2.39", "Neoverse-V2")
+
+
+# ---------------------------------------------------------------- rich missing
+
+def test_a_checkout_without_rich_says_what_to_install(monkeypatch, capsys):
+    """An updated checkout run without reinstalling: one line and exit 4, not a traceback."""
+    from microbench import process
+    for name in [name for name in sys.modules
+                 if name == "rich" or name.startswith("rich.")
+                 or name in ("microbench.report.command", "microbench.progress",
+                             "microbench.tables")]:
+        monkeypatch.delitem(sys.modules, name)
+    import microbench
+    import microbench.report
+    for package, name in ((microbench, "progress"), (microbench, "tables"),
+                          (microbench.report, "command")):
+        monkeypatch.delattr(package, name, raising=False)   # else `from .. import` finds it
+    monkeypatch.setitem(sys.modules, "rich", None)      # import rich raises ModuleNotFoundError
+    assert process.entry("microbench.report.command") == 4
+    assert capsys.readouterr().err == ("error: rich is not installed: pip install -r "
+                                       "requirements.txt (or pip install . from the checkout)\n")
