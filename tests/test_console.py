@@ -258,3 +258,22 @@ def test_a_checkout_without_rich_says_what_to_install(monkeypatch, capsys):
     assert process.entry("microbench.report.command") == 4
     assert capsys.readouterr().err == ("error: rich is not installed: pip install -r "
                                        "requirements.txt (or pip install . from the checkout)\n")
+
+
+def test_the_op_bench_line_on_a_terminal_is_never_redrawn_while_an_op_is_timed(monkeypatch):
+    """An op's phase holds its timed calls: its line is drawn once, no thread ticks."""
+    from microbench import progress
+    threads = []
+    original = progress.Activity.start
+
+    def start(self, label, announce=True, tick=True):
+        original(self, label, announce, tick)
+        threads.append(self.ticking)
+    monkeypatch.setattr(progress.Activity, "start", start)
+    terminal = FakeTerminal()
+    monkeypatch.setattr(sys, "stdout", terminal)
+    code = ops_cli.main(["--op", "add", "--op-type", "binary", "--input1-dim", "8",
+                         "--num-iters", "2", "--num-warmup-iters", "1"])
+    monkeypatch.undo()
+    assert code == 0 and threads == [False]
+    assert "add" in ANSI.sub("", terminal.getvalue())
