@@ -24,9 +24,10 @@ import torch
 import torchvision
 
 import fp16util
-from microbench import benchmark, cli, config as config_mod, device as device_mod
+from microbench import benchmark, cli, device as device_mod
 from microbench import precision as precision_mod
-from microbench.summary import Summary
+from microbench.spec import resolve
+from microbench.summary import Summary, trial_of_process
 
 CONFIGS = {
     "fp32": [],
@@ -43,8 +44,8 @@ def tool_throughput(flags: list[str], mode: str, batch: int, iterations: int, wa
         ["--network", "resnet50", "--mode", mode, "--batch-size", str(batch), "--iterations",
          str(iterations), "--warmup", str(warmup), "--no-files", "--device", str(device),
          *flags]))
-    spec = config_mod.resolve(plan.configs[0], plan)
-    return Summary.of_process(spec, env, benchmark.run(spec)).throughput
+    spec = resolve(plan.configs[0])
+    return Summary(spec, env, [trial_of_process(spec, env, benchmark.run(spec))]).throughput
 
 
 def hand_loop_throughput(flags: list[str], mode: str, batch: int, iterations: int, warmup: int,
@@ -133,7 +134,7 @@ def main() -> int:
             print(f"{mode:<10} {name:<18} tool {statistics.median(tool):9.1f} img/s  "
                   f"loop {statistics.median(loop):9.1f} img/s  ratio {row['ratio']:.3f}",
                   flush=True)
-    Path(args.output).write_text(json.dumps({"env": env, "batch_size": args.batch_size,
+    Path(args.output).write_text(json.dumps({"env": env.to_dict(), "batch_size": args.batch_size,
                                              "iterations": args.iterations, "rounds": args.rounds,
                                              "rows": rows}, indent=2))
     worst = min(row["ratio"] for row in rows)

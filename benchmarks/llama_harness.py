@@ -23,10 +23,11 @@ import time
 
 import torch
 
-from microbench import benchmark, cli, config as config_mod, device as device_layer
+from microbench import benchmark, cli, device as device_layer
 from microbench.archs import llama
 from microbench.report import writing
-from microbench.summary import Summary, Trial
+from microbench.spec import resolve
+from microbench.summary import Summary, trial_of_process
 
 HARNESS = {"llama_tiny": 8, "llama_medium": 16}            # network: batch size
 PHASES = {"resnet50": ["--batch-size", "128", "--amp", "--nhwc"],
@@ -35,9 +36,9 @@ PHASES = {"resnet50": ["--batch-size", "128", "--amp", "--nhwc"],
 
 def tool_throughput(argv: list[str], env: dict) -> float:
     plan = cli.to_plan(cli.parse_args([*argv, "--no-files", "--telemetry-interval", "0"]))
-    spec = config_mod.resolve(plan.configs[0], plan)
+    spec = resolve(plan.configs[0])
     result = benchmark.run(spec)
-    return Summary(spec, env, [Trial.of_process(spec, env, result)]).throughput
+    return Summary(spec, env, [trial_of_process(spec, env, result)]).throughput
 
 
 def hand_loop_throughput(network: str, batch: int, iterations: int, warmup: int,
@@ -116,7 +117,7 @@ def main() -> int:
                                          args.rounds, device)
         rows.append(report("phase events", network, "with phases", with_phases, "without",
                            without, 0.99))
-    writing.write_json(args.output, {"env": env, "iterations": args.iterations,
+    writing.write_json(args.output, {"env": env.to_dict(), "iterations": args.iterations,
                                      "rounds": args.rounds, "rows": rows})
     return 0
 
