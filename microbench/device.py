@@ -419,23 +419,32 @@ def _proc_cpuinfo_model() -> str | None:
     return None
 
 
+def _asked(probe, *args) -> str | None:
+    """collect_env's answer, or None where its probe fails: a description of the host is not
+    worth a failed run."""
+    try:
+        return probe(*args) or None
+    except Exception:                                         # noqa: BLE001 (any failure: unknown)
+        return None
+
+
 @functools.cache
 def _cpu_model() -> str:
-    return (_cpu_model_in(collect_env.get_cpu_info(collect_env.run)) or _proc_cpuinfo_model()
-            or platform.processor() or platform.machine() or "CPU")
+    return (_cpu_model_in(_asked(collect_env.get_cpu_info, collect_env.run) or "")
+            or _proc_cpuinfo_model() or platform.processor() or platform.machine() or "CPU")
 
 
 @functools.cache
 def _os_name() -> str:
     """e.g. ``Ubuntu 24.04.2 LTS (x86_64)``; 'unknown' where collect_env cannot tell."""
-    return collect_env.get_os(collect_env.run) or "unknown"
+    return _asked(collect_env.get_os, collect_env.run) or "unknown"
 
 
 @functools.cache
 def _libc() -> str | None:
     """e.g. ``glibc-2.39``; None off Linux (collect_env says N/A there)."""
-    version = collect_env.get_libc_version()
-    return None if version in ("N/A", "", None) else version
+    version = _asked(collect_env.get_libc_version)
+    return None if version == "N/A" else version
 
 
 @dataclass(frozen=True)

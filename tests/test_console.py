@@ -210,6 +210,13 @@ def test_where_collect_env_cannot_tell_the_fields_say_so(host, monkeypatch):
     jsonschema.validate(env.to_dict(), _env_schema())
 
 
+def test_a_probe_that_fails_leaves_its_field_unknown_not_the_run_failed(host, monkeypatch):
+    host()
+    monkeypatch.setattr(collect_env, "get_os", _never("get_os"))
+    env = device.describe(torch.device("cpu"))
+    assert env.os == "unknown" and env.libc == "glibc-2.39"
+
+
 def test_without_lscpu_the_cpu_model_comes_from_proc_cpuinfo(host, monkeypatch):
     host(cpu_info="/bin/sh: 1: lscpu: not found")
     monkeypatch.setattr(device, "_proc_cpuinfo_model", lambda: "AMD EPYC 9654 96-Core Processor")
