@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 
 import torch
+from torch.utils import collect_env
 
 from .errors import MissingEnvironment, UsageError
 
@@ -380,7 +381,34 @@ def gpu_identity(device: torch.device) -> GpuIdentity:
     return GpuIdentity(index, uuid_text, pci)
 
 
-def _cpu_model() -> str:
+# ---------------------------------------------------------------- the host, through collect_env
+#
+# torch.utils.collect_env (what PyTorch's bug template runs) names the OS, the C library and the
+# CPU model. Only its cheap parts are called, once per process and never while timing: get_os
+# (lsb_release or /etc/*-release, about 50 ms here), get_libc_version (no process) and
+# get_cpu_info (lscpu, about 15 ms). get_env_info is not: it runs pip and conda (over 2 s here).
+# Nor are its CUDA and driver probes: get_running_cuda_version asks the nvcc on PATH, which need
+# not be the runtime this PyTorch loaded (torch.version.cuda is), get_cudnn_version searches the
+# disk for libraries where torch.backends.cudnn.version() names the one loaded, and
+# get_nvidia_driver_version starts nvidia-smi where NVML (_driver_version) answers in-process.
+# It knows nothing of AMD's driver: /sys/module/amdgpu/version stays.
+
+# The keys that name the CPU in collect_env's CPU text: lscpu (Linux), Win32_Processor (Windows).
+_CPU_NAME_KEYS = ("Model name", "Name")
+
+
+def _cpu_model_in(cpu_info: str) -> str | None:
+    """The CPU's model in collect_env.get_cpu_info's text; None where it names none (no lscpu:
+    the text is the shell's error)."""
+    for line in cpu_info.splitlines():
+        key, colon, value = line.partition(":")
+        if colon and key.strip() in _CPU_NAME_KEYS and value.strip():
+            return value.strip()
+    return None
+
+
+def _proc_cpuinfo_model() -> str | None:
+    """/proc/cpuinfo's model name: Linux without lscpu (a slim container)."""
     try:
         with open("/proc/cpuinfo") as handle:
             for line in handle:
@@ -388,7 +416,35 @@ def _cpu_model() -> str:
                     return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return platform.processor() or platform.machine() or "CPU"
+    return None
+
+
+def _asked(probe, *args) -> str | None:
+    """collect_env's answer, or None where its probe fails: a description of the host is not
+    worth a failed run."""
+    try:
+        return probe(*args) or None
+    except Exception:                                         # noqa: BLE001 (any failure: unknown)
+        return None
+
+
+@functools.cache
+def _cpu_model() -> str:
+    return (_cpu_model_in(_asked(collect_env.get_cpu_info, collect_env.run) or "")
+            or _proc_cpuinfo_model() or platform.processor() or platform.machine() or "CPU")
+
+
+@functools.cache
+def _os_name() -> str:
+    """e.g. ``Ubuntu 24.04.2 LTS (x86_64)``; 'unknown' where collect_env cannot tell."""
+    return _asked(collect_env.get_os, collect_env.run) or "unknown"
+
+
+@functools.cache
+def _libc() -> str | None:
+    """e.g. ``glibc-2.39``; None off Linux (collect_env says N/A there)."""
+    version = _asked(collect_env.get_libc_version)
+    return None if version == "N/A" else version
 
 
 @dataclass(frozen=True)
@@ -409,6 +465,8 @@ class DeviceInfo:
     cpu: str
     cpu_threads: int
     time_utc: str
+    os: str = "unknown"                 # e.g. Ubuntu 24.04.2 LTS (x86_64), from collect_env
+    libc: str | None = None             # e.g. glibc-2.39, from collect_env
     device_memory_gb: float | None = None
     multiprocessors: int | None = None
     driver: str | None = None
@@ -466,7 +524,7 @@ def describe(device: torch.device) -> DeviceInfo:
         cuda=torch.version.cuda, device=str(device),
         device_type="gpu" if is_gpu(device) else "cpu", device_name=device_name(device),
         architecture=_architecture(device), host=socket.gethostname(), cpu=_cpu_model(),
-        cpu_threads=torch.get_num_threads(),
+        cpu_threads=torch.get_num_threads(), os=_os_name(), libc=_libc(),
         time_utc=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         **gpu)
 

@@ -17,10 +17,13 @@ import sys
 import threading
 from typing import Iterator, Mapping
 
-from .errors import EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated
+from .errors import EXIT_INTERRUPTED, EXIT_MISSING_ENVIRONMENT, EXIT_TERMINATED, Terminated
 
 INTERRUPTED = "error: interrupted"
 TERMINATED = "error: terminated (SIGTERM)"
+# Runtime dependencies (requirements.txt) that every command imports at start: a checkout
+# updated without reinstalling may lack one added since (rich, for the console).
+_IMPORTED_AT_START = frozenset({"rich", "torch", "torchvision", "jsonschema"})
 
 
 def _raise_terminated(signum, frame) -> None:
@@ -85,6 +88,13 @@ def entry(module: str) -> int:
         return stopped(INTERRUPTED, EXIT_INTERRUPTED, env_rank_prefix())
     except Terminated:
         return stopped(TERMINATED, EXIT_TERMINATED, env_rank_prefix())
+    except ModuleNotFoundError as error:
+        missing = (error.name or "").partition(".")[0]
+        if missing not in _IMPORTED_AT_START:
+            raise
+        return stopped(f"error: {missing} is not installed: pip install -r requirements.txt "
+                       f"(or pip install . from the checkout)", EXIT_MISSING_ENVIRONMENT,
+                       env_rank_prefix())
     return main()
 
 

@@ -6,6 +6,12 @@ that takes minutes does not look like a hang, and ends with the phase's duration
 (a log file, a pipe, CI) each phase is one plain line when it starts and nothing moves: logs stay
 readable and diffable.
 
+On a terminal the line is drawn by rich's ``Live`` display (it redraws in place, and a label
+longer than the terminal is wide is folded and redrawn whole instead of leaving broken lines).
+This module keeps the ticking thread itself, rather than rich's auto-refresh, so that a phase
+started with ``tick=False`` (the timed region) has no thread at all, and so that a stream that
+stops taking writes ends the ticking quietly; the caller meets the error on its own next write.
+
 Example::
 
     activity = Activity(sys.stdout)
@@ -21,11 +27,24 @@ import threading
 import time
 from typing import Callable, TextIO
 
+from rich.console import Console
+from rich.live import Live
+from rich.text import Text
+
 
 def is_terminal(stream: TextIO) -> bool:
     try:
         return bool(stream.isatty())
     except (AttributeError, ValueError):     # a closed or exotic stream
+        return False
+
+
+class _LineConsole(Console):
+    """rich's console for the live line, leaving the cursor shown: rich hides it while a
+    display is live, and a run killed in the middle of a phase would leave the terminal
+    without one."""
+
+    def show_cursor(self, show: bool = True) -> bool:
         return False
 
 
@@ -44,10 +63,17 @@ class Activity:
         self.live = is_terminal(out) if live is None else live
         self._tick = tick and self.live
         self._label: str | None = None
+        self._final: str | None = None
         self._started = 0.0
+        self._display: Live | None = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+
+    @property
+    def ticking(self) -> bool:
+        """Whether a thread is redrawing the line now (never in a phase started tick=False)."""
+        return self._thread is not None
 
     def start(self, label: str, announce: bool = True, tick: bool = True) -> None:
         """Begin a phase (ending the one before it). ``announce=False``: off a terminal, print
@@ -56,9 +82,9 @@ class Activity:
         timed region, where nothing else may run on the host)."""
         self.finish()
         with self._lock:
-            self._label, self._started = label, self.clock()
+            self._label, self._final, self._started = label, None, self.clock()
             if self.live:
-                self._write_live()
+                self._display = self._open_display()
             elif announce:
                 self.out.write(f"{label}...\n")
                 self.out.flush()
@@ -76,7 +102,8 @@ class Activity:
             if self._label is None:
                 return
             if self.live:
-                self._write_live(final=outcome or "done")
+                self._final = outcome or "done"
+                self._close_display()
             elif outcome:
                 self.out.write(f"{self._label}: {outcome}\n")
                 self.out.flush()
@@ -88,15 +115,33 @@ class Activity:
         self._stop_ticking()
         with self._lock:
             if self._label is not None and self.live:
-                self.out.write("\r\x1b[K")
-                self.out.flush()
+                self._display.transient = True      # rich erases a transient display's lines
+                self._close_display()
             self._label = None
 
     def render(self) -> None:
         """Redraw the live line with the current elapsed time."""
         with self._lock:
-            if self._label is not None and self.live:
-                self._write_live()
+            if self._label is not None and self._display is not None:
+                self._display.refresh()
+
+    def _open_display(self) -> Live:
+        console = _LineConsole(file=self.out, force_terminal=True, force_jupyter=False,
+                               highlight=False, markup=False, emoji=False)
+        display = Live(console=console, auto_refresh=False, redirect_stdout=False,
+                       redirect_stderr=False, get_renderable=self._line)
+        display.start(refresh=True)
+        return display
+
+    def _close_display(self) -> None:
+        display, self._display = self._display, None
+        display.stop()                                # draws the final line, then a newline
+        self.out.flush()
+
+    def _line(self) -> Text:
+        elapsed = _clock_text(self.clock() - self._started)
+        tail = f"{self._final} in {elapsed}" if self._final else elapsed
+        return Text(f"{self._label}... {tail}")
 
     def _stop_ticking(self) -> None:
         if self._thread is not None:
@@ -104,16 +149,12 @@ class Activity:
             self._thread.join()
             self._thread = None
 
-    def _write_live(self, final: str | None = None) -> None:
-        elapsed = self.clock() - self._started
-        tail = f"{final} in {_clock_text(elapsed)}\n" if final else _clock_text(elapsed)
-        # \r returns to the line's start; \x1b[K clears what a longer earlier text left.
-        self.out.write(f"\r\x1b[K{self._label}... {tail}")
-        self.out.flush()
-
     def _run(self) -> None:
         while not self._stop.wait(self.TICK_S):
-            self.render()
+            try:
+                self.render()
+            except (OSError, ValueError):        # the stream closed or stopped taking writes
+                return
 
     def __enter__(self) -> "Activity":
         return self

@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass
 from typing import TextIO
 
-from . import benchmark, progress, trials as trials_mod
+from . import benchmark, progress, tables, trials as trials_mod
 from .errors import EXIT_UNEXPECTED, BenchmarkError, OutOfMemory, SweepFailed
 from .report import files, units, writing
 from .summary import Summary
@@ -125,24 +125,56 @@ def run_sweep(specs, env, out: TextIO) -> list[Row]:
     return rows
 
 
+def _rate_heading(rows: list[Row]) -> str:
+    """The rate column's heading: the unit the rows count in (img/s as the older tool printed
+    it for images), or ``rate`` with the unit in each cell where the rows count in different
+    units (a sweep over an image and a language model)."""
+    units = {row.spec.scenario.unit for row in rows if not row.failed}
+    if len(units) != 1:
+        return "rate"
+    unit = units.pop()
+    return "img/s" if unit == "image" else f"{unit}s/s"
+
+
+def _rate_cell(row: Row, heading: str) -> str:
+    scenario = row.spec.scenario
+    rate = f"{row.throughput * scenario.units_per_item:.2f}"
+    return f"{rate} {scenario.unit}s/s" if heading == "rate" else rate
+
+
+def comparison_cells(rows: list[Row]) -> tuple[list[tables.Column], list[tuple[str, ...]]]:
+    """The sweep table: each row's rate in its unit, its speedup and its peak memory against
+    the first successful row (a failed row shows its status where the rate would be)."""
+    reference = next((row for row in rows if not row.failed), None)
+    heading = _rate_heading(rows)
+    columns = [tables.Column("#", numeric=True, width=3), tables.Column("configuration"),
+               tables.Column(heading, numeric=True, width=10),
+               tables.Column("speedup", numeric=True, width=8),
+               tables.Column("peak MB", numeric=True, width=9),
+               tables.Column("memory", numeric=True, width=8)]
+    cells = []
+    for index, row in enumerate(rows, 1):
+        if row.failed:
+            cells.append((str(index), row.label(), row.status, "", "", ""))
+            continue
+        memory, change = "n/a", ""
+        if row.peak_allocated_mb is not None:
+            memory = f"{row.peak_allocated_mb:.0f}"
+            if reference.peak_allocated_mb:          # unknown or zero: no ratio to show
+                change = f"{row.peak_allocated_mb / reference.peak_allocated_mb - 1:+.0%}"
+        cells.append((str(index), row.label(), _rate_cell(row, heading),
+                      f"{row.throughput / reference.throughput:.2f}x", memory, change))
+    return columns, cells
+
+
 def print_comparison(rows: list[Row], out: TextIO) -> None:
     reference = next((row for row in rows if not row.failed), None)
     print("", file=out)
     print("Sweep comparison (speedup and memory change against row "
           f"{rows.index(reference) + 1 if reference else '-'})", file=out)
-    print(f"{'#':>3}  {'configuration':<46} {'img/s':>10} {'speedup':>8} {'peak MB':>9} "
-          f"{'memory':>8}", file=out)
-    for index, row in enumerate(rows, 1):
-        if row.failed:
-            print(f"{index:>3}  {row.label():<46} {row.status:>10}", file=out)
-            continue
-        speedup = row.throughput / reference.throughput
-        memory, change = "n/a", ""
-        if row.peak_allocated_mb is not None:
-            memory = f"{row.peak_allocated_mb:.0f}"
-            change = f"{row.peak_allocated_mb / reference.peak_allocated_mb - 1:+.0%}"
-        print(f"{index:>3}  {row.label():<46} {row.throughput:>10.2f} {speedup:>7.2f}x "
-              f"{memory:>9} {change:>8}", file=out)
+    columns, cells = comparison_cells(rows)
+    out.write(tables.render(columns, cells, terminal=progress.is_terminal(out)))
+    out.flush()
 
 
 def write_files(rows: list[Row], output_dir: str, env) -> str:

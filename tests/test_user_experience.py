@@ -6,6 +6,7 @@ import dataclasses
 import io
 import json
 import os
+import re
 import sys
 
 import pytest
@@ -39,6 +40,26 @@ class FakeTerminal(io.StringIO):
         return True
 
 
+def screen(written: str) -> list[str]:
+    """What a terminal shows after ``written``: carriage returns, erased lines (ESC [2K, ESC
+    [K) and moves up (ESC [nA) applied, the line under the cursor last."""
+    lines, row, col = [""], 0, 0
+    for token in re.split(r"(\r|\n|\x1b\[\d*[AK]|\x1b\[\?25[lh])", written):
+        if token == "\r":
+            col = 0
+        elif token == "\n":
+            row, col = row + 1, 0
+            lines += [""] * (row + 1 - len(lines))
+        elif token.startswith("\x1b[") and token.endswith("K"):
+            lines[row] = ""
+        elif token.startswith("\x1b[") and token.endswith("A"):
+            row = max(0, row - int(token[2:-1] or 1))
+        elif token and not token.startswith("\x1b"):
+            lines[row] = lines[row][:col].ljust(col) + token + lines[row][col + len(token):]
+            col += len(token)
+    return lines[:row + 1]
+
+
 def test_progress_on_a_terminal_counts_elapsed_time_and_keeps_the_duration():
     now = [100.0]
     out = FakeTerminal()
@@ -46,12 +67,15 @@ def test_progress_on_a_terminal_counts_elapsed_time_and_keeps_the_duration():
     activity.start("Compiling")
     now[0] += 75.0
     activity.render()
-    assert out.getvalue().endswith("\r\x1b[KCompiling... 1 min 15 s")
+    assert screen(out.getvalue()) == ["Compiling... 1 min 15 s"]
     now[0] += 5.0
     activity.start("Timing 20 iterations")          # ends the compile phase
-    assert "\r\x1b[KCompiling... done in 1 min 20 s\n" in out.getvalue()
+    assert screen(out.getvalue()) == ["Compiling... done in 1 min 20 s",
+                                      "Timing 20 iterations... 0.0 s"]
     activity.finish()
-    assert out.getvalue().endswith("Timing 20 iterations... done in 0.0 s\n")
+    assert screen(out.getvalue()) == ["Compiling... done in 1 min 20 s",
+                                      "Timing 20 iterations... done in 0.0 s", ""]
+    assert "\x1b[?25l" not in out.getvalue(), "the cursor stays shown"
 
 
 def test_progress_elsewhere_is_one_plain_line_per_phase():
@@ -68,9 +92,29 @@ def test_progress_on_a_terminal_ticks_in_a_thread_and_stops():
     out = FakeTerminal()
     activity = progress.Activity(out, clock=lambda: 0.0)
     activity.start("Searching")
-    assert activity._thread is not None and activity._thread.daemon
+    assert activity.ticking and activity._thread.daemon
     activity.finish("batch 64")
-    assert activity._thread is None and out.getvalue().endswith("batch 64 in 0.0 s\n")
+    assert not activity.ticking and out.getvalue().endswith("batch 64 in 0.0 s\n")
+
+
+def test_the_timed_phase_is_drawn_once_and_never_redrawn():
+    out = FakeTerminal()
+    activity = progress.Activity(out, clock=lambda: 0.0)
+    activity.start("Timing 20 iterations", tick=False)
+    drawn = out.getvalue()
+    assert not activity.ticking and screen(drawn) == ["Timing 20 iterations... 0.0 s"]
+    activity.finish()
+    assert out.getvalue().startswith(drawn)
+
+
+def test_a_stream_that_stops_taking_writes_ends_the_ticking_quietly(monkeypatch):
+    out = FakeTerminal()
+    activity = progress.Activity(out, clock=lambda: 0.0)
+    monkeypatch.setattr(activity, "TICK_S", 0.001)
+    activity.start("Compiling")
+    out.close()                                   # the next redraw raises ValueError
+    activity._thread.join(timeout=10)
+    assert not activity._thread.is_alive()
 
 
 # ---------------------------------------------------------------- library chatter
@@ -323,7 +367,7 @@ def test_clear_leaves_no_line_of_its_own():
     activity = progress.Activity(out, clock=lambda: 0.0, tick=False)
     activity.start("add 64-1024", announce=False)
     activity.clear()
-    assert out.getvalue() == "\r\x1b[Kadd 64-1024... 0.0 s\r\x1b[K"
+    assert "add 64-1024... 0.0 s" in out.getvalue() and screen(out.getvalue()) == [""]
     plain = io.StringIO()
     quiet = progress.Activity(plain, clock=lambda: 0.0)
     quiet.start("add 64-1024", announce=False)

@@ -240,17 +240,22 @@ def run(args: argparse.Namespace) -> int:
     peaks = runner.Peaks(flops.peak_for_device(device), args.peak_tflops, args.peak_gbs)
     print_header(config, peaks, len(requests), timing, args.flush_l2)
 
-    printer = report.TablePrinter(runner.preview_labels(requests, config), config.dtype_name)
+    printer = report.TablePrinter(runner.preview_labels(requests, config), config.dtype_name,
+                                  terminal=progress.is_terminal(sys.stdout))
     printer.header()
-    # On a terminal the op being measured shows with its elapsed time until its row replaces it.
+    # On a terminal the op being measured shows until its row replaces it. The line is drawn
+    # once (tick=False): an op's phase holds its timed calls, when no thread may wake to redraw.
     activity = progress.Activity(sys.stdout)
 
     def row_done(row) -> None:
         activity.clear()
         printer(row)
 
+    def row_started(label: str) -> None:
+        activity.start(label, announce=False, tick=False)
+
     outcome = runner.run_requests(requests, config, peaks, row_done, between=timing,
-                                  on_start=lambda label: activity.start(label, announce=False))
+                                  on_start=row_started)
     print()
     for line in report.summary_lines(outcome.results):
         print(line)

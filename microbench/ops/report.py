@@ -15,6 +15,7 @@ import sys
 from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
+from .. import tables
 from ..errors import BenchmarkError
 from ..report import writing
 from ..report.units import significant
@@ -168,34 +169,31 @@ def row_cells(row: OpResult) -> tuple[str, ...]:
 
 
 class TablePrinter:
-    """Prints rows as they finish, aligned to widths known before the run starts."""
+    """Prints rows as they finish, aligned to widths known before the run starts (plain text
+    off a terminal, bold headings on one: ``tables.RowPrinter``)."""
 
     def __init__(self, labels: Iterable[tuple[str, str]], dtype: str,
                  out: Callable[[str], None] = print,
-                 err: Callable[[str], None] | None = None):
+                 err: Callable[[str], None] | None = None, terminal: bool = False):
         labels = list(labels)
         widths = {heading: max(len(heading), _MIN_WIDTHS.get(heading, 0))
                   for heading in HEADINGS}
         widths["op"] = max([widths["op"], *(len(op) for op, _ in labels)])
         widths["shapes"] = max([widths["shapes"], *(len(shapes) for _, shapes in labels)])
         widths["dtype"] = max(widths["dtype"], len(dtype))
-        self._widths = [widths[heading] for heading in HEADINGS]
+        self._rows = tables.RowPrinter(
+            [tables.Column(heading, numeric=heading in _RIGHT_ALIGNED, width=widths[heading])
+             for heading in HEADINGS], terminal=terminal)
         self._out = out
         self._err = err or (lambda line: print(line, file=sys.stderr, flush=True))
 
-    def _line(self, cells: Sequence[str]) -> str:
-        parts = [cell.rjust(width) if heading in _RIGHT_ALIGNED else cell.ljust(width)
-                 for heading, cell, width in zip(HEADINGS, cells, self._widths)]
-        return "  ".join(parts).rstrip()
-
     def header(self) -> None:
-        self._out(self._line(HEADINGS))
-        self._out("  ".join("-" * width for width in self._widths))
+        self._out(self._rows.header())
 
     def __call__(self, row: OpResult) -> None:
         name = f"{row.op} {row.shapes}".rstrip()
         if row.status == "ok":
-            self._out(self._line(row_cells(row)))
+            self._out(self._rows.line(row_cells(row)))
             if row.profile:
                 self._out(row.profile)
         elif row.status == "skipped":

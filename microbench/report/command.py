@@ -26,7 +26,7 @@ import argparse
 import os
 import sys
 
-from .. import __version__, process
+from .. import __version__, process, progress
 from ..errors import EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE, BenchmarkError, \
     Terminated, UsageError
 from . import chart, collection, page, table, writing
@@ -119,7 +119,8 @@ def run(args: argparse.Namespace) -> int:
     if args.plot or args.html:                # a wrong --metric or --x: before any output
         plotted, metric = chart.plotted_table(tables, args.metric)
         chart.choose_x(plotted, args.x)
-    sys.stdout.write(table.render(tables, args.format))
+    terminal = progress.is_terminal(sys.stdout)
+    sys.stdout.write(table.render(tables, args.format, terminal))
     sys.stdout.flush()
     if args.plot:
         chart.write_chart(plotted, metric, args.x, args.plot)

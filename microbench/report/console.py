@@ -77,6 +77,7 @@ def print_config(spec, env, out: TextIO, notes=None) -> None:
         ("Optimizer", _optimizer_text(spec)),
         ("Device", f"{env.device} {env.device_name} ({env.architecture})"),
         ("PyTorch", f"{env.torch}, torchvision {env.torchvision}, {env.runtime}"),
+        ("System", f"{env.os}, Python {env.python}"),
     ]
     if launch.distributed:
         lines.append(("Distributed", f"{launch.launcher}, world size {launch.world_size}"))

@@ -29,6 +29,7 @@ import json
 import os
 from dataclasses import dataclass, field
 
+from .. import tables as console_tables
 from ..errors import UsageError
 from . import units, writing
 from .collection import FILE, HEADLINE_SETTINGS, RUN_AT, Group, setting_value
@@ -355,27 +356,23 @@ def title_of(table: Table) -> str:
     return f"{noun.capitalize()}: {count} row{'s' if count != 1 else ''}"
 
 
-def _aligned(table: Table) -> list[str]:
-    grid = [[column.heading for column in table.columns]]
-    grid += [[cell(table, index, entry, column) for column in table.columns]
+def _aligned(table: Table, terminal: bool) -> list[str]:
+    columns = [console_tables.Column(column.heading, numeric=column.numeric)
+               for column in table.columns]
+    cells = [[cell(table, index, entry, column) for column in table.columns]
              for index, entry in table.rows]
-    widths = [max(len(row[i]) for row in grid) for i in range(len(table.columns))]
-
-    def line(row):
-        return "  ".join(text.rjust(width) if column.numeric else text.ljust(width)
-                         for text, width, column in zip(row, widths, table.columns)).rstrip()
-    return [line(grid[0]), "  ".join("-" * width for width in widths)] + \
-        [line(row) for row in grid[1:]]
+    return console_tables.render(columns, cells, terminal).splitlines()
 
 
-def render_text(tables: list[Table]) -> str:
+def render_text(tables: list[Table], terminal: bool = False) -> str:
+    """The text table; ``terminal``: styled for a terminal (plain text otherwise)."""
     out = []
     for table in tables:
         out.append(title_of(table))
         common = common_line(table)
         if common:
             out.append(f"Same in every row: {common}")
-        out += _aligned(table)
+        out += _aligned(table, terminal)
         out += notes(table)
         out.append("Files:")
         out += [f"  #{index} {entry.source}" for index, entry in table.rows]
@@ -469,6 +466,9 @@ def _csv_value(value) -> str:
     return str(value)
 
 
-def render(tables: list[Table], format_: str) -> str:
-    return {"text": render_text, "markdown": render_markdown, "csv": render_csv,
-            "json": render_json}[format_](tables)
+def render(tables: list[Table], format_: str, terminal: bool = False) -> str:
+    """``format_`` text, markdown, csv or json; ``terminal`` styles the text table only (the
+    others are files to paste or parse, the same wherever they go)."""
+    if format_ == "text":
+        return render_text(tables, terminal)
+    return {"markdown": render_markdown, "csv": render_csv, "json": render_json}[format_](tables)
