@@ -90,7 +90,9 @@ class WaitTimes:
                 "wait_median_ms": self.waits.median, "wait_p99_ms": self.waits.p99,
                 "wait_ms": list(self.wait_ms), "step_ms": list(self.step_ms),
                 "basis": "host time each step was blocked in next(iterator) plus queuing its "
-                         "copy to the device, over the host time of that step"}
+                         "copy to the device and the device stage, over the host time of that "
+                         "step; device-side decoding and normalisation run as part of the "
+                         "step on the device"}
 
 
 # ---------------------------------------------------------------- worker CPU
@@ -299,8 +301,8 @@ def _cpu_block(use: CpuUse | None) -> dict | None:
 def _cpu_text(use: CpuUse | None) -> str:
     if use is None:
         return "unknown (no worker processes, or not measurable here)"
-    return (f"{use.cores:.1f} cores busy of {use.workers} workers "
-            f"({use.utilisation:.0%} each)")
+    return (f"{use.cores:.1f} cores busy of {use.workers} worker"
+            f"{'s' if use.workers > 1 else ''} ({use.utilisation:.0%} each)")
 
 
 def report(description: dict, pipeline: PipelineRun, loader: LoaderRun,

@@ -336,7 +336,8 @@ def _summary(description: dict, model_input: ModelInput) -> str:
                     f"{description['location']} ({description['layout']})")
         how = f", decode {description['decode']}, transforms {description['transforms']}"
     workers = description["workers"]
-    loading = (f"{workers} workers" if workers else "loading in the main process")
+    loading = (f"{workers} worker{'s' if workers > 1 else ''}" if workers
+               else "loading in the main process")
     if description["prefetch_factor"]:
         loading += f", prefetch {description['prefetch_factor']}"
     pinned = "pinned" if description["pin_memory"] else "not pinned"
