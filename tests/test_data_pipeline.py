@@ -303,3 +303,41 @@ def test_the_gpu_probe_runs_on_the_cpu_and_writes_its_rows_and_plot(tmp_path, ca
                for row in document["rows"])
     assert (tmp_path / "out" / "resnet18.png").stat().st_size > 0
     assert capsys.readouterr().out.count("Verdict            :") == 2
+
+
+# ---------------------------------------------------------------- workers that cannot work
+
+def test_batches_in_flight_beyond_the_free_shared_memory_are_refused(tmp_path, monkeypatch):
+    from microbench.data import loader
+    real_statvfs = os.statvfs
+
+    def small_shm(path):
+        if path == str(tmp_path):
+            return os.statvfs_result((4096, 4096, 0, 0, 16 * 256, 0, 0, 0, 0, 255))   # 16 MiB
+        return real_statvfs(path)
+
+    monkeypatch.setattr(loader.os, "statvfs", small_shm)
+    loader.check_shared_memory(2**20, workers=8, prefetch_factor=2, path=str(tmp_path))
+    loader.check_shared_memory(2**30, workers=0, prefetch_factor=2, path=str(tmp_path))
+    with pytest.raises(MissingEnvironment) as error:
+        loader.check_shared_memory(2**20, workers=8, prefetch_factor=4, path=str(tmp_path))
+    assert "need 0.03 GiB of shared memory" in one_line(error) and "--shm-size" in str(error.value)
+
+
+def test_a_dead_worker_is_one_line_not_a_traceback(tmp_path, monkeypatch):
+    from microbench.data.loader import LoaderFailed
+    settings = DataSettings(source="loader", count=8, image_side=40, workers=1,
+                            cache_dir=str(tmp_path))
+    with open_pipeline(settings, image_input(), batch_size=4, device=CPU) as pipeline:
+        pipeline.next_batch()
+
+        def dead(*args):
+            raise RuntimeError("DataLoader worker (pid 4242) is killed by signal: Killed. ")
+
+        monkeypatch.setattr(type(pipeline.batches._iterator), "__next__", dead)
+        with pytest.raises(LoaderFailed) as error:
+            pipeline.next_batch()
+        monkeypatch.undo()
+    text = str(error.value)
+    assert "\n" not in text and error.value.exit_code == 1
+    assert text.startswith("DataLoader worker (pid 4242) is killed by signal: Killed:")

@@ -26,7 +26,7 @@ import os
 from dataclasses import dataclass
 
 from ..errors import UsageError
-from .files import IMAGE_SUFFIXES, FileRefused, check_directory, open_checked, read_checked, sniff
+from .files import HEAD_BYTES, IMAGE_SUFFIXES, FileRefused, check_directory, open_checked, sniff
 
 FLAG = "--data-dir"
 # Reading the first bytes of every file of a million-image tree would cost a pass over it
@@ -44,6 +44,11 @@ class ImageList:
     labels: tuple[int, ...]
     classes: tuple[str, ...]                     # () for a flat folder
     rejected: tuple[tuple[str, str], ...]        # (path, reason)
+    total_bytes: int = 0                         # of the kept files
+
+    @property
+    def mean_file_bytes(self) -> float:
+        return self.total_bytes / len(self.paths) if self.paths else 0.0
 
     @property
     def layout(self) -> str:
@@ -77,13 +82,13 @@ def scan_folder(directory: str, max_file_bytes: int) -> ImageList:
     if not candidates:
         raise UsageError(f"{FLAG} {directory} holds no images (.jpg, .jpeg, .png or .webp files, "
                          f"flat or in class folders)")
-    kept, rejected = _checked(candidates, max_file_bytes)
+    kept, total_bytes, rejected = _checked(candidates, max_file_bytes)
     if not kept:
         first_path, first_reason = rejected[0]
         raise UsageError(f"{FLAG} {directory}: none of its {len(candidates)} images can be read "
                          f"as one (e.g. {first_path}: {first_reason})")
     return ImageList(root, tuple(path for path, _ in kept), tuple(label for _, label in kept),
-                     classes, tuple(rejected))
+                     classes, tuple(rejected), total_bytes)
 
 
 def _is_image_name(name: str) -> bool:
@@ -113,25 +118,30 @@ def _images_below(directory: str) -> list[str]:
 
 
 def _checked(candidates: list[tuple[str, int]], limit: int):
-    """Every candidate opened and checked (regular, readable, size); a spread sample sniffed."""
+    """Every candidate opened and checked (regular, readable, size); a spread sample sniffed.
+    Returns the kept (path, label) pairs, their total bytes, and the rejected (path, reason)."""
     step = max(1, len(candidates) // SNIFF_LIMIT)
-    kept, rejected = [], []
+    kept, rejected, total = [], [], 0
     for index, (path, label) in enumerate(candidates):
         try:
-            if index % step == 0:
-                _check_head(path, limit)
-            else:
-                os.close(open_checked(path, limit)[0])
+            fd, size = open_checked(path, limit)
+            try:
+                if index % step == 0:
+                    _check_head(path, os.read(fd, HEAD_BYTES))
+            finally:
+                os.close(fd)
         except FileRefused as refused:
             rejected.append((path, str(refused)))
             continue
+        except OSError as error:
+            rejected.append((path, f"cannot read: {error.strerror or error}"))
+            continue
         kept.append((path, label))
-    return kept, rejected
+        total += size
+    return kept, total, rejected
 
 
-def _check_head(path: str, limit: int) -> None:
-    head = bytes(read_checked(path, limit, head_only=True))
-    found = sniff(head)
-    expected = IMAGE_SUFFIXES[os.path.splitext(path)[1].lower()]
-    if found is None:
+def _check_head(path: str, head: bytes) -> None:
+    if sniff(head) is None:
+        expected = IMAGE_SUFFIXES[os.path.splitext(path)[1].lower()]
         raise FileRefused(f"not a {expected.upper()} file (it does not start as an image)")

@@ -26,13 +26,46 @@ Example::
 """
 from __future__ import annotations
 
+import os
 import signal
 import sys
 
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
+from ..errors import EXIT_UNEXPECTED, BenchmarkError, MissingEnvironment
 from .datasets import Batch, collate
+
+# Where a worker's batches live until the main process takes them (torch.multiprocessing shares
+# tensors through POSIX shared memory, which Linux keeps in this tmpfs).
+SHARED_MEMORY = "/dev/shm"
+
+
+class LoaderFailed(BenchmarkError):
+    """A loader worker died (killed by the kernel's out-of-memory killer, a bus error on a full
+    /dev/shm): not a bug of this process, so one line with what to try; exit 1."""
+    exit_code = EXIT_UNEXPECTED
+
+
+def check_shared_memory(batch_bytes: int, workers: int, prefetch_factor: int,
+                        path: str = SHARED_MEMORY) -> None:
+    """Refuse, before the workers start, batches in flight that cannot fit in shared memory
+    (containers often get 64 MB): there a worker dies of a bus error mid-run instead."""
+    if workers == 0 or not os.path.isdir(path):
+        return
+    try:
+        info = os.statvfs(path)
+    except OSError:
+        return
+    free = info.f_bavail * info.f_frsize
+    needed = batch_bytes * workers * prefetch_factor
+    if needed > free:
+        raise MissingEnvironment(
+            f"{workers} loader workers keeping {prefetch_factor} batches of "
+            f"{batch_bytes / 2**20:.0f} MiB each in flight need {needed / 2**30:.2f} GiB of "
+            f"shared memory, and {path} has {free / 2**30:.2f} GiB free: use fewer --workers, "
+            f"a smaller --prefetch-factor or --transforms gpu (uint8 batches), or give the "
+            f"container more (docker run --shm-size)")
 
 
 def _worker_init(worker_id: int) -> None:
@@ -98,6 +131,8 @@ class EndlessBatches:
             except StopIteration:
                 self.epoch += 1
                 self._iterator = None
+            except RuntimeError as error:
+                raise _worker_death(error) from None
 
     def worker_pids(self) -> tuple[int, ...]:
         """The process ids of the loader's workers now (none before the first batch, or with
@@ -112,6 +147,16 @@ class EndlessBatches:
         if shutdown is not None:
             shutdown()
         self.loader._iterator = None     # a persistent loader keeps its iterator here
+
+
+def _worker_death(error: RuntimeError) -> BaseException:
+    """DataLoader's report of a dead worker as one line; any other error as it was."""
+    text = " ".join(str(error).split())
+    if not text.startswith("DataLoader worker"):
+        return error
+    return LoaderFailed(f"{text.rstrip('. ')}: the host may be out of memory (see dmesg) or "
+                        f"{SHARED_MEMORY} full; try fewer --workers, a smaller "
+                        f"--prefetch-factor, or --transforms gpu")
 
 
 def to_device(batch: Batch, device: torch.device, stage) -> tuple[torch.Tensor, torch.Tensor,

@@ -43,7 +43,8 @@ from . import cache, codecs
 from .datasets import EncodedImages, TokenWindows
 from .files import FileRefused
 from .folder import scan_folder
-from .loader import EndlessBatches, batches_per_epoch, make_loader, to_device
+from .loader import (EndlessBatches, batches_per_epoch, check_shared_memory, make_loader,
+                     to_device)
 from .measure import CpuMeter, LoaderRun, PipelineRun, WaitTimes, proc_cpu_seconds
 from .settings import DataSettings, ModelInput, default_cache_root
 from .transforms import DeviceStage, host_transform
@@ -245,6 +246,8 @@ def open_pipeline(settings: DataSettings, model_input: ModelInput, batch_size: i
         raise UsageError(f"{len(dataset)} {model_input.item}s make no full batch of {batch_size} "
                          f"on each of {world_size} rank(s): use --data-images "
                          f"{batch_size * world_size} or more, or a smaller --batch-size")
+    check_shared_memory(_batch_bytes(settings, model_input, description, batch_size), workers,
+                        settings.prefetch_factor)
     loader = make_loader(dataset, batch_size, workers, settings.pin_memory and on_gpu,
                          settings.prefetch_factor, settings.persistent_workers, rank,
                          world_size, settings.seed, shuffle=model_input.training)
@@ -259,6 +262,17 @@ def open_pipeline(settings: DataSettings, model_input: ModelInput, batch_size: i
     description["summary"] = _summary(description, model_input)
     return Pipeline(settings, model_input, device, EndlessBatches(loader), stage, description,
                     rejected, batch_size, clock, cpu_seconds)
+
+
+def _batch_bytes(settings: DataSettings, model_input: ModelInput, description: dict,
+                 batch_size: int) -> int:
+    """The size of one batch as a worker hands it over (inputs; the labels are small)."""
+    if model_input.kind == "tokens":
+        return batch_size * (model_input.seq_len + 1) * 4
+    if settings.decode == "gpu":                     # encoded files
+        return int(batch_size * description["mean_file_bytes"])
+    element = 1 if settings.transforms == "gpu" else model_input.dtype.itemsize
+    return batch_size * 3 * model_input.image_size ** 2 * element
 
 
 def _check_placement(settings: DataSettings, device: torch.device) -> None:
@@ -296,6 +310,7 @@ def _image_source(settings: DataSettings, model_input: ModelInput, notify):
         paths, labels, rejected = listing.paths, listing.labels, listing.rejected
         description = {"source": "folder", "format": "+".join(sorted(formats)),
                        "format_counts": formats, "items": len(paths),
+                       "mean_file_bytes": listing.mean_file_bytes,
                        "layout": listing.layout, "classes": len(listing.classes) or 1,
                        "location": listing.root, "rejected_at_scan": len(rejected)}
     transform = None
