@@ -15,14 +15,20 @@ Example::
     activate(device)
     synchronize(device)
     allocated_mb, reserved_mb = peak_memory_mb(device)   # (None, None) on the CPU
+    vendor(device)                                       # Vendor.AMD on a ROCm build
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime
+import enum
 import functools
+import importlib.metadata
 import os
 import platform
 import socket
+import sys
+from dataclasses import dataclass
 from types import SimpleNamespace
 
 import torch
@@ -54,6 +60,23 @@ def _gpu_api():
 
 def is_gpu(device: torch.device) -> bool:
     return device.type != "cpu"
+
+
+class Vendor(enum.Enum):
+    """Whose runtime runs a device's kernels; telemetry picks its management library by it."""
+
+    CPU = "cpu"
+    AMD = "amd"            # a ROCm (HIP) build, whose GPUs torch also calls "cuda"
+    NVIDIA = "nvidia"      # a CUDA build
+    UNKNOWN = "unknown"    # a GPU under a build with neither runtime
+
+
+def vendor(device: torch.device) -> Vendor:
+    if not is_gpu(device):
+        return Vendor.CPU
+    if torch.version.hip:
+        return Vendor.AMD
+    return Vendor.NVIDIA if torch.version.cuda else Vendor.UNKNOWN
 
 
 # ---------------------------------------------------------------- choosing the device
@@ -98,6 +121,17 @@ def _gpu(index: int) -> torch.device:
     return torch.device("cuda", index)
 
 
+def collective_backend(device: torch.device) -> str:
+    """torch.distributed's backend for ``device``: NCCL on GPUs (RCCL on ROCm, under the same
+    name), gloo on the CPU."""
+    return "nccl" if is_gpu(device) else "gloo"
+
+
+def rank_device_ids(device: torch.device) -> list[int] | None:
+    """The ``device_ids`` DDP and NCCL barriers take for this rank's GPU; None on the CPU."""
+    return [device.index] if is_gpu(device) else None
+
+
 def activate(device: torch.device) -> None:
     """Make ``device`` this process's current device (events and kernels go to its stream)."""
     if is_gpu(device):
@@ -121,7 +155,7 @@ def timing_event():
 def clock_name(device: torch.device) -> str:
     if not is_gpu(device):
         return "host perf_counter"
-    return "HIP events" if torch.version.hip else "CUDA events"
+    return "HIP events" if rocm_version() else "CUDA events"
 
 
 def set_conv_autotuner(enabled: bool) -> None:
@@ -175,11 +209,47 @@ def total_memory_bytes(device: torch.device) -> int | None:
     return torch.cuda.get_device_properties(device).total_memory
 
 
-def cache_bytes(device: torch.device) -> int | None:
-    """The last-level cache the device reports (L2 on GPUs); None when it says nothing."""
+MIB = 1 << 20
+# Memory-side caches behind L2 that torch's L2_cache_size leaves out, by AMD gfx target (the
+# part of gcnArchName before ':'). AMD CDNA 3 white paper: MI300X, MI300A and MI325X (gfx942)
+# have a 256 MB AMD Infinity Cache; AMD CDNA 4 white paper: MI350X and MI355X (gfx950) keep it.
+INFINITY_CACHE_BYTES = {"gfx942": 256 * MIB, "gfx950": 256 * MIB}
+
+
+@dataclass(frozen=True)
+class CacheInfo:
+    """The device's last-level cache as far as torch tells (plus what it is known to leave out);
+    ``size_bytes`` None when unknown."""
+
+    size_bytes: int | None
+    source: str
+
+    def describe(self) -> str:
+        if self.size_bytes is None:
+            return self.source
+        return f"{self.size_bytes / MIB:.0f} MiB ({self.source})"
+
+
+def last_level_cache(device: torch.device, properties=None, hip: str | None = None) -> CacheInfo:
+    """The last-level cache of ``device`` (L2, or AMD's Infinity Cache behind it). ``properties``
+    and ``hip`` default to torch's device properties and the build's HIP version (tests pass
+    fakes)."""
     if not is_gpu(device):
-        return None
-    return getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or None
+        return CacheInfo(None, "unknown: torch does not report CPU caches")
+    if properties is None:
+        properties = torch.cuda.get_device_properties(device)
+    if hip is None:
+        hip = torch.version.hip
+    l2_bytes = getattr(properties, "L2_cache_size", 0) or 0
+    if hip:
+        target = str(getattr(properties, "gcnArchName", "")).split(":")[0]
+        infinity = INFINITY_CACHE_BYTES.get(target)
+        if infinity is not None and infinity > l2_bytes:
+            return CacheInfo(infinity, f"{target} Infinity Cache, behind an L2 of "
+                                       f"{l2_bytes / MIB:.0f} MiB")
+    if not l2_bytes:
+        return CacheInfo(None, "unknown: the device reports no L2 size")
+    return CacheInfo(l2_bytes, "L2_cache_size")
 
 
 def cap_memory(device: torch.device, budget_bytes: float) -> float:
@@ -275,11 +345,39 @@ def _driver_version() -> str:
         except OSError:
             return "unknown"
     try:
-        import pynvml  # optional: nvidia-ml-py ships with many CUDA images
+        import pynvml  # nvidia-ml-py, a dependency; a checkout run uninstalled may lack it
         pynvml.nvmlInit()
         return pynvml.nvmlSystemGetDriverVersion()
     except Exception:                                         # noqa: BLE001 (any failure: unknown)
         return "unknown"
+
+
+@dataclass(frozen=True)
+class GpuIdentity:
+    """What torch knows that names a GPU, for finding the same GPU in a vendor's management
+    library (NVML, amdsmi), which numbers every GPU of the machine, not the visible ones."""
+
+    index: int | None = None            # torch's index, after *_VISIBLE_DEVICES renumbering
+    uuid: str | None = None             # torch spells it without NVML's "GPU-" prefix
+    pci_bus_id: str | None = None       # "dddd:bb:dd", hexadecimal
+
+
+def gpu_identity(device: torch.device) -> GpuIdentity:
+    """Index, UUID and PCI address of the GPU ``device`` (the current one where it has no
+    index); the UUID and PCI fields are None where this torch's device properties lack them.
+    Nothing names the CPU: it gets an empty identity."""
+    if not is_gpu(device):
+        return GpuIdentity()
+    index = torch.cuda.current_device() if device.index is None else device.index
+    props = torch.cuda.get_device_properties(index)
+    uuid = getattr(props, "uuid", None)
+    uuid_text = str(uuid) if uuid is not None else None
+    if uuid_text is not None and not uuid_text.replace("-", "").strip("0"):
+        uuid_text = None                # all zeros: the runtime has no UUID for it
+    pci = None
+    if all(hasattr(props, a) for a in ("pci_domain_id", "pci_bus_id", "pci_device_id")):
+        pci = f"{props.pci_domain_id:04x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}"
+    return GpuIdentity(index, uuid_text, pci)
 
 
 def _cpu_model() -> str:
@@ -293,44 +391,150 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine() or "CPU"
 
 
-def describe(device: torch.device) -> dict:
+@dataclass(frozen=True)
+class DeviceInfo:
+    """What ran the benchmark: versions, the device and the host (the JSON's ``env`` block)."""
+
+    torch: str
+    torchvision: str
+    python: str
+    gpu_runtime: str                    # ROCm, CUDA or none (the build)
+    hip: str | None
+    cuda: str | None
+    device: str                         # e.g. cuda:0
+    device_type: str                    # gpu | cpu
+    device_name: str                    # e.g. NVIDIA H200, or the CPU's model
+    architecture: str                   # gfx942:sramecc+:xnack-, sm_90, x86_64
+    host: str
+    cpu: str
+    cpu_threads: int
+    time_utc: str
+    device_memory_gb: float | None = None
+    multiprocessors: int | None = None
+    driver: str | None = None
+    dnn_library: str | None = None      # MIOpen or cuDNN
+    dnn_library_version: int | None = None
+    visible_devices: str | None = None
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.device_type == "gpu"
+
+    @property
+    def runtime(self) -> str:
+        """What ran the device's kernels: the GPU runtime, or the CPU (whatever the build)."""
+        return runtime_version(self.to_dict())
+
+    def to_dict(self) -> dict:
+        """The JSON ``env`` block (GPU-only keys absent on the CPU, as results always had)."""
+        document = dataclasses.asdict(self)
+        if not self.on_gpu:
+            for key in _GPU_ONLY:
+                document.pop(key)
+        return document
+
+
+_GPU_ONLY = ("device_memory_gb", "multiprocessors", "driver", "dnn_library",
+             "dnn_library_version", "visible_devices")
+
+
+def _torchvision_version() -> str:
+    """torchvision's version, without importing it where nothing else has (the op bench)."""
+    loaded = sys.modules.get("torchvision")
+    if loaded is not None:
+        return loaded.__version__              # the build's own, e.g. 0.23.0+rocm6.4
+    try:
+        return importlib.metadata.version("torchvision")
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def describe(device: torch.device) -> DeviceInfo:
     """Versions, device and host, for the config echo and the JSON ``env`` block."""
-    import torchvision
-    env = {
-        "torch": torch.__version__,
-        "torchvision": torchvision.__version__,
-        "python": platform.python_version(),
-        "gpu_runtime": gpu_runtime(),
-        "hip": torch.version.hip,
-        "cuda": torch.version.cuda,
-        "device": str(device),
-        "device_type": "gpu" if is_gpu(device) else "cpu",
-        "device_name": device_name(device),
-        "architecture": _architecture(device),
-        "host": socket.gethostname(),
-        "cpu": _cpu_model(),
-        "cpu_threads": torch.get_num_threads(),
-        "time_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-    }
+    gpu = {}
     if is_gpu(device):
         props = torch.cuda.get_device_properties(device)
-        env["device_memory_gb"] = round(props.total_memory / 1e9, 1)
-        env["multiprocessors"] = props.multi_processor_count
-        env["driver"] = _driver_version()
-        env["dnn_library"] = ("MIOpen" if torch.version.hip else "cuDNN")
-        env["dnn_library_version"] = torch.backends.cudnn.version()
-        env["visible_devices"] = (os.environ.get("HIP_VISIBLE_DEVICES")
-                                  or os.environ.get("ROCR_VISIBLE_DEVICES")
-                                  or os.environ.get("CUDA_VISIBLE_DEVICES"))
-    return env
+        gpu = dict(device_memory_gb=round(props.total_memory / 1e9, 1),
+                   multiprocessors=props.multi_processor_count, driver=_driver_version(),
+                   dnn_library=dnn_library(), dnn_library_version=torch.backends.cudnn.version(),
+                   visible_devices=(os.environ.get("HIP_VISIBLE_DEVICES")
+                                    or os.environ.get("ROCR_VISIBLE_DEVICES")
+                                    or os.environ.get("CUDA_VISIBLE_DEVICES")))
+    return DeviceInfo(
+        torch=torch.__version__, torchvision=_torchvision_version(),
+        python=platform.python_version(), gpu_runtime=gpu_runtime(), hip=torch.version.hip,
+        cuda=torch.version.cuda, device=str(device),
+        device_type="gpu" if is_gpu(device) else "cpu", device_name=device_name(device),
+        architecture=_architecture(device), host=socket.gethostname(), cpu=_cpu_model(),
+        cpu_threads=torch.get_num_threads(),
+        time_utc=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        **gpu)
 
 
 def runtime_version(env: dict) -> str:
-    """What ran the device's kernels: the GPU runtime, or the CPU (whatever the build)."""
+    """What ran the device's kernels: the GPU runtime, or the CPU (whatever the build). ``env``:
+    a stored ``env`` block (results of every version have these keys)."""
     if env.get("device_type") == "cpu":
         return "CPU"
-    if env["hip"]:
+    if env.get("hip"):
         return f"ROCm/HIP {env['hip']}"
-    if env["cuda"]:
+    if env.get("cuda"):
         return f"CUDA {env['cuda']}"
     return "CPU-only build"
+
+
+# ---------------------------------------------------------------- vendor rules
+
+def build_versions() -> dict:
+    """PyTorch's version and the GPU runtime it was built for (None where it was not)."""
+    return {"torch": torch.__version__, "hip": torch.version.hip, "cuda": torch.version.cuda}
+
+
+def runtime_text() -> str:
+    """``ROCm 6.4.1`` or ``CUDA 12.8``: the GPU runtime this PyTorch was built for."""
+    return f"ROCm {torch.version.hip}" if torch.version.hip else f"CUDA {torch.version.cuda}"
+
+
+def rocm_version(device: torch.device | None = None) -> str | None:
+    """The HIP version when this is a ROCm build (and ``device``, if given, is a GPU)."""
+    if device is not None and not is_gpu(device):
+        return None
+    return torch.version.hip or None
+
+
+def dnn_library() -> str:
+    """The convolution library under torch.backends.cudnn: MIOpen on ROCm, cuDNN on CUDA."""
+    return "MIOpen" if torch.version.hip else "cuDNN"
+
+
+def conv_autotuner_name() -> str:
+    """What ``torch.backends.cudnn.benchmark`` switches: MIOpen's find mode on ROCm."""
+    return "MIOpen find mode" if torch.version.hip else "cuDNN benchmark"
+
+
+def tf32_convolutions_exist() -> bool:
+    """MIOpen has no TF32 convolutions; cuDNN has them (Ampere and newer)."""
+    return not torch.version.hip
+
+
+def tf32_on_rocm(policy, hip_version: str | None, conv_model: bool,
+                 environ) -> tuple[object, str | None]:
+    """What TF32 really does on a ROCm build (``policy``: a precision.Precision), and a note
+    saying so.
+
+    On ROCm, PyTorch's TF32 switch reaches hipBLASLt only when ``HIPBLASLT_ALLOW_TF32=1`` is set
+    (hipBLASLt's environment variable), and MIOpen has no TF32 convolutions at all. Where TF32
+    is asked for but cannot take effect, the work runs in FP32, so MFU divides by the FP32 peak.
+    """
+    if not hip_version or not policy.tf32:
+        return policy, None
+    hipblaslt = environ.get("HIPBLASLT_ALLOW_TF32") == "1"
+    if conv_model or not hipblaslt:
+        why = ("MIOpen has no TF32 convolutions" if conv_model else
+               "hipBLASLt uses TF32 only with HIPBLASLT_ALLOW_TF32=1, which is not set")
+        demoted = (dataclasses.replace(policy, peak_key="fp32_matrix") if policy.name == "tf32"
+                   else policy)
+        return demoted, (f"TF32 asked for, but on ROCm {hip_version} {why}: FP32 runs instead"
+                         + (" and MFU uses the FP32 peak" if policy.name == "tf32" else ""))
+    return policy, (f"TF32 on ROCm {hip_version}: matmuls through hipBLASLt "
+                    f"(HIPBLASLT_ALLOW_TF32=1); MIOpen convolutions stay FP32")

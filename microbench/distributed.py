@@ -18,15 +18,19 @@ from __future__ import annotations
 import contextlib
 import datetime
 import os
+import threading
+import urllib.parse
 from dataclasses import dataclass, replace
-from typing import Iterator, Mapping
+from typing import Callable, Iterator, Mapping, TypeVar
 
 import torch
 import torch.distributed as dist
 
-from .device import is_gpu
+from . import device as device_layer
 from .errors import BenchmarkError, DistributedFailure, RankFailed, UsageError
 from .process import env_rank_prefix
+
+T = TypeVar("T")
 
 # Set by tests (and by anyone checking failure handling): this global rank raises just before
 # the timed region, as a rank that dies mid-run would.
@@ -187,13 +191,72 @@ def worker_launch(launch: Launch, index: int, device_ids) -> Launch:
                    device_index=device_ids[index] if device_ids else None)
 
 
-def init_process_group(launch: Launch, device: torch.device, timeout_s: float) -> None:
-    backend = launch.backend or ("nccl" if is_gpu(device) else "gloo")
+# How often a thread waiting for a collective lets the signal handlers run.
+SIGNAL_POLL_S = 0.1
+
+
+def interruptible(call: Callable[[], T]) -> T:
+    """The result of a blocking rendezvous or collective, waited for so that SIGTERM and Ctrl-C
+    still work while a peer never comes.
+
+    Python runs signal handlers between bytecodes of the main thread, so a main thread blocked
+    inside torch.distributed's C++ (a rendezvous whose peers died, a gather one rank never
+    reaches) would ignore torchrun's SIGTERM until torchrun kills it. The call runs in a helper
+    thread instead, and the main thread waits for it in short slices."""
+    if threading.current_thread() is not threading.main_thread():
+        return call()
+    outcome: dict = {}
+
+    def target() -> None:
+        try:
+            outcome["value"] = call()
+        except BaseException as error:             # noqa: BLE001 (re-raised in the caller)
+            outcome["error"] = error
+
+    helper = threading.Thread(target=target, name="microbench-collective", daemon=True)
+    helper.start()
+    while helper.is_alive():
+        helper.join(SIGNAL_POLL_S)
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome.get("value")
+
+
+def init_process_group(launch: Launch, device: torch.device, timeout_s: float,
+                       coordination_only: bool = False) -> None:
+    """The job's process group. ``coordination_only``: this process only meets the others and
+    passes small objects (its trials run in worker processes, which form their own groups), so
+    it takes gloo and never touches the GPU."""
+    backend = "gloo" if coordination_only else (
+        launch.backend or device_layer.collective_backend(device))
     kwargs = {}
     if launch.launcher != "torchrun":      # torchrun's env:// carries rank and world size
         kwargs.update(rank=launch.rank, world_size=launch.world_size)
-    dist.init_process_group(backend=backend, init_method=launch.init_method,
-                            timeout=datetime.timedelta(seconds=timeout_s), **kwargs)
+    interruptible(lambda: dist.init_process_group(
+        backend=backend, init_method=launch.init_method,
+        timeout=datetime.timedelta(seconds=timeout_s), **kwargs))
+
+
+def init_trial_group(launch: Launch, device: torch.device, timeout_s: float,
+                     rendezvous: str) -> None:
+    """A trial worker's process group, at the rendezvous rank 0 chose for this trial."""
+    backend = launch.backend or device_layer.collective_backend(device)
+    interruptible(lambda: dist.init_process_group(
+        backend=backend, init_method=rendezvous, rank=launch.rank,
+        world_size=launch.world_size, timeout=datetime.timedelta(seconds=timeout_s)))
+
+
+def rendezvous_host(launch: Launch) -> str:
+    """The host the ranks reach rank 0 at: MASTER_ADDR under env:// (torchrun, SLURM), else the
+    host of --dist-url's tcp:// address."""
+    if launch.init_method == "env://" or not launch.init_method:
+        return os.environ.get("MASTER_ADDR", "127.0.0.1")
+    return urllib.parse.urlsplit(launch.init_method).hostname or "127.0.0.1"
+
+
+def broadcast_from_main(objects: list) -> None:
+    """Replace ``objects`` on every rank by rank 0's, in place."""
+    interruptible(lambda: dist.broadcast_object_list(objects, src=0))
 
 
 # --------------------------------------------------------------- ranks agree, or fail together
@@ -208,7 +271,7 @@ def agree(settings: dict, problem: BenchmarkError | None, result_name: str = "")
     mine = {"settings": settings, "result_name": result_name,
             "problem": None if problem is None else (str(problem), problem.exit_code)}
     everyone: list = [None] * dist.get_world_size()
-    dist.all_gather_object(everyone, mine)
+    interruptible(lambda: dist.all_gather_object(everyone, mine))
     if problem is not None:
         raise problem
     for rank, theirs in enumerate(everyone):
@@ -284,10 +347,11 @@ def failures_reported(launch: Launch, timeout_s: float, phase: str) -> Iterator[
 
 
 def barrier(device: torch.device) -> None:
-    if is_gpu(device) and dist.get_backend() == "nccl":
-        dist.barrier(device_ids=[device.index])
+    ids = device_layer.rank_device_ids(device)
+    if ids is not None and dist.get_backend() == "nccl":
+        interruptible(lambda: dist.barrier(device_ids=ids))
     else:
-        dist.barrier()
+        interruptible(dist.barrier)
 
 
 def fail_if_asked(launch: Launch) -> None:
@@ -304,7 +368,7 @@ def shutdown() -> None:
 def gather_to_main(item):
     """Every rank's ``item`` on global rank 0 (in rank order); None on the other ranks."""
     gathered = [None] * dist.get_world_size() if dist.get_rank() == 0 else None
-    dist.gather_object(item, gathered, dst=0)
+    interruptible(lambda: dist.gather_object(item, gathered, dst=0))
     return gathered
 
 
@@ -318,7 +382,7 @@ def ddp_wrapper(config, device: torch.device):
 
     def wrap(model: torch.nn.Module) -> torch.nn.Module:
         return DistributedDataParallel(
-            model, device_ids=[device.index] if is_gpu(device) else None,
+            model, device_ids=device_layer.rank_device_ids(device),
             bucket_cap_mb=config.ddp_bucket_cap_mb, static_graph=config.ddp_static_graph,
             gradient_as_bucket_view=config.ddp_gradient_as_bucket_view)
     return wrap

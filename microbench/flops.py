@@ -294,13 +294,19 @@ class PeakChoice:
     source: str                 # where the number comes from, or why there is none
 
 
+def overridden(override: float | None, datasheet: float | None) -> float | None:
+    """The one rule for every peak: the user's override, else the datasheet's value, else
+    unknown (None), never a guess."""
+    return override if override is not None else datasheet
+
+
 def choose_peak(device: torch.device, peak_key: str, override: float | None) -> PeakChoice:
     """The dense peak MFU divides by: ``--peak-tflops``, else the table's ``peak_key`` column
     (a precision row's ``peak_key``) for this device, else unknown with the reason."""
     if override is not None:
         return PeakChoice(override, "--peak-tflops")
     peak = peak_for_device(device)
-    value = peak_tflops(peak, peak_key)
+    value = overridden(override, peak_tflops(peak, peak_key))
     if value is None:
         what = "this device" if is_gpu(device) else "the CPU"
         return PeakChoice(None, f"no peak known for {what}; pass --peak-tflops")

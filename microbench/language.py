@@ -27,6 +27,7 @@ from torch import nn
 
 from .archs import llama
 from .errors import UsageError
+from .model_options import ModelOptions
 
 HF_PREFIX = "hf:"
 DEFAULT_ATTENTION = "sdpa"
@@ -53,14 +54,19 @@ class LanguageModelSpec:
     loss_name = "next-token cross-entropy"
 
     def __reduce__(self):
-        from . import models               # the registry rebuilds it in a spawned worker
-        return models.resolve, (self.name, models.ModelOptions(
+        # A spawned worker rebuilds the spec from its name and options (configure checks them).
+        return _configured, (self.name, ModelOptions(
             seq_len=self.seq_len, vocab_size=self.vocab_size, attention=self.attention,
             kv_heads=self.llama_config.num_kv_heads if self.llama_config else None,
             model_kwargs=self.hf_overrides))
 
     @property
     def tokens_per_item(self) -> int:
+        return self.seq_len
+
+    @property
+    def input_size(self) -> int:
+        """Tokens per sequence (what --seq-len sets)."""
         return self.seq_len
 
     @property
@@ -182,6 +188,11 @@ class LanguageModelSpec:
         return (f"{self.parameter_count() / 1e6:,.1f}M parameters: {arch.num_layers} layers, "
                 f"hidden {arch.hidden_size}, {arch.num_heads} heads / {arch.num_kv_heads} kv, "
                 f"sequence {arch.max_seq_len}, vocab {arch.vocab_size}")
+
+
+def _configured(name: str, options: ModelOptions) -> LanguageModelSpec:
+    base = hf_spec(name[len(HF_PREFIX):]) if name.startswith(HF_PREFIX) else presets()[name]
+    return base.configure(options)
 
 
 def presets() -> dict[str, LanguageModelSpec]:

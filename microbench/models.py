@@ -28,6 +28,7 @@ import torchvision.models as tvm
 from torchvision.models import get_model, list_models
 
 from . import archs, language
+from .model_options import LANGUAGE_OPTIONS, ModelOptions
 from .errors import UsageError
 
 IMAGENET_CLASSES = 1000
@@ -61,24 +62,6 @@ SMALLEST_IMAGE_SIZE = {"alexnet": 64, "inception_v3": 96, "xception": 64, "maxvi
 FIXED_IMAGE_SIZE = {"mvit_v1_b", "mvit_v2_s"}
 
 
-@dataclass(frozen=True)
-class ModelOptions:
-    """The flags that shape a model's input or architecture, as the user gave them."""
-
-    image_size: int | None = None        # vision models
-    seq_len: int | None = None           # language models (the rest too)
-    vocab_size: int | None = None
-    kv_heads: int | None = None
-    attention: str | None = None
-    model_kwargs: tuple[str, ...] = ()   # hf:<model_type> config overrides, key=value
-
-    def given(self, *names: str) -> list[str]:
-        """The flags among ``names`` (field names) that the user set."""
-        return [f"--{name.replace('_', '-')}" for name in names
-                if getattr(self, name) not in (None, ())]
-
-
-LANGUAGE_OPTIONS = ("seq_len", "vocab_size", "kv_heads", "attention", "model_kwargs")
 
 
 @dataclass(frozen=True)
@@ -116,6 +99,11 @@ class ModelSpec:
     @property
     def item(self) -> str:
         return "clip" if self.family == "video" else "image"
+
+    @property
+    def input_size(self) -> int:
+        """The input's height and width (what --image-size sets)."""
+        return self.image_size
 
     @property
     def channels_last(self) -> torch.memory_format:

@@ -136,24 +136,3 @@ def tf32_allowed(kind: str) -> bool:
     # "none" (inherit) or an older PyTorch: the older flags hold the effective default.
     return bool(torch.backends.cuda.matmul.allow_tf32 if kind == "matmul"
                 else torch.backends.cudnn.allow_tf32)
-
-
-def on_rocm(policy: Precision, hip_version: str | None, conv_model: bool,
-            environ) -> tuple[Precision, str | None]:
-    """What TF32 really does on a ROCm build, and a note saying so.
-
-    On ROCm, PyTorch's TF32 switch reaches hipBLASLt only when ``HIPBLASLT_ALLOW_TF32=1`` is set
-    (hipBLASLt's environment variable), and MIOpen has no TF32 convolutions at all. Where TF32
-    is asked for but cannot take effect, the work runs in FP32, so MFU divides by the FP32 peak.
-    """
-    if not hip_version or not policy.tf32:
-        return policy, None
-    hipblaslt = environ.get("HIPBLASLT_ALLOW_TF32") == "1"
-    if conv_model or not hipblaslt:
-        why = ("MIOpen has no TF32 convolutions" if conv_model else
-               "hipBLASLt uses TF32 only with HIPBLASLT_ALLOW_TF32=1, which is not set")
-        demoted = replace(policy, peak_key="fp32_matrix") if policy.name == "tf32" else policy
-        return demoted, (f"TF32 asked for, but on ROCm {hip_version} {why}: FP32 runs instead"
-                         + (" and MFU uses the FP32 peak" if policy.name == "tf32" else ""))
-    return policy, (f"TF32 on ROCm {hip_version}: matmuls through hipBLASLt "
-                    f"(HIPBLASLT_ALLOW_TF32=1); MIOpen convolutions stay FP32")

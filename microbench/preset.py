@@ -35,6 +35,7 @@ from dataclasses import replace
 
 import torch
 
+from .config import PRESET_FIELDS, as_command_line, spelled
 from .device import is_gpu
 
 PRESETS = ("fast",)
@@ -65,34 +66,17 @@ def fast_choices(family: str, device: torch.device, world_size: int, training: b
     return choices
 
 
-def apply(config, family: str, device: torch.device, world_size: int):
-    """``config`` with the preset's choices for every setting the user did not give."""
+def apply(config, family: str, device: torch.device, world_size: int, training: bool):
+    """``config`` with the preset's choices for every setting the user did not give
+    (``training``: the kind of run steps an optimizer)."""
     if config.preset is None:
         return config
-    choices = fast_choices(family, device, world_size, config.mode == "training")
+    choices = fast_choices(family, device, world_size, training)
     kept = {key: value for key, value in choices.items() if key not in config.explicit}
     return replace(config, **kept)
 
 
-# The flags that spell each setting, for the reproduce-it line.
 def as_flags(config) -> str:
-    flags = []
-    if config.precision != "fp32":
-        flags.append(f"--precision {config.precision}")
-    if config.tf32 and config.precision != "tf32":
-        flags.append("--tf32 1")
-    if config.nhwc:
-        flags.append("--nhwc")
-    if config.compile:
-        flags.append("--compile")
-        if config.compile_options:
-            flags.append(f"--compileContext \"{config.compile_options}\"")
-    if config.optimizer_impl != "foreach":
-        flags.append(f"--optimizer-impl {config.optimizer_impl}")
-    if config.cudnn_benchmark:
-        flags.append("--cudnn-benchmark 1")
-    if config.ddp_gradient_as_bucket_view:
-        flags.append("--ddp-gradient-as-bucket-view")
-    if config.ddp_static_graph:
-        flags.append("--ddp-static-graph")
-    return " ".join(flags)
+    """The settings a preset may choose, as the flags that reproduce them (FP32 left unsaid)."""
+    words = [word for word in spelled(config, PRESET_FIELDS) if word != "--precision=fp32"]
+    return as_command_line(words)

@@ -96,3 +96,8 @@ def microbench() -> int:
 def microbench_ops() -> int:
     """The ``microbench-ops`` command."""
     return entry("microbench.ops.cli")
+
+
+def microbench_report() -> int:
+    """The ``microbench-report`` command."""
+    return entry("microbench.report.command")

@@ -93,7 +93,7 @@ def capture_range(enabled: bool, device: torch.device):
     if not enabled or not device_layer.is_gpu(device):
         yield
         return
-    roctx = _roctx_library() if torch.version.hip else None
+    roctx = _roctx_library() if device_layer.rocm_version(device) else None
     device_layer.synchronize(device)
     torch.cuda.profiler.start()
     if roctx is not None:

@@ -49,9 +49,11 @@ class Activity:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def start(self, label: str, announce: bool = True) -> None:
+    def start(self, label: str, announce: bool = True, tick: bool = True) -> None:
         """Begin a phase (ending the one before it). ``announce=False``: off a terminal, print
-        nothing now and let :meth:`finish`'s outcome be the phase's one line."""
+        nothing now and let :meth:`finish`'s outcome be the phase's one line. ``tick=False``:
+        on a terminal too, the line is drawn once and not redrawn until the phase ends (the
+        timed region, where nothing else may run on the host)."""
         self.finish()
         with self._lock:
             self._label, self._started = label, self.clock()
@@ -60,7 +62,7 @@ class Activity:
             elif announce:
                 self.out.write(f"{label}...\n")
                 self.out.flush()
-        if self._tick:
+        if self._tick and tick:
             self._stop.clear()
             self._thread = threading.Thread(target=self._run, name="microbench-progress",
                                             daemon=True)

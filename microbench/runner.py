@@ -9,17 +9,17 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import io
 import os
 import sys
 
 from . import benchmark, capacity, device as device_layer, distributed, process, profilers, progress
-from . import sweep
-from .config import Plan, RunSpec, resolve
+from . import sweep, trials
+from .config import Plan
 from .errors import (EXIT_INTERRUPTED, EXIT_TERMINATED, EXPECTED_EXIT_CODES, BenchmarkError,
                      OutOfMemory, Terminated, UsageError)
 from .report import compare, console, files, plot
-from .summary import Summary, Trial, record_of
+from .spec import RunSpec, resolve
+from .summary import Summary
 
 
 def run_plan(plan: Plan) -> int:
@@ -31,9 +31,28 @@ def run_plan(plan: Plan) -> int:
     if plan.find_max_batch:
         [spec] = _single_device(plan, "--find-max-batch")
         return run_largest_batch(spec, plan)
-    spec = resolve(plan.configs[0], plan)
+    spec = with_baselines(resolve(plan.configs[0]), plan)
     _note_self_compare(spec)
     return run(spec)
+
+
+def with_baselines(spec: RunSpec, plan: Plan) -> RunSpec:
+    """``spec`` with the results it is measured against: ``--compare``'s and
+    ``--scaling-baseline``'s, read on global rank 0 only (other nodes need not see them), before
+    anything runs or is written. In a multi-process job a problem with them is kept in
+    ``spec.problem`` and raised on every rank when the ranks meet (distributed.agree)."""
+    if not spec.launch.is_main:
+        return spec
+    try:
+        gate = (compare.read_gate(plan.compare, plan.tolerance_pct, spec)
+                if plan.compare else None)
+        baseline = (compare.scaling_baseline(spec.config.scaling_baseline, spec)
+                    if spec.config.scaling_baseline else None)
+    except BenchmarkError as error:
+        if not spec.launch.distributed:
+            raise
+        return dataclasses.replace(spec, problem=error)
+    return dataclasses.replace(spec, compare=gate, scaling_baseline_img_s=baseline)
 
 
 def _note_self_compare(spec: RunSpec) -> None:
@@ -65,12 +84,15 @@ def run_worker(spec: RunSpec, problem: BenchmarkError | None = None) -> int:
     """This process's part of the run: meet the other ranks, measure, then (on rank 0) report.
     A dead peer or a timeout becomes one line (distributed.failures_reported)."""
     out = console.Console.for_spec(spec).out
-    device_layer.activate(spec.device)
+    workers = trials.in_workers(spec)
+    if not workers:
+        device_layer.activate(spec.device)      # trial workers take the device themselves
     launch, timeout = spec.launch, spec.config.dist_timeout
     try:
         if launch.distributed:
             with distributed.failures_reported(launch, timeout, "rendezvous"):
-                distributed.init_process_group(launch, spec.device, timeout)
+                distributed.init_process_group(launch, spec.device, timeout,
+                                               coordination_only=workers)
                 name = distributed.agree(spec.settings(), problem, spec.result_name)
                 spec = dataclasses.replace(spec, result_name=name)
         with distributed.failures_reported(launch, timeout, "run"):
@@ -83,72 +105,71 @@ def run_worker(spec: RunSpec, problem: BenchmarkError | None = None) -> int:
 
 
 def measure(spec: RunSpec, out) -> Summary | None:
-    """Run the benchmark's trials on this process; the job's Summary on rank 0, None elsewhere."""
-    launch, main = spec.launch, spec.launch.is_main
+    """Run the benchmark's trials (here, or each in a worker process); the job's Summary on
+    rank 0, None elsewhere."""
+    main, repeat = spec.launch.is_main, spec.config.repeat
     env = device_layer.describe(spec.device)
-    monitor = benchmark.Monitor(spec.device, spec.config.telemetry_interval_ms / 1e3)
-    notes = list(spec.notes)
-    if monitor.source is None and device_layer.is_gpu(spec.device):
-        notes.append(monitor.note)
-    if main:
-        console.print_config(spec, env, out, notes)
-    wrap, before_timing, rejoin = None, lambda: None, lambda: None
-    if launch.distributed:
-        wrap = distributed.ddp_wrapper(spec.config, spec.device) if spec.training else None
-        before_timing = lambda: _enter_timed_region(spec)   # noqa: E731
-        rejoin = lambda: _rejoin(spec)                       # noqa: E731
-    trials, repeat = [], spec.config.repeat
-    try:
-        for index in range(repeat):
-            if index:
-                benchmark.release(spec)
-            which = f"Trial {index + 1}/{repeat}: " if repeat > 1 else ""
-            with _activity(spec, out) as activity:
-                activity.start(f"{which}Building {spec.model.name}")
-                result = benchmark.run(spec, on_phase=lambda phase: activity.start(
-                    which + _PHASE_TEXT.get(phase, phase.capitalize())), wrap=wrap,
-                    before_timing=before_timing, monitor=monitor, rejoin=rejoin)
-            trials.append(_trial(spec, env, result))
-            if main and repeat > 1:
-                print(f"Trial {index + 1}/{repeat}: {trials[-1].throughput:.2f} "
-                      f"{spec.model.item}s/s", file=out, flush=True)
-    finally:
-        monitor.close()
+    notes = list(spec.notes) + _trial_notes(spec)
+    job = trials.Job(spec)
+
+    def label(index: int) -> str:
+        return f"Trial {index + 1}/{repeat}: " if repeat > 1 else ""
+
+    def report_trial(index: int) -> None:
+        if main and repeat > 1:
+            trial = job.trials[-1]
+            print(f"{label(index)}{trial.throughput:.2f} {spec.model.item}s/s"
+                  f"{_worker_text(spec, trial)}", file=out, flush=True)
+
+    if trials.in_workers(spec):
+        if main:
+            console.print_config(spec, env, out, notes)
+
+        def in_worker(job: trials.Job, index: int) -> None:
+            rendezvous = trials.trial_rendezvous(spec.launch)
+            job.trials.append(trials.in_worker(spec, index, rendezvous, label(index)))
+            if spec.launch.distributed:
+                distributed.barrier(spec.device)
+            report_trial(index)
+        trials.run_rounds([job], repeat, in_worker)
+    else:
+        monitor = benchmark.Monitor(spec.device, spec.config.telemetry_interval_ms / 1e3)
+        if monitor.source is None and env.on_gpu:
+            notes.append(monitor.note)
+        if main:
+            console.print_config(spec, env, out, notes)
+        hooks = trials.rank_hooks(spec)
+
+        def here(job: trials.Job, index: int) -> None:
+            with trials.shown_phases(label(index) if main else None, out) as activity:
+                activity.start(f"{label(index)}Building {spec.model.name}")
+                job.trials.append(trials.measure_trial(
+                    spec, env, monitor, hooks, trials.phase_line(activity, label(index))))
+            report_trial(index)
+        try:
+            trials.run_rounds([job], repeat, here, between=lambda job: benchmark.release(spec))
+        finally:
+            monitor.close()
     if not main:
         return None
-    return Summary(spec, env, trials, distributed.backend_name(), notes)
+    return Summary(spec, env, job.trials, distributed.backend_name(), notes)
 
 
-# What benchmark.run's phases are called on the terminal.
-_PHASE_TEXT = {"compiling and warming up":
-               "Compiling and warming up (torch.compile can take minutes the first time)",
-               "warming up": "Warming up"}
+def _trial_notes(spec: RunSpec) -> list[str]:
+    if spec.config.repeat < 2:
+        return []
+    if trials.in_workers(spec):
+        return [f"{spec.config.repeat} trials, each in a fresh worker process with its own "
+                f"seed (the compiler, autotuning, allocator and device context start cold "
+                f"every time)"]
+    return [f"{spec.config.repeat} trials in this one process (--trials in-process): later "
+            f"trials reuse the first one's compiled graphs, autotuning results and allocator"]
 
 
-def _activity(spec: RunSpec, out) -> progress.Activity:
-    """Rank 0 shows its phases; the other ranks' would only repeat them."""
-    if spec.launch.is_main:
-        return progress.Activity(out)
-    return progress.Activity(io.StringIO(), live=False)
-
-
-def _trial(spec: RunSpec, env: dict, result) -> Trial | None:
-    """This trial of the job: every rank's record gathered on rank 0 (None elsewhere)."""
-    if not spec.launch.distributed:
-        return Trial.of_process(spec, env, result)
-    distributed.barrier(spec.device)           # ...and meet again at its end
-    records = distributed.gather_to_main(record_of(spec, env, result))
-    return Trial.of_ranks(result, records) if spec.launch.is_main else None
-
-
-def _rejoin(spec: RunSpec) -> None:
-    device_layer.synchronize(spec.device)
-    distributed.barrier(spec.device)
-
-
-def _enter_timed_region(spec: RunSpec) -> None:
-    distributed.fail_if_asked(spec.launch)
-    distributed.barrier(spec.device)           # all ranks enter the timed region together
+def _worker_text(spec: RunSpec, trial) -> str:
+    if not trials.in_workers(spec):
+        return ""
+    return f" (worker process {trial.result.pid}, seed {trial.result.seed})"
 
 
 def report(summary: Summary, out) -> None:
@@ -226,7 +247,8 @@ def _spawned_worker(index: int, spec: RunSpec, problem: BenchmarkError | None) -
 
 def _single_device(plan: Plan, what: str) -> list[RunSpec]:
     # A sweep row whose settings do not suit its model fails alone, when its turn comes.
-    specs = [resolve(config, plan, check=not plan.is_sweep) for config in plan.configs]
+    specs = [with_baselines(resolve(config, check=not plan.is_sweep), plan)
+             for config in plan.configs]
     if specs[0].launch.distributed:
         raise UsageError(f"{what} runs in one process on one device; launch it without "
                          f"torchrun, srun or --distributed_dataparallel")
@@ -249,8 +271,8 @@ def run_sweep(plan: Plan, specs: list[RunSpec]) -> int:
     first = specs[0]
     files.prepare_output(first, plan.plot)
     env = device_layer.describe(first.device)
-    print(f"Sweep of {len(specs)} configurations on {env['device']} "
-          f"{env['device_name']}, {first.config.iterations} timed iterations each")
+    print(f"Sweep of {len(specs)} configurations on {env.device} {env.device_name}, "
+          f"{first.config.iterations} timed iterations each")
     rows = sweep.run_sweep(specs, env, sys.stdout)
     sweep.print_comparison(rows, sys.stdout)
     if first.json_path is not None:

@@ -16,57 +16,33 @@ its own, so adding a metric touches this file and the writers that show it.
 
 Example::
 
-    summary = Summary(spec, env, [Trial.of_process(spec, env, result)])
+    summary = Summary(spec, env, [trial_of_process(spec, env, result)])
     summary.throughput, summary.times.median, summary.utilization.mfu, summary.trial_spread
 """
 from __future__ import annotations
 
-import math
 import socket
 from dataclasses import dataclass, field
 
 from . import telemetry as telemetry_mod
-from .benchmark import ProcessResult
-from .config import CUDA_GRAPH_MODES, RunSpec
+from .config import CUDA_GRAPH_MODES
 from .flops import Utilization
-from .generation import GenerationTimes
+from .results import ProcessResult, RankRecord, Trial, merge_detail
 from .timing import NOISY_CV_THRESHOLD, Measurement, TrialSpread
-from .workload import PhaseMarks
-
-PHASE_NAMES = PhaseMarks.NAMES
 
 
-@dataclass(frozen=True)
-class RankRecord:
-    """What one rank measured in one trial, small enough to gather on rank 0."""
-
-    rank: int
-    local_rank: int
-    host: str
-    device_name: str
-    batch_size: int
-    samples_ms: tuple[float, ...]
-    peak_allocated_mb: float | None
-    peak_reserved_mb: float | None
-    telemetry: telemetry_mod.TelemetryReport | None = None
-
-    @property
-    def times(self) -> Measurement:
-        return Measurement(self.samples_ms)
-
-    @property
-    def throughput(self) -> float:
-        """This rank's own images per second over its timed total."""
-        times = self.times
-        return self.batch_size * times.count / (times.total_ms / 1e3)
-
-
-def record_of(spec: RunSpec, env: dict, result: ProcessResult) -> RankRecord:
+def record_of(spec, env, result: ProcessResult) -> RankRecord:
+    """This rank's record of ``result`` (``spec``: a RunSpec; ``env``: the DeviceInfo)."""
     return RankRecord(rank=spec.launch.rank, local_rank=spec.launch.local_rank,
-                      host=socket.gethostname(), device_name=env["device_name"],
+                      host=socket.gethostname(), device_name=env.device_name,
                       batch_size=spec.batch_size, samples_ms=result.times.samples_ms,
                       peak_allocated_mb=result.peak_allocated_mb,
                       peak_reserved_mb=result.peak_reserved_mb, telemetry=result.telemetry)
+
+
+def trial_of_process(spec, env, result: ProcessResult) -> Trial:
+    """A trial of a single process: its result and its own record."""
+    return Trial(result, (record_of(spec, env, result),))
 
 
 def _max_known(values) -> float | None:
@@ -74,43 +50,13 @@ def _max_known(values) -> float | None:
     return max(known) if known else None
 
 
-@dataclass(frozen=True)
-class Trial:
-    """One independent measurement: the reporting process's details and every rank's record."""
-
-    result: ProcessResult
-    ranks: tuple[RankRecord, ...]          # sorted by rank; one for a single-device run
-
-    @classmethod
-    def of_process(cls, spec: RunSpec, env: dict, result: ProcessResult) -> "Trial":
-        return cls(result, (record_of(spec, env, result),))
-
-    @classmethod
-    def of_ranks(cls, result: ProcessResult, records) -> "Trial":
-        return cls(result, tuple(sorted(records, key=lambda r: r.rank)))
-
-    @property
-    def slowest(self) -> RankRecord:
-        return max(self.ranks, key=lambda r: r.times.total_ms)
-
-    @property
-    def global_batch(self) -> int:
-        return sum(record.batch_size for record in self.ranks)
-
-    @property
-    def throughput(self) -> float:
-        """Images of all ranks per second of the slowest rank's timed total."""
-        times = self.slowest.times
-        return self.global_batch * times.count / (times.total_ms / 1e3)
-
-
 @dataclass
 class Summary:
     """The numbers of one run: its trials, each with this process's details and every rank's
     samples."""
 
-    spec: RunSpec
-    env: dict
+    spec: object                      # the RunSpec
+    env: object                       # the device layer's DeviceInfo
     trials: tuple[Trial, ...]
     backend: str | None = None
     notes: list[str] = field(default_factory=list)
@@ -196,19 +142,20 @@ class Summary:
         return 1e6 / self.throughput
 
     @property
-    def tokens_per_item(self) -> int | None:
-        """Tokens in one item (a sequence) for language models; None for images and clips."""
-        return self.spec.model.tokens_per_item
+    def scenario(self):
+        return self.spec.scenario
+
+    @property
+    def unit_throughput(self) -> float:
+        """Units of work per second (images, tokens, generated tokens: the scenario's unit) on
+        the headline's basis."""
+        return self.throughput * self.scenario.units_per_item
 
     @property
     def token_throughput(self) -> float | None:
-        """Tokens per second on the same basis: processed tokens for training and inference,
-        generated tokens for generation."""
-        if self.spec.generation is not None:
-            return self.throughput * self.spec.generation.gen_len
-        if self.tokens_per_item is None:
-            return None
-        return self.throughput * self.tokens_per_item
+        """Tokens per second on the same basis (processed tokens for training and inference,
+        generated tokens for generation); None for image models."""
+        return self.unit_throughput if self.scenario.counts_tokens else None
 
     @property
     def utilization(self) -> Utilization | None:
@@ -235,41 +182,13 @@ class Summary:
         """Every rank's samples of every trial (spread across ranks, not a basis)."""
         return Measurement.merge(r.times for trial in self.trials for r in trial.ranks)
 
-    # ------------------------------------------------------------ phases and generation
+    # ------------------------------------------------------------ the scenario's detail
 
     @property
-    def phase_means_ms(self) -> dict[str, float] | None:
-        """Mean forward / backward / optimizer time per iteration of this process, over all
-        trials (they add up to its mean iteration time)."""
-        phases = self.phases
-        if phases is None:
-            return None
-        return {name: phase.mean for name, phase in phases.items()}
-
-    @property
-    def phases(self) -> dict[str, Measurement] | None:
-        if self.first.phases is None:
-            return None
-        return {name: Measurement.merge(trial.result.phases[index] for trial in self.trials)
-                for index, name in enumerate(PHASE_NAMES)}
-
-    @property
-    def generation(self) -> GenerationTimes | None:
-        """This process's time to first token, inter-token latencies and whole generations."""
-        if self.first.generation is None:
-            return None
-        runs = [trial.result.generation for trial in self.trials]
-        return GenerationTimes(Measurement.merge(g.prefill for g in runs),
-                               Measurement.merge(g.decode for g in runs),
-                               Measurement.merge(g.e2e for g in runs))
-
-    @property
-    def decode_tokens_per_s(self) -> float | None:
-        """Tokens generated per second by the decode steps alone (this process's batch)."""
-        times = self.generation
-        if times is None or not times.decode.count:
-            return None
-        return self.spec.batch_size * times.decode.count / (times.decode.total_ms / 1e3)
+    def detail(self):
+        """The scenario's own measurements (training phases, generation token times) of this
+        process, merged over all trials; None where it has none."""
+        return merge_detail(trial.result.detail for trial in self.trials)
 
     # ------------------------------------------------------------ the rest
 
@@ -319,7 +238,7 @@ class Summary:
         if spread.count > 1 and spread.cv > NOISY_CV_THRESHOLD:
             found.append(f"the {spread.count} trials differ by {spread.cv:.1%} (CV of their "
                          f"throughputs): the device's speed drifted between trials")
-        if any(not math.isfinite(loss) for trial in self.trials for loss in trial.result.losses):
+        if not all(trial.finite_losses for trial in self.trials):
             found.append("non-finite loss values: the numbers still time the work, but the model "
                          "diverged (FP16 overflow?)")
         if self.telemetry is not None:

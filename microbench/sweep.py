@@ -9,28 +9,20 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TextIO
 
-from . import benchmark, progress
-from .config import RunSpec
+from . import benchmark, progress, trials as trials_mod
 from .errors import EXIT_UNEXPECTED, BenchmarkError, OutOfMemory, SweepFailed
-from .report import files, writing
-from .summary import Summary, Trial
+from .report import files, units, writing
+from .summary import Summary
 
 
 @dataclass
-class Row:
-    spec: RunSpec
-    summary: Summary | None = None
-    status: str = "ok"                 # ok | out of memory | error
-    error: str | None = None
-    trials: list[Trial] = field(default_factory=list)
-    exit_code: int = 0                 # what this row alone would have exited with
+class Row(trials_mod.Job):
+    """One configuration of the sweep: its trials, then its Summary (or why it failed)."""
 
-    @property
-    def failed(self) -> bool:
-        return self.status != "ok"
+    summary: Summary | None = None
 
     @property
     def throughput(self) -> float | None:
@@ -73,27 +65,30 @@ class Progress:
 def _outcome(row: Row) -> str:
     if row.failed:
         return f"{row.status}: {row.error}"
-    trial = row.trials[-1]
+    trial, scenario = row.trials[-1], row.spec.scenario
     t, memory = trial.slowest.times, trial.result.peak_allocated_mb
-    memory_text = f", peak {memory:.0f} MB" if memory is not None else ""
-    return (f"{trial.throughput:.2f} {row.spec.model.item}s/s, median {t.median:.3f} ms, "
-            f"CV {t.cv:.1%}{memory_text}")
+    memory_text = f", peak {units.megabytes(memory)}" if memory is not None else ""
+    rate = trial.throughput * scenario.units_per_item
+    return (f"{units.rate(rate)} {scenario.unit}s/s, median {units.duration_ms(t.median)}, "
+            f"CV {units.percent(t.cv)}{memory_text}")
 
 
-def run_trial(row: Row, env: dict, monitor: benchmark.Monitor) -> None:
-    """One trial of one configuration; a failure is recorded in the row instead of raised, and
-    ends the row (its later trials are skipped)."""
+def run_trial(row: Row, env, monitor: benchmark.Monitor, index: int = 0) -> None:
+    """Trial ``index`` of one configuration (in a worker process when trials run in workers);
+    a failure is recorded in the row instead of raised, and ends the row (its later trials are
+    skipped)."""
     try:
         row.spec.check()
-        result = benchmark.run(row.spec, monitor=monitor)
-        row.trials.append(Trial.of_process(row.spec, env, result))
+        if trials_mod.in_workers(row.spec):
+            row.trials.append(trials_mod.in_worker(row.spec, index))
+        else:
+            row.trials.append(trials_mod.measure_trial(row.spec, env, monitor))
     except OutOfMemory as error:
-        row.status, row.error, row.exit_code = "out of memory", str(error), error.exit_code
+        row.fail("out of memory", str(error), error.exit_code)
     except BenchmarkError as error:
-        row.status, row.error, row.exit_code = "error", str(error), error.exit_code
+        row.fail("error", str(error), error.exit_code)
     except Exception as error:                     # noqa: BLE001 (recorded; the sweep goes on)
-        row.status, row.error, row.exit_code = ("error", f"{type(error).__name__}: {error}",
-                                                EXIT_UNEXPECTED)
+        row.fail("error", f"{type(error).__name__}: {error}", EXIT_UNEXPECTED)
 
 
 def outcome(rows: list[Row]) -> int:
@@ -106,22 +101,22 @@ def outcome(rows: list[Row]) -> int:
                       f"the first, {first.label()}: {first.error}", first.exit_code)
 
 
-def run_sweep(specs, env: dict, out: TextIO) -> list[Row]:
+def run_sweep(specs, env, out: TextIO) -> list[Row]:
     """Every configuration, trial after trial: with --repeat N the rows interleave (trial 1 of
     every row, then trial 2, ...), so a drift of the device's speed hits all rows alike."""
-    trials = specs[0].config.repeat
-    progress, rows = Progress(out, len(specs), trials), [Row(spec) for spec in specs]
+    repeat = specs[0].config.repeat
+    shown, rows = Progress(out, len(specs), repeat), [Row(spec) for spec in specs]
     monitor = benchmark.Monitor(specs[0].device, specs[0].config.telemetry_interval_ms / 1e3)
+
+    def measure(row: Row, index: int) -> None:
+        number = rows.index(row) + 1
+        shown.start(number, row)
+        run_trial(row, env, monitor, index)
+        benchmark.release(row.spec, reset_compiler=True)
+        shown.done(number, row)
+
     try:
-        for trial in range(trials):
-            progress.trial(trial)
-            for index, row in enumerate(rows, 1):
-                if row.failed:
-                    continue
-                progress.start(index, row)
-                run_trial(row, env, monitor)
-                benchmark.release(row.spec, reset_compiler=True)
-                progress.done(index, row)
+        trials_mod.run_rounds(rows, repeat, measure, on_round=shown.trial)
     finally:
         monitor.close()
     for row in rows:
@@ -150,7 +145,7 @@ def print_comparison(rows: list[Row], out: TextIO) -> None:
               f"{memory:>9} {change:>8}", file=out)
 
 
-def write_files(rows: list[Row], output_dir: str, env: dict) -> str:
+def write_files(rows: list[Row], output_dir: str, env) -> str:
     """Each successful row's JSON, every row in the CSV, and one sweep JSON; returns its path."""
     documents = []
     for row in rows:
@@ -166,6 +161,6 @@ def write_files(rows: list[Row], output_dir: str, env: dict) -> str:
                               "config": dataclasses.asdict(spec.config)})
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     path = os.path.join(output_dir, f"sweep_{stamp}.json")
-    writing.write_json(path, {"schema_version": files.SCHEMA_VERSION, "env": env,
+    writing.write_json(path, {"schema_version": files.SCHEMA_VERSION, "env": env.to_dict(),
                               "rows": documents})
     return path

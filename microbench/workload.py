@@ -4,28 +4,25 @@ Training: forward, the model family's loss (cross-entropy over classes, or next-
 cross-entropy for language models), backward, and an SGD step (momentum 0.9, weight decay 1e-4,
 as torchvision's ImageNet reference recipe) every ``opt_step`` iterations, with two phase marks
 between them. Inference: forward under ``torch.inference_mode`` with the model in ``eval()``.
-Generation (language models): :mod:`microbench.generation`. The step returns the loss tensor
-without reading it, so the timed loop never waits for the device.
+The kind of run (:mod:`microbench.scenarios`) says which step to build. The step returns the loss
+tensor without reading it, so the timed loop never waits for the device.
 """
 from __future__ import annotations
 
 import contextlib
 import itertools
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import torch
 from torch import nn
 
 import fp16util
-from . import flops, generation
-from .config import RunSpec
-from .errors import UsageError
+from . import flops, optim
 from .precision import Precision
 
-LEARNING_RATE = 0.01
-MOMENTUM = 0.9
-WEIGHT_DECAY = 1e-4
+if TYPE_CHECKING:
+    from .spec import RunSpec
 
 
 @dataclass
@@ -40,14 +37,9 @@ class Workload:
 
 
 def make_sgd(params, impl: str = "foreach") -> torch.optim.Optimizer:
-    """SGD as torchvision's ImageNet recipe, with the multi-tensor or the fused implementation."""
-    kind = {"fused": True} if impl == "fused" else {"foreach": True}
-    try:
-        return torch.optim.SGD(params, lr=LEARNING_RATE, momentum=MOMENTUM,
-                               weight_decay=WEIGHT_DECAY, **kind)
-    except (RuntimeError, ValueError) as error:
-        raise UsageError(f"--optimizer-impl {impl} cannot run here ({error}); use "
-                         f"--optimizer-impl foreach") from None
+    """SGD as torchvision's ImageNet recipe, with the multi-tensor or the fused implementation
+    (:mod:`microbench.optim` holds the recipes)."""
+    return optim.make_optimizer(params, "sgd", impl)
 
 
 class _PlainUpdate:
@@ -153,7 +145,7 @@ def inference_step(model: nn.Module, inputs: torch.Tensor, precision: Precision,
     return step
 
 
-def prepare_model(spec: RunSpec) -> nn.Module:
+def prepare_model(spec: "RunSpec") -> nn.Module:
     torch.manual_seed(spec.config.seed)
     model = spec.model.build().to(spec.device)
     if spec.precision.model_dtype == torch.float16:
@@ -163,30 +155,28 @@ def prepare_model(spec: RunSpec) -> nn.Module:
     return model
 
 
-def build(spec: RunSpec, wrap: Callable[[nn.Module], nn.Module] | None = None,
-          count_flops: bool = True) -> Workload:
-    """The model, its inputs and the step function for one run.
+def build(spec: "RunSpec", wrap: Callable[[nn.Module], nn.Module] | None = None,
+          count_flops: bool = True, training: bool = True) -> Workload:
+    """The model, its inputs and the training (or inference) step for one run.
 
     ``wrap`` is applied last to the ready model (``torch.compile``, a DDP wrapper). FLOPs are
     counted before that, on the eager model, so no compiled graph or DDP hook sees the count.
     """
-    if spec.config.mode == "generate":
-        return generation.build(spec, prepare_model(spec), wrap, count_flops)
     model, device, precision = prepare_model(spec), spec.device, spec.precision
     parameters = sum(p.numel() for p in model.parameters())
     inputs, target = spec.model.make_batch(spec.batch_size, device, precision.model_dtype,
                                            spec.config.seed)
     if spec.config.nhwc:
         inputs = inputs.contiguous(memory_format=spec.model.channels_last)
-    model.train(spec.training)
+    model.train(training)
     iteration_flops = None
     if count_flops:
         iteration_flops = flops.count_iteration_flops(model, inputs, target, spec.model.loss,
                                                       precision.autocast(device),
-                                                      training=spec.training)
+                                                      training=training)
     runnable = wrap(model) if wrap is not None else model
     phases = PhaseMarks()
-    if spec.training:
+    if training:
         step = training_step(runnable, spec.model, inputs, target, precision, device,
                              spec.config.opt_step, phases, spec.config.optimizer_impl)
     else:
@@ -194,4 +184,4 @@ def build(spec: RunSpec, wrap: Callable[[nn.Module], nn.Module] | None = None,
     return Workload(step=step, model=runnable, eager_model=model, inputs=inputs,
                     parameters=parameters,
                     flops_per_iteration=iteration_flops,
-                    phases=phases if spec.training and spec.config.phase_timing else None)
+                    phases=phases if training and spec.config.phase_timing else None)

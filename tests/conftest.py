@@ -6,6 +6,7 @@ codes of the process, signals, torchrun, the op bench's entry point, the install
 """
 from __future__ import annotations
 
+import itertools
 import os
 import subprocess
 import sys
@@ -70,3 +71,12 @@ def assert_one_line_error(process, code: int, text: str) -> None:
     lines = [line for line in process.stderr.strip().splitlines() if line]
     assert len(lines) == 1 and text in lines[0], process.stderr
     assert "Traceback" not in process.stderr
+
+
+@pytest.fixture
+def steady_clock(monkeypatch):
+    """A fake host clock for in-process runs on the CPU: every mark of a timed region is 10 ms
+    after the previous one, so throughputs are exact and a busy machine changes nothing."""
+    from microbench import timing
+    ticks = itertools.count()
+    monkeypatch.setattr(timing, "HOST_CLOCK", lambda: next(ticks) * 0.010)

@@ -1,7 +1,7 @@
 """Flag parsing and validation into a Plan of BenchConfigs."""
 import pytest
 
-from microbench import cli
+from microbench import cli, compile_options
 from microbench.errors import UsageError
 
 
@@ -27,15 +27,15 @@ def test_every_precision_spelling_resolves_to_one_mode(argv, precision):
 
 
 def test_compile_context_strings_become_booleans():
-    options, notes = cli.parse_compile_context("{'mode': 'max-autotune', 'fullgraph': 'True'}")
+    options, notes = compile_options.parse_compile_context("{'mode': 'max-autotune', 'fullgraph': 'True'}")
     assert options == {"mode": "max-autotune", "fullgraph": True}
-    options, _ = cli.parse_compile_context("{'fullgraph': 'False', 'dynamic': False}")
+    options, _ = compile_options.parse_compile_context("{'fullgraph': 'False', 'dynamic': False}")
     assert options["fullgraph"] is False and options["dynamic"] is False
     assert notes == []
 
 
 def test_workshop_inductor_options_map_to_real_ones():
-    options, notes = cli.parse_compile_context(
+    options, notes = compile_options.parse_compile_context(
         "{'options': {'static-memory': 'True', 'matmul-padding': 'True'}}")
     assert options == {"options": {"memory_planning": True, "shape_padding": True}}
     assert len(notes) == 2
@@ -51,7 +51,7 @@ def test_workshop_inductor_options_map_to_real_ones():
 ])
 def test_bad_compile_context_is_a_usage_error(text, message):
     with pytest.raises(UsageError, match=message):
-        cli.parse_compile_context(text)
+        compile_options.parse_compile_context(text)
 
 
 def test_compile_context_without_compile_is_refused():

@@ -10,9 +10,11 @@ from types import SimpleNamespace
 import pytest
 
 from conftest import ROOT, SCRIPT, run_main
+from test_schema import check_document
 from microbench import distributed
 from microbench.errors import UsageError
-from microbench.summary import RankRecord, Summary, Trial
+from microbench.results import RankRecord, Trial
+from microbench.summary import Summary
 
 RUN = ["--network", "resnet18", "--image-size", "32", "--iterations", "3", "--warmup", "1",
        "--device", "cpu"]
@@ -205,7 +207,7 @@ def test_manual_launch_with_device_ids_spawns_one_worker_each(tmp_path):
                           "--dist-backend", "gloo", "--dist-url", url, "--device_ids", "0,1"]])
     assert processes[0].returncode == 0, outputs[0][1][-2000:]
     [path] = result_files(tmp_path)
-    doc = json.loads(path.read_text())
+    doc = check_document(path)                    # a DDP result matches the published schema
     assert doc["GPUs"] == 2 and doc["Mini batch size [img/gpu]"] == 2
     assert [r["rank"] for r in doc["distributed"]["per_rank"]] == [0, 1]
     # The spawned workers carry the whole spec: --compare gates this launch too (exit 5).
@@ -230,7 +232,11 @@ def test_scaling_baseline_adds_efficiency_and_refuses_other_configs(tmp_path, ca
     assert process.returncode == 0, process.stderr[-2000:]
     assert "Scaling efficiency : " in process.stdout
     doc = json.loads(result_files(tmp_path / "two")[0].read_text())
-    assert 0 < doc["distributed"]["scaling_efficiency"] < 2
+    single_throughput = json.loads(baseline.read_text())["Throughput [img/sec]"]
+    # The efficiency is the job's throughput over world size x the baseline's (real timings:
+    # checked as a formula, never against a range a busy machine could leave).
+    assert doc["distributed"]["scaling_efficiency"] == pytest.approx(
+        doc["Throughput [img/sec]"] / (2 * single_throughput))
     process = run_torchrun(2, *RUN, "--batch-size", "4", "--mode", "inference", "--output-dir",
                            str(tmp_path / "three"), "--scaling-baseline", str(baseline))
     assert process.returncode == 1 and "error: --scaling-baseline" in process.stderr
@@ -260,3 +266,35 @@ def test_rank_prefix_only_for_one_rank_of_several():
     assert distributed.rank_prefix({"SLURM_PROCID": "1", "SLURM_NTASKS": "2"}) == "[rank 1] "
     assert distributed.rank_prefix({"SLURM_PROCID": "0", "SLURM_NTASKS": "1"}) == ""
     assert distributed.rank_prefix({"RANK": "0", "WORLD_SIZE": "x"}) == ""
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def test_a_rank_whose_peer_never_comes_honours_sigterm(tmp_path):
+    """Rank 1 failed alone (it never starts); torchrun then sends rank 0, which waits for it at
+    the rendezvous inside torch's C++, a SIGTERM: one line and 143, not a kill 30 s later."""
+    port = free_port()
+    env = {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+           "MASTER_PORT": str(port)}
+    rank0 = subprocess.Popen([sys.executable, str(SCRIPT), *RUN, "--batch-size", "4",
+                              "--output-dir", str(tmp_path)], cwd=ROOT, env=child_env(**env),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(TIMEOUT * 10):        # a condition, not a duration: the store is up
+            if _listening(port) or rank0.poll() is not None:
+                break
+            try:
+                rank0.wait(timeout=0.1)
+            except subprocess.TimeoutExpired:
+                pass
+        assert rank0.poll() is None, rank0.communicate()
+        rank0.terminate()
+        out, err = rank0.communicate(timeout=TIMEOUT)
+    finally:
+        rank0.kill()
+    assert rank0.returncode == 143, err[-2000:]
+    assert err.strip() == "[rank 0] error: terminated (SIGTERM)"
+    assert result_files(tmp_path) == []

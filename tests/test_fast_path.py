@@ -8,7 +8,8 @@ import torch
 from torch import nn
 
 from conftest import TINY, run_main
-from microbench import cli, config as config_mod, preset, workload
+from microbench import cli, config as config_mod, preset, spec as spec_mod, workload
+from microbench.errors import UsageError
 
 GPU = torch.device("cuda", 0)
 
@@ -36,17 +37,18 @@ def test_explicit_flags_win_over_the_preset(monkeypatch):
     config = plan_config("--preset", "fast", "--precision", "fp32", "--compile-mode", "none",
                          "--optimizer-impl", "foreach")
     assert {"precision", "compile", "compile_options", "optimizer_impl"} <= set(config.explicit)
-    effective = preset.apply(config, "classification", GPU, 1)
+    effective = preset.apply(config, "classification", GPU, 1, True)
     assert (effective.precision, effective.compile, effective.optimizer_impl) == (
         "fp32", False, "foreach")
     assert effective.nhwc and effective.cudnn_benchmark
-    older = preset.apply(plan_config("--preset", "fast", "--amp"), "classification", GPU, 1)
+    older = preset.apply(plan_config("--preset", "fast", "--amp"), "classification", GPU, 1,
+                         True)
     assert older.precision == "amp-fp16", "--amp is an explicit precision too"
 
 
 def test_the_printed_flags_reproduce_the_run_without_the_preset(monkeypatch):
     monkeypatch.setattr(preset, "_bf16_matrix_units", lambda device: True)
-    effective = preset.apply(plan_config("--preset", "fast"), "classification", GPU, 2)
+    effective = preset.apply(plan_config("--preset", "fast"), "classification", GPU, 2, True)
     again = plan_config(*shlex.split(preset.as_flags(effective)))
     for field in ("precision", "nhwc", "compile", "compile_options", "optimizer_impl",
                   "cudnn_benchmark", "ddp_gradient_as_bucket_view", "ddp_static_graph"):
@@ -91,5 +93,5 @@ def test_fused_optimizer_runs_through_the_cli_and_says_so(capfd):
 def test_a_preset_that_compiles_still_needs_a_warmup_iteration():
     config = config_mod.BenchConfig(network="resnet18", warmup=0, preset="fast", device="cpu",
                                     write_files=False)
-    with pytest.raises(config_mod.UsageError, match="--warmup"):
-        config_mod.resolve(config)
+    with pytest.raises(UsageError, match="--warmup"):
+        spec_mod.resolve(config)

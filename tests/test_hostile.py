@@ -235,7 +235,7 @@ CASES = [
     Case("compare-missing", ["--compare", "{tmp}/none.json"], 2, "cannot read a result JSON"),
     Case("compare-directory", ["--compare", "{tmp}"], 2, "cannot read a result JSON"),
     Case("compare-another-configuration", ["--compare", "{tmp}/base.json"], 2,
-         "is another configuration: network 'resnet50' there, 'resnet18' here",
+         "is another configuration: model 'resnet50' there, 'resnet18' here",
          files={"base.json": json.dumps({
              "Throughput [img/sec]": 1.0, "GPUs": 1, "Mini batch size [img]": 2,
              "config": {"network": "resnet50", "mode": "training", "nhwc": False,
@@ -348,8 +348,10 @@ def run_ok(capfd, *argv):
     return ran
 
 
-def test_compare_with_this_runs_own_file_reads_the_old_content_first(tmp_path, capfd):
-    """X is the file this run writes: the gate reads X before the run, so a drop fails."""
+def test_compare_with_this_runs_own_file_reads_the_old_content_first(tmp_path, capfd,
+                                                                      steady_clock):
+    """X is the file this run writes: the gate reads X before the run, so a drop fails (on a
+    steady fake clock, both runs measure the same: only the stored 10x can differ)."""
     out = tmp_path / "out"
     run_ok(capfd, "--mode", "inference", "--output-dir", str(out), "--output-file", "x")
     target = out / "x.json"

@@ -5,8 +5,9 @@ import pytest
 import torch
 
 from microbench import models, workload
-from microbench.config import BenchConfig, resolve
+from microbench.config import BenchConfig
 from microbench.errors import UsageError
+from microbench.spec import resolve
 
 CPU = torch.device("cpu")
 
@@ -15,7 +16,7 @@ def built(network="resnet18", image_size=32, batch_size=2, mode="training", **se
     """The workload the benchmark would build for these settings, on the CPU."""
     spec = resolve(BenchConfig(network=network, image_size=image_size, batch_size=batch_size,
                                mode=mode, device="cpu", write_files=False, **settings))
-    return workload.build(spec)
+    return spec.scenario.build(spec, wrap=None, count_flops=True)
 
 # One or two of each family and input quirk; `-m all_models` runs the whole registry.
 FAST_SUBSET = ["resnet18", "SqueezeNet1.1", "shufflenet", "xception", "googlenet", "inception_v3",

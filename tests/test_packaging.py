@@ -1,4 +1,5 @@
-"""``pip install .`` gives working ``microbench`` and ``microbench-ops`` commands.
+"""``pip install .`` gives working ``microbench``, ``microbench-ops`` and ``microbench-report``
+commands.
 
 The package is installed (without dependencies, which this interpreter already has) into a fresh
 virtual environment that sees this interpreter's site-packages, from a copy of the checkout, and
@@ -40,3 +41,11 @@ def test_pip_install_gives_both_commands(tmp_path):
                   "--num-iters", "2", "--num-warmup-iters", "0")
     assert ops.returncode == 0, ops.stderr
     assert any(line.startswith("add ") for line in ops.stdout.splitlines())
+    # The report reads the installed schema (package data) to validate what it reads.
+    (tmp_path / "ops").mkdir()
+    ops = command("microbench-ops", "--op", "add", "--input1-dim", "8", "--device", "cpu",
+                  "--num-iters", "2", "--num-warmup-iters", "0", "--output-json", "ops/a.json")
+    assert ops.returncode == 0, ops.stderr
+    report = command("microbench-report", "ops", "--format", "csv")
+    assert report.returncode == 0, report.stderr
+    assert report.stdout.startswith("index,table,") and ",add," in report.stdout

@@ -9,19 +9,27 @@ import torch
 from matplotlib.container import BarContainer, ErrorbarContainer
 
 from conftest import run_main
-from microbench import benchmark, device as device_layer
-from microbench.config import BenchConfig, resolve
+from microbench import device as device_layer
+from microbench.config import BenchConfig
+from microbench.device import DeviceInfo
+from microbench.results import ProcessResult, RankRecord, Trial
+from microbench.spec import resolve
 from microbench.report import plot
-from microbench.summary import RankRecord, Summary, Trial
+from microbench.summary import Summary
 from microbench.sweep import Row
 from microbench.timing import Measurement
 
-CPU_ENV = {"device_type": "cpu", "device": "cpu", "device_name": "Test CPU 9000",
-           "cpu_threads": 2, "torch": "2.99.0+test", "torchvision": "0.99.0", "hip": None,
-           "cuda": None}
-GPU_ENV = {"device_type": "gpu", "device": "cuda:0", "device_name": "AMD Instinct MI300X",
-           "cpu_threads": 16, "torch": "2.99.0+rocm9.9", "torchvision": "0.99.0",
-           "hip": "9.9.1", "cuda": None}
+def fake_env(**fields) -> DeviceInfo:
+    base = dict(torch="2.99.0+test", torchvision="0.99.0", python="3.11", gpu_runtime="none",
+                hip=None, cuda=None, device="cpu", device_type="cpu",
+                device_name="Test CPU 9000", architecture="x86_64", host="host", cpu="cpu",
+                cpu_threads=2, time_utc="2026-01-01T00:00:00+00:00")
+    return DeviceInfo(**{**base, **fields})
+
+
+CPU_ENV = fake_env()
+GPU_ENV = fake_env(device_type="gpu", device="cuda:0", device_name="AMD Instinct MI300X",
+                   cpu_threads=16, torch="2.99.0+rocm9.9", hip="9.9.1", gpu_runtime="ROCm")
 
 
 def measured_row(batch, samples_ms=(10.0, 20.0, 30.0, 40.0, 50.0), precision="fp32",
@@ -31,10 +39,10 @@ def measured_row(batch, samples_ms=(10.0, 20.0, 30.0, 40.0, 50.0), precision="fp
                                image_size=32, write_files=False), check=False)
     row = Row(spec)
     for samples in trials or [samples_ms]:
-        result = benchmark.ProcessResult(
+        result = ProcessResult(
             times=Measurement(samples), losses=[], warmup_s=0.0, first_iteration_s=None,
             peak_allocated_mb=memory_mb, peak_reserved_mb=memory_mb, parameters=1)
-        record = RankRecord(0, 0, "host", env["device_name"], batch, tuple(samples), memory_mb,
+        record = RankRecord(0, 0, "host", env.device_name, batch, tuple(samples), memory_mb,
                             memory_mb)
         row.trials.append(Trial(result, (record,)))
     row.summary = Summary(spec, env, row.trials)

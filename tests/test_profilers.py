@@ -10,6 +10,7 @@ import torchvision
 
 from conftest import TINY, assert_one_line_error, run_cli
 from microbench import benchmark, cli, flops, models, profilers
+from microbench.scenarios.training import Training
 
 
 def test_resnet50_flops_match_the_published_count():
@@ -130,6 +131,7 @@ def test_profiled_work_never_enters_a_timed_interval(monkeypatch):
     monkeypatch.setattr(profilers, "deepspeed_profile_step", slow_profiled_step)
     config = cli.to_plan(cli.parse_args(["--iterations", "6", "--flops-prof-step", "2"])).configs[0]
     work = SimpleNamespace(step=step, eager_model=None, phases=None)
-    timed = benchmark.measure(config, work, torch.device("cpu"), True, time_fn=lambda: now[0])
+    timed = benchmark.measure(config, Training(config, None), work, torch.device("cpu"), True,
+                              time_fn=lambda: now[0])
     assert timed.times.count == 5 and len(timed.outputs) == 5
     assert timed.times.samples_ms == pytest.approx((10.0,) * 5)

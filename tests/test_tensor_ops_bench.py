@@ -423,13 +423,13 @@ MIB = 1 << 20
 ])
 def test_flush_buffer_is_twice_the_last_level_cache_with_a_floor(properties, hip, cache_mib,
                                                                  flush_mib):
-    cache = runner.device_cache(GPU, properties, hip=hip)
+    cache = device_layer.last_level_cache(GPU, properties, hip=hip)
     assert cache.size_bytes == (cache_mib * MIB if cache_mib else None)
     assert runner.flush_buffer_bytes(cache) == flush_mib * MIB
 
 
 def test_the_cpu_cache_is_unknown_and_never_flushed(run_cli):
-    assert runner.device_cache(CPU).size_bytes is None
+    assert device_layer.last_level_cache(CPU).size_bytes is None
     plan = runner.TimingPlan.build(CPU, flush=True)
     assert (plan.flusher, plan.delay, plan.dispatch_hidden) == (None, None, None)
     parser = ops_cli.build_parser()
@@ -530,7 +530,7 @@ def time_on_fake_gpu(plan_parts):
     add on an H100), timed with ``plan_parts`` (flusher, delay) before each call."""
     stream = FakeStream()
     flusher, delay = plan_parts(stream)
-    plan = runner.TimingPlan(GPU, runner.CacheInfo(50 * MIB, "fake"), flusher=flusher,
+    plan = runner.TimingPlan(GPU, device_layer.CacheInfo(50 * MIB, "fake"), flusher=flusher,
                              delay=delay)
     times = time_calls(lambda: stream.launch(0.004, 0.007), 20, CPU, between=plan,
                        time_fn=stream.event_seconds)
@@ -557,7 +557,7 @@ def test_the_gpu_plan_flushes_or_spins_never_both(monkeypatch):
     monkeypatch.setattr(runner, "CacheFlusher", lambda device, size: made.append(size) or "F")
     monkeypatch.setattr(runner.QueuedDelay, "calibrate",
                         classmethod(lambda cls, device, ms: cls(print, 123, ms)))
-    cache = runner.CacheInfo(50 * MIB, "fake")
+    cache = device_layer.CacheInfo(50 * MIB, "fake")
     flushing = runner.TimingPlan.build(GPU, flush=True, cache=cache)
     assert (flushing.flusher, flushing.delay, made) == ("F", None, [512 * MIB])
     spinning = runner.TimingPlan.build(GPU, flush=False, queued_delay_ms=0.5, cache=cache)

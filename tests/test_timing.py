@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 import torch
 
-from microbench.benchmark import timed_loop, warm_up
+from microbench.benchmark import warm_up
+from microbench.scenarios.base import timed_loop
 from microbench.timing import HostRecorder, Measurement, make_recorder, time_calls
 
 
@@ -69,7 +70,7 @@ def test_timed_loop_times_each_step_and_keeps_outputs():
     outputs = iter([torch.tensor(1.0), torch.tensor(2.0), torch.tensor(3.0)])
     timed = timed_loop(lambda: next(outputs), 3, torch.device("cpu"), time_fn=clock)
     assert timed.times.samples_ms == pytest.approx((2.0, 3.0, 4.0))
-    assert [float(x) for x in timed.outputs] == [1.0, 2.0, 3.0] and timed.phases is None
+    assert [float(x) for x in timed.outputs] == [1.0, 2.0, 3.0] and timed.detail is None
 
 
 def test_time_calls_excludes_the_between_hook():
@@ -102,7 +103,7 @@ def test_phase_marks_split_each_iteration_into_three_that_add_up():
         phases.mark()
 
     timed = timed_loop(step, 2, torch.device("cpu"), time_fn=clock, phases=phases)
-    forward, backward, optimizer = timed.phases
+    forward, backward, optimizer = (times for _, times in timed.detail.items())
     assert forward.samples_ms == pytest.approx((2.0, 4.0))
     assert backward.samples_ms == pytest.approx((3.0, 5.0))
     assert optimizer.samples_ms == pytest.approx((1.0, 2.0))

@@ -10,10 +10,13 @@ from torch import nn
 
 import fp16util
 from conftest import TINY, assert_one_line_error, run_main
-from microbench import benchmark, cli, config as config_mod, precision, telemetry
+from microbench import benchmark, cli, device as device_layer, precision, spec as spec_mod, telemetry
+from microbench.config import BenchConfig
 from microbench.flops import PeakChoice
 from microbench.report import compare
-from microbench.summary import RankRecord, Summary, Trial
+from microbench.results import ProcessResult, RankRecord, Trial
+from microbench.scenarios.training import Training
+from microbench.summary import Summary
 from microbench.timing import Measurement, TrialSpread
 
 
@@ -40,16 +43,16 @@ def test_trial_spread_median_and_student_t_interval():
 
 
 def result_with(samples_ms, flops=None):
-    return benchmark.ProcessResult(times=Measurement(samples_ms), losses=[], warmup_s=0.0,
-                                   first_iteration_s=None, peak_allocated_mb=None,
-                                   peak_reserved_mb=None, parameters=1,
-                                   flops_per_iteration=flops)
+    return ProcessResult(times=Measurement(samples_ms), losses=[], warmup_s=0.0,
+                         first_iteration_s=None, peak_allocated_mb=None, peak_reserved_mb=None,
+                         parameters=1, flops_per_iteration=flops)
 
 
 def fake_spec(peak=100.0):
     launch = SimpleNamespace(distributed=False, rank=0)
     return SimpleNamespace(launch=launch, scaling_baseline_img_s=None, notes=(), peak=
-                           PeakChoice(peak, "test"), generation=None,
+                           PeakChoice(peak, "test"),
+                           scenario=SimpleNamespace(units_per_item=1, counts_tokens=False),
                            model=SimpleNamespace(tokens_per_item=None, item="image"),
                            config=SimpleNamespace(compile=False, warmup=5), batch_size=4)
 
@@ -74,7 +77,7 @@ def test_the_headline_is_the_median_trial_and_every_figure_follows_it():
 
 
 def test_repeat_runs_independent_trials_and_keeps_every_sample(run, tmp_path):
-    process = run("--network", "resnet18", *TINY, "--repeat", "3")
+    process = run("--network", "resnet18", *TINY, "--repeat", "3", "--trials", "in-process")
     assert process.returncode == 0, process.stderr
     doc = only_json(tmp_path)
     trials = doc["trials"]
@@ -97,7 +100,7 @@ def test_a_sweep_interleaves_the_trials_of_its_rows(capfd, tmp_path, monkeypatch
     monkeypatch.setattr(benchmark, "run", recording_run)
     process = run_main(capfd, "--network", "resnet18", "--image-size", "32", "--batch-size",
                        "2,4", "--iterations", "1", "--warmup", "0", "--repeat", "3",
-                       "--no-files")
+                       "--trials", "in-process", "--no-files")
     assert process.returncode == 0, process.stderr
     assert order == [2, 4, 2, 4, 2, 4]
 
@@ -189,7 +192,7 @@ def test_ranks_rejoin_after_the_profiled_iteration_before_timing_goes_on(monkeyp
                         lambda model, step, device, index: events.append("profiled"))
     config = cli.to_plan(cli.parse_args(["--iterations", "4", "--flops-prof-step", "1"])).configs[0]
     work = SimpleNamespace(step=lambda: events.append("step"), eager_model=None, phases=None)
-    timed = benchmark.measure(config, work, torch.device("cpu"), True,
+    timed = benchmark.measure(config, Training(config, None), work, torch.device("cpu"), True,
                               rejoin=lambda: events.append("rejoin"))
     assert events == ["step", "profiled", "rejoin", "step", "step"]
     assert timed.times.count == 3
@@ -213,9 +216,9 @@ def test_ddp_with_the_flops_profiler_gives_every_rank_the_same_samples(tmp_path)
     (False, {"HIPBLASLT_ALLOW_TF32": "1"}, "tf32", "matmuls through hipBLASLt"),
 ])
 def test_tf32_on_rocm_says_what_runs_and_picks_the_peak(conv_model, environ, peak_key, text):
-    policy, note = precision.on_rocm(precision.lookup("tf32"), "6.4", conv_model, environ)
+    policy, note = device_layer.tf32_on_rocm(precision.lookup("tf32"), "6.4", conv_model, environ)
     assert policy.peak_key == peak_key and text in note
-    assert precision.on_rocm(precision.lookup("tf32"), None, True, {}) == (
+    assert device_layer.tf32_on_rocm(precision.lookup("tf32"), None, True, {}) == (
         precision.lookup("tf32"), None)
 
 
@@ -225,7 +228,7 @@ def test_scaling_baseline_of_another_per_device_batch_or_layout_is_refused(run, 
     assert run("--network", "resnet18", *TINY).returncode == 0
     [baseline] = tmp_path.glob("*.json")
     for changes in (dict(batch_size=4), dict(nhwc=True), dict(image_size=64)):
-        spec = config_mod.resolve(config_mod.BenchConfig(
+        spec = spec_mod.resolve(BenchConfig(
             **{**dict(network="resnet18", image_size=32, batch_size=2, device="cpu",
                       write_files=False), **changes}))
         with pytest.raises(compare.UsageError, match="differs in"):

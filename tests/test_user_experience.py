@@ -166,7 +166,10 @@ def test_rerun_repeats_the_stored_configuration_with_new_flags_on_top(cli, tmp_p
     second, _ = cli("--rerun", str(stored), "--iterations", "3", "--output-dir", str(again_dir),
                     "--quiet")
     assert second.returncode == 0, second.stderr
-    assert f"Note: --rerun {stored}: --network=resnet18" in second.stdout
+    # The note shows what runs: the stored settings with the flags given now in their place.
+    [note] = [line for line in second.stdout.splitlines()
+              if line.startswith(f"Note: --rerun {stored} runs: --network resnet18")]
+    assert "--iterations 3" in note and "--iterations 2" not in note and "--seed 7" in note
     [repeated] = again_dir.glob("*.json")
     before, after = _stored_config(stored), _stored_config(repeated)
     assert after.pop("iterations") == 3 and before.pop("iterations") == 2
@@ -174,11 +177,8 @@ def test_rerun_repeats_the_stored_configuration_with_new_flags_on_top(cli, tmp_p
 
 
 def test_rerun_of_amp_with_tf32_keeps_both():
-    from microbench import rerun
-    flags = []
-    for name in ("precision", "tf32"):
-        flags += rerun._flags(name, {"precision": "amp-bf16", "tf32": True}[name],
-                              {"precision": "amp-bf16", "tf32": True}, "x.json")
+    from microbench import config as config_mod
+    flags = config_mod.spelled({"precision": "amp-bf16", "tf32": True}, ("precision", "tf32"))
     config = cli.to_config(cli.parse_args(flags))
     assert (config.precision, config.tf32) == ("amp-bf16", True)
 
@@ -231,8 +231,8 @@ def test_an_explicit_output_file_is_replaced_with_a_note(cli):
 
 
 def test_default_names_tell_profiled_compiled_and_language_runs_apart():
-    from microbench import config as config_mod, models, precision
-    name = config_mod._json_name
+    from microbench import config as config_mod, models, precision, spec as spec_mod
+    name = spec_mod._json_name
     fp32 = precision.lookup("fp32")
     vision = models.resolve("resnet18", models.ModelOptions())
     llama = models.resolve("llama_tiny", models.ModelOptions(seq_len=64))
@@ -363,3 +363,61 @@ def test_traces_are_named_after_the_configuration_with_no_files(cli, tmp_path):
     assert sorted(p.name for p in traces.glob("*.json")) == [
         "resnet18_training_amp-bf16_kineto_b2_trace2.json",
         "resnet18_training_fp32_kineto_b2_trace2.json"]
+
+
+# ---------------------------------------------------------------- output a reader expects
+
+def test_compile_settings_print_in_words_not_as_a_python_dict():
+    from microbench.config import BenchConfig
+    from microbench.report.console import compile_text
+    assert compile_text(BenchConfig()) == "off"
+    assert compile_text(BenchConfig(compile=True)) == "on (default)"
+    assert compile_text(BenchConfig(compile=True, compile_options={"mode": "reduce-overhead"})
+                        ) == "on (mode reduce-overhead)"
+    assert "{" not in compile_text(BenchConfig(compile=True, compile_options={
+        "fullgraph": True, "options": {"max_autotune": True}}))
+
+
+def test_a_language_model_has_no_memory_format_and_generation_one_time_per_sequence(cli):
+    ran, _ = cli("--network", "llama_tiny", "--seq-len", "16", "--mode", "generate",
+                 "--prompt-len", "4", "--gen-len", "3", "--batch-size", "2", "--iterations", "1",
+                 "--warmup", "1", "--no-files", "--quiet")
+    assert ran.returncode == 0, ran.stderr
+    assert "Memory format" not in ran.stdout
+    lines = [line for line in ran.stdout.splitlines() if line.startswith("  Time per")
+             or "End-to-end" in line]
+    assert len(lines) == 1 and lines[0].strip().startswith("Time per sequence"), lines
+
+
+def test_timm_spellings_run_and_are_shown_as_this_tools_flags(cli):
+    ran, _ = cli("-m", "resnet18", "-b", "2", "--bench", "inference", "--num-bench-iter", "2",
+                 "--image-size", "32", "--warmup", "1", "--no-files", "--quiet")
+    assert ran.returncode == 0, ran.stderr
+    assert "Note: --bench inference is timm's spelling: read as --mode inference" in ran.stdout
+    assert "Note: -m resnet18 is timm's spelling: read as --network resnet18" in ran.stdout
+    assert "Mode          : inference" in ran.stdout
+
+
+def test_a_sweep_row_line_uses_the_summarys_scaled_units(cli):
+    ran, _ = cli("--network", "resnet18", "--batch-size", "2,4", "--image-size", "32",
+                 "--iterations", "1", "--warmup", "0", "--no-files")
+    assert ran.returncode == 0, ran.stderr
+    rows = [line for line in ran.stdout.splitlines() if line.startswith("[1/2]")
+            and "images/s" in line]
+    assert rows and " ms," in rows[-1] and "median" in rows[-1]
+    median = rows[-1].split("median ")[1].split(",")[0]       # e.g. "83.1 ms", not 83.123
+    assert len(median.split()[0].replace(".", "")) <= 4, rows[-1]
+
+
+def test_the_plot_subtitle_names_settings_that_differ_from_the_defaults():
+    from test_plot import measured_row
+    from microbench.report import plot
+    text = plot.subtitle([measured_row(2), measured_row(4)])
+    assert "image size 32" in text
+
+
+def test_op_bench_rates_never_print_as_zero():
+    from microbench.ops.report import _format_rate
+    assert _format_rate(0.000213) == "0.000213"
+    assert _format_rate(0.0) == "-" and _format_rate(None) == "-"
+    assert _format_rate(12.34) == "12.3"

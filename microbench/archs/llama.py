@@ -12,6 +12,17 @@ Keys and values may have fewer heads than queries: grouped-query attention (Ains
 arXiv:2305.13245). There are no biases, no dropout and no pretrained weights: weights are random
 (normal, std 0.02), which is all a benchmark needs.
 
+The presets include the Llama 3 shapes (`llama3_1b`, `llama3_3b`, `llama3_8b`: vocabulary 128,256,
+8 kv heads, RoPE theta 500,000 with Llama 3's frequency scaling, `RopeScaling`). A model too large
+for one device is built on the meta device (`build_on_meta`: shapes, no memory), sharded, and only
+then given memory and values (`initialize`: seeded per parameter, so a sharded model holds the
+same weights as a whole one)::
+
+    model = build_on_meta("llama3_8b")
+    print(sum(p.numel() for p in model.parameters()))   # 8,030,261,248; nothing allocated
+    # ... microbench.sharding.shard(model, ...), then:
+    # microbench.sharding.materialize(model, device, lambda m: initialize(m, seed=0))
+
 Attention runs one of `ATTENTION_IMPLS`: the explicit formula ("eager"), or PyTorch's
 `scaled_dot_product_attention` with the backend left to PyTorch ("sdpa") or pinned ("flash",
 "efficient", "math"). Call `check_attention` before a run to turn "this backend cannot run here"
@@ -43,6 +54,9 @@ Usage::
 from __future__ import annotations
 
 import difflib
+import hashlib
+import itertools
+import math
 import warnings
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
@@ -55,8 +69,9 @@ from microbench import device as device_layer
 from microbench.errors import UsageError
 
 __all__ = [
-    "ATTENTION_IMPLS", "KVCache", "Llama", "LlamaConfig", "PRESETS", "build", "check_attention",
-    "decode_step", "generate", "generate_without_cache", "parameter_count", "prefill",
+    "ATTENTION_IMPLS", "KVCache", "Llama", "LlamaConfig", "PRESETS", "RopeScaling", "build",
+    "build_on_meta", "check_attention", "decode_step", "generate", "generate_without_cache",
+    "initialize", "parameter_count", "prefill",
 ]
 
 ATTENTION_IMPLS: tuple[str, ...] = ("eager", "sdpa", "flash", "efficient", "math")
@@ -71,6 +86,30 @@ INIT_STD = 0.02
 # ----------------------------------------------------------------------------------------------
 # Configuration
 # ----------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class RopeScaling:
+    """Llama 3's RoPE frequency scaling (``"rope_type": "llama3"`` in the published config.json).
+
+    Meta's reference code (meta-llama/llama-models, ``apply_scaling``) adjusts the rotary
+    frequencies once: wavelengths shorter than ``original_max_position_embeddings /
+    high_freq_factor`` keep their frequency, those longer than ``original_max_position_embeddings
+    / low_freq_factor`` are slowed down by ``factor``, and the band between is interpolated
+    linearly in ``original_max_position_embeddings / wavelength``. Llama 3.1 uses factor 8,
+    Llama 3.2 factor 32; both low 1, high 4, original context 8192.
+    """
+
+    factor: float
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
+    original_max_position_embeddings: int = 8192
+
+    def __post_init__(self) -> None:
+        if not (self.factor > 0 and 0 < self.low_freq_factor < self.high_freq_factor
+                and _positive_int(self.original_max_position_embeddings)):
+            raise UsageError(f"RoPE scaling needs factor > 0, 0 < low_freq_factor < "
+                             f"high_freq_factor and a positive original context; got {self}.")
+
 
 @dataclass(frozen=True)
 class LlamaConfig:
@@ -90,6 +129,7 @@ class LlamaConfig:
     rope_theta: float = 10000.0
     norm_eps: float = 1e-5
     tie_embeddings: bool = False
+    rope_scaling: RopeScaling | None = None     # Llama 3.1 / 3.2 frequency scaling
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -156,6 +196,8 @@ def _positive_int(value: object) -> bool:
 # the workshop's medium model keeps the default 8 heads (head_dim 128).
 _WORKSHOP = dict(vocab_size=1000, num_kv_heads=4, rope_theta=10000.0, norm_eps=1e-6,
                  tie_embeddings=True)
+_LLAMA3 = dict(vocab_size=128256, num_kv_heads=8, max_seq_len=8192, rope_theta=500000.0,
+               norm_eps=1e-5)
 
 PRESETS: dict[str, LlamaConfig] = {
     "llama_tiny": LlamaConfig(hidden_size=512, num_layers=8, num_heads=8, intermediate_size=2048,
@@ -169,6 +211,26 @@ PRESETS: dict[str, LlamaConfig] = {
     "llama_1b": LlamaConfig(vocab_size=32000, hidden_size=2048, num_layers=22, num_heads=32,
                             num_kv_heads=4, intermediate_size=5632, max_seq_len=2048,
                             rope_theta=10000.0, norm_eps=1e-5, tie_embeddings=False),
+    # Llama 3 (Grattafiori et al., "The Llama 3 Herd of Models", 2024, arXiv:2407.21783, Table 3
+    # for 8B: 32 layers, width 4096, FFN 14,336, 32 heads, 8 kv heads, RoPE theta 500,000). The
+    # exact numbers below are those of the config.json Meta publishes with each checkpoint on
+    # Hugging Face (meta-llama/Llama-3.2-1B, Llama-3.2-3B, Llama-3.1-8B), which torchtitan's
+    # llama3 registry reproduces: vocabulary 128,256 (128,000 BPE tokens + 256 reserved special
+    # tokens), 8 kv heads (GQA), RoPE theta 500,000 with the Llama 3 frequency scaling (factor 32
+    # for 3.2, 8 for 3.1), RMSNorm eps 1e-5, SwiGLU widths 8,192 / 8,192 / 14,336, and the
+    # output head tied to the embedding in the 3.2 models only. Sequence 8,192 is the pretraining
+    # context before the long-context stage (paper, Section 3.4; the configs'
+    # original_max_position_embeddings) and torchtitan's training length for 8B.
+    # Parameters: 1,235,814,400 / 3,212,749,824 / 8,030,261,248 ("1.24B", "3.21B", "8.03B").
+    "llama3_1b": LlamaConfig(hidden_size=2048, num_layers=16, num_heads=32,
+                             intermediate_size=8192, tie_embeddings=True,
+                             rope_scaling=RopeScaling(factor=32.0), **_LLAMA3),
+    "llama3_3b": LlamaConfig(hidden_size=3072, num_layers=28, num_heads=24,
+                             intermediate_size=8192, tie_embeddings=True,
+                             rope_scaling=RopeScaling(factor=32.0), **_LLAMA3),
+    "llama3_8b": LlamaConfig(hidden_size=4096, num_layers=32, num_heads=32,
+                             intermediate_size=14336, tie_embeddings=False,
+                             rope_scaling=RopeScaling(factor=8.0), **_LLAMA3),
 }
 
 
@@ -204,13 +266,33 @@ class RMSNorm(nn.Module):
         return normed.type_as(x) * self.weight
 
 
-def rope_tables(head_dim: int, max_seq_len: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin of the rotary angles, each (max_seq_len, head_dim), in float32.
+def rope_frequencies(head_dim: int, theta: float,
+                     scaling: RopeScaling | None = None) -> torch.Tensor:
+    """The head_dim / 2 rotary frequencies (radians per position), in float64.
 
-    Su et al., Section 3.4.2: pair i rotates by position * theta^(-2i/d). Real cos/sin tables
-    (not complex numbers) keep every backend and torch.compile happy.
+    Su et al., Section 3.4.2: pair i rotates by position * theta^(-2i/d). With Llama 3 scaling,
+    each frequency is then adjusted as `RopeScaling` describes.
     """
     inv_freq = theta ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
+    if scaling is None:
+        return inv_freq
+    context = scaling.original_max_position_embeddings
+    # Periods in positions: the short ones (high frequencies) are kept, the long ones slowed by
+    # `factor`, and between them `smooth` goes from 0 (slowed) to 1 (kept), linear in
+    # context / wavelength.
+    wavelength = 2 * math.pi / inv_freq
+    smooth = ((context / wavelength - scaling.low_freq_factor)
+              / (scaling.high_freq_factor - scaling.low_freq_factor)).clamp(0.0, 1.0)
+    return (1 - smooth) * inv_freq / scaling.factor + smooth * inv_freq
+
+
+def rope_tables(head_dim: int, max_seq_len: int, theta: float,
+                scaling: RopeScaling | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin of the rotary angles, each (max_seq_len, head_dim), in float32.
+
+    Real cos/sin tables (not complex numbers) keep every backend and torch.compile happy.
+    """
+    inv_freq = rope_frequencies(head_dim, theta, scaling)
     angles = torch.outer(torch.arange(max_seq_len, dtype=torch.float64), inv_freq)
     angles = torch.cat([angles, angles], dim=-1)
     return angles.cos().float(), angles.sin().float()
@@ -429,7 +511,8 @@ class Llama(nn.Module):
         self.output = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         if config.tie_embeddings:
             self.output.weight = self.embed.weight
-        cos, sin = rope_tables(config.head_dim, config.max_seq_len, config.rope_theta)
+        cos, sin = rope_tables(config.head_dim, config.max_seq_len, config.rope_theta,
+                               config.rope_scaling)
         # Not persistent: derived from the config, so they stay out of state_dict.
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
@@ -495,6 +578,81 @@ def build(name_or_config: str | LlamaConfig, attention: str = "sdpa") -> Llama:
 
 
 # ----------------------------------------------------------------------------------------------
+# Built without memory, initialised where it lives (shard by shard)
+# ----------------------------------------------------------------------------------------------
+
+# Segments that wrappers insert into parameter names (activation checkpointing's
+# checkpoint_wrapper, torch.compile): a parameter's seed comes from its name without them.
+_WRAPPER_SEGMENTS = frozenset({"_checkpoint_wrapped_module", "_orig_mod"})
+
+
+def build_on_meta(name_or_config: str | LlamaConfig, attention: str = "sdpa") -> Llama:
+    """A Llama whose parameters and buffers live on the meta device: shapes, no memory.
+
+    Shard it first (`microbench.sharding.shard`), then allocate and fill it with
+    `microbench.sharding.materialize(model, device, lambda m: initialize(m, seed))`, so that each
+    rank only ever allocates its own shards.
+    """
+    with torch.device("meta"):
+        return build(name_or_config, attention)
+
+
+def initialize(model: Llama, seed: int) -> None:
+    """Fill every parameter from `seed` and recompute the RoPE tables, in place.
+
+    Matrices and the embedding are normal(0, INIT_STD) and RMSNorm gains 1, as at construction,
+    but each matrix draws from its own generator, seeded by `seed` and the parameter's name. Its
+    values therefore depend neither on the order of initialisation nor on how the parameter is
+    sharded: a model sharded over any number of ranks holds the same weights as one built whole
+    on one device of the same type (CPU and GPU generators give different streams). A sharded
+    parameter (a DTensor, as FSDP2 leaves it) is drawn whole on each rank, one parameter at a
+    time, and each rank keeps its own shard: the largest temporary is one parameter
+    (llama3_8b's embedding, 2.1 GB in FP32), never the model.
+    """
+    if any(t.is_meta for t in itertools.chain(model.parameters(), model.buffers())):
+        raise ValueError("initialize() needs memory to write to: materialise the model first "
+                         "(microbench.sharding.materialize, or Module.to_empty)")
+    config = model.config
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            _write_whole(param, _initial_value(_canonical_name(name), param, seed))
+        cos, sin = rope_tables(config.head_dim, config.max_seq_len, config.rope_theta,
+                               config.rope_scaling)
+        model.rope_cos.copy_(cos)
+        model.rope_sin.copy_(sin)
+
+
+def _canonical_name(name: str) -> str:
+    return ".".join(part for part in name.split(".") if part not in _WRAPPER_SEGMENTS)
+
+
+def _parameter_seed(seed: int, name: str) -> int:
+    """A 63-bit seed from the run's seed and a parameter's name, the same in every process
+    (Python's hash() of a string is salted per process)."""
+    digest = hashlib.blake2b(f"{seed}/{name}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") & (2**63 - 1)
+
+
+def _initial_value(name: str, param: torch.Tensor, seed: int) -> torch.Tensor:
+    """The whole initial value of one parameter (its global shape, on its device)."""
+    if param.dim() == 1:                       # RMSNorm gains: the model has no other vectors
+        return torch.ones(param.shape, device=param.device)
+    generator = torch.Generator(device=param.device).manual_seed(_parameter_seed(seed, name))
+    return torch.empty(param.shape, device=param.device).normal_(0.0, INIT_STD,
+                                                                generator=generator)
+
+
+def _write_whole(param: torch.Tensor, value: torch.Tensor) -> None:
+    """Copy a whole value into a parameter; a DTensor keeps only its own shard of it."""
+    from torch.distributed.tensor import DTensor, distribute_tensor
+    if isinstance(param, DTensor):
+        # src_data_rank=None: every rank already holds the whole value, so each slices its own
+        # shard locally instead of receiving it from rank 0.
+        value = distribute_tensor(value, param.device_mesh, param.placements, src_data_rank=None)
+    param.copy_(value)
+
+
+# ----------------------------------------------------------------------------------------------
 # Can this attention backend run here?
 # ----------------------------------------------------------------------------------------------
 
@@ -525,7 +683,7 @@ def check_attention(impl: str, device: torch.device | str, dtype: torch.dtype,
         _check_flash_limits(dtype, head_dim, instead)
     reason = _probe(impl, device, dtype, head_dim)
     if reason is not None:
-        gpu = f"ROCm {torch.version.hip}" if torch.version.hip else f"CUDA {torch.version.cuda}"
+        gpu = device_layer.runtime_text()
         raise UsageError(f"attention '{impl}' ({name}) cannot run {_dtype_name(dtype)} with "
                          f"head_dim {head_dim} on {device} with PyTorch {torch.__version__} "
                          f"({gpu}): {reason}; {instead}.")

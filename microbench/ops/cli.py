@@ -30,12 +30,13 @@ import sys
 import torch
 
 from .. import __version__, device as device_layer, flops, process, progress
-from ..cli import (MAX_ITERATIONS, MAX_PEAK_TFLOPS, MAX_WARMUP, OneLineParser, bounded_int,
-                   finite_float)
+from ..argtypes import (MAX_ITERATIONS, MAX_PEAK_TFLOPS, MAX_WARMUP, OneLineParser, bounded_int,
+                        finite_float)
 from ..device import clock_name
 from ..errors import (EXIT_INTERRUPTED, EXIT_TERMINATED, BenchmarkError, Terminated,
                       UsageError)
 from ..report import writing
+from ..report.schema import SCHEMA_VERSION
 from . import catalog as ops, report, runner
 
 DEFAULT_NUM_ITERS = 50
@@ -191,9 +192,9 @@ def device_name(device: torch.device) -> str:
 
 def run_info(config: runner.RunConfig, peaks: runner.Peaks, timing: runner.TimingPlan) -> dict:
     return {
-        "tool": "TorchTensorOpsBench", "version": __version__,
+        "tool": "TorchTensorOpsBench", "version": __version__, "schema_version": SCHEMA_VERSION,
         "command": sys.argv, "time": datetime.datetime.now().astimezone().isoformat(),
-        "torch": torch.__version__, "hip": torch.version.hip, "cuda": torch.version.cuda,
+        **device_layer.build_versions(),
         "device": str(config.device), "device_name": device_name(config.device),
         "clock": clock_name(config.device), "dtype": config.dtype_name,
         "num_iters": config.num_iters, "num_warmup_iters": config.num_warmup_iters,

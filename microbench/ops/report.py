@@ -17,6 +17,7 @@ from typing import Callable, Iterable, Sequence
 
 from ..errors import BenchmarkError
 from ..report import writing
+from ..report.units import significant
 from ..timing import NOISY_CV_THRESHOLD, Measurement
 
 BYTES_NOTE = "bytes moved = each input read once + output written once; FLOPs from the shapes"
@@ -133,9 +134,11 @@ def _format_ms(value: float) -> str:
 
 
 def _format_rate(value: float | None) -> str:
-    if value is None or math.isnan(value):
+    """A rate with three significant digits however small (never ``0.000``), and ``-`` where
+    there is none (unknown, or an op that does no arithmetic has no TFLOP/s)."""
+    if value is None or math.isnan(value) or value == 0:
         return "-"
-    return f"{value:.1f}" if value >= 10 else f"{value:.3f}"
+    return f"{value:.1f}" if value >= 10 else significant(value)
 
 
 def _format_cv(measurement: Measurement) -> str:

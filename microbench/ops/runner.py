@@ -35,6 +35,7 @@ from typing import Callable, Iterable
 import torch
 
 from .. import device as device_layer, flops, profilers
+from ..device import CacheInfo, last_level_cache
 from ..precision import tf32_allowed
 from ..errors import BenchmarkError, OutOfMemory, UsageError
 from ..timing import Measurement, time_calls
@@ -50,10 +51,6 @@ MEMORY_HEADROOM_BYTES = 256 * MIB
 # cache that the device does not report (MI300's 256 MB Infinity Cache, twice over). Zeroing
 # 512 MiB takes 0.17 ms on an H100 (measured), untimed.
 FLUSH_FLOOR_BYTES = 512 * MIB
-# Memory-side caches behind L2 that torch's L2_cache_size leaves out, by AMD gfx target (the
-# part of gcnArchName before ':'). AMD CDNA 3 white paper: MI300X, MI300A and MI325X (gfx942)
-# have a 256 MB AMD Infinity Cache; AMD CDNA 4 white paper: MI350X and MI355X (gfx950) keep it.
-INFINITY_CACHE_BYTES = {"gfx942": 256 * MIB, "gfx950": 256 * MIB}
 # Without the flush, a spin of this long is queued before each timed call: far above the host
 # dispatch of one eager op (7-9 us on the H100 host we measured), so the call is queued before
 # its start event fires. The host then runs ahead of the GPU and the margin grows.
@@ -201,14 +198,12 @@ class Peaks:
     gbs_override: float | None = None
 
     def gbs(self) -> float | None:
-        if self.gbs_override is not None:
-            return self.gbs_override
-        return self.device_peak.memory_gbs if self.device_peak else None
+        return flops.overridden(self.gbs_override,
+                                self.device_peak.memory_gbs if self.device_peak else None)
 
     def tflops(self, precision: str) -> float | None:
-        if self.tflops_override is not None:
-            return self.tflops_override
-        return flops.peak_tflops(self.device_peak, precision)
+        return flops.overridden(self.tflops_override,
+                                flops.peak_tflops(self.device_peak, precision))
 
     def describe(self, device_name: str) -> str:
         overrides = [f"{flag} {value:g}" for flag, value in
@@ -233,7 +228,8 @@ def peak_precision(spec: ops.OpSpec, dtype_name: str) -> str:
         return dtype_name
     if spec.compute_path == "matmul" and tf32_allowed("matmul"):
         return "tf32"
-    if spec.compute_path == "conv" and tf32_allowed("conv") and not torch.version.hip:
+    if (spec.compute_path == "conv" and tf32_allowed("conv")
+            and device_layer.tf32_convolutions_exist()):
         return "tf32"
     return "fp32_matrix"
 
@@ -244,41 +240,6 @@ def peak_precision(spec: ops.OpSpec, dtype_name: str) -> str:
 
 def memory_needed_bytes(cost: ops.OpCost) -> int:
     return int(cost.bytes_allocated * (1 + MEMORY_HEADROOM_FRACTION)) + MEMORY_HEADROOM_BYTES
-
-
-@dataclass(frozen=True)
-class CacheInfo:
-    """The device's last-level cache as far as torch tells (plus what it is known to leave out);
-    ``size_bytes`` None when unknown."""
-
-    size_bytes: int | None
-    source: str
-
-    def describe(self) -> str:
-        if self.size_bytes is None:
-            return self.source
-        return f"{self.size_bytes / MIB:.0f} MiB ({self.source})"
-
-
-def device_cache(device: torch.device, properties=None, hip: str | None = None) -> CacheInfo:
-    """The last-level cache of ``device``. ``properties`` and ``hip`` default to torch's device
-    properties and ``torch.version.hip`` (tests pass fakes)."""
-    if not device_layer.is_gpu(device):
-        return CacheInfo(None, "unknown: torch does not report CPU caches")
-    if properties is None:
-        properties = torch.cuda.get_device_properties(device)
-    if hip is None:
-        hip = torch.version.hip
-    l2_bytes = getattr(properties, "L2_cache_size", 0) or 0
-    if hip:
-        target = str(getattr(properties, "gcnArchName", "")).split(":")[0]
-        infinity = INFINITY_CACHE_BYTES.get(target)
-        if infinity is not None and infinity > l2_bytes:
-            return CacheInfo(infinity, f"{target} Infinity Cache, behind an L2 of "
-                                       f"{l2_bytes / MIB:.0f} MiB")
-    if not l2_bytes:
-        return CacheInfo(None, "unknown: the device reports no L2 size")
-    return CacheInfo(l2_bytes, "L2_cache_size")
 
 
 def flush_buffer_bytes(cache: CacheInfo) -> int:
@@ -361,7 +322,7 @@ class TimingPlan:
     def build(cls, device: torch.device, flush: bool,
               queued_delay_ms: float = DEFAULT_QUEUED_DELAY_MS,
               cache: CacheInfo | None = None) -> "TimingPlan":
-        cache = cache or device_cache(device)
+        cache = cache or last_level_cache(device)
         if not device_layer.is_gpu(device):
             return cls(device, cache)
         if flush:

@@ -3,97 +3,48 @@
 ``--compare`` is a gate for CI pipelines: every metric is printed with its change, and a
 throughput below the baseline by more than ``--tolerance`` percent raises
 :class:`~microbench.errors.Regression` (exit 5). A baseline of another configuration is refused:
-comparing resnet50 with resnet18, or batch 64 with batch 128, measures nothing. Both baselines
-are read when the run is resolved, before anything runs or is written.
+comparing resnet50 with resnet18, or batch 64 with batch 128, measures nothing
+(:mod:`microbench.identity` says which settings must agree). Both baselines are read by the
+runner right after the run is resolved, before anything runs or is written.
 """
 from __future__ import annotations
 
-import json
-import math
 from typing import TextIO
 
+from .. import identity
 from ..errors import Regression, UsageError
+from ..spec import Gate
+from ..stored import load_result
 from .files import result_document
 
-# Fields that must agree for two results to be comparable.
-IDENTITY = (("config", "network"), ("config", "mode"), ("precision", "name"), ("config", "nhwc"),
-            ("config", "compile"), ("Mini batch size [img]", None), ("GPUs", None))
+
+def read_gate(path: str, tolerance_pct: float, spec) -> Gate:
+    """``--compare``'s baseline, read before the run, refusing another configuration now so
+    that it does not cost the user the run."""
+    gate = Gate(path, tolerance_pct, load_result(path, "--compare"))
+    check_same_configuration(identity.of_spec(spec), gate.baseline, path)
+    return gate
 
 
-def _field(document: dict, key: str, sub: str | None):
-    value = document.get(key)
-    return value.get(sub) if sub is not None and isinstance(value, dict) else value
-
-
-def load_result(path: str, flag: str = "--compare") -> dict:
-    """A result JSON named by ``flag``; unreadable, or not a result of this tool, is a usage
-    error."""
-    try:
-        with open(path) as stream:
-            document = json.load(stream)
-    except (OSError, ValueError, RecursionError) as error:
-        raise UsageError(f"{flag} {path}: cannot read a result JSON ({error})") from None
-    throughput = document.get("Throughput [img/sec]") if isinstance(document, dict) else None
-    if (not isinstance(throughput, (int, float)) or isinstance(throughput, bool)
-            or not math.isfinite(throughput) or throughput <= 0):
-        raise UsageError(f"{flag} {path}: not a result of this tool (no positive "
-                         f"'Throughput [img/sec]')")
-    return document
+def check_same_configuration(ours: dict, baseline: dict, path: str) -> None:
+    differ = identity.differences(ours, identity.of_document(baseline), identity.GATE)
+    if differ:
+        raise UsageError(f"--compare {path} is another configuration: {'; '.join(differ)}")
 
 
 def scaling_baseline(path: str, spec) -> float:
-    """Single-device throughput from a result JSON, refusing another configuration: the same
-    network, mode, precision, per-device batch, input size, layout, compile setting and device
-    model, or the efficiency would compare different work."""
+    """Single-device throughput from a result JSON, refusing another configuration (the same
+    work per device: network, mode, precision, per-device batch, input size, layout, compile
+    setting, device model...), or the efficiency would compare different work."""
     document = load_result(path, "--scaling-baseline")
     if document.get("GPUs") != 1:
         raise UsageError(f"--scaling-baseline {path} is a {document.get('GPUs')}-device result; "
                          f"give a single-device run of the same configuration")
-    mismatched = [f"{name} ({theirs!r} there, {ours!r} here)"
-                  for name, theirs, ours in _scaling_identity(document, spec) if theirs != ours]
-    if mismatched:
-        raise UsageError(f"--scaling-baseline {path} differs in {'; '.join(mismatched)}")
-    return float(document["Throughput [img/sec]"])
-
-
-def _scaling_identity(document: dict, spec) -> list[tuple[str, object, object]]:
-    from ..device import device_name
-    model = spec.model
-    input_size = (model.seq_len if model.tokens_per_item is not None else model.image_size)
-    theirs_model = document.get("model") if isinstance(document.get("model"), dict) else {}
-    theirs_input = theirs_model.get("seq_len", theirs_model.get("image_size"))
-    return [
-        ("network", _field(document, "config", "network"), spec.config.network),
-        ("mode", _field(document, "config", "mode"), spec.config.mode),
-        ("precision", _field(document, "precision", "name"), spec.precision.name),
-        ("per-device batch", document.get("Mini batch size [img/gpu]"), spec.batch_size),
-        ("input size", theirs_input, input_size),
-        ("layout (nhwc)", _field(document, "config", "nhwc"), spec.config.nhwc),
-        ("compile", (_field(document, "config", "compile"),
-                     _field(document, "config", "compile_options")),
-         (spec.config.compile, spec.config.compile_options)),
-        ("device", _field(document, "env", "device_name"), device_name(spec.device)),
-    ]
-
-
-def planned_identity(spec) -> dict:
-    """The identity fields a result of ``spec`` will have, known before the run, so a baseline
-    of another configuration is refused before it costs the user the run."""
-    config = spec.config
-    return {"config": {"network": config.network, "mode": config.mode, "nhwc": config.nhwc,
-                       "compile": config.compile},
-            "precision": {"name": spec.precision.name},
-            "Mini batch size [img]": spec.launch.global_batch, "GPUs": spec.launch.world_size}
-
-
-def check_same_configuration(current: dict, baseline: dict, path: str) -> None:
-    differ = []
-    for key, sub in IDENTITY:
-        ours, theirs = _field(current, key, sub), _field(baseline, key, sub)
-        if ours != theirs:
-            differ.append(f"{sub or key} {theirs!r} there, {ours!r} here")
+    differ = identity.differences(identity.of_spec(spec), identity.of_document(document),
+                                  identity.WORK)
     if differ:
-        raise UsageError(f"--compare {path} is another configuration: {'; '.join(differ)}")
+        raise UsageError(f"--scaling-baseline {path} differs in {'; '.join(differ)}")
+    return float(document["Throughput [img/sec]"])
 
 
 def _metric(document: dict, *keys: str) -> float | None:
@@ -119,7 +70,7 @@ def _metrics(document: dict) -> dict[str, float | None]:
 def compare(summary, gate, out: TextIO) -> None:
     """Print this run against ``gate.baseline``; raise Regression past the tolerance."""
     current, baseline = result_document(summary), gate.baseline
-    check_same_configuration(current, baseline, gate.path)
+    check_same_configuration(identity.of_document(current), baseline, gate.path)
     ours, theirs = _metrics(current), _metrics(baseline)
     print(f"Comparison with {gate.path} (tolerance {gate.tolerance_pct:g}% on throughput)",
           file=out)

@@ -10,11 +10,8 @@ import sys
 from dataclasses import dataclass
 from typing import TextIO
 
-import torch
-
 from .. import __version__
-from ..config import RunSpec
-from ..device import clock_name, runtime_version
+from ..device import clock_name, conv_autotuner_name
 from ..summary import Summary
 from . import units
 
@@ -50,7 +47,7 @@ class Console:
     err: TextIO
 
     @classmethod
-    def for_spec(cls, spec: RunSpec) -> "Console":
+    def for_spec(cls, spec) -> "Console":
         launch = spec.launch
         if not launch.distributed:
             return cls(sys.stdout, sys.stderr)
@@ -61,22 +58,25 @@ class Console:
 
 # ---------------------------------------------------------------- before the run
 
-def print_config(spec: RunSpec, env: dict, out: TextIO, notes=None) -> None:
+def print_config(spec, env, out: TextIO, notes=None) -> None:
+    """The configuration echo (``spec``: the RunSpec; ``env``: the DeviceInfo)."""
     config, model, launch = spec.config, spec.model, spec.launch
-    compile_text = "off"
-    if config.compile:
-        compile_text = f"on {config.compile_options}" if config.compile_options else "on (default)"
+    tf32 = "allowed" if spec.precision.tf32 else "off"
     lines = [
         ("Network", model.describe()),
-        ("Mode", _mode_text(spec)),
+        ("Mode", spec.scenario.mode_text()),
         ("Batch size", _batch_text(spec)),
         ("Iterations", f"{config.iterations} timed after {config.warmup} warm-up"),
-        ("Precision", f"{spec.precision.label} (TF32 {'allowed' if spec.precision.tf32 else 'off'})"),
-        ("Memory format", "channels-last (NHWC)" if config.nhwc else "contiguous (NCHW)"),
-        ("Compile", compile_text),
+        ("Precision", f"{spec.precision.label} (TF32 {tf32})"),
+    ]
+    if model.channels_last is not None:            # image models; token ids have no layout
+        lines.append(("Memory format",
+                      "channels-last (NHWC)" if config.nhwc else "contiguous (NCHW)"))
+    lines += [
+        ("Compile", compile_text(config)),
         ("Optimizer", _optimizer_text(spec)),
-        ("Device", f"{env['device']} {env['device_name']} ({env['architecture']})"),
-        ("PyTorch", f"{env['torch']}, torchvision {env['torchvision']}, {runtime_version(env)}"),
+        ("Device", f"{env.device} {env.device_name} ({env.architecture})"),
+        ("PyTorch", f"{env.torch}, torchvision {env.torchvision}, {env.runtime}"),
     ]
     if launch.distributed:
         lines.append(("Distributed", f"{launch.launcher}, world size {launch.world_size}"))
@@ -87,26 +87,30 @@ def print_config(spec: RunSpec, env: dict, out: TextIO, notes=None) -> None:
         print(f"Note: {note}", file=out)
 
 
-def _optimizer_text(spec: RunSpec) -> str:
+def compile_text(config) -> str:
+    """``off``, ``on (default)``, ``on (mode reduce-overhead)``, ``on (mode max-autotune,
+    fullgraph True)``: what was asked of torch.compile, in words, not a Python dict."""
+    if not config.compile:
+        return "off"
+    if not config.compile_options:
+        return "on (default)"
+    parts = []
+    for key, value in config.compile_options.items():
+        if isinstance(value, dict):
+            value = ", ".join(f"{name}={setting}" for name, setting in value.items())
+        parts.append(f"{key} {value}")
+    return f"on ({', '.join(parts)})"
+
+
+def _optimizer_text(spec) -> str:
     config = spec.config
-    library = "MIOpen find mode" if torch.version.hip else "cuDNN benchmark"
-    autotune = f"{library} {'on' if config.cudnn_benchmark else 'off'}"
-    if not spec.training:
-        return f"none (inference); {autotune}"
+    autotune = f"{conv_autotuner_name()} {'on' if config.cudnn_benchmark else 'off'}"
+    if not spec.scenario.updates_weights:
+        return f"none ({config.mode}); {autotune}"
     return f"SGD, {config.optimizer_impl}; {autotune}"
 
 
-def _mode_text(spec: RunSpec) -> str:
-    config = spec.config
-    if spec.generation is not None:
-        return (f"generate ({spec.generation.prompt_len}-token prompt, "
-                f"{spec.generation.gen_len} tokens generated per sequence, KV cache)")
-    if config.opt_step > 1:
-        return f"{config.mode} (optimizer step every {config.opt_step} iterations)"
-    return config.mode
-
-
-def _batch_text(spec: RunSpec) -> str:
+def _batch_text(spec) -> str:
     launch = spec.launch
     if not launch.distributed:
         return str(launch.local_batch)
@@ -169,12 +173,13 @@ def headline(summary: Summary) -> str:
 
 
 def _headline_rate(summary: Summary) -> str:
-    item = f"{summary.spec.model.item}s/s"
-    if summary.token_throughput is None:
-        return f"{units.rate(summary.throughput)} {item}"
-    tokens = "generated tokens/s" if summary.spec.generation is not None else "tokens/s"
-    return f"{units.rate(summary.token_throughput)} {tokens} ({units.rate(summary.throughput)} " \
-           f"{item})"
+    """Units of work per second, and items per second beside them where they differ
+    (``2,345 tokens/s (4.58 sequences/s)``)."""
+    scenario = summary.scenario
+    rate = f"{units.rate(summary.unit_throughput)} {scenario.unit}s/s"
+    if scenario.unit == scenario.item:
+        return rate
+    return f"{rate} ({units.rate(summary.throughput)} {scenario.item}s/s)"
 
 
 def _headline_spread(summary: Summary) -> str:
@@ -189,7 +194,7 @@ def _headline_spread(summary: Summary) -> str:
 
 def _where(summary: Summary) -> str:
     """``NVIDIA H200``, ``2 x NVIDIA H200``, ``the CPU (Intel Xeon ...)``, and the precision."""
-    name = summary.env.get("device_name") or summary.spec.device.type.upper()
+    name = summary.env.device_name or summary.spec.device.type.upper()
     if summary.spec.device.type == "cpu":
         ranks = f"{summary.world_size} processes on " if summary.world_size > 1 else ""
         what = f"{ranks}the CPU ({name})"
@@ -226,28 +231,20 @@ def _summary_rows(summary: Summary) -> list[tuple[str, str]]:
         (f"Iteration time{basis}", f"median {ms(t.median)}  mean {ms(t.mean)}  std {ms(t.std)}"
                                    f"  min {ms(t.min)}  max {ms(t.max)}"),
         ("Percentiles", f"p90 {ms(t.p90)}  p95 {ms(t.p95)}  p99 {ms(t.p99)}"),
-        (f"Time per {item}", ms(summary.time_per_sample_us / 1e3)),
+    ]
+    if summary.scenario.items_run_one_by_one:
+        rows.append((f"Time per {item}", ms(summary.time_per_sample_us / 1e3)))
+    rows += [
         ("Peak memory", _memory(summary)),
         ("Warm-up", _warmup(summary)),
     ]
-    rows += _phase_rows(summary) + _generation_rows(summary)
+    rows += summary.scenario.console_rows(summary)
     rows += _flops_rows(summary) + _trial_rows(summary) + _telemetry_rows(summary)
     per_rank = " per rank" if summary.distributed else ""
     trials = f" in {len(summary.trials)} trials" if len(summary.trials) > 1 else ""
     rows.append(("Timed with", f"{clock_name(summary.spec.device)}, {t.count} samples"
                                f"{per_rank}{trials}"))
     return rows
-
-
-def _phase_rows(summary: Summary) -> list[tuple[str, str]]:
-    means = summary.phase_means_ms
-    if means is None:
-        return []
-    total = sum(means.values())
-    parts = "  ".join(f"{name} {units.duration_ms(ms)} ({ms / total:.0%})"
-                      for name, ms in means.items())
-    whose = ", rank 0" if summary.distributed else ""
-    return [(f"Phases (mean{whose})", parts)]
 
 
 def _trial_rows(summary: Summary) -> list[tuple[str, str]]:
@@ -282,7 +279,7 @@ def _telemetry_rows(summary: Summary) -> list[tuple[str, str]]:
             rows.append((label, f"min {stat.min:.{digits}f}  median {stat.median:.{digits}f}  "
                                 f"max {stat.max:.{digits}f}"))
     if report.energy_j is not None:
-        item = _energy_item(summary)
+        item = summary.scenario.unit
         basis = "energy counter" if not report.energy_estimated else "estimated: power x time"
         rows.append(("Energy", f"{report.energy_j:.1f} J ({basis}); "
                                f"{report.joules_per_item:.4g} J per {item}, "
@@ -293,65 +290,21 @@ def _telemetry_rows(summary: Summary) -> list[tuple[str, str]]:
     return rows
 
 
-def _energy_item(summary: Summary) -> str:
-    spec = summary.spec
-    if spec.generation is not None:
-        return "generated token"
-    return "token" if summary.tokens_per_item is not None else spec.model.item
-
-
-def _latency(times) -> str:
-    ms = units.duration_ms
-    return f"median {ms(times.median)}  p90 {ms(times.p90)}  p99 {ms(times.p99)}"
-
-
-def _generation_rows(summary: Summary) -> list[tuple[str, str]]:
-    times = summary.generation
-    if times is None:
-        return []
-    shape = summary.spec.generation
-    return [
-        ("Time to first token", _latency(times.prefill)
-         + f"  ({shape.prompt_len}-token prompt, batch {summary.spec.batch_size})"),
-        ("Inter-token latency", _latency(times.decode)
-         + f"  ({times.decode.count} decode steps)"),
-        ("Decode", f"{units.rate(summary.decode_tokens_per_s)} tokens/s (decode steps only)"),
-        ("End-to-end per sequence", f"mean {units.duration_ms(times.e2e.mean)}  "
-                                    f"({shape.gen_len} tokens)"),
-    ]
-
-
 def _flops_rows(summary: Summary) -> list[tuple[str, str]]:
     use = summary.utilization
     if use is None:
         return []
-    counted = _counted(summary.spec)
+    scenario = summary.scenario
     per = " per device" if summary.distributed else ""
     mfu = (f"{use.mfu:.1%} of {use.peak.tflops:g} TFLOP/s ({use.peak.source})"
            if use.mfu is not None else f"unknown ({use.peak.source})")
-    unit, count = _flop_unit(summary)
+    count = scenario.units_per_iteration(summary.spec.batch_size)
     return [("FLOPs per iteration" + per,
-             f"{units.flops(use.flops_per_iteration)} ({counted}); "
-             f"{units.flops(use.flops_per_iteration / count)} per {unit}"),
+             f"{units.flops(use.flops_per_iteration)} ({scenario.flops_counted}); "
+             f"{units.flops(use.flops_per_iteration / count)} per {scenario.unit}"),
             ("Achieved" + per, f"{units.flops(use.achieved_tflops * 1e12, per_second=True)} "
                                f"(at the headline throughput)"),
             ("MFU", mfu)]
-
-
-def _counted(spec: RunSpec) -> str:
-    if spec.generation is not None:
-        return "prefill + decode steps"
-    return "forward + backward" if spec.training else "forward"
-
-
-def _flop_unit(summary: Summary) -> tuple[str, int]:
-    """What FLOPs are counted per: an image, a token, a generated token."""
-    spec = summary.spec
-    if spec.generation is not None:
-        return "generated token", spec.batch_size * spec.generation.gen_len
-    if summary.tokens_per_item is not None:
-        return "token", spec.batch_size * summary.tokens_per_item
-    return spec.model.item, spec.batch_size
 
 
 def print_profiles(summary: Summary, out: TextIO) -> None:

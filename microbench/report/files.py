@@ -9,13 +9,11 @@ header is refused before the run (:mod:`microbench.report.writing`).
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import tempfile
 
-from .. import __version__
-from ..config import RunSpec
-from ..device import clock_name, runtime_version
+from .. import __version__, identity, stored
+from ..device import clock_name
 from ..errors import UsageError
 from ..summary import Summary
 from . import writing
@@ -32,6 +30,9 @@ CSV_COLUMNS = (
     "energy_j", "j_per_item", "throttled", "device_type", "torch", "gpu_runtime", "host",
     "json_file", "status", "error",
 )
+# The columns only some kinds of run fill (microbench.scenarios: csv_cells).
+SCENARIO_COLUMNS = ("forward_ms", "backward_ms", "optimizer_ms", "ttft_median_ms",
+                    "itl_median_ms", "itl_p99_ms")
 
 
 # ---------------------------------------------------------------- the JSON result
@@ -50,7 +51,7 @@ def result_document(summary: Summary) -> dict:
         "schema_version": SCHEMA_VERSION,
         "tool_version": __version__,
         "config": dataclasses.asdict(spec.config),
-        "env": summary.env,
+        "env": summary.env.to_dict(),
         "model": _model_document(summary),
         "precision": {"name": spec.precision.name, "label": spec.precision.label,
                       "tf32": spec.precision.tf32},
@@ -72,13 +73,10 @@ def result_document(summary: Summary) -> dict:
     if summary.token_throughput is not None:
         document["Throughput [tokens/sec]"] = summary.token_throughput
         document["throughput"]["tokens_per_s"] = summary.token_throughput
-    if summary.phase_means_ms is not None:
-        document["phases"] = {name: {"mean_ms": phase.mean, "stats": phase.stats(),
-                                     "samples_ms": list(phase.samples_ms)}
-                              for name, phase in summary.phases.items()}
-    if summary.generation is not None:
-        document["generation"] = _generation_document(summary)
+    document.update(spec.scenario.document(summary))
     document["trials"] = {**summary.trial_spread.to_dict(), "unit": f"{spec.model.item}s/s",
+                          "where": ("worker processes" if spec.config.trials_in_workers
+                                    else "this process"),
                           "within_trial_cv": t.cv,
                           "per_trial": [_trial_document(trial) for trial in summary.trials]}
     report = summary.telemetry
@@ -89,10 +87,12 @@ def result_document(summary: Summary) -> dict:
 
 
 def _trial_document(trial) -> dict:
-    times = trial.slowest.times
+    times, result = trial.slowest.times, trial.result
+    telemetry = result.telemetry.to_dict() if result.telemetry is not None else None
     return {"throughput": trial.throughput, "samples_ms": list(times.samples_ms),
-            "stats": times.stats(), "warmup_s": trial.result.warmup_s,
-            "first_iteration_s": trial.result.first_iteration_s}
+            "stats": times.stats(), "warmup_s": result.warmup_s,
+            "first_iteration_s": result.first_iteration_s, "pid": result.pid,
+            "seed": result.seed, "telemetry": telemetry}
 
 
 def _model_document(summary: Summary) -> dict:
@@ -108,19 +108,6 @@ def _model_document(summary: Summary) -> dict:
     return document
 
 
-def _generation_document(summary: Summary) -> dict:
-    times, shape = summary.generation, summary.spec.generation
-    return {"prompt_len": shape.prompt_len, "gen_len": shape.gen_len,
-            "batch_size": summary.spec.batch_size,
-            "time_to_first_token": {"stats": times.prefill.stats(),
-                                    "samples_ms": list(times.prefill.samples_ms)},
-            "inter_token_latency": {"stats": times.decode.stats(),
-                                    "samples_ms": list(times.decode.samples_ms)},
-            "end_to_end": {"stats": times.e2e.stats()},
-            "decode_tokens_per_s": summary.decode_tokens_per_s,
-            "generated_tokens_per_s": summary.token_throughput}
-
-
 def _basis(summary: Summary) -> str:
     whose = "the slowest rank's samples" if summary.distributed else "this process's samples"
     if len(summary.trials) > 1:
@@ -133,8 +120,8 @@ def _flops_document(summary: Summary) -> dict | None:
     use = summary.utilization
     if use is None:
         return None
-    return {**use.to_dict(), "counted": "forward+backward" if summary.spec.training
-            else "forward", "counter": "torch.utils.flop_counter.FlopCounterMode",
+    return {**use.to_dict(), "counted": summary.spec.scenario.flops_counted.replace(" + ", "+"),
+            "counter": "torch.utils.flop_counter.FlopCounterMode",
             "per": "device", "deepspeed_profiled_iteration": summary.spec.config.flops_prof_step}
 
 
@@ -171,16 +158,6 @@ def _timing_cells(times) -> dict:
             "p95_ms": f"{times.p95:.4f}", "p99_ms": f"{times.p99:.4f}", "cv": f"{times.cv:.5f}"}
 
 
-def _phase_cells(summary: Summary) -> dict:
-    means, times = summary.phase_means_ms or {}, summary.generation
-    return {"forward_ms": _optional(means.get("forward"), 4),
-            "backward_ms": _optional(means.get("backward"), 4),
-            "optimizer_ms": _optional(means.get("optimizer"), 4),
-            "ttft_median_ms": _optional(times.prefill.median if times else None, 4),
-            "itl_median_ms": _optional(times.decode.median if times else None, 4),
-            "itl_p99_ms": _optional(times.decode.p99 if times else None, 4)}
-
-
 def _trust_cells(summary: Summary) -> dict:
     spread, report = summary.trial_spread, summary.telemetry
     ci = spread.ci95
@@ -203,11 +180,12 @@ def _flops_cells(summary: Summary) -> dict:
             "achieved_tflops": f"{use.achieved_tflops:.4f}", "mfu": _optional(use.mfu, 5)}
 
 
-def _identity_cells(spec: RunSpec, env: dict) -> dict:
-    """The columns that say what ran, for measured and failed rows alike."""
+def _identity_cells(spec, env) -> dict:
+    """The columns that say what ran, for measured and failed rows alike (``spec``: a RunSpec;
+    ``env``: the DeviceInfo)."""
     config = spec.config
     return {
-        "time_utc": env["time_utc"], "network": spec.model.name, "mode": config.mode,
+        "time_utc": env.time_utc, "network": spec.model.name, "mode": config.mode,
         "precision": spec.precision.name, "nhwc": int(config.nhwc),
         "compile": int(config.compile), "batch_size": spec.batch_size,
         "global_batch_size": spec.launch.global_batch, "world_size": spec.launch.world_size,
@@ -215,9 +193,8 @@ def _identity_cells(spec: RunSpec, env: dict) -> dict:
         "seq_len": getattr(spec.model, "seq_len", ""),
         "attention": getattr(spec.model, "attention", ""),
         "iterations": config.iterations, "warmup": config.warmup,
-        "device_name": env["device_name"], "device_type": env.get("device_type", ""),
-        "torch": env["torch"],
-        "gpu_runtime": runtime_version(env), "host": env["host"],
+        "device_name": env.device_name, "device_type": env.device_type, "torch": env.torch,
+        "gpu_runtime": env.runtime, "host": env.host,
     }
 
 
@@ -228,7 +205,7 @@ def csv_row(summary: Summary) -> dict:
         "throughput_img_s": f"{summary.throughput:.3f}",
         "throughput_tokens_s": _optional(summary.token_throughput),
         **_timing_cells(summary.times),
-        **_phase_cells(summary),
+        **_scenario_cells(summary),
         "peak_allocated_mb": _optional(summary.peak_allocated_mb),
         "peak_reserved_mb": _optional(summary.peak_reserved_mb),
         "warmup_s": f"{summary.first.warmup_s:.3f}", "compile_s": _optional(summary.compile_s),
@@ -239,7 +216,14 @@ def csv_row(summary: Summary) -> dict:
     }
 
 
-def failed_csv_row(spec: RunSpec, env: dict, status: str, error: str) -> dict:
+def _scenario_cells(summary: Summary) -> dict:
+    """The cells of the kind of run (phases, token latencies); the others stay empty."""
+    cells = dict.fromkeys(SCENARIO_COLUMNS, "")
+    cells.update(summary.spec.scenario.csv_cells(summary))
+    return cells
+
+
+def failed_csv_row(spec, env, status: str, error: str) -> dict:
     """A sweep row that did not run to the end: what it was, and why it stopped."""
     row = {column: "" for column in CSV_COLUMNS}
     row.update({**_identity_cells(spec, env), "status": status, "error": error})
@@ -270,7 +254,7 @@ def append_csv(row: dict, path: str) -> None:
 
 # ---------------------------------------------------------------- before and after the run
 
-def prepare_output(spec: RunSpec, plot_path: str | None = None) -> None:
+def prepare_output(spec, plot_path: str | None = None) -> None:
     """Every output path of this process checked before the model is built, so no problem with
     them costs the user a run: the result directory, the JSON and the CSV (on rank 0, which
     writes them), the --plot file, and the --kineto trace directory (every rank writes its own)."""
@@ -301,46 +285,18 @@ def prepare_output(spec: RunSpec, plot_path: str | None = None) -> None:
 
 # ---------------------------------------------------------------- result names that never collide
 
-def _identity(config: dict, devices, device_name) -> dict:
-    """What makes two results the same configuration: every stored setting but where it was
-    written and how it was launched (iterations, warm-up, trials and seed included: a result
-    of 1000 iterations is not refreshed by a 3-iteration check), the number of devices and
-    their model (the same command on another GPU is another measurement)."""
-    from ..rerun import NOT_REPLAYED
-    same = {key: value for key, value in config.items()
-            if key not in NOT_REPLAYED and key != "device"}
-    return {"config": same, "devices": devices, "device_name": device_name}
-
-
-def _identity_of_spec(spec: RunSpec) -> dict:
-    from ..device import device_name
-    config = json.loads(json.dumps(dataclasses.asdict(spec.config), default=list))
-    return _identity(config, spec.launch.world_size, device_name(spec.device))
-
-
-def _identity_on_disk(path: str) -> dict | None:
-    """The identity of the result at ``path``; None when there is none (no file, or not a
-    result of this tool: nothing of ours to protect)."""
-    try:
-        with open(path) as stream:
-            document = json.load(stream)
-    except (OSError, ValueError, RecursionError):
-        return None
-    if not isinstance(document, dict) or not isinstance(document.get("config"), dict):
-        return None
-    env = document.get("env") if isinstance(document.get("env"), dict) else {}
-    return _identity(document["config"], document.get("GPUs"), env.get("device_name"))
-
-
 def _differences(ours: dict, theirs: dict) -> str:
-    keys = sorted({*ours["config"], *theirs["config"]})
-    names = [key for key in keys if ours["config"].get(key) != theirs["config"].get(key)]
-    names = [key for key in ("devices", "device_name") if ours[key] != theirs[key]] + names
+    names = identity.differing_names(ours, theirs, identity.naming_fields())
     return ", ".join(names[:4]) + (" ..." if len(names) > 4 else "")
 
 
-def claim_result_path(spec: RunSpec,
-                      taken: set[str] | None = None) -> tuple[RunSpec, str | None]:
+def _identity_on_disk(path: str) -> dict | None:
+    """The identity of the result at ``path``; None when there is none (nothing to protect)."""
+    document = stored.result_at(path)
+    return identity.of_document(document) if document is not None else None
+
+
+def claim_result_path(spec, taken: set[str] | None = None):
     """The JSON path this run may write, and a note when it is not the one asked for.
 
     A result of the same configuration is replaced (a re-run refreshes it). A result of another
@@ -352,18 +308,18 @@ def claim_result_path(spec: RunSpec,
     if path is None or not spec.launch.is_main:
         return spec, None
     taken = set() if taken is None else taken
-    ours = _identity_of_spec(spec)
+    ours, fields = identity.of_spec(spec), identity.naming_fields()
+
+    def same(theirs: dict | None) -> bool:
+        return theirs is None or identity.same(ours, theirs, fields)
 
     def free(candidate: str) -> bool:
-        if os.path.abspath(candidate) in taken:
-            return False
-        found = _identity_on_disk(candidate)
-        return found is None or found == ours
+        return os.path.abspath(candidate) not in taken and same(_identity_on_disk(candidate))
 
     if free(path) or spec.config.output_file:
         taken.add(os.path.abspath(path))
         theirs = _identity_on_disk(path)
-        if theirs is None or theirs == ours:
+        if same(theirs):
             return spec, None
         return spec, (f"{path} held a result of another configuration (differing in "
                       f"{_differences(ours, theirs)}); --output-file names it, so this run's "
@@ -375,7 +331,7 @@ def claim_result_path(spec: RunSpec,
     taken.add(os.path.abspath(candidate))
     theirs = _identity_on_disk(path)
     why = (f"holds a result of another configuration (differing in "
-           f"{_differences(ours, theirs)})" if theirs is not None and theirs != ours
+           f"{_differences(ours, theirs)})" if not same(theirs)
            else "is another row's of this invocation")
     name = os.path.basename(candidate).removesuffix(".json")
     return dataclasses.replace(spec, json_path=candidate, result_name=name), (

@@ -31,7 +31,6 @@ import os
 import textwrap
 from dataclasses import dataclass
 
-from ..device import runtime_version
 from ..errors import MissingEnvironment, UsageError
 from . import writing
 
@@ -86,16 +85,10 @@ class Point:
         return max(0.0, self.high - self.value)
 
 
-def _tokens_per_item(summary) -> float | None:
-    """Tokens per item for language models (generated tokens for generation); None otherwise."""
-    tokens = summary.token_throughput
-    return tokens / summary.throughput if tokens is not None else None
-
-
 def point_of(summary, per_token: bool = False) -> Point:
     """The headline of a summary and its spread: between trials when there are two or more,
     else between the iterations of the one trial (see the module docstring)."""
-    scale = _tokens_per_item(summary) if per_token else 1.0
+    scale = summary.scenario.units_per_item if per_token else 1
     spread = summary.trial_spread
     if spread.count >= 2:
         low, high = min(spread.values), max(spread.values)
@@ -171,19 +164,48 @@ def _unit(rows, per_token: bool) -> str:
     return f"{min(items)}s/s" if len(items) == 1 else "items/s"
 
 
+# Settings the title's facets already show, or that do not change what was measured.
+_NOT_IN_SUBTITLE = {"network", "mode", "precision", "tf32", "nhwc", "compile", "compile_options",
+                    "attention", "seq_len", "batch_size", "device", "preset"}
+
+
+def changed_settings(rows) -> list[str]:
+    """Every replayed setting all rows share that differs from its default (``image size 64``),
+    so that a 64-pixel run is not read as a 224-pixel one."""
+    from ..config import SCHEMA
+    configs = [row.spec.config for row in rows]
+    shown = []
+    for name, item in SCHEMA.items():
+        values = {repr(getattr(config, name)) for config in configs}
+        value = getattr(configs[0], name)
+        if (item.replayed and name not in _NOT_IN_SUBTITLE and len(values) == 1
+                and value != item.default):
+            shown.append(f"{name.replace('_', ' ')} {_as_text(value)}")
+    return shown
+
+
+def _as_text(value) -> str:
+    if isinstance(value, (list, tuple)):
+        return ",".join(map(str, value))
+    return str(value)
+
+
 def subtitle(rows) -> str:
-    """Device, precisions and software, from the environment the rows were measured in."""
+    """Device, precisions, the settings that differ from the defaults, and software, from the
+    environment the rows were measured in."""
     precisions = ", ".join(dict.fromkeys(row.spec.precision.name for row in rows))
+    changed = changed_settings(rows)
+    if changed:
+        precisions += " · " + ", ".join(changed)
     env = next((row.summary.env for row in rows if row.summary is not None), None)
     if env is None:
         return f"{rows[0].spec.device} · {precisions} · no configuration was measured"
-    if env.get("device_type") == "cpu":
-        device = f"{env['device_name']} (CPU, {env.get('cpu_threads', '?')} threads)"
-        software = f"PyTorch {env['torch']}, torchvision {env['torchvision']}"
+    if not env.on_gpu:
+        device = f"{env.device_name} (CPU, {env.cpu_threads} threads)"
+        software = f"PyTorch {env.torch}, torchvision {env.torchvision}"
     else:
-        device = f"{env['device_name']} ({env['device']})"
-        software = (f"PyTorch {env['torch']}, torchvision {env['torchvision']}, "
-                    f"{runtime_version(env)}")
+        device = f"{env.device_name} ({env.device})"
+        software = f"PyTorch {env.torch}, torchvision {env.torchvision}, {env.runtime}"
     return f"{device} · {precisions} · {software}"
 
 

@@ -16,7 +16,7 @@ import math
 _SI = ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, ""))
 
 
-def _significant(value: float, digits: int = 3) -> str:
+def significant(value: float, digits: int = 3) -> str:
     """``value`` with about ``digits`` significant digits, never in exponent notation."""
     magnitude = abs(value)
     if magnitude == 0 or not math.isfinite(magnitude):
@@ -28,10 +28,10 @@ def _significant(value: float, digits: int = 3) -> str:
 def duration_ms(ms: float) -> str:
     """A time given in milliseconds, in us, ms or s."""
     if ms >= 1000:
-        return f"{_significant(ms / 1e3)} s"
+        return f"{significant(ms / 1e3)} s"
     if ms >= 1:
-        return f"{_significant(ms)} ms"
-    return f"{_significant(ms * 1e3)} us"
+        return f"{significant(ms)} ms"
+    return f"{significant(ms * 1e3)} us"
 
 
 def flops(value: float, per_second: bool = False) -> str:
@@ -39,22 +39,22 @@ def flops(value: float, per_second: bool = False) -> str:
     suffix = "FLOP/s" if per_second else "FLOP"
     for scale, prefix in _SI:
         if abs(value) >= scale:
-            return f"{_significant(value / scale)} {prefix}{suffix}"
-    return f"{_significant(value)} {suffix}"
+            return f"{significant(value / scale)} {prefix}{suffix}"
+    return f"{significant(value)} {suffix}"
 
 
 def megabytes(mb: float) -> str:
     """Memory given in MB (10^6 bytes, as the JSON stores it), in MB or GB."""
     if mb >= 1000:
-        return f"{_significant(mb / 1e3)} GB"
-    return f"{_significant(mb)} MB"
+        return f"{significant(mb / 1e3)} GB"
+    return f"{significant(mb)} MB"
 
 
 def rate(value: float) -> str:
     """A throughput: thousands separated, a decimal only where the number is small."""
     if abs(value) >= 1000:
         return f"{value:,.0f}"
-    return _significant(value, 4)
+    return significant(value, 4)
 
 
 def percent(fraction: float) -> str:

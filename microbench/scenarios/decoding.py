@@ -1,4 +1,5 @@
-"""``--mode generate``: prefill a prompt, then decode tokens one at a time with a KV cache.
+"""The engine of ``--mode generate``: prefill a prompt, then decode tokens one at a time with a KV
+cache.
 
 One iteration generates ``gen_len`` tokens for each of ``batch`` concurrent sequences: a prefill
 of the ``prompt_len``-token prompt gives the first token (its time is the time to first token),
@@ -22,9 +23,10 @@ from typing import Callable
 import torch
 from torch import nn
 
-from . import flops
-from .archs import llama
-from .timing import Measurement, make_recorder
+from .. import flops
+from ..archs import llama
+from ..results import GenerationTimes
+from ..timing import Measurement, make_recorder
 
 
 @dataclass(frozen=True)
@@ -38,13 +40,6 @@ class GenerationShape:
     def positions(self) -> int:
         """KV-cache slots used: the last generated token is never fed back."""
         return self.prompt_len + self.gen_len - 1
-
-
-@dataclass(frozen=True)
-class GenerationTimes:
-    prefill: Measurement        # one sample per iteration: time to first token
-    decode: Measurement         # one sample per decode step of every iteration
-    e2e: Measurement            # one sample per iteration: prefill + all its decode steps
 
 
 class GenerationWorkload:
@@ -84,7 +79,7 @@ def build(spec, model: nn.Module, wrap: Callable[[nn.Module], nn.Module] | None 
           count_flops: bool = True) -> GenerationWorkload:
     """``model`` is the prepared eager model of ``spec`` (a RunSpec in generate mode)."""
     model.eval()
-    precision, shape = spec.precision, spec.generation
+    precision, shape = spec.precision, spec.scenario.shape
     cache_dtype = precision.autocast_dtype or precision.model_dtype
     cache = model.make_cache(spec.batch_size, shape.positions, device=spec.device,
                              dtype=cache_dtype)

@@ -1,0 +1,144 @@
+"""Argument types and the parser class both commands share (``microbench``, ``microbench-ops``).
+
+Every flag value is checked here before anything else sees it: integers are bounded, floats are
+finite and bounded, lists are comma-separated and non-empty. A usage error is one line and exit 2
+(docs/architecture.md, "Errors"). This module imports nothing heavy, so the op bench's command
+does not load the model benchmark (torchvision) to parse its flags.
+
+Example::
+
+    parser = OneLineParser(formatter_class=HelpFormatter)
+    parser.add_argument("--iterations", type=bounded_int(1, MAX_ITERATIONS), default=20)
+"""
+from __future__ import annotations
+
+import argparse
+import math
+from typing import Any, Callable, NoReturn, Sequence
+
+from .errors import EXIT_USAGE
+from .process import env_rank_prefix
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse that reports a usage error as one line, exit 2 (docs/architecture.md, "Errors")."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{env_rank_prefix()}{self.prog}: error: {message} (see --help)\n")
+
+# Upper bounds far above any real run; a larger value is a typo, and would reach torch as an
+# attempt to allocate petabytes, an integer overflow or a loop that never ends.
+MAX_ITERATIONS = 10**7
+MAX_WARMUP = 10**6
+MAX_BATCH = 2**20
+MAX_IMAGE_SIZE = 16384
+MAX_SEED = 2**63 - 1                # torch.manual_seed takes 64 bits
+MAX_RANKS = 2**20
+MAX_DEVICE_INDEX = 1023
+MAX_DIST_TIMEOUT_S = 10**7          # 115 days: still a finite timedelta for every backend
+MAX_BUCKET_CAP_MB = 10**6
+MAX_MEMORY_GB = 10**6
+MAX_PEAK_TFLOPS = 10**7
+MAX_PROFILER_STEPS = 10**4
+MAX_TRIALS = 1000
+MAX_TELEMETRY_MS = 60_000
+MAX_SEQ_LEN = 2**20
+MAX_VOCAB = 2**24
+
+
+def bounded_int(low: int, high: int) -> Callable[[str], int]:
+    """An argparse type: an integer in [low, high]."""
+    def parse(text: str) -> int:
+        value = _int(text)
+        if not low <= value <= high:
+            what = {1: "a positive integer", 0: "zero or more"}.get(low, f"at least {low}")
+            raise argparse.ArgumentTypeError(f"must be {what}, at most {high:,}; got {text}")
+        return value
+    return parse
+
+
+def finite_float(low: float, high: float, low_inclusive: bool = False) -> Callable[[str], float]:
+    """An argparse type, the one check of every float flag: a number (float() also takes 'nan'
+    and 'inf', which no flag means), finite, above ``low`` (or equal, if ``low_inclusive``) and
+    at most ``high``."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a number, got '{text}'") from None
+        above = value >= low if low_inclusive else value > low
+        if not (math.isfinite(value) and above and value <= high):
+            what = ("zero or more" if low == 0 and low_inclusive else
+                    "positive" if low == 0 else f"above {low:g}")
+            raise argparse.ArgumentTypeError(f"must be a finite number, {what}, at most "
+                                             f"{high:g}; got {text}")
+        return value
+    return parse
+
+
+positive_int = bounded_int(1, MAX_BATCH)
+non_negative_int = bounded_int(0, MAX_ITERATIONS)
+
+
+def names(text: str) -> list[str]:
+    """A comma-separated list of non-empty names."""
+    parts = [part.strip() for part in text.split(",")]
+    if not all(parts):
+        raise argparse.ArgumentTypeError(f"empty name in '{text}'")
+    return parts
+
+
+def positive_ints(text: str) -> list[int]:
+    return [positive_int(part) for part in text.split(",")]
+
+
+def list_of(parse_one: Callable[[str], int]) -> Callable[[str], list[int]]:
+    return lambda text: [parse_one(part) for part in text.split(",")]
+
+
+def choices(allowed: Sequence[str]) -> Callable[[str], list[str]]:
+    """A comma-separated list, each value one of ``allowed``."""
+    def parse(text: str) -> list[str]:
+        values = names(text)
+        for value in values:
+            if value not in allowed:
+                raise argparse.ArgumentTypeError(f"invalid choice '{value}' (choose from "
+                                                 f"{', '.join(allowed)})")
+        return values
+    return parse
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer, got '{text}'") from None
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """Each default shown once, spelled as the user would type it (``64``, ``1,2,2``), and
+    none for switches (off unless given) or where the help text already says it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if (default is None or default is False or default == () or default == argparse.SUPPRESS
+                or not action.option_strings or "default" in text.lower()):
+            return text
+        return f"{text} (default: {_as_typed(default)})"
+
+
+def _as_typed(value: Any) -> str:
+    if isinstance(value, (list, tuple)):
+        return ",".join(_as_typed(item) for item in value)
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return str(value).replace("%", "%%")
+
+
+
+def zero_or_one(text: str) -> bool:
+    """A switch spelled as a value, ``0`` or ``1`` (the older tool's ``--fp16 1`` style)."""
+    if text.strip() not in ("0", "1"):
+        raise argparse.ArgumentTypeError(f"must be 0 or 1, got '{text}'")
+    return text.strip() == "1"

@@ -1,0 +1,7 @@
+"""``python3 -m microbench.report``: many result files as one table (the same as the
+``microbench-report`` command)."""
+import sys
+
+from ..process import microbench_report
+
+sys.exit(microbench_report())

@@ -1,0 +1,369 @@
+"""``microbench-report --plot FILE``: one metric of the report's rows across the setting that
+varies, with error bars that say what they are.
+
+The x axis is ``--x SETTING`` or, by default, the first varying setting that is a number (batch,
+sequence length, image size, devices), else the first varying setting, else when the rows ran.
+Rows that differ in other settings too become separate series (lines over a numeric axis,
+grouped bars over names). Metrics and their error bars:
+
+* ``throughput`` (model results; the default): the headline; bars from the lowest to the
+  highest trial where a result has trials (``--repeat``), else from the 10th to the 90th
+  percentile of the per-iteration rate (work of one iteration over its time), the same bars as
+  a sweep's ``--plot``;
+* ``latency``: the median iteration time (an op's median call time), bars from the 10th to the
+  90th percentile of the iteration times;
+* ``mfu`` (model results): MFU, with throughput's bars scaled to it (MFU is proportional to
+  throughput: FLOPs per iteration times iterations per second over the peak);
+* ``gbs`` and ``tflops`` (op bench rows): GB/s and TFLOP/s, bars from the 10th-90th percentile
+  of the call times.
+
+A row that was not measured, or does not know the metric, gets no point; the footnote names it.
+The subtitle names what every row shares (network, precision, image size, device, PyTorch...).
+The file is written whole or not at all; its suffix names the format.
+
+Example::
+
+    figure = build_figure(table, "throughput")          # a matplotlib Figure
+    write_chart(table, "throughput", None, "batch.png")
+"""
+from __future__ import annotations
+
+import io
+import json
+import os
+import statistics
+import textwrap
+from dataclasses import dataclass
+
+from ..errors import MissingEnvironment, UsageError
+from . import writing
+from .collection import FILE, HEADLINE_SETTINGS, RUN_AT, setting_value
+from .entry import MODEL, OP, Entry
+from .table import Table, format_setting
+
+METRICS = {"throughput": (MODEL,), "latency": (MODEL, OP), "mfu": (MODEL,), "gbs": (OP,),
+           "tflops": (OP,)}
+DEFAULT_METRIC = {MODEL: "throughput", OP: "latency"}
+LOW_PERCENTILE, HIGH_PERCENTILE = 10, 90
+_FOOTNOTE_CHARS_PER_INCH = 17        # DejaVu Sans at x-small, with some room (report/plot.py)
+
+
+def require_matplotlib() -> None:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise MissingEnvironment("--plot needs matplotlib: pip install matplotlib") from None
+
+
+def check_path(path: str, flag: str = "--plot") -> None:
+    """Before anything is read: matplotlib is there, the suffix is a format it writes, the file
+    can be written."""
+    require_matplotlib()
+    from matplotlib.backend_bases import FigureCanvasBase
+    formats = FigureCanvasBase.get_supported_filetypes()
+    suffix = os.path.splitext(path)[1].lstrip(".").lower()
+    if suffix not in formats:
+        raise UsageError(f"{flag} {path}: the suffix names the format; use one of "
+                         f"{', '.join('.' + name for name in sorted(formats))}")
+    writing.check_target(path, flag)
+
+
+# ---------------------------------------------------------------- points
+
+@dataclass(frozen=True)
+class Point:
+    value: float
+    low: float | None = None          # None: no error bar
+    high: float | None = None
+
+    def bar(self) -> tuple[float, float]:
+        """Distances below and above the point (clamped: a skewed sample may put the headline
+        outside the percentile range, and a bar never points backwards)."""
+        if self.low is None or self.high is None:
+            return 0.0, 0.0
+        return max(0.0, self.value - self.low), max(0.0, self.high - self.value)
+
+
+def _time_percentiles(samples) -> tuple[float, float] | None:
+    """The 10th and 90th percentile of the samples, interpolated linearly between closest
+    ranks (numpy's default, as microbench.timing.percentile)."""
+    if not samples:
+        return None
+    if len(samples) == 1:
+        return samples[0], samples[0]
+    cuts = statistics.quantiles(samples, n=10, method="inclusive")
+    return cuts[0], cuts[-1]
+
+
+def _throughput_point(entry: Entry) -> Point | None:
+    value = entry.figures.get("throughput")
+    if value is None:
+        return None
+    if len(entry.trial_values) >= 2:
+        return Point(value, min(entry.trial_values), max(entry.trial_values))
+    times = _time_percentiles(entry.samples_ms)
+    if times is None or not entry.work_per_iteration or times[0] <= 0:
+        return Point(value)
+    # A rate's low percentile is the time's high one: work / p90(time) = p10(rate).
+    return Point(value, entry.work_per_iteration / (times[1] / 1e3),
+                 entry.work_per_iteration / (times[0] / 1e3))
+
+
+def _scaled(point: Point | None, value: float | None, reference: float | None) -> Point | None:
+    """A figure proportional to the point's quantity, with the point's bars scaled to it."""
+    if value is None:
+        return None
+    if point is None or point.low is None or not reference:
+        return Point(value)
+    return Point(value, value * point.low / reference, value * point.high / reference)
+
+
+def point_of(entry: Entry, metric: str) -> Point | None:
+    """The plotted value of an entry and its bar; None when the entry does not know it."""
+    if not entry.measured:
+        return None
+    figures = entry.figures
+    if metric == "throughput":
+        return _throughput_point(entry)
+    if metric == "mfu":
+        return _scaled(_throughput_point(entry), figures.get("mfu"), figures.get("throughput"))
+    median = figures.get("p50_ms" if entry.table == MODEL else "median_ms")
+    times = _time_percentiles(entry.samples_ms)
+    if metric == "latency":
+        if median is None:
+            return None
+        return Point(median, *times) if times else Point(median)
+    # GB/s and TFLOP/s are work over the median time: their bars are the times' inverted.
+    rate = Point(1 / median, 1 / times[1], 1 / times[0]) if median and times else None
+    return _scaled(rate, figures.get(metric), 1 / median if median else None)
+
+
+# ---------------------------------------------------------------- axis, series, labels
+
+def _label(metric: str, table: Table) -> str:
+    return {"throughput": f"throughput [{_main_unit(table)}]",
+            "latency": "median iteration time [ms]" if table.group.table == MODEL
+            else "median time per call [ms]",
+            "mfu": "MFU [%]", "gbs": "GB/s", "tflops": "TFLOP/s"}[metric]
+
+
+def _numeric(entries, name: str) -> bool:
+    values = [setting_value(e, name) for e in entries if e.measured]
+    return bool(values) and all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                for v in values)
+
+
+def choose_x(table: Table, wanted: str | None) -> str:
+    """The setting across which the metric is drawn (see the module docstring)."""
+    varying = [name for name in table.group.varying if name != FILE]
+    if wanted is not None:
+        names = {name.replace(" ", "-"): name for name in varying}
+        name = names.get(wanted.replace("_", "-").replace(" ", "-"))
+        if name is None:
+            raise UsageError(f"--x {wanted}: not a setting that varies across these results "
+                             f"(they vary in: {', '.join(varying) or 'nothing'})")
+        return name
+    settings = [name for name in varying if name != RUN_AT]
+    numeric = [name for name in settings if _numeric(table.group.entries, name)]
+    return (numeric or settings or varying or ["#"])[0]
+
+
+# Settings whose values name themselves (fp32, NHWC, resnet50); others are shown with their
+# name (batch 64, compile max-autotune, torch 2.9.0).
+_SELF_NAMING = frozenset({"network", "mode", "precision", "layout", "device", "attention", "op",
+                          "op type", "shapes", "dtype"})
+
+
+def _series_label(entry: Entry, names) -> str:
+    """What a series differs in; settings that do not apply to the row are left out."""
+    parts = []
+    for name in names:
+        value = setting_value(entry, name)
+        if value is not None:
+            text = format_setting(value)
+            parts.append(text if name in _SELF_NAMING else f"{name} {text}")
+    return " · ".join(parts)
+
+
+def _main_unit(table: Table) -> str | None:
+    """Throughput is drawn in one unit: the one most rows have (images/s, tokens/s)."""
+    units_ = [entry.unit for entry in table.group.entries if entry.measured and entry.unit]
+    return max(dict.fromkeys(units_), key=units_.count) if units_ else None
+
+
+def _drawn(table: Table, entry: Entry, metric: str) -> bool:
+    if metric == "throughput" and entry.unit != _main_unit(table):
+        return False
+    return point_of(entry, metric) is not None
+
+
+def _shared(entries, name: str):
+    """The value every entry has for a setting; None where they differ or do not say."""
+    values = {json.dumps(setting_value(e, name), default=str) for e in entries}
+    return setting_value(entries[0], name) if len(values) == 1 else None
+
+
+def _known(entries, name: str) -> set[str]:
+    """The distinct known values of a setting (a row that does not record it has none)."""
+    return {json.dumps(setting_value(e, name), default=str) for e in entries
+            if setting_value(e, name) is not None}
+
+
+def _subtitle(entries) -> str:
+    """What every drawn row shares, so that a reader knows what the points are of."""
+    shared = [(name, _shared(entries, name)) for name in HEADLINE_SETTINGS] if entries else []
+    return " · ".join(f"{name} {format_setting(value)}" for name, value in shared
+                      if value is not None)
+
+
+def _bars_note(table: Table, metric: str) -> str:
+    entries = [entry for entry in table.group.entries if _drawn(table, entry, metric)]
+    with_trials = any(len(entry.trial_values) >= 2 for entry in entries)
+    without = any(len(entry.trial_values) < 2 for entry in entries)
+    spread = (f"the {LOW_PERCENTILE}th to {HIGH_PERCENTILE}th percentile of the per-iteration "
+              f"rate (work of one iteration over its time)")
+    if metric == "latency":
+        return (f"Error bars: the {LOW_PERCENTILE}th to {HIGH_PERCENTILE}th percentile of the "
+                f"iteration times.")
+    if metric in ("gbs", "tflops"):
+        return (f"Error bars: the rate at the {HIGH_PERCENTILE}th and {LOW_PERCENTILE}th "
+                f"percentile of the call times.")
+    parts = []
+    if with_trials:
+        parts.append("the lowest to the highest trial (results with --repeat)")
+    if without:
+        parts.append(spread + (" (results of one trial)" if with_trials else ""))
+    scaled = " scaled to MFU" if metric == "mfu" else ""
+    return f"Points: each result's headline; error bars{scaled}: {'; '.join(parts)}."
+
+
+def _why_not_drawn(table: Table, entry: Entry, metric: str) -> str:
+    if not entry.measured:
+        return entry.status
+    if point_of(entry, metric) is None:
+        return f"{metric} unknown"
+    return f"in {entry.unit}"
+
+
+def _missing_note(table: Table, metric: str) -> str:
+    missing = [f"#{index} ({_why_not_drawn(table, entry, metric)})"
+               for index, entry in table.rows if not _drawn(table, entry, metric)]
+    return f"Not drawn: {', '.join(missing)}." if missing else ""
+
+
+# ---------------------------------------------------------------- the figure
+
+def build_figure(table: Table, metric: str, wanted_x: str | None = None):
+    """The figure of ``metric`` across the varying setting (a matplotlib Figure)."""
+    require_matplotlib()
+    from matplotlib.figure import Figure
+    if table.group.table not in METRICS[metric]:
+        raise UsageError(f"--metric {metric} applies to "
+                         f"{' and '.join(METRICS[metric])} results, not to these")
+    x = choose_x(table, wanted_x)
+    drawn = [entry for entry in table.group.entries if _drawn(table, entry, metric)]
+    others = [name for name in table.group.varying
+              if name not in (x, FILE) and len(_known(drawn, name)) > 1]
+    series: dict[str, list[tuple[int, Entry]]] = {}
+    for index, entry in table.rows:
+        series.setdefault(_series_label(entry, others), []).append((index, entry))
+    notes = [_bars_note(table, metric), _missing_note(table, metric)]
+    # Wide enough for the legend beside the axes (characters of its longest label).
+    longest = max(map(len, series)) if len(series) > 1 else 0
+    width = 7.0 + (0.065 * longest + 0.6 if longest else 0)
+    footnote = "\n".join(textwrap.fill(text, int(width * _FOOTNOTE_CHARS_PER_INCH))
+                         for text in notes if text)
+    height = 4.8 + 0.19 * (footnote.count("\n") + 1)
+    figure = Figure(figsize=(width, height))
+    axis = figure.subplots()
+    if x != "#" and _numeric(table.group.entries, x):
+        _draw_lines(axis, table, series, metric, x)
+    else:
+        _draw_bars(axis, table, series, metric, x)
+    axis.set_ylabel(_label(metric, table))
+    axis.set_ylim(bottom=0)
+    axis.set_title(f"{_label(metric, table).split(' [')[0]} by {x}", fontsize="medium")
+    if len(series) > 1:                 # beside the axes, so that it hides no point
+        axis.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.02, 1.0),
+                    borderaxespad=0)
+    figure.suptitle(_subtitle(drawn), fontsize="small")
+    figure.text(0.01, 0.01, footnote, fontsize="x-small", ha="left", va="bottom", color="0.25")
+    figure.tight_layout(rect=(0, 0.19 * (footnote.count("\n") + 2) / height, 1, 0.97))
+    return figure
+
+
+def _points(table: Table, members, metric):
+    return [(index, entry, point_of(entry, metric)) for index, entry in members
+            if _drawn(table, entry, metric)]
+
+
+def _scale(metric: str) -> float:
+    return 100.0 if metric == "mfu" else 1.0
+
+
+def _draw_lines(axis, table: Table, series, metric: str, x: str) -> None:
+    values = sorted({setting_value(e, x) for e in table.group.entries if e.measured})
+    for label, members in series.items():
+        drawn = sorted(_points(table, members, metric), key=lambda item: setting_value(item[1], x))
+        if not drawn:
+            continue
+        scale = _scale(metric)
+        bars = [point.bar() for _, _, point in drawn]
+        axis.errorbar([setting_value(entry, x) for _, entry, _ in drawn],
+                      [point.value * scale for _, _, point in drawn],
+                      yerr=[[low * scale for low, _ in bars], [high * scale for _, high in bars]],
+                      marker="o", capsize=3, label=label or None)
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+    if values and values[0] > 0 and values[-1] / values[0] >= 4:
+        axis.set_xscale("log", base=2)         # doubling steps (batch sizes) evenly spaced
+        axis.set_xlim(values[0] / 2 ** 0.5, values[-1] * 2 ** 0.5)
+    axis.xaxis.set_major_locator(FixedLocator(values))
+    axis.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+    axis.xaxis.set_minor_locator(NullLocator())
+    axis.set_xlabel(x)
+
+
+def _draw_bars(axis, table: Table, series, metric: str, x: str) -> None:
+    def category(index, entry):
+        return f"#{index}" if x == "#" else format_setting(setting_value(entry, x))
+    categories = list(dict.fromkeys(category(i, e) for i, e in table.rows))
+    width = 0.8 / max(1, len(series))
+    for number, (label, members) in enumerate(series.items()):
+        drawn = _points(table, members, metric)
+        if not drawn:
+            continue
+        scale = _scale(metric)
+        offset = (number - (len(series) - 1) / 2) * width
+        bars = [point.bar() for _, _, point in drawn]
+        axis.bar([categories.index(category(i, e)) + offset for i, e, _ in drawn],
+                 [point.value * scale for _, _, point in drawn], width=width,
+                 yerr=[[low * scale for low, _ in bars], [high * scale for _, high in bars]],
+                 capsize=3, label=label or None)
+    rotate = len(categories) > 4 or max(map(len, categories)) > 12
+    axis.set_xticks(range(len(categories)), categories, rotation=30 if rotate else 0,
+                    ha="right" if rotate else "center", fontsize="small")
+    axis.set_xlabel("row" if x == "#" else x)
+
+
+def chart_bytes(table: Table, metric: str, wanted_x: str | None, image_format: str) -> bytes:
+    figure = build_figure(table, metric, wanted_x)
+    image = io.BytesIO()
+    figure.savefig(image, dpi=120, format=image_format)
+    return image.getvalue()
+
+
+def write_chart(table: Table, metric: str, wanted_x: str | None, path: str) -> None:
+    """Draw and write ``path`` whole or not at all (its suffix names the format)."""
+    suffix = os.path.splitext(path)[1].lstrip(".").lower()
+    writing.write_whole(path, chart_bytes(table, metric, wanted_x, suffix))
+
+
+def plotted_table(tables: list[Table], metric: str | None) -> tuple[Table, str]:
+    """The table a chart draws (the first whose kind the metric applies to) and the metric."""
+    for table in tables:
+        chosen = metric or DEFAULT_METRIC[table.group.table]
+        if table.group.table in METRICS[chosen]:
+            return table, chosen
+    raise UsageError(f"--metric {metric} applies to {' and '.join(METRICS[metric])} results; "
+                     f"none were read")
+

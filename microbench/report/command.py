@@ -1,0 +1,145 @@
+"""``microbench-report``: many result files as one table (and a chart, and a web page).
+
+    microbench-report results/
+    microbench-report results/ nightly/ --baseline precision=fp32 --format markdown
+    microbench-report results/sweep_20261124T203708Z.json --plot batch.png --html report.html
+    python3 -m microbench.report old.json new.json --baseline old.json
+
+Reads result JSONs of every version this tool wrote (and the older tool's, and the op bench's),
+groups the rows by the settings that differ and prints one table: the settings that vary, then
+throughput with its interval where there are trials, latency percentiles, MFU and MBU, energy,
+peak memory, and with ``--baseline`` each row's speed against one row. The table goes to
+standard output; what reading the files said (a file skipped, an older version read) goes to
+standard error, one line each.
+
+Exit codes: 0 a table was printed (files may have been skipped, each named); 2 usage: a path that
+is missing, not a regular file or directory (a FIFO, a device), larger than a result can be, a
+directory without results, no readable result at all, a baseline that names no row or several;
+4 matplotlib (--plot) or jsonschema missing, or no space to write the chart or page; 130 Ctrl-C,
+141 the reader of standard output left, 143 SIGTERM. Nothing here imports torch or the code that
+runs a benchmark (only microbench.config's setting schema, for the settings' flag names), so
+reading results does not wait for torch's imports.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from .. import __version__, process
+from ..errors import EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE, BenchmarkError, \
+    Terminated, UsageError
+from . import chart, collection, page, table, writing
+
+
+DEFAULT_TITLE = "Benchmark results"
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors as one line, exit 2 (as microbench.cli.OneLineParser, which imports torch)."""
+
+    def error(self, message: str):
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="microbench-report",
+        description="Show many benchmark result files as one table: the settings that differ, "
+                    "throughput with its interval, latency percentiles, MFU, energy and the "
+                    "ratio to a baseline row.")
+    parser.add_argument("paths", nargs="+", metavar="FILE_OR_DIR",
+                        help="result JSONs (a run's, a sweep's, the op bench's), or directories "
+                             "searched for *.json")
+    parser.add_argument("--format", choices=table.FORMATS, default="text",
+                        help="text for the terminal, markdown for an issue or pull request, "
+                             "csv or json with raw numbers (default: text)")
+    parser.add_argument("--baseline", metavar="ROW",
+                        help="the row the others are compared with: its number in the table, "
+                             "its result file, or SETTING=VALUE[,SETTING=VALUE...] naming one row "
+                             "(e.g. precision=fp32,batch=64) (default: none)")
+    parser.add_argument("--plot", metavar="FILE",
+                        help="draw --metric across the setting that varies, with error bars; "
+                             "the suffix names the format (.png, .svg, .pdf)")
+    parser.add_argument("--metric", choices=tuple(chart.METRICS),
+                        help="what --plot and the page's chart draw (default: throughput for "
+                             "model results, latency for op bench results)")
+    parser.add_argument("--x", metavar="SETTING",
+                        help="the setting along the chart's axis (default: the first numeric "
+                             "setting that varies, e.g. batch)")
+    parser.add_argument("--html", metavar="FILE",
+                        help="write the tables and the chart as one self-contained web page")
+    parser.add_argument("--title", default=DEFAULT_TITLE,
+                        help=f"the --html page's title (default: {DEFAULT_TITLE})")
+    parser.add_argument("--version", action="version",
+                        version=f"microbench-report {__version__}")
+    return parser
+
+
+def _check_outputs(args: argparse.Namespace) -> None:
+    """Output paths checked before any result is read, and no flag given that would not take
+    effect."""
+    if args.plot is None and args.html is None:
+        for flag, value in (("--metric", args.metric), ("--x", args.x)):
+            if value is not None:
+                raise UsageError(f"{flag} chooses what the chart draws: give --plot FILE or "
+                                 f"--html FILE with it")
+    if args.html is None and args.title != DEFAULT_TITLE:
+        raise UsageError("--title names the --html page: give --html FILE with it")
+    if args.plot is not None:
+        chart.check_path(args.plot, "--plot")
+    if args.html is not None:
+        writing.check_target(args.html, "--html")
+    if args.plot and args.html and os.path.abspath(args.plot) == os.path.abspath(args.html):
+        raise UsageError("--plot and --html name the same file: name two")
+
+
+def _page_chart(tables, args) -> tuple[bytes | None, str | None]:
+    """The page's chart as PNG, or why there is none."""
+    try:
+        chart.require_matplotlib()
+    except BenchmarkError:
+        return None, "No chart: matplotlib is not installed (pip install matplotlib)."
+    plotted, metric = chart.plotted_table(tables, args.metric)
+    if len(plotted.rows) < 2:
+        return None, None
+    return chart.chart_bytes(plotted, metric, args.x, "png"), None
+
+
+def run(args: argparse.Namespace) -> int:
+    _check_outputs(args)
+    inputs = collection.input_files(args.paths)
+    found = collection.read(inputs)
+    for line in found.lines:
+        print(line, file=sys.stderr)
+    if not found.entries:
+        raise UsageError(f"no result to report: none of the {len(inputs.files)} file(s) read "
+                         f"is a result of this tool (see the lines above)")
+    tables = table.build_tables(collection.group_entries(found.entries), args.baseline)
+    if args.plot or args.html:                # a wrong --metric or --x: before any output
+        plotted, metric = chart.plotted_table(tables, args.metric)
+        chart.choose_x(plotted, args.x)
+    sys.stdout.write(table.render(tables, args.format))
+    sys.stdout.flush()
+    if args.plot:
+        chart.write_chart(plotted, metric, args.x, args.plot)
+    if args.html:
+        png, why_not = _page_chart(tables, args)
+        writing.write_whole(args.html, page.html_page(tables, found.lines, png, why_not,
+                                                      title=args.title))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    with process.sigterm_raises():
+        try:
+            return run(build_parser().parse_args(argv))
+        except BenchmarkError as error:
+            print("error: " + " ".join(str(error).splitlines()), file=sys.stderr, flush=True)
+            return error.exit_code
+        except KeyboardInterrupt:
+            return process.stopped(process.INTERRUPTED, EXIT_INTERRUPTED)
+        except Terminated:
+            return process.stopped(process.TERMINATED, EXIT_TERMINATED)
+        except BrokenPipeError:                          # | head: the reader left
+            return process.reader_gone()

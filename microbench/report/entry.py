@@ -1,0 +1,316 @@
+"""What one stored result says: its settings and its figures, whatever version wrote it.
+
+An :class:`Entry` is one row of the report: a run's result (from its own file or from a sweep),
+a sweep's failed configuration, the older tool's result, or one op of the op bench. Its settings
+are what ran (network, precision, batch, device, PyTorch, ...: the columns a report may show when
+they differ); its figures are what was measured, each on the basis the document names, and None
+where the document does not know it (MFU without a datasheet peak, energy on the CPU, anything
+the older tool did not record). Nothing is estimated here.
+
+Every version the tool has written is read (``schema.READABLE_VERSIONS``): version 1 stored the
+precision flags instead of a precision name and had no ``model.item`` or ``model.image_size``;
+later versions added trials, telemetry, generation and token throughput. Each figure falls back
+to the older field where one holds it, and to None where none does.
+
+Example::
+
+    entries = entries_of(document, "results/resnet50_training_fp32_b64.json")
+    entries[0].settings["precision"], entries[0].figures["throughput"], entries[0].unit
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+
+from .. import config as config_schema
+from . import schema
+
+MODEL, OP = "model", "op"
+
+# Config keys that are not settings of the measurement: those --rerun does not replay (where
+# results went, how the job was launched: config.SCHEMA says which), the device *request* (the
+# device that ran is a setting of its own), and keys shown under a setting of their own below,
+# older versions' precision flags among them.
+NOT_SETTINGS = frozenset(
+    {name for name, item in config_schema.SCHEMA.items() if not item.replayed}
+    | {"device", "network", "batch_size", "image_size", "seq_len", "attention", "mode",
+       "prompt_len", "gen_len", "precision", "fp16", "amp", "amp_dtype", "amp_opt_level", "nhwc",
+       "compile", "compile_options", "compile_notes"})
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One row of a report."""
+
+    table: str                          # MODEL or OP: which table the row belongs to
+    source: str                         # the file, and the row of a sweep
+    settings: dict                      # setting -> value; None: does not apply or unknown
+    figures: dict                       # figure -> number; None: unknown or not recorded
+    unit: str                           # unit of the throughput: images/s, tokens/s, ...
+    status: str = "ok"                  # ok, or why nothing was measured (out of memory, ...)
+    error: str = ""
+    trial_values: tuple[float, ...] = ()      # each trial's throughput, in ``unit``
+    samples_ms: tuple[float, ...] = ()        # per-iteration times (the basis samples)
+    work_per_iteration: float | None = None   # units of ``unit`` done by one iteration
+    time_utc: str | None = None
+    identity: str = ""                  # equal for one measurement read twice
+    flags: tuple[str, ...] = field(default=())  # marks for the table: noisy, estimated energy
+    file: str = ""                      # the file it was read from
+
+    @property
+    def measured(self) -> bool:
+        return self.status == "ok"
+
+
+def _get(document, *keys):
+    """document[k1][k2]...; None where any level is missing or not an object."""
+    for key in keys:
+        if not isinstance(document, dict):
+            return None
+        document = document.get(key)
+    return document
+
+
+def _number(value) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) \
+        else None
+
+
+# ---------------------------------------------------------------- settings
+
+def _v1_precision(config: dict) -> str | None:
+    """The precision name version 1 derived from its flags (microbench/precision.py resolve()
+    as of schema version 1); None when the flags are not there."""
+    if "fp16" not in config and "amp" not in config:
+        return None
+    opt_level = config.get("amp_opt_level")
+    if isinstance(opt_level, int):
+        return {0: "fp32", 1: "amp-fp16", 2: "fp16", 3: "fp16"}.get(opt_level)
+    if config.get("fp16"):
+        return "fp16"
+    if config.get("amp"):
+        return "amp-bf16" if config.get("amp_dtype") == "bf16" else "amp-fp16"
+    return "tf32" if config.get("tf32") else "fp32"
+
+
+def _compile(config: dict) -> str | None:
+    if "compile" not in config:
+        return None
+    if not config["compile"]:
+        return "off"
+    options = dict(config.get("compile_options") or {})
+    mode = options.pop("mode", None) or "default"
+    extra = [f"{key}={json.dumps(value)}" for key, value in sorted(options.items())]
+    return ", ".join([mode, *extra])
+
+
+def _is_language(model: dict, config: dict) -> bool:
+    return model.get("family") == "language" or config.get("seq_len") is not None
+
+
+def _input_size(model: dict, config: dict) -> tuple[int | None, int | None]:
+    """(image size, sequence length): the resolved values where the model block has them, the
+    requested ones (version 1 stored the resolved image size in the config) otherwise."""
+    if _is_language(model, config):
+        return None, model.get("seq_len", config.get("seq_len"))
+    size = model.get("image_size", config.get("image_size"))
+    shape = model.get("input_shape")
+    if size is None and isinstance(shape, list) and len(shape) >= 3:
+        size = shape[-1]                 # (batch, channels, [frames,] height, width)
+    return size, None
+
+
+def _setting_name(key: str) -> str:
+    """A stored setting under its flag's spelling (opt-step, telemetry-interval); a key this
+    version no longer has, with dashes."""
+    item = config_schema.SCHEMA.get(key)
+    return item.flag.lstrip("-") if item is not None else key.replace("_", "-")
+
+
+def _generic_settings(config: dict) -> dict:
+    """Every other stored setting (opt-step, iterations, cudnn-benchmark, ...)."""
+    return {_setting_name(key): value for key, value in config.items()
+            if key not in NOT_SETTINGS}
+
+
+def model_settings(document: dict, config: dict | None = None) -> dict:
+    """The settings of a result (or, with ``config`` alone, of a sweep's failed row)."""
+    config = config if config is not None else (_get(document, "config") or {})
+    model, env = _get(document, "model") or {}, _get(document, "env") or {}
+    language = _is_language(model, config)
+    image_size, seq_len = _input_size(model, config)
+    generation = _get(document, "generation") or {}
+    return {
+        "network": model.get("name") or config.get("network") or document.get("Name"),
+        "mode": config.get("mode"),
+        "precision": _get(document, "precision", "name") or config.get("precision")
+        or _v1_precision(config),
+        "batch": document.get("Mini batch size [img]", config.get("batch_size")),
+        "devices": document.get("GPUs"),
+        "image size": image_size,
+        "seq len": seq_len,
+        "attention": (model.get("attention") or config.get("attention")) if language else None,
+        "prompt": generation.get("prompt_len", config.get("prompt_len")),
+        "generated": generation.get("gen_len", config.get("gen_len")),
+        "layout": None if language or "nhwc" not in config else
+        ("NHWC" if config["nhwc"] else "NCHW"),
+        "compile": _compile(config),
+        **_generic_settings(config),
+        "device": env.get("device_name"),
+        "host": env.get("host"),
+        "torch": env.get("torch"),
+        "tool": document.get("tool_version"),
+    }
+
+
+# ---------------------------------------------------------------- figures
+
+def _item(document: dict) -> str:
+    """What one item of the batch is (image, clip, sequence); version 1 said it by family."""
+    model = _get(document, "model") or {}
+    if isinstance(model.get("item"), str):
+        return model["item"]
+    return "clip" if model.get("family") == "video" else "image"
+
+
+def _tokens_per_item(document: dict) -> float | None:
+    """Tokens per item for language models (generated tokens for generation), as the document's
+    two headlines give it; None for images and clips."""
+    tokens, items = _number(document.get("Throughput [tokens/sec]")), \
+        _number(document.get("Throughput [img/sec]"))
+    return tokens / items if tokens and items else None
+
+
+def _energy_per_unit(document: dict) -> tuple[float | None, bool]:
+    """Joules per unit of the throughput, and whether the energy was estimated from power
+    samples rather than read from an energy counter. The telemetry block shares energy out over
+    the throughput's own unit already: images (clips), or tokens for language models (generated
+    tokens for generation; benchmark.items_timed)."""
+    telemetry = _get(document, "telemetry")
+    per_unit = _number(_get(telemetry, "joules_per_item"))
+    return per_unit, per_unit is not None and bool(_get(telemetry, "energy_estimated"))
+
+
+def _trials(document: dict, scale: float) -> tuple[tuple[float, ...], float | None,
+                                                   float | None]:
+    trials = _get(document, "trials") or {}
+    values = tuple(v * scale for v in trials.get("values") or () if _number(v) is not None)
+    low, high = _number(trials.get("ci95_low")), _number(trials.get("ci95_high"))
+    if low is None or high is None:
+        return values, None, None
+    return values, low * scale, high * scale
+
+
+def _identity(document: dict) -> str:
+    """The same measurement read twice (a sweep file and the row's own file) has the same time,
+    host and exact throughput."""
+    return json.dumps([_get(document, "env", "time_utc"), _get(document, "env", "host"),
+                       document.get("Throughput [img/sec]"),
+                       (_get(document, "timing", "samples_ms") or [])[:4]])
+
+
+def result_entry(document: dict, source: str) -> Entry:
+    """A run's result (version 1 or 2)."""
+    scale = _tokens_per_item(document) or 1.0
+    unit = f"{_item(document)}s/s"
+    if scale != 1.0 or _get(document, "model", "family") == "language":
+        # Generation counts the tokens it generates, training and inference those processed:
+        # two quantities, never compared with each other.
+        unit = "generated tokens/s" if "generation" in document else "tokens/s"
+    stats = _get(document, "timing", "stats") or {}
+    trial_values, low, high = _trials(document, scale)
+    energy, estimated = _energy_per_unit(document)
+    figures = {
+        "throughput": _number(document["Throughput [img/sec]"]) * scale,
+        "ci95_low": low, "ci95_high": high,
+        "trial_count": len(trial_values) or 1,
+        "p50_ms": _number(stats.get("median_ms")),
+        "p90_ms": _number(stats.get("p90_ms")),
+        "p99_ms": _number(stats.get("p99_ms")),
+        "cv": _number(stats.get("cv")),
+        "ttft_ms": _number(_get(document, "generation", "time_to_first_token", "stats",
+                                "median_ms")),
+        "itl_ms": _number(_get(document, "generation", "inter_token_latency", "stats",
+                               "median_ms")),
+        "mfu": _number(_get(document, "flops", "mfu")),
+        "mbu": _number(_get(document, "flops", "mbu")) or _number(_get(document, "generation",
+                                                                        "mbu")),
+        "energy_per_unit": energy,
+        "peak_allocated_mb": _number(_get(document, "memory", "peak_allocated_mb")),
+    }
+    flags = (("noisy",) if _get(document, "timing", "noisy") else ()) + \
+        (("estimated energy",) if estimated else ())
+    batch = _number(document.get("Mini batch size [img]"))
+    return Entry(MODEL, source, model_settings(document), figures, unit,
+                 trial_values=trial_values,
+                 samples_ms=tuple(_get(document, "timing", "samples_ms") or ()),
+                 work_per_iteration=batch * scale if batch else None,
+                 time_utc=_get(document, "env", "time_utc"), identity=_identity(document),
+                 flags=flags)
+
+
+def older_tool_entry(document: dict, source: str) -> Entry:
+    """The older tool's six keys: the network, the devices, the batch and the throughput (its
+    time per mini-batch was a mean, not a percentile, so no latency column takes it)."""
+    settings = {"network": document.get("Name"), "devices": document.get("GPUs"),
+                "batch": document.get("Mini batch size [img]"), "tool": "older tool"}
+    figures = {"throughput": _number(document["Throughput [img/sec]"]), "trial_count": 1}
+    return Entry(MODEL, source, settings, figures, "images/s",
+                 identity=json.dumps([source, document.get("Throughput [img/sec]")]))
+
+
+def failed_row_entry(row: dict, sweep: dict, source: str) -> Entry:
+    """A sweep's configuration that did not run to the end: what it was, and why."""
+    env = sweep.get("env") or {}
+    measured = [r["result"] for r in sweep["rows"] if r.get("status") == "ok"]
+    tool = measured[0].get("tool_version") if measured else None
+    settings = model_settings({"env": env, "tool_version": tool}, row.get("config") or {})
+    settings["devices"] = 1              # a sweep runs its rows on one device (sweep.py)
+    return Entry(MODEL, source, settings, {}, "", status=str(row.get("status")),
+                 error=str(row.get("error", "")), time_utc=env.get("time_utc"),
+                 identity=json.dumps([source]))
+
+
+def op_entry(run: dict, row: dict, source: str) -> Entry:
+    """One op of the op bench: its shapes and dtype, the device and the run's timing settings;
+    median time, GB/s, TFLOP/s and the share of the datasheet peak."""
+    settings = {"op": row.get("op"), "op type": row.get("op_type"),
+                "shapes": row.get("shapes"), "dtype": row.get("dtype"),
+                "device": run.get("device_name"), "torch": run.get("torch"),
+                "cache flush": run.get("flush_l2"), "iterations": run.get("num_iters"),
+                "warmup": run.get("num_warmup_iters"), "tool": run.get("version")}
+    figures = {"median_ms": _number(row.get("median_ms")), "cv": _number(row.get("cv")),
+               "gbs": _number(row.get("gbs")),
+               "tflops": _number(row.get("tflops")) if row.get("flops") else None,
+               "pct_of_peak": _number(row.get("pct_of_peak"))}
+    flags = tuple(str(row.get("flags") or "").split())
+    return Entry(OP, source, settings, figures, "ms", status=str(row.get("status")),
+                 error=str(row.get("message") or ""),
+                 samples_ms=tuple(row.get("samples_ms") or ()), time_utc=run.get("time"),
+                 identity=json.dumps([run.get("time"), row.get("op"), row.get("shapes"),
+                                      row.get("median_ms")]), flags=flags)
+
+
+def entries_of(document: dict, source: str) -> list[Entry]:
+    """The rows one validated document holds (schema.validate_result first)."""
+    return [dataclasses.replace(entry, file=source) for entry in _entries(document, source)]
+
+
+def _entries(document: dict, source: str) -> list[Entry]:
+    kind = schema.document_kind(document)
+    if kind == schema.RESULT:
+        return [result_entry(document, source)]
+    if kind == schema.OLDER_TOOL:
+        return [older_tool_entry(document, source)]
+    if kind == schema.OP_BENCH:
+        return [op_entry(document, row, f"{source} op {index}")
+                for index, row in enumerate(document["results"], 1)]
+    entries = []
+    for index, row in enumerate(document["rows"], 1):
+        where = f"{source} row {index}"
+        if row.get("status") == "ok":
+            entries.append(result_entry(row["result"], where))
+        else:
+            entries.append(failed_row_entry(row, document, where))
+    return entries

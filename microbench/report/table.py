@@ -1,0 +1,474 @@
+"""The report's tables: columns chosen from what the rows hold, a baseline, and four renderings.
+
+A :class:`Table` is one :class:`~.collection.Group` laid out: ``#``, the settings that vary, then
+the figures some row knows. Model results show throughput (named in its unit: images/s, clips/s,
+tokens/s) with the 95% confidence interval of the mean of the trials where there are trials,
+iteration-time percentiles, time to first token and inter-token latency for generation, MFU and
+MBU, energy per unit of throughput and peak memory; op bench rows show median time, CV, GB/s,
+TFLOP/s and the share of the datasheet peak. A figure no row knows gets no column, and a note
+says so. Rows are numbered across tables, so ``--baseline 3`` names one row.
+
+Against a baseline each row gets its speed ratio (throughput over the baseline's; for ops, the
+baseline's median time over the row's). :func:`versus` is the one place where a row meets its
+baseline: where both have trials, the comparison gate's verdict (``microbench.stats``) belongs
+there; until it is wired in, the ratio of the headlines is shown and called that.
+
+Renderings: aligned text for the terminal, GitHub markdown (pastes into an issue or pull request),
+CSV and JSON with raw numbers in fixed units.
+
+Example::
+
+    tables = build_tables(group_entries(found.entries), baseline="3")
+    print(render(tables, "markdown"))
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+from dataclasses import dataclass, field
+
+from ..errors import UsageError
+from . import units, writing
+from .collection import FILE, HEADLINE_SETTINGS, RUN_AT, Group, setting_value
+from .entry import MODEL, Entry
+
+FORMATS = ("text", "markdown", "csv", "json")
+# --compare's default tolerance, for the verdict between trials once microbench.stats gives it.
+DEFAULT_TOLERANCE_PCT = 5.0
+
+
+# ---------------------------------------------------------------- a row against its baseline
+
+@dataclass(frozen=True)
+class Versus:
+    """A row against the baseline row: its speed ratio (above 1: faster), and, where both have
+    trials and the comparison gate has ruled, the interval of the ratio and the verdict."""
+
+    ratio: float | None
+    low: float | None = None
+    high: float | None = None
+    verdict: str | None = None
+
+
+def speed(entry: Entry) -> float | None:
+    """Higher is faster: a model's throughput, an op's calls per millisecond."""
+    if entry.table == MODEL:
+        return entry.figures.get("throughput")
+    median = entry.figures.get("median_ms")
+    return 1.0 / median if median else None
+
+
+def trial_verdict(baseline_trials, trials, tolerance_pct: float = DEFAULT_TOLERANCE_PCT
+                  ) -> Versus | None:
+    """The comparison gate's verdict between two sets of trial throughputs: ratio, its interval
+    and faster / slower / same within ``tolerance_pct``. It comes from ``microbench.stats``,
+    which is wired in here and nowhere else; until then None, and the table shows the ratio of
+    the headlines alone."""
+    return None
+
+
+def versus(entry: Entry, baseline: Entry) -> Versus:
+    if not entry.measured or not baseline.measured or entry.unit != baseline.unit:
+        return Versus(None)
+    if len(entry.trial_values) >= 2 and len(baseline.trial_values) >= 2:
+        ruled = trial_verdict(baseline.trial_values, entry.trial_values)
+        if ruled is not None:
+            return ruled
+    ours, theirs = speed(entry), speed(baseline)
+    return Versus(ours / theirs if ours and theirs else None)
+
+
+# ---------------------------------------------------------------- columns
+
+@dataclass(frozen=True)
+class Column:
+    key: str                   # a setting name, or a figure key (FIGURE_KEYS)
+    heading: str
+    setting: bool = False
+    numeric: bool = True
+
+
+# Model figures in column order: key, heading ({unit} and {item} filled in), why none is known.
+MODEL_FIGURES = (
+    ("throughput", "throughput [{unit}]", None),
+    ("ci95", "95% CI of mean", None),
+    ("trial_count", "trial count", None),
+    ("p50_ms", "p50 [ms]", None),
+    ("p90_ms", "p90 [ms]", None),
+    ("p99_ms", "p99 [ms]", None),
+    ("ttft_ms", "TTFT p50 [ms]", None),
+    ("itl_ms", "ITL p50 [ms]", None),
+    ("mfu", "MFU", "MFU (no datasheet peak for the device, or no FLOP count; --peak-tflops "
+                   "gives a peak)"),
+    ("mbu", "MBU", None),
+    ("energy_per_unit", "J/{item}", "energy (no telemetry for these devices)"),
+    ("peak_allocated_mb", "peak alloc [MB]", None),
+)
+OP_FIGURES = (
+    ("median_ms", "median [ms]", None),
+    ("cv", "CV", None),
+    ("gbs", "GB/s", None),
+    ("tflops", "TFLOP/s", None),
+    ("pct_of_peak", "% of peak", "% of peak (no datasheet peak for the device)"),
+    ("flags", "flags", None),
+)
+
+
+def _figure_known(entries, key: str) -> bool:
+    if key == "ci95":
+        return any(e.figures.get("ci95_low") is not None for e in entries)
+    if key == "trial_count":
+        return any((e.figures.get("trial_count") or 1) > 1 for e in entries)
+    if key == "flags":
+        return any(e.flags for e in entries)
+    return any(e.figures.get(key) is not None for e in entries)
+
+
+def _numeric_setting(entries, name: str) -> bool:
+    values = [setting_value(e, name) for e in entries if setting_value(e, name) is not None]
+    return bool(values) and all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                for v in values)
+
+
+def _units(entries) -> list[str]:
+    return list(dict.fromkeys(e.unit for e in entries if e.measured and e.unit))
+
+
+def _columns(group: Group) -> tuple[list[Column], list[str]]:
+    """The columns of a group, and the figures no row knows (for a note)."""
+    entries = group.entries
+    columns = [Column("#", "#")]
+    columns += [Column(name, name, setting=True, numeric=_numeric_setting(entries, name))
+                for name in group.varying]
+    unknown = []
+    units_ = _units(entries)
+    unit = units_[0] if len(units_) == 1 else "unit"
+    item = unit.split("/")[0].removesuffix("s") if len(units_) == 1 else "unit"
+    figures = MODEL_FIGURES if group.table == MODEL else OP_FIGURES
+    for key, heading, why_unknown in figures:
+        if _figure_known(entries, key) or key in ("throughput", "median_ms"):
+            columns.append(Column(key, heading.format(unit=unit, item=item),
+                                  numeric=key != "flags"))
+        elif why_unknown and any(e.measured for e in entries):
+            unknown.append(why_unknown)
+    if len(units_) > 1 and group.table == MODEL:         # each cell then names its unit
+        renamed = {"throughput": "throughput", "energy_per_unit": "energy"}
+        columns = [Column(c.key, renamed[c.key]) if c.key in renamed else c for c in columns]
+    return columns, unknown
+
+
+# ---------------------------------------------------------------- tables
+
+@dataclass
+class Table:
+    group: Group
+    first_index: int                      # the # of its first row
+    columns: list[Column]
+    unknown: list[str]                    # figures no row knows
+    baseline: Entry | None = None
+    versus: dict = field(default_factory=dict)      # id(entry) -> Versus
+
+    @property
+    def rows(self) -> list[tuple[int, Entry]]:
+        return list(enumerate(self.group.entries, self.first_index))
+
+    def index_of(self, entry: Entry) -> int:
+        return self.first_index + self.group.entries.index(entry)
+
+    def set_baseline(self, baseline: Entry) -> None:
+        self.baseline = baseline
+        self.columns.append(Column("versus", f"vs #{self.index_of(baseline)}"))
+        self.versus = {id(entry): versus(entry, baseline) for entry in self.group.entries}
+
+
+def _normal(name: str) -> str:
+    return name.lower().replace("_", "-").replace(" ", "-")
+
+
+def _matches(entry: Entry, conditions: dict) -> bool:
+    settings = {_normal(name): value for name, value in entry.settings.items()}
+    settings[_normal(RUN_AT)] = setting_value(entry, RUN_AT)
+    return all(name in settings and format_setting(settings[name]) == wanted
+               for name, wanted in conditions.items())
+
+
+def _conditions(selector: str) -> dict:
+    conditions = {}
+    for part in selector.split(","):
+        name, equals, value = part.partition("=")
+        if not equals or not name.strip():
+            raise UsageError(f"--baseline {selector}: give a row number, a result file, or "
+                             f"SETTING=VALUE[,SETTING=VALUE...] (e.g. precision=fp32,batch=64)")
+        conditions[_normal(name.strip())] = value.strip()
+    return conditions
+
+
+def _candidates(tables: list[Table], selector: str) -> list[tuple[Table, Entry]]:
+    rows = [(table, entry) for table in tables for _, entry in table.rows]
+    if selector.isdigit():
+        return [(t, e) for t, e in rows if t.index_of(e) == int(selector)]
+    if "=" in selector:
+        conditions = _conditions(selector)
+        return [(t, e) for t, e in rows if _matches(e, conditions)]
+    if not os.path.exists(selector):
+        raise UsageError(f"--baseline {selector}: no such row number, file or SETTING=VALUE")
+    real = os.path.realpath(selector)
+    return [(t, e) for t, e in rows if os.path.realpath(e.file) == real]
+
+
+def choose_baseline(tables: list[Table], selector: str) -> None:
+    """Mark the one row ``selector`` names as its table's baseline (UsageError otherwise)."""
+    found = _candidates(tables, selector)
+    count = sum(len(table.rows) for table in tables)
+    if not found:
+        raise UsageError(f"--baseline {selector} matches none of the {count} rows")
+    if len(found) > 1:
+        numbers = ", ".join(f"#{t.index_of(e)}" for t, e in found[:8])
+        raise UsageError(f"--baseline {selector} matches {len(found)} rows ({numbers}): name "
+                         f"one by its number or add a setting")
+    table, entry = found[0]
+    if not entry.measured:
+        raise UsageError(f"--baseline {selector} is row #{table.index_of(entry)}, which was not "
+                         f"measured ({entry.status})")
+    table.set_baseline(entry)
+
+
+def build_tables(groups: list[Group], baseline: str | None = None) -> list[Table]:
+    tables, first = [], 1
+    for group in groups:
+        columns, unknown = _columns(group)
+        tables.append(Table(group, first, columns, unknown))
+        first += len(group.entries)
+    if baseline is not None:
+        choose_baseline(tables, baseline)
+    return tables
+
+
+# ---------------------------------------------------------------- cells
+
+def format_setting(value) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, (list, tuple)):
+        return ",".join(map(str, value)) or "none"
+    if isinstance(value, dict):
+        return json.dumps(value, sort_keys=True)
+    return str(value)
+
+
+def _number(value: float | None) -> str:
+    return "-" if value is None else units.rate(value)
+
+
+def _figure_cell(table: Table, entry: Entry, key: str) -> str:
+    figures = entry.figures
+    if key == "versus":
+        ratio = table.versus[id(entry)].ratio
+        return "-" if ratio is None else f"{ratio:.2f}x"
+    if key == "ci95":
+        low, high = figures.get("ci95_low"), figures.get("ci95_high")
+        return "-" if low is None else f"[{units.rate(low)}, {units.rate(high)}]"
+    if key == "trial_count":
+        return str(figures.get("trial_count") or 1)
+    if key in ("mfu", "mbu", "cv", "pct_of_peak"):
+        value = figures.get(key)
+        if value is None:
+            return "-"
+        return f"{value:.1f}%" if key == "pct_of_peak" else units.percent(value)
+    if key == "flags":
+        return " ".join(entry.flags)
+    text = _number(figures.get(key))
+    if len(_units(table.group.entries)) > 1 and text != "-":
+        if key == "throughput":
+            text = f"{text} {entry.unit}"
+        elif key == "energy_per_unit":
+            text = f"{text} J/{entry.unit.split('/')[0].removesuffix('s')}"
+    if key == "p50_ms" and "noisy" in entry.flags and text != "-":
+        text += "*"
+    if key == "energy_per_unit" and "estimated energy" in entry.flags and text != "-":
+        text = "~" + text
+    return text
+
+
+def cell(table: Table, index: int, entry: Entry, column: Column) -> str:
+    """A cell as the text and markdown tables show it."""
+    if column.key == "#":
+        return str(index)
+    if column.setting:
+        return format_setting(setting_value(entry, column.key))
+    if not entry.measured:
+        first_figure = next(c for c in table.columns if not c.setting and c.key != "#")
+        return entry.status if column is first_figure else ""
+    return _figure_cell(table, entry, column.key)
+
+
+# ---------------------------------------------------------------- notes
+
+def common_line(table: Table) -> str:
+    shown = [(name, table.group.common[name]) for name in HEADLINE_SETTINGS
+             if name in table.group.common]
+    return " · ".join(f"{name} {format_setting(value)}" for name, value in shown)
+
+
+def notes(table: Table) -> list[str]:
+    """What the columns mean, what no row knows, and why rows were not measured."""
+    keys = {column.key for column in table.columns}
+    lines = []
+    if table.group.table == MODEL:
+        lines.append("throughput: the headline of each result (with --repeat, the median of "
+                     "its trials)")
+        if "ci95" in keys:
+            lines.append("95% CI of mean: Student t interval of the mean of the trials' "
+                         "throughputs")
+        if "p50_ms" in keys:
+            lines.append("p50/p90/p99: percentiles of the iteration times (a whole generation "
+                         "for --mode generate)")
+    if any("noisy" in entry.flags for entry in table.group.entries):
+        lines.append("*: noisy timing (the result flags its coefficient of variation)")
+    if any("estimated energy" in entry.flags for entry in table.group.entries):
+        lines.append("~: energy estimated from power samples (no energy counter)")
+    if table.baseline is not None:
+        number = table.index_of(table.baseline)
+        what = (f"each row's throughput over row #{number}'s" if table.group.table == MODEL
+                else f"row #{number}'s median time over each row's")
+        lines.append(f"vs #{number}: {what}, above 1 faster (a ratio of headlines, not a "
+                     f"significance test)")
+    if table.unknown:
+        lines.append(f"not known for any row: {'; '.join(table.unknown)}")
+    for index, entry in table.rows:
+        if not entry.measured and entry.error:
+            lines.append(f"#{index} {entry.status}: {' '.join(entry.error.split())}")
+    return lines
+
+
+# ---------------------------------------------------------------- renderings
+
+def title_of(table: Table) -> str:
+    noun = "model results" if table.group.table == MODEL else "op bench results"
+    count = len(table.group.entries)
+    return f"{noun.capitalize()}: {count} row{'s' if count != 1 else ''}"
+
+
+def _aligned(table: Table) -> list[str]:
+    grid = [[column.heading for column in table.columns]]
+    grid += [[cell(table, index, entry, column) for column in table.columns]
+             for index, entry in table.rows]
+    widths = [max(len(row[i]) for row in grid) for i in range(len(table.columns))]
+
+    def line(row):
+        return "  ".join(text.rjust(width) if column.numeric else text.ljust(width)
+                         for text, width, column in zip(row, widths, table.columns)).rstrip()
+    return [line(grid[0]), "  ".join("-" * width for width in widths)] + \
+        [line(row) for row in grid[1:]]
+
+
+def render_text(tables: list[Table]) -> str:
+    out = []
+    for table in tables:
+        out.append(title_of(table))
+        common = common_line(table)
+        if common:
+            out.append(f"Same in every row: {common}")
+        out += _aligned(table)
+        out += notes(table)
+        out.append("Files:")
+        out += [f"  #{index} {entry.source}" for index, entry in table.rows]
+        out.append("")
+    return "\n".join(out).rstrip("\n") + "\n"
+
+
+def _markdown_cell(text: str) -> str:
+    """Text that markdown shows as written: no cell break (|), emphasis (*) or HTML (<)."""
+    for raw, escaped in (("\\", "\\\\"), ("|", "\\|"), ("*", "\\*"), ("<", "&lt;")):
+        text = text.replace(raw, escaped)
+    return text or " "
+
+
+def render_markdown(tables: list[Table]) -> str:
+    out = []
+    for table in tables:
+        out.append(f"**{title_of(table)}**")
+        out.append("")
+        common = common_line(table)
+        if common:
+            out += [f"Same in every row: {_markdown_cell(common)}", ""]
+        out.append("| " + " | ".join(_markdown_cell(c.heading) for c in table.columns) + " |")
+        out.append("|" + "|".join("---:" if c.numeric else "---" for c in table.columns) + "|")
+        for index, entry in table.rows:
+            cells = [_markdown_cell(cell(table, index, entry, c)) for c in table.columns]
+            out.append("| " + " | ".join(cells) + " |")
+        out.append("")
+        out += [f"- {_markdown_cell(line)}" for line in notes(table)]
+        out.append("")
+    return "\n".join(out).rstrip("\n") + "\n"
+
+
+# Raw figures in fixed units, for CSV and JSON: model, then op bench.
+RAW_FIGURES = ("throughput", "ci95_low", "ci95_high", "trial_count", "p50_ms", "p90_ms", "p99_ms",
+               "cv", "ttft_ms", "itl_ms", "mfu", "mbu", "energy_per_unit",
+               "peak_allocated_mb", "median_ms", "gbs", "tflops", "pct_of_peak")
+
+
+def _raw_row(table: Table, index: int, entry: Entry) -> dict:
+    versus_ = table.versus.get(id(entry))
+    return {
+        "index": index, "table": table.group.table, "source": entry.source,
+        "status": entry.status, "error": entry.error,
+        "settings": {**entry.settings, RUN_AT: setting_value(entry, RUN_AT)},
+        "unit": entry.unit or None,
+        "figures": {key: entry.figures.get(key) for key in RAW_FIGURES
+                    if key in entry.figures},
+        "flags": list(entry.flags),
+        "versus_baseline": None if versus_ is None else versus_.__dict__,
+    }
+
+
+def render_json(tables: list[Table]) -> str:
+    document = {"tables": [{
+        "table": table.group.table, "common": table.group.common,
+        "varying": [name for name in table.group.varying if name != FILE],
+        "baseline": None if table.baseline is None else table.index_of(table.baseline),
+        "rows": [_raw_row(table, index, entry) for index, entry in table.rows],
+        "notes": notes(table)} for table in tables]}
+    return writing.json_text(document)
+
+
+def render_csv(tables: list[Table]) -> str:
+    rows = [_raw_row(table, index, entry) for table in tables for index, entry in table.rows]
+    settings = list(dict.fromkeys(name for row in rows for name in row["settings"]))
+    header = ["index", "table", *settings, "unit", *RAW_FIGURES, "vs_baseline", "flags",
+              "status", "error", "source"]
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(header)
+    for row in rows:
+        versus_ = row["versus_baseline"]
+        writer.writerow([row["index"], row["table"],
+                         *[_csv_value(row["settings"].get(name)) for name in settings],
+                         row["unit"] or "",
+                         *[_csv_value(row["figures"].get(key)) for key in RAW_FIGURES],
+                         _csv_value(versus_["ratio"] if versus_ else None),
+                         " ".join(row["flags"]), row["status"],
+                         " ".join(row["error"].split()), row["source"]])
+    return buffer.getvalue()
+
+
+def _csv_value(value) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, (list, tuple, dict)):
+        return format_setting(value)
+    return str(value)
+
+
+def render(tables: list[Table], format_: str) -> str:
+    return {"text": render_text, "markdown": render_markdown, "csv": render_csv,
+            "json": render_json}[format_](tables)

@@ -1,0 +1,44 @@
+"""Kinds of run: one module each, and the one place that knows which kinds there are.
+
+A scenario owns what differs between kinds of run: how its work is built, its timed loop, its unit
+of work (images, tokens, generated tokens: defined once, in :class:`~.base.Scenario`), the rows
+it adds to the console summary, its JSON block and its CSV cells. Outside this package no module
+branches on the mode; they ask the run's scenario (``spec.scenario``).
+
+* :mod:`.training`  -- forward, loss, backward, optimizer step (phases split by device events);
+* :mod:`.inference` -- forward in inference mode;
+* :mod:`.generate`  -- prefill a prompt, then decode token by token with a KV cache
+  (:mod:`.decoding` is its engine).
+
+A new kind of run is a module here with a :class:`~.base.Scenario` subclass, added to
+:data:`SCENARIOS`.
+
+Example::
+
+    scenario = for_config(config, model_spec)
+    scenario.unit, scenario.units_per_item          # 'generated token', 128
+"""
+from __future__ import annotations
+
+from .base import Scenario
+from .generate import Generate
+from .inference import Inference
+from .training import Training
+
+SCENARIOS: dict[str, type[Scenario]] = {kind.mode: kind for kind in (Training, Inference,
+                                                                     Generate)}
+MODES = tuple(SCENARIOS)
+
+
+def kind_of(mode: str) -> type[Scenario]:
+    return SCENARIOS[mode]
+
+
+def check(config) -> None:
+    """The rules of the configuration's kind of run (a UsageError where one is broken)."""
+    kind_of(config.mode).check_config(config)
+
+
+def for_config(config, model) -> Scenario:
+    """The scenario of ``config`` for its configured model spec."""
+    return kind_of(config.mode)(config, model)

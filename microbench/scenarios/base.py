@@ -1,0 +1,141 @@
+"""What every kind of run has: the :class:`Scenario` interface, its unit of work, and the timed
+loop of a workload that runs one step per iteration.
+
+The unit of work is defined here once. An *item* is what the batch counts (an image, a clip, a
+sequence); a *unit* is what throughput, FLOPs and energy are counted in: the item itself for
+image and video models, tokens for language models (a sequence of ``seq_len`` tokens), and
+generated tokens in generation (``gen_len`` per sequence). Every writer asks the scenario; none
+multiplies by a length itself.
+
+Example::
+
+    scenario.units_per_iteration(batch=8)        # 8 images, or 8 x 512 tokens
+    timed = scenario.loop(work, device)(iterations=20, first_index=0)
+"""
+from __future__ import annotations
+
+from typing import Callable, ClassVar
+
+import torch
+
+from ..errors import UsageError
+from ..results import PhaseTimes, Timed
+from ..timing import Measurement, make_recorder
+
+
+class Scenario:
+    """A kind of run: how its work is built and timed, its unit of work, its report."""
+
+    mode: ClassVar[str] = ""
+    updates_weights: ClassVar[bool] = False      # an optimizer steps (DDP wraps the model)
+    flops_counted: ClassVar[str] = "forward"     # what one iteration's FLOP count covers
+    # Whether the time per item (batch time / batch) means something to a reader: not in
+    # generation, where every sequence of the batch takes the whole generation's time (its
+    # scenario prints that, named, instead).
+    items_run_one_by_one: ClassVar[bool] = True
+
+    def __init__(self, config, model) -> None:
+        self.config, self.model = config, model
+
+    # ------------------------------------------------------------ rules
+
+    @classmethod
+    def check_config(cls, config) -> None:
+        """Settings that do not apply to this kind of run (checked from the flags alone)."""
+        if config.opt_step > 1 and not cls.updates_weights:
+            raise UsageError("--opt-step applies to training only")
+        if config.prompt_len or config.gen_len:
+            raise UsageError("--prompt-len and --gen-len apply to --mode generate")
+
+    # ------------------------------------------------------------ the unit of work
+
+    @property
+    def item(self) -> str:
+        """What the batch counts: image, clip or sequence."""
+        return self.model.item
+
+    @property
+    def counts_tokens(self) -> bool:
+        return self.model.tokens_per_item is not None
+
+    @property
+    def unit(self) -> str:
+        """What throughput, FLOPs and energy are counted in."""
+        return "token" if self.counts_tokens else self.item
+
+    @property
+    def units_per_item(self) -> int:
+        return self.model.tokens_per_item or 1
+
+    def units_per_iteration(self, batch: int) -> int:
+        return batch * self.units_per_item
+
+    # ------------------------------------------------------------ building and timing
+
+    def build(self, spec, wrap: Callable[[torch.nn.Module], torch.nn.Module] | None,
+              count_flops: bool):
+        """The model, inputs and step of this run; ``wrap`` goes around the ready model."""
+        raise NotImplementedError
+
+    def loop(self, work, device: torch.device, time_fn: Callable[[], float] | None = None,
+             around: Callable[[int], object] | None = None) -> Callable[[int, int], Timed]:
+        """The timed loop as a function of (iterations, index of the first iteration)."""
+        return lambda iterations, first_index: timed_loop(
+            work.step, iterations, device, time_fn, around, first_index,
+            getattr(work, "phases", None))
+
+    # ------------------------------------------------------------ the report
+
+    def mode_text(self) -> str:
+        return self.config.mode
+
+    def console_rows(self, summary) -> list[tuple[str, str]]:
+        """Rows this kind of run adds to the console summary."""
+        return []
+
+    def document(self, summary) -> dict:
+        """Keys this kind of run adds to the result JSON."""
+        return {}
+
+    def csv_cells(self, summary) -> dict:
+        """CSV cells this kind of run fills (the columns are the CSV's own)."""
+        return {}
+
+
+def timed_loop(step: Callable[[], torch.Tensor | None], iterations: int, device: torch.device,
+               time_fn: Callable[[], float] | None = None,
+               around_step: Callable[[int], object] | None = None,
+               first_index: int = 0, phases=None) -> Timed:
+    """The timed region: ``iterations`` steps between device-event marks.
+
+    ``around_step(i)`` is a context per iteration (a named ROCTX/NVTX range); the loop is chosen
+    once, so the plain loop carries no per-iteration branch. With ``phases`` (the step's
+    :class:`~microbench.workload.PhaseMarks`), the step marks the end of its forward and backward
+    passes on the same recorder, so each iteration's interval is cut in three that add up to it
+    exactly.
+    """
+    per_step = len(PhaseTimes.NAMES) if phases is not None else 1
+    recorder = make_recorder(device, iterations * per_step + 1, time_fn)
+    outputs: list = [None] * iterations
+    if phases is not None:
+        phases.record_on(recorder)
+    try:
+        recorder.mark()
+        if around_step is None:
+            for index in range(iterations):
+                outputs[index] = step()
+                recorder.mark()
+        else:
+            for index in range(iterations):
+                with around_step(first_index + index):
+                    outputs[index] = step()
+                recorder.mark()
+    finally:
+        if phases is not None:
+            phases.stop()
+    intervals = recorder.intervals_ms()
+    if phases is None:
+        return Timed(Measurement(intervals), outputs)
+    split = PhaseTimes(*(Measurement(intervals[i::per_step]) for i in range(per_step)))
+    iterations_ms = (sum(intervals[i:i + per_step]) for i in range(0, len(intervals), per_step))
+    return Timed(Measurement(iterations_ms), outputs, detail=split)

@@ -1,0 +1,135 @@
+"""Generation: prefill a prompt, then decode ``gen_len - 1`` tokens one at a time with a KV
+cache (the engine: :mod:`.decoding`).
+
+One iteration generates ``gen_len`` tokens for each of ``batch`` sequences. Its unit of work is
+the generated token: throughput, FLOPs and energy are per generated token. The prefill's time is
+the time to first token; each decode step's is an inter-token latency.
+
+Example::
+
+    scenario = Generate(config, model)     # shape: 128-token prompt, 128 tokens generated
+    scenario.units_per_iteration(16)       # 2048 generated tokens
+"""
+from __future__ import annotations
+
+from .. import workload
+from ..errors import UsageError
+from ..report import units
+from ..results import Timed
+from . import decoding
+from .base import Scenario
+
+# Default prompt and generation lengths: up to 128 tokens each, within the model's positions.
+DEFAULT_PROMPT_LEN = 128
+DEFAULT_GEN_LEN = 128
+
+
+def _optional(value: float | None, digits: int = 4) -> str:
+    return "" if value is None else f"{value:.{digits}f}"
+
+
+def _latency(times) -> str:
+    ms = units.duration_ms
+    return f"median {ms(times.median)}  p90 {ms(times.p90)}  p99 {ms(times.p99)}"
+
+
+class Generate(Scenario):
+    mode = "generate"
+    flops_counted = "prefill + decode steps"
+    items_run_one_by_one = False
+
+    def __init__(self, config, model) -> None:
+        super().__init__(config, model)
+        self.shape = self._shape()
+
+    @classmethod
+    def check_config(cls, config) -> None:
+        if config.opt_step > 1:
+            raise UsageError("--opt-step applies to training only")
+
+    def _shape(self) -> decoding.GenerationShape:
+        model, config = self.model, self.config
+        if not getattr(model, "can_generate", False):
+            raise UsageError(f"--mode generate runs the llama_* presets (static KV cache), not "
+                             f"{model.name}")
+        prompt = config.prompt_len or min(DEFAULT_PROMPT_LEN, model.seq_len // 2)
+        generated = config.gen_len or min(DEFAULT_GEN_LEN, model.seq_len - prompt + 1)
+        shape = decoding.GenerationShape(prompt, generated)
+        if prompt < 1 or generated < 1 or shape.positions > model.seq_len:
+            raise UsageError(f"a {prompt}-token prompt and {generated} generated tokens need "
+                             f"{shape.positions} positions, but {model.name} has "
+                             f"{model.seq_len}: pass --seq-len {shape.positions} or shorter "
+                             f"--prompt-len/--gen-len")
+        return shape
+
+    # ------------------------------------------------------------ the unit of work
+
+    @property
+    def unit(self) -> str:
+        return "generated token"
+
+    @property
+    def units_per_item(self) -> int:
+        return self.shape.gen_len
+
+    # ------------------------------------------------------------ building and timing
+
+    def build(self, spec, wrap, count_flops: bool):
+        return decoding.build(spec, workload.prepare_model(spec), wrap, count_flops)
+
+    def loop(self, work, device, time_fn=None, around=None):
+        def generate(iterations: int, first_index: int) -> Timed:
+            times = decoding.timed_generation(work, iterations, device, time_fn)
+            return Timed(times.e2e, [], detail=times)
+        return generate
+
+    # ------------------------------------------------------------ the report
+
+    def mode_text(self) -> str:
+        return (f"generate ({self.shape.prompt_len}-token prompt, {self.shape.gen_len} tokens "
+                f"generated per sequence, KV cache)")
+
+    def decode_tokens_per_s(self, summary) -> float | None:
+        """Tokens generated per second by the decode steps alone (this process's batch)."""
+        times = summary.detail
+        if times is None or not times.decode.count:
+            return None
+        return summary.spec.batch_size * times.decode.count / (times.decode.total_ms / 1e3)
+
+    def console_rows(self, summary) -> list[tuple[str, str]]:
+        times = summary.detail
+        if times is None:
+            return []
+        batch = summary.spec.batch_size
+        return [
+            ("Time to first token", _latency(times.prefill)
+             + f"  ({self.shape.prompt_len}-token prompt, batch {batch})"),
+            ("Inter-token latency", _latency(times.decode)
+             + f"  ({times.decode.count} decode steps)"),
+            ("Decode", f"{units.rate(self.decode_tokens_per_s(summary))} tokens/s (decode "
+                       f"steps only)"),
+            ("Time per sequence", f"mean {units.duration_ms(times.e2e.mean)}  (prefill and "
+                                  f"{self.shape.gen_len - 1} decode steps: every sequence of "
+                                  f"the batch takes this long)"),
+        ]
+
+    def document(self, summary) -> dict:
+        times = summary.detail
+        if times is None:
+            return {}
+        return {"generation": {
+            "prompt_len": self.shape.prompt_len, "gen_len": self.shape.gen_len,
+            "batch_size": summary.spec.batch_size,
+            "time_to_first_token": {"stats": times.prefill.stats(),
+                                    "samples_ms": list(times.prefill.samples_ms)},
+            "inter_token_latency": {"stats": times.decode.stats(),
+                                    "samples_ms": list(times.decode.samples_ms)},
+            "end_to_end": {"stats": times.e2e.stats()},
+            "decode_tokens_per_s": self.decode_tokens_per_s(summary),
+            "generated_tokens_per_s": summary.token_throughput}}
+
+    def csv_cells(self, summary) -> dict:
+        times = summary.detail
+        return {"ttft_median_ms": _optional(times.prefill.median if times else None),
+                "itl_median_ms": _optional(times.decode.median if times else None),
+                "itl_p99_ms": _optional(times.decode.p99 if times else None)}

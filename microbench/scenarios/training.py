@@ -1,0 +1,58 @@
+"""Training: forward, the model family's loss, backward and an optimizer step per iteration.
+
+Every iteration is cut in three by two extra device events (forward with the loss, backward,
+optimizer), unless ``--no-phases``; the step itself is built by :mod:`microbench.workload`.
+
+Example::
+
+    scenario = Training(config, model)
+    work = scenario.build(spec, wrap=None, count_flops=True)
+"""
+from __future__ import annotations
+
+from .. import workload
+from ..report import units
+from .base import Scenario
+
+
+def _optional(value: float | None, digits: int = 4) -> str:
+    return "" if value is None else f"{value:.{digits}f}"
+
+
+class Training(Scenario):
+    mode = "training"
+    updates_weights = True
+    flops_counted = "forward + backward"
+
+    def build(self, spec, wrap, count_flops: bool):
+        return workload.build(spec, wrap, count_flops, training=True)
+
+    def mode_text(self) -> str:
+        if self.config.opt_step > 1:
+            return f"training (optimizer step every {self.config.opt_step} iterations)"
+        return "training"
+
+    def console_rows(self, summary) -> list[tuple[str, str]]:
+        phases = summary.detail
+        if phases is None:
+            return []
+        means = phases.means_ms()
+        total = sum(means.values())
+        parts = "  ".join(f"{name} {units.duration_ms(ms)} ({ms / total:.0%})"
+                          for name, ms in means.items())
+        whose = ", rank 0" if summary.distributed else ""
+        return [(f"Phases (mean{whose})", parts)]
+
+    def document(self, summary) -> dict:
+        phases = summary.detail
+        if phases is None:
+            return {}
+        return {"phases": {name: {"mean_ms": times.mean, "stats": times.stats(),
+                                  "samples_ms": list(times.samples_ms)}
+                           for name, times in phases.items()}}
+
+    def csv_cells(self, summary) -> dict:
+        means = summary.detail.means_ms() if summary.detail is not None else {}
+        return {"forward_ms": _optional(means.get("forward")),
+                "backward_ms": _optional(means.get("backward")),
+                "optimizer_ms": _optional(means.get("optimizer"))}

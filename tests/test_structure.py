@@ -1,0 +1,207 @@
+"""The shape of the code holds: no import cycles, the kind of run known only to the scenarios,
+the vendor only to the device layer, one schema per setting (every flag replays through --rerun),
+and the op bench's command light enough not to load the model benchmark."""
+from __future__ import annotations
+
+import ast
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+from microbench import cli, config, preset, rerun
+
+PACKAGE = ROOT / "microbench"
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {_module_name(path): path for path in PACKAGE.rglob("*.py")}
+
+
+class _Imports(ast.NodeVisitor):
+    """Every import of a package module by a module, function-level imports included; only the
+    type checker's imports (``if TYPE_CHECKING:``) are left out, as they never run."""
+
+    def __init__(self, module: str, is_package: bool):
+        self.module, self.is_package, self.found = module, is_package, set()
+
+    def visit_If(self, node: ast.If) -> None:
+        test = node.test
+        name = test.id if isinstance(test, ast.Name) else getattr(test, "attr", None)
+        for child in (node.orelse if name == "TYPE_CHECKING" else node.body + node.orelse):
+            self.visit(child)
+
+    def _add(self, name: str) -> None:
+        while name and name not in MODULES:
+            name = name.rpartition(".")[0]
+        if name and name != self.module:
+            self.found.add(name)
+
+    def visit_Import(self, node: ast.Import) -> None:
+        for alias in node.names:
+            if alias.name.split(".")[0] == "microbench":
+                self._add(alias.name)
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        if node.level:
+            parts = self.module.split(".")
+            base = parts if self.is_package else parts[:-1]
+            base = base[:len(base) - node.level + 1]
+            module = ".".join(base + ([node.module] if node.module else []))
+        elif node.module and node.module.split(".")[0] == "microbench":
+            module = node.module
+        else:
+            return
+        for alias in node.names:
+            full = f"{module}.{alias.name}"
+            self._add(full if full in MODULES else module)
+
+
+def import_graph() -> dict[str, set[str]]:
+    graph = {}
+    for name, path in MODULES.items():
+        visitor = _Imports(name, path.name == "__init__.py")
+        visitor.visit(ast.parse(path.read_text()))
+        graph[name] = visitor.found
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle as a path of module names, or None."""
+    state: dict[str, int] = {}          # 1: on the current path, 2: done
+
+    def visit(node: str, path: list[str]) -> list[str] | None:
+        state[node] = 1
+        for target in sorted(graph[node]):
+            if state.get(target) == 1:
+                return path[path.index(target):] + [node, target] if target in path else \
+                    [node, target]
+            if target not in state:
+                found = visit(target, path + [node])
+                if found:
+                    return found
+        state[node] = 2
+        return None
+
+    for start in sorted(graph):
+        if start not in state:
+            cycle = visit(start, [])
+            if cycle:
+                return cycle
+    return None
+
+
+def test_no_module_of_the_package_imports_itself_in_a_circle():
+    assert find_cycle(import_graph()) is None, " -> ".join(find_cycle(import_graph()))
+
+
+def test_the_cycle_finder_finds_one():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) is not None
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
+
+
+def _hits(pattern: str) -> list[str]:
+    regex = re.compile(pattern)
+    return [f"{path.relative_to(ROOT)}:{number}" for path in sorted(PACKAGE.rglob("*.py"))
+            for number, line in enumerate(path.read_text().splitlines(), 1)
+            if regex.search(line)]
+
+
+def test_only_the_scenarios_know_the_kind_of_run():
+    hits = _hits(r'mode == "generate"|generation is (not )?None|GenerationWorkload')
+    assert all(hit.startswith("microbench/scenarios/") for hit in hits), hits
+
+
+def test_only_the_device_layer_reads_the_vendor_of_the_build():
+    assert all(hit.startswith("microbench/device.py") for hit in _hits(r"torch\.version\.hip"))
+
+
+def test_the_op_bench_parses_its_flags_without_the_model_benchmark():
+    probe = ("import sys\nfrom microbench.ops.cli import main\n"
+             "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+             "loaded = sorted(m for m in ('torchvision', 'microbench.models', 'microbench.cli')"
+             " if m in sys.modules)\nprint('LOADED', loaded)\n")
+    ran = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120)
+    assert "LOADED []" in ran.stdout, ran.stdout[-2000:] + ran.stderr[-2000:]
+
+
+# A value other than the default for every setting --rerun replays. A new setting must be added
+# here (the test below fails until it is), which proves it replays.
+REPLAYED_SAMPLES = {
+    "network": "llama_tiny", "batch_size": 3, "image_size": 48, "seq_len": 40,
+    "vocab_size": 500, "kv_heads": 2, "attention": "eager", "model_kwargs": ("a=1", "b=2"),
+    "mode": "generate", "prompt_len": 7, "gen_len": 9, "opt_step": 2, "iterations": 11,
+    "warmup": 4, "repeat": 3, "trials": "in-process", "telemetry_interval_ms": 50.0,
+    "precision": "amp-bf16",
+    "tf32": True, "nhwc": True, "compile": True,
+    "compile_options": {"mode": "max-autotune", "fullgraph": True}, "device": "cpu",
+    "seed": 17, "dist_timeout": 30.0, "ddp_bucket_cap_mb": 50.0, "ddp_static_graph": True,
+    "ddp_gradient_as_bucket_view": True, "autograd_profiler": True, "kineto": True,
+    "profiler_schedule": (0, 1, 3), "flops_prof_step": 2, "peak_tflops": 123.0,
+    "capture_range": True, "phase_timing": False, "optimizer_impl": "fused",
+    "cudnn_benchmark": True, "preset": "fast",
+}
+
+
+# Settings that take effect only beside another one.
+NEEDS = {"prompt_len": {"mode": "generate"}, "gen_len": {"mode": "generate"},
+         "tf32": {"precision": "amp-bf16"}, "compile_options": {"compile": True}}
+
+
+def _replay(tmp_path, stored: dict):
+    path = tmp_path / "result.json"
+    path.write_text(json.dumps({"Throughput [img/sec]": 1.0, "config": stored}))
+    return cli.parse_args(["--rerun", str(path)])
+
+
+def test_every_replayed_setting_has_a_sample_here():
+    assert set(REPLAYED_SAMPLES) == set(config.replayed_fields())
+
+
+@pytest.mark.parametrize("name", sorted(REPLAYED_SAMPLES))
+def test_every_setting_replays_through_rerun(tmp_path, name):
+    """Each replayed field, stored with a value other than its default, comes back as that value
+    (the flags are parsed by the command line itself, with its checks)."""
+    value = REPLAYED_SAMPLES[name]
+    stored = {name: list(value) if isinstance(value, tuple) else value, **NEEDS.get(name, {})}
+    args = _replay(tmp_path, stored)
+    args.rerun_notes = []
+    replayed = cli.to_plan(args).configs[0]
+    assert getattr(replayed, name) == value
+    assert name in args.explicit or name == "tf32"
+
+
+def test_settings_of_this_invocation_are_not_replayed(tmp_path):
+    words, _ = rerun.flags_of(_write(tmp_path, {"output_dir": "/elsewhere", "quiet": True,
+                                                "rank": 3, "iterations": 7}))
+    assert words == ["--iterations=7"]
+
+
+def _write(tmp_path, stored: dict) -> str:
+    path = tmp_path / "stored.json"
+    path.write_text(json.dumps({"Throughput [img/sec]": 1.0, "config": stored}))
+    return str(path)
+
+
+def test_a_preset_chooses_only_settings_declared_as_its_own():
+    import torch
+    for training in (True, False):
+        for world in (1, 2):
+            chosen = preset.fast_choices("classification", torch.device("cpu"), world, training)
+            assert set(chosen) <= set(config.PRESET_FIELDS)
+
+
+def test_preset_flags_are_spelled_as_a_shell_takes_them():
+    chosen = config.BenchConfig(compile=True, compile_options={"mode": "reduce-overhead"},
+                                precision="amp-bf16", nhwc=True, cudnn_benchmark=True)
+    assert preset.as_flags(chosen) == ("--precision amp-bf16 --nhwc --compile-mode "
+                                       "reduce-overhead --cudnn-benchmark 1")
