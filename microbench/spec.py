@@ -69,6 +69,7 @@ class RunSpec:
     def check(self) -> None:
         """Settings that may not suit the model (a sweep records this as the row's failure)."""
         self.model.check()
+        self.scenario.check_spec(self)
         if self.model.family == "language":
             compute = self.precision.autocast_dtype or self.precision.model_dtype
             self.model.check_attention(self.device, compute)

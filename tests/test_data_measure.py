@@ -9,7 +9,7 @@ import os
 import pytest
 import torch
 
-from microbench.benchmark import timed_loop
+from microbench.scenarios.base import timed_loop
 from microbench.data import DataSettings, ModelInput, WaitTimes, open_pipeline, report, verdict
 from microbench.data.measure import (CpuMeter, CpuUse, LoaderRun, PipelineRun,
                                      cpu_seconds_from_stat, proc_cpu_seconds)

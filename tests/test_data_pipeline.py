@@ -3,7 +3,6 @@ corrupt files skipped and named, disjoint shards per rank, endless batches, tran
 run puts them, token corpora for language models, and settings that cannot take effect refused."""
 from __future__ import annotations
 
-import json
 import os
 
 import pytest
@@ -285,24 +284,6 @@ def test_models_without_an_image_and_a_class_have_no_pipeline():
     with pytest.raises(UsageError) as error:
         ModelInput.of(spec)
     assert "fcn_resnet50 is a segmentation model: use --data synthetic" in one_line(error)
-
-
-# ---------------------------------------------------------------- the GPU probe, on the CPU
-
-def test_the_gpu_probe_runs_on_the_cpu_and_writes_its_rows_and_plot(tmp_path, capsys):
-    from benchmarks import data_pipeline_probe
-    code = data_pipeline_probe.main([
-        str(tmp_path / "out"), "--network", "resnet18", "--batch-size", "4", "--image-size",
-        str(SIZE), "--workers", "0,1", "--iterations", "2", "--warmup", "1",
-        "--loader-batches", "2", "--images", "8", "--image-side", "40", "--cache",
-        str(tmp_path / "cache"), "--device", "cpu", "--no-amp"])
-    assert code == 0
-    document = json.loads((tmp_path / "out" / "resnet18.json").read_text())
-    assert [row["workers"] for row in document["rows"]] == [0, 1]
-    assert all(row["model_alone_per_s"] == document["model_alone_per_s"]
-               for row in document["rows"])
-    assert (tmp_path / "out" / "resnet18.png").stat().st_size > 0
-    assert capsys.readouterr().out.count("Verdict            :") == 2
 
 
 # ---------------------------------------------------------------- workers that cannot work

@@ -38,11 +38,11 @@ Example::
                       pipeline.skipped(), pipeline.unit)
     print("\\n".join(data.lines()))
 """
-from .measure import (CpuUse, DataReport, LoaderRun, PipelineRun, Verdict, WaitTimes, report,
-                      verdict)
+from .measure import (CpuUse, DataReport, DataTrial, LoaderRun, ModelAloneRun, PipelineRun,
+                      Verdict, WaitTimes, combine, report, verdict)
 from .pipeline import FedStep, Pipeline, open_pipeline
 from .settings import DataSettings, ModelInput, default_cache_root
 
-__all__ = ["CpuUse", "DataReport", "DataSettings", "FedStep", "LoaderRun", "ModelInput",
-           "Pipeline", "PipelineRun", "Verdict", "WaitTimes", "default_cache_root",
-           "open_pipeline", "report", "verdict"]
+__all__ = ["CpuUse", "DataReport", "DataSettings", "DataTrial", "FedStep", "LoaderRun",
+           "ModelAloneRun", "ModelInput", "Pipeline", "PipelineRun", "Verdict", "WaitTimes",
+           "combine", "default_cache_root", "open_pipeline", "report", "verdict"]

@@ -64,6 +64,19 @@ class ImageList:
 
 
 def scan_folder(directory: str, max_file_bytes: int) -> ImageList:
+    root, classes, candidates = list_images(directory)
+    kept, total_bytes, rejected = _checked(candidates, max_file_bytes)
+    if not kept:
+        first_path, first_reason = rejected[0]
+        raise UsageError(f"{FLAG} {directory}: none of its {len(candidates)} images can be read "
+                         f"as one (e.g. {first_path}: {first_reason})")
+    return ImageList(root, tuple(path for path, _ in kept), tuple(label for _, label in kept),
+                     classes, tuple(rejected), total_bytes)
+
+
+def list_images(directory: str) -> tuple[str, tuple[str, ...], list[tuple[str, int]]]:
+    """The tree's root, its classes and its image files with their labels, from the directory
+    listing alone (no file opened): what the run checks before it builds the model."""
     root = check_directory(directory, FLAG)
     entries = _sorted_entries(root)
     class_dirs = [entry for entry in entries if entry.is_dir()]
@@ -82,13 +95,7 @@ def scan_folder(directory: str, max_file_bytes: int) -> ImageList:
     if not candidates:
         raise UsageError(f"{FLAG} {directory} holds no images (.jpg, .jpeg, .png or .webp files, "
                          f"flat or in class folders)")
-    kept, total_bytes, rejected = _checked(candidates, max_file_bytes)
-    if not kept:
-        first_path, first_reason = rejected[0]
-        raise UsageError(f"{FLAG} {directory}: none of its {len(candidates)} images can be read "
-                         f"as one (e.g. {first_path}: {first_reason})")
-    return ImageList(root, tuple(path for path, _ in kept), tuple(label for _, label in kept),
-                     classes, tuple(rejected), total_bytes)
+    return root, classes, candidates
 
 
 def _is_image_name(name: str) -> bool:

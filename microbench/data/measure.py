@@ -188,6 +188,20 @@ class LoaderRun:
 
 
 @dataclass(frozen=True)
+class ModelAloneRun:
+    """The model's own step on synthetic input already on the device, timed by the run's own
+    loop (device events): what the model takes when nothing feeds it."""
+
+    batch: int
+    samples_ms: tuple[float, ...]
+
+    @property
+    def per_s(self) -> float:
+        total = math.fsum(self.samples_ms)
+        return self.batch * len(self.samples_ms) / (total / 1e3) if total > 0 else math.nan
+
+
+@dataclass(frozen=True)
 class PipelineRun:
     """The model fed by the loader: its throughput (the run's own, on its basis), the waits of
     its timed steps, and the workers' CPU meanwhile."""
@@ -195,6 +209,59 @@ class PipelineRun:
     per_s: float
     waits: WaitTimes
     worker_cpu: CpuUse | None = None
+
+
+@dataclass(frozen=True)
+class DataTrial:
+    """What one process's input pipeline measured in one trial (``ProcessResult.data``): the
+    settings as they took effect, the waits and worker CPU of the timed steps, the loader alone,
+    the model alone, and the files skipped."""
+
+    description: dict
+    waits: WaitTimes
+    worker_cpu: CpuUse | None
+    loader: LoaderRun
+    model_alone: ModelAloneRun
+    skipped: tuple[tuple[str, str], ...] = ()
+    unit: str = "images/s"
+
+
+def _median_run(runs: list):
+    """The median of runs by their rate (the lower middle one for an even count), as the
+    summary picks its representative trial."""
+    ordered = sorted(runs, key=lambda run: run.per_s)
+    return ordered[(len(ordered) - 1) // 2]
+
+
+def _pooled_cpu(uses: list[CpuUse | None]) -> CpuUse | None:
+    """Worker CPU pooled over ranks and trials (per rank: the CPU time over the wall time);
+    unknown if any part is."""
+    if not uses or any(use is None for use in uses):
+        return None
+    return CpuUse(math.fsum(u.cpu_s for u in uses), math.fsum(u.wall_s for u in uses),
+                  uses[0].workers)
+
+
+def combine(trials: list[list[DataTrial]], pipeline_per_s: float) -> "DataReport":
+    """One report from every trial's ranks (``trials[i]``: trial i's DataTrial of each rank).
+
+    ``pipeline_per_s`` is the run's headline per device (the slowest rank's basis). On the same
+    basis, the loader alone and the model alone are the slowest rank's in each trial, and the
+    median of the trials; the waits pool every rank's steps of every trial."""
+    everything = [part for parts in trials for part in parts]
+    first = everything[0]
+    loader = _median_run([min((p.loader for p in parts), key=lambda run: run.per_s)
+                          for parts in trials])
+    model = _median_run([min((p.model_alone for p in parts), key=lambda run: run.per_s)
+                         for parts in trials])
+    waits = WaitTimes.merge(part.waits for part in everything)
+    skipped = dict(path_reason for part in everything for path_reason in part.skipped)
+    description = {**first.description, "trials": len(trials)}
+    pipeline = PipelineRun(pipeline_per_s, waits,
+                           _pooled_cpu([part.worker_cpu for part in everything]))
+    return DataReport(description, pipeline, loader, model.per_s,
+                      verdict(pipeline_per_s, loader.per_s, model.per_s, first.unit),
+                      tuple(skipped.items()), first.unit, model)
 
 
 # ---------------------------------------------------------------- verdict
@@ -255,6 +322,11 @@ class DataReport:
     verdict: Verdict
     skipped: tuple[tuple[str, str], ...] = field(default=())
     unit: str = "images/s"
+    model_alone: ModelAloneRun | None = None
+
+    @property
+    def per_device(self) -> bool:
+        return self.description.get("world_size", 1) > 1
 
     def block(self) -> dict:
         waits = self.pipeline.waits
@@ -265,6 +337,12 @@ class DataReport:
                 "model_alone_per_s": self.model_alone_per_s,
                 "loader_alone": {"items": self.loader.items, "seconds": self.loader.seconds,
                                  "batches": self.loader.batches},
+                "model_alone": (None if self.model_alone is None else
+                                {"batch": self.model_alone.batch,
+                                 "samples_ms": list(self.model_alone.samples_ms)}),
+                "basis": ("per device: the run's throughput over the world size (the slowest "
+                          "rank's timed total); the loader and the model alone of the slowest "
+                          "rank" if self.per_device else "this device"),
                 "wait": waits.to_dict(),
                 "worker_cpu": _cpu_block(self.pipeline.worker_cpu),
                 "loader_alone_worker_cpu": _cpu_block(self.loader.worker_cpu),
@@ -272,26 +350,33 @@ class DataReport:
                 "verdict": {"kind": self.verdict.kind, "kept": self.verdict.kept,
                             "line": self.verdict.line, "keeps_up_at": KEEPS_UP}}
 
-    def lines(self) -> list[str]:
+    def rows(self) -> list[tuple[str, str]]:
+        """(label, value) rows for the console summary."""
         description, waits = self.description, self.pipeline.waits
+        each = " per device" if self.per_device else ""
         model = (_rate(self.model_alone_per_s, self.unit) if self.model_alone_per_s
                  else "unknown")
-        lines = [
-            f"Input pipeline     : {description.get('summary', description.get('source'))}",
-            f"Pipeline           : {_rate(self.pipeline.per_s, self.unit)}",
-            f"Loader alone       : {_rate(self.loader.per_s, self.unit)}",
-            f"Model alone        : {model} (synthetic input on the device)",
-            f"Wait for data      : {waits.share_median:.1%} of a step (median), "
-            f"{waits.share_p99:.1%} (p99), {waits.share_total:.1%} of the run",
-            f"Loader worker CPU  : {_cpu_text(self.pipeline.worker_cpu)}",
+        ranks = ", all ranks" if self.per_device else ""
+        rows = [
+            ("Input pipeline", str(description.get("summary", description.get("source")))),
+            ("Pipeline", f"{_rate(self.pipeline.per_s, self.unit)}{each}"),
+            ("Loader alone", f"{_rate(self.loader.per_s, self.unit)}{each}"),
+            ("Model alone", f"{model}{each} (synthetic input on the device)"),
+            ("Wait for data", f"{waits.share_median:.1%} of a step (median), "
+                              f"{waits.share_p99:.1%} (p99), {waits.share_total:.1%} of the "
+                              f"run{ranks}"),
+            ("Loader worker CPU", _cpu_text(self.pipeline.worker_cpu)),
         ]
         if self.skipped:
             path, why = self.skipped[0]
             more = f" and {len(self.skipped) - 1} more (see the JSON)" if len(self.skipped) > 1 \
                 else ""
-            lines.append(f"Skipped files      : {len(self.skipped)}: {path} ({why}){more}")
-        lines.append(f"Verdict            : {self.verdict.line}")
-        return lines
+            rows.append(("Skipped files", f"{len(self.skipped)}: {path} ({why}){more}"))
+        rows.append(("Verdict", self.verdict.line))
+        return rows
+
+    def lines(self) -> list[str]:
+        return [f"{label:<19}: {value}" for label, value in self.rows()]
 
 
 def _cpu_block(use: CpuUse | None) -> dict | None:

@@ -45,7 +45,7 @@ from .files import FileRefused
 from .folder import scan_folder
 from .loader import (EndlessBatches, batches_per_epoch, check_shared_memory, make_loader,
                      to_device)
-from .measure import CpuMeter, LoaderRun, PipelineRun, WaitTimes, proc_cpu_seconds
+from .measure import CpuMeter, CpuUse, LoaderRun, PipelineRun, WaitTimes, proc_cpu_seconds
 from .settings import DataSettings, ModelInput, default_cache_root
 from .transforms import DeviceStage, host_transform
 
@@ -151,8 +151,10 @@ class Pipeline:
 
 
 class FedStep:
-    """The model's step fed by the pipeline; records the waits of the steps after
-    :meth:`start` (warm-up steps before it are fed but not recorded)."""
+    """The model's step fed by the pipeline; records the waits of the steps between
+    :meth:`start` and :meth:`stop` (warm-up steps outside them are fed but not recorded). A
+    timed loop cut in segments (around a profiled iteration) starts and stops once per
+    segment; the samples of every segment are kept."""
 
     def __init__(self, pipeline: Pipeline, step: Callable[[], object], inputs: torch.Tensor,
                  target: torch.Tensor | None, clock: Callable[[], float]):
@@ -163,9 +165,9 @@ class FedStep:
         self._waits: list[float] = []
         self._count = 0
         self._recording = False
-        self._end: float | None = None
+        self._segments: list[WaitTimes] = []
         self._meter: CpuMeter | None = None
-        self._cpu = None
+        self._cpu: list[CpuUse | None] = []
 
     def __call__(self):
         start = self._clock()
@@ -189,29 +191,39 @@ class FedStep:
         """Record from the next step on; room for ``steps`` samples is made now, so the timed
         loop allocates nothing for them. Starts measuring the workers' CPU."""
         self._starts, self._waits = [0.0] * steps, [0.0] * steps
-        self._count, self._end, self._recording = 0, None, True
+        self._count, self._recording = 0, True
         self._meter = self.pipeline.cpu_meter()
         self._meter.start()
 
     def stop(self) -> None:
-        """Call when the timed loop is over (after its device synchronisation): closes the last
-        step's interval and the CPU measurement."""
-        self._end = self._clock()
+        """Call when the timed loop (or segment) is over, after its device synchronisation:
+        closes the last step's interval and the CPU measurement."""
+        if not self._recording:
+            return
+        end = self._clock()
         self._recording = False
-        self._cpu = self._meter.stop() if self._meter is not None else None
+        count = self._count
+        starts = self._starts[:count] + [end]
+        self._segments.append(WaitTimes(tuple(w * 1e3 for w in self._waits[:count]),
+                                        tuple((b - a) * 1e3 for a, b in zip(starts, starts[1:]))))
+        self._cpu.append(self._meter.stop() if self._meter is not None else None)
 
     def waits(self) -> WaitTimes:
-        count = self._count
-        if count and self._end is None:
+        if self._recording:
             raise RuntimeError("FedStep.stop() closes the last step before waits are read")
-        starts = self._starts[:count] + ([self._end] if count else [])
-        return WaitTimes(tuple(w * 1e3 for w in self._waits[:count]),
-                         tuple((b - a) * 1e3 for a, b in zip(starts, starts[1:])))
+        return WaitTimes.merge(self._segments)
+
+    def worker_cpu(self) -> CpuUse | None:
+        """The workers' CPU over the recorded segments (unknown if any segment's is)."""
+        uses = self._cpu
+        if not uses or any(use is None for use in uses):
+            return None
+        return CpuUse(sum(u.cpu_s for u in uses), sum(u.wall_s for u in uses), uses[0].workers)
 
     def result(self, per_s: float) -> PipelineRun:
         """The pipeline's run: ``per_s`` is the run's own throughput (its timed total, on the
         summary's basis), with the waits and worker CPU recorded here."""
-        return PipelineRun(per_s, self.waits(), self._cpu)
+        return PipelineRun(per_s, self.waits(), self.worker_cpu())
 
 
 # ---------------------------------------------------------------- opening
@@ -229,7 +241,7 @@ def open_pipeline(settings: DataSettings, model_input: ModelInput, batch_size: i
     if settings.is_synthetic:
         raise UsageError("--data synthetic needs no pipeline: the model's inputs are made on "
                          "the device")
-    _check_placement(settings, device)
+    check_placement(settings, device)
     workers = settings.resolved_workers(local_world_size)
     on_gpu = device_layer.is_gpu(device)
     if model_input.kind == "tokens":
@@ -275,7 +287,9 @@ def _batch_bytes(settings: DataSettings, model_input: ModelInput, description: d
     return batch_size * 3 * model_input.image_size ** 2 * element
 
 
-def _check_placement(settings: DataSettings, device: torch.device) -> None:
+def check_placement(settings: DataSettings, device: torch.device) -> None:
+    """Decoding or transforms on the GPU need one, and GPU decoding a build that has it (one
+    tiny JPEG decoded now): MissingEnvironment, exit 4."""
     if not device_layer.is_gpu(device):
         moved = [flag for flag, place in (("--decode", settings.decode),
                                           ("--transforms", settings.transforms))
