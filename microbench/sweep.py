@@ -39,7 +39,16 @@ class Row(trials_mod.Job):
         language = (f" {model.attention} s{model.seq_len}"
                     if model.tokens_per_item is not None else "")
         return (f"{config.network} {config.mode} {self.spec.precision.name}"
-                f"{' nhwc' if config.nhwc else ''}{compiled}{language} b{config.batch_size}")
+                f"{' nhwc' if config.nhwc else ''}{compiled}{language} b{config.batch_size}"
+                f"{data_label(config)}")
+
+
+def data_label(config) -> str:
+    """The input pipeline in a row's label ('' for synthetic inputs)."""
+    if config.data == "synthetic":
+        return ""
+    workers = "auto" if config.workers is None else config.workers
+    return f" {config.data} workers={workers} decode={config.decode}"
 
 
 class Progress:
@@ -143,6 +152,29 @@ def print_comparison(rows: list[Row], out: TextIO) -> None:
             change = f"{row.peak_allocated_mb / reference.peak_allocated_mb - 1:+.0%}"
         print(f"{index:>3}  {row.label():<46} {row.throughput:>10.2f} {speedup:>7.2f}x "
               f"{memory:>9} {change:>8}", file=out)
+    print_data_table(rows, out)
+
+
+def print_data_table(rows: list[Row], out: TextIO) -> None:
+    """Rows fed by an input pipeline: what it delivered beside what each side does alone."""
+    fed = [(index, row) for index, row in enumerate(rows, 1)
+           if row.summary is not None and row.summary.data is not None]
+    if not fed:
+        return
+    unit = fed[0][1].summary.data.unit
+    print("", file=out)
+    print(f"Input pipeline ({unit}{' per device' if fed[0][1].summary.data.per_device else ''}"
+          f"; wait: share of a step spent waiting for the batch)", file=out)
+    print(f"{'#':>3}  {'workers':>7} {'decode':>6} {'pipeline':>10} {'loader':>10} "
+          f"{'model':>10} {'kept':>5} {'wait p50':>8} {'wait p99':>8}  verdict", file=out)
+    for index, row in fed:
+        data = row.summary.data
+        waits, kept = data.pipeline.waits, data.verdict.kept
+        print(f"{index:>3}  {data.description['workers']:>7} {data.description['decode']:>6} "
+              f"{data.pipeline.per_s:>10.2f} {data.loader.per_s:>10.2f} "
+              f"{data.model_alone_per_s or float('nan'):>10.2f} {kept:>5.0%} "
+              f"{waits.share_median:>8.1%} {waits.share_p99:>8.1%}  {data.verdict.kind}",
+              file=out)
 
 
 def write_files(rows: list[Row], output_dir: str, env) -> str:
