@@ -21,7 +21,6 @@ import torch
 from ..errors import UsageError
 from ..results import PhaseTimes, Timed
 from ..timing import Measurement, make_recorder
-from . import feeding
 
 
 class Scenario:
@@ -49,7 +48,6 @@ class Scenario:
             raise UsageError("--opt-step applies to training only")
         if config.prompt_len or config.gen_len:
             raise UsageError("--prompt-len and --gen-len apply to --mode generate")
-        feeding.check_flags(config, cls.mode, cls.feeds_input_pipeline)
 
     def check_spec(self, spec) -> None:
         """Settings that do not suit the resolved run (its device, its model); see RunSpec."""
