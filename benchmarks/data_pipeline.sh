@@ -42,6 +42,8 @@ print(f"\n{'run':<22} {'workers':>7} {'decode':>6} {'pipeline':>9} {'loader':>9}
       f"{'kept':>5} {'wait p50':>8} {'wait p99':>8}  verdict")
 rows = []
 for path in sorted(out.glob("*/*.json")):
+    if path.name.startswith("sweep_"):
+        continue
     data = json.loads(path.read_text()).get("data")
     if not data:
         print(f"{path.parent.name}/{path.name}: no data block")
