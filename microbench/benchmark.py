@@ -128,11 +128,14 @@ def run(spec: "RunSpec", on_phase: Callable[..., None] = lambda phase, timed=Fal
     config, device, launch = spec.config, spec.device, spec.launch
     precision_mod.apply_tf32(spec.precision.tf32)
     device_layer.set_conv_autotuner(config.cudnn_benchmark)
+    work = None
     try:
         work = build_workload(spec, wrap)
         on_phase("compiling and warming up" if config.compile else "warming up")
         with noise.captured() if config.compile else contextlib.nullcontext():
             warmup_s, first_s = warm_up(work.step, config.warmup, device)
+        # With an input pipeline: the model alone and the loader alone, then the fed step.
+        work = spec.scenario.before_timing(spec, work, on_phase)
         device_layer.reset_peak_memory(device)
         on_phase(f"timing {config.iterations} iterations", timed=True)
         before_timing()
@@ -154,13 +157,15 @@ def run(spec: "RunSpec", on_phase: Callable[..., None] = lambda phase, timed=Fal
         if not _is_expected(error):
             raise
         raise expected_failure(error, spec) from None
+    finally:
+        spec.scenario.release_inputs(work)      # the loader's workers stopped, whatever happened
     losses = [float(loss) for loss in timed.outputs if loss is not None]
     return ProcessResult(times=timed.times, losses=losses, warmup_s=warmup_s,
                          first_iteration_s=first_s, peak_allocated_mb=allocated,
                          peak_reserved_mb=reserved, parameters=work.parameters,
                          flops_per_iteration=work.flops_per_iteration, profile_reports=reports,
                          detail=timed.detail, telemetry=report, pid=os.getpid(),
-                         seed=config.seed)
+                         seed=config.seed, data=spec.scenario.input_measured(work))
 
 
 def trace_stem(spec: "RunSpec") -> str:

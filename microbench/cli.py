@@ -172,6 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
     _setting(output, "quiet",
              help="no per-iteration lines")
     _add_language_args(parser)
+    _add_data_args(parser)
     _add_distributed_args(parser)
     _add_profiler_args(parser)
     _add_sweep_args(parser)
@@ -204,10 +205,55 @@ def _add_language_args(parser: argparse.ArgumentParser) -> None:
                   "within the sequence length)")
 
 
+# Bounds of the input pipeline's numbers: more loader processes than any host has cores, more
+# batches in flight per worker than any memory holds, a generated set larger than a disk's worth.
+MAX_WORKERS = 1024
+MAX_PREFETCH = 1024
+MAX_DATA_IMAGES = 10**7
+
+
+def _add_data_args(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group(
+        "Input data (is the GPU waiting for data? --data loader or folder feeds each step from "
+        "a DataLoader and measures the loader alone and the model alone beside it)")
+    _setting(group, "data", choices=("synthetic", "loader", "folder"),
+             help="synthetic: inputs made once on the device, no loading; loader: a "
+                  "generated image set (a token corpus for language models) made once "
+                  "into --data-cache; folder: your images in --data-dir")
+    _setting(group, "data_format", choices=("jpeg", "png"),
+             help="--data loader: the generated set's format")
+    _setting(group, "data_cache", metavar="DIR",
+             help="--data loader: where generated sets are made once and reused "
+                  "(default: $XDG_CACHE_HOME or ~/.cache, /micro_benchmarking_pytorch)")
+    _setting(group, "data_images", type=bounded_int(1, MAX_DATA_IMAGES), metavar="N",
+             help="--data loader: images of the generated set (sequences of a language "
+                  "model's corpus)")
+    _setting(group, "data_dir", metavar="DIR",
+             help="--data folder: a tree of JPEG, PNG or WebP images, in class folders "
+                  "(ImageFolder's layout) or flat")
+    _setting(group, "decode", type=choices(("cpu", "gpu")), metavar="WHERE[,WHERE]",
+             help="where images are decoded: cpu (torchvision.io in the loader workers) or "
+                  "gpu (torchvision.io.decode_jpeg on the device; JPEG only, needs "
+                  "--transforms gpu); a list sweeps")
+    _setting(group, "transforms", choices=("cpu", "gpu"),
+             help="where normalisation and the cast to the input dtype run: in the workers "
+                  "(cpu) or after the copy to the device (gpu, which also copies uint8, a "
+                  "quarter of the bytes)")
+    _setting(group, "workers", type=list_of(bounded_int(0, MAX_WORKERS)), metavar="N[,N]",
+             help="loader worker processes per rank; 0 loads in the main process "
+                  "(default: the cores this process may use, os.sched_getaffinity, shared "
+                  "by the ranks of a host); a list sweeps")
+    _setting(group, "pin_memory", type=zero_or_one, metavar="{0,1}",
+             help="1: batches in pinned (page-locked) host memory, copied to the GPU "
+                  "without blocking; 0: pageable memory")
+    _setting(group, "prefetch_factor", type=bounded_int(1, MAX_PREFETCH), metavar="N",
+             help="batches each worker keeps in flight")
+
+
 def _add_sweep_args(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group(
         "sweeps, capacity and comparisons (lists in --network, --batch-size, --mode, --precision, "
-        "--seq-len and --attention sweep too)")
+        "--seq-len, --attention, --decode and --workers sweep too)")
     group.add_argument("--compile-mode", type=choices(COMPILE_MODES), default=None,
                        metavar="M[,M]",
                        help="compile modes to run: none, default, reduce-overhead, "
@@ -405,6 +451,8 @@ def _sweep_values(args: argparse.Namespace) -> list[dict]:
         [_compile_change(mode) for mode in args.compile_mode or [None]],
         [dict(attention=name) for name in args.attention or [None]],
         [dict(seq_len=length) for length in args.seq_len or [None]],
+        [dict(decode=place) for place in args.decode],
+        [dict(workers=count) for count in args.workers or [None]],
         [dict(batch_size=batch) for batch in args.batch_size],
     ]
     return [{key: value for part in combination for key, value in part.items()}
@@ -441,7 +489,8 @@ def to_plan(args: argparse.Namespace) -> Plan:
         raise UsageError("--memory-budget-gb goes with --find-max-batch")
     if args.plot and not plan.is_sweep:
         raise UsageError("--plot draws a sweep, and this is one configuration: give a list to "
-                         "--batch-size, --network, --mode, --precision or --compile-mode")
+                         "--batch-size, --network, --mode, --precision, --compile-mode or "
+                         "--workers")
     return plan
 
 

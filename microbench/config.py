@@ -116,6 +116,18 @@ class BenchConfig:
     optimizer_impl: str = setting("foreach", preset=True)     # foreach | fused (SGD)
     cudnn_benchmark: bool = setting(False, preset=True)       # MIOpen find mode on ROCm
     preset: str | None = setting()                            # --preset fast
+    # The input pipeline (microbench.data; scenarios/feeding.py runs it). synthetic: tensors
+    # made once on the device, no pipeline; the other settings apply to loader and folder only.
+    data: str = setting("synthetic")                          # synthetic | loader | folder
+    data_format: str = setting("jpeg")                        # the generated set's codec
+    data_cache: str | None = setting(replayed=False, per_rank=True)   # None: the user's cache
+    data_images: int = setting(4096)                          # the generated set's size
+    data_dir: str | None = setting()                          # --data folder
+    decode: str = setting("cpu", axis=True)                   # cpu | gpu
+    transforms: str = setting("cpu")                          # normalise and cast: cpu | gpu
+    workers: int | None = setting(axis=True)                  # None: the cores available
+    pin_memory: bool = setting(True)
+    prefetch_factor: int = setting(2)
     # Settings given on the command line (they win over a preset's choices), and notes on how
     # older or workshop spellings were read.
     explicit: tuple[str, ...] = setting((), kind=DERIVED, replayed=False)

@@ -107,6 +107,7 @@ class ProcessResult:
     telemetry: TelemetryReport | None = None   # clocks, power, energy while timed
     pid: int = 0                         # the process that measured it
     seed: int = 0                        # the seed of its weights and inputs
+    data: Any = None                     # --data loader|folder: microbench.data.DataTrial
 
 
 @dataclass(frozen=True)
@@ -122,6 +123,7 @@ class RankRecord:
     peak_allocated_mb: float | None
     peak_reserved_mb: float | None
     telemetry: TelemetryReport | None = None
+    data: Any = None                     # this rank's input pipeline (microbench.data.DataTrial)
 
     @property
     def times(self) -> Measurement:

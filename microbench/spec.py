@@ -69,6 +69,7 @@ class RunSpec:
     def check(self) -> None:
         """Settings that may not suit the model (a sweep records this as the row's failure)."""
         self.model.check()
+        self.scenario.check_spec(self)
         if self.model.family == "language":
             compute = self.precision.autocast_dtype or self.precision.model_dtype
             self.model.check_attention(self.device, compute)
@@ -183,6 +184,9 @@ def _json_name(config: BenchConfig, model, policy: precision_table.Precision,
                                     (config.kineto, "kineto"),
                                     (config.flops_prof_step is not None, "flops")) if flag]
     parts.append(f"b{config.batch_size}")
+    if config.data != "synthetic":            # the input pipeline: where from, and how read
+        workers = "auto" if config.workers is None else config.workers
+        parts.append(f"{config.data}-w{workers}-decode-{config.decode}")
     if world_size > 1:
         parts.append(f"w{world_size}")
     return "_".join(parts) + ".json"

@@ -37,7 +37,8 @@ def record_of(spec, env, result: ProcessResult) -> RankRecord:
                       host=socket.gethostname(), device_name=env.device_name,
                       batch_size=spec.batch_size, samples_ms=result.times.samples_ms,
                       peak_allocated_mb=result.peak_allocated_mb,
-                      peak_reserved_mb=result.peak_reserved_mb, telemetry=result.telemetry)
+                      peak_reserved_mb=result.peak_reserved_mb, telemetry=result.telemetry,
+                      data=result.data)
 
 
 def trial_of_process(spec, env, result: ProcessResult) -> Trial:
@@ -189,6 +190,17 @@ class Summary:
         """The scenario's own measurements (training phases, generation token times) of this
         process, merged over all trials; None where it has none."""
         return merge_detail(trial.result.detail for trial in self.trials)
+
+    @property
+    def data(self):
+        """The input pipeline's figures (``--data loader|folder``) on the headline's basis, per
+        device (microbench.data.combine); None with synthetic inputs."""
+        parts = [[r.data for r in trial.ranks if r.data is not None] for trial in self.trials]
+        parts = [trial_parts for trial_parts in parts if trial_parts]
+        if not parts:
+            return None
+        from .data.measure import combine        # the data package loads torchvision
+        return combine(parts, self.per_device_throughput)
 
     # ------------------------------------------------------------ the rest
 

@@ -39,7 +39,16 @@ class Row(trials_mod.Job):
         language = (f" {model.attention} s{model.seq_len}"
                     if model.tokens_per_item is not None else "")
         return (f"{config.network} {config.mode} {self.spec.precision.name}"
-                f"{' nhwc' if config.nhwc else ''}{compiled}{language} b{config.batch_size}")
+                f"{' nhwc' if config.nhwc else ''}{compiled}{language} b{config.batch_size}"
+                f"{data_label(config)}")
+
+
+def data_label(config) -> str:
+    """The input pipeline in a row's label ('' for synthetic inputs)."""
+    if config.data == "synthetic":
+        return ""
+    workers = "auto" if config.workers is None else config.workers
+    return f" {config.data} workers={workers} decode={config.decode}"
 
 
 class Progress:
@@ -173,6 +182,37 @@ def print_comparison(rows: list[Row], out: TextIO) -> None:
     print("Sweep comparison (speedup and memory change against row "
           f"{rows.index(reference) + 1 if reference else '-'})", file=out)
     columns, cells = comparison_cells(rows)
+    out.write(tables.render(columns, cells, terminal=progress.is_terminal(out)))
+    out.flush()
+    print_data_table(rows, out)
+
+
+def print_data_table(rows: list[Row], out: TextIO) -> None:
+    """Rows fed by an input pipeline: what it delivered beside what each side does alone."""
+    fed = [(index, row) for index, row in enumerate(rows, 1)
+           if row.summary is not None and row.summary.data is not None]
+    if not fed:
+        return
+    unit = fed[0][1].summary.data.unit
+    print("", file=out)
+    print(f"Input pipeline ({unit}{' per device' if fed[0][1].summary.data.per_device else ''}"
+          f"; wait: share of a step spent waiting for the batch)", file=out)
+    columns = [tables.Column("#", numeric=True, width=3),
+               tables.Column("workers", numeric=True), tables.Column("decode", numeric=True),
+               tables.Column("pipeline", numeric=True, width=10),
+               tables.Column("loader", numeric=True, width=10),
+               tables.Column("model", numeric=True, width=10), tables.Column("kept", numeric=True),
+               tables.Column("wait p50", numeric=True), tables.Column("wait p99", numeric=True),
+               tables.Column("verdict")]
+    cells = []
+    for index, row in fed:
+        data = row.summary.data
+        waits, kept = data.pipeline.waits, data.verdict.kept
+        model = "n/a" if data.model_alone_per_s is None else f"{data.model_alone_per_s:.2f}"
+        cells.append((str(index), str(data.description["workers"]),
+                       str(data.description["decode"]), f"{data.pipeline.per_s:.2f}",
+                       f"{data.loader.per_s:.2f}", model, f"{kept:.0%}",
+                       f"{waits.share_median:.1%}", f"{waits.share_p99:.1%}", data.verdict.kind))
     out.write(tables.render(columns, cells, terminal=progress.is_terminal(out)))
     out.flush()
 

@@ -34,6 +34,7 @@ class Workload:
     parameters: int
     flops_per_iteration: int | None
     phases: "PhaseMarks | None" = None          # training: forward / backward / optimizer marks
+    target: torch.Tensor | None = None          # training's labels (the input pipeline fills them)
 
 
 def make_sgd(params, impl: str = "foreach") -> torch.optim.Optimizer:
@@ -184,4 +185,5 @@ def build(spec: "RunSpec", wrap: Callable[[nn.Module], nn.Module] | None = None,
     return Workload(step=step, model=runnable, eager_model=model, inputs=inputs,
                     parameters=parameters,
                     flops_per_iteration=iteration_flops,
-                    phases=phases if training and spec.config.phase_timing else None)
+                    phases=phases if training and spec.config.phase_timing else None,
+                    target=target if training else None)

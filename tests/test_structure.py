@@ -149,12 +149,19 @@ REPLAYED_SAMPLES = {
     "profiler_schedule": (0, 1, 3), "flops_prof_step": 2, "peak_tflops": 123.0,
     "capture_range": True, "phase_timing": False, "optimizer_impl": "fused",
     "cudnn_benchmark": True, "preset": "fast",
+    "data": "loader", "data_format": "png", "data_images": 64, "data_dir": "/data/images",
+    "decode": "gpu", "transforms": "gpu", "workers": 3, "pin_memory": False,
+    "prefetch_factor": 4,
 }
 
 
 # Settings that take effect only beside another one.
 NEEDS = {"prompt_len": {"mode": "generate"}, "gen_len": {"mode": "generate"},
-         "tf32": {"precision": "amp-bf16"}, "compile_options": {"compile": True}}
+         "tf32": {"precision": "amp-bf16"}, "compile_options": {"compile": True},
+         **{name: {"data": "loader"} for name in ("data_format", "data_images", "workers",
+                                                  "pin_memory", "prefetch_factor",
+                                                  "transforms")},
+         "data_dir": {"data": "folder"}, "decode": {"data": "loader", "transforms": "gpu"}}
 
 
 def _replay(tmp_path, stored: dict):

@@ -32,7 +32,7 @@ import textwrap
 from dataclasses import dataclass
 
 from ..errors import MissingEnvironment, UsageError
-from . import writing
+from . import data_plot, writing
 
 # The per-iteration percentiles a one-trial error bar spans.
 LOW_PERCENTILE, HIGH_PERCENTILE = 10, 90
@@ -120,7 +120,8 @@ def bars_note(rows, subject: str, noun: str) -> str:
 # ---------------------------------------------------------------- labels
 
 # The facets that tell configurations apart, in the order labels list them.
-_FACETS = ("network", "mode", "precision", "layout", "compile", "language", "batch")
+_FACETS = ("network", "mode", "precision", "layout", "compile", "language", "batch", "data",
+           "workers", "decode")
 # Facet values that go unsaid when every row has them.
 _DEFAULTS = {"nchw", "eager mode"}
 
@@ -138,6 +139,10 @@ def _facets(row) -> dict[str, str]:
                     if config.compile else "eager mode"),
         "language": language,
         "batch": f"batch {row.spec.batch_size}",
+        "data": "" if config.data == "synthetic" else f"data {config.data}",
+        "workers": ("" if config.data == "synthetic" else
+                    f"workers {'auto' if config.workers is None else config.workers}"),
+        "decode": "" if config.data == "synthetic" else f"decode {config.decode}",
     }
 
 
@@ -166,7 +171,8 @@ def _unit(rows, per_token: bool) -> str:
 
 # Settings the title's facets already show, or that do not change what was measured.
 _NOT_IN_SUBTITLE = {"network", "mode", "precision", "tf32", "nhwc", "compile", "compile_options",
-                    "attention", "seq_len", "batch_size", "device", "preset"}
+                    "attention", "seq_len", "batch_size", "device", "preset", "data", "workers",
+                    "decode"}
 
 
 def changed_settings(rows) -> list[str]:
@@ -339,8 +345,13 @@ def _draw_bars(rows, speed, memory, per_token: bool) -> None:
 
 
 def plot_rows(rows, path: str) -> None:
-    """Draw the sweep and write it to ``path`` (whole or not at all)."""
-    figure = build_figure(rows)
+    """Draw the sweep and write it to ``path`` (whole or not at all): a sweep over the loader's
+    workers gets the input pipeline's figure (report/data_plot.py)."""
+    if data_plot.applies(rows):
+        require_matplotlib()
+        figure = data_plot.build_figure(rows, subtitle(rows))
+    else:
+        figure = build_figure(rows)
     image = io.BytesIO()
     figure.savefig(image, dpi=120, format=os.path.splitext(path)[1].lstrip(".").lower())
     writing.write_whole(path, image.getvalue())

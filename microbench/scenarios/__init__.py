@@ -20,6 +20,7 @@ Example::
 """
 from __future__ import annotations
 
+from . import feeding
 from .base import Scenario
 from .generate import Generate
 from .inference import Inference
@@ -35,8 +36,11 @@ def kind_of(mode: str) -> type[Scenario]:
 
 
 def check(config) -> None:
-    """The rules of the configuration's kind of run (a UsageError where one is broken)."""
-    kind_of(config.mode).check_config(config)
+    """The rules of the configuration's kind of run (a UsageError where one is broken), and of
+    its input data (which only some kinds take)."""
+    kind = kind_of(config.mode)
+    kind.check_config(config)
+    feeding.check_flags(config, kind.mode, kind.feeds_input_pipeline)
 
 
 def for_config(config, model) -> Scenario:

@@ -33,6 +33,8 @@ class Scenario:
     # generation, where every sequence of the batch takes the whole generation's time (its
     # scenario prints that, named, instead).
     items_run_one_by_one: ClassVar[bool] = True
+    # Whether --data loader|folder can feed its steps (scenarios/feeding.py: PipelineFed).
+    feeds_input_pipeline: ClassVar[bool] = False
 
     def __init__(self, config, model) -> None:
         self.config, self.model = config, model
@@ -46,6 +48,9 @@ class Scenario:
             raise UsageError("--opt-step applies to training only")
         if config.prompt_len or config.gen_len:
             raise UsageError("--prompt-len and --gen-len apply to --mode generate")
+
+    def check_spec(self, spec) -> None:
+        """Settings that do not suit the resolved run (its device, its model); see RunSpec."""
 
     # ------------------------------------------------------------ the unit of work
 
@@ -83,6 +88,21 @@ class Scenario:
         return lambda iterations, first_index: timed_loop(
             work.step, iterations, device, time_fn, around, first_index,
             getattr(work, "phases", None))
+
+    # ------------------------------------------------------------ the input pipeline
+
+    def before_timing(self, spec, work, on_phase: Callable[..., None]):
+        """The work the timed loop runs, called after warm-up: ``work`` itself here (inputs
+        made once on the device); :class:`~.feeding.PipelineFed` measures the model and the
+        loader alone, then returns the step fed by the loader."""
+        return work
+
+    def input_measured(self, work):
+        """What this process's input pipeline measured (None: no pipeline)."""
+        return None
+
+    def release_inputs(self, work) -> None:
+        """Stop the input pipeline's worker processes (called however the run ended)."""
 
     # ------------------------------------------------------------ the report
 

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from .. import workload
 from .base import Scenario
+from .feeding import PipelineFed
 
 
-class Inference(Scenario):
+class Inference(PipelineFed, Scenario):
     mode = "inference"
 
     def build(self, spec, wrap, count_flops: bool):

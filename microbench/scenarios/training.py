@@ -13,13 +13,14 @@ from __future__ import annotations
 from .. import workload
 from ..report import units
 from .base import Scenario
+from .feeding import PipelineFed
 
 
 def _optional(value: float | None, digits: int = 4) -> str:
     return "" if value is None else f"{value:.{digits}f}"
 
 
-class Training(Scenario):
+class Training(PipelineFed, Scenario):
     mode = "training"
     updates_weights = True
     flops_counted = "forward + backward"
@@ -35,21 +36,21 @@ class Training(Scenario):
     def console_rows(self, summary) -> list[tuple[str, str]]:
         phases = summary.detail
         if phases is None:
-            return []
+            return super().console_rows(summary)
         means = phases.means_ms()
         total = sum(means.values())
         parts = "  ".join(f"{name} {units.duration_ms(ms)} ({ms / total:.0%})"
                           for name, ms in means.items())
         whose = ", rank 0" if summary.distributed else ""
-        return [(f"Phases (mean{whose})", parts)]
+        return [(f"Phases (mean{whose})", parts)] + super().console_rows(summary)
 
     def document(self, summary) -> dict:
         phases = summary.detail
         if phases is None:
-            return {}
+            return super().document(summary)
         return {"phases": {name: {"mean_ms": times.mean, "stats": times.stats(),
                                   "samples_ms": list(times.samples_ms)}
-                           for name, times in phases.items()}}
+                           for name, times in phases.items()}, **super().document(summary)}
 
     def csv_cells(self, summary) -> dict:
         means = summary.detail.means_ms() if summary.detail is not None else {}

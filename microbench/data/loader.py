@@ -1,0 +1,171 @@
+"""The DataLoader of one rank, batches that never run out, and the copy to the device.
+
+:func:`make_loader` is a plain ``torch.utils.data.DataLoader``: ``num_workers`` processes, each
+keeping ``prefetch_factor`` batches in flight, persistent across epochs, batches pinned by its
+pinning thread; a ``DistributedSampler`` gives each rank its own disjoint shard (built from the
+rank and world size, so it needs no process group) and reshuffles per epoch; ``drop_last`` keeps
+every batch full. :class:`EndlessBatches` cycles epochs for any number of steps.
+:func:`to_device` copies a batch, non-blocking (asynchronous from pinned memory), and runs the
+device stage on it.
+
+Workers ignore SIGINT and SIGTERM: the main process owns their lifetime. A Ctrl-C at a terminal
+or a SIGTERM to the whole job (scancel, a process group) reaches the main process too, which
+reports it once and stops the workers with :meth:`EndlessBatches.close` (DataLoader's own
+shutdown, at a time of our choosing); if the main process is killed outright, DataLoader's
+watchdog ends them when it sees their parent gone.
+
+Example::
+
+    loader = make_loader(dataset, batch_size=64, workers=8, pin_memory=True, prefetch_factor=2,
+                         persistent_workers=True, rank=0, world_size=1, seed=0, shuffle=True)
+    batches = EndlessBatches(loader)
+    try:
+        inputs, labels, failures = to_device(next(batches), device, stage)
+    finally:
+        batches.close()
+"""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+import torch
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
+
+from ..errors import EXIT_UNEXPECTED, BenchmarkError, MissingEnvironment
+from .datasets import Batch, collate
+
+# Where a worker's batches live until the main process takes them (torch.multiprocessing shares
+# tensors through POSIX shared memory, which Linux keeps in this tmpfs).
+SHARED_MEMORY = "/dev/shm"
+
+
+class LoaderFailed(BenchmarkError):
+    """A loader worker died (killed by the kernel's out-of-memory killer, a bus error on a full
+    /dev/shm): not a bug of this process, so one line with what to try; exit 1."""
+    exit_code = EXIT_UNEXPECTED
+
+
+def check_shared_memory(batch_bytes: int, workers: int, prefetch_factor: int,
+                        path: str = SHARED_MEMORY) -> None:
+    """Refuse, before the workers start, batches in flight that cannot fit in shared memory
+    (containers often get 64 MB): there a worker dies of a bus error mid-run instead."""
+    if workers == 0 or not os.path.isdir(path):
+        return
+    try:
+        info = os.statvfs(path)
+    except OSError:
+        return
+    free = info.f_bavail * info.f_frsize
+    needed = batch_bytes * workers * prefetch_factor
+    if needed > free:
+        raise MissingEnvironment(
+            f"{workers} loader workers keeping {prefetch_factor} batches of "
+            f"{batch_bytes / 2**20:.0f} MiB each in flight need {needed / 2**30:.2f} GiB of "
+            f"shared memory, and {path} has {free / 2**30:.2f} GiB free: use fewer --workers, "
+            f"a smaller --prefetch-factor or --transforms gpu (uint8 batches), or give the "
+            f"container more (docker run --shm-size)")
+
+
+def _worker_init(worker_id: int) -> None:
+    # A forked worker inherits the main process's handlers (SIGTERM raises Terminated), which
+    # would print a traceback in the worker; dying of the signal instead makes DataLoader's
+    # SIGCHLD handler raise in the main process while it shuts down. So workers wait to be
+    # stopped by the main process, which got the same signal.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    sys.excepthook = _quiet_when_the_receiver_left(sys.excepthook)
+
+
+def _quiet_when_the_receiver_left(previous):
+    """A worker hands each batch's shared memory to the main process over a socket, served by
+    multiprocessing's resource-sharer thread, which prints any error through sys.excepthook.
+    When the main process is interrupted mid-handover the socket is reset, which is expected
+    and not the worker's failure; every other error still goes to the previous hook."""
+    def hook(kind, value, traceback):
+        if not issubclass(kind, (ConnectionError, EOFError)):
+            previous(kind, value, traceback)
+    return hook
+
+
+def make_loader(dataset: Dataset, batch_size: int, workers: int, pin_memory: bool,
+                prefetch_factor: int, persistent_workers: bool, rank: int, world_size: int,
+                seed: int, shuffle: bool) -> DataLoader:
+    sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=shuffle,
+                                 seed=seed, drop_last=True)
+    options = {}
+    if workers > 0:                      # DataLoader refuses these without worker processes
+        options = {"prefetch_factor": prefetch_factor, "persistent_workers": persistent_workers}
+    return DataLoader(dataset, batch_size=batch_size, sampler=sampler, num_workers=workers,
+                      collate_fn=collate, pin_memory=pin_memory, drop_last=True,
+                      worker_init_fn=_worker_init,
+                      # Each rank's workers draw their own random crops, reproducibly.
+                      generator=torch.Generator().manual_seed(seed * 1009 + rank),
+                      **options)
+
+
+def batches_per_epoch(items: int, batch_size: int, world_size: int) -> int:
+    """Full batches one rank gets per epoch (the sampler and the loader both drop the rest)."""
+    return (items // world_size) // batch_size
+
+
+class EndlessBatches:
+    """Batches of ``loader``, epoch after epoch (the sampler reshuffled each time)."""
+
+    def __init__(self, loader: DataLoader):
+        self.loader = loader
+        self.epoch = 0
+        self._iterator = None
+
+    def __iter__(self) -> "EndlessBatches":
+        return self
+
+    def __next__(self) -> Batch:
+        while True:
+            if self._iterator is None:
+                self.loader.sampler.set_epoch(self.epoch)
+                self._iterator = iter(self.loader)
+            try:
+                return next(self._iterator)
+            except StopIteration:
+                self.epoch += 1
+                self._iterator = None
+            except RuntimeError as error:
+                raise _worker_death(error) from None
+
+    def worker_pids(self) -> tuple[int, ...]:
+        """The process ids of the loader's workers now (none before the first batch, or with
+        ``workers=0``, where the main process loads)."""
+        workers = getattr(self._iterator, "_workers", None) or ()
+        return tuple(worker.pid for worker in workers if worker.pid is not None)
+
+    def close(self) -> None:
+        """Stop the workers now and wait for them (DataLoader's own shutdown)."""
+        iterator, self._iterator = self._iterator, None
+        shutdown = getattr(iterator, "_shutdown_workers", None)
+        if shutdown is not None:
+            shutdown()
+        self.loader._iterator = None     # a persistent loader keeps its iterator here
+
+
+def _worker_death(error: RuntimeError) -> BaseException:
+    """DataLoader's report of a dead worker as one line; any other error as it was."""
+    text = " ".join(str(error).split())
+    if not text.startswith("DataLoader worker"):
+        return error
+    return LoaderFailed(f"{text.rstrip('. ')}: the host may be out of memory (see dmesg) or "
+                        f"{SHARED_MEMORY} full; try fewer --workers, a smaller "
+                        f"--prefetch-factor, or --transforms gpu")
+
+
+def to_device(batch: Batch, device: torch.device, stage) -> tuple[torch.Tensor, torch.Tensor,
+                                                                   tuple]:
+    """The model's input and labels on ``device`` (copies queued non-blocking), and the files
+    the device stage could not decode."""
+    labels = batch.labels.to(device, non_blocking=True)
+    inputs = batch.inputs
+    if not stage.decode:                 # encoded images stay on the host for the decoder
+        inputs = inputs.to(device, non_blocking=True)
+    inputs, failures = stage(inputs, batch.sources)
+    return inputs, labels, failures
