@@ -262,9 +262,9 @@ def gate(baseline: Sequence[float], current: Sequence[float],
     p_value = float(test.pvalue)
     if math.isnan(p_value):             # no spread on either side and equal: nothing differs
         p_value = 1.0
-    if math.isnan(interval.low):
-        interval = type("Degenerate", (), {"low": math.log(ratio), "high": math.log(ratio)})
-    ci = (min(math.exp(interval.low), ratio), max(math.exp(interval.high), ratio))
+    low, high = ((interval.low, interval.high) if not math.isnan(interval.low)
+                 else (math.log(ratio), math.log(ratio)))     # no spread on either side
+    ci = (min(math.exp(low), ratio), max(math.exp(high), ratio))
     return GateVerdict(ratio, drop, tolerance_pct, p_value, ci, beyond and p_value < ALPHA,
                        f"Welch's t test on log throughput ({theirs.count} baseline, "
                        f"{ours.count} current trials), one-sided at 5%, and the drop beyond "

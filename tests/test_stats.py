@@ -132,6 +132,15 @@ def test_gate_never_fails_a_run_no_slower_than_the_tolerance(baseline, current, 
         assert not verdict.regression
 
 
+def test_the_report_table_rules_between_rows_with_the_gate_both_ways():
+    from microbench.report.table import trial_verdict
+    baseline = (100.0, 101.0, 99.0)
+    slower = trial_verdict(baseline, (80.0, 81.0, 79.0))
+    assert slower.verdict == "slower" and slower.low < slower.ratio < slower.high < 1
+    assert trial_verdict(baseline, (120.0, 121.0, 119.0)).verdict == "faster"
+    assert trial_verdict(baseline, (100.5, 99.5, 100.0)).verdict == "same within 5%"
+
+
 # ---------------------------------------------------------------- --max-noise
 
 class FakeClock:

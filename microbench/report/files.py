@@ -112,7 +112,7 @@ def _basis(summary: Summary) -> str:
     whose = "the slowest rank's samples" if summary.distributed else "this process's samples"
     if len(summary.trials) > 1:
         return (f"{whose} of all {len(summary.trials)} trials; the headline throughput is the "
-                f"median of the trials'")
+                f"geometric mean of the trials'")
     return whose
 
 
