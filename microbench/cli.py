@@ -274,11 +274,18 @@ def _add_sweep_args(parser: argparse.ArgumentParser) -> None:
                        help="with --find-max-batch: stop bisecting at a multiple of N (1: the "
                             "exact largest batch, at the cost of more probes)")
     group.add_argument("--compare", default=None, metavar="BASELINE.json",
-                       help="compare with a result of the same configuration; exit 5 when "
-                            "throughput regressed beyond --tolerance")
+                       help="compare with a result of the same configuration (both sides' "
+                            "trials where they have them); exit 5 when throughput dropped "
+                            "beyond --tolerance and significantly; a failed gate never "
+                            "replaces the baseline")
     group.add_argument("--tolerance", type=finite_float(0, 100, low_inclusive=True),
                        default=5.0, metavar="PCT",
-                       help="allowed throughput regression for --compare, in percent (0 to 100)")
+                       help="the smallest throughput drop that matters to --compare, in percent "
+                            "(0 to 100; default: 5): a regression is a drop beyond it that is "
+                            "also significant across the trials")
+    group.add_argument("--compare-any-config", action="store_true",
+                       help="compare with a baseline of another configuration anyway (refused "
+                            "otherwise), printing what differs")
     group.add_argument("--plot", default=None, metavar="FILE.png",
                        help="plot a sweep: throughput and memory against batch size, or bars "
                             "per configuration; the suffix names the format (png, svg, pdf...)")
@@ -479,7 +486,8 @@ def to_plan(args: argparse.Namespace) -> Plan:
     plan = Plan(configs=configs, find_max_batch=args.find_max_batch,
                 memory_budget_gb=args.memory_budget_gb, max_batch_limit=args.max_batch_limit,
                 batch_granularity=args.batch_granularity,
-                compare=args.compare, tolerance_pct=args.tolerance, plot=args.plot)
+                compare=args.compare, tolerance_pct=args.tolerance,
+                compare_any_config=args.compare_any_config, plot=args.plot)
     if plan.is_sweep and args.output_file:
         raise UsageError("--output-file names one file, but a sweep writes one result per "
                          "configuration: drop it")

@@ -327,6 +327,7 @@ class Plan:
     batch_granularity: int = 8
     compare: str | None = None
     tolerance_pct: float = 5.0
+    compare_any_config: bool = False
     plot: str | None = None
 
     @property

@@ -44,7 +44,8 @@ def with_baselines(spec: RunSpec, plan: Plan) -> RunSpec:
     if not spec.launch.is_main:
         return spec
     try:
-        gate = (compare.read_gate(plan.compare, plan.tolerance_pct, spec)
+        gate = (compare.read_gate(plan.compare, plan.tolerance_pct, spec,
+                                  plan.compare_any_config)
                 if plan.compare else None)
         baseline = (compare.scaling_baseline(spec.config.scaling_baseline, spec)
                     if spec.config.scaling_baseline else None)
@@ -60,7 +61,8 @@ def _note_self_compare(spec: RunSpec) -> None:
     if gate is not None and spec.json_path is not None and \
             os.path.abspath(gate.path) == os.path.abspath(spec.json_path):
         print(f"Note: --compare {gate.path} is also this run's result file: the baseline was "
-              f"read before the run, and this run's result will replace it")
+              f"read before the run, and this run's result will replace it unless the gate "
+              f"fails")
 
 
 def run(spec: RunSpec) -> int:
@@ -173,15 +175,36 @@ def _worker_text(spec: RunSpec, trial) -> str:
 
 
 def report(summary: Summary, out) -> None:
-    """Everything rank 0 shows and writes after a run, and the --compare gate last."""
+    """Everything rank 0 shows and writes after a run, and the --compare gate last (judged
+    first: a run that fails the gate never replaces the baseline it failed against)."""
+    gate = summary.spec.compare
+    verdict = compare.judge(summary, gate) if gate is not None else None
+    if verdict is not None and verdict.regression:
+        summary.spec = _keeping_baseline(summary.spec, gate)
     if not summary.spec.config.quiet:
         console.print_iterations(summary, out)
     console.print_summary(summary, out)
     console.print_profiles(summary, out)
     files.write_files(summary)
     console.print_files(summary, out)
-    if summary.spec.compare is not None:
-        compare.compare(summary, summary.spec.compare, out)
+    if gate is not None:
+        compare.compare(summary, gate, out, verdict)
+
+
+def _keeping_baseline(spec: RunSpec, gate) -> RunSpec:
+    """A regressed run whose result file is the baseline: its result goes beside it
+    (``NAME.regressed.json``, or ``NAME.regressed2.json``...), and the baseline stays as it
+    was, so that regressed runs in a row cannot ratchet it down."""
+    if spec.json_path is None or os.path.abspath(spec.json_path) != os.path.abspath(gate.path):
+        return spec
+    root, ext = os.path.splitext(spec.json_path)
+    candidate, count = f"{root}.regressed{ext}", 1
+    while os.path.exists(candidate):
+        count += 1
+        candidate = f"{root}.regressed{count}{ext}"
+    print(f"Note: this run regressed against --compare {gate.path}, which is also its result "
+          f"file: the baseline is kept as it was, and this run's result goes to {candidate}")
+    return dataclasses.replace(spec, json_path=candidate)
 
 
 # ---------------------------------------------------------------- the manual launch

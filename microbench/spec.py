@@ -35,6 +35,7 @@ class Gate:
     path: str
     tolerance_pct: float
     baseline: dict
+    any_config: bool = False           # --compare-any-config: another configuration, said so
 
 
 @dataclass(frozen=True)
