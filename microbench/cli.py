@@ -89,12 +89,25 @@ def build_parser() -> argparse.ArgumentParser:
                   f"{MAX_WARMUP:,}")
     _setting(timing, "repeat", type=bounded_int(1, MAX_TRIALS), metavar="N",
              help="independent trials (fresh model, optimizer and inputs each); the "
-                  "headline is their median, with a 95%% confidence interval; in a "
-                  "sweep the trials of all configurations interleave")
+                  "headline is their geometric mean, with its 95%% confidence interval and a "
+                  "95%% prediction interval for the next run; in a sweep the trials of all "
+                  "configurations interleave (default: 1; with --max-noise: the fewest "
+                  "trials, at least 3)")
     _setting(timing, "trials", choices=("processes", "in-process"),
              help="with --repeat: run each trial in a fresh worker process with its own seed "
                   "(processes: the compiler, autotuning and allocator start cold each time, "
                   "as they do between runs) or all of them in this process (in-process)")
+    _setting(timing, "max_noise_pct", type=finite_float(0, 100), metavar="PCT",
+             help="add trials until the 95%% CI's half-width is below PCT percent of the "
+                  "headline, or --max-trials or --time-limit stops it (the run says which)")
+    _setting(timing, "max_trials", type=bounded_int(2, MAX_TRIALS), metavar="N",
+             help="with --max-noise: the most trials (default: 20)")
+    _setting(timing, "time_limit_s", type=finite_float(0, MAX_DIST_TIMEOUT_S), metavar="S",
+             help="with --max-noise: start no trial after S seconds of trials (default: none)")
+    _setting(timing, "discard_throttled",
+             help="re-run a trial whose SM clock fell below 75%% of its maximum or that saw a "
+                  "throttle reason (telemetry), at most 3 times a run; the discarded trials "
+                  "stay in the JSON")
     _setting(timing, "telemetry_interval_ms", type=finite_float(0, MAX_TELEMETRY_MS, True),
              metavar="MS",
              help="sample clocks, power, temperature, throttling and energy every MS "
@@ -491,6 +504,10 @@ def to_plan(args: argparse.Namespace) -> Plan:
     if plan.is_sweep and args.output_file:
         raise UsageError("--output-file names one file, but a sweep writes one result per "
                          "configuration: drop it")
+    if (plan.is_sweep or args.find_max_batch) and base.max_noise_pct is not None:
+        raise UsageError("--max-noise takes one configuration, not a sweep or --find-max-batch")
+    if args.compare_any_config and not args.compare:
+        raise UsageError("--compare-any-config goes with --compare")
     if plan.is_sweep and (args.compare or args.find_max_batch):
         raise UsageError("--compare and --find-max-batch take one configuration, not a sweep")
     if args.memory_budget_gb is not None and not args.find_max_batch:

@@ -14,12 +14,13 @@ import sys
 
 from . import benchmark, capacity, device as device_layer, distributed, process, profilers, progress
 from . import sweep, trials
-from .config import Plan
+from .config import Plan, min_noise_trials
 from .errors import (EXIT_INTERRUPTED, EXIT_TERMINATED, EXPECTED_EXIT_CODES, BenchmarkError,
                      OutOfMemory, Terminated, UsageError)
 from .report import compare, console, files, plot
 from .spec import RunSpec, resolve
 from .summary import Summary
+from .trial_count import TrialCount
 
 
 def run_plan(plan: Plan) -> int:
@@ -109,31 +110,43 @@ def run_worker(spec: RunSpec, problem: BenchmarkError | None = None) -> int:
 def measure(spec: RunSpec, out) -> Summary | None:
     """Run the benchmark's trials (here, or each in a worker process); the job's Summary on
     rank 0, None elsewhere."""
-    main, repeat = spec.launch.is_main, spec.config.repeat
+    main, several = spec.launch.is_main, spec.config.several_trials
     env = device_layer.describe(spec.device)
     notes = list(spec.notes) + _trial_notes(spec)
-    job = trials.Job(spec)
-
-    def label(index: int) -> str:
-        return f"Trial {index + 1}/{repeat}: " if repeat > 1 else ""
+    job, count = trials.Job(spec), TrialCount.of(spec)
+    label = count.label
 
     def report_trial(index: int) -> None:
-        if main and repeat > 1:
+        if main and several:
             trial = job.trials[-1]
             print(f"{label(index)}{trial.throughput:.2f} {spec.model.item}s/s"
                   f"{_worker_text(spec, trial)}", file=out, flush=True)
+
+    def kept(index: int, measure_once, between=lambda: None):
+        """Trial ``index``, measured again while --discard-throttled discards it."""
+        while True:
+            trial = measure_once()
+            if count.keep(index, trial, out):
+                return trial
+            between()
+
+    def stop() -> bool:
+        return count.done(job.trials)
 
     if trials.in_workers(spec):
         if main:
             console.print_config(spec, env, out, notes)
 
         def in_worker(job: trials.Job, index: int) -> None:
-            rendezvous = trials.trial_rendezvous(spec.launch)
-            job.trials.append(trials.in_worker(spec, index, rendezvous, label(index)))
-            if spec.launch.distributed:
-                distributed.barrier(spec.device)
+            def once():
+                rendezvous = trials.trial_rendezvous(spec.launch)
+                trial = trials.in_worker(spec, index, rendezvous, label(index))
+                if spec.launch.distributed:
+                    distributed.barrier(spec.device)
+                return trial
+            job.trials.append(kept(index, once))
             report_trial(index)
-        trials.run_rounds([job], repeat, in_worker)
+        trials.run_rounds([job], count.rounds, in_worker, until=stop)
     else:
         monitor = benchmark.Monitor(spec.device, spec.config.telemetry_interval_ms / 1e3)
         if monitor.source is None and env.on_gpu:
@@ -143,28 +156,42 @@ def measure(spec: RunSpec, out) -> Summary | None:
         hooks = trials.rank_hooks(spec)
 
         def here(job: trials.Job, index: int) -> None:
-            with trials.shown_phases(label(index) if main else None, out) as activity:
-                activity.start(f"{label(index)}Building {spec.model.name}")
-                job.trials.append(trials.measure_trial(
-                    spec, env, monitor, hooks, trials.phase_line(activity, label(index))))
+            def once():
+                with trials.shown_phases(label(index) if main else None, out) as activity:
+                    activity.start(f"{label(index)}Building {spec.model.name}")
+                    return trials.measure_trial(spec, env, monitor, hooks,
+                                                trials.phase_line(activity, label(index)))
+            job.trials.append(kept(index, once, between=lambda: benchmark.release(spec)))
             report_trial(index)
         try:
-            trials.run_rounds([job], repeat, here, between=lambda job: benchmark.release(spec))
+            trials.run_rounds([job], count.rounds, here,
+                              between=lambda job: benchmark.release(spec), until=stop)
         finally:
             monitor.close()
     if not main:
         return None
-    return Summary(spec, env, job.trials, distributed.backend_name(), notes)
+    if count.stopped_by:
+        print(f"Stopped after {len(job.trials)} trials: {count.stopped_by}", file=out,
+              flush=True)
+    return Summary(spec, env, job.trials, distributed.backend_name(), notes + count.notes(),
+                   discarded=tuple(count.discarded), stopped_by=count.stopped_by)
 
 
 def _trial_notes(spec: RunSpec) -> list[str]:
-    if spec.config.repeat < 2:
+    if not spec.config.several_trials:
         return []
+    config = spec.config
+    if config.max_noise_pct is not None:
+        limit = f" or {config.time_limit_s:g} s" if config.time_limit_s is not None else ""
+        how = (f"{min_noise_trials(config)} to {config.max_trials} trials (--max-noise "
+               f"{config.max_noise_pct:g}%{limit})")
+    else:
+        how = f"{config.repeat} trials"
     if trials.in_workers(spec):
-        return [f"{spec.config.repeat} trials, each in a fresh worker process with its own "
+        return [f"{how}, each in a fresh worker process with its own "
                 f"seed (the compiler, autotuning, allocator and device context start cold "
                 f"every time)"]
-    return [f"{spec.config.repeat} trials in this one process (--trials in-process): later "
+    return [f"{how} in this one process (--trials in-process): later "
             f"trials reuse the first one's compiled graphs, autotuning results and allocator"]
 
 

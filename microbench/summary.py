@@ -62,6 +62,8 @@ class Summary:
     trials: tuple[Trial, ...]
     backend: str | None = None
     notes: list[str] = field(default_factory=list)
+    discarded: tuple = ()              # trial_count.Discarded: throttled trials measured again
+    stopped_by: str | None = None      # --max-noise: why the trials stopped
 
     def __post_init__(self) -> None:
         self.trials = tuple(self.trials)

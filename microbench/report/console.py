@@ -220,7 +220,8 @@ def _warmup(summary: Summary) -> str:
     if config.warmup == 0:
         return "none"
     first = "compile + first iteration" if config.compile else "first iteration"
-    which = f" (first of {config.repeat} trials)" if config.repeat > 1 else ""
+    trials = len(summary.trials)
+    which = f" (first of {trials} trials)" if trials > 1 else ""
     return (f"{config.warmup} iterations in {result.warmup_s:.2f} s{which}; {first} "
             f"{result.first_iteration_s:.2f} s")
 
