@@ -4,9 +4,11 @@
 # worker process. Then, for each invocation after the first, whether its headline (the geometric
 # mean of its trials) falls inside the previous invocation's 95% prediction interval ("next run
 # likely in ...") and, for contrast, inside its 95% CI of the geometric mean (which is about the
-# headline, not about the next run, and should miss more often).
-# Usage: bash benchmarks/trials_proof.sh OUTPUT_DIR   (RUNS=10, EXTRA="..." appended; ~5 min
-# on an H100 with the defaults)
+# headline, not about the next run, and should miss more often). Then two A/B runs: --ab "--nhwc"
+# on resnet50 --amp (a known win: expect "faster") and --ab "--seed 2" (no real change: expect
+# "no difference detected"); AB_REPEATS (default 1) of each.
+# Usage: bash benchmarks/trials_proof.sh OUTPUT_DIR   (RUNS=10, AB_REPEATS=3, EXTRA="..."
+# appended; ~5 min on an H100 with the defaults; SKIP_AB=1 leaves the A/B runs out)
 set -uo pipefail
 out=${1:?usage: $0 OUTPUT_DIR}
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -40,3 +42,12 @@ headlines = [d["trials"]["headline"] for d in docs]
 print(f"headlines moved {(max(headlines) / min(headlines) - 1):.1%} (max/min - 1) across "
       f"{len(docs)} invocations")
 PY
+[ -n "${SKIP_AB:-}" ] && exit 0
+for i in $(seq 1 "${AB_REPEATS:-1}"); do
+    for flags in "--nhwc" "--seed 2"; do
+        name=$(echo "$flags" | tr -d ' -')
+        "$python" "$here/micro_benchmarking_pytorch.py" --network resnet50 --batch-size 128 \
+            --amp --iterations 30 --warmup 10 --repeat 5 --quiet --output-dir "$out/ab_${name}_$i" \
+            --ab "$flags" "${extra[@]}" 2>&1 | tee "$out/ab_${name}_$i.log" | grep "^A/B: B\|^  [AB]: "
+    done
+done

@@ -351,6 +351,19 @@ def _validate_trial_count(config: BenchConfig) -> None:
                          f"(--repeat, at least {MIN_NOISE_TRIALS})")
 
 
+# --ab's rounds (A then B) when --repeat is not given.
+AB_ROUNDS = 5
+
+
+@dataclass(frozen=True)
+class ABPlan:
+    """``--ab FLAGS``: B's flags as typed and B's configuration (microbench.ab runs both)."""
+
+    flags: str
+    config: BenchConfig
+    fail_if_slower: bool = False
+
+
 @dataclass(frozen=True)
 class Plan:
     """What one invocation does: one configuration or a sweep of them, and what follows."""
@@ -363,6 +376,8 @@ class Plan:
     compare: str | None = None
     tolerance_pct: float = 5.0
     compare_any_config: bool = False
+    ab: ABPlan | None = None           # --ab: B's flags and configuration
+    fail_if: str | None = None         # --fail-if slower | never (None: --compare's gate fails)
     plot: str | None = None
 
     @property

@@ -13,10 +13,10 @@ import os
 import sys
 
 from . import benchmark, capacity, device as device_layer, distributed, process, profilers, progress
-from . import sweep, trials
+from . import ab, sweep, trials
 from .config import Plan, min_noise_trials
 from .errors import (EXIT_INTERRUPTED, EXIT_TERMINATED, EXPECTED_EXIT_CODES, BenchmarkError,
-                     OutOfMemory, Terminated, UsageError)
+                     OutOfMemory, ReportedFailure, Terminated, UsageError)
 from .report import compare, console, files, plot
 from .spec import RunSpec, resolve
 from .summary import Summary
@@ -27,6 +27,8 @@ def run_plan(plan: Plan) -> int:
     """A sweep, a largest-batch search followed by its run, or one configuration."""
     if any(config.flops_prof_step is not None for config in plan.configs):
         profilers.require_deepspeed()          # once, before anything runs, sweeps included
+    if plan.ab is not None:
+        return run_ab(plan)
     if plan.is_sweep:
         return run_sweep(plan, _single_device(plan, "a sweep"))
     if plan.find_max_batch:
@@ -46,7 +48,7 @@ def with_baselines(spec: RunSpec, plan: Plan) -> RunSpec:
         return spec
     try:
         gate = (compare.read_gate(plan.compare, plan.tolerance_pct, spec,
-                                  plan.compare_any_config)
+                                  plan.compare_any_config, fail=plan.fail_if != "never")
                 if plan.compare else None)
         baseline = (compare.scaling_baseline(spec.config.scaling_baseline, spec)
                     if spec.config.scaling_baseline else None)
@@ -333,6 +335,39 @@ def run_sweep(plan: Plan, specs: list[RunSpec]) -> int:
         plot.plot_rows(rows, plan.plot)
         print(f"Plot         : {plan.plot}")
     return sweep.outcome(rows)
+
+
+def run_ab(plan: Plan) -> int:
+    """``--ab``: A (the command as given) and B, alternating by round in one process on one
+    device (each trial in a fresh worker by default), then the paired verdict."""
+    specs = [resolve(plan.configs[0]), resolve(plan.ab.config)]
+    if specs[0].launch.distributed:
+        raise UsageError("--ab runs in one process on one device; launch it without torchrun, "
+                         "srun or --distributed_dataparallel")
+    device_layer.activate(specs[0].device)
+    taken: set[str] = set()                  # A and B never share a result name
+    specs = [_claimed(spec, taken) for spec in specs]
+    for spec in specs:
+        files.prepare_output(spec)
+    env = device_layer.describe(specs[0].device)
+    rounds = specs[0].config.repeat
+    where = ("each trial in a fresh worker process" if trials.in_workers(specs[0])
+             else "all trials in this process (--trials in-process)")
+    print(f"A/B on {env.device} {env.device_name}: A is the command as given, B adds "
+          f"{plan.ab.flags}; {rounds} rounds of A then B, {where}", flush=True)
+    rows = sweep.run_sweep(specs, env, sys.stdout)
+    for side, row in zip("AB", rows):
+        if row.failed:
+            raise ReportedFailure(f"--ab: {side} failed ({row.status}): {row.error}",
+                                  row.exit_code)
+    result = ab.verdict_of(rows)
+    ab.print_verdict(result, plan.ab, rows, sys.stdout)
+    path = ab.write(result, plan.ab, rows)
+    if path is not None:
+        print(f"Results JSON : {rows[0].spec.json_path} (A), {rows[1].spec.json_path} (B)")
+        print(f"A/B JSON     : {path}")
+    ab.fail_if_slower(result, plan.ab)
+    return 0
 
 
 def _batch_probe(spec: RunSpec, plan: Plan):

@@ -48,6 +48,18 @@ def test_three_regressed_runs_in_a_row_leave_the_baseline_byte_identical(run, tm
         stored(target)["Throughput [img/sec]"] / 5
 
 
+def test_fail_if_never_reports_the_regression_and_still_keeps_the_baseline(run, tmp_path):
+    out = tmp_path / "out"
+    assert run("--output-dir", str(out), "--output-file", "x").returncode == 0
+    target = out / "x.json"
+    scaled(target, 10.0)
+    before = target.read_bytes()
+    ran = run("--output-dir", str(out), "--output-file", "x", "--compare", str(target),
+              "--fail-if", "never")
+    assert ran.returncode == 0, ran.stderr
+    assert "--fail-if never: exit 0" in ran.stdout and target.read_bytes() == before
+
+
 def test_a_passing_run_against_its_own_file_replaces_it(run, tmp_path):
     out = tmp_path / "out"
     assert run("--output-dir", str(out), "--output-file", "x").returncode == 0

@@ -26,10 +26,12 @@ from ..stored import load_result
 from .files import result_document
 
 
-def read_gate(path: str, tolerance_pct: float, spec, any_config: bool = False) -> Gate:
+def read_gate(path: str, tolerance_pct: float, spec, any_config: bool = False,
+              fail: bool = True) -> Gate:
     """``--compare``'s baseline, read before the run, refusing another configuration now so
-    that it does not cost the user the run (``any_config``: compared anyway, said so)."""
-    gate = Gate(path, tolerance_pct, load_result(path, "--compare"), any_config)
+    that it does not cost the user the run (``any_config``: compared anyway, said so;
+    ``fail`` False: --fail-if never)."""
+    gate = Gate(path, tolerance_pct, load_result(path, "--compare"), any_config, fail)
     differ = check_same_configuration(identity.of_spec(spec), gate.baseline, path, any_config)
     if differ:
         print(f"Note: --compare-any-config: {path} is another configuration "
@@ -116,7 +118,10 @@ def compare(summary, gate, out: TextIO, verdict: stats.GateVerdict | None = None
         print(f"  {name:<28} {show(before):>12} {show(value):>12} "
               f"{_change(name, before, value):>9}", file=out)
     print(f"  Gate: {_verdict_line(verdict)}", file=out)
-    if verdict.regression:
+    if verdict.regression and not gate.fail:
+        print(f"  Throughput regressed {verdict.drop_pct:.1f}% ({_basis(verdict)}); "
+              f"--fail-if never: exit 0", file=out)
+    elif verdict.regression:
         now, before = ours["Throughput [img/sec]"], theirs["Throughput [img/sec]"]
         raise Regression(f"throughput regressed {verdict.drop_pct:.1f}% against {gate.path} "
                          f"({now:.2f} vs {before:.2f} img/s; tolerance {gate.tolerance_pct:g}%; "
