@@ -1,9 +1,12 @@
 """``--ab FLAGS``: the command as given (A) against the same command with FLAGS added or
 replacing (B), measured in alternating rounds, and the ratio B/A with its interval and verdict.
 
-Round ``i`` measures trial ``i`` of A, then trial ``i`` of B (the sweep's interleaving,
-:func:`microbench.sweep.run_sweep`), each in a fresh worker process by default, so that a drift
-of the device hits both sides alike and pairs cancel it: the ratio is
+Round ``i`` measures trial ``i`` of A and trial ``i`` of B (the sweep's interleaving,
+:func:`microbench.sweep.run_sweep`), A first in even rounds and B first in odd ones (A B, B A,
+A B...: with a fixed order, whatever favours the first or the second of a pair, such as caches,
+a clock governor ramping up or another process waking, would pose as a difference), each in a
+fresh worker process by default, so that a drift of the device hits both sides alike and pairs
+cancel it: the ratio is
 :func:`microbench.stats.paired_ab` over the rounds' B/A ratios (Student t on log ratios), and the
 verdict is ``faster``, ``slower`` or ``no difference detected`` at 95%. Each side's result is
 written as any run's (JSON and CSV row), and one more file, ``ab_<A's name>.json``, holds the

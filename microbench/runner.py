@@ -354,8 +354,8 @@ def run_ab(plan: Plan) -> int:
     where = ("each trial in a fresh worker process" if trials.in_workers(specs[0])
              else "all trials in this process (--trials in-process)")
     print(f"A/B on {env.device} {env.device_name}: A is the command as given, B adds "
-          f"{plan.ab.flags}; {rounds} rounds of A then B, {where}", flush=True)
-    rows = sweep.run_sweep(specs, env, sys.stdout)
+          f"{plan.ab.flags}; {rounds} rounds, A B then B A in turn, {where}", flush=True)
+    rows = sweep.run_sweep(specs, env, sys.stdout, counterbalance=True)
     for side, row in zip("AB", rows):
         if row.failed:
             raise ReportedFailure(f"--ab: {side} failed ({row.status}): {row.error}",

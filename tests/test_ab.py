@@ -44,7 +44,7 @@ def test_b_twice_as_fast_is_faster_with_its_interval_and_both_sides_trials(
     order = b_runs_at(0.5)
     ran = run_main(capfd, *RUN, "--output-dir", str(tmp_path), "--ab", "--nhwc")
     assert ran.returncode == 0, ran.stderr
-    assert order == ["A", "B"] * 3                     # alternating, round by round
+    assert order == ["A", "B", "B", "A", "A", "B"]     # paired by round, A first every other
     ab = ab_document(tmp_path)
     assert ab["ratio"] == pytest.approx(2.0) and ab["verdict"] == "faster"
     assert ab["ci95"] == pytest.approx([2.0, 2.0]) and ab["rounds"] == 3
