@@ -35,6 +35,8 @@ class Gate:
     path: str
     tolerance_pct: float
     baseline: dict
+    any_config: bool = False           # --compare-any-config: another configuration, said so
+    fail: bool = True                  # --fail-if never: report a regression, exit 0
 
 
 @dataclass(frozen=True)

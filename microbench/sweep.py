@@ -110,9 +110,10 @@ def outcome(rows: list[Row]) -> int:
                       f"the first, {first.label()}: {first.error}", first.exit_code)
 
 
-def run_sweep(specs, env, out: TextIO) -> list[Row]:
+def run_sweep(specs, env, out: TextIO, counterbalance: bool = False) -> list[Row]:
     """Every configuration, trial after trial: with --repeat N the rows interleave (trial 1 of
-    every row, then trial 2, ...), so a drift of the device's speed hits all rows alike."""
+    every row, then trial 2, ...), so a drift of the device's speed hits all rows alike
+    (``counterbalance``: in reverse order every other round, trials.run_rounds)."""
     repeat = specs[0].config.repeat
     shown, rows = Progress(out, len(specs), repeat), [Row(spec) for spec in specs]
     monitor = benchmark.Monitor(specs[0].device, specs[0].config.telemetry_interval_ms / 1e3)
@@ -125,7 +126,8 @@ def run_sweep(specs, env, out: TextIO) -> list[Row]:
         shown.done(number, row)
 
     try:
-        trials_mod.run_rounds(rows, repeat, measure, on_round=shown.trial)
+        trials_mod.run_rounds(rows, repeat, measure, on_round=shown.trial,
+                              counterbalance=counterbalance)
     finally:
         monitor.close()
     for row in rows:

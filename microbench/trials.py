@@ -63,16 +63,23 @@ class Job:
 
 def run_rounds(jobs: list[Job], rounds: int, measure: Callable[[Job, int], None],
                between: Callable[[Job], None] = lambda job: None,
-               on_round: Callable[[int], None] = lambda index: None) -> None:
+               on_round: Callable[[int], None] = lambda index: None,
+               until: Callable[[], bool] = lambda: False, counterbalance: bool = False) -> None:
     """Trial ``i`` of every job, for ``i`` in ``range(rounds)``; a failed job is skipped from
-    then on. ``between(job)`` runs after each of a job's trials (freeing what it left)."""
+    then on. ``between(job)`` runs after each of a job's trials (freeing what it left);
+    ``until()``, after each round, ends the rounds early when true (--max-noise).
+    ``counterbalance``: every other round runs the jobs in reverse order (A B, B A, A B...), so
+    that no job always runs first in its round (--ab: a position effect would pose as a
+    difference)."""
     for index in range(rounds):
         on_round(index)
-        for job in jobs:
+        for job in (jobs[::-1] if counterbalance and index % 2 else jobs):
             if job.failed:
                 continue
             measure(job, index)
             between(job)
+        if until():
+            return
 
 
 def seed_of(spec, index: int) -> int:

@@ -107,7 +107,7 @@ def bars_note(rows, subject: str, noun: str) -> str:
         return ""
     trials = measured[0].trial_spread.count
     if trials >= 2:
-        return (f"{subject}: the median of {trials} trials' throughputs (--repeat {trials}; the "
+        return (f"{subject}: the geometric mean of {trials} trials' throughputs (--repeat {trials}; the "
                 f"headline); error bars: the lowest and the highest trial.")
     counts = sorted({summary.times.count for summary in measured})
     iterations = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
