@@ -124,10 +124,18 @@ def build_sharded(spec, wrap, count_flops: bool) -> workload.Workload:
         optimizer=update.optimizer, sharding=plan)
 
 
+# How the counted FLOPs of a sharded run differ from a plain run's (FlopCounterMode counts the
+# kernels that run): on the meta device SDPA takes its math form, whose backward is four matmuls;
+# a fused GPU kernel's backward is counted as five (it recomputes the scores), and the CPU's
+# fused kernel is not counted at all. Model FLOPs exclude recomputation, as the math form does.
+META_COUNT = ("counted on the meta device before sharding and checkpointing; attention in SDPA's "
+              "math form (no recomputation of scores, unlike a fused GPU kernel's count)")
+
+
 def _count_on_meta(model: torch.nn.Module, spec) -> int:
     """One iteration's FLOPs, counted on the meta-device model before it is checkpointed or
-    sharded: the same operators as the whole model, without memory (FlopCounterMode reads
-    shapes only), so the count is the model's and not one rank's shard of it."""
+    sharded: the whole model's operators, without memory (FlopCounterMode reads shapes only),
+    so the count is the model's and not one rank's shard of it (see META_COUNT)."""
     meta = torch.device("meta")
     inputs, target = (tensor.to(meta) for tensor in spec.model.make_batch(
         spec.batch_size, torch.device("cpu"), None, spec.config.seed))
@@ -172,6 +180,7 @@ def console_rows(summary) -> list[tuple[str, str]]:
     sharded = [r.sharded for r in ranks if r.sharded is not None]
     if sharded:
         rows.append(("Parallel", _plan_text(sharded[0].plan)))
+        rows.append(("FLOPs counted", META_COUNT))
     elif mode == "ddp":
         rows.append(("Parallel", f"DDP over {summary.world_size} ranks (whole model on each)"))
     if config.activation_checkpointing != "none":
@@ -246,6 +255,8 @@ def document(summary) -> dict:
         "tokens_per_s_per_device": tokens / summary.world_size if tokens is not None else None,
         "torchtitan_flops": titan.to_dict() if titan is not None else None,
         "headline_mfu_basis": "counted (FlopCounterMode, microbench.flops)",
+        "counted_flops": META_COUNT if fsdp else "counted on the eager model before "
+                                                 "checkpointing",
         "per_rank": [{"rank": r.rank, "peak_allocated_mb": r.peak_allocated_mb,
                       "peak_reserved_mb": r.peak_reserved_mb,
                       "parameter_bytes": r.sharded.parameter_bytes if r.sharded else None,
