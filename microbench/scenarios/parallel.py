@@ -189,8 +189,9 @@ def console_rows(summary) -> list[tuple[str, str]]:
                      f"model FLOPs)"))
     tokens = summary.token_throughput
     if tokens is not None and mode != "single":
+        devices = f"{summary.world_size} device{'s' if summary.world_size > 1 else ''}"
         rows.append(("Tokens/s", f"{tokens / summary.world_size:,.0f} per device, "
-                                 f"{tokens:,.0f} total over {summary.world_size} devices"))
+                                 f"{tokens:,.0f} total over {devices}"))
     titan = token_utilization(summary)
     if titan is not None:
         rows.append(("MFU (torchtitan basis)", _titan_text(summary, titan)))
