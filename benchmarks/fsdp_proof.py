@@ -63,7 +63,7 @@ def main(out: Path, table_only: bool = False) -> int:
         mismatch = ("" if titan is None or stored is None or abs(titan - stored) < 1e-6
                     else f"  MISMATCH: the run stored {percent(stored)}")
         print(f"{name:<22} {doc['model']['name']:<10} "
-              f"{doc['config'].get('parallel', '?'):<8} {doc['GPUs']:>4} "
+              f"{(doc.get('parallel') or {}).get('mode', '?'):<8} {doc['GPUs']:>4} "
               f"{tokens_per_gpu(doc):>12.0f} {peak_gb:>8.1f} {percent(counted):>11} "
               f"{percent(titan):>10}{mismatch}")
     if table_only:
