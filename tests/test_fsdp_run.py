@@ -132,3 +132,15 @@ def test_torchrun_two_ranks_shard_the_model_in_halves(tmp_path):
     assert all(rank["optimizer_state_bytes"] >= 2 * held
                for rank, held in zip(block["per_rank"], halves))
     assert torch.isfinite(torch.tensor(document["losses"])).all()
+
+
+def test_compare_gate_tells_sharded_from_replicated_work():
+    """--compare and --scaling-baseline take only results of the same work: an fsdp or AdamW
+    result is not a baseline for a ddp or SGD one, and a file written before these settings
+    existed ran with their defaults."""
+    from microbench import identity
+    older = identity.of_document({"config": {"network": "llama_tiny"}})
+    assert (older["parallel"], older["optimizer"]) == ("ddp", "sgd")
+    sharded = {**older, "parallel": "fsdp", "optimizer": "adamw"}
+    assert identity.differences(sharded, older, identity.WORK)
+    assert not identity.differences(older, dict(older), identity.WORK)
