@@ -64,10 +64,10 @@ for part in $parts; do
   esac
 done
 cd "$here" && "$python" -m benchmarks.fsdp_proof "$out" --table-only
-"$python" - "$out" "$gpus" <<'EOF'
+"$python" - "$out" "$gpus" "$scale_model" <<'EOF'
 import json, statistics, sys
 from pathlib import Path
-out, gpus = Path(sys.argv[1]), sys.argv[2]
+out, gpus, scale_model = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
 
 def per_gpu(pattern):
     values = []
@@ -78,7 +78,7 @@ def per_gpu(pattern):
 
 one, many = per_gpu("3b_1gpu_*/*.json"), per_gpu(f"3b_{gpus}gpu_*/*.json")
 if one and many:
-    print(f"llama3_3b FSDP scaling 1 -> {gpus} GPUs: {many / one:.1%} per-GPU efficiency "
+    print(f"{scale_model} FSDP scaling 1 -> {gpus} GPUs: {many / one:.1%} per-GPU efficiency "
           f"(median tokens/s per GPU {one:,.0f} -> {many:,.0f})")
 for path in sorted(out.glob("resnet50_8gpu/*.json")):
     dist = json.loads(path.read_text()).get("distributed") or {}
