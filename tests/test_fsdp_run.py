@@ -144,3 +144,10 @@ def test_compare_gate_tells_sharded_from_replicated_work():
     sharded = {**older, "parallel": "fsdp", "optimizer": "adamw"}
     assert identity.differences(sharded, older, identity.WORK)
     assert not identity.differences(older, dict(older), identity.WORK)
+
+
+def test_sweep_rows_name_sharding_and_checkpointing():
+    from microbench.sweep import training_label
+    assert training_label(BenchConfig()) == ""
+    assert training_label(BenchConfig(network="llama_tiny", parallel="fsdp",
+                                      activation_checkpointing="full")) == " fsdp ac=full"
