@@ -163,7 +163,8 @@ NEEDS = {"prompt_len": {"mode": "generate"}, "gen_len": {"mode": "generate"},
          **{name: {"data": "loader"} for name in ("data_format", "data_images", "workers",
                                                   "pin_memory", "prefetch_factor",
                                                   "transforms")},
-         "data_dir": {"data": "folder"}, "reshard_after_forward": {"parallel": "fsdp"}, "decode": {"data": "loader", "transforms": "gpu"}}
+         "data_dir": {"data": "folder"}, "decode": {"data": "loader", "transforms": "gpu"},
+         "reshard_after_forward": {"parallel": "fsdp"}}
 
 
 def _replay(tmp_path, stored: dict):

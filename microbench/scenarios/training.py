@@ -59,9 +59,10 @@ class Training(PipelineFed, Scenario):
         phases = summary.detail
         if phases is None:
             return {**super().document(summary), **parallel.document(summary)}
-        return {**parallel.document(summary), "phases": {name: {"mean_ms": times.mean, "stats": times.stats(),
+        return {"phases": {name: {"mean_ms": times.mean, "stats": times.stats(),
                                   "samples_ms": list(times.samples_ms)}
-                           for name, times in phases.items()}, **super().document(summary)}
+                           for name, times in phases.items()}, **super().document(summary),
+                **parallel.document(summary)}
 
     def csv_cells(self, summary) -> dict:
         means = summary.detail.means_ms() if summary.detail is not None else {}
