@@ -204,14 +204,15 @@ def print_data_table(rows: list[Row], out: TextIO) -> None:
     unit = fed[0][1].summary.data.unit
     print("", file=out)
     print(f"Input pipeline ({unit}{' per device' if fed[0][1].summary.data.per_device else ''}"
-          f"; wait: share of a step spent waiting for the batch)", file=out)
+          f"; wait: share of a step spent waiting for the batch, median and p99, and of the "
+          f"whole run)", file=out)
     columns = [tables.Column("#", numeric=True, width=3),
                tables.Column("workers", numeric=True), tables.Column("decode", numeric=True),
                tables.Column("pipeline", numeric=True, width=10),
                tables.Column("loader", numeric=True, width=10),
                tables.Column("model", numeric=True, width=10), tables.Column("kept", numeric=True),
                tables.Column("wait p50", numeric=True), tables.Column("wait p99", numeric=True),
-               tables.Column("verdict")]
+               tables.Column("wait run", numeric=True), tables.Column("verdict")]
     cells = []
     for index, row in fed:
         data = row.summary.data
@@ -220,7 +221,8 @@ def print_data_table(rows: list[Row], out: TextIO) -> None:
         cells.append((str(index), str(data.description["workers"]),
                        str(data.description["decode"]), f"{data.pipeline.per_s:.2f}",
                        f"{data.loader.per_s:.2f}", model, f"{kept:.0%}",
-                       f"{waits.share_median:.1%}", f"{waits.share_p99:.1%}", data.verdict.kind))
+                       f"{waits.share_median:.1%}", f"{waits.share_p99:.1%}",
+                       f"{waits.share_total:.1%}", data.verdict.kind))
     out.write(tables.render(columns, cells, terminal=progress.is_terminal(out)))
     out.flush()
 
