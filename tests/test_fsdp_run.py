@@ -9,7 +9,7 @@ import subprocess
 import pytest
 import torch
 
-from conftest import ROOT, assert_one_line_error, run_main
+from conftest import ROOT, assert_one_line_error, requires_gpu, run_main
 from test_distributed import TIMEOUT, free_port, torchrun
 from test_schema import check_document
 from microbench import cli, spec as spec_mod, workload
@@ -151,3 +151,21 @@ def test_sweep_rows_name_sharding_and_checkpointing():
     assert training_label(BenchConfig()) == ""
     assert training_label(BenchConfig(network="llama_tiny", parallel="fsdp",
                                       activation_checkpointing="full")) == " fsdp ac=full"
+
+
+@requires_gpu
+def test_fsdp_on_one_gpu_reports_memory_and_both_mfus(tmp_path, capfd):
+    """BF16 compute through FSDP's MixedPrecisionPolicy, FP32 master weights and AdamW state;
+    the GPU reports peak memory, and a listed GPU gives both MFUs."""
+    out_dir = tmp_path / "results"
+    ran = run_main(capfd, "--network", "llama_tiny", "--batch-size", "4", "--parallel", "fsdp",
+                   "--precision", "amp-bf16", "--optimizer", "adamw", "--iterations", "3",
+                   "--warmup", "2", "--output-dir", str(out_dir))
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    _, document = _only_result(out_dir)
+    block = document["parallel"]
+    assert block["sharding"]["param_dtype"] == "bf16"
+    assert block["per_rank"][0]["peak_allocated_mb"] > 0
+    assert block["per_rank"][0]["parameter_bytes"] == 4 * document["model"]["parameters"]
+    if document["flops"]["peak_tflops"] is not None:
+        assert block["torchtitan_flops"]["mfu"] > 0 and document["flops"]["mfu"] > 0
