@@ -1,9 +1,10 @@
 """One training or inference step, built once; nothing is allocated for it per step.
 
 Training: forward, the model family's loss (cross-entropy over classes, or next-token
-cross-entropy for language models), backward, and an SGD step (momentum 0.9, weight decay 1e-4,
-as torchvision's ImageNet reference recipe) every ``opt_step`` iterations, with two phase marks
-between them. Inference: forward under ``torch.inference_mode`` with the model in ``eval()``.
+cross-entropy for language models), backward, and an optimizer step (``--optimizer``: SGD as
+torchvision's ImageNet reference recipe by default, or AdamW; :mod:`microbench.optim`) every
+``opt_step`` iterations, with two phase marks between them; transformer blocks checkpointed as
+``--activation-checkpointing`` says, after the FLOPs are counted. Inference: forward under ``torch.inference_mode`` with the model in ``eval()``.
 The kind of run (:mod:`microbench.scenarios`) says which step to build. The step returns the loss
 tensor without reading it, so the timed loop never waits for the device.
 """
