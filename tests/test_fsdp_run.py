@@ -102,6 +102,8 @@ def test_flops_counted_on_the_meta_device_are_the_whole_models():
      "--opt-step applies to --parallel ddp"),
     (["--network", "llama_tiny", "--parallel", "fsdp", "--optimizer-impl", "fused"],
      "fused SGD kernel has no DTensor support"),
+    (["--network", "llama_tiny", "--parallel", "fsdp", "--ddp-static-graph"],
+     "DistributedDataParallel's options (--ddp-static-graph) do not apply"),
 ])
 def test_combinations_refused_before_anything_runs(tmp_path, capfd, flags, text):
     out_dir = tmp_path / "results"
@@ -169,3 +171,25 @@ def test_fsdp_on_one_gpu_reports_memory_and_both_mfus(tmp_path, capfd):
     assert block["per_rank"][0]["parameter_bytes"] == 4 * document["model"]["parameters"]
     if document["flops"]["peak_tflops"] is not None:
         assert block["torchtitan_flops"]["mfu"] > 0 and document["flops"]["mfu"] > 0
+
+
+def test_the_fast_preset_under_fsdp_chooses_only_what_takes_effect(monkeypatch):
+    """On a GPU --preset fast would choose fused SGD (no DTensor kernel), the DDP options (no
+    DDP) and CUDA graphs; under fsdp it leaves them out, and keeps fused AdamW."""
+    from microbench import preset
+    gpu = {"compile": True, "compile_options": {"mode": "reduce-overhead"},
+           "precision": "amp-bf16", "cudnn_benchmark": True, "optimizer_impl": "fused",
+           "ddp_gradient_as_bucket_view": True, "ddp_static_graph": True}
+    monkeypatch.setattr(preset, "fast_choices", lambda *args: dict(gpu))
+    device = torch.device("cpu")
+    sgd = preset.apply(BenchConfig(network="llama_tiny", preset="fast", parallel="fsdp"),
+                       "language", device, 2, True)
+    assert (sgd.optimizer_impl, sgd.ddp_static_graph, sgd.compile_options) == ("foreach", False,
+                                                                              {})
+    assert sgd.compile and sgd.precision == "amp-bf16"
+    adamw = preset.apply(BenchConfig(network="llama_tiny", preset="fast", parallel="fsdp",
+                                     optimizer="adamw"), "language", device, 2, True)
+    assert adamw.optimizer_impl == "fused"
+    ddp = preset.apply(BenchConfig(network="llama_tiny", preset="fast"), "language", device, 2,
+                       True)
+    assert ddp.ddp_static_graph and ddp.compile_options == {"mode": "reduce-overhead"}

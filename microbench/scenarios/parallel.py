@@ -64,6 +64,14 @@ def check_flags(config, training: bool) -> None:
     if config.opt_step > 1:
         raise UsageError("--opt-step applies to --parallel ddp: under fsdp every micro-batch "
                          "would reduce-scatter its gradients")
+    ddp = [flag for flag, given in (("--ddp-static-graph", config.ddp_static_graph),
+                                    ("--ddp-gradient-as-bucket-view",
+                                     config.ddp_gradient_as_bucket_view),
+                                    ("--ddp-bucket-cap-mb", config.ddp_bucket_cap_mb != 25.0))
+           if given and flag.replace("--", "").replace("-", "_") in config.explicit]
+    if ddp:
+        raise UsageError(f"DistributedDataParallel's options ({', '.join(ddp)}) do not apply "
+                         f"to --parallel fsdp: drop them or use --parallel ddp")
     if config.optimizer == "sgd" and config.optimizer_impl == "fused":
         raise UsageError("--optimizer-impl fused cannot step FSDP's sharded parameters with "
                          "SGD (PyTorch's fused SGD kernel has no DTensor support): use "
