@@ -120,6 +120,10 @@ class ShardedState:
     parameter_bytes: int
     optimizer_state_bytes: int
 
+    @property
+    def total(self) -> int:
+        return self.parameter_bytes + self.optimizer_state_bytes
+
 
 @dataclass(frozen=True)
 class RankRecord:

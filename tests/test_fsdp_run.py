@@ -193,3 +193,15 @@ def test_the_fast_preset_under_fsdp_chooses_only_what_takes_effect(monkeypatch):
     ddp = preset.apply(BenchConfig(network="llama_tiny", preset="fast"), "language", device, 2,
                        True)
     assert ddp.ddp_static_graph and ddp.compile_options == {"mode": "reduce-overhead"}
+
+
+def test_a_large_job_prints_its_largest_rank_memory_in_one_row():
+    from types import SimpleNamespace
+    from microbench.results import ShardedState
+    ranks = [SimpleNamespace(rank=rank, peak_allocated_mb=1000.0 + rank,
+                             peak_reserved_mb=2000.0 + (rank == 5) * 500,
+                             sharded=ShardedState({}, 10**9, 2 * 10**9)) for rank in range(16)]
+    [(name, text)] = parallel._memory_rows(ranks)
+    assert name == "Memory, rank 5" and "the largest of 16 ranks" in text
+    assert "reserved 2.50 GB" in text and "parameters 1.00 GB" in text
+    assert len(parallel._memory_rows(ranks[:2])) == 2

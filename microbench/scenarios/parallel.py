@@ -203,10 +203,23 @@ def console_rows(summary) -> list[tuple[str, str]]:
     titan = token_utilization(summary)
     if titan is not None:
         rows.append(("MFU (torchtitan basis)", _titan_text(summary, titan)))
-    for record in ranks:
-        if record.sharded is not None or mode == FSDP:
-            rows.append((f"Memory rank {record.rank}", _memory_text(record)))
+    if mode == FSDP:
+        rows += _memory_rows(ranks)
     return rows
+
+
+# Ranks listed one by one in the console; a larger job gets its largest figures in one row
+# (every rank's stay in the JSON's parallel.per_rank).
+LISTED_RANKS = 8
+
+
+def _memory_rows(ranks) -> list[tuple[str, str]]:
+    if len(ranks) <= LISTED_RANKS:
+        return [(f"Memory rank {record.rank}", _memory_text(record)) for record in ranks]
+    largest = max(ranks, key=lambda r: (r.peak_reserved_mb or 0,
+                                        r.sharded.total if r.sharded else 0))
+    return [(f"Memory, rank {largest.rank}", _memory_text(largest) +
+             f" (the largest of {len(ranks)} ranks; each rank's in the JSON)")]
 
 
 def _plan_text(plan: dict) -> str:
