@@ -188,6 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_language_args(parser)
     _add_data_args(parser)
     _add_distributed_args(parser)
+    _add_sharding_args(parser)
     _add_profiler_args(parser)
     _add_sweep_args(parser)
     return parser
@@ -366,6 +367,30 @@ def _device_ids(text: str) -> tuple[int, ...]:
     return ids
 
 
+def _add_sharding_args(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group(
+        "sharded training (FSDP2), activation checkpointing and the optimizer")
+    _setting(group, "parallel", type=choices(("ddp", "fsdp")), metavar="MODE[,MODE]",
+             help="training with several processes (or fsdp with one): ddp replicates the "
+                  "model on every rank; fsdp shards parameters, gradients and optimizer "
+                  "state over the ranks with FSDP2 (fully_shard per transformer block and "
+                  "at the root; llama_* presets, built on the meta device and materialised "
+                  "shard by shard); a list sweeps (default: ddp)")
+    _setting(group, "reshard_after_forward", type=zero_or_one, metavar="{0,1}",
+             help="fsdp: 1 frees a block's gathered parameters after its forward and "
+                  "gathers them again for its backward (less memory); 0 keeps them "
+                  "(default: 1)")
+    _setting(group, "activation_checkpointing", type=choices(("none", "full", "selective")),
+             metavar="MODE[,MODE]",
+             help="language models in training: full recomputes each transformer block in "
+                  "the backward; selective keeps attention and every other projection "
+                  "(torchtitan's op policy); a list sweeps (default: none)")
+    _setting(group, "optimizer", choices=("sgd", "adamw"),
+             help="training: sgd (momentum 0.9, torchvision's ImageNet recipe) or adamw "
+                  "(torchtitan's Llama 3 recipe, the one LLM throughput is quoted with); "
+                  "--optimizer-impl picks foreach or fused (default: sgd)")
+
+
 def _add_distributed_args(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group(
         "multi-GPU and multi-node (torchrun and srun need none of the manual flags)")
@@ -484,6 +509,8 @@ def _sweep_values(args: argparse.Namespace) -> list[dict]:
         [dict(seq_len=length) for length in args.seq_len or [None]],
         [dict(decode=place) for place in args.decode],
         [dict(workers=count) for count in args.workers or [None]],
+        [dict(parallel=mode) for mode in args.parallel],
+        [dict(activation_checkpointing=mode) for mode in args.activation_checkpointing],
         [dict(batch_size=batch) for batch in args.batch_size],
     ]
     return [{key: value for part in combination for key, value in part.items()}

@@ -134,6 +134,12 @@ class BenchConfig:
     workers: int | None = setting(axis=True)                  # None: the cores available
     pin_memory: bool = setting(True)
     prefetch_factor: int = setting(2)
+    # Training beyond one device's memory (issue 24): sharding, recomputation and the optimizer
+    # (microbench.sharding, activation_checkpointing, optim; scenarios/training.py checks them).
+    parallel: str = setting("ddp", axis=True)                 # ddp | fsdp (FSDP2 fully_shard)
+    reshard_after_forward: bool = setting(True)               # fsdp: free block params after fwd
+    activation_checkpointing: str = setting("none", axis=True)   # none | full | selective
+    optimizer: str = setting("sgd")                           # sgd | adamw (optim.RECIPES)
     # Settings given on the command line (they win over a preset's choices), and notes on how
     # older or workshop spellings were read.
     explicit: tuple[str, ...] = setting((), kind=DERIVED, replayed=False)

@@ -39,7 +39,7 @@ def record_of(spec, env, result: ProcessResult) -> RankRecord:
                       batch_size=spec.batch_size, samples_ms=result.times.samples_ms,
                       peak_allocated_mb=result.peak_allocated_mb,
                       peak_reserved_mb=result.peak_reserved_mb, telemetry=result.telemetry,
-                      data=result.data)
+                      data=result.data, sharded=result.sharded)
 
 
 def trial_of_process(spec, env, result: ProcessResult) -> Trial:

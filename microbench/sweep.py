@@ -39,8 +39,16 @@ class Row(trials_mod.Job):
         language = (f" {model.attention} s{model.seq_len}"
                     if model.tokens_per_item is not None else "")
         return (f"{config.network} {config.mode} {self.spec.precision.name}"
-                f"{' nhwc' if config.nhwc else ''}{compiled}{language} b{config.batch_size}"
-                f"{data_label(config)}")
+                f"{' nhwc' if config.nhwc else ''}{compiled}{language}"
+                f"{training_label(config)} b{config.batch_size}{data_label(config)}")
+
+
+def training_label(config) -> str:
+    """Sharding and checkpointing in a row's label ('' for the defaults)."""
+    parts = [" fsdp" if config.parallel == "fsdp" else "",
+             "" if config.activation_checkpointing == "none"
+             else f" ac={config.activation_checkpointing}"]
+    return "".join(parts)
 
 
 def data_label(config) -> str:

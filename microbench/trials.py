@@ -38,6 +38,7 @@ from typing import Callable
 from . import benchmark, device as device_layer, distributed, process, progress
 from .errors import BenchmarkError, ReportedFailure, Terminated
 from .results import Trial
+from .scenarios import parallel
 from .summary import record_of, trial_of_process
 
 MODES = ("processes", "in-process")
@@ -107,9 +108,10 @@ def measure_trial(spec, env, monitor: benchmark.Monitor, hooks: RankHooks = Rank
                   ) -> Trial | None:
     """One trial of ``spec`` on this process: a Trial on rank 0 (every rank's record gathered
     there), None on the other ranks."""
-    result = benchmark.run(spec, on_phase=on_phase, wrap=hooks.wrap,
-                           before_timing=hooks.before_timing, monitor=monitor,
-                           rejoin=hooks.rejoin)
+    with parallel.process_group(spec):         # FSDP with one process: a one-rank group
+        result = benchmark.run(spec, on_phase=on_phase, wrap=hooks.wrap,
+                               before_timing=hooks.before_timing, monitor=monitor,
+                               rejoin=hooks.rejoin)
     if not spec.launch.distributed:
         return trial_of_process(spec, env, result)
     distributed.barrier(spec.device)           # ...and meet again at its end
@@ -122,8 +124,8 @@ def rank_hooks(spec) -> RankHooks:
     region, meet again after an excluded iteration."""
     if not spec.launch.distributed:
         return RankHooks()
-    wrap = (distributed.ddp_wrapper(spec.config, spec.device)
-            if spec.scenario.updates_weights else None)
+    replicated = spec.scenario.updates_weights and spec.config.parallel == "ddp"
+    wrap = distributed.ddp_wrapper(spec.config, spec.device) if replicated else None
 
     def enter_timed_region() -> None:
         distributed.fail_if_asked(spec.launch)

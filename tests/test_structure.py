@@ -153,6 +153,8 @@ REPLAYED_SAMPLES = {
     "data": "loader", "data_format": "png", "data_images": 64, "data_dir": "/data/images",
     "decode": "gpu", "transforms": "gpu", "workers": 3, "pin_memory": False,
     "prefetch_factor": 4,
+    "parallel": "fsdp", "reshard_after_forward": False, "activation_checkpointing": "full",
+    "optimizer": "adamw",
 }
 
 
@@ -162,8 +164,9 @@ NEEDS = {"prompt_len": {"mode": "generate"}, "gen_len": {"mode": "generate"},
          **{name: {"data": "loader"} for name in ("data_format", "data_images", "workers",
                                                   "pin_memory", "prefetch_factor",
                                                   "transforms")},
-         "data_dir": {"data": "folder"},
-         "max_trials": {"max_noise_pct": 2.5}, "time_limit_s": {"max_noise_pct": 2.5}, "decode": {"data": "loader", "transforms": "gpu"}}
+         "data_dir": {"data": "folder"}, "decode": {"data": "loader", "transforms": "gpu"},
+         "max_trials": {"max_noise_pct": 2.5}, "time_limit_s": {"max_noise_pct": 2.5},
+         "reshard_after_forward": {"parallel": "fsdp"}}
 
 
 def _replay(tmp_path, stored: dict):

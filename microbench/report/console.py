@@ -109,7 +109,8 @@ def _optimizer_text(spec) -> str:
     autotune = f"{conv_autotuner_name()} {'on' if config.cudnn_benchmark else 'off'}"
     if not spec.scenario.updates_weights:
         return f"none ({config.mode}); {autotune}"
-    return f"SGD, {config.optimizer_impl}; {autotune}"
+    name = {"sgd": "SGD", "adamw": "AdamW"}.get(config.optimizer, config.optimizer)
+    return f"{name}, {config.optimizer_impl}; {autotune}"
 
 
 def _batch_text(spec) -> str:
