@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 import torch
+from torch.utils import flop_counter
 from torch.utils.flop_counter import FlopCounterMode
 
 from .device import is_gpu
@@ -262,6 +263,30 @@ def peak_tflops(peak: DevicePeak | None, precision: str) -> float | None:
 # ----------------------------------------------------------------------------------------------
 # FLOP counting and MFU
 # ----------------------------------------------------------------------------------------------
+
+def _count_cpu_fused_attention() -> None:
+    """FlopCounterMode has formulas for the GPU's fused attention kernels but none for the CPU's
+    (``_scaled_dot_product_flash_attention_for_cpu`` and its backward), so on the CPU a language
+    model's attention counted nothing. The CPU kernel does the same matmuls: give it the same
+    formulas, so that FLOPs per iteration are on one basis on every device."""
+    forward = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+    backward = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward
+    if forward in flop_counter.flop_registry:          # a later torch counts it itself
+        return
+
+    @flop_counter.register_flop_formula(forward)
+    def _forward(query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
+        return flop_counter.sdpa_flop_count(query_shape, key_shape, value_shape)
+
+    @flop_counter.register_flop_formula(backward)
+    def _backward(grad_out_shape, query_shape, key_shape, value_shape, *args, out_shape=None,
+                  **kwargs) -> int:
+        return flop_counter.sdpa_backward_flop_count(grad_out_shape, query_shape, key_shape,
+                                                     value_shape)
+
+
+_count_cpu_fused_attention()
+
 
 def count_iteration_flops(model: torch.nn.Module, inputs: torch.Tensor, target: torch.Tensor,
                           loss: Callable, autocast, training: bool) -> int:

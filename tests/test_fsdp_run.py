@@ -70,18 +70,19 @@ def test_plain_training_records_its_mode_and_keeps_the_ddp_default(tmp_path, cap
 
 
 def test_flops_counted_on_the_meta_device_are_the_whole_models():
-    """The projections as the whole model on the CPU counts them (where FlopCounterMode does
-    not see the CPU's fused attention), plus attention's six matmuls a layer in SDPA's math
-    form (two forward, four backward: model FLOPs, no recomputation)."""
+    """The meta count is the plain CPU count with attention in SDPA's math form: six matmuls a
+    layer (two forward, four backward: model FLOPs, no recomputation) where the CPU's fused
+    kernel counts seven (its backward recomputes the scores, as the GPU's fused kernels do)."""
     config = BenchConfig(network="llama_tiny", batch_size=1, seq_len=16, vocab_size=512,
                          device="cpu", write_files=False)
     spec = spec_mod.resolve(config)
-    projections = workload.build(spec).flops_per_iteration
+    plain = workload.build(spec).flops_per_iteration
     from microbench.archs import llama
     arch = spec.model.llama_config
-    attention = arch.num_layers * 6 * 2 * arch.num_heads * 16 * 16 * arch.head_dim
+    matmul = 2 * arch.num_heads * 16 * 16 * arch.head_dim       # one s x s x d attention matmul
+    projections = plain - arch.num_layers * 7 * matmul
     on_meta = llama.build_on_meta(arch)
-    assert parallel._count_on_meta(on_meta, spec) == projections + attention
+    assert parallel._count_on_meta(on_meta, spec) == projections + arch.num_layers * 6 * matmul
 
 
 @pytest.mark.parametrize("flags, text", [

@@ -134,8 +134,9 @@ def build_sharded(spec, wrap, count_flops: bool) -> workload.Workload:
 
 # How the counted FLOPs of a sharded run differ from a plain run's (FlopCounterMode counts the
 # kernels that run): on the meta device SDPA takes its math form, whose backward is four matmuls;
-# a fused GPU kernel's backward is counted as five (it recomputes the scores), and the CPU's
-# fused kernel is not counted at all. Model FLOPs exclude recomputation, as the math form does.
+# a fused kernel's backward is counted as five (it recomputes the scores; the CPU's fused
+# kernel gets the GPU kernels' formulas in flops.py). Model FLOPs exclude recomputation, as the
+# math form does.
 META_COUNT = ("counted on the meta device before sharding and checkpointing; attention in SDPA's "
               "math form (no recomputation of scores, unlike a fused GPU kernel's count)")
 
