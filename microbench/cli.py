@@ -551,6 +551,7 @@ TIMM_SPELLINGS = {
     "-b": ("--batch-size", {}),
     "--num-bench-iter": ("--iterations", {}),
     "--bench": ("--mode", {"train": "training", "inference": "inference"}),
+    "--precision": ("--precision", {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}),
 }
 
 
@@ -565,9 +566,11 @@ def _own_spellings(argv: list[str]) -> tuple[list[str], list[str]]:
             ours, values = TIMM_SPELLINGS[flag]
             if not equals:
                 index, given = index + 1, argv[index + 1]
-            value = values.get(given, given)
+            # A list (a sweep's "bfloat16,fp32") is read value by value.
+            value = ",".join(values.get(part, part) for part in given.split(","))
             words += [ours, value]
-            notes.append(f"{flag} {given} is timm's spelling: read as {ours} {value}")
+            if (flag, given) != (ours, value):      # our own flag with our own values: no note
+                notes.append(f"{flag} {given} is timm's spelling: read as {ours} {value}")
         else:
             words.append(word)
         index += 1

@@ -75,7 +75,10 @@ class Generate(Scenario):
     # ------------------------------------------------------------ building and timing
 
     def build(self, spec, wrap, count_flops: bool):
-        return decoding.build(spec, workload.prepare_model(spec), wrap, count_flops)
+        # Not ``wrap``: the prefill and the decode step are compiled apart, each as one graph
+        # (decoding.compiled); nothing else wraps a generating model (no optimizer, no DDP).
+        options = spec.config.compile_options if spec.config.compile else None
+        return decoding.build(spec, workload.prepare_model(spec), options, count_flops)
 
     def loop(self, work, device, time_fn=None, around=None):
         def generate(iterations: int, first_index: int) -> Timed:

@@ -1,0 +1,99 @@
+"""Generation that measures the GPU (issue 21): half-precision weights, the captured decode
+step, and what the compiler did, on tiny llama_tiny shapes on the CPU."""
+import pytest
+import torch
+
+from conftest import run_main
+from microbench import cli, precision, spec as spec_mod
+from microbench.archs import llama
+from microbench.scenarios import decoding
+
+TINY_LM = ["--network", "llama_tiny", "--seq-len", "16", "--vocab-size", "128",
+           "--batch-size", "2", "--mode", "generate", "--prompt-len", "5", "--gen-len", "6"]
+
+
+def resolved(*flags: str):
+    plan = cli.to_plan(cli.parse_args([*TINY_LM, "--no-files", *flags]))
+    return spec_mod.resolve(plan.configs[0])
+
+
+def workload(*flags: str, compile_options=None):
+    spec = resolved(*flags)
+    from microbench import workload as workload_mod
+    return decoding.build(spec, workload_mod.prepare_model(spec), compile_options,
+                          count_flops=False)
+
+
+# ---------------------------------------------------------------- half-precision weights
+
+@pytest.mark.parametrize("name, dtype", [("bf16", torch.bfloat16), ("fp16", torch.float16)])
+def test_half_weights_hold_every_parameter_buffer_and_the_cache_in_that_dtype(name, dtype):
+    work = workload("--precision", name)
+    floating = [t for t in [*work.state.model.parameters(), *work.state.model.buffers(),
+                            *work.cache.keys, *work.cache.values] if t.is_floating_point()]
+    assert floating and {t.dtype for t in floating} == {dtype}
+    assert isinstance(work.autocast, type(precision.lookup(name).autocast(torch.device("cpu"))))
+    assert precision.lookup(name).autocast_dtype is None       # no autocast: the weights are it
+    work.step()                                                 # and it runs
+
+
+def test_bf16_is_a_row_with_the_bf16_peak_and_fp32_master_weights_in_training():
+    row = precision.lookup("bf16")
+    assert (row.model_dtype, row.peak_key, row.master_weights) == (torch.bfloat16, "bf16", True)
+    from microbench import workload as workload_mod
+    model = torch.nn.Linear(4, 4).to(torch.bfloat16)
+    update = workload_mod.make_update(model, row, torch.device("cpu"))
+    assert {p.dtype for p in update.master_params} == {torch.float32}
+    assert update.loss_scale == 1.0                             # BF16 needs no loss scaling
+
+
+@pytest.mark.parametrize("timm, ours", [("bfloat16", "bf16"), ("float16", "fp16"),
+                                        ("float32", "fp32")])
+def test_timms_precision_spellings_are_read_as_ours_with_a_note(timm, ours):
+    args = cli.parse_args(["--precision", timm])
+    assert cli.to_config(args).precision == ours
+    assert f"--precision {timm} is timm's spelling: read as --precision {ours}" in \
+        " ".join(args.spelling_notes)
+    assert cli.parse_args(["--precision", "bf16"]).spelling_notes == []
+
+
+def test_bf16_generate_runs_through_the_cli(capfd, tmp_path):
+    ran = run_main(capfd, *TINY_LM, "--precision", "bfloat16", "--iterations", "1",
+                   "--warmup", "1", "--output-dir", str(tmp_path))
+    assert ran.returncode == 0, ran.stderr
+    assert "BF16" in ran.stdout and "timm's spelling" in ran.stdout
+
+
+# ---------------------------------------------------------------- the captured decode step
+
+def test_captured_decode_gives_the_uncached_references_tokens_at_fp32():
+    work = workload("--precision", "fp32")
+    reference = llama.generate_without_cache(work.state.model, work.state.prompt,
+                                             work.shape.gen_len)
+    assert torch.equal(decoding.generated_tokens(work), reference)
+    compiled = workload("--precision", "fp32", compile_options={"backend": "eager"})
+    assert torch.equal(decoding.generated_tokens(compiled), reference)
+
+
+def test_the_decode_step_compiles_once_as_one_graph_and_never_again():
+    from torch._dynamo.testing import CompileCounter
+    torch._dynamo.reset()
+    counter = CompileCounter()
+    work = workload("--precision", "fp32", compile_options={"backend": counter})
+    work.step()                                     # prefill and decode: one graph each
+    assert counter.frame_count == 2
+    for _ in range(2):                              # two more generations: every position
+        work.step()
+    assert counter.frame_count == 2, "a decode step recompiled"
+
+
+def test_the_steps_take_no_tensor_arguments_and_keep_the_cache_as_module_buffers():
+    work = workload("--precision", "fp32")
+    buffers = {id(t) for t in work.state.buffers()}
+    assert all(id(t) in buffers for t in work.cache.keys + work.cache.values)
+    assert id(work.state.input_pos) in buffers and id(work.state.token) in buffers
+    before = int(work.state.input_pos)
+    work.prefill()
+    assert int(work.state.input_pos) == work.shape.prompt_len != before
+    work.decode()
+    assert int(work.state.input_pos) == work.shape.prompt_len + 1
