@@ -108,6 +108,7 @@ class ProcessResult:
     pid: int = 0                         # the process that measured it
     seed: int = 0                        # the seed of its weights and inputs
     data: Any = None                     # --data loader|folder: microbench.data.DataTrial
+    compiler: Any = None                 # --compile: microbench.compile_watch.CompileReport
 
 
 @dataclass(frozen=True)

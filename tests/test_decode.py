@@ -97,3 +97,50 @@ def test_the_steps_take_no_tensor_arguments_and_keep_the_cache_as_module_buffers
     assert int(work.state.input_pos) == work.shape.prompt_len != before
     work.decode()
     assert int(work.state.input_pos) == work.shape.prompt_len + 1
+
+
+# ---------------------------------------------------------------- what the compiler did
+
+def test_a_cuda_graph_skip_is_reported_with_its_reason_and_kept_off_the_console(capfd):
+    import logging
+    from torch._dynamo.utils import counters
+    from microbench import compile_watch
+    watch = compile_watch.CompileWatch(torch.device("cuda"), {"mode": "reduce-overhead"})
+    with watch.during("warm-up"):
+        counters["stats"]["unique_graphs"] += 2
+        counters["inductor"]["cudagraph_skips"] += 1       # what inductor does, faked
+        logging.getLogger(compile_watch.CUDAGRAPHS_LOGGER).warning(
+            "skipping cudagraphs due to mutated inputs (44 instances). Found from : \n x.py:3")
+    with watch.during("timed"):
+        counters["stats"]["unique_graphs"] += 1             # a recompile while timed
+    report = watch.report()
+    assert report.cuda_graphs == "skipped (mutated inputs)"
+    assert (report.graphs, report.timed_recompiles) == (3, 1)
+    assert "1 compiled while timed" in report.summary_text()
+    assert "skipping cudagraphs" not in capfd.readouterr().err
+
+
+def test_graphs_not_asked_for_are_not_used_and_say_why():
+    from microbench import compile_watch
+    for device, options, label in [
+            ("cpu", {"mode": "reduce-overhead"}, "not used (CPU)"),
+            ("cuda", {}, "not used (compile mode default)"),
+            ("cuda", {"mode": "max-autotune-no-cudagraphs"},
+             "not used (compile mode max-autotune-no-cudagraphs)")]:
+        watch = compile_watch.CompileWatch(torch.device(device), options)
+        with watch.during("warm-up"):
+            pass
+        assert watch.report().cuda_graphs == label
+
+
+def test_a_compiled_generate_run_says_what_the_compiler_did(cli):
+    import json
+    ran, out_dir = cli(*TINY_LM, "--precision", "fp32", "--compile", "--compileContext",
+                       "{'backend': 'eager'}", "--iterations", "2", "--warmup", "1")
+    assert ran.returncode == 0, ran.stderr
+    assert "CUDA graphs           : not used (CPU)" in ran.stdout
+    assert "Compiled              : 2 graphs, 0 graph breaks, none compiled while timed" \
+        in ran.stdout
+    [path] = out_dir.glob("*.json")
+    compiler = json.loads(path.read_text())["compiler"]
+    assert compiler["graphs"] == 2 and compiler["cuda_graphs"] == "not used (CPU)"
