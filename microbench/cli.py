@@ -19,6 +19,7 @@ from typing import Any, Sequence
 from . import __version__, precision as precision_table, rerun, scenarios
 from .argtypes import (MAX_BATCH, MAX_BUCKET_CAP_MB, MAX_DEVICE_INDEX, MAX_DIST_TIMEOUT_S,
                        MAX_IMAGE_SIZE, MAX_ITERATIONS, MAX_MEMORY_GB, MAX_PEAK_TFLOPS,
+                       MAX_PEAK_BANDWIDTH,
                        MAX_PROFILER_STEPS, MAX_RANKS, MAX_SEED, MAX_SEQ_LEN, MAX_TELEMETRY_MS,
                        MAX_TRIALS, MAX_VOCAB, MAX_WARMUP, HelpFormatter, OneLineParser,
                        bounded_int, choices, finite_float, list_of, names, positive_int,
@@ -318,6 +319,9 @@ def _add_profiler_args(parser: argparse.ArgumentParser) -> None:
     _setting(group, "peak_tflops", type=finite_float(0, MAX_PEAK_TFLOPS), metavar="T",
              help="dense peak TFLOP/s to compute MFU against (default: the built-in "
                   "table for known GPUs; unknown otherwise)")
+    _setting(group, "peak_bandwidth", type=finite_float(0, MAX_PEAK_BANDWIDTH), metavar="GB/S",
+             help="peak memory bandwidth in GB/s to compute generation's MBU against "
+                  "(default: the built-in table for known GPUs; unknown otherwise)")
     _setting(group, "capture_range",
              help="start the device profiler API just before the timed iterations and "
                   "stop it after (nsys --capture-range=cudaProfilerApi, rocprofv3 "

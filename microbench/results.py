@@ -60,12 +60,13 @@ class GenerationTimes:
     prefill: Measurement        # one sample per iteration: time to first token
     decode: Measurement         # one sample per decode step of every iteration
     e2e: Measurement            # one sample per iteration: prefill + all its decode steps
+    decode_bytes: int = 0       # bytes the timed decode steps had to read, all of them summed
 
     @classmethod
     def merge(cls, parts) -> "GenerationTimes":
         parts = list(parts)
         return cls(_merged(p.prefill for p in parts), _merged(p.decode for p in parts),
-                   _merged(p.e2e for p in parts))
+                   _merged(p.e2e for p in parts), sum(p.decode_bytes for p in parts))
 
 
 def merge_detail(details) -> Any:

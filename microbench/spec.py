@@ -49,6 +49,7 @@ class RunSpec:
     device: torch.device
     device_name: str                              # the device's model, e.g. NVIDIA H200
     peak: flops.PeakChoice
+    bandwidth: flops.BandwidthPeak                # what MBU divides by
     json_path: str | None              # None with --no-files
     csv_path: str | None
     notes: tuple[str, ...]
@@ -140,6 +141,7 @@ def _derive(config: BenchConfig, launch: Launch) -> RunSpec:
                    precision=policy, launch=launch, device=device,
                    device_name=device_layer.device_name(device),
                    peak=flops.choose_peak(device, policy.peak_key, config.peak_tflops),
+                   bandwidth=flops.choose_bandwidth(device, config.peak_bandwidth),
                    json_path=json_path, csv_path=csv_path, notes=tuple(notes),
                    result_name=name.removesuffix(".json"))
 

@@ -144,3 +144,72 @@ def test_a_compiled_generate_run_says_what_the_compiler_did(cli):
     [path] = out_dir.glob("*.json")
     compiler = json.loads(path.read_text())["compiler"]
     assert compiler["graphs"] == 2 and compiler["cuda_graphs"] == "not used (CPU)"
+
+
+# ---------------------------------------------------------------- MBU
+
+def test_mbu_is_the_bytes_the_decode_steps_read_over_their_own_samples():
+    import itertools
+    from microbench import flops
+    work = workload("--precision", "bf16")
+    ticks = itertools.count()
+    times = decoding.timed_generation(work, 2, torch.device("cpu"),
+                                      time_fn=lambda: next(ticks) * 0.004)   # 4 ms a mark
+    model, config = work.state.model, work.state.model.config
+    # Closed form: BF16 weights (an untied embedding's unread rows left out; a tied one is
+    # read whole by the output projection), K and V per position.
+    unread = 0 if config.tie_embeddings else (config.vocab_size - 2) * config.hidden_size
+    weights = 2 * (sum(p.numel() for p in model.parameters()) - unread)
+    per_position = 2 * 2 * config.num_layers * 2 * config.num_kv_heads * config.head_dim
+    prompt, generated = work.shape.prompt_len, work.shape.gen_len
+    expected = 2 * sum(weights + (prompt + i + 1) * per_position for i in range(generated - 1))
+    assert times.decode_bytes == expected
+    assert times.decode.count == 2 * (generated - 1) and times.decode.total_ms == \
+        pytest.approx(4.0 * times.decode.count)
+    use = flops.BandwidthUtilization(times.decode_bytes, times.decode.total_ms / 1e3,
+                                     flops.BandwidthPeak(100.0, "--peak-bandwidth"))
+    assert use.achieved_gbs == pytest.approx(expected / (0.004 * times.decode.count) / 1e9)
+    assert use.mbu == pytest.approx(use.achieved_gbs / 100.0)
+
+
+def test_the_bandwidth_peak_is_the_override_else_the_datasheet_else_unknown(monkeypatch):
+    from microbench import flops
+    cpu = torch.device("cpu")
+    assert flops.choose_bandwidth(cpu, 1234.0) == flops.BandwidthPeak(1234.0, "--peak-bandwidth")
+    unknown = flops.choose_bandwidth(cpu, None)
+    assert unknown.gbs is None and "--peak-bandwidth" in unknown.source
+    assert flops.BandwidthUtilization(10**9, 1.0, unknown).mbu is None
+    monkeypatch.setattr(flops, "peak_for_device", lambda device: flops.H200_SXM)
+    assert flops.choose_bandwidth(torch.device("cuda"), None).gbs == 4800.0
+
+
+def test_mbu_reaches_the_console_and_the_json(cli):
+    import json
+    ran, out_dir = cli(*TINY_LM, "--precision", "bf16", "--iterations", "1", "--warmup", "1",
+                       "--peak-bandwidth", "100")
+    assert ran.returncode == 0, ran.stderr
+    assert "MBU (decode)          : " in ran.stdout and "of 100 GB/s (--peak-bandwidth)" \
+        in ran.stdout
+    [path] = out_dir.glob("*.json")
+    generation = json.loads(path.read_text())["generation"]
+    bandwidth = generation["decode_bandwidth"]
+    assert generation["mbu"] == pytest.approx(bandwidth["achieved_gb_per_s"] / 100.0)
+    assert bandwidth["achieved_gb_per_s"] == pytest.approx(
+        bandwidth["bytes_read"] / bandwidth["seconds"] / 1e9)
+    assert bandwidth["seconds"] * 1e3 == pytest.approx(
+        sum(generation["inter_token_latency"]["samples_ms"]))
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_a_decode_step_reads_the_embeddings_batch_rows_unless_the_output_reads_all_of_it(tied):
+    import dataclasses
+    config = dataclasses.replace(llama.PRESETS["llama_tiny"].with_overrides(seq_len=8,
+                                                                           vocab_size=64),
+                                 tie_embeddings=tied)
+    model = llama.build(config)
+    cache = model.make_cache(3, 8)
+    traffic = decoding.DecodeTraffic.of(model, cache)
+    every_weight = 4 * len(torch.nn.utils.parameters_to_vector(model.parameters()))
+    unread = 0 if tied else 4 * (64 - 3) * config.hidden_size
+    assert traffic.weight_bytes == every_weight - unread
+    assert traffic.step_bytes(5) == traffic.weight_bytes + 5 * cache.nbytes // 8

@@ -26,6 +26,7 @@ Example::
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Callable
 
@@ -49,6 +50,35 @@ class GenerationShape:
     def positions(self) -> int:
         """KV-cache slots used: the last generated token is never fed back."""
         return self.prompt_len + self.gen_len - 1
+
+
+@dataclass(frozen=True)
+class DecodeTraffic:
+    """Bytes a decode step must read from device memory (the numerator of MBU): every weight
+    once, except the token embedding, of which only the batch's rows are read (unless it is tied
+    to the output projection, which reads all of it), and the KV cache of every position the
+    step attends to. RoPE's table rows and the activations are left out (kilobytes)."""
+
+    weight_bytes: int
+    kv_bytes_per_position: int          # keys and values of one position, every layer and row
+
+    @classmethod
+    def of(cls, model: nn.Module, cache: llama.KVCache) -> "DecodeTraffic":
+        unique = {id(p): p for p in model.parameters()}.values()      # tied weights once
+        weights = sum(p.numel() * p.element_size() for p in unique)
+        embed = model.embed.weight
+        if embed is not model.output.weight:
+            weights -= (embed.shape[0] - cache.batch) * embed.shape[1] * embed.element_size()
+        return cls(weights, cache.nbytes // cache.max_len)
+
+    def step_bytes(self, positions: int) -> int:
+        """A decode step that attends to ``positions`` cache slots (its own included)."""
+        return self.weight_bytes + positions * self.kv_bytes_per_position
+
+    def generation_bytes(self, shape: "GenerationShape") -> int:
+        """Every decode step of one generation: step i (0-based) writes position
+        ``prompt_len + i`` and attends to ``prompt_len + i + 1`` slots."""
+        return sum(self.step_bytes(shape.prompt_len + i + 1) for i in range(shape.gen_len - 1))
 
 
 class GenerationState(nn.Module):
@@ -111,6 +141,7 @@ class GenerationWorkload:
         self.autocast = autocast
         self.parameters = sum(p.numel() for p in state.model.parameters())
         self.flops_per_iteration: int | None = None
+        self.traffic = DecodeTraffic.of(state.model, state.cache)
         self.prefill_step, self.decode_step = PrefillStep(state), DecodeStep(state)
         if compile_options is not None:
             self.prefill_step = compiled(self.prefill_step, compile_options)
@@ -181,7 +212,9 @@ def timed_generation(work: GenerationWorkload, iterations: int, device: torch.de
         for _ in range(work.shape.gen_len - 1):
             work.decode()
             recorder.mark()
-    return split_generation_times(recorder.intervals_ms(), marks_per_iteration)
+    times = split_generation_times(recorder.intervals_ms(), marks_per_iteration)
+    return dataclasses.replace(
+        times, decode_bytes=iterations * work.traffic.generation_bytes(work.shape))
 
 
 def split_generation_times(intervals_ms: list[float], per_iteration: int) -> GenerationTimes:

@@ -12,7 +12,7 @@ Example::
 """
 from __future__ import annotations
 
-from .. import workload
+from .. import flops, workload
 from ..errors import UsageError
 from ..report import units
 from ..results import Timed
@@ -31,6 +31,19 @@ def _optional(value: float | None, digits: int = 4) -> str:
 def _latency(times) -> str:
     ms = units.duration_ms
     return f"median {ms(times.median)}  p90 {ms(times.p90)}  p99 {ms(times.p99)}"
+
+
+def _bandwidth_rows(use: flops.BandwidthUtilization | None, times,
+                    batch: int) -> list[tuple[str, str]]:
+    if use is None or use.achieved_gbs is None:
+        return []
+    per_step = times.decode_bytes / times.decode.count
+    mbu = (f"{units.percent(use.mbu)} of {use.peak.gbs:,.0f} GB/s ({use.peak.source})"
+           if use.mbu is not None else f"unknown ({use.peak.source})")
+    return [("Decode bandwidth", f"{use.achieved_gbs:,.1f} GB/s  ({units.megabytes(per_step / 1e6)}"
+                                 f" read per decode step: weights and the KV cache up to the "
+                                 f"step's position, batch {batch})"),
+            ("MBU (decode)", mbu)]
 
 
 class Generate(Scenario):
@@ -99,6 +112,15 @@ class Generate(Scenario):
             return None
         return summary.spec.batch_size * times.decode.count / (times.decode.total_ms / 1e3)
 
+    def decode_bandwidth(self, summary) -> flops.BandwidthUtilization | None:
+        """The bytes the timed decode steps had to read over their summed time (the same
+        samples as the inter-token latency), against the device's memory bandwidth."""
+        times = summary.detail
+        if times is None or not times.decode.count or not times.decode_bytes:
+            return None
+        return flops.BandwidthUtilization(times.decode_bytes, times.decode.total_ms / 1e3,
+                                          summary.spec.bandwidth)
+
     def console_rows(self, summary) -> list[tuple[str, str]]:
         times = summary.detail
         if times is None:
@@ -114,12 +136,13 @@ class Generate(Scenario):
             ("Time per sequence", f"mean {units.duration_ms(times.e2e.mean)}  (prefill and "
                                   f"{self.shape.gen_len - 1} decode steps: every sequence of "
                                   f"the batch takes this long)"),
-        ]
+        ] + _bandwidth_rows(self.decode_bandwidth(summary), times, summary.spec.batch_size)
 
     def document(self, summary) -> dict:
         times = summary.detail
         if times is None:
             return {}
+        bandwidth = self.decode_bandwidth(summary)
         return {"generation": {
             "prompt_len": self.shape.prompt_len, "gen_len": self.shape.gen_len,
             "batch_size": summary.spec.batch_size,
@@ -129,6 +152,8 @@ class Generate(Scenario):
                                     "samples_ms": list(times.decode.samples_ms)},
             "end_to_end": {"stats": times.e2e.stats()},
             "decode_tokens_per_s": self.decode_tokens_per_s(summary),
+            "mbu": bandwidth.mbu if bandwidth is not None else None,
+            "decode_bandwidth": bandwidth.to_dict() if bandwidth is not None else None,
             "generated_tokens_per_s": summary.token_throughput}}
 
     def csv_cells(self, summary) -> dict:
