@@ -114,8 +114,9 @@ def _derive(config: BenchConfig, launch: Launch) -> RunSpec:
                                          launch.device_index if launch.distributed else None)
     preset_notes = []
     if config.preset is not None:
-        training = scenarios.kind_of(config.mode).updates_weights
-        config = preset.apply(config, model.family, device, launch.world_size, training)
+        kind = scenarios.kind_of(config.mode)
+        config = preset.apply(config, model.family, device, launch.world_size,
+                              kind.updates_weights, half_weights=kind.fast_half_weights)
         preset_notes.append(f"--preset {config.preset} chose: {preset.as_flags(config)} (explicit "
                             f"flags win; these flags reproduce the run without the preset)")
         validate(config)

@@ -213,3 +213,29 @@ def test_a_decode_step_reads_the_embeddings_batch_rows_unless_the_output_reads_a
     unread = 0 if tied else 4 * (64 - 3) * config.hidden_size
     assert traffic.weight_bytes == every_weight - unread
     assert traffic.step_bytes(5) == traffic.weight_bytes + 5 * cache.nbytes // 8
+
+
+# ---------------------------------------------------------------- --preset fast --mode generate
+
+@pytest.mark.parametrize("bf16_units, weights", [(True, "bf16"), (False, "fp16")])
+def test_preset_fast_generates_from_half_weights_with_a_captured_decode_step_on_gpus(
+        monkeypatch, bf16_units, weights):
+    from microbench import preset
+    monkeypatch.setattr(preset, "_bf16_matrix_units", lambda device: bf16_units)
+    plan = cli.to_plan(cli.parse_args([*TINY_LM, "--preset", "fast"]))
+    effective = preset.apply(plan.configs[0], "language", torch.device("cuda"), 1, False,
+                             half_weights=True)
+    assert (effective.precision, effective.compile) == (weights, True)
+    assert effective.compile_options == {"mode": "reduce-overhead"}
+    assert preset.as_flags(effective) == f"--precision {weights} --compile-mode reduce-overhead"
+    cpu = preset.fast_choices("language", torch.device("cpu"), 1, False, half_weights=True)
+    assert cpu == {"compile": True, "compile_options": {}}       # FP32, default mode on the CPU
+
+
+def test_preset_fast_generate_prints_its_flags_on_the_cpu(cli):
+    # The eager backend given explicitly (it wins), so no C++ compiler runs in the test.
+    ran, _ = cli(*TINY_LM, "--preset", "fast", "--iterations", "1", "--warmup", "1",
+                 "--compile", "--compileContext", "{'backend': 'eager'}", "--no-files")
+    assert ran.returncode == 0, ran.stderr
+    assert "--preset fast chose: --compile" in ran.stdout
+    assert "CUDA graphs           : not used (CPU)" in ran.stdout

@@ -50,6 +50,7 @@ class Generate(Scenario):
     mode = "generate"
     flops_counted = "prefill + decode steps"
     items_run_one_by_one = False
+    fast_half_weights = True
 
     def __init__(self, config, model) -> None:
         super().__init__(config, model)
