@@ -239,3 +239,31 @@ def test_preset_fast_generate_prints_its_flags_on_the_cpu(cli):
     assert ran.returncode == 0, ran.stderr
     assert "--preset fast chose: --compile" in ran.stdout
     assert "CUDA graphs           : not used (CPU)" in ran.stdout
+
+
+# ---------------------------------------------------------------- energy per token
+
+def test_energy_per_token_end_to_end_is_the_telemetrys_and_decode_is_an_estimate_by_time():
+    from types import SimpleNamespace
+    from microbench.results import GenerationTimes
+    from microbench.telemetry import ENERGY_COUNTER, TelemetryReport
+    from microbench.timing import Measurement
+    spec = resolved()
+    scenario = spec.scenario                              # 5-token prompt, 6 tokens generated
+    times = GenerationTimes(prefill=Measurement([4.0]), decode=Measurement([2.0] * 5),
+                            e2e=Measurement([14.0]))
+    report = TelemetryReport(available=True, energy_j=1.2, joules_per_item=0.1,
+                             energy_basis=ENERGY_COUNTER)
+    summary = SimpleNamespace(detail=times, telemetry=report, spec=spec)
+    energy = scenario.energy_per_token(summary)
+    assert energy["end_to_end_j_per_token"] == 0.1 and energy["end_to_end_basis"] == "counter"
+    # 10 of the 14 ms were decode steps, which made 5 of every 6 tokens.
+    assert energy["decode_j_per_token"] == pytest.approx(0.1 * 6 * (10 / 14) / 5)
+    assert "estimated" in energy["decode_basis"]
+    rows = dict(scenario.console_rows(summary))
+    assert rows["Energy per token"].startswith("0.1 J end-to-end (energy counter); decode ~")
+    assert "estimated" in rows["Energy per token"].split("decode")[1]
+    cpu = SimpleNamespace(detail=times, spec=spec,
+                          telemetry=TelemetryReport.unavailable("telemetry: the CPU"))
+    assert scenario.energy_per_token(cpu) is None and "Energy per token" not in dict(
+        scenario.console_rows(cpu))

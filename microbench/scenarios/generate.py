@@ -16,6 +16,7 @@ from .. import flops, workload
 from ..errors import UsageError
 from ..report import units
 from ..results import Timed
+from ..telemetry import ENERGY_COUNTER
 from . import decoding
 from .base import Scenario
 
@@ -44,6 +45,16 @@ def _bandwidth_rows(use: flops.BandwidthUtilization | None, times,
                                  f" read per decode step: weights and the KV cache up to the "
                                  f"step's position, batch {batch})"),
             ("MBU (decode)", mbu)]
+
+
+def _energy_rows(energy: dict | None) -> list[tuple[str, str]]:
+    if energy is None:
+        return []
+    counted = energy["end_to_end_basis"] == ENERGY_COUNTER
+    return [("Energy per token", f"{energy['end_to_end_j_per_token']:.4g} J end-to-end "
+                                 f"({'energy counter' if counted else 'estimated'}); decode "
+                                 f"~{energy['decode_j_per_token']:.4g} J (estimated: energy "
+                                 f"shared out by time)")]
 
 
 class Generate(Scenario):
@@ -122,6 +133,26 @@ class Generate(Scenario):
         return flops.BandwidthUtilization(times.decode_bytes, times.decode.total_ms / 1e3,
                                           summary.spec.bandwidth)
 
+    def energy_per_token(self, summary) -> dict | None:
+        """Joules per generated token over whole generations (the telemetry's own figure, by
+        the energy counter or estimated) and per token of the decode steps alone. The decode
+        figure is always an estimate: the timed region's energy shared out by time (decode
+        steps' summed time over the generations'), which assumes the prefill draws the same
+        power as decoding; a compute-bound prefill draws more, so it errs high."""
+        times, report = summary.detail, summary.telemetry
+        if (times is None or report is None or not report.available
+                or report.joules_per_item is None or not times.e2e.total_ms
+                or self.shape.gen_len < 2):
+            return None
+        share = times.decode.total_ms / times.e2e.total_ms
+        decode = (report.joules_per_item * share * self.shape.gen_len
+                  / (self.shape.gen_len - 1))
+        return {"end_to_end_j_per_token": report.joules_per_item,
+                "end_to_end_basis": report.energy_basis,
+                "decode_j_per_token": decode,
+                "decode_basis": "the timed region's energy shared out by the decode steps' "
+                                "share of its time, estimated"}
+
     def console_rows(self, summary) -> list[tuple[str, str]]:
         times = summary.detail
         if times is None:
@@ -137,7 +168,8 @@ class Generate(Scenario):
             ("Time per sequence", f"mean {units.duration_ms(times.e2e.mean)}  (prefill and "
                                   f"{self.shape.gen_len - 1} decode steps: every sequence of "
                                   f"the batch takes this long)"),
-        ] + _bandwidth_rows(self.decode_bandwidth(summary), times, summary.spec.batch_size)
+        ] + _bandwidth_rows(self.decode_bandwidth(summary), times, summary.spec.batch_size) \
+          + _energy_rows(self.energy_per_token(summary))
 
     def document(self, summary) -> dict:
         times = summary.detail
@@ -155,6 +187,7 @@ class Generate(Scenario):
             "decode_tokens_per_s": self.decode_tokens_per_s(summary),
             "mbu": bandwidth.mbu if bandwidth is not None else None,
             "decode_bandwidth": bandwidth.to_dict() if bandwidth is not None else None,
+            "energy_per_token": self.energy_per_token(summary),
             "generated_tokens_per_s": summary.token_throughput}}
 
     def csv_cells(self, summary) -> dict:
