@@ -61,12 +61,14 @@ class GenerationTimes:
     decode: Measurement         # one sample per decode step of every iteration
     e2e: Measurement            # one sample per iteration: prefill + all its decode steps
     decode_bytes: int = 0       # bytes the timed decode steps had to read, all of them summed
+    prefill_flops: int | None = None    # FLOPs of one prefill, counted once (None: not counted)
 
     @classmethod
     def merge(cls, parts) -> "GenerationTimes":
         parts = list(parts)
         return cls(_merged(p.prefill for p in parts), _merged(p.decode for p in parts),
-                   _merged(p.e2e for p in parts), sum(p.decode_bytes for p in parts))
+                   _merged(p.e2e for p in parts), sum(p.decode_bytes for p in parts),
+                   parts[0].prefill_flops)
 
 
 def merge_detail(details) -> Any:

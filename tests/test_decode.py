@@ -267,3 +267,17 @@ def test_energy_per_token_end_to_end_is_the_telemetrys_and_decode_is_an_estimate
                           telemetry=TelemetryReport.unavailable("telemetry: the CPU"))
     assert scenario.energy_per_token(cpu) is None and "Energy per token" not in dict(
         scenario.console_rows(cpu))
+
+
+def test_prefill_mfu_is_the_prefills_flops_over_its_own_samples():
+    from types import SimpleNamespace
+    from microbench import flops
+    from microbench.results import GenerationTimes
+    from microbench.timing import Measurement
+    spec = resolved("--peak-tflops", "2")
+    times = GenerationTimes(prefill=Measurement([2.0, 6.0]), decode=Measurement([1.0]),
+                            e2e=Measurement([3.0, 7.0]), prefill_flops=8 * 10**9)
+    use = spec.scenario.prefill_utilization(SimpleNamespace(detail=times, spec=spec))
+    assert use.achieved_tflops == pytest.approx(8e9 * 2 / 8e-3 / 1e12)     # 2 prefills in 8 ms
+    assert use.mfu == pytest.approx(use.achieved_tflops / 2.0)
+    assert isinstance(use, flops.Utilization)

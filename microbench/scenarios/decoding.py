@@ -141,6 +141,7 @@ class GenerationWorkload:
         self.autocast = autocast
         self.parameters = sum(p.numel() for p in state.model.parameters())
         self.flops_per_iteration: int | None = None
+        self.prefill_flops: int | None = None
         self.traffic = DecodeTraffic.of(state.model, state.cache)
         self.prefill_step, self.decode_step = PrefillStep(state), DecodeStep(state)
         if compile_options is not None:
@@ -183,9 +184,10 @@ def build(spec, model: nn.Module, compile_options: dict | None = None,
     if count_flops:             # on the eager steps, before anything is compiled
         eager = GenerationWorkload(state, shape, autocast, None)
         flops_per_iteration = flops.count_step_flops(eager.step)
+        prefill_flops = flops.count_step_flops(eager.prefill)
     work = GenerationWorkload(state, shape, autocast, compile_options)
     if count_flops:
-        work.flops_per_iteration = flops_per_iteration
+        work.flops_per_iteration, work.prefill_flops = flops_per_iteration, prefill_flops
     return work
 
 
@@ -214,7 +216,8 @@ def timed_generation(work: GenerationWorkload, iterations: int, device: torch.de
             recorder.mark()
     times = split_generation_times(recorder.intervals_ms(), marks_per_iteration)
     return dataclasses.replace(
-        times, decode_bytes=iterations * work.traffic.generation_bytes(work.shape))
+        times, decode_bytes=iterations * work.traffic.generation_bytes(work.shape),
+        prefill_flops=work.prefill_flops)
 
 
 def split_generation_times(intervals_ms: list[float], per_iteration: int) -> GenerationTimes:

@@ -47,6 +47,15 @@ def _bandwidth_rows(use: flops.BandwidthUtilization | None, times,
             ("MBU (decode)", mbu)]
 
 
+def _prefill_rows(use: flops.Utilization | None) -> list[tuple[str, str]]:
+    if use is None:
+        return []
+    mfu = (f"MFU {units.percent(use.mfu)} of {use.peak.tflops:g} TFLOP/s" if use.mfu is not None
+           else f"MFU unknown ({use.peak.source})")
+    return [("Prefill compute", f"{units.flops(use.achieved_tflops * 1e12, per_second=True)} "
+                                f"({units.flops(use.flops_per_iteration)} per prefill); {mfu}")]
+
+
 def _energy_rows(energy: dict | None) -> list[tuple[str, str]]:
     if energy is None:
         return []
@@ -133,6 +142,15 @@ class Generate(Scenario):
         return flops.BandwidthUtilization(times.decode_bytes, times.decode.total_ms / 1e3,
                                           summary.spec.bandwidth)
 
+    def prefill_utilization(self, summary) -> flops.Utilization | None:
+        """The prefill's FLOPs (counted once) at the rate of the timed prefills (their own
+        samples), against the precision's dense peak: MFU for the compute-bound phase."""
+        times = summary.detail
+        if times is None or not times.prefill_flops or not times.prefill.total_ms:
+            return None
+        per_s = times.prefill.count / (times.prefill.total_ms / 1e3)
+        return flops.Utilization(times.prefill_flops, per_s, summary.spec.peak)
+
     def energy_per_token(self, summary) -> dict | None:
         """Joules per generated token over whole generations (the telemetry's own figure, by
         the energy counter or estimated) and per token of the decode steps alone. The decode
@@ -168,14 +186,15 @@ class Generate(Scenario):
             ("Time per sequence", f"mean {units.duration_ms(times.e2e.mean)}  (prefill and "
                                   f"{self.shape.gen_len - 1} decode steps: every sequence of "
                                   f"the batch takes this long)"),
-        ] + _bandwidth_rows(self.decode_bandwidth(summary), times, summary.spec.batch_size) \
+        ] + _prefill_rows(self.prefill_utilization(summary)) \
+          + _bandwidth_rows(self.decode_bandwidth(summary), times, summary.spec.batch_size) \
           + _energy_rows(self.energy_per_token(summary))
 
     def document(self, summary) -> dict:
         times = summary.detail
         if times is None:
             return {}
-        bandwidth = self.decode_bandwidth(summary)
+        bandwidth, prefill = self.decode_bandwidth(summary), self.prefill_utilization(summary)
         return {"generation": {
             "prompt_len": self.shape.prompt_len, "gen_len": self.shape.gen_len,
             "batch_size": summary.spec.batch_size,
@@ -188,6 +207,7 @@ class Generate(Scenario):
             "mbu": bandwidth.mbu if bandwidth is not None else None,
             "decode_bandwidth": bandwidth.to_dict() if bandwidth is not None else None,
             "energy_per_token": self.energy_per_token(summary),
+            "prefill_flops": prefill.to_dict() if prefill is not None else None,
             "generated_tokens_per_s": summary.token_throughput}}
 
     def csv_cells(self, summary) -> dict:
