@@ -3,7 +3,7 @@ step, and what the compiler did, on tiny llama_tiny shapes on the CPU."""
 import pytest
 import torch
 
-from conftest import run_main
+from conftest import requires_gpu, run_main
 from microbench import cli, precision, spec as spec_mod
 from microbench.archs import llama
 from microbench.scenarios import decoding
@@ -66,12 +66,26 @@ def test_bf16_generate_runs_through_the_cli(capfd, tmp_path):
 
 # ---------------------------------------------------------------- the captured decode step
 
+def small_generation(compile_options=None, device="cpu") -> decoding.GenerationWorkload:
+    """Two layers at FP32 (compiling eight costs seconds of tracing for nothing more)."""
+    import contextlib
+    import dataclasses
+    config = dataclasses.replace(llama.PRESETS["llama_tiny"].with_overrides(
+        seq_len=16, vocab_size=128), num_layers=2)
+    torch.manual_seed(0)
+    model = llama.build(config).eval().to(device)
+    shape = decoding.GenerationShape(prompt_len=5, gen_len=6)
+    prompt = torch.randint(0, 128, (2, shape.prompt_len)).to(device)
+    state = decoding.GenerationState(model, model.make_cache(2, shape.positions), prompt)
+    return decoding.GenerationWorkload(state, shape, contextlib.nullcontext(), compile_options)
+
+
 def test_captured_decode_gives_the_uncached_references_tokens_at_fp32():
-    work = workload("--precision", "fp32")
+    work = small_generation()
     reference = llama.generate_without_cache(work.state.model, work.state.prompt,
                                              work.shape.gen_len)
     assert torch.equal(decoding.generated_tokens(work), reference)
-    compiled = workload("--precision", "fp32", compile_options={"backend": "eager"})
+    compiled = small_generation(compile_options={"backend": "eager"})
     assert torch.equal(decoding.generated_tokens(compiled), reference)
 
 
@@ -79,7 +93,7 @@ def test_the_decode_step_compiles_once_as_one_graph_and_never_again():
     from torch._dynamo.testing import CompileCounter
     torch._dynamo.reset()
     counter = CompileCounter()
-    work = workload("--precision", "fp32", compile_options={"backend": counter})
+    work = small_generation(compile_options={"backend": counter})
     work.step()                                     # prefill and decode: one graph each
     assert counter.frame_count == 2
     for _ in range(2):                              # two more generations: every position
@@ -281,3 +295,38 @@ def test_prefill_mfu_is_the_prefills_flops_over_its_own_samples():
     assert use.achieved_tflops == pytest.approx(8e9 * 2 / 8e-3 / 1e12)     # 2 prefills in 8 ms
     assert use.mfu == pytest.approx(use.achieved_tflops / 2.0)
     assert isinstance(use, flops.Utilization)
+
+
+# ---------------------------------------------------------------- on a GPU (the lead's runs)
+
+@requires_gpu
+def test_a_decode_step_never_waits_for_the_host():
+    work = small_generation(device="cuda")
+    work.prefill()
+    work.decode()                                   # first calls may allocate; then none sync
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for _ in range(3):
+            work.decode()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+
+
+@requires_gpu
+def test_under_reduce_overhead_the_decode_step_replays_as_a_graph():
+    from microbench import compile_watch
+    torch._dynamo.reset()
+    work = small_generation({"mode": "reduce-overhead"}, device="cuda")
+    reference = llama.generate_without_cache(work.state.model, work.state.prompt,
+                                             work.shape.gen_len)
+    watch = compile_watch.CompileWatch(torch.device("cuda"), {"mode": "reduce-overhead"})
+    with watch.during("warm-up"):
+        for _ in range(3):
+            work.step()
+    with watch.during("timed"):
+        tokens = decoding.generated_tokens(work)
+    report = watch.report()
+    assert report.cuda_graphs == "replayed", report
+    assert report.timed_recompiles == 0 and report.graph_breaks == 0
+    assert torch.equal(tokens, reference)
