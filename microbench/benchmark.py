@@ -172,6 +172,7 @@ def run(spec: "RunSpec", on_phase: Callable[..., None] = lambda phase, timed=Fal
                          flops_per_iteration=work.flops_per_iteration, profile_reports=reports,
                          detail=timed.detail, telemetry=report, pid=os.getpid(),
                          seed=config.seed, data=spec.scenario.input_measured(work),
+                         sharded=spec.scenario.sharded_state(work),
                          compiler=watch.report() if config.compile else None)
 
 
