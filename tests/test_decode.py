@@ -330,3 +330,11 @@ def test_under_reduce_overhead_the_decode_step_replays_as_a_graph():
     assert report.cuda_graphs == "replayed", report
     assert report.timed_recompiles == 0 and report.graph_breaks == 0
     assert torch.equal(tokens, reference)
+
+
+def test_bf16_weights_under_fsdp_are_refused_in_one_line(capfd, tmp_path):
+    ran = run_main(capfd, "--network", "llama_tiny", "--seq-len", "16", "--parallel", "fsdp",
+                   "--precision", "bf16", "--output-dir", str(tmp_path))
+    assert ran.returncode == 2 and "Traceback" not in ran.stderr
+    assert ran.stderr.strip().count("\n") == 0 and "--precision amp-bf16" in ran.stderr
+    assert not any(tmp_path.iterdir())
