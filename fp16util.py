@@ -39,19 +39,22 @@ def _input_to_fp32(module: nn.Module, args: tuple) -> tuple:
     return (args[0].float(),) + tuple(args[1:])
 
 
-def _output_to_fp16(module: nn.Module, args: tuple, output: torch.Tensor) -> torch.Tensor:
-    return output.half()
+def _output_to(dtype: torch.dtype):
+    def hook(module: nn.Module, args: tuple, output: torch.Tensor) -> torch.Tensor:
+        return output.to(dtype)
+    return hook
 
 
-def network_to_half(model: nn.Module) -> nn.Module:
-    """Convert ``model`` to FP16 in place, keeping normalisation layers in FP32."""
-    model.half()
+def network_to_half(model: nn.Module, dtype: torch.dtype = torch.float16) -> nn.Module:
+    """Convert ``model`` to FP16 (or ``dtype``, BF16) in place, parameters and buffers,
+    keeping torch's normalisation layers in FP32."""
+    model.to(dtype)
     for module in model.modules():
         if isinstance(module, NORM_LAYERS):
             module.float()
             if not isinstance(module, MIXED_DTYPE_NATIVE):
                 module.register_forward_pre_hook(_input_to_fp32)
-                module.register_forward_hook(_output_to_fp16)
+                module.register_forward_hook(_output_to(dtype))
     return model
 
 

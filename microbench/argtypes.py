@@ -39,6 +39,7 @@ MAX_DIST_TIMEOUT_S = 10**7          # 115 days: still a finite timedelta for eve
 MAX_BUCKET_CAP_MB = 10**6
 MAX_MEMORY_GB = 10**6
 MAX_PEAK_TFLOPS = 10**7
+MAX_PEAK_BANDWIDTH = 10**7          # GB/s
 MAX_PROFILER_STEPS = 10**4
 MAX_TRIALS = 1000
 MAX_TELEMETRY_MS = 60_000

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Callable
 
 import torch
 
-from . import device as device_layer, noise, precision as precision_mod, profilers
+from . import compile_watch, device as device_layer, noise, precision as precision_mod
+from . import profilers
 from . import telemetry as telemetry_mod
 from .errors import OutOfMemory, UsageError
 from .results import ProcessResult, Timed
@@ -131,8 +132,11 @@ def run(spec: "RunSpec", on_phase: Callable[..., None] = lambda phase, timed=Fal
     work = None
     try:
         work = build_workload(spec, wrap)
+        watch = compile_watch.CompileWatch(device, config.compile_options)
+        watching = watch.during if config.compile else lambda phase: contextlib.nullcontext()
         on_phase("compiling and warming up" if config.compile else "warming up")
-        with noise.captured() if config.compile else contextlib.nullcontext():
+        with noise.captured() if config.compile else contextlib.nullcontext(), \
+                watching("warm-up"):
             warmup_s, first_s = warm_up(work.step, config.warmup, device)
         # With an input pipeline: the model alone and the loader alone, then the fed step.
         work = spec.scenario.before_timing(spec, work, on_phase)
@@ -141,7 +145,9 @@ def run(spec: "RunSpec", on_phase: Callable[..., None] = lambda phase, timed=Fal
         before_timing()
         sampler = monitor.start() if monitor is not None else None
         try:
-            timed = measure(config, spec.scenario, work, device, launch.is_main, rejoin=rejoin)
+            with watching("timed"):
+                timed = measure(config, spec.scenario, work, device, launch.is_main,
+                                rejoin=rejoin)
         finally:
             samples = sampler.stop() if sampler is not None else None
         units = spec.scenario.units_per_iteration(spec.batch_size) * timed.times.count
@@ -166,7 +172,8 @@ def run(spec: "RunSpec", on_phase: Callable[..., None] = lambda phase, timed=Fal
                          flops_per_iteration=work.flops_per_iteration, profile_reports=reports,
                          detail=timed.detail, telemetry=report, pid=os.getpid(),
                          seed=config.seed, data=spec.scenario.input_measured(work),
-                         sharded=spec.scenario.sharded_state(work))
+                         sharded=spec.scenario.sharded_state(work),
+                         compiler=watch.report() if config.compile else None)
 
 
 def trace_stem(spec: "RunSpec") -> str:

@@ -20,6 +20,7 @@ from typing import Any, Sequence
 from . import __version__, precision as precision_table, rerun, scenarios
 from .argtypes import (MAX_BATCH, MAX_BUCKET_CAP_MB, MAX_DEVICE_INDEX, MAX_DIST_TIMEOUT_S,
                        MAX_IMAGE_SIZE, MAX_ITERATIONS, MAX_MEMORY_GB, MAX_PEAK_TFLOPS,
+                       MAX_PEAK_BANDWIDTH,
                        MAX_PROFILER_STEPS, MAX_RANKS, MAX_SEED, MAX_SEQ_LEN, MAX_TELEMETRY_MS,
                        MAX_TRIALS, MAX_VOCAB, MAX_WARMUP, HelpFormatter, OneLineParser,
                        bounded_int, choices, finite_float, list_of, names, positive_int,
@@ -350,6 +351,9 @@ def _add_profiler_args(parser: argparse.ArgumentParser) -> None:
     _setting(group, "peak_tflops", type=finite_float(0, MAX_PEAK_TFLOPS), metavar="T",
              help="dense peak TFLOP/s to compute MFU against (default: the built-in "
                   "table for known GPUs; unknown otherwise)")
+    _setting(group, "peak_bandwidth", type=finite_float(0, MAX_PEAK_BANDWIDTH), metavar="GB/S",
+             help="peak memory bandwidth in GB/s to compute generation's MBU against "
+                  "(default: the built-in table for known GPUs; unknown otherwise)")
     _setting(group, "capture_range",
              help="start the device profiler API just before the timed iterations and "
                   "stop it after (nsys --capture-range=cudaProfilerApi, rocprofv3 "
@@ -659,6 +663,7 @@ TIMM_SPELLINGS = {
     "-b": ("--batch-size", {}),
     "--num-bench-iter": ("--iterations", {}),
     "--bench": ("--mode", {"train": "training", "inference": "inference"}),
+    "--precision": ("--precision", {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}),
 }
 
 
@@ -673,9 +678,11 @@ def _own_spellings(argv: list[str]) -> tuple[list[str], list[str]]:
             ours, values = TIMM_SPELLINGS[flag]
             if not equals:
                 index, given = index + 1, argv[index + 1]
-            value = values.get(given, given)
+            # A list (a sweep's "bfloat16,fp32") is read value by value.
+            value = ",".join(values.get(part, part) for part in given.split(","))
             words += [ours, value]
-            notes.append(f"{flag} {given} is timm's spelling: read as {ours} {value}")
+            if (flag, given) != (ours, value):      # our own flag with our own values: no note
+                notes.append(f"{flag} {given} is timm's spelling: read as {ours} {value}")
         else:
             words.append(word)
         index += 1

@@ -117,6 +117,7 @@ class BenchConfig:
     profiler_output: str | None = setting(replayed=False, per_rank=True)
     flops_prof_step: int | None = setting()
     peak_tflops: float | None = setting()
+    peak_bandwidth: float | None = setting()      # GB/s, for MBU
     capture_range: bool = setting(False, kind=SWITCH)
     phase_timing: bool = setting(True, flag="--no-phases", kind=INVERSE, dest="no_phases")
     optimizer_impl: str = setting("foreach", preset=True)     # foreach | fused (SGD)

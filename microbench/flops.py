@@ -339,6 +339,51 @@ def choose_peak(device: torch.device, peak_key: str, override: float | None) -> 
 
 
 @dataclass(frozen=True)
+class BandwidthPeak:
+    gbs: float | None           # peak memory bandwidth, GB/s (10^9 bytes per second)
+    source: str                 # where the number comes from, or why there is none
+
+
+def choose_bandwidth(device: torch.device, override: float | None) -> BandwidthPeak:
+    """The memory bandwidth MBU divides by, by the rule of :func:`overridden`:
+    ``--peak-bandwidth``, else the table's ``memory_gbs`` for this device, else unknown."""
+    if override is not None:
+        return BandwidthPeak(override, "--peak-bandwidth")
+    peak = peak_for_device(device)
+    if peak is None:
+        what = "this device" if is_gpu(device) else "the CPU"
+        return BandwidthPeak(None, f"no memory bandwidth known for {what}; pass "
+                                   f"--peak-bandwidth")
+    return BandwidthPeak(peak.memory_gbs, f"{peak.name} memory bandwidth, {peak.source}")
+
+
+@dataclass(frozen=True)
+class BandwidthUtilization:
+    """Achieved memory bandwidth and MBU (model bandwidth utilization): the bytes a workload
+    must read from device memory over the time it took, and that rate over the peak. The bytes
+    are what the work needs (each weight once, the KV cache up to each step's position), not
+    what a kernel happens to read, so MBU says how close the run comes to the memory bound."""
+
+    bytes_read: int
+    seconds: float
+    peak: BandwidthPeak
+
+    @property
+    def achieved_gbs(self) -> float | None:
+        return self.bytes_read / self.seconds / 1e9 if self.seconds > 0 else None
+
+    @property
+    def mbu(self) -> float | None:
+        achieved = self.achieved_gbs
+        return achieved / self.peak.gbs if achieved is not None and self.peak.gbs else None
+
+    def to_dict(self) -> dict:
+        return {"bytes_read": self.bytes_read, "seconds": self.seconds,
+                "achieved_gb_per_s": self.achieved_gbs, "peak_gb_per_s": self.peak.gbs,
+                "peak_source": self.peak.source, "mbu": self.mbu}
+
+
+@dataclass(frozen=True)
 class Utilization:
     """Achieved TFLOP/s of one device at the run's headline rate of iterations per second, and
     MFU where the peak is known: FLOPs per iteration x iterations per second / peak."""

@@ -33,6 +33,7 @@ KNOWN_CHATTER = tuple(re.compile(pattern) for pattern in (
     r"Setting accelerator to CPU",                      # DeepSpeed's accelerator probe
     r"No CUDA runtime is found",                        # inductor's cpp_extension probe
     r"Profiler clears events at the end of each cycle",  # torch.profiler's schedule
+    r"skipping cudagraphs due to",                      # inductor: compile_watch reports it
     r"^\s*warnings\.warn\(|^\s*_warn_once\(",           # the source line a warning repeats
 ))
 

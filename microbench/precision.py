@@ -7,9 +7,18 @@ weights) and the MFU peak lookup (``peak_key``, a column of :mod:`microbench.flo
 
 * ``fp32``      IEEE FP32 everywhere; TF32 is switched off for matmuls and convolutions.
 * ``tf32``      FP32 tensors, with matmuls and convolutions allowed to use TF32.
-* ``fp16``      the network in FP16, norm layers in FP32, FP32 master weights (``fp16util``).
+* ``fp16``      the network in FP16, norm layers in FP32 (``fp16util``). Training steps FP32
+                master copies of the weights; inference and generation keep no master copies:
+                the FP16 weights are all there is.
+* ``bf16``      the same in BF16: parameters, buffers, activations and a generation's KV cache
+                in BF16, no autocast (what inference servers and gpt-fast run). Training steps
+                FP32 master copies of the weights, as ``fp16`` does, but without loss scaling
+                (BF16 has FP32's exponent range); inference and generation keep no copies.
 * ``amp-fp16``  autocast to FP16 with dynamic gradient scaling.
-* ``amp-bf16``  autocast to BF16; BF16 has FP32's range and needs no scaler.
+* ``amp-bf16``  autocast to BF16 over FP32 weights; BF16 has FP32's range and needs no scaler.
+
+timm's spellings ``--precision float16|bfloat16|float32`` are read as ``fp16``, ``bf16`` and
+``fp32`` (``cli.TIMM_SPELLINGS``).
 
 TF32 is an explicit choice because PyTorch's own default allows it for cuDNN convolutions but not
 for matmuls, so an unqualified "FP32" number would mix the two.
@@ -36,7 +45,7 @@ class Precision:
     label: str                          # what the "Dtype:" summary line prints
     model_dtype: torch.dtype            # parameters and inputs
     autocast_dtype: torch.dtype | None  # None: no autocast
-    master_weights: bool                # FP32 master copies for an FP16 model
+    master_weights: bool                # FP32 master copies of a half model (training only)
     grad_scaling: bool                  # torch.amp.GradScaler
     peak_key: str                       # the column of the datasheet peak table MFU divides by
     older_flags: str                    # the older tool's spelling(s) of this mode
@@ -64,6 +73,8 @@ TABLE = (
     Precision("tf32", "TF32", _FP32, None, False, False, "tf32", "--tf32 1", tf32=True),
     Precision("fp16", "FP16", _HALF, None, True, False, "fp16",
               "--fp16 1; --amp-opt-level 2 or 3"),
+    Precision("bf16", "BF16", _BF16, None, True, False, "bf16",
+              "new; timm's --precision bfloat16"),
     Precision("amp-fp16", "AMP-FP16", _FP32, _HALF, False, True, "fp16",
               "--amp; --amp-opt-level 1"),
     Precision("amp-bf16", "AMP-BF16", _FP32, _BF16, False, False, "bf16",

@@ -21,6 +21,14 @@ What "fast" picks, and why (numbers in docs/results.md, "The fast path"):
 * ``cudnn.benchmark`` (MIOpen's find mode on ROCm): convolution algorithms measured, not guessed;
 * under DDP, gradients as views of the communication buckets and a static graph.
 
+Generation (``--mode generate``) is bound by reading the weights once per decode step, so there
+the preset stores them in BF16 (``--precision bf16``; FP16 where the GPU has no BF16 matrix
+units), with no autocast re-casting FP32 weights every token, and compiles the prefill and the
+decode step apart in ``reduce-overhead`` mode, so each decode step replays as one CUDA (HIP)
+graph (issue 21: autocast over FP32 weights, compiled without graphs, ran 91 tokens/s where
+gpt-fast's BF16 captured step ran 773 on the same H200). ``cudnn.benchmark`` is left alone:
+a language model has no convolutions.
+
 On the CPU the preset keeps FP32 (BF16 autocast is slow without AMX) and compiles in the
 default mode.
 
@@ -47,18 +55,23 @@ def _bf16_matrix_units(device: torch.device) -> bool:
     return torch.cuda.is_bf16_supported()
 
 
-def fast_choices(family: str, device: torch.device, world_size: int, training: bool) -> dict:
-    """The settings --preset fast stands for on this device, for this model family."""
+def fast_choices(family: str, device: torch.device, world_size: int, training: bool,
+                 half_weights: bool = False) -> dict:
+    """The settings --preset fast stands for on this device, for this model family
+    (``half_weights``: the kind of run is generation, see the module's text)."""
     vision = family != "language"
-    graphs = is_gpu(device) and training
+    graphs = is_gpu(device) and (training or half_weights)
     choices: dict = {"compile": True,
                      "compile_options": {"mode": "reduce-overhead"} if graphs else {}}
     if vision:
         choices["nhwc"] = True
     if not is_gpu(device):
         return choices
-    choices.update(precision="amp-bf16" if _bf16_matrix_units(device) else "amp-fp16",
-                   cudnn_benchmark=True)
+    bf16 = _bf16_matrix_units(device)
+    if half_weights:
+        choices.update(precision="bf16" if bf16 else "fp16")
+    else:
+        choices.update(precision="amp-bf16" if bf16 else "amp-fp16", cudnn_benchmark=True)
     if training:
         choices["optimizer_impl"] = "fused"
     if training and world_size > 1:
@@ -66,12 +79,14 @@ def fast_choices(family: str, device: torch.device, world_size: int, training: b
     return choices
 
 
-def apply(config, family: str, device: torch.device, world_size: int, training: bool):
+def apply(config, family: str, device: torch.device, world_size: int, training: bool,
+          half_weights: bool = False):
     """``config`` with the preset's choices for every setting the user did not give
-    (``training``: the kind of run steps an optimizer)."""
+    (``training``: the kind of run steps an optimizer; ``half_weights``: it generates)."""
     if config.preset is None:
         return config
-    choices = _for_sharding(config, fast_choices(family, device, world_size, training))
+    choices = _for_sharding(config, fast_choices(family, device, world_size, training,
+                                                 half_weights))
     kept = {key: value for key, value in choices.items() if key not in config.explicit}
     return replace(config, **kept)
 

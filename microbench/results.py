@@ -60,12 +60,15 @@ class GenerationTimes:
     prefill: Measurement        # one sample per iteration: time to first token
     decode: Measurement         # one sample per decode step of every iteration
     e2e: Measurement            # one sample per iteration: prefill + all its decode steps
+    decode_bytes: int = 0       # bytes the timed decode steps had to read, all of them summed
+    prefill_flops: int | None = None    # FLOPs of one prefill, counted once (None: not counted)
 
     @classmethod
     def merge(cls, parts) -> "GenerationTimes":
         parts = list(parts)
         return cls(_merged(p.prefill for p in parts), _merged(p.decode for p in parts),
-                   _merged(p.e2e for p in parts))
+                   _merged(p.e2e for p in parts), sum(p.decode_bytes for p in parts),
+                   parts[0].prefill_flops)
 
 
 def merge_detail(details) -> Any:
@@ -108,6 +111,7 @@ class ProcessResult:
     pid: int = 0                         # the process that measured it
     seed: int = 0                        # the seed of its weights and inputs
     data: Any = None                     # --data loader|folder: microbench.data.DataTrial
+    compiler: Any = None                 # --compile: microbench.compile_watch.CompileReport
     sharded: "ShardedState | None" = None   # --parallel fsdp: what this rank holds
 
 

@@ -119,6 +119,10 @@ def mixed_precision(precision: Precision, reduce_dtype: str = "fp32"):
         raise UsageError(f"{FLAG} does not run --precision {precision.name}: FP16 gradients need "
                          f"loss scaling, which FSDP's sharded gradients do not get here; use "
                          f"--precision amp-bf16 (or fp32, tf32)")
+    if precision.master_weights:
+        raise UsageError(f"{FLAG} does not run --precision {precision.name}: its FP32 master "
+                         f"weights are not sharded here; use --precision amp-bf16 (FSDP keeps "
+                         f"FP32 shards and gathers BF16 parameters)")
     param_dtype = torch.bfloat16 if precision.autocast_dtype == torch.bfloat16 else None
     # cast_forward_inputs=False: a block's floating inputs (RoPE's cos/sin tables) keep their
     # FP32, as in torchtitan; the parameters alone are cast.

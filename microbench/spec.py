@@ -51,6 +51,7 @@ class RunSpec:
     device: torch.device
     device_name: str                              # the device's model, e.g. NVIDIA H200
     peak: flops.PeakChoice
+    bandwidth: flops.BandwidthPeak                # what MBU divides by
     json_path: str | None              # None with --no-files
     csv_path: str | None
     notes: tuple[str, ...]
@@ -115,8 +116,9 @@ def _derive(config: BenchConfig, launch: Launch) -> RunSpec:
                                          launch.device_index if launch.distributed else None)
     preset_notes = []
     if config.preset is not None:
-        training = scenarios.kind_of(config.mode).updates_weights
-        config = preset.apply(config, model.family, device, launch.world_size, training)
+        kind = scenarios.kind_of(config.mode)
+        config = preset.apply(config, model.family, device, launch.world_size,
+                              kind.updates_weights, half_weights=kind.fast_half_weights)
         preset_notes.append(f"--preset {config.preset} chose: {preset.as_flags(config)} (explicit "
                             f"flags win; these flags reproduce the run without the preset)")
         validate(config)
@@ -142,6 +144,7 @@ def _derive(config: BenchConfig, launch: Launch) -> RunSpec:
                    precision=policy, launch=launch, device=device,
                    device_name=device_layer.device_name(device),
                    peak=flops.choose_peak(device, policy.peak_key, config.peak_tflops),
+                   bandwidth=flops.choose_bandwidth(device, config.peak_bandwidth),
                    json_path=json_path, csv_path=csv_path, notes=tuple(notes),
                    result_name=name.removesuffix(".json"))
 

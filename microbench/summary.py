@@ -24,7 +24,7 @@ from __future__ import annotations
 import socket
 from dataclasses import dataclass, field
 
-from . import telemetry as telemetry_mod
+from . import compile_watch, telemetry as telemetry_mod
 from .config import CUDA_GRAPH_MODES
 from .flops import Utilization
 from .results import ProcessResult, RankRecord, Trial, merge_detail
@@ -229,6 +229,11 @@ class Summary:
         mode = self.spec.config.compile_options.get("mode")
         return bool(self.spec.config.compile and mode in CUDA_GRAPH_MODES
                     and self.peak_allocated_mb is not None)
+
+    @property
+    def compiler(self):
+        """What the compiler did (a ``compile_watch.CompileReport``), None without --compile."""
+        return compile_watch.combine([trial.result.compiler for trial in self.trials])
 
     @property
     def compile_s(self) -> float | None:

@@ -82,8 +82,10 @@ def make_update(model: nn.Module, precision: Precision, device: torch.device,
                 impl: str = "foreach", name: str = "sgd"):
     """The optimizer ``name`` (microbench.optim's recipes) with the precision's update rule."""
     if precision.master_weights:
+        # BF16 gradients have FP32's exponent range: no loss scale (1.0); FP16's need one.
+        scale = 1.0 if precision.model_dtype == torch.bfloat16 else fp16util.DEFAULT_LOSS_SCALE
         return fp16util.MasterWeightOptimizer(
-            model, lambda params: optim.make_optimizer(params, name, impl))
+            model, lambda params: optim.make_optimizer(params, name, impl), loss_scale=scale)
     if precision.grad_scaling:
         return _ScaledUpdate(model, impl, device, name)
     return _PlainUpdate(model, impl, name)
@@ -155,8 +157,8 @@ def inference_step(model: nn.Module, inputs: torch.Tensor, precision: Precision,
 def prepare_model(spec: "RunSpec") -> nn.Module:
     torch.manual_seed(spec.config.seed)
     model = spec.model.build().to(spec.device)
-    if spec.precision.model_dtype == torch.float16:
-        fp16util.network_to_half(model)
+    if spec.precision.model_dtype in (torch.float16, torch.bfloat16):
+        fp16util.network_to_half(model, spec.precision.model_dtype)
     if spec.config.nhwc:
         model = model.to(memory_format=spec.model.channels_last)
     return model

@@ -372,7 +372,20 @@ def attend(impl: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 # KV cache
 # ----------------------------------------------------------------------------------------------
 
-class KVCache:
+class LayerCache(nn.Module):
+    """One layer's keys and values, (batch, kv_heads, max_len, head_dim) each, as buffers."""
+
+    def __init__(self, shape: tuple[int, ...], device: torch.device | str,
+                 dtype: torch.dtype) -> None:
+        super().__init__()
+        # Not persistent: state of one generation, not of the model.
+        self.register_buffer("k", torch.zeros(shape, device=device, dtype=dtype),
+                             persistent=False)
+        self.register_buffer("v", torch.zeros(shape, device=device, dtype=dtype),
+                             persistent=False)
+
+
+class KVCache(nn.Module):
     """Static per-layer key/value cache, allocated once at full length.
 
     Shapes never change: `update` writes new keys/values in place (`index_copy_` at the positions
@@ -380,23 +393,36 @@ class KVCache:
     mask row per position that hides the slots not yet written. This is the approach of PyTorch's
     gpt-fast: with fixed shapes and positions passed as tensor data rather than Python ints,
     torch.compile and CUDA graphs capture one decode step and replay it for every token.
+
+    The tensors are module buffers, so a compiled module that holds the cache as a submodule
+    (``scenarios.decoding``) sees them as static state: CUDA/HIP graphs may mutate them in place,
+    where tensors passed in as arguments would make inductor skip the graphs ("mutated inputs").
     """
 
     def __init__(self, num_layers: int, batch: int, kv_heads: int, max_len: int, head_dim: int,
                  device: torch.device | str, dtype: torch.dtype) -> None:
+        super().__init__()
         shape = (batch, kv_heads, max_len, head_dim)
-        self.keys = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(num_layers)]
-        self.values = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(num_layers)]
+        self.layers = nn.ModuleList(LayerCache(shape, device, dtype) for _ in range(num_layers))
         # Row p is True for slots 0..p: what a query at position p may see (the causal mask).
-        self.causal_mask = torch.ones(max_len, max_len, dtype=torch.bool, device=device).tril()
+        self.register_buffer("causal_mask", torch.ones(max_len, max_len, dtype=torch.bool,
+                                                       device=device).tril(), persistent=False)
+
+    @property
+    def keys(self) -> list[torch.Tensor]:
+        return [layer.k for layer in self.layers]
+
+    @property
+    def values(self) -> list[torch.Tensor]:
+        return [layer.v for layer in self.layers]
 
     @property
     def batch(self) -> int:
-        return self.keys[0].shape[0]
+        return self.layers[0].k.shape[0]
 
     @property
     def max_len(self) -> int:
-        return self.keys[0].shape[2]
+        return self.layers[0].k.shape[2]
 
     @property
     def nbytes(self) -> int:
@@ -405,7 +431,7 @@ class KVCache:
     def update(self, layer: int, input_pos: torch.Tensor, k: torch.Tensor,
                v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Write k, v (batch, kv_heads, seq, head_dim) at `input_pos`; return the whole cache."""
-        keys, values = self.keys[layer], self.values[layer]
+        keys, values = self.layers[layer].k, self.layers[layer].v
         keys.index_copy_(2, input_pos, k.to(keys.dtype))
         values.index_copy_(2, input_pos, v.to(values.dtype))
         return keys, values

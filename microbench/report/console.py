@@ -242,6 +242,7 @@ def _summary_rows(summary: Summary) -> list[tuple[str, str]]:
         ("Peak memory", _memory(summary)),
         ("Warm-up", _warmup(summary)),
     ]
+    rows += _compiler_rows(summary)
     rows += summary.scenario.console_rows(summary)
     rows += _flops_rows(summary) + _trial_rows(summary) + _telemetry_rows(summary)
     per_rank = " per rank" if summary.distributed else ""
@@ -249,6 +250,14 @@ def _summary_rows(summary: Summary) -> list[tuple[str, str]]:
     rows.append(("Timed with", f"{clock_name(summary.spec.device)}, {t.count} samples"
                                f"{per_rank}{trials}"))
     return rows
+
+
+def _compiler_rows(summary: Summary) -> list[tuple[str, str]]:
+    """What the compiler did, observed (``compile_watch``), beside what was asked of it."""
+    report = summary.compiler
+    if report is None:
+        return []
+    return [("Compiled", report.summary_text()), ("CUDA graphs", report.cuda_graphs)]
 
 
 def _trial_rows(summary: Summary) -> list[tuple[str, str]]:

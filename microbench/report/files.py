@@ -69,6 +69,7 @@ def result_document(summary: Summary) -> dict:
         "losses": result.losses,
         "notes": summary.notes,
         "flops": _flops_document(summary),
+        "compiler": summary.compiler.to_dict() if summary.compiler is not None else None,
     }
     if summary.token_throughput is not None:
         document["Throughput [tokens/sec]"] = summary.token_throughput

@@ -35,6 +35,9 @@ class Scenario:
     items_run_one_by_one: ClassVar[bool] = True
     # Whether --data loader|folder can feed its steps (scenarios/feeding.py: PipelineFed).
     feeds_input_pipeline: ClassVar[bool] = False
+    # Whether --preset fast stores the weights in half precision (no autocast) and replays
+    # its steps as CUDA/HIP graphs on GPUs: a decode step is bound by reading the weights.
+    fast_half_weights: ClassVar[bool] = False
 
     def __init__(self, config, model) -> None:
         self.config, self.model = config, model

@@ -4,19 +4,29 @@ cache.
 One iteration generates ``gen_len`` tokens for each of ``batch`` concurrent sequences: a prefill
 of the ``prompt_len``-token prompt gives the first token (its time is the time to first token),
 then ``gen_len - 1`` decode steps give one token each (their times are the inter-token latencies).
-The KV cache is static and allocated once; positions live in a device tensor advanced in place,
-so no step waits for the host and every decode step has the same shapes (``torch.compile``
-captures it once). The timed loop records one device event after the prefill and after every
-decode step, and reads them after the loop, like every other timed region.
+
+Every tensor a step reads or writes besides the weights (the prompt, the KV cache, each
+sequence's current token and the next position) is a buffer of one module, ``GenerationState``,
+allocated once. The prefill and the decode step are two modules over that state whose
+``forward`` takes no argument and returns nothing: they read the state and write it in place
+(the decode step advances the position on the device), so no step waits for the host and every
+decode step has the same shapes. With ``--compile`` each is compiled on its own (``fullgraph``,
+static shapes, the user's options on top), so the decode step is one graph, captured once, and
+under ``reduce-overhead`` replayed as a CUDA/HIP graph: its cache is static state (module
+buffers), not a mutated input. The approach is gpt-fast's (pytorch-labs/gpt-fast), written here.
+The timed loop records one device event after the prefill and after every decode step, and
+reads them after the loop, like every other timed region.
 
 Example::
 
-    work = build(spec, model)
+    work = build(spec, model, compile_options=None)         # eager
     times = timed_generation(work, iterations=10, device=spec.device)
     times.prefill.median, times.decode.p99, times.e2e.mean
+    tokens = generated_tokens(work)                          # (batch, gen_len), greedy
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Callable
 
@@ -42,42 +52,126 @@ class GenerationShape:
         return self.prompt_len + self.gen_len - 1
 
 
+@dataclass(frozen=True)
+class DecodeTraffic:
+    """Bytes a decode step must read from device memory (the numerator of MBU): every weight
+    once, except the token embedding, of which only the batch's rows are read (unless it is tied
+    to the output projection, which reads all of it), and the KV cache of every position the
+    step attends to. RoPE's table rows and the activations are left out (kilobytes)."""
+
+    weight_bytes: int
+    kv_bytes_per_position: int          # keys and values of one position, every layer and row
+
+    @classmethod
+    def of(cls, model: nn.Module, cache: llama.KVCache) -> "DecodeTraffic":
+        unique = {id(p): p for p in model.parameters()}.values()      # tied weights once
+        weights = sum(p.numel() * p.element_size() for p in unique)
+        embed = model.embed.weight
+        if embed is not model.output.weight:
+            weights -= (embed.shape[0] - cache.batch) * embed.shape[1] * embed.element_size()
+        return cls(weights, cache.nbytes // cache.max_len)
+
+    def step_bytes(self, positions: int) -> int:
+        """A decode step that attends to ``positions`` cache slots (its own included)."""
+        return self.weight_bytes + positions * self.kv_bytes_per_position
+
+    def generation_bytes(self, shape: "GenerationShape") -> int:
+        """Every decode step of one generation: step i (0-based) writes position
+        ``prompt_len + i`` and attends to ``prompt_len + i + 1`` slots."""
+        return sum(self.step_bytes(shape.prompt_len + i + 1) for i in range(shape.gen_len - 1))
+
+
+class GenerationState(nn.Module):
+    """The model and everything a generation step reads or writes, as buffers set up once."""
+
+    def __init__(self, model: nn.Module, cache: llama.KVCache, prompt: torch.Tensor) -> None:
+        super().__init__()
+        self.model, self.cache = model, cache
+        batch, prompt_len = prompt.shape
+        self.prompt_len = prompt_len
+        self.register_buffer("prompt", prompt, persistent=False)
+        self.register_buffer("token", torch.zeros(batch, 1, dtype=torch.long,
+                                                  device=prompt.device), persistent=False)
+        self.register_buffer("input_pos", torch.zeros(1, dtype=torch.long, device=prompt.device),
+                             persistent=False)
+
+
+class PrefillStep(nn.Module):
+    """The prompt into the cache; each sequence's first generated token into ``state.token``."""
+
+    def __init__(self, state: GenerationState) -> None:
+        super().__init__()
+        self.state = state
+
+    def forward(self) -> None:
+        state = self.state
+        state.token.copy_(llama.prefill(state.model, state.prompt, state.cache))
+        state.input_pos.fill_(state.prompt_len)
+
+
+class DecodeStep(nn.Module):
+    """One token per sequence at ``state.input_pos``; the position advanced on the device."""
+
+    def __init__(self, state: GenerationState) -> None:
+        super().__init__()
+        self.state = state
+
+    def forward(self) -> None:
+        state = self.state
+        state.token.copy_(llama.decode_step(state.model, state.token, state.input_pos,
+                                            state.cache))
+        state.input_pos.add_(1)
+
+
+def compiled(step: nn.Module, options: dict) -> nn.Module:
+    """``step`` compiled on its own: one graph (fullgraph), static shapes, then the user's
+    ``--compileContext`` options (their mode: reduce-overhead replays the decode step as a
+    CUDA/HIP graph)."""
+    return torch.compile(step, **{"fullgraph": True, "dynamic": False, **options})
+
+
 class GenerationWorkload:
     """The model, prompt and cache of a generation run, and its prefill and decode steps."""
 
     phases = None               # no forward/backward split in generation
 
-    def __init__(self, model: nn.Module, eager_model: nn.Module, prompt: torch.Tensor,
-                 cache: llama.KVCache, shape: GenerationShape, autocast,
-                 flops_per_iteration: int | None):
-        self.model, self.eager_model, self.prompt, self.cache = model, eager_model, prompt, cache
-        self.shape, self.autocast = shape, autocast
-        self.parameters = sum(p.numel() for p in eager_model.parameters())
-        self.flops_per_iteration = flops_per_iteration
-        self.input_pos = torch.zeros(1, dtype=torch.long, device=prompt.device)
+    def __init__(self, state: GenerationState, shape: GenerationShape, autocast,
+                 compile_options: dict | None):
+        self.state, self.eager_model, self.shape = state, state.model, shape
+        self.autocast = autocast
+        self.parameters = sum(p.numel() for p in state.model.parameters())
+        self.flops_per_iteration: int | None = None
+        self.prefill_flops: int | None = None
+        self.traffic = DecodeTraffic.of(state.model, state.cache)
+        self.prefill_step, self.decode_step = PrefillStep(state), DecodeStep(state)
+        if compile_options is not None:
+            self.prefill_step = compiled(self.prefill_step, compile_options)
+            self.decode_step = compiled(self.decode_step, compile_options)
 
-    def prefill(self) -> torch.Tensor:
+    @property
+    def cache(self) -> llama.KVCache:
+        return self.state.cache
+
+    def prefill(self) -> None:
         """The prompt into the cache; the first generated token of each sequence."""
-        self.input_pos.fill_(self.shape.prompt_len)          # on the device: no sync
         with torch.inference_mode(), self.autocast:
-            return llama.prefill(self.model, self.prompt, self.cache)
+            self.prefill_step()
 
-    def decode(self, token: torch.Tensor) -> torch.Tensor:
+    def decode(self) -> None:
         with torch.inference_mode(), self.autocast:
-            following = llama.decode_step(self.model, token, self.input_pos, self.cache)
-        self.input_pos += 1
-        return following
+            self.decode_step()
 
     def step(self) -> None:
         """One whole generation (warm-up and profiler passes run this)."""
-        token = self.prefill()
+        self.prefill()
         for _ in range(self.shape.gen_len - 1):
-            token = self.decode(token)
+            self.decode()
 
 
-def build(spec, model: nn.Module, wrap: Callable[[nn.Module], nn.Module] | None = None,
+def build(spec, model: nn.Module, compile_options: dict | None = None,
           count_flops: bool = True) -> GenerationWorkload:
-    """``model`` is the prepared eager model of ``spec`` (a RunSpec in generate mode)."""
+    """``model`` is the prepared eager model of ``spec`` (a RunSpec in generate mode);
+    ``compile_options`` are torch.compile's (None: eager)."""
     model.eval()
     precision, shape = spec.precision, spec.scenario.shape
     cache_dtype = precision.autocast_dtype or precision.model_dtype
@@ -85,13 +179,27 @@ def build(spec, model: nn.Module, wrap: Callable[[nn.Module], nn.Module] | None 
                              dtype=cache_dtype)
     prompt = spec.model.make_prompt(spec.batch_size, shape.prompt_len, spec.device,
                                     spec.config.seed)
-    work = GenerationWorkload(model, model, prompt, cache, shape, precision.autocast(spec.device),
-                              None)
+    autocast = precision.autocast(spec.device)
+    state = GenerationState(model, cache, prompt)
+    if count_flops:             # on the eager steps, before anything is compiled
+        eager = GenerationWorkload(state, shape, autocast, None)
+        flops_per_iteration = flops.count_step_flops(eager.step)
+        prefill_flops = flops.count_step_flops(eager.prefill)
+    work = GenerationWorkload(state, shape, autocast, compile_options)
     if count_flops:
-        work.flops_per_iteration = flops.count_step_flops(work.step)
-    if wrap is not None:
-        work.model = wrap(model)
+        work.flops_per_iteration, work.prefill_flops = flops_per_iteration, prefill_flops
     return work
+
+
+def generated_tokens(work: GenerationWorkload) -> torch.Tensor:
+    """One generation's greedy tokens, (batch, gen_len), read back after each step (a check,
+    not a timed loop)."""
+    work.prefill()
+    tokens = [work.state.token.clone()]
+    for _ in range(work.shape.gen_len - 1):
+        work.decode()
+        tokens.append(work.state.token.clone())
+    return torch.cat(tokens, dim=1)
 
 
 def timed_generation(work: GenerationWorkload, iterations: int, device: torch.device,
@@ -101,12 +209,15 @@ def timed_generation(work: GenerationWorkload, iterations: int, device: torch.de
     recorder = make_recorder(device, iterations * marks_per_iteration + 1, time_fn)
     recorder.mark()
     for _ in range(iterations):
-        token = work.prefill()
+        work.prefill()
         recorder.mark()
         for _ in range(work.shape.gen_len - 1):
-            token = work.decode(token)
+            work.decode()
             recorder.mark()
-    return split_generation_times(recorder.intervals_ms(), marks_per_iteration)
+    times = split_generation_times(recorder.intervals_ms(), marks_per_iteration)
+    return dataclasses.replace(
+        times, decode_bytes=iterations * work.traffic.generation_bytes(work.shape),
+        prefill_flops=work.prefill_flops)
 
 
 def split_generation_times(intervals_ms: list[float], per_iteration: int) -> GenerationTimes:

@@ -12,10 +12,11 @@ Example::
 """
 from __future__ import annotations
 
-from .. import workload
+from .. import flops, workload
 from ..errors import UsageError
 from ..report import units
 from ..results import Timed
+from ..telemetry import ENERGY_COUNTER
 from . import decoding
 from .base import Scenario
 
@@ -33,10 +34,43 @@ def _latency(times) -> str:
     return f"median {ms(times.median)}  p90 {ms(times.p90)}  p99 {ms(times.p99)}"
 
 
+def _bandwidth_rows(use: flops.BandwidthUtilization | None, times,
+                    batch: int) -> list[tuple[str, str]]:
+    if use is None or use.achieved_gbs is None:
+        return []
+    per_step = times.decode_bytes / times.decode.count
+    mbu = (f"{units.percent(use.mbu)} of {use.peak.gbs:,.0f} GB/s ({use.peak.source})"
+           if use.mbu is not None else f"unknown ({use.peak.source})")
+    return [("Decode bandwidth", f"{use.achieved_gbs:,.1f} GB/s  ({units.megabytes(per_step / 1e6)}"
+                                 f" read per decode step: weights and the KV cache up to the "
+                                 f"step's position, batch {batch})"),
+            ("MBU (decode)", mbu)]
+
+
+def _prefill_rows(use: flops.Utilization | None) -> list[tuple[str, str]]:
+    if use is None:
+        return []
+    mfu = (f"MFU {units.percent(use.mfu)} of {use.peak.tflops:g} TFLOP/s" if use.mfu is not None
+           else f"MFU unknown ({use.peak.source})")
+    return [("Prefill compute", f"{units.flops(use.achieved_tflops * 1e12, per_second=True)} "
+                                f"({units.flops(use.flops_per_iteration)} per prefill); {mfu}")]
+
+
+def _energy_rows(energy: dict | None) -> list[tuple[str, str]]:
+    if energy is None:
+        return []
+    counted = energy["end_to_end_basis"] == ENERGY_COUNTER
+    return [("Energy per token", f"{energy['end_to_end_j_per_token']:.4g} J end-to-end "
+                                 f"({'energy counter' if counted else 'estimated'}); decode "
+                                 f"~{energy['decode_j_per_token']:.4g} J (estimated: energy "
+                                 f"shared out by time)")]
+
+
 class Generate(Scenario):
     mode = "generate"
     flops_counted = "prefill + decode steps"
     items_run_one_by_one = False
+    fast_half_weights = True
 
     def __init__(self, config, model) -> None:
         super().__init__(config, model)
@@ -75,7 +109,10 @@ class Generate(Scenario):
     # ------------------------------------------------------------ building and timing
 
     def build(self, spec, wrap, count_flops: bool):
-        return decoding.build(spec, workload.prepare_model(spec), wrap, count_flops)
+        # Not ``wrap``: the prefill and the decode step are compiled apart, each as one graph
+        # (decoding.compiled); nothing else wraps a generating model (no optimizer, no DDP).
+        options = spec.config.compile_options if spec.config.compile else None
+        return decoding.build(spec, workload.prepare_model(spec), options, count_flops)
 
     def loop(self, work, device, time_fn=None, around=None):
         def generate(iterations: int, first_index: int) -> Timed:
@@ -96,6 +133,44 @@ class Generate(Scenario):
             return None
         return summary.spec.batch_size * times.decode.count / (times.decode.total_ms / 1e3)
 
+    def decode_bandwidth(self, summary) -> flops.BandwidthUtilization | None:
+        """The bytes the timed decode steps had to read over their summed time (the same
+        samples as the inter-token latency), against the device's memory bandwidth."""
+        times = summary.detail
+        if times is None or not times.decode.count or not times.decode_bytes:
+            return None
+        return flops.BandwidthUtilization(times.decode_bytes, times.decode.total_ms / 1e3,
+                                          summary.spec.bandwidth)
+
+    def prefill_utilization(self, summary) -> flops.Utilization | None:
+        """The prefill's FLOPs (counted once) at the rate of the timed prefills (their own
+        samples), against the precision's dense peak: MFU for the compute-bound phase."""
+        times = summary.detail
+        if times is None or not times.prefill_flops or not times.prefill.total_ms:
+            return None
+        per_s = times.prefill.count / (times.prefill.total_ms / 1e3)
+        return flops.Utilization(times.prefill_flops, per_s, summary.spec.peak)
+
+    def energy_per_token(self, summary) -> dict | None:
+        """Joules per generated token over whole generations (the telemetry's own figure, by
+        the energy counter or estimated) and per token of the decode steps alone. The decode
+        figure is always an estimate: the timed region's energy shared out by time (decode
+        steps' summed time over the generations'), which assumes the prefill draws the same
+        power as decoding; a compute-bound prefill draws more, so it errs high."""
+        times, report = summary.detail, summary.telemetry
+        if (times is None or report is None or not report.available
+                or report.joules_per_item is None or not times.e2e.total_ms
+                or self.shape.gen_len < 2):
+            return None
+        share = times.decode.total_ms / times.e2e.total_ms
+        decode = (report.joules_per_item * share * self.shape.gen_len
+                  / (self.shape.gen_len - 1))
+        return {"end_to_end_j_per_token": report.joules_per_item,
+                "end_to_end_basis": report.energy_basis,
+                "decode_j_per_token": decode,
+                "decode_basis": "the timed region's energy shared out by the decode steps' "
+                                "share of its time, estimated"}
+
     def console_rows(self, summary) -> list[tuple[str, str]]:
         times = summary.detail
         if times is None:
@@ -111,12 +186,15 @@ class Generate(Scenario):
             ("Time per sequence", f"mean {units.duration_ms(times.e2e.mean)}  (prefill and "
                                   f"{self.shape.gen_len - 1} decode steps: every sequence of "
                                   f"the batch takes this long)"),
-        ]
+        ] + _prefill_rows(self.prefill_utilization(summary)) \
+          + _bandwidth_rows(self.decode_bandwidth(summary), times, summary.spec.batch_size) \
+          + _energy_rows(self.energy_per_token(summary))
 
     def document(self, summary) -> dict:
         times = summary.detail
         if times is None:
             return {}
+        bandwidth, prefill = self.decode_bandwidth(summary), self.prefill_utilization(summary)
         return {"generation": {
             "prompt_len": self.shape.prompt_len, "gen_len": self.shape.gen_len,
             "batch_size": summary.spec.batch_size,
@@ -126,6 +204,10 @@ class Generate(Scenario):
                                     "samples_ms": list(times.decode.samples_ms)},
             "end_to_end": {"stats": times.e2e.stats()},
             "decode_tokens_per_s": self.decode_tokens_per_s(summary),
+            "mbu": bandwidth.mbu if bandwidth is not None else None,
+            "decode_bandwidth": bandwidth.to_dict() if bandwidth is not None else None,
+            "energy_per_token": self.energy_per_token(summary),
+            "prefill_flops": prefill.to_dict() if prefill is not None else None,
             "generated_tokens_per_s": summary.token_throughput}}
 
     def csv_cells(self, summary) -> dict:

@@ -61,6 +61,10 @@ def check_flags(config, training: bool) -> None:
         raise UsageError(f"--parallel fsdp does not run --precision {config.precision}: FP16 "
                          f"gradients need loss scaling, which FSDP's sharded gradients do not "
                          f"get here; use --precision amp-bf16 (or fp32, tf32)")
+    if config.precision == "bf16":
+        raise UsageError("--parallel fsdp does not run --precision bf16: its FP32 master "
+                         "weights are not sharded here; use --precision amp-bf16 (FSDP keeps "
+                         "FP32 shards and computes with BF16 copies)")
     if config.opt_step > 1:
         raise UsageError("--opt-step applies to --parallel ddp: under fsdp every micro-batch "
                          "would reduce-scatter its gradients")
