@@ -25,8 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, SCRIPT, TINY, assert_one_line_error, run_main
-from microbench import process
+from conftest import ROOT, SCRIPT, TINY, assert_one_line_error, run_main, stored_result
+from microbench import inputs, process
 from microbench.errors import CannotWrite, Terminated
 from microbench.report import files, writing
 
@@ -78,6 +78,7 @@ class Case:
     env: dict[str, str] = field(default_factory=dict)
     setup: object = None
     modes: dict[str, int] = field(default_factory=dict)    # chmod after creating the files
+    layout: object = None          # layout(tmp_path): what files= cannot say (a FIFO, a hole)
 
 
 class BrokenImport(importlib.abc.MetaPathFinder):
@@ -102,7 +103,26 @@ def deepspeed_raises(error: BaseException):
 
 SWEEP = ["--batch-size", "2,4"]
 FOREIGN_CSV = b"a,b,c\n1,2,3\n"
-RESULT = json.dumps({"Throughput [img/sec]": 100.0, "GPUs": 1}).encode()
+STORED_MODEL = stored_result()["model"]
+
+
+def stored(config: dict | None = None, **keys) -> bytes:
+    """A result file's bytes, matching the schema (conftest.stored_result); ``None`` drops a
+    key."""
+    document = stored_result(config, **keys)
+    return json.dumps({key: value for key, value in document.items()
+                       if value is not None}).encode()
+
+
+def result_limit(size: int):
+    """The largest result file read, lowered for the test (1 GiB is too large to write)."""
+    return lambda monkeypatch: monkeypatch.setattr(inputs, "MAX_RESULT_BYTES", size)
+
+
+def bound_socket(path: Path) -> None:
+    """A UNIX socket left on disk (closed: stat still sees it)."""
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.bind(str(path))
 TORCHRUN_ENV = {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
                 "MASTER_PORT": "29500"}
 
@@ -236,17 +256,49 @@ CASES = [
     Case("compare-directory", ["--compare", "{tmp}"], 2, "cannot read a result JSON"),
     Case("compare-another-configuration", ["--compare", "{tmp}/base.json"], 2,
          "is another configuration: model 'resnet50' there, 'resnet18' here",
-         files={"base.json": json.dumps({
-             "Throughput [img/sec]": 1.0, "GPUs": 1, "Mini batch size [img]": 2,
-             "config": {"network": "resnet50", "mode": "training", "nhwc": False,
-                        "compile": False}, "precision": {"name": "fp32"}}).encode()}),
+         files={"base.json": stored({"network": "resnet50"}, Name="resnet50",
+                                    model={**STORED_MODEL, "name": "resnet50"})}),
     Case("scaling-baseline-list", ["--scaling-baseline", "{tmp}/base.json"], 2,
          "--scaling-baseline", files={"base.json": b"[]"}),
     Case("scaling-baseline-other-mode", ["--scaling-baseline", "{tmp}/base.json"], 2,
-         "differs in", files={"base.json": json.dumps({
-             "Throughput [img/sec]": 1.0, "GPUs": 1, "config": {"network": "resnet18",
-                                                               "mode": "inference"},
-             "precision": {"name": "fp32"}}).encode()}),
+         "differs in", files={"base.json": stored({"network": "resnet18",
+                                                   "mode": "inference"})}),
+    # Inputs that never end, block or are huge: checked with os.stat before the open, opened
+    # without blocking, read with a bound (microbench.inputs); documents through the schema.
+    Case("compare-dev-zero", ["--compare", "/dev/zero"], 2,
+         "--compare /dev/zero: cannot read a result JSON (is a device, not a regular file)"),
+    Case("rerun-dev-zero", ["--rerun", "/dev/zero"], 2, "--rerun /dev/zero: cannot read"),
+    Case("scaling-baseline-dev-urandom", ["--scaling-baseline", "/dev/urandom"], 2,
+         "is a device, not a regular file"),
+    Case("compare-fifo", ["--compare", "{tmp}/pipe.json"], 2, "is a FIFO, not a regular file",
+         layout=lambda tmp: os.mkfifo(tmp / "pipe.json")),
+    Case("rerun-fifo", ["--rerun", "{tmp}/pipe.json"], 2, "is a FIFO, not a regular file",
+         layout=lambda tmp: os.mkfifo(tmp / "pipe.json")),
+    Case("scaling-baseline-fifo", ["--scaling-baseline", "{tmp}/pipe.json"], 2,
+         "is a FIFO, not a regular file", layout=lambda tmp: os.mkfifo(tmp / "pipe.json")),
+    Case("compare-larger-than-a-result", ["--compare", "{tmp}/huge.json"], 2,
+         "holds 2,000 bytes, more than the 1,000 a result file can have",
+         files={"huge.json": b" " * 2000}, setup=result_limit(1000)),
+    Case("rerun-larger-than-a-result", ["--rerun", "{tmp}/huge.json"], 2,
+         "more than the 1,000 a result file", files={"huge.json": stored() + b" " * 5000},
+         setup=result_limit(1000)),
+    Case("rerun-socket", ["--rerun", "{tmp}/s"], 2, "is a socket, not a regular file",
+         layout=lambda tmp: bound_socket(tmp / "s")),
+    Case("compare-schema-wrong-type", ["--compare", "{tmp}/base.json"], 2,
+         "does not match the result schema (version 2) at $.GPUs",
+         files={"base.json": stored(GPUs="two")}),
+    Case("rerun-schema-wrong-type", ["--rerun", "{tmp}/base.json"], 2,
+         "--rerun {tmp}/base.json: does not match the result schema (version 2) at "
+         "$.config.batch_size", files={"base.json": stored({"batch_size": "64"})}),
+    Case("scaling-baseline-schema-missing-key", ["--scaling-baseline", "{tmp}/base.json"], 2,
+         "at $: 'env' is a required property",
+         files={"base.json": stored(env=None)}),
+    Case("compare-newer-schema", ["--compare", "{tmp}/base.json"], 2,
+         "schema version 99 is newer than this tool reads",
+         files={"base.json": stored(schema_version=99)}),
+    Case("compare-sweep-document", ["--compare", "{tmp}/base.json"], 2,
+         "is a sweep document, not one run's result",
+         files={"base.json": (ROOT / "tests/data/history/v1_8aa20e1_sweep.json").read_bytes()}),
     # Launcher environments: all of it or none of it.
     Case("env-rank-alone", [], 2, "partial launcher environment", env={"RANK": "0"}),
     Case("env-no-master", [], 2, "MASTER_ADDR, MASTER_PORT not",
@@ -280,6 +332,8 @@ def prepare(case: Case, tmp_path: Path, monkeypatch) -> dict[str, bytes]:
     for name, data in case.files.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_bytes(data)
+    if case.layout is not None:
+        case.layout(tmp_path)
     for name, mode in case.modes.items():
         (tmp_path / name).chmod(mode)
     for name, value in case.env.items():
@@ -296,7 +350,7 @@ def test_hostile_input_one_line_and_disk_unchanged(case, tmp_path, capfd, monkey
             for arg in [*RUN, "--output-dir", "{tmp}/out", *case.argv]]
     try:
         ran = run_main(capfd, *argv)
-        assert_one_line_error(ran, case.code, case.text)
+        assert_one_line_error(ran, case.code, case.text.replace("{tmp}", str(tmp_path)))
         assert "Warming up" not in ran.stdout, "found only after the run"
         assert_disk_unchanged(tmp_path, before)
     finally:
