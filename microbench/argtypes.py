@@ -17,6 +17,7 @@ import math
 from typing import Any, Callable, NoReturn, Sequence
 
 from .errors import EXIT_USAGE
+from .inputs import printable, text_problem
 from .process import env_rank_prefix
 
 
@@ -135,6 +136,17 @@ def _as_typed(value: Any) -> str:
         value = int(value)
     return str(value).replace("%", "%%")
 
+
+
+def path_text(text: str) -> str:
+    """An argparse type, the one check of every path flag: a name that is valid text. Bytes that
+    are not UTF-8 arrive as lone surrogates (PEP 383); such a name could not be printed, stored
+    in a result or written as a CSV cell, and the run would be lost at its end, so it is refused
+    before anything runs (microbench.inputs.text_problem)."""
+    problem = text_problem(text)
+    if problem:
+        raise argparse.ArgumentTypeError(f"'{printable(text)}': {problem}")
+    return text
 
 
 def zero_or_one(text: str) -> bool:

@@ -22,7 +22,7 @@ from .argtypes import (MAX_BATCH, MAX_BUCKET_CAP_MB, MAX_DEVICE_INDEX, MAX_DIST_
                        MAX_PROFILER_STEPS, MAX_RANKS, MAX_SEED, MAX_SEQ_LEN, MAX_TELEMETRY_MS,
                        MAX_TRIALS, MAX_VOCAB, MAX_WARMUP, HelpFormatter, OneLineParser,
                        bounded_int, choices, finite_float, list_of, names, positive_int,
-                       positive_ints, zero_or_one)
+                       path_text, positive_ints, zero_or_one)
 from .compile_options import COMPILE_MODES, parse_compile_context
 from .config import (DERIVED, INVERSE, SCHEMA, SWITCH, BenchConfig, Plan, as_command_line,
                      field_of_dest, replayed_fields, spelled, validate)
@@ -75,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
              help="training: accumulate gradients over N iterations per optimizer step")
     _setting(model, "seed", type=bounded_int(0, MAX_SEED), metavar="N",
              help="seed for weights and inputs (0 to 2**63-1)")
-    model.add_argument("--rerun", default=None, metavar="RESULT.json",
+    model.add_argument("--rerun", default=None, type=path_text, metavar="RESULT.json",
                        help="repeat the run a result file stores: its configuration, as flags, "
                             "with the flags given here added or replacing them (output "
                             "locations and the launch are this invocation's)")
@@ -160,12 +160,12 @@ def build_parser() -> argparse.ArgumentParser:
                   "ROCm GPUs are 'cuda' too")
 
     output = parser.add_argument_group("output")
-    _setting(output, "output_dir", metavar="DIR",
+    _setting(output, "output_dir", type=path_text, metavar="DIR",
              help="where the JSON result and the CSV summary go")
-    _setting(output, "output_file", metavar="NAME",
+    _setting(output, "output_file", type=path_text, metavar="NAME",
              help="JSON result file name inside --output-dir, no directory part "
                   "(default: built from network, mode, precision and batch size)")
-    _setting(output, "csv_file", metavar="PATH",
+    _setting(output, "csv_file", type=path_text, metavar="PATH",
              help="CSV to append one row to (default: <output-dir>/benchmark_summary.csv)")
     _setting(output, "write_files",
              help="write no JSON or CSV, only print")
@@ -222,13 +222,13 @@ def _add_data_args(parser: argparse.ArgumentParser) -> None:
                   "into --data-cache; folder: your images in --data-dir")
     _setting(group, "data_format", choices=("jpeg", "png"),
              help="--data loader: the generated set's format")
-    _setting(group, "data_cache", metavar="DIR",
+    _setting(group, "data_cache", type=path_text, metavar="DIR",
              help="--data loader: where generated sets are made once and reused "
                   "(default: $XDG_CACHE_HOME or ~/.cache, /micro_benchmarking_pytorch)")
     _setting(group, "data_images", type=bounded_int(1, MAX_DATA_IMAGES), metavar="N",
              help="--data loader: images of the generated set (sequences of a language "
                   "model's corpus)")
-    _setting(group, "data_dir", metavar="DIR",
+    _setting(group, "data_dir", type=path_text, metavar="DIR",
              help="--data folder: a tree of JPEG, PNG or WebP images, in class folders "
                   "(ImageFolder's layout) or flat")
     _setting(group, "decode", type=choices(("cpu", "gpu")), metavar="WHERE[,WHERE]",
@@ -273,13 +273,13 @@ def _add_sweep_args(parser: argparse.ArgumentParser) -> None:
                        metavar="N",
                        help="with --find-max-batch: stop bisecting at a multiple of N (1: the "
                             "exact largest batch, at the cost of more probes)")
-    group.add_argument("--compare", default=None, metavar="BASELINE.json",
+    group.add_argument("--compare", default=None, type=path_text, metavar="BASELINE.json",
                        help="compare with a result of the same configuration; exit 5 when "
                             "throughput regressed beyond --tolerance")
     group.add_argument("--tolerance", type=finite_float(0, 100, low_inclusive=True),
                        default=5.0, metavar="PCT",
                        help="allowed throughput regression for --compare, in percent (0 to 100)")
-    group.add_argument("--plot", default=None, metavar="FILE.png",
+    group.add_argument("--plot", default=None, type=path_text, metavar="FILE.png",
                        help="plot a sweep: throughput and memory against batch size, or bars "
                             "per configuration; the suffix names the format (png, svg, pdf...)")
 
@@ -309,7 +309,7 @@ def _add_profiler_args(parser: argparse.ArgumentParser) -> None:
                   "<result>_trace<step>.json and an operator table")
     _setting(group, "profiler_schedule", type=_schedule, metavar="W,U,A",
              help="--kineto schedule: wait, warmup, active steps")
-    _setting(group, "profiler_output", metavar="PATH",
+    _setting(group, "profiler_output", type=path_text, metavar="PATH",
              help="directory (or file-name prefix) for --kineto traces (default: "
                   "--output-dir)")
     _setting(group, "flops_prof_step", type=bounded_int(0, MAX_ITERATIONS), metavar="N",
@@ -360,7 +360,7 @@ def _add_distributed_args(parser: argparse.ArgumentParser) -> None:
              help="DistributedDataParallel static_graph=True")
     _setting(group, "ddp_gradient_as_bucket_view",
              help="DistributedDataParallel gradient_as_bucket_view=True")
-    _setting(group, "scaling_baseline", metavar="FILE.json",
+    _setting(group, "scaling_baseline", type=path_text, metavar="FILE.json",
              help="a single-device result of the same configuration; adds scaling "
                   "efficiency to the summary")
 

@@ -28,7 +28,7 @@ import pytest
 from conftest import ROOT, SCRIPT, TINY, assert_one_line_error, run_main, stored_result
 from microbench import inputs, process
 from microbench.errors import CannotWrite, Terminated
-from microbench.report import files, writing
+from microbench.report import collection, files, writing
 
 RUN = ["--network", "resnet18", *TINY, "--device", "cpu"]
 CHILD_ENV = {"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
@@ -299,6 +299,16 @@ CASES = [
     Case("compare-sweep-document", ["--compare", "{tmp}/base.json"], 2,
          "is a sweep document, not one run's result",
          files={"base.json": (ROOT / "tests/data/history/v1_8aa20e1_sweep.json").read_bytes()}),
+    # Names that are not valid text (non-UTF-8 bytes arrive as lone surrogates): every path
+    # flag refused before the run (argtypes.path_text), the bytes shown as escapes.
+    *[Case(f"{flag[2:]}-not-utf8", [*before, flag, "{tmp}/r\udce9sults" + suffix], 2,
+           f"{flag}: '{{tmp}}/r\\xe9sults{suffix}': the name is not valid UTF-8 text")
+      for flag, before, suffix in (
+          ("--output-dir", [], ""), ("--output-file", [], ".json"), ("--csv-file", [], ".csv"),
+          ("--plot", SWEEP, ".png"), ("--profiler-output", ["--kineto"], ""),
+          ("--compare", [], ".json"), ("--rerun", [], ".json"),
+          ("--scaling-baseline", [], ".json"), ("--data-dir", ["--data", "folder"], ""),
+          ("--data-cache", ["--data", "loader"], ""))],
     # Launcher environments: all of it or none of it.
     Case("env-rank-alone", [], 2, "partial launcher environment", env={"RANK": "0"}),
     Case("env-no-master", [], 2, "MASTER_ADDR, MASTER_PORT not",
@@ -378,6 +388,10 @@ OPS_CASES = [
     Case("ops-csv-is-directory", ["--output-csv", "{tmp}/d"], 2, "is a directory",
          files={"d/keep": b""}),
     Case("ops-json-is-device", ["--output-json", os.devnull], 2, "not a regular file"),
+    Case("ops-json-not-utf8", ["--output-json", "{tmp}/\udcffo.json"], 2,
+         "--output-json: '{tmp}/\\xffo.json': the name is not valid UTF-8 text"),
+    Case("ops-csv-not-utf8", ["--output-csv", "{tmp}/o\udc80.csv"], 2,
+         "the name is not valid UTF-8 text"),
     Case("ops-json-and-csv-same", ["--output-json", "{tmp}/o", "--output-csv", "{tmp}/o"], 2,
          "name the same file"),
 ]
@@ -390,8 +404,46 @@ def test_hostile_op_bench_input_one_line_and_disk_unchanged(case, tmp_path, capf
     before = prepare(case, tmp_path, monkeypatch)
     argv = [arg.replace("{tmp}", str(tmp_path)) for arg in [*OPS_RUN, *case.argv]]
     ran = run_main(capfd, *argv, main=ops_main)
-    assert_one_line_error(ran, case.code, case.text)
+    assert_one_line_error(ran, case.code, case.text.replace("{tmp}", str(tmp_path)))
     assert_disk_unchanged(tmp_path, before)
+
+
+# The report command: the same contract for its inputs and outputs (it imports no torch).
+REPORT_CASES = [
+    Case("report-input-not-utf8", ["{tmp}/r\udcffsults"], 2,
+         "'{tmp}/r\\xffsults': the name is not valid UTF-8 text"),
+    Case("report-plot-not-utf8", [str(ROOT / "tests/data/history"), "--plot", "{tmp}/\udce9.png"],
+         2, "argument --plot: '{tmp}/\\xe9.png': the name is not valid UTF-8"),
+    Case("report-html-not-utf8", [str(ROOT / "tests/data/history"), "--html", "{tmp}/\udce9"],
+         2, "argument --html"),
+    Case("report-fifo", ["{tmp}/pipe.json"], 2, "is a FIFO, not a regular file",
+         layout=lambda tmp: os.mkfifo(tmp / "pipe.json")),
+    Case("report-dev-zero", ["/dev/zero"], 2, "is a device, not a regular file"),
+    Case("report-socket-in-directory", ["{tmp}"], 2, "s.json: is a socket, not a regular file",
+         layout=lambda tmp: bound_socket(tmp / "s.json")),
+    Case("report-too-large", ["{tmp}/big.json"], 2, "more than the 1,000 a result file",
+         files={"big.json": b" " * 2000},
+         setup=lambda monkeypatch: monkeypatch.setattr(collection, "MAX_INPUT_BYTES", 1000)),
+]
+
+
+@pytest.mark.parametrize("case", REPORT_CASES, ids=[case.id for case in REPORT_CASES])
+def test_hostile_report_input_one_line_and_disk_unchanged(case, tmp_path, capfd, monkeypatch):
+    from microbench.report.command import main as report_main
+    before = prepare(case, tmp_path, monkeypatch)
+    argv = [arg.replace("{tmp}", str(tmp_path)) for arg in case.argv]
+    ran = run_main(capfd, *argv, main=report_main)
+    assert_one_line_error(ran, case.code, case.text.replace("{tmp}", str(tmp_path)))
+    assert_disk_unchanged(tmp_path, before)
+
+
+def test_a_name_of_non_utf8_bytes_from_the_command_line_is_one_line(tmp_path):
+    """As a process, so the bytes go through Python's own decoding of argv (surrogateescape)."""
+    name = os.fsencode(str(tmp_path)) + b"/r\xe9sults.json"
+    done = subprocess.run([sys.executable, "-m", "microbench.report", name],
+                          capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert_one_line_error(done, 2, "sults.json': the name is not valid UTF-8 text")
+    assert snapshot(tmp_path) == {}
 
 
 # ---------------------------------------------------------------- runs that get to the end

@@ -31,7 +31,7 @@ import torch
 
 from .. import __version__, device as device_layer, flops, process, progress
 from ..argtypes import (MAX_ITERATIONS, MAX_PEAK_TFLOPS, MAX_WARMUP, OneLineParser, bounded_int,
-                        finite_float)
+                        finite_float, path_text)
 from ..device import clock_name
 from ..errors import (EXIT_INTERRUPTED, EXIT_TERMINATED, BenchmarkError, Terminated,
                       UsageError)
@@ -120,9 +120,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="memory bandwidth in GB/s, instead of the table's")
 
     output = parser.add_argument_group("output files")
-    output.add_argument("--output-json", default=None, metavar="PATH",
+    output.add_argument("--output-json", default=None, type=path_text, metavar="PATH",
                         help="write all results, with raw samples, as JSON")
-    output.add_argument("--output-csv", default=None, metavar="PATH",
+    output.add_argument("--output-csv", default=None, type=path_text, metavar="PATH",
                         help="write one CSV row per op")
     return parser
 
