@@ -10,7 +10,9 @@ imports nothing heavy, so that it is in place before torch is.
 from __future__ import annotations
 
 import contextlib
+import errno
 import importlib
+import io
 import os
 import signal
 import sys
@@ -78,10 +80,110 @@ def reader_gone() -> int:
     return EXIT_READER_GONE
 
 
+# ---------------------------------------------------------------- a terminal that takes no writes
+
+def _fill_closed_descriptors() -> None:
+    """Open /dev/null on standard input, output or error where the shell closed one (``>&-``):
+    otherwise the next file this process opens (a result's temporary file) would get that
+    number, and anything writing to "standard output", C++ included, would write into it."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            opened = os.open(os.devnull, os.O_RDWR)
+            if opened != fd:                   # a lower one was free after all: leave it be
+                os.close(opened)
+
+
+class GuardedOutput(io.TextIOBase):
+    """Standard output that never stops the run: the first write or flush that fails (a closed
+    stdout, ``>/dev/full``, an I/O error) is remembered, the descriptor pointed at /dev/null so
+    that no later flush (the interpreter's last one included) fails again, and every later
+    write is dropped. The run goes on and writes its result files; :func:`ended` says, as the
+    process's one line, that the console output was lost. A reader that went away
+    (``BrokenPipeError``, ``| head``) is not this: it propagates, as before."""
+
+    def __init__(self, stream):
+        super().__init__()
+        self.stream = stream
+        self.lost: str | None = None if stream is not None else "it is closed"
+
+    def _failed(self, error: OSError) -> None:
+        self.lost = error.strerror or str(error)
+        with contextlib.suppress(OSError, ValueError, AttributeError, io.UnsupportedOperation):
+            fd = self.stream.fileno()
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, fd)
+            os.close(devnull)
+
+    def write(self, text: str) -> int:
+        if self.lost is None:
+            try:
+                self.stream.write(text)
+            except BrokenPipeError:
+                raise
+            except (OSError, ValueError) as error:     # ValueError: a closed file object
+                self._failed(error if isinstance(error, OSError)
+                             else OSError(errno.EBADF, "it is closed"))
+        return len(text)
+
+    def flush(self) -> None:
+        if self.lost is None:
+            try:
+                self.stream.flush()
+            except BrokenPipeError:
+                raise
+            except (OSError, ValueError) as error:
+                self._failed(error if isinstance(error, OSError)
+                             else OSError(errno.EBADF, "it is closed"))
+
+    def isatty(self) -> bool:
+        return self.lost is None and self.stream.isatty()
+
+    def fileno(self) -> int:
+        if self.lost is not None and self.stream is None:
+            raise io.UnsupportedOperation("standard output is closed")
+        return self.stream.fileno()
+
+    def writable(self) -> bool:
+        return True
+
+    @property
+    def encoding(self) -> str:
+        return getattr(self.stream, "encoding", None) or "utf-8"
+
+
+@contextlib.contextmanager
+def guarded_stdout() -> Iterator[GuardedOutput]:
+    """``sys.stdout`` as a :class:`GuardedOutput` within the block (the previous one after it,
+    for callers of main() in-process)."""
+    _fill_closed_descriptors()
+    previous = sys.stdout
+    guard = GuardedOutput(previous)
+    sys.stdout = guard
+    try:
+        yield guard
+    finally:
+        sys.stdout = previous
+
+
+def ended(code: int, output: GuardedOutput, prefix: str = "") -> int:
+    """The exit code of a command whose standard output may have been lost. A run that
+    otherwise succeeded says so in one line and exits 4 (EXIT_MISSING_ENVIRONMENT: an output
+    the run needs could not be written; its result files were); a run that failed keeps its own
+    code and line (a regression found by --compare must still fail the gate as 5)."""
+    if output.lost is None or code != 0:
+        return code
+    print(f"{prefix}error: standard output could not be written ({output.lost}); the run "
+          f"finished and its result files, if any, were written", file=sys.stderr, flush=True)
+    return EXIT_MISSING_ENVIRONMENT
+
+
 def entry(module: str) -> int:
     """Import ``module`` and run its ``main()``; Ctrl-C or SIGTERM during the imports prints
     the same one line as later, instead of a traceback."""
     signal.signal(signal.SIGTERM, _raise_terminated)   # for the whole life of this process
+    _fill_closed_descriptors()                          # before any file is opened
     try:
         main = importlib.import_module(module).main
     except KeyboardInterrupt:

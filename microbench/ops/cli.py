@@ -268,16 +268,20 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    with process.sigterm_raises():
-        try:
-            return run(build_parser().parse_args(argv))
-        except BenchmarkError as error:
-            print("error: " + " ".join(str(error).splitlines()), file=sys.stderr)
-            return error.exit_code
-        except KeyboardInterrupt:
-            return process.stopped(process.INTERRUPTED, EXIT_INTERRUPTED)
-        except Terminated:
-            return process.stopped(process.TERMINATED, EXIT_TERMINATED)
-        except BrokenPipeError:                          # | head: the reader left
-            return process.reader_gone()
+    with process.sigterm_raises(), process.guarded_stdout() as output:
+        return process.ended(_main(argv), output)
+
+
+def _main(argv: list[str] | None) -> int:
+    try:
+        return run(build_parser().parse_args(argv))
+    except BenchmarkError as error:
+        print("error: " + " ".join(str(error).splitlines()), file=sys.stderr)
+        return error.exit_code
+    except KeyboardInterrupt:
+        return process.stopped(process.INTERRUPTED, EXIT_INTERRUPTED)
+    except Terminated:
+        return process.stopped(process.TERMINATED, EXIT_TERMINATED)
+    except BrokenPipeError:                          # | head: the reader left
+        return process.reader_gone()
 
