@@ -408,6 +408,47 @@ def test_hostile_op_bench_input_one_line_and_disk_unchanged(case, tmp_path, capf
     assert_disk_unchanged(tmp_path, before)
 
 
+# --model-kwargs of hf: models, checked against the model type's config before anything is
+# built (microbench.hf_overrides): keys it knows, the type of its default, ranges, activations.
+HF_RUN = ["--network", "hf:llama", "--seq-len", "8", "--batch-size", "2", "--iterations", "1",
+          "--warmup", "0", "--device", "cpu"]
+MODEL_KWARGS_CASES = [
+    ("layers-negative", ["num_hidden_layers=-1"], "num_hidden_layers=-1: must be positive"),
+    ("heads-zero", ["num_attention_heads=0"], "num_attention_heads=0: must be positive"),
+    ("hidden-size-5000-digits", ["hidden_size=" + "9" * 5000], "5,000 characters long"),
+    ("hidden-size-huge", ["hidden_size=" + "9" * 30], "at most 1.67772e+07 in magnitude"),
+    ("hidden-size-float", ["hidden_size=64.5"], "hidden_size=64.5: must be an integer"),
+    ("hidden-size-bool", ["hidden_size=true"], "hidden_size=True: must be an integer"),
+    ("hidden-size-list", ["hidden_size=[64]"], "must be an integer"),
+    ("hidden-act-import", ["hidden_act=__import__"], "not an activation transformers knows"),
+    ("hidden-act-code", ["hidden_act=__import__('os').system('true')"],
+     "not an activation transformers knows"),
+    ("hidden-act-number", ["hidden_act=3"], "not an activation transformers knows"),
+    ("eps-negative", ["rms_norm_eps=-1e-5"], "rms_norm_eps=-1e-05: must be positive"),
+    ("eps-nan", ["rms_norm_eps=nan"], "rms_norm_eps='nan': must be a number"),
+    ("eps-infinite", ["rms_norm_eps=1e999"], "must be a finite number"),
+    ("dropout-above-one", ["attention_dropout=2"], "a probability, from 0 to 1"),
+    ("use-cache-word", ["use_cache=maybe"], "use_cache='maybe': must be true or false"),
+    ("unknown-key", ["hiden_size=64"], "'hiden_size' is not a setting of the llama config"
+                                       " (LlamaConfig); did you mean hidden_size"),
+    ("private-key", ["_attn_implementation_internal=eager"], "is not a setting"),
+    ("dict-nested", ["rope_parameters={'factor': [1, 2]}"], "must be a number, a word"),
+    ("dict-code-word", ["rope_parameters={'rope_type': 'os.system(1)'}"],
+     "a word of letters, digits"),
+    ("dict-not-a-dict", ["rope_parameters=3"], "must be a dict literal"),
+]
+
+
+@pytest.mark.parametrize("kwargs, text", [case[1:] for case in MODEL_KWARGS_CASES],
+                         ids=[case[0] for case in MODEL_KWARGS_CASES])
+def test_hostile_model_kwargs_one_line_before_building(kwargs, text, tmp_path, capfd):
+    pytest.importorskip("transformers")
+    ran = run_main(capfd, *HF_RUN, "--output-dir", str(tmp_path / "out"), "--model-kwargs",
+                   *kwargs)
+    assert_one_line_error(ran, 2, text)
+    assert "Building" not in ran.stdout and snapshot(tmp_path) == {}
+
+
 # The report command: the same contract for its inputs and outputs (it imports no torch).
 REPORT_CASES = [
     Case("report-input-not-utf8", ["{tmp}/r\udcffsults"], 2,
