@@ -19,7 +19,8 @@ import sys
 import threading
 from typing import Iterator, Mapping
 
-from .errors import EXIT_INTERRUPTED, EXIT_MISSING_ENVIRONMENT, EXIT_TERMINATED, Terminated
+from .errors import (EXIT_HANGUP, EXIT_INTERRUPTED, EXIT_MISSING_ENVIRONMENT, EXIT_QUIT,
+                     EXIT_TERMINATED, Terminated)
 
 INTERRUPTED = "error: interrupted"
 TERMINATED = "error: terminated (SIGTERM)"
@@ -28,24 +29,39 @@ TERMINATED = "error: terminated (SIGTERM)"
 _IMPORTED_AT_START = frozenset({"rich", "torch", "torchvision", "jsonschema"})
 
 
+# The signals that stop a run cleanly, like SIGTERM: temporaries removed, one line, the shell's
+# exit code (128 + the signal). SIGHUP: the terminal or SSH session went away; SIGQUIT: Ctrl-\,
+# handled cleanly too (no core dump, no thread dump: what was asked is to stop).
+STOPPING = {signal.SIGTERM: ("SIGTERM", EXIT_TERMINATED),
+            **({signal.SIGHUP: ("SIGHUP", EXIT_HANGUP)} if hasattr(signal, "SIGHUP") else {}),
+            **({signal.SIGQUIT: ("SIGQUIT", EXIT_QUIT)} if hasattr(signal, "SIGQUIT") else {})}
+
+
 def _raise_terminated(signum, frame) -> None:
-    # A second SIGTERM must not cut the cleanup of the first short.
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    raise Terminated()
+    # A second signal must not cut the cleanup of the first short.
+    for number in STOPPING:
+        signal.signal(number, signal.SIG_IGN)
+    raise Terminated(*STOPPING.get(signum, ("SIGTERM", EXIT_TERMINATED)))
+
+
+def _install() -> dict:
+    """Every stopping signal raises Terminated; the previous handlers."""
+    return {number: signal.signal(number, _raise_terminated) for number in STOPPING}
 
 
 @contextlib.contextmanager
 def sigterm_raises() -> Iterator[None]:
-    """Within the block, SIGTERM raises Terminated; the previous handler comes back after it
-    (main() is also called in-process, by tests and by scripts)."""
+    """Within the block, SIGTERM, SIGHUP and SIGQUIT raise Terminated; the previous handlers
+    come back after it (main() is also called in-process, by tests and by scripts)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    previous = _install()
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for number, handler in previous.items():
+            signal.signal(number, handler)
 
 
 def env_rank_prefix(environ: Mapping[str, str] | None = None) -> str:
@@ -62,6 +78,11 @@ def stopped(line: str, code: int, prefix: str = "") -> int:
     """Report a signal as one line; the exit code a shell gives for it."""
     print(f"{prefix}{line}", file=sys.stderr, flush=True)
     return code
+
+
+def terminated(error: Terminated, prefix: str = "") -> int:
+    """Report the signal that raised ``error`` (SIGTERM, SIGHUP, SIGQUIT) as one line."""
+    return stopped(f"error: terminated ({error.signal_name})", error.exit_code, prefix)
 
 
 # What a shell reports for a process killed by SIGPIPE (128 + 13): the reader of our output
@@ -182,14 +203,14 @@ def ended(code: int, output: GuardedOutput, prefix: str = "") -> int:
 def entry(module: str) -> int:
     """Import ``module`` and run its ``main()``; Ctrl-C or SIGTERM during the imports prints
     the same one line as later, instead of a traceback."""
-    signal.signal(signal.SIGTERM, _raise_terminated)   # for the whole life of this process
+    _install()                                          # for the whole life of this process
     _fill_closed_descriptors()                          # before any file is opened
     try:
         main = importlib.import_module(module).main
     except KeyboardInterrupt:
         return stopped(INTERRUPTED, EXIT_INTERRUPTED, env_rank_prefix())
-    except Terminated:
-        return stopped(TERMINATED, EXIT_TERMINATED, env_rank_prefix())
+    except Terminated as error:
+        return terminated(error, env_rank_prefix())
     except ModuleNotFoundError as error:
         missing = (error.name or "").partition(".")[0]
         if missing not in _IMPORTED_AT_START:

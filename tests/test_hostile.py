@@ -770,10 +770,11 @@ def test_concurrent_appends_with_failures_never_interleave_nor_leave_fragments(t
 
 
 def test_ctrl_c_or_sigterm_during_the_imports_prints_one_line(capfd, monkeypatch):
-    previous = signal.getsignal(signal.SIGTERM)
+    previous = {number: signal.getsignal(number) for number in process.STOPPING}
     try:
         for error, code, text in ((KeyboardInterrupt(), 130, "error: interrupted"),
-                                  (Terminated(), 143, "error: terminated (SIGTERM)")):
+                                  (Terminated(), 143, "error: terminated (SIGTERM)"),
+                                  (Terminated("SIGHUP", 129), 129, "error: terminated (SIGHUP)")):
             class Interrupting(importlib.abc.MetaPathFinder):
                 def find_spec(self, name, path=None, target=None):
                     if name == "microbench.main":
@@ -787,7 +788,8 @@ def test_ctrl_c_or_sigterm_during_the_imports_prints_one_line(capfd, monkeypatch
             assert err == text + "\n"
             monkeypatch.undo()
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for number, handler in previous.items():
+            signal.signal(number, handler)
 
 
 # ---------------------------------------------------------------- processes of their own
@@ -826,7 +828,10 @@ def test_a_full_disk_leaves_json_and_csv_as_they_were(tmp_path, where):
 
 @pytest.mark.parametrize("signal_number, code, text", [
     (signal.SIGTERM, 143, "error: terminated (SIGTERM)"),
-    (signal.SIGINT, 130, "error: interrupted")], ids=["sigterm", "sigint"])
+    (signal.SIGINT, 130, "error: interrupted"),
+    (signal.SIGHUP, 129, "error: terminated (SIGHUP)"),
+    (signal.SIGQUIT, 131, "error: terminated (SIGQUIT)")],
+    ids=["sigterm", "sigint", "sighup", "sigquit"])
 def test_a_signal_in_the_timed_loop_ends_with_one_line_and_no_files(tmp_path, signal_number,
                                                                    code, text):
     proc = child([*RUN, "--iterations", str(10**6), "--output-dir", str(tmp_path)])

@@ -33,7 +33,7 @@ from .. import __version__, device as device_layer, flops, process, progress
 from ..argtypes import (MAX_ITERATIONS, MAX_PEAK_TFLOPS, MAX_WARMUP, OneLineParser, bounded_int,
                         finite_float, path_text)
 from ..device import clock_name
-from ..errors import (EXIT_INTERRUPTED, EXIT_TERMINATED, BenchmarkError, Terminated,
+from ..errors import (EXIT_INTERRUPTED, BenchmarkError, Terminated,
                       UsageError)
 from ..report import writing
 from ..report.schema import SCHEMA_VERSION
@@ -280,8 +280,8 @@ def _main(argv: list[str] | None) -> int:
         return error.exit_code
     except KeyboardInterrupt:
         return process.stopped(process.INTERRUPTED, EXIT_INTERRUPTED)
-    except Terminated:
-        return process.stopped(process.TERMINATED, EXIT_TERMINATED)
+    except Terminated as error:
+        return process.terminated(error)
     except BrokenPipeError:                          # | head: the reader left
         return process.reader_gone()
 

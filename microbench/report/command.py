@@ -28,7 +28,7 @@ import sys
 
 from .. import __version__, process, progress
 from ..argtypes import path_text
-from ..errors import EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE, BenchmarkError, \
+from ..errors import EXIT_INTERRUPTED, EXIT_USAGE, BenchmarkError, \
     Terminated, UsageError
 from . import chart, collection, page, table, writing
 
@@ -145,7 +145,7 @@ def _main(argv: list[str] | None) -> int:
         return error.exit_code
     except KeyboardInterrupt:
         return process.stopped(process.INTERRUPTED, EXIT_INTERRUPTED)
-    except Terminated:
-        return process.stopped(process.TERMINATED, EXIT_TERMINATED)
+    except Terminated as error:
+        return process.terminated(error)
     except BrokenPipeError:                          # | head: the reader left
         return process.reader_gone()

@@ -25,6 +25,7 @@ import signal
 import threading
 from typing import Callable, Iterator, Sequence
 
+from .. import process
 from ..errors import CannotWrite, UsageError
 
 try:
@@ -47,7 +48,7 @@ def signals_deferred() -> Iterator[None]:
             or threading.current_thread() is not threading.main_thread()):
         yield
         return
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, *process.STOPPING})
     try:
         yield
     finally:
