@@ -710,6 +710,48 @@ def test_json_and_csv_row_are_written_together_or_not_at_all(tmp_path, monkeypat
     assert_disk_unchanged(tmp_path, before)
 
 
+def test_the_csv_row_is_appended_only_once_its_json_is_in_place(tmp_path, monkeypatch):
+    """What a killed run leaves: the JSON is swapped in before the row is appended, so a kill
+    between the two leaves a JSON without its row, never a row without its JSON."""
+    json_path, csv_path = tmp_path / "r.json", tmp_path / "s.csv"
+    json_path.write_text('{"previous": true}')
+    summary = type("S", (), {})()
+    summary.spec = type("Spec", (), {"json_path": str(json_path), "csv_path": str(csv_path)})()
+    monkeypatch.setattr(files, "result_document", lambda s: {"new": 1})
+    monkeypatch.setattr(files, "csv_row", lambda s: row("x"))
+    seen = []
+    real_append = files.append_csv
+    monkeypatch.setattr(files, "append_csv", lambda r, path: (
+        seen.append(json.loads(json_path.read_text())), real_append(r, path)))
+    files.write_files(summary)
+    assert seen == [{"new": 1}] and json.loads(json_path.read_text()) == {"new": 1}
+    assert [r[0] for r in rows_of(csv_path)] == ["time_utc", "x"] and temporaries(tmp_path) == []
+
+
+def _dead_pid() -> int:
+    child = subprocess.Popen([sys.executable, "-c", ""])
+    child.wait()
+    return child.pid
+
+
+def test_stale_temporaries_of_dead_processes_on_this_host_are_swept(tmp_path):
+    host = writing._HOST
+    other_host = "0" * 8 if host != "0" * 8 else "1" * 8
+    dead, mine = _dead_pid(), os.getpid()
+    names = {"dead": f".tmp-{dead}.{host}.0123abcd-r.json",
+             "dead-backup": f".tmp-{dead}.{host}.89abcdef-s.json",
+             "alive": f".tmp-{os.getppid()}.{host}.0123abcd-r.json",
+             "mine": f".tmp-{mine}.{host}.0123abcd-r.json",
+             "other-host": f".tmp-{dead}.{other_host}.0123abcd-r.json",
+             "older-format": ".tmp-0123abcd-r.json", "not-ours": "notes.txt"}
+    for name in names.values():
+        (tmp_path / name).write_text("x")
+    writing.write_json(str(tmp_path / "r.json"), {"a": 1})
+    left = {path.name for path in tmp_path.iterdir()}
+    assert left == {"r.json", *(names[key] for key in ("alive", "mine", "other-host",
+                                                       "older-format", "not-ours"))}
+
+
 @pytest.mark.parametrize("error", [OSError(errno.ENOSPC, "No space left on device"),
                                    KeyboardInterrupt()], ids=["disk-full", "ctrl-c"])
 def test_a_failed_whole_write_leaves_the_previous_file(tmp_path, monkeypatch, error):
