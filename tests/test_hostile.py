@@ -912,6 +912,24 @@ def test_ranks_started_with_different_settings_exit_2_at_once(tmp_path):
     assert snapshot(tmp_path) == {}
 
 
+def test_ranks_may_name_different_output_dirs_and_only_rank_0_writes(tmp_path):
+    """The lead's rule: --output-dir (and --output-file, --csv-file) may differ across ranks;
+    only rank 0 writes results, so rank 1's directory is never created nor checked (here it
+    lies under a file, where no directory can be)."""
+    (tmp_path / "afile").write_bytes(b"x")
+    port = str(free_port())
+    procs = [child([*RUN, "--batch-size", "4", "--output-dir", str(tmp_path / directory)],
+                   env={"RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank),
+                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port})
+             for rank, directory in enumerate(("rank0", "afile/rank1"))]
+    outputs = [proc.communicate(timeout=240) for proc in procs]
+    for proc, (stdout, stderr) in zip(procs, outputs):
+        assert proc.returncode == 0, stderr[-3000:]
+    written = sorted(str(path.relative_to(tmp_path)) for path in tmp_path.rglob("*"))
+    assert written[0] == "afile" and all(name.startswith("rank0") for name in written[1:])
+    assert len(list((tmp_path / "rank0").glob("*.json"))) == 1
+
+
 def test_a_problem_only_rank_0_sees_stops_every_spawned_worker(tmp_path):
     """The manual launch with two --device_ids: the CSV only rank 0 writes has another header;
     both workers stop at once, each with its [rank N] line, and nothing is written."""
