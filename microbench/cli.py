@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import math
 import os
 import sys
 from dataclasses import replace
@@ -22,7 +23,7 @@ from .argtypes import (MAX_BATCH, MAX_BUCKET_CAP_MB, MAX_DEVICE_INDEX, MAX_DIST_
                        MAX_PROFILER_STEPS, MAX_RANKS, MAX_SEED, MAX_SEQ_LEN, MAX_TELEMETRY_MS,
                        MAX_TRIALS, MAX_VOCAB, MAX_WARMUP, HelpFormatter, OneLineParser,
                        bounded_int, choices, finite_float, list_of, names, positive_int,
-                       path_text, positive_ints, zero_or_one)
+                       dist_url, path_text, positive_ints, zero_or_one)
 from .compile_options import COMPILE_MODES, parse_compile_context
 from .config import (DERIVED, INVERSE, SCHEMA, SWITCH, BenchConfig, Plan, as_command_line,
                      field_of_dest, replayed_fields, spelled, validate)
@@ -350,8 +351,9 @@ def _add_distributed_args(parser: argparse.ArgumentParser) -> None:
     _setting(group, "dist_backend", choices=("nccl", "gloo"),
              help="process-group backend (default: nccl on GPUs, which is RCCL on "
                   "ROCm; gloo on the CPU)")
-    _setting(group, "dist_url", metavar="URL",
-             help="rendezvous address, e.g. tcp://10.0.0.1:29500")
+    _setting(group, "dist_url", type=dist_url, metavar="URL",
+             help="rendezvous address: tcp://HOST:PORT (e.g. tcp://10.0.0.1:29500), env:// "
+                  "(MASTER_ADDR and MASTER_PORT) or file:///shared/path")
     _setting(group, "dist_timeout", type=finite_float(0, MAX_DIST_TIMEOUT_S), metavar="S",
              help="seconds that rendezvous and collectives may wait for other ranks")
     _setting(group, "ddp_bucket_cap_mb", type=finite_float(0, MAX_BUCKET_CAP_MB), metavar="MB",
@@ -440,6 +442,11 @@ def _precision(args: argparse.Namespace) -> tuple[str, list[str]]:
                                             args.amp_opt_level, bool(args.tf32))
 
 
+# Far above any sweep a person means to run in one invocation (each configuration builds its
+# model and runs warm-up and timing); a list of 20,000 batch sizes is a mistake.
+MAX_SWEEP_CONFIGURATIONS = 1000
+
+
 def _sweep_values(args: argparse.Namespace) -> list[dict]:
     """One dict of changes per configuration: network x mode x precision x compile x batch."""
     if args.compile_mode and (args.compile or args.compile_context):
@@ -455,6 +462,11 @@ def _sweep_values(args: argparse.Namespace) -> list[dict]:
         [dict(workers=count) for count in args.workers or [None]],
         [dict(batch_size=batch) for batch in args.batch_size],
     ]
+    count = math.prod(len(axis) for axis in axes)
+    if count > MAX_SWEEP_CONFIGURATIONS:
+        raise UsageError(f"the lists given make a sweep of {count:,} configurations, more than "
+                         f"the {MAX_SWEEP_CONFIGURATIONS:,} one invocation runs: split it into "
+                         f"several invocations")
     return [{key: value for part in combination for key, value in part.items()}
             for combination in itertools.product(*axes)]
 

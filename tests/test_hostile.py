@@ -45,6 +45,10 @@ def snapshot(root: Path) -> dict[str, bytes]:
             for path in sorted(root.rglob("*")) if path.is_file()}
 
 
+def directories_under(root: Path) -> list[str]:
+    return sorted(str(path.relative_to(root)) for path in root.rglob("*") if path.is_dir())
+
+
 def temporaries(root: Path) -> list[str]:
     return [str(path) for path in root.rglob(f"{writing.TEMPORARY_PREFIX}*")]
 
@@ -309,6 +313,28 @@ CASES = [
           ("--compare", [], ".json"), ("--rerun", [], ".json"),
           ("--scaling-baseline", [], ".json"), ("--data-dir", ["--data", "folder"], ""),
           ("--data-cache", ["--data", "loader"], ""))],
+    # --dist-url: torch.distributed's init methods only, checked before the run.
+    Case("dist-url-http", ["--dist-url", "http://10.0.0.1:29500"], 2,
+         "the scheme must be one of tcp://HOST:PORT, env:// or file:///PATH"),
+    Case("dist-url-no-scheme", ["--dist-url", "10.0.0.1:29500"], 2, "the scheme must be"),
+    Case("dist-url-tcp-no-port", ["--dist-url", "tcp://10.0.0.1"], 2, "tcp:// takes HOST:PORT"),
+    Case("dist-url-tcp-port-huge", ["--dist-url", "tcp://h:99999"], 2, "a port from 1 to 65535"),
+    Case("dist-url-file-relative", ["--dist-url", "file://rendezvous"], 2,
+         "file:// takes an absolute path"),
+    # The failure-injection hook is checked like the launcher's variables.
+    Case("fail-rank-not-a-number", [], 2, "MICROBENCH_FAIL_RANK='abc' is not an integer",
+         env={"MICROBENCH_FAIL_RANK": "abc"}),
+    Case("fail-rank-negative", [], 2, "MICROBENCH_FAIL_RANK=-1 must be in",
+         env={"MICROBENCH_FAIL_RANK": "-1"}),
+    # A sweep is bounded; refused runs leave no directory behind (checked for every row).
+    Case("sweep-20000-batch-sizes", ["--batch-size", ",".join(map(str, range(1, 20001)))], 2,
+         "a sweep of 20,000 configurations, more than the 1,000 one invocation runs"),
+    Case("sweep-product-too-large", ["--batch-size", ",".join(map(str, range(1, 41))),
+                                     "--network", ",".join(["resnet18"] * 30)], 2,
+         "a sweep of 1,200 configurations"),
+    Case("refused-run-nested-output-dir", ["--output-dir", "{tmp}/a/b/c", "--csv-file",
+                                           "{tmp}/f.csv"], 2, "different CSV header",
+         files={"f.csv": FOREIGN_CSV}),
     # Launcher environments: all of it or none of it.
     Case("env-rank-alone", [], 2, "partial launcher environment", env={"RANK": "0"}),
     Case("env-no-master", [], 2, "MASTER_ADDR, MASTER_PORT not",
@@ -356,6 +382,7 @@ def prepare(case: Case, tmp_path: Path, monkeypatch) -> dict[str, bytes]:
 @pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
 def test_hostile_input_one_line_and_disk_unchanged(case, tmp_path, capfd, monkeypatch):
     before = prepare(case, tmp_path, monkeypatch)
+    directories = directories_under(tmp_path)
     argv = [arg.replace("{tmp}", str(tmp_path))
             for arg in [*RUN, "--output-dir", "{tmp}/out", *case.argv]]
     try:
@@ -363,6 +390,7 @@ def test_hostile_input_one_line_and_disk_unchanged(case, tmp_path, capfd, monkey
         assert_one_line_error(ran, case.code, case.text.replace("{tmp}", str(tmp_path)))
         assert "Warming up" not in ran.stdout, "found only after the run"
         assert_disk_unchanged(tmp_path, before)
+        assert directories_under(tmp_path) == directories, "a refused run made a directory"
     finally:
         for name in case.modes:                  # let pytest clean up
             (tmp_path / name).chmod(0o755)
@@ -392,6 +420,12 @@ OPS_CASES = [
          "--output-json: '{tmp}/\\xffo.json': the name is not valid UTF-8 text"),
     Case("ops-csv-not-utf8", ["--output-csv", "{tmp}/o\udc80.csv"], 2,
          "the name is not valid UTF-8 text"),
+    Case("ops-conv2d-kernel-larger", ["--op", "conv2d", "--input1-dim", "1-3-4-4",
+                                      "--input2-dim", "8-3-7-7"], 2,
+         "conv2d's kernel 7x7 is larger than its 4x4 input"),
+    Case("ops-conv2d-kernel-wider", ["--op", "conv2d", "--input1-dim", "1-3-8-2",
+                                     "--input2-dim", "8-3-1-3"], 2,
+         "kernel 1x3 is larger than its 8x2 input"),
     Case("ops-json-and-csv-same", ["--output-json", "{tmp}/o", "--output-csv", "{tmp}/o"], 2,
          "name the same file"),
 ]
@@ -609,6 +643,25 @@ def test_a_csv_with_unix_line_ends_takes_our_rows_with_its_own_line_ends(tmp_pat
     assert b"\r" not in data and data.count(b"\n") == 2
     [row] = list(csv.DictReader(data.decode().splitlines()))
     assert row["status"] == "ok"
+
+
+def test_links_a_csv_appends_through_and_a_json_is_replaced(tmp_path, capfd):
+    """The rule for symlinks (README, "Guarantees"): an append adds to the link's target (a
+    shared summary CSV linked into several places), a whole file replaces the link itself, so
+    no link makes the tool overwrite the file it points to."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (tmp_path / "shared.csv").write_bytes(HEADER)
+    (tmp_path / "elsewhere.json").write_bytes(b"precious")
+    (tmp_path / "s.csv").symlink_to(tmp_path / "shared.csv")
+    (out / "r.json").symlink_to(tmp_path / "elsewhere.json")
+    run_ok(capfd, "--mode", "inference", "--output-dir", str(out), "--output-file", "r",
+           "--csv-file", str(tmp_path / "s.csv"))
+    assert (tmp_path / "s.csv").is_symlink()
+    [row] = list(csv.DictReader((tmp_path / "shared.csv").open()))
+    assert row["status"] == "ok"
+    assert not (out / "r.json").is_symlink() and json.loads((out / "r.json").read_text())
+    assert (tmp_path / "elsewhere.json").read_bytes() == b"precious"
 
 
 def test_every_row_of_a_sweep_failing_is_not_a_success(tmp_path, capfd):

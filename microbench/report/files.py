@@ -230,10 +230,10 @@ def failed_csv_row(spec, env, status: str, error: str) -> dict:
     return row
 
 
-def check_csv(path: str) -> None:
+def check_csv(path: str, directory_made: bool = False) -> None:
     """Refuse, before any time is spent benchmarking, a CSV that cannot take our row: one that
     cannot be written (report.writing.check_target), a binary file, or another header."""
-    writing.check_target(path, "--csv-file")
+    writing.check_target(path, "--csv-file", directory_made)
     if not os.path.exists(path):
         return
     try:
@@ -269,18 +269,30 @@ def prepare_output(spec, plot_path: str | None = None) -> None:
     if spec.json_path is None:
         return
     output_dir = spec.config.output_dir
-    try:
-        os.makedirs(output_dir, exist_ok=True)
-        with tempfile.TemporaryFile(dir=output_dir):
-            pass
-    except OSError as error:
-        raise UsageError(f"cannot write results to --output-dir {output_dir}: "
-                         f"{error.strerror}; choose another directory or pass --no-files") from None
-    writing.check_target(spec.json_path, "--output-file")
+    _check_output_dir(output_dir)
+    writing.check_target(spec.json_path, "--output-file", directory_made=True)
     if os.path.abspath(spec.csv_path) == os.path.abspath(spec.json_path):
         raise UsageError(f"--csv-file {spec.csv_path} is also the JSON result file: name "
                          f"another")
-    check_csv(spec.csv_path)
+    in_output_dir = os.path.dirname(os.path.abspath(spec.csv_path)) == os.path.abspath(output_dir)
+    check_csv(spec.csv_path, directory_made=in_output_dir)
+
+
+def _check_output_dir(output_dir: str) -> None:
+    """--output-dir can be written: it, or the nearest of its parents that exists (the
+    directory itself is created only when the first result is written, so a run refused or
+    failed leaves none behind)."""
+    existing = writing.existing_ancestor(output_dir)
+    problem = None if os.path.isdir(existing) else f"{existing} is not a directory"
+    if problem is None:
+        try:
+            with tempfile.TemporaryFile(dir=existing):
+                pass
+        except OSError as error:
+            problem = error.strerror
+    if problem:
+        raise UsageError(f"cannot write results to --output-dir {output_dir}: {problem}; "
+                         f"choose another directory or pass --no-files")
 
 
 # ---------------------------------------------------------------- result names that never collide

@@ -108,15 +108,35 @@ def _remove(path: str) -> None:
 
 # ---------------------------------------------------------------- checks before the run
 
-def check_target(path: str, flag: str) -> None:
+def existing_ancestor(directory: str) -> str:
+    """``directory``, or the nearest of its parents that exists (what a makedirs starts from)."""
+    directory = os.path.abspath(directory)
+    while not os.path.lexists(directory) and os.path.dirname(directory) != directory:
+        directory = os.path.dirname(directory)
+    return directory
+
+
+def ensure_directory(path: str) -> None:
+    """Create the directory of the result file ``path`` when it is about to be written (never
+    before: a run refused or failed leaves no empty --output-dir behind)."""
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    except OSError as error:
+        raise _cannot_write(path, error) from None
+
+
+def check_target(path: str, flag: str, directory_made: bool = False) -> None:
     """Refuse, before any time is spent benchmarking, a result path that cannot be written: its
-    directory missing or read-only, the path a directory or a device, the file read-only, or a
-    name too long for the file system."""
+    directory missing (unless ``directory_made``: then it is created when the file is written,
+    and its nearest existing parent must be a writable directory) or read-only, the path a
+    directory or a device, the file read-only, or a name too long for the file system."""
     directory = os.path.dirname(os.path.abspath(path))
     if os.path.isdir(path):
         raise UsageError(f"cannot write {flag} {path}: it is a directory; name a file")
     if os.path.lexists(path) and not os.path.isfile(path):
         raise UsageError(f"cannot write {flag} {path}: not a regular file")
+    if not os.path.isdir(directory) and directory_made:
+        directory = existing_ancestor(directory)
     if not os.path.isdir(directory):
         raise UsageError(f"cannot write {flag} {path}: directory {directory} does not exist")
     if not os.access(directory, os.W_OK | os.X_OK):
@@ -201,6 +221,7 @@ def replacing(path: str) -> Iterator[str]:
     left as it was. Code inside the block may write other files that must succeed too (the
     CSV row of a JSON result): then both are written or neither."""
     staged: list[str] = []
+    ensure_directory(path)
     try:
         with signals_deferred():             # no interrupt between creating and remembering it
             staged.append(_create_temporary(path))
@@ -260,6 +281,7 @@ def write_then(path: str, data: bytes, then: Callable[[], object]) -> None:
     process is killed between the two (module docstring)."""
     temporary = backup = None
     swapped = False
+    ensure_directory(path)
     try:
         with signals_deferred():
             temporary = _create_temporary(path)
@@ -405,6 +427,7 @@ def _repair_tail(fd: int, size: int, columns: int, end: str) -> tuple[int, bytes
 def append_csv_rows(path: str, header: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
     """Append ``rows`` (and ``header`` to a new or empty file) under an exclusive lock, as one
     write; any failure truncates the file back, so it is left exactly as it was."""
+    ensure_directory(path)
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o666)
     except OSError as error:
