@@ -2,9 +2,14 @@
 
 Every case holds the contract: the documented exit code, one line on stderr, no traceback, and
 the disk left as it was (files that were there unchanged byte for byte, nothing new written, no
-temporary file). Most cases run main() in-process (a subprocess costs 6-8 s of imports); a few
-need a process of their own: a file-size limit (RLIMIT_FSIZE) standing in for a full disk,
-SIGTERM and SIGINT during the timed loop, and ranks that meet over gloo.
+temporary file, no directory made). The classes of issue 23 are groups here too: inputs that
+never end or are huge (FIFOs, devices, sockets, oversized or malformed documents), names that are
+not valid text, a terminal that takes no writes, --model-kwargs values, SIGHUP and SIGQUIT, what
+a killed run leaves, ranks with their own --output-dir, and the smaller edges (--dist-url,
+MICROBENCH_FAIL_RANK, sweep size, conv2d kernels, symlinked CSVs). Most cases run main()
+in-process (a subprocess costs 6-8 s of imports); a few need a process of their own: a
+file-size limit (RLIMIT_FSIZE) standing in for a full disk, signals during the timed loop, a
+stdout on /dev/full or closed, argv bytes that are not UTF-8, and ranks that meet over gloo.
 """
 from __future__ import annotations
 
