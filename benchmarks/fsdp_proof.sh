@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Issue 24's one-GPU targets through the real CLI (written against the flags the issue names;
-# it runs once --parallel, --optimizer and --activation-checkpointing are wired):
+# Issue 24's one-GPU targets through the real CLI (--parallel, --reshard-after-forward,
+# --activation-checkpointing, --optimizer):
 #  1. llama3_3b training, AdamW, amp-bf16 (FSDP: BF16 compute, FP32 reduce), selective
 #     checkpointing: plain single-device training against --parallel fsdp with one process,
 #     alternated three times in fresh processes (A B A B A B) with the same flags otherwise.

@@ -17,8 +17,9 @@ import json, sys
 doc = json.load(open(sys.argv[1]))
 trials, telemetry = doc["trials"], doc["telemetry"]
 print(f"trials img/s: {[round(v, 1) for v in trials['values']]}")
-print(f"median {trials['median']:.1f}, 95% CI of the mean {trials['ci95_low']:.1f}..."
-      f"{trials['ci95_high']:.1f}; CV between trials {trials['cv']:.2%}, "
+print(f"geometric mean {trials['headline']:.1f}, 95% CI {trials['ci95_low']:.1f}..."
+      f"{trials['ci95_high']:.1f}, next run likely in {trials['prediction95_low']:.1f}..."
+      f"{trials['prediction95_high']:.1f}; CV between trials {trials['cv']:.2%}, "
       f"within trials {trials['within_trial_cv']:.2%} "
       f"(ratio {trials['cv'] / trials['within_trial_cv']:.1f}x)")
 for t in trials["per_trial"]:

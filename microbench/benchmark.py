@@ -165,7 +165,8 @@ def run(spec: "RunSpec", on_phase: Callable[..., None] = lambda phase, timed=Fal
                          peak_reserved_mb=reserved, parameters=work.parameters,
                          flops_per_iteration=work.flops_per_iteration, profile_reports=reports,
                          detail=timed.detail, telemetry=report, pid=os.getpid(),
-                         seed=config.seed, data=spec.scenario.input_measured(work))
+                         seed=config.seed, data=spec.scenario.input_measured(work),
+                         sharded=spec.scenario.sharded_state(work))
 
 
 def trace_stem(spec: "RunSpec") -> str:

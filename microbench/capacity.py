@@ -92,14 +92,16 @@ def batch_fits(spec, batch: int, warmup_steps: int = 2) -> bool:
     import gc
 
     from . import benchmark, device as device_layer
+    from .scenarios import parallel
 
     probe = spec.with_batch_size(batch)
     work = None
     try:
-        work = benchmark.build_workload(probe)
-        for _ in range(warmup_steps):
-            work.step()
-        device_layer.synchronize(probe.device)
+        with parallel.process_group(probe):    # --parallel fsdp: a one-rank group per try
+            work = benchmark.build_workload(probe)
+            for _ in range(warmup_steps):
+                work.step()
+            device_layer.synchronize(probe.device)
         return True
     except Exception as error:                     # noqa: BLE001 (anything but OOM re-raised)
         if device_layer.is_out_of_memory(error):

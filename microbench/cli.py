@@ -13,6 +13,7 @@ import argparse
 import itertools
 import math
 import os
+import shlex
 import sys
 from dataclasses import replace
 from typing import Any, Sequence
@@ -25,8 +26,8 @@ from .argtypes import (MAX_BATCH, MAX_BUCKET_CAP_MB, MAX_DEVICE_INDEX, MAX_DIST_
                        bounded_int, choices, finite_float, list_of, names, positive_int,
                        dist_url, path_text, positive_ints, zero_or_one)
 from .compile_options import COMPILE_MODES, parse_compile_context
-from .config import (DERIVED, INVERSE, SCHEMA, SWITCH, BenchConfig, Plan, as_command_line,
-                     field_of_dest, replayed_fields, spelled, validate)
+from .config import (AB_ROUNDS, DERIVED, INVERSE, SCHEMA, SWITCH, ABPlan, BenchConfig, Plan,
+                     as_command_line, field_of_dest, replayed_fields, spelled, validate)
 from .errors import UsageError
 from .preset import PRESETS
 
@@ -90,12 +91,25 @@ def build_parser() -> argparse.ArgumentParser:
                   f"{MAX_WARMUP:,}")
     _setting(timing, "repeat", type=bounded_int(1, MAX_TRIALS), metavar="N",
              help="independent trials (fresh model, optimizer and inputs each); the "
-                  "headline is their median, with a 95%% confidence interval; in a "
-                  "sweep the trials of all configurations interleave")
+                  "headline is their geometric mean, with its 95%% confidence interval and a "
+                  "95%% prediction interval for the next run; in a sweep the trials of all "
+                  "configurations interleave (default: 1; with --max-noise: the fewest "
+                  "trials, at least 3)")
     _setting(timing, "trials", choices=("processes", "in-process"),
              help="with --repeat: run each trial in a fresh worker process with its own seed "
                   "(processes: the compiler, autotuning and allocator start cold each time, "
                   "as they do between runs) or all of them in this process (in-process)")
+    _setting(timing, "max_noise_pct", type=finite_float(0, 100), metavar="PCT",
+             help="add trials until the 95%% CI's half-width is below PCT percent of the "
+                  "headline, or --max-trials or --time-limit stops it (the run says which)")
+    _setting(timing, "max_trials", type=bounded_int(2, MAX_TRIALS), metavar="N",
+             help="with --max-noise: the most trials (default: 20)")
+    _setting(timing, "time_limit_s", type=finite_float(0, MAX_DIST_TIMEOUT_S), metavar="S",
+             help="with --max-noise: start no trial after S seconds of trials (default: none)")
+    _setting(timing, "discard_throttled",
+             help="re-run a trial whose SM clock fell below 75%% of its maximum or that saw a "
+                  "throttle reason (telemetry), at most 3 times a run; the discarded trials "
+                  "stay in the JSON")
     _setting(timing, "telemetry_interval_ms", type=finite_float(0, MAX_TELEMETRY_MS, True),
              metavar="MS",
              help="sample clocks, power, temperature, throttling and energy every MS "
@@ -175,6 +189,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_language_args(parser)
     _add_data_args(parser)
     _add_distributed_args(parser)
+    _add_sharding_args(parser)
     _add_profiler_args(parser)
     _add_sweep_args(parser)
     return parser
@@ -275,11 +290,28 @@ def _add_sweep_args(parser: argparse.ArgumentParser) -> None:
                        help="with --find-max-batch: stop bisecting at a multiple of N (1: the "
                             "exact largest batch, at the cost of more probes)")
     group.add_argument("--compare", default=None, type=path_text, metavar="BASELINE.json",
-                       help="compare with a result of the same configuration; exit 5 when "
-                            "throughput regressed beyond --tolerance")
+                       help="compare with a result of the same configuration (both sides' "
+                            "trials where they have them); exit 5 when throughput dropped "
+                            "beyond --tolerance and significantly; a failed gate never "
+                            "replaces the baseline")
     group.add_argument("--tolerance", type=finite_float(0, 100, low_inclusive=True),
                        default=5.0, metavar="PCT",
-                       help="allowed throughput regression for --compare, in percent (0 to 100)")
+                       help="the smallest throughput drop that matters to --compare, in percent "
+                            "(0 to 100; default: 5): a regression is a drop beyond it that is "
+                            "also significant across the trials")
+    group.add_argument("--ab", default=None, metavar="FLAGS",
+                       help="A/B: run this command (A) and the same command with FLAGS added or "
+                            "replacing (B), alternating A B A B for --repeat rounds (default: "
+                            f"{AB_ROUNDS}), each trial a fresh process; prints the "
+                            "ratio B/A, its 95%% interval and faster, slower or no difference "
+                            "detected (e.g. --ab \"--nhwc\")")
+    group.add_argument("--fail-if", choices=("slower", "never"), default=None,
+                       help="exit 5 when --ab finds B slower, or when --compare finds a "
+                            "significant regression (slower: the default of --compare; never: "
+                            "report only; --ab reports only unless given)")
+    group.add_argument("--compare-any-config", action="store_true",
+                       help="compare with a baseline of another configuration anyway (refused "
+                            "otherwise), printing what differs")
     group.add_argument("--plot", default=None, type=path_text, metavar="FILE.png",
                        help="plot a sweep: throughput and memory against batch size, or bars "
                             "per configuration; the suffix names the format (png, svg, pdf...)")
@@ -334,6 +366,30 @@ def _device_ids(text: str) -> tuple[int, ...]:
     if len(set(ids)) != len(ids) or min(ids) < 0 or max(ids) > MAX_DEVICE_INDEX:
         raise argparse.ArgumentTypeError(f"must list distinct non-negative indices, got '{text}'")
     return ids
+
+
+def _add_sharding_args(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group(
+        "sharded training (FSDP2), activation checkpointing and the optimizer")
+    _setting(group, "parallel", type=choices(("ddp", "fsdp")), metavar="MODE[,MODE]",
+             help="training with several processes (or fsdp with one): ddp replicates the "
+                  "model on every rank; fsdp shards parameters, gradients and optimizer "
+                  "state over the ranks with FSDP2 (fully_shard per transformer block and "
+                  "at the root; llama_* presets, built on the meta device and materialised "
+                  "shard by shard); a list sweeps (default: ddp)")
+    _setting(group, "reshard_after_forward", type=zero_or_one, metavar="{0,1}",
+             help="fsdp: 1 frees a block's gathered parameters after its forward and "
+                  "gathers them again for its backward (less memory); 0 keeps them "
+                  "(default: 1)")
+    _setting(group, "activation_checkpointing", type=choices(("none", "full", "selective")),
+             metavar="MODE[,MODE]",
+             help="language models in training: full recomputes each transformer block in "
+                  "the backward; selective keeps attention and every other projection "
+                  "(torchtitan's op policy); a list sweeps (default: none)")
+    _setting(group, "optimizer", choices=("sgd", "adamw"),
+             help="training: sgd (momentum 0.9, torchvision's ImageNet recipe) or adamw "
+                  "(torchtitan's Llama 3 recipe, the one LLM throughput is quoted with); "
+                  "--optimizer-impl picks foreach or fused (default: sgd)")
 
 
 def _add_distributed_args(parser: argparse.ArgumentParser) -> None:
@@ -460,6 +516,8 @@ def _sweep_values(args: argparse.Namespace) -> list[dict]:
         [dict(seq_len=length) for length in args.seq_len or [None]],
         [dict(decode=place) for place in args.decode],
         [dict(workers=count) for count in args.workers or [None]],
+        [dict(parallel=mode) for mode in args.parallel],
+        [dict(activation_checkpointing=mode) for mode in args.activation_checkpointing],
         [dict(batch_size=batch) for batch in args.batch_size],
     ]
     count = math.prod(len(axis) for axis in axes)
@@ -488,13 +546,23 @@ def _compile_change(mode: str | None) -> dict:
 def to_plan(args: argparse.Namespace) -> Plan:
     base = to_config(args)
     configs = tuple(_check(replace(base, **change)) for change in _sweep_values(args))
+    if args.ab is not None and "repeat" not in args.explicit:
+        configs = tuple(replace(config, repeat=AB_ROUNDS) for config in configs)
     plan = Plan(configs=configs, find_max_batch=args.find_max_batch,
                 memory_budget_gb=args.memory_budget_gb, max_batch_limit=args.max_batch_limit,
                 batch_granularity=args.batch_granularity,
-                compare=args.compare, tolerance_pct=args.tolerance, plot=args.plot)
+                compare=args.compare, tolerance_pct=args.tolerance,
+                compare_any_config=args.compare_any_config, plot=args.plot,
+                ab=_ab_plan(args, configs), fail_if=args.fail_if)
     if plan.is_sweep and args.output_file:
         raise UsageError("--output-file names one file, but a sweep writes one result per "
                          "configuration: drop it")
+    if (plan.is_sweep or args.find_max_batch) and base.max_noise_pct is not None:
+        raise UsageError("--max-noise takes one configuration, not a sweep or --find-max-batch")
+    if args.fail_if and not (args.compare or args.ab is not None):
+        raise UsageError("--fail-if goes with --compare or --ab")
+    if args.compare_any_config and not args.compare:
+        raise UsageError("--compare-any-config goes with --compare")
     if plan.is_sweep and (args.compare or args.find_max_batch):
         raise UsageError("--compare and --find-max-batch take one configuration, not a sweep")
     if args.memory_budget_gb is not None and not args.find_max_batch:
@@ -538,10 +606,49 @@ def _fields_given(dests) -> set[str]:
     return fields
 
 
+def _ab_plan(args: argparse.Namespace, configs: tuple[BenchConfig, ...]):
+    """--ab's B: the same command line with FLAGS added or replacing, parsed as A's was."""
+    if args.ab is None:
+        return None
+    words = shlex.split(args.ab)
+    if not words:
+        raise UsageError("--ab needs the flags that make B, e.g. --ab \"--nhwc\"")
+    if len(configs) > 1 or args.compare or args.find_max_batch or args.output_file:
+        raise UsageError("--ab takes one configuration: no sweep, --compare, "
+                         "--find-max-batch or --output-file")
+    if any(word.split("=")[0] in ("--ab", "--compare", "--repeat", "--rerun", "--output-file")
+           for word in words):
+        raise UsageError(f"--ab {args.ab!r}: B may not change --repeat, --rerun, --compare, "
+                         f"--output-file or --ab")
+    b_args = parse_args([*args.argv, *words])
+    changes = _sweep_values(b_args)
+    if len(changes) > 1:
+        raise UsageError(f"--ab {args.ab!r} makes B a sweep: give one value")
+    b_config = _check(replace(to_config(b_args), **changes[0], repeat=configs[0].repeat))
+    if replace(b_config, explicit=(), notes=()) == replace(configs[0], explicit=(), notes=()):
+        raise UsageError(f"--ab {args.ab!r} changes no setting: B would be A")
+    if configs[0].max_noise_pct is not None:
+        raise UsageError("--ab measures --repeat rounds: drop --max-noise")
+    return ABPlan(args.ab, b_config, fail_if_slower=args.fail_if == "slower")
+
+
+def _joined_ab(argv: list[str]) -> list[str]:
+    """``--ab --nhwc`` as ``--ab=--nhwc``: argparse would read B's flags as this command's."""
+    joined, words = [], iter(argv)
+    for word in words:
+        if word == "--ab":
+            following = next(words, None)
+            joined.append("--ab" if following is None else f"--ab={following}")
+        else:
+            joined.append(word)
+    return joined
+
+
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """Parse argv once: the defaults, under the flags a --rerun result stores, under the flags
     given now. ``args.explicit`` holds the config fields given (stored or typed)."""
-    argv = sys.argv[1:] if argv is None else list(argv)
+    argv = _joined_ab(sys.argv[1:] if argv is None else list(argv))
+    without_ab = [word for word in argv if not word.startswith("--ab=") and word != "--ab"]
     argv, spelling_notes = _own_spellings(argv)
     parser = build_parser()
     given = _given(parser, argv)
@@ -554,6 +661,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args = argparse.Namespace(**{**vars(parser.parse_args([])), **stored, **given})
     args.explicit = _fields_given({*stored, *given})
     args.rerun_notes, args.spelling_notes = notes, spelling_notes
+    args.argv = without_ab             # --ab parses B from these and its own flags
     return args
 
 

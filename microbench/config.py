@@ -76,6 +76,12 @@ class BenchConfig:
     warmup: int = setting(5)
     repeat: int = setting(1)                          # independent trials of this configuration
     trials: str = setting("processes")                # where trials run: microbench.trials
+    # How many trials: --max-noise adds them until the interval is narrow enough or a limit
+    # stops it; --discard-throttled re-runs a throttled one (microbench.stats).
+    max_noise_pct: float | None = setting(flag="--max-noise", dest="max_noise")
+    max_trials: int = setting(20)
+    time_limit_s: float | None = setting(flag="--time-limit", dest="time_limit")
+    discard_throttled: bool = setting(False, kind=SWITCH)
     telemetry_interval_ms: float = setting(100.0, flag="--telemetry-interval",
                                            dest="telemetry_interval")   # 0: no telemetry
     precision: str = setting("fp32", kind=DERIVED, preset=True)   # microbench.precision.TABLE
@@ -128,6 +134,12 @@ class BenchConfig:
     workers: int | None = setting(axis=True)                  # None: the cores available
     pin_memory: bool = setting(True)
     prefetch_factor: int = setting(2)
+    # Training beyond one device's memory (issue 24): sharding, recomputation and the optimizer
+    # (microbench.sharding, activation_checkpointing, optim; scenarios/training.py checks them).
+    parallel: str = setting("ddp", axis=True)                 # ddp | fsdp (FSDP2 fully_shard)
+    reshard_after_forward: bool = setting(True)               # fsdp: free block params after fwd
+    activation_checkpointing: str = setting("none", axis=True)   # none | full | selective
+    optimizer: str = setting("sgd")                           # sgd | adamw (optim.RECIPES)
     # Settings given on the command line (they win over a preset's choices), and notes on how
     # older or workshop spellings were read.
     explicit: tuple[str, ...] = setting((), kind=DERIVED, replayed=False)
@@ -136,7 +148,12 @@ class BenchConfig:
     @property
     def trials_in_workers(self) -> bool:
         """Whether each trial runs in a fresh worker process (microbench.trials)."""
-        return self.repeat > 1 and self.trials == "processes"
+        return self.several_trials and self.trials == "processes"
+
+    @property
+    def several_trials(self) -> bool:
+        """Whether this run may measure more than one trial."""
+        return self.repeat > 1 or self.max_noise_pct is not None
 
 
 # ---------------------------------------------------------------- the schema, read back
@@ -298,6 +315,7 @@ CUDA_GRAPH_WARMUP = 3
 def validate(config: BenchConfig) -> None:
     """Rules that hold for every configuration, swept or not, and after a preset filled it in
     (the kind of run adds its own: ``microbench.scenarios``)."""
+    _validate_trial_count(config)
     graphs = config.compile_options.get("mode") in CUDA_GRAPH_MODES
     if config.compile and graphs and config.warmup < CUDA_GRAPH_WARMUP:
         raise UsageError(f"compile mode '{config.compile_options['mode']}' records CUDA graphs "
@@ -316,6 +334,42 @@ def validate(config: BenchConfig) -> None:
                              "iteration is left out of the statistics")
 
 
+# --max-noise measures at least this many trials: two give an interval as wide as t(1) = 12.7
+# makes it, which would stop on luck as often as on a steady device.
+MIN_NOISE_TRIALS = 3
+
+
+def min_noise_trials(config: BenchConfig) -> int:
+    return max(MIN_NOISE_TRIALS, config.repeat)
+
+
+def _validate_trial_count(config: BenchConfig) -> None:
+    if config.max_noise_pct is None:
+        given = [flag for name, flag in (("max_trials", "--max-trials"),
+                                         ("time_limit_s", "--time-limit"))
+                 if name in config.explicit]
+        if given:
+            raise UsageError(f"{' and '.join(given)} {'go' if len(given) > 1 else 'goes'} with "
+                             f"--max-noise")
+    elif config.max_trials < min_noise_trials(config):
+        raise UsageError(f"--max-trials {config.max_trials} is below the "
+                         f"{min_noise_trials(config)} trials --max-noise measures first "
+                         f"(--repeat, at least {MIN_NOISE_TRIALS})")
+
+
+# --ab's rounds (A then B) when --repeat is not given.
+AB_ROUNDS = 5
+
+
+@dataclass(frozen=True)
+class ABPlan:
+    """``--ab FLAGS``: B's flags as typed and B's configuration (microbench.ab runs both)."""
+
+    flags: str
+    config: BenchConfig
+    fail_if_slower: bool = False
+
+
 @dataclass(frozen=True)
 class Plan:
     """What one invocation does: one configuration or a sweep of them, and what follows."""
@@ -327,6 +381,9 @@ class Plan:
     batch_granularity: int = 8
     compare: str | None = None
     tolerance_pct: float = 5.0
+    compare_any_config: bool = False
+    ab: ABPlan | None = None           # --ab: B's flags and configuration
+    fail_if: str | None = None         # --fail-if slower | never (None: --compare's gate fails)
     plot: str | None = None
 
     @property

@@ -32,7 +32,9 @@ from .config import SCHEMA
 # is measured, not what.
 WORK = ("model", "mode", "precision", "tf32", "nhwc", "compile", "compile_options",
         "per_device_batch", "input_size", "vocab_size", "kv_heads", "attention", "model_kwargs",
-        "prompt_len", "gen_len", "opt_step", "device_name")
+        "prompt_len", "gen_len", "opt_step", "device_name",
+        # sharded or replicated, recomputed or not, and the optimizer: different work per step
+        "parallel", "reshard_after_forward", "activation_checkpointing", "optimizer")
 GATE = WORK + ("world_size",)
 
 

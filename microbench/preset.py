@@ -71,9 +71,23 @@ def apply(config, family: str, device: torch.device, world_size: int, training: 
     (``training``: the kind of run steps an optimizer)."""
     if config.preset is None:
         return config
-    choices = fast_choices(family, device, world_size, training)
+    choices = _for_sharding(config, fast_choices(family, device, world_size, training))
     kept = {key: value for key, value in choices.items() if key not in config.explicit}
     return replace(config, **kept)
+
+
+def _for_sharding(config, choices: dict) -> dict:
+    """Under --parallel fsdp the DDP options would not take effect, PyTorch has no fused SGD
+    kernel for sharded (DTensor) parameters, and CUDA graphs are not captured around FSDP's
+    collectives here: compiled without a graph mode instead."""
+    if config.parallel != "fsdp":
+        return choices
+    kept = {key: value for key, value in choices.items() if not key.startswith("ddp_")}
+    if config.optimizer == "sgd":
+        kept.pop("optimizer_impl", None)
+    if kept.get("compile_options", {}).get("mode") in ("reduce-overhead", "max-autotune"):
+        kept["compile_options"] = {}
+    return kept
 
 
 def as_flags(config) -> str:

@@ -108,6 +108,21 @@ class ProcessResult:
     pid: int = 0                         # the process that measured it
     seed: int = 0                        # the seed of its weights and inputs
     data: Any = None                     # --data loader|folder: microbench.data.DataTrial
+    sharded: "ShardedState | None" = None   # --parallel fsdp: what this rank holds
+
+
+@dataclass(frozen=True)
+class ShardedState:
+    """What one rank of an FSDP run holds between steps, measured from its tensors after the
+    timed loop (microbench.sharding): its shards of the parameters and of the optimizer state."""
+
+    plan: dict                           # sharding.ShardPlan.to_dict()
+    parameter_bytes: int
+    optimizer_state_bytes: int
+
+    @property
+    def total(self) -> int:
+        return self.parameter_bytes + self.optimizer_state_bytes
 
 
 @dataclass(frozen=True)
@@ -124,6 +139,7 @@ class RankRecord:
     peak_reserved_mb: float | None
     telemetry: TelemetryReport | None = None
     data: Any = None                     # this rank's input pipeline (microbench.data.DataTrial)
+    sharded: ShardedState | None = None  # --parallel fsdp: this rank's shards
 
     @property
     def times(self) -> Measurement:

@@ -13,19 +13,22 @@ import os
 import sys
 
 from . import benchmark, capacity, device as device_layer, distributed, process, profilers, progress
-from . import sweep, trials
-from .config import Plan
+from . import ab, sweep, trials
+from .config import Plan, min_noise_trials
 from .errors import (EXIT_INTERRUPTED, EXPECTED_EXIT_CODES, BenchmarkError,
-                     OutOfMemory, Terminated, UsageError)
+                     OutOfMemory, ReportedFailure, Terminated, UsageError)
 from .report import compare, console, files, plot
 from .spec import RunSpec, resolve
 from .summary import Summary
+from .trial_count import TrialCount
 
 
 def run_plan(plan: Plan) -> int:
     """A sweep, a largest-batch search followed by its run, or one configuration."""
     if any(config.flops_prof_step is not None for config in plan.configs):
         profilers.require_deepspeed()          # once, before anything runs, sweeps included
+    if plan.ab is not None:
+        return run_ab(plan)
     if plan.is_sweep:
         return run_sweep(plan, _single_device(plan, "a sweep"))
     if plan.find_max_batch:
@@ -44,7 +47,8 @@ def with_baselines(spec: RunSpec, plan: Plan) -> RunSpec:
     if not spec.launch.is_main:
         return spec
     try:
-        gate = (compare.read_gate(plan.compare, plan.tolerance_pct, spec)
+        gate = (compare.read_gate(plan.compare, plan.tolerance_pct, spec,
+                                  plan.compare_any_config, fail=plan.fail_if != "never")
                 if plan.compare else None)
         baseline = (compare.scaling_baseline(spec.config.scaling_baseline, spec)
                     if spec.config.scaling_baseline else None)
@@ -60,7 +64,8 @@ def _note_self_compare(spec: RunSpec) -> None:
     if gate is not None and spec.json_path is not None and \
             os.path.abspath(gate.path) == os.path.abspath(spec.json_path):
         print(f"Note: --compare {gate.path} is also this run's result file: the baseline was "
-              f"read before the run, and this run's result will replace it")
+              f"read before the run, and this run's result will replace it unless the gate "
+              f"fails")
 
 
 def run(spec: RunSpec) -> int:
@@ -107,31 +112,43 @@ def run_worker(spec: RunSpec, problem: BenchmarkError | None = None) -> int:
 def measure(spec: RunSpec, out) -> Summary | None:
     """Run the benchmark's trials (here, or each in a worker process); the job's Summary on
     rank 0, None elsewhere."""
-    main, repeat = spec.launch.is_main, spec.config.repeat
+    main, several = spec.launch.is_main, spec.config.several_trials
     env = device_layer.describe(spec.device)
     notes = list(spec.notes) + _trial_notes(spec)
-    job = trials.Job(spec)
-
-    def label(index: int) -> str:
-        return f"Trial {index + 1}/{repeat}: " if repeat > 1 else ""
+    job, count = trials.Job(spec), TrialCount.of(spec)
+    label = count.label
 
     def report_trial(index: int) -> None:
-        if main and repeat > 1:
+        if main and several:
             trial = job.trials[-1]
             print(f"{label(index)}{trial.throughput:.2f} {spec.model.item}s/s"
                   f"{_worker_text(spec, trial)}", file=out, flush=True)
+
+    def kept(index: int, measure_once, between=lambda: None):
+        """Trial ``index``, measured again while --discard-throttled discards it."""
+        while True:
+            trial = measure_once()
+            if count.keep(index, trial, out):
+                return trial
+            between()
+
+    def stop() -> bool:
+        return count.done(job.trials)
 
     if trials.in_workers(spec):
         if main:
             console.print_config(spec, env, out, notes)
 
         def in_worker(job: trials.Job, index: int) -> None:
-            rendezvous = trials.trial_rendezvous(spec.launch)
-            job.trials.append(trials.in_worker(spec, index, rendezvous, label(index)))
-            if spec.launch.distributed:
-                distributed.barrier(spec.device)
+            def once():
+                rendezvous = trials.trial_rendezvous(spec.launch)
+                trial = trials.in_worker(spec, index, rendezvous, label(index))
+                if spec.launch.distributed:
+                    distributed.barrier(spec.device)
+                return trial
+            job.trials.append(kept(index, once))
             report_trial(index)
-        trials.run_rounds([job], repeat, in_worker)
+        trials.run_rounds([job], count.rounds, in_worker, until=stop)
     else:
         monitor = benchmark.Monitor(spec.device, spec.config.telemetry_interval_ms / 1e3)
         if monitor.source is None and env.on_gpu:
@@ -141,28 +158,42 @@ def measure(spec: RunSpec, out) -> Summary | None:
         hooks = trials.rank_hooks(spec)
 
         def here(job: trials.Job, index: int) -> None:
-            with trials.shown_phases(label(index) if main else None, out) as activity:
-                activity.start(f"{label(index)}Building {spec.model.name}")
-                job.trials.append(trials.measure_trial(
-                    spec, env, monitor, hooks, trials.phase_line(activity, label(index))))
+            def once():
+                with trials.shown_phases(label(index) if main else None, out) as activity:
+                    activity.start(f"{label(index)}Building {spec.model.name}")
+                    return trials.measure_trial(spec, env, monitor, hooks,
+                                                trials.phase_line(activity, label(index)))
+            job.trials.append(kept(index, once, between=lambda: benchmark.release(spec)))
             report_trial(index)
         try:
-            trials.run_rounds([job], repeat, here, between=lambda job: benchmark.release(spec))
+            trials.run_rounds([job], count.rounds, here,
+                              between=lambda job: benchmark.release(spec), until=stop)
         finally:
             monitor.close()
     if not main:
         return None
-    return Summary(spec, env, job.trials, distributed.backend_name(), notes)
+    if count.stopped_by:
+        print(f"Stopped after {len(job.trials)} trials: {count.stopped_by}", file=out,
+              flush=True)
+    return Summary(spec, env, job.trials, distributed.backend_name(), notes + count.notes(),
+                   discarded=tuple(count.discarded), stopped_by=count.stopped_by)
 
 
 def _trial_notes(spec: RunSpec) -> list[str]:
-    if spec.config.repeat < 2:
+    if not spec.config.several_trials:
         return []
+    config = spec.config
+    if config.max_noise_pct is not None:
+        limit = f" or {config.time_limit_s:g} s" if config.time_limit_s is not None else ""
+        how = (f"{min_noise_trials(config)} to {config.max_trials} trials (--max-noise "
+               f"{config.max_noise_pct:g}%{limit})")
+    else:
+        how = f"{config.repeat} trials"
     if trials.in_workers(spec):
-        return [f"{spec.config.repeat} trials, each in a fresh worker process with its own "
+        return [f"{how}, each in a fresh worker process with its own "
                 f"seed (the compiler, autotuning, allocator and device context start cold "
                 f"every time)"]
-    return [f"{spec.config.repeat} trials in this one process (--trials in-process): later "
+    return [f"{how} in this one process (--trials in-process): later "
             f"trials reuse the first one's compiled graphs, autotuning results and allocator"]
 
 
@@ -173,15 +204,36 @@ def _worker_text(spec: RunSpec, trial) -> str:
 
 
 def report(summary: Summary, out) -> None:
-    """Everything rank 0 shows and writes after a run, and the --compare gate last."""
+    """Everything rank 0 shows and writes after a run, and the --compare gate last (judged
+    first: a run that fails the gate never replaces the baseline it failed against)."""
+    gate = summary.spec.compare
+    verdict = compare.judge(summary, gate) if gate is not None else None
+    if verdict is not None and verdict.regression:
+        summary.spec = _keeping_baseline(summary.spec, gate)
     if not summary.spec.config.quiet:
         console.print_iterations(summary, out)
     console.print_summary(summary, out)
     console.print_profiles(summary, out)
     files.write_files(summary)
     console.print_files(summary, out)
-    if summary.spec.compare is not None:
-        compare.compare(summary, summary.spec.compare, out)
+    if gate is not None:
+        compare.compare(summary, gate, out, verdict)
+
+
+def _keeping_baseline(spec: RunSpec, gate) -> RunSpec:
+    """A regressed run whose result file is the baseline: its result goes beside it
+    (``NAME.regressed.json``, or ``NAME.regressed2.json``...), and the baseline stays as it
+    was, so that regressed runs in a row cannot ratchet it down."""
+    if spec.json_path is None or os.path.abspath(spec.json_path) != os.path.abspath(gate.path):
+        return spec
+    root, ext = os.path.splitext(spec.json_path)
+    candidate, count = f"{root}.regressed{ext}", 1
+    while os.path.exists(candidate):
+        count += 1
+        candidate = f"{root}.regressed{count}{ext}"
+    print(f"Note: this run regressed against --compare {gate.path}, which is also its result "
+          f"file: the baseline is kept as it was, and this run's result goes to {candidate}")
+    return dataclasses.replace(spec, json_path=candidate)
 
 
 # ---------------------------------------------------------------- the manual launch
@@ -282,6 +334,39 @@ def run_sweep(plan: Plan, specs: list[RunSpec]) -> int:
         plot.plot_rows(rows, plan.plot)
         print(f"Plot         : {plan.plot}")
     return sweep.outcome(rows)
+
+
+def run_ab(plan: Plan) -> int:
+    """``--ab``: A (the command as given) and B, alternating by round in one process on one
+    device (each trial in a fresh worker by default), then the paired verdict."""
+    specs = [resolve(plan.configs[0]), resolve(plan.ab.config)]
+    if specs[0].launch.distributed:
+        raise UsageError("--ab runs in one process on one device; launch it without torchrun, "
+                         "srun or --distributed_dataparallel")
+    device_layer.activate(specs[0].device)
+    taken: set[str] = set()                  # A and B never share a result name
+    specs = [_claimed(spec, taken) for spec in specs]
+    for spec in specs:
+        files.prepare_output(spec)
+    env = device_layer.describe(specs[0].device)
+    rounds = specs[0].config.repeat
+    where = ("each trial in a fresh worker process" if trials.in_workers(specs[0])
+             else "all trials in this process (--trials in-process)")
+    print(f"A/B on {env.device} {env.device_name}: A is the command as given, B adds "
+          f"{plan.ab.flags}; {rounds} rounds, A B then B A in turn, {where}", flush=True)
+    rows = sweep.run_sweep(specs, env, sys.stdout, counterbalance=True)
+    for side, row in zip("AB", rows):
+        if row.failed:
+            raise ReportedFailure(f"--ab: {side} failed ({row.status}): {row.error}",
+                                  row.exit_code)
+    result = ab.verdict_of(rows)
+    ab.print_verdict(result, plan.ab, rows, sys.stdout)
+    path = ab.write(result, plan.ab, rows)
+    if path is not None:
+        print(f"Results JSON : {rows[0].spec.json_path} (A), {rows[1].spec.json_path} (B)")
+        print(f"A/B JSON     : {path}")
+    ab.fail_if_slower(result, plan.ab)
+    return 0
 
 
 def _batch_probe(spec: RunSpec, plan: Plan):

@@ -35,6 +35,8 @@ class Gate:
     path: str
     tolerance_pct: float
     baseline: dict
+    any_config: bool = False           # --compare-any-config: another configuration, said so
+    fail: bool = True                  # --fail-if never: report a regression, exit 0
 
 
 @dataclass(frozen=True)
@@ -183,6 +185,10 @@ def _json_name(config: BenchConfig, model, policy: precision_table.Precision,
     parts += [tag for flag, tag in ((config.autograd_profiler, "autograd"),
                                     (config.kineto, "kineto"),
                                     (config.flops_prof_step is not None, "flops")) if flag]
+    if config.parallel == "fsdp":
+        parts.append("fsdp")
+    if config.activation_checkpointing != "none":
+        parts.append(f"ac-{config.activation_checkpointing}")
     parts.append(f"b{config.batch_size}")
     if config.data != "synthetic":            # the input pipeline: where from, and how read
         workers = "auto" if config.workers is None else config.workers

@@ -5,10 +5,10 @@ every rank's, gathered on rank 0. Every figure is derived here, once, on a basis
 
 * a trial's throughput is the images (tokens) of all ranks over the timed total of its slowest
   rank (the job is done only when its slowest rank is);
-* the run's headline throughput is the median of its trials' throughputs (with one trial, that
-  trial's), and time per batch and per sample, achieved TFLOP/s and MFU all derive from it;
+* the run's headline throughput is the geometric mean of its trials' throughputs (with one
+  trial, that trial's; :class:`~microbench.stats.TrialStats` says why), and time per batch and per sample, achieved TFLOP/s and MFU all derive from it;
 * iteration-time statistics pool the basis samples (the slowest rank's) of every trial; the
-  spread between trials (:class:`~microbench.timing.TrialSpread`) is reported apart, because
+  spread between trials (:class:`~microbench.stats.TrialStats`) is reported apart, because
   spread within a run is not spread between runs.
 
 Every writer (console, JSON, CSV, compare, sweep, plot) reads a Summary and computes nothing of
@@ -28,7 +28,8 @@ from . import telemetry as telemetry_mod
 from .config import CUDA_GRAPH_MODES
 from .flops import Utilization
 from .results import ProcessResult, RankRecord, Trial, merge_detail
-from .timing import NOISY_CV_THRESHOLD, Measurement, TrialSpread
+from .stats import TrialStats
+from .timing import NOISY_CV_THRESHOLD, Measurement
 
 
 def record_of(spec, env, result: ProcessResult) -> RankRecord:
@@ -38,7 +39,7 @@ def record_of(spec, env, result: ProcessResult) -> RankRecord:
                       batch_size=spec.batch_size, samples_ms=result.times.samples_ms,
                       peak_allocated_mb=result.peak_allocated_mb,
                       peak_reserved_mb=result.peak_reserved_mb, telemetry=result.telemetry,
-                      data=result.data)
+                      data=result.data, sharded=result.sharded)
 
 
 def trial_of_process(spec, env, result: ProcessResult) -> Trial:
@@ -61,6 +62,8 @@ class Summary:
     trials: tuple[Trial, ...]
     backend: str | None = None
     notes: list[str] = field(default_factory=list)
+    discarded: tuple = ()              # trial_count.Discarded: throttled trials measured again
+    stopped_by: str | None = None      # --max-noise: why the trials stopped
 
     def __post_init__(self) -> None:
         self.trials = tuple(self.trials)
@@ -117,13 +120,13 @@ class Summary:
     # ------------------------------------------------------------ the headline and its basis
 
     @property
-    def trial_spread(self) -> TrialSpread:
-        return TrialSpread(tuple(trial.throughput for trial in self.trials))
+    def trial_spread(self) -> TrialStats:
+        return TrialStats(tuple(trial.throughput for trial in self.trials))
 
     @property
     def throughput(self) -> float:
-        """The headline: the median of the trials' throughputs."""
-        return self.trial_spread.median
+        """The headline: the geometric mean of the trials' throughputs."""
+        return self.trial_spread.headline
 
     @property
     def times(self) -> Measurement:

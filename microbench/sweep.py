@@ -39,8 +39,16 @@ class Row(trials_mod.Job):
         language = (f" {model.attention} s{model.seq_len}"
                     if model.tokens_per_item is not None else "")
         return (f"{config.network} {config.mode} {self.spec.precision.name}"
-                f"{' nhwc' if config.nhwc else ''}{compiled}{language} b{config.batch_size}"
-                f"{data_label(config)}")
+                f"{' nhwc' if config.nhwc else ''}{compiled}{language}"
+                f"{training_label(config)} b{config.batch_size}{data_label(config)}")
+
+
+def training_label(config) -> str:
+    """Sharding and checkpointing in a row's label ('' for the defaults)."""
+    parts = [" fsdp" if config.parallel == "fsdp" else "",
+             "" if config.activation_checkpointing == "none"
+             else f" ac={config.activation_checkpointing}"]
+    return "".join(parts)
 
 
 def data_label(config) -> str:
@@ -110,9 +118,10 @@ def outcome(rows: list[Row]) -> int:
                       f"the first, {first.label()}: {first.error}", first.exit_code)
 
 
-def run_sweep(specs, env, out: TextIO) -> list[Row]:
+def run_sweep(specs, env, out: TextIO, counterbalance: bool = False) -> list[Row]:
     """Every configuration, trial after trial: with --repeat N the rows interleave (trial 1 of
-    every row, then trial 2, ...), so a drift of the device's speed hits all rows alike."""
+    every row, then trial 2, ...), so a drift of the device's speed hits all rows alike
+    (``counterbalance``: in reverse order every other round, trials.run_rounds)."""
     repeat = specs[0].config.repeat
     shown, rows = Progress(out, len(specs), repeat), [Row(spec) for spec in specs]
     monitor = benchmark.Monitor(specs[0].device, specs[0].config.telemetry_interval_ms / 1e3)
@@ -125,7 +134,8 @@ def run_sweep(specs, env, out: TextIO) -> list[Row]:
         shown.done(number, row)
 
     try:
-        trials_mod.run_rounds(rows, repeat, measure, on_round=shown.trial)
+        trials_mod.run_rounds(rows, repeat, measure, on_round=shown.trial,
+                              counterbalance=counterbalance)
     finally:
         monitor.close()
     for row in rows:
@@ -196,14 +206,15 @@ def print_data_table(rows: list[Row], out: TextIO) -> None:
     unit = fed[0][1].summary.data.unit
     print("", file=out)
     print(f"Input pipeline ({unit}{' per device' if fed[0][1].summary.data.per_device else ''}"
-          f"; wait: share of a step spent waiting for the batch)", file=out)
+          f"; wait: share of a step spent waiting for the batch, median and p99, and of the "
+          f"whole run)", file=out)
     columns = [tables.Column("#", numeric=True, width=3),
                tables.Column("workers", numeric=True), tables.Column("decode", numeric=True),
                tables.Column("pipeline", numeric=True, width=10),
                tables.Column("loader", numeric=True, width=10),
                tables.Column("model", numeric=True, width=10), tables.Column("kept", numeric=True),
                tables.Column("wait p50", numeric=True), tables.Column("wait p99", numeric=True),
-               tables.Column("verdict")]
+               tables.Column("wait run", numeric=True), tables.Column("verdict")]
     cells = []
     for index, row in fed:
         data = row.summary.data
@@ -212,7 +223,8 @@ def print_data_table(rows: list[Row], out: TextIO) -> None:
         cells.append((str(index), str(data.description["workers"]),
                        str(data.description["decode"]), f"{data.pipeline.per_s:.2f}",
                        f"{data.loader.per_s:.2f}", model, f"{kept:.0%}",
-                       f"{waits.share_median:.1%}", f"{waits.share_p99:.1%}", data.verdict.kind))
+                       f"{waits.share_median:.1%}", f"{waits.share_p99:.1%}",
+                       f"{waits.share_total:.1%}", data.verdict.kind))
     out.write(tables.render(columns, cells, terminal=progress.is_terminal(out)))
     out.flush()
 

@@ -38,6 +38,7 @@ from typing import Callable
 from . import benchmark, device as device_layer, distributed, process, progress
 from .errors import BenchmarkError, ReportedFailure, Terminated
 from .results import Trial
+from .scenarios import parallel
 from .summary import record_of, trial_of_process
 
 MODES = ("processes", "in-process")
@@ -63,16 +64,23 @@ class Job:
 
 def run_rounds(jobs: list[Job], rounds: int, measure: Callable[[Job, int], None],
                between: Callable[[Job], None] = lambda job: None,
-               on_round: Callable[[int], None] = lambda index: None) -> None:
+               on_round: Callable[[int], None] = lambda index: None,
+               until: Callable[[], bool] = lambda: False, counterbalance: bool = False) -> None:
     """Trial ``i`` of every job, for ``i`` in ``range(rounds)``; a failed job is skipped from
-    then on. ``between(job)`` runs after each of a job's trials (freeing what it left)."""
+    then on. ``between(job)`` runs after each of a job's trials (freeing what it left);
+    ``until()``, after each round, ends the rounds early when true (--max-noise).
+    ``counterbalance``: every other round runs the jobs in reverse order (A B, B A, A B...), so
+    that no job always runs first in its round (--ab: a position effect would pose as a
+    difference)."""
     for index in range(rounds):
         on_round(index)
-        for job in jobs:
+        for job in (jobs[::-1] if counterbalance and index % 2 else jobs):
             if job.failed:
                 continue
             measure(job, index)
             between(job)
+        if until():
+            return
 
 
 def seed_of(spec, index: int) -> int:
@@ -100,9 +108,10 @@ def measure_trial(spec, env, monitor: benchmark.Monitor, hooks: RankHooks = Rank
                   ) -> Trial | None:
     """One trial of ``spec`` on this process: a Trial on rank 0 (every rank's record gathered
     there), None on the other ranks."""
-    result = benchmark.run(spec, on_phase=on_phase, wrap=hooks.wrap,
-                           before_timing=hooks.before_timing, monitor=monitor,
-                           rejoin=hooks.rejoin)
+    with parallel.process_group(spec):         # FSDP with one process: a one-rank group
+        result = benchmark.run(spec, on_phase=on_phase, wrap=hooks.wrap,
+                               before_timing=hooks.before_timing, monitor=monitor,
+                               rejoin=hooks.rejoin)
     if not spec.launch.distributed:
         return trial_of_process(spec, env, result)
     distributed.barrier(spec.device)           # ...and meet again at its end
@@ -115,8 +124,8 @@ def rank_hooks(spec) -> RankHooks:
     region, meet again after an excluded iteration."""
     if not spec.launch.distributed:
         return RankHooks()
-    wrap = (distributed.ddp_wrapper(spec.config, spec.device)
-            if spec.scenario.updates_weights else None)
+    replicated = spec.scenario.updates_weights and spec.config.parallel == "ddp"
+    wrap = distributed.ddp_wrapper(spec.config, spec.device) if replicated else None
 
     def enter_timed_region() -> None:
         distributed.fail_if_asked(spec.launch)

@@ -1,9 +1,10 @@
 """One training or inference step, built once; nothing is allocated for it per step.
 
 Training: forward, the model family's loss (cross-entropy over classes, or next-token
-cross-entropy for language models), backward, and an SGD step (momentum 0.9, weight decay 1e-4,
-as torchvision's ImageNet reference recipe) every ``opt_step`` iterations, with two phase marks
-between them. Inference: forward under ``torch.inference_mode`` with the model in ``eval()``.
+cross-entropy for language models), backward, and an optimizer step (``--optimizer``: SGD as
+torchvision's ImageNet reference recipe by default, or AdamW; :mod:`microbench.optim`) every
+``opt_step`` iterations, with two phase marks between them; transformer blocks checkpointed as
+``--activation-checkpointing`` says, after the FLOPs are counted. Inference: forward under ``torch.inference_mode`` with the model in ``eval()``.
 The kind of run (:mod:`microbench.scenarios`) says which step to build. The step returns the loss
 tensor without reading it, so the timed loop never waits for the device.
 """
@@ -18,7 +19,7 @@ import torch
 from torch import nn
 
 import fp16util
-from . import flops, optim
+from . import activation_checkpointing, flops, optim
 from .precision import Precision
 
 if TYPE_CHECKING:
@@ -35,6 +36,8 @@ class Workload:
     flops_per_iteration: int | None
     phases: "PhaseMarks | None" = None          # training: forward / backward / optimizer marks
     target: torch.Tensor | None = None          # training's labels (the input pipeline fills them)
+    optimizer: torch.optim.Optimizer | None = None   # training: what steps (its state measured)
+    sharding: object | None = None              # --parallel fsdp: sharding.ShardPlan
 
 
 def make_sgd(params, impl: str = "foreach") -> torch.optim.Optimizer:
@@ -46,8 +49,8 @@ def make_sgd(params, impl: str = "foreach") -> torch.optim.Optimizer:
 class _PlainUpdate:
     """FP32, TF32 and BF16 autocast: gradients need no scaling."""
 
-    def __init__(self, model: nn.Module, impl: str):
-        self.optimizer = make_sgd(model.parameters(), impl)
+    def __init__(self, model: nn.Module, impl: str, name: str = "sgd"):
+        self.optimizer = optim.make_optimizer(model.parameters(), name, impl)
 
     def backward(self, loss: torch.Tensor) -> None:
         loss.backward()
@@ -63,8 +66,8 @@ class _ScaledUpdate(_PlainUpdate):
     """FP16 autocast: torch.amp's dynamic loss scaling. GradScaler reads one flag from the device
     per step to skip overflowing steps; that synchronisation is part of the AMP workload."""
 
-    def __init__(self, model: nn.Module, impl: str, device: torch.device):
-        super().__init__(model, impl)
+    def __init__(self, model: nn.Module, impl: str, device: torch.device, name: str = "sgd"):
+        super().__init__(model, impl, name)
         self.scaler = torch.amp.GradScaler(device.type)
 
     def backward(self, loss: torch.Tensor) -> None:
@@ -76,12 +79,14 @@ class _ScaledUpdate(_PlainUpdate):
 
 
 def make_update(model: nn.Module, precision: Precision, device: torch.device,
-                impl: str = "foreach"):
+                impl: str = "foreach", name: str = "sgd"):
+    """The optimizer ``name`` (microbench.optim's recipes) with the precision's update rule."""
     if precision.master_weights:
-        return fp16util.MasterWeightOptimizer(model, lambda params: make_sgd(params, impl))
+        return fp16util.MasterWeightOptimizer(
+            model, lambda params: optim.make_optimizer(params, name, impl))
     if precision.grad_scaling:
-        return _ScaledUpdate(model, impl, device)
-    return _PlainUpdate(model, impl)
+        return _ScaledUpdate(model, impl, device, name)
+    return _PlainUpdate(model, impl, name)
 
 
 class PhaseMarks:
@@ -110,8 +115,9 @@ def _nothing() -> None:
 
 def training_step(model: nn.Module, spec, inputs: torch.Tensor, target: torch.Tensor,
                   precision: Precision, device: torch.device, opt_step: int,
-                  phases: PhaseMarks, optimizer_impl: str = "foreach"):
-    update = make_update(model, precision, device, optimizer_impl)
+                  phases: PhaseMarks, optimizer_impl: str = "foreach", update=None):
+    """``update`` (make_update's) is made here from ``optimizer_impl`` with SGD if not given."""
+    update = update or make_update(model, precision, device, optimizer_impl)
     autocast = precision.autocast(device)
     iteration = itertools.count(1)
     # Under DDP, accumulation skips the gradient all-reduce of every micro-batch but the last
@@ -175,15 +181,20 @@ def build(spec: "RunSpec", wrap: Callable[[nn.Module], nn.Module] | None = None,
         iteration_flops = flops.count_iteration_flops(model, inputs, target, spec.model.loss,
                                                       precision.autocast(device),
                                                       training=training)
+    if training:        # after counting: recomputation is not the model's work
+        activation_checkpointing.apply(model, spec.config.activation_checkpointing,
+                                       spec.model.name)
     runnable = wrap(model) if wrap is not None else model
-    phases = PhaseMarks()
+    phases, update = PhaseMarks(), None
     if training:
+        update = make_update(runnable, precision, device, spec.config.optimizer_impl,
+                             spec.config.optimizer)
         step = training_step(runnable, spec.model, inputs, target, precision, device,
-                             spec.config.opt_step, phases, spec.config.optimizer_impl)
+                             spec.config.opt_step, phases, update=update)
     else:
         step = inference_step(runnable, inputs, precision, device)
     return Workload(step=step, model=runnable, eager_model=model, inputs=inputs,
-                    parameters=parameters,
+                    parameters=parameters, optimizer=update.optimizer if update else None,
                     flops_per_iteration=iteration_flops,
                     phases=phases if training and spec.config.phase_timing else None,
                     target=target if training else None)

@@ -12,7 +12,8 @@ from microbench import models
 from microbench.data import DataSettings, ModelInput, codecs, open_pipeline
 from microbench.data.folder import scan_folder
 from microbench.data.loader import batches_per_epoch
-from microbench.data.transforms import IMAGENET_MEAN, DeviceStage, host_transform
+from microbench.data.transforms import (IMAGENET_MEAN, DeviceStage, batched_crops,
+                                        host_transform)
 from microbench.errors import MissingEnvironment, UsageError
 
 CPU = torch.device("cpu")
@@ -214,6 +215,30 @@ def test_the_device_stage_decodes_a_batch_and_stands_in_for_a_corrupt_file():
     assert inputs.is_contiguous(memory_format=torch.channels_last)
     assert [path for path, _ in failures] == ["b.jpg"]
     assert failures[0][1].startswith("cannot decode:")
+
+
+def test_crops_of_equal_sized_images_are_cut_in_one_call_as_the_recipe_cuts_them():
+    # A left-to-right ramp: each pixel's value says which column it came from.
+    ramp = (torch.arange(64) * 3).to(torch.uint8).expand(4, 3, 48, 64).contiguous()
+    kept = batched_crops(ramp, SIZE, training=False)
+    assert kept.shape == (4, 3, SIZE, SIZE) and kept.dtype == torch.uint8
+    side = 48 * 224 / 256                              # the centred square of resize + crop
+    first, last = (64 - side) / 2 * 3, (64 + side) / 2 * 3
+    assert abs(int(kept[0, 0, 0, 0]) - first) <= 6 and abs(int(kept[0, 0, 0, -1]) - last) <= 6
+    torch.manual_seed(3)
+    drawn = batched_crops(ramp.repeat(8, 1, 1, 1), SIZE, training=True)
+    rising = drawn[:, 0, 0, -1].int() > drawn[:, 0, 0, 0].int()
+    assert 0 < int(rising.sum()) < 32                  # some flipped, some not
+    flat = torch.full((2, 3, 30, 50), 77, dtype=torch.uint8)
+    assert set(batched_crops(flat, SIZE, training=True).unique().tolist()) == {77}
+
+
+def test_images_of_mixed_sizes_are_cropped_one_by_one():
+    stage = DeviceStage(CPU, SIZE, training=True, decode=True, normalise=False,
+                        dtype=torch.float32, channels_last=False)
+    images = [torch.randint(0, 256, (3, 40, 40), dtype=torch.uint8),
+              torch.randint(0, 256, (3, 30, 50), dtype=torch.uint8)]
+    assert stage._crop(images).shape == (2, 3, SIZE, SIZE)
 
 
 # ---------------------------------------------------------------- language models

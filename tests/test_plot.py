@@ -114,7 +114,7 @@ def test_repeated_trials_bars_span_the_lowest_and_highest_trial():
     (_, low, high), _ = error_bars(figure.axes[0])
     assert (low, high) == pytest.approx((50.0, 200.0))
     assert points(figure.axes[0]).get_ydata()[0] == pytest.approx(100.0)
-    assert "median of 3 trials" in texts(figure) and "lowest and the highest trial" in texts(figure)
+    assert "geometric mean of 3 trials" in texts(figure) and "lowest and the highest trial" in texts(figure)
 
 
 def test_without_memory_numbers_there_is_one_panel_and_with_them_two():

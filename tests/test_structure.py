@@ -141,6 +141,7 @@ REPLAYED_SAMPLES = {
     "vocab_size": 500, "kv_heads": 2, "attention": "eager", "model_kwargs": ("a=1", "b=2"),
     "mode": "generate", "prompt_len": 7, "gen_len": 9, "opt_step": 2, "iterations": 11,
     "warmup": 4, "repeat": 3, "trials": "in-process", "telemetry_interval_ms": 50.0,
+    "max_noise_pct": 2.5, "max_trials": 7, "time_limit_s": 90.0, "discard_throttled": True,
     "precision": "amp-bf16",
     "tf32": True, "nhwc": True, "compile": True,
     "compile_options": {"mode": "max-autotune", "fullgraph": True}, "device": "cpu",
@@ -152,6 +153,8 @@ REPLAYED_SAMPLES = {
     "data": "loader", "data_format": "png", "data_images": 64, "data_dir": "/data/images",
     "decode": "gpu", "transforms": "gpu", "workers": 3, "pin_memory": False,
     "prefetch_factor": 4,
+    "parallel": "fsdp", "reshard_after_forward": False, "activation_checkpointing": "full",
+    "optimizer": "adamw",
 }
 
 
@@ -161,7 +164,9 @@ NEEDS = {"prompt_len": {"mode": "generate"}, "gen_len": {"mode": "generate"},
          **{name: {"data": "loader"} for name in ("data_format", "data_images", "workers",
                                                   "pin_memory", "prefetch_factor",
                                                   "transforms")},
-         "data_dir": {"data": "folder"}, "decode": {"data": "loader", "transforms": "gpu"}}
+         "data_dir": {"data": "folder"}, "decode": {"data": "loader", "transforms": "gpu"},
+         "max_trials": {"max_noise_pct": 2.5}, "time_limit_s": {"max_noise_pct": 2.5},
+         "reshard_after_forward": {"parallel": "fsdp"}}
 
 
 def _replay(tmp_path, stored: dict):

@@ -17,7 +17,9 @@ from microbench.report import compare
 from microbench.results import ProcessResult, RankRecord, Trial
 from microbench.scenarios.training import Training
 from microbench.summary import Summary
-from microbench.timing import Measurement, TrialSpread
+from microbench import stats
+from microbench.stats import TrialStats
+from microbench.timing import Measurement
 
 
 @pytest.fixture
@@ -32,14 +34,15 @@ def only_json(directory):
 
 # ---------------------------------------------------------------- trials
 
-def test_trial_spread_median_and_student_t_interval():
-    spread = TrialSpread((5275.0, 5016.0, 5262.0))
-    mean = (5275 + 5016 + 5262) / 3
-    std = math.sqrt(((5275 - mean) ** 2 + (5016 - mean) ** 2 + (5262 - mean) ** 2) / 2)
-    half = 4.303 * std / math.sqrt(3)                 # t(0.975, 2 dof)
-    assert spread.median == 5262.0 and spread.mean == pytest.approx(mean)
-    assert spread.ci95 == pytest.approx((mean - half, mean + half))
-    assert TrialSpread((10.0,)).ci95 is None
+def test_trial_spread_geometric_mean_and_t_interval_on_logs():
+    spread = TrialStats((5275.0, 5016.0, 5262.0))
+    logs = [math.log(v) for v in (5275.0, 5016.0, 5262.0)]
+    mean = sum(logs) / 3
+    sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / 2)
+    half = 4.302652729911275 * sd / math.sqrt(3)      # t(0.975, 2 dof)
+    assert spread.headline == pytest.approx(math.exp(mean)) and spread.median == 5262.0
+    assert spread.ci95 == pytest.approx((math.exp(mean - half), math.exp(mean + half)))
+    assert TrialStats((10.0,)).ci95 is None
 
 
 def result_with(samples_ms, flops=None):
@@ -62,8 +65,9 @@ def trial(samples_ms, flops=None):
     return Trial(result_with(samples_ms, flops), (record,))
 
 
-def test_the_headline_is_the_median_trial_and_every_figure_follows_it():
-    # Three trials of 4 images x 2 iterations: 20, 10 and 40 ms in all -> 400, 800, 200 img/s.
+def test_the_headline_is_the_geometric_mean_and_every_figure_follows_it():
+    # Three trials of 4 images x 2 iterations: 20, 10 and 40 ms in all -> 400, 800, 200 img/s,
+    # whose geometric mean is 400 img/s; the median trial speaks for the run's details.
     trials = [trial([10.0, 10.0], 10**12), trial([5.0, 5.0], 10**12), trial([20.0, 20.0], 10**12)]
     summary = Summary(fake_spec(peak=100.0), {}, trials)
     assert summary.trial_spread.values == pytest.approx((400.0, 800.0, 200.0))
@@ -84,9 +88,12 @@ def test_repeat_runs_independent_trials_and_keeps_every_sample(run, tmp_path):
     assert trials["trials"] == 3 and len(trials["per_trial"]) == 3
     assert all(len(t["samples_ms"]) == 2 for t in trials["per_trial"])
     values = [t["throughput"] for t in trials["per_trial"]]
-    assert doc["Throughput [img/sec]"] == pytest.approx(sorted(values)[1])
-    assert trials["ci95_method"] == "Student t on the mean of the trials"
-    assert "Across trials" in process.stdout and "95% CI of the mean" in process.stdout
+    assert doc["Throughput [img/sec]"] == pytest.approx(math.prod(values) ** (1 / 3))
+    assert trials["ci95_method"] == stats.CI_METHOD
+    assert trials["ci95_low"] < doc["Throughput [img/sec]"] < trials["ci95_high"]
+    assert trials["prediction95_low"] < trials["ci95_low"]
+    assert "Across trials" in process.stdout and "95% CI of the geometric mean" in process.stdout
+    assert "next run likely in" in process.stdout
 
 
 def test_a_sweep_interleaves_the_trials_of_its_rows(capfd, tmp_path, monkeypatch):

@@ -6,6 +6,7 @@ The summary keeps the older tool's lines verbatim in their labels (scripts grep 
 """
 from __future__ import annotations
 
+import statistics
 import sys
 from dataclasses import dataclass
 from typing import TextIO
@@ -108,7 +109,8 @@ def _optimizer_text(spec) -> str:
     autotune = f"{conv_autotuner_name()} {'on' if config.cudnn_benchmark else 'off'}"
     if not spec.scenario.updates_weights:
         return f"none ({config.mode}); {autotune}"
-    return f"SGD, {config.optimizer_impl}; {autotune}"
+    name = {"sgd": "SGD", "adamw": "AdamW"}.get(config.optimizer, config.optimizer)
+    return f"{name}, {config.optimizer_impl}; {autotune}"
 
 
 def _batch_text(spec) -> str:
@@ -187,7 +189,7 @@ def _headline_spread(summary: Summary) -> str:
     spread = summary.trial_spread
     if spread.count > 1:
         low, high = spread.ci95
-        return (f"median of {spread.count} trials, 95% CI {units.rate(low)} to "
+        return (f"geometric mean of {spread.count} trials, 95% CI {units.rate(low)} to "
                 f"{units.rate(high)}")
     times = summary.times
     return f"+/- {units.percent(times.cv)} (CV of {times.count} iterations)"
@@ -219,7 +221,8 @@ def _warmup(summary: Summary) -> str:
     if config.warmup == 0:
         return "none"
     first = "compile + first iteration" if config.compile else "first iteration"
-    which = f" (first of {config.repeat} trials)" if config.repeat > 1 else ""
+    trials = len(summary.trials)
+    which = f" (first of {trials} trials)" if trials > 1 else ""
     return (f"{config.warmup} iterations in {result.warmup_s:.2f} s{which}; {first} "
             f"{result.first_iteration_s:.2f} s")
 
@@ -252,15 +255,17 @@ def _trial_rows(summary: Summary) -> list[tuple[str, str]]:
     spread = summary.trial_spread
     if spread.count < 2:
         return []
-    low, high = spread.ci95
+    (low, high), (next_low, next_high) = spread.ci95, spread.prediction95
     unit = f"{summary.spec.model.item}s/s"
     values = "  ".join(units.rate(value) for value in spread.values)
-    within = summary.times.cv
+    within = statistics.median(trial.slowest.times.cv for trial in summary.trials)
     return [("Trials", f"{spread.count}: {values} {unit}"),
-            ("Across trials", f"median {units.rate(spread.median)}; 95% CI of the mean "
-                              f"{units.rate(low)} to {units.rate(high)} (Student t); CV "
-                              f"{units.percent(spread.cv)} between trials, "
-                              f"{units.percent(within)} within")]
+            ("Across trials", f"geometric mean {units.rate(spread.headline)}; 95% CI of the "
+                              f"geometric mean {units.rate(low)} to {units.rate(high)}; next "
+                              f"run likely in {units.rate(next_low)} to {units.rate(next_high)} "
+                              f"(95% prediction interval; both Student t on log throughput)"),
+            ("Trial CV", f"{units.percent(spread.cv)} between trials; within a trial "
+                         f"{units.percent(within)} (median of the trials' own CVs)")]
 
 
 def _telemetry_rows(summary: Summary) -> list[tuple[str, str]]:

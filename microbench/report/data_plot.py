@@ -1,8 +1,10 @@
 """``--plot`` of a sweep over the loader's workers (``--data loader|folder --workers 0,2,4,8``).
 
 Against the number of workers: the pipeline's throughput (the run's headline, per device) on the
-left axis, one line per other setting that varies (``--decode cpu,gpu``); the median share of a
-step spent waiting for data on the right axis, dashed; and the model alone on synthetic input,
+left axis, one line per other setting that varies (``--decode cpu,gpu``); the share of the run
+spent waiting for data on the right axis, dashed (the whole run's share, not a step's median: when
+batches arrive in bursts most steps wait nothing while a few wait long, and only the run's share
+agrees with the throughput beside it); and the model alone on synthetic input,
 measured in each row's own invocation, as a dotted horizontal line at the median of the rows'
 figures, so the gap between the pipeline and what the model could take is read off directly.
 A row that failed gets no point; the footnote names it.
@@ -50,8 +52,8 @@ def build_figure(rows, heading: str):
         data = [row.summary.data for row in members]
         left.plot(workers, [d.pipeline.per_s for d in data], "o-", color=f"C{index}",
                   label=f"pipeline, {name}")
-        right.plot(workers, [100 * d.pipeline.waits.share_median for d in data], "s--",
-                   color=f"C{index}", alpha=0.6, label=f"wait for data (median), {name}")
+        right.plot(workers, [100 * d.pipeline.waits.share_total for d in data], "s--",
+                   color=f"C{index}", alpha=0.6, label=f"wait for data (share of run), {name}")
         model = [d.model_alone_per_s for d in data if d.model_alone_per_s]
         highest = max([highest, *(d.pipeline.per_s for d in data), *model])
         if model:
@@ -60,7 +62,7 @@ def build_figure(rows, heading: str):
     per_device = any(row.summary.data.per_device for row in measured)
     left.set_xlabel("loader workers per rank")
     left.set_ylabel(f"throughput [{unit}]{' per device' if per_device else ''}")
-    right.set_ylabel("wait for data [% of a step]")
+    right.set_ylabel("wait for data [% of the run]")
     left.set_ylim(0, highest * 1.15 if highest > 0 else 1)
     right.set_ylim(0, 100)
     left.set_xticks(sorted({row.spec.config.workers for row in rows}))

@@ -12,7 +12,7 @@ import dataclasses
 import os
 import tempfile
 
-from .. import __version__, identity, stored
+from .. import __version__, identity, stats, stored
 from ..device import clock_name
 from ..errors import UsageError
 from ..summary import Summary
@@ -78,7 +78,11 @@ def result_document(summary: Summary) -> dict:
                           "where": ("worker processes" if spec.config.trials_in_workers
                                     else "this process"),
                           "within_trial_cv": t.cv,
-                          "per_trial": [_trial_document(trial) for trial in summary.trials]}
+                          "per_trial": [_trial_document(trial) for trial in summary.trials],
+                          "stopped_by": summary.stopped_by,
+                          "discarded": [{"index": d.index, "reason": d.reason,
+                                         **_trial_document(d.trial)}
+                                        for d in summary.discarded]}
     report = summary.telemetry
     document["telemetry"] = report.to_dict() if report is not None else None
     if summary.distributed:
@@ -92,7 +96,8 @@ def _trial_document(trial) -> dict:
     return {"throughput": trial.throughput, "samples_ms": list(times.samples_ms),
             "stats": times.stats(), "warmup_s": result.warmup_s,
             "first_iteration_s": result.first_iteration_s, "pid": result.pid,
-            "seed": result.seed, "telemetry": telemetry}
+            "seed": result.seed, "throttled": stats.throttle_reason(result.telemetry),
+            "telemetry": telemetry}
 
 
 def _model_document(summary: Summary) -> dict:
@@ -112,7 +117,7 @@ def _basis(summary: Summary) -> str:
     whose = "the slowest rank's samples" if summary.distributed else "this process's samples"
     if len(summary.trials) > 1:
         return (f"{whose} of all {len(summary.trials)} trials; the headline throughput is the "
-                f"median of the trials'")
+                f"geometric mean of the trials'")
     return whose
 
 

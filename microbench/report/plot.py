@@ -107,7 +107,7 @@ def bars_note(rows, subject: str, noun: str) -> str:
         return ""
     trials = measured[0].trial_spread.count
     if trials >= 2:
-        return (f"{subject}: the median of {trials} trials' throughputs (--repeat {trials}; the "
+        return (f"{subject}: the geometric mean of {trials} trials' throughputs (--repeat {trials}; the "
                 f"headline); error bars: the lowest and the highest trial.")
     counts = sorted({summary.times.count for summary in measured})
     iterations = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
@@ -120,8 +120,8 @@ def bars_note(rows, subject: str, noun: str) -> str:
 # ---------------------------------------------------------------- labels
 
 # The facets that tell configurations apart, in the order labels list them.
-_FACETS = ("network", "mode", "precision", "layout", "compile", "language", "batch", "data",
-           "workers", "decode")
+_FACETS = ("network", "mode", "precision", "layout", "compile", "language", "parallel",
+           "checkpointing", "batch", "data", "workers", "decode")
 # Facet values that go unsaid when every row has them.
 _DEFAULTS = {"nchw", "eager mode"}
 
@@ -138,6 +138,9 @@ def _facets(row) -> dict[str, str]:
         "compile": (f"compile {config.compile_options.get('mode', 'default')}"
                     if config.compile else "eager mode"),
         "language": language,
+        "parallel": "fsdp" if config.parallel == "fsdp" else "",
+        "checkpointing": ("" if config.activation_checkpointing == "none"
+                          else f"checkpointing {config.activation_checkpointing}"),
         "batch": f"batch {row.spec.batch_size}",
         "data": "" if config.data == "synthetic" else f"data {config.data}",
         "workers": ("" if config.data == "synthetic" else
@@ -172,7 +175,7 @@ def _unit(rows, per_token: bool) -> str:
 # Settings the title's facets already show, or that do not change what was measured.
 _NOT_IN_SUBTITLE = {"network", "mode", "precision", "tf32", "nhwc", "compile", "compile_options",
                     "attention", "seq_len", "batch_size", "device", "preset", "data", "workers",
-                    "decode"}
+                    "decode", "parallel", "activation_checkpointing"}
 
 
 def changed_settings(rows) -> list[str]:

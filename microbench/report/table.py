@@ -2,7 +2,7 @@
 
 A :class:`Table` is one :class:`~.collection.Group` laid out: ``#``, the settings that vary, then
 the figures some row knows. Model results show throughput (named in its unit: images/s, clips/s,
-tokens/s) with the 95% confidence interval of the mean of the trials where there are trials,
+tokens/s) with the 95% confidence interval its result file states where there are trials,
 iteration-time percentiles, time to first token and inter-token latency for generation, MFU and
 MBU, energy per unit of throughput and peak memory; op bench rows show median time, CV, GB/s,
 TFLOP/s and the share of the datasheet peak. A figure no row knows gets no column, and a note
@@ -10,8 +10,9 @@ says so. Rows are numbered across tables, so ``--baseline 3`` names one row.
 
 Against a baseline each row gets its speed ratio (throughput over the baseline's; for ops, the
 baseline's median time over the row's). :func:`versus` is the one place where a row meets its
-baseline: where both have trials, the comparison gate's verdict (``microbench.stats``) belongs
-there; until it is wired in, the ratio of the headlines is shown and called that.
+baseline: where both have trials, the comparison gate's verdict (:func:`microbench.stats.gate`,
+both ways, at --compare's default tolerance) and the ratio's interval; otherwise the ratio of the
+headlines alone, called that.
 
 Renderings: aligned text for the terminal, GitHub markdown (pastes into an issue or pull request),
 CSV and JSON with raw numbers in fixed units.
@@ -29,14 +30,14 @@ import json
 import os
 from dataclasses import dataclass, field
 
-from .. import tables as console_tables
+from .. import stats, tables as console_tables
 from ..errors import UsageError
 from . import units, writing
 from .collection import FILE, HEADLINE_SETTINGS, RUN_AT, Group, setting_value
 from .entry import MODEL, Entry
 
 FORMATS = ("text", "markdown", "csv", "json")
-# --compare's default tolerance, for the verdict between trials once microbench.stats gives it.
+# --compare's default tolerance, for the verdict between rows with trials.
 DEFAULT_TOLERANCE_PCT = 5.0
 
 
@@ -63,11 +64,16 @@ def speed(entry: Entry) -> float | None:
 
 def trial_verdict(baseline_trials, trials, tolerance_pct: float = DEFAULT_TOLERANCE_PCT
                   ) -> Versus | None:
-    """The comparison gate's verdict between two sets of trial throughputs: ratio, its interval
-    and faster / slower / same within ``tolerance_pct``. It comes from ``microbench.stats``,
-    which is wired in here and nowhere else; until then None, and the table shows the ratio of
-    the headlines alone."""
-    return None
+    """The comparison gate's verdict between two sets of trial throughputs (two or more each):
+    the ratio of their geometric means, its 95% interval (Welch on logs), and ``slower`` or
+    ``faster`` where the gate finds a significant change beyond ``tolerance_pct`` (run either
+    way round), else ``same within N%``."""
+    slower = stats.gate(baseline_trials, trials, tolerance_pct)
+    faster = stats.gate(trials, baseline_trials, tolerance_pct)
+    verdict = ("slower" if slower.regression else "faster" if faster.regression
+               else f"same within {tolerance_pct:g}%")
+    low, high = slower.ci95
+    return Versus(slower.ratio, low, high, verdict)
 
 
 def versus(entry: Entry, baseline: Entry) -> Versus:
@@ -94,7 +100,7 @@ class Column:
 # Model figures in column order: key, heading ({unit} and {item} filled in), why none is known.
 MODEL_FIGURES = (
     ("throughput", "throughput [{unit}]", None),
-    ("ci95", "95% CI of mean", None),
+    ("ci95", "95% CI", None),
     ("trial_count", "trial count", None),
     ("p50_ms", "p50 [ms]", None),
     ("p90_ms", "p90 [ms]", None),
@@ -270,8 +276,12 @@ def _number(value: float | None) -> str:
 def _figure_cell(table: Table, entry: Entry, key: str) -> str:
     figures = entry.figures
     if key == "versus":
-        ratio = table.versus[id(entry)].ratio
-        return "-" if ratio is None else f"{ratio:.2f}x"
+        found = table.versus[id(entry)]
+        if found.ratio is None:
+            return "-"
+        if found.verdict is None:
+            return f"{found.ratio:.2f}x"
+        return f"{found.ratio:.2f}x [{found.low:.2f}, {found.high:.2f}] {found.verdict}"
     if key == "ci95":
         low, high = figures.get("ci95_low"), figures.get("ci95_high")
         return "-" if low is None else f"[{units.rate(low)}, {units.rate(high)}]"
@@ -322,11 +332,11 @@ def notes(table: Table) -> list[str]:
     keys = {column.key for column in table.columns}
     lines = []
     if table.group.table == MODEL:
-        lines.append("throughput: the headline of each result (with --repeat, the median of "
-                     "its trials)")
+        lines.append("throughput: the headline of each result (with --repeat, the geometric "
+                     "mean of its trials; files before issue 22: the median)")
         if "ci95" in keys:
-            lines.append("95% CI of mean: Student t interval of the mean of the trials' "
-                         "throughputs")
+            lines.append("95% CI: the interval each result file states for its headline "
+                         "(Student t on log throughput; older files: of the arithmetic mean)")
         if "p50_ms" in keys:
             lines.append("p50/p90/p99: percentiles of the iteration times (a whole generation "
                          "for --mode generate)")
@@ -338,8 +348,10 @@ def notes(table: Table) -> list[str]:
         number = table.index_of(table.baseline)
         what = (f"each row's throughput over row #{number}'s" if table.group.table == MODEL
                 else f"row #{number}'s median time over each row's")
-        lines.append(f"vs #{number}: {what}, above 1 faster (a ratio of headlines, not a "
-                     f"significance test)")
+        lines.append(f"vs #{number}: {what}, above 1 faster; where both rows have trials, "
+                     f"the ratio's 95% interval (Welch on log throughput) and the "
+                     f"--compare gate's verdict at {DEFAULT_TOLERANCE_PCT:g}%, else a ratio "
+                     f"of headlines, not a significance test")
     if table.unknown:
         lines.append(f"not known for any row: {'; '.join(table.unknown)}")
     for index, entry in table.rows:

@@ -20,7 +20,7 @@ Example::
 """
 from __future__ import annotations
 
-from . import feeding
+from . import feeding, parallel
 from .base import Scenario
 from .generate import Generate
 from .inference import Inference
@@ -41,6 +41,7 @@ def check(config) -> None:
     kind = kind_of(config.mode)
     kind.check_config(config)
     feeding.check_flags(config, kind.mode, kind.feeds_input_pipeline)
+    parallel.check_flags(config, kind.updates_weights)
 
 
 def for_config(config, model) -> Scenario:

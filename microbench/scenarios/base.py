@@ -104,6 +104,10 @@ class Scenario:
     def release_inputs(self, work) -> None:
         """Stop the input pipeline's worker processes (called however the run ended)."""
 
+    def sharded_state(self, work):
+        """What this rank holds of a sharded model after the timed loop (None: not sharded)."""
+        return None
+
     # ------------------------------------------------------------ the report
 
     def mode_text(self) -> str:

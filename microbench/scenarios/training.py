@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from .. import workload
 from ..report import units
+from . import parallel
 from .base import Scenario
 from .feeding import PipelineFed
 
@@ -25,8 +26,17 @@ class Training(PipelineFed, Scenario):
     updates_weights = True
     flops_counted = "forward + backward"
 
+    def check_spec(self, spec) -> None:
+        super().check_spec(spec)
+        parallel.check_model(spec)
+
     def build(self, spec, wrap, count_flops: bool):
+        if spec.config.parallel == parallel.FSDP:
+            return parallel.build_sharded(spec, wrap, count_flops)
         return workload.build(spec, wrap, count_flops, training=True)
+
+    def sharded_state(self, work):
+        return parallel.sharded_state(work)
 
     def mode_text(self) -> str:
         if self.config.opt_step > 1:
@@ -36,21 +46,23 @@ class Training(PipelineFed, Scenario):
     def console_rows(self, summary) -> list[tuple[str, str]]:
         phases = summary.detail
         if phases is None:
-            return super().console_rows(summary)
+            return super().console_rows(summary) + parallel.console_rows(summary)
         means = phases.means_ms()
         total = sum(means.values())
         parts = "  ".join(f"{name} {units.duration_ms(ms)} ({ms / total:.0%})"
                           for name, ms in means.items())
         whose = ", rank 0" if summary.distributed else ""
-        return [(f"Phases (mean{whose})", parts)] + super().console_rows(summary)
+        return ([(f"Phases (mean{whose})", parts)] + super().console_rows(summary)
+                + parallel.console_rows(summary))
 
     def document(self, summary) -> dict:
         phases = summary.detail
         if phases is None:
-            return super().document(summary)
+            return {**super().document(summary), **parallel.document(summary)}
         return {"phases": {name: {"mean_ms": times.mean, "stats": times.stats(),
                                   "samples_ms": list(times.samples_ms)}
-                           for name, times in phases.items()}, **super().document(summary)}
+                           for name, times in phases.items()}, **super().document(summary),
+                **parallel.document(summary)}
 
     def csv_cells(self, summary) -> dict:
         means = summary.detail.means_ms() if summary.detail is not None else {}

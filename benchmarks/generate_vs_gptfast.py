@@ -1,0 +1,239 @@
+"""This tool's `--mode generate` beside gpt-fast's own model, in one job on one GPU.
+
+gpt-fast (pytorch-labs/gpt-fast) is the reference for how fast a compiled PyTorch decoder can
+generate: BF16 weights, a static KV cache held in module buffers, and the one-token decode step
+compiled on its own with CUDA graphs (``mode="reduce-overhead"``, ``fullgraph=True``). This
+script drives gpt-fast's ``model.py`` (from a checkout whose path you give; nothing of it is
+copied here) with a small timing harness written for this comparison, and runs this tool's CLI on
+the same shape, alternating the two sides round by round so that drift of a shared, noisy
+machine falls on both.
+
+Shape: llama_1b (hidden 2048, 22 layers, 32 heads, 4 kv heads, FFN 5632, vocabulary 32000),
+random weights, prompt 128 tokens, 128 generated tokens (one from the prefill, 127 decode steps),
+greedy (argmax) on both sides.
+
+Usage (on a GPU machine, logs and JSON under OUT)::
+
+    python3 benchmarks/generate_vs_gptfast.py OUT /path/to/gpt-fast --batches 1,16 --rounds 3
+
+It prints, per batch size and compile setting, the median over rounds of each side's decode
+tokens/s, inter-token latency p50 and time to first token, the ratio of this tool to gpt-fast,
+and the weight bandwidth (BF16 weight bytes / inter-token latency) each side reaches. A side
+that fails is recorded as failed with its log; the others go on.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+SHAPE = dict(vocab_size=32000, n_layer=22, n_head=32, n_local_heads=4, dim=2048,
+             intermediate_size=5632, block_size=2048, rope_base=10000.0, norm_eps=1e-5)
+PROMPT, GENERATED = 128, 128
+
+
+# ------------------------------------------------------------------ the gpt-fast side (a worker)
+
+def gptfast_worker(checkout: str, batch: int, compiled: bool, generations: int,
+                   result_path: str) -> None:
+    """Time ``generations`` greedy generations with gpt-fast's Transformer; write a JSON."""
+    import torch
+    sys.path.insert(0, checkout)
+    from model import ModelArgs, Transformer       # gpt-fast's own model.py
+
+    device = torch.device("cuda")
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = Transformer(ModelArgs(**SHAPE))
+    model = model.to(dtype=torch.bfloat16).eval()
+    with torch.device(device):
+        model.setup_caches(max_batch_size=batch, max_seq_length=PROMPT + GENERATED)
+    weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+
+    def prefill(tokens, positions):
+        return model(tokens, positions)[:, -1].argmax(-1, keepdim=True).to(torch.int)
+
+    def decode_step(token, position):
+        return model(token, position)[:, -1].argmax(-1, keepdim=True).to(torch.int)
+
+    if compiled:
+        decode_step = torch.compile(decode_step, mode="reduce-overhead", fullgraph=True)
+        prefill = torch.compile(prefill, fullgraph=True)
+
+    prompt = torch.randint(0, SHAPE["vocab_size"], (batch, PROMPT), device=device)
+
+    def generate():
+        """One generation; returns CUDA events: start, after prefill, after each decode step."""
+        marks = [torch.cuda.Event(enable_timing=True) for _ in range(GENERATED + 1)]
+        with torch.inference_mode():
+            marks[0].record()
+            token = prefill(prompt, torch.arange(PROMPT, device=device)).clone()
+            marks[1].record()
+            position = torch.tensor([PROMPT], device=device, dtype=torch.int)
+            for step in range(GENERATED - 1):
+                token = decode_step(token, position).clone()
+                position += 1                        # advanced on the device, no host sync
+                marks[step + 2].record()
+        return marks
+
+    started = time.perf_counter()
+    for _ in range(3):                                # compile, capture, settle
+        generate()
+    torch.cuda.synchronize()
+    warmup_s = time.perf_counter() - started
+    ttft, itl = [], []
+    for _ in range(generations):
+        marks = generate()
+        torch.cuda.synchronize()
+        ttft.append(marks[0].elapsed_time(marks[1]))
+        itl.extend(marks[i].elapsed_time(marks[i + 1]) for i in range(1, GENERATED))
+    decode_s = sum(itl) / 1e3
+    Path(result_path).write_text(json.dumps({
+        "side": "gpt-fast", "batch": batch, "compiled": compiled, "warmup_s": warmup_s,
+        "weight_bytes": weight_bytes, "ttft_ms": statistics.median(ttft),
+        "itl_p50_ms": statistics.median(itl),
+        "decode_tokens_per_s": batch * len(itl) / decode_s,
+        "device": torch.cuda.get_device_name(), "torch": torch.__version__}))
+
+
+# ---------------------------------------------------------------------------- this tool's side
+
+def tool_command(batch: int, compiled: bool, preset: bool, out_dir: Path) -> list[str]:
+    command = [sys.executable, str(REPO / "micro_benchmarking_pytorch.py"),
+               "--network", "llama_1b", "--mode", "generate", "--batch-size", str(batch),
+               "--prompt-len", str(PROMPT), "--gen-len", str(GENERATED),
+               "--iterations", "10", "--output-dir", str(out_dir)]
+    if preset:
+        return command + ["--preset", "fast"]
+    command += ["--precision", "bf16"]
+    if compiled:
+        command += ["--compile", "--compileContext", "{'mode': 'reduce-overhead'}"]
+    return command
+
+
+def read_tool_result(out_dir: Path) -> dict:
+    documents = [json.loads(path.read_text()) for path in sorted(out_dir.glob("*.json"))]
+    document = next(d for d in documents if "generation" in d)
+    generation = document["generation"]
+    return {"side": "tool", "ttft_ms": generation["time_to_first_token"]["stats"]["median"],
+            "itl_p50_ms": generation["inter_token_latency"]["stats"]["median"],
+            "decode_tokens_per_s": generation["decode_tokens_per_s"],
+            "bandwidth": generation.get("bandwidth"), "compile": document.get("compile_report")}
+
+
+# ----------------------------------------------------------------------------------- the driver
+
+def run_side(label: str, command: list[str], log_dir: Path, timeout: float) -> bool:
+    log = log_dir / f"{label}.log"
+    with log.open("w") as sink:
+        sink.write("$ " + " ".join(command) + "\n")
+        sink.flush()
+        try:
+            done = subprocess.run(command, stdout=sink, stderr=subprocess.STDOUT, cwd=REPO,
+                                  timeout=timeout)
+        except subprocess.TimeoutExpired:
+            sink.write(f"\n[timed out after {timeout:.0f} s]\n")
+            return False
+    return done.returncode == 0
+
+
+def one_round(args, round_index: int, batch: int, compiled: bool, results: dict) -> None:
+    key = f"b{batch} {'compiled' if compiled else 'eager'}"
+    sides = results.setdefault(key, {"tool": [], "gpt-fast": []})
+    tag = f"r{round_index}_b{batch}_{'compiled' if compiled else 'eager'}"
+    tool_dir = args.out / f"tool_{tag}"
+    tool_dir.mkdir(parents=True, exist_ok=True)
+    if run_side(f"tool_{tag}", tool_command(batch, compiled, False, tool_dir), args.out,
+                args.timeout):
+        sides["tool"].append(read_tool_result(tool_dir))
+    else:
+        sides["tool"].append({"failed": True})
+    result_path = args.out / f"gptfast_{tag}.json"
+    command = [sys.executable, __file__, "--worker", str(args.gptfast), str(batch),
+               str(int(compiled)), str(args.generations), str(result_path)]
+    if run_side(f"gptfast_{tag}", command, args.out, args.timeout):
+        sides["gpt-fast"].append(json.loads(result_path.read_text()))
+    else:
+        sides["gpt-fast"].append({"failed": True})
+
+
+def median_of(trials: list[dict], key: str) -> float | None:
+    values = [trial[key] for trial in trials if not trial.get("failed") and trial.get(key)]
+    return statistics.median(values) if values else None
+
+
+def report(results: dict, weight_bytes: int | None) -> str:
+    lines = [f"{'setting':<14} {'side':<9} {'decode tok/s':>12} {'ITL p50 ms':>10} "
+             f"{'TTFT ms':>8} {'weights GB/s':>12} {'rounds':>6}"]
+    for key, sides in results.items():
+        for side, trials in sides.items():
+            rate, itl = median_of(trials, "decode_tokens_per_s"), median_of(trials, "itl_p50_ms")
+            ttft = median_of(trials, "ttft_ms")
+            ok = sum(not trial.get("failed") for trial in trials)
+            bandwidth = (weight_bytes / (itl / 1e3) / 1e9) if (itl and weight_bytes) else None
+            lines.append(f"{key:<14} {side:<9} {_cell(rate, 12, 1)} {_cell(itl, 10, 3)} "
+                         f"{_cell(ttft, 8, 2)} {_cell(bandwidth, 12, 0)} {ok:>4}/{len(trials)}")
+        ours = median_of(sides["tool"], "decode_tokens_per_s")
+        theirs = median_of(sides.get("gpt-fast", []), "decode_tokens_per_s")
+        if ours and theirs:
+            lines.append(f"{key:<14} ratio     tool / gpt-fast decode tokens/s = "
+                         f"{ours / theirs:.3f}")
+    return "\n".join(lines) + "\n"
+
+
+def _cell(value: float | None, width: int, digits: int) -> str:
+    return f"{'-':>{width}}" if value is None else f"{value:>{width},.{digits}f}"
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--worker":
+        checkout, batch, compiled, generations, result_path = sys.argv[2:7]
+        gptfast_worker(checkout, int(batch), bool(int(compiled)), int(generations), result_path)
+        return
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("out", type=Path, help="directory for logs and result files")
+    parser.add_argument("gptfast", type=Path, help="path of a gpt-fast checkout (its model.py)")
+    parser.add_argument("--batches", default="1,16", help="batch sizes (default: 1,16)")
+    parser.add_argument("--rounds", type=int, default=3, help="A/B rounds (default: 3)")
+    parser.add_argument("--eager", action="store_true", help="also run both sides uncompiled")
+    parser.add_argument("--preset", action="store_true",
+                        help="also run this tool's --preset fast --mode generate at each batch")
+    parser.add_argument("--generations", type=int, default=10,
+                        help="timed generations on the gpt-fast side (default: 10)")
+    parser.add_argument("--timeout", type=float, default=240, help="seconds per side (default: 240)")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    if not (args.gptfast / "model.py").is_file():
+        sys.exit(f"error: {args.gptfast} has no model.py (give the path of a gpt-fast checkout)")
+    results: dict = {}
+    batches = [int(b) for b in args.batches.split(",")]
+    settings = [True] + ([False] if args.eager else [])
+    for round_index in range(1, args.rounds + 1):
+        for batch in batches:
+            for compiled in settings:
+                one_round(args, round_index, batch, compiled, results)
+    if args.preset:
+        for batch in batches:
+            preset_dir = args.out / f"tool_preset_b{batch}"
+            preset_dir.mkdir(parents=True, exist_ok=True)
+            ok = run_side(f"tool_preset_b{batch}", tool_command(batch, True, True, preset_dir),
+                          args.out, args.timeout)
+            results[f"b{batch} preset"] = {"tool": [read_tool_result(preset_dir) if ok
+                                                    else {"failed": True}]}
+    weight_bytes = next((trial["weight_bytes"] for sides in results.values()
+                         for trial in sides.get("gpt-fast", []) if "weight_bytes" in trial), None)
+    (args.out / "summary.json").write_text(json.dumps(results, indent=1))
+    text = report(results, weight_bytes)
+    (args.out / "summary.txt").write_text(text)
+    print(text, end="")
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    main()

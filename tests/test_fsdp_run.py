@@ -1,0 +1,207 @@
+"""--parallel fsdp, --activation-checkpointing and --optimizer through the real command line:
+one process in this interpreter, two ranks under torchrun (gloo), the combinations refused
+before anything runs, and --rerun of a sharded result."""
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+import torch
+
+from conftest import ROOT, assert_one_line_error, requires_gpu, run_main
+from test_distributed import TIMEOUT, free_port, torchrun
+from test_schema import check_document
+from microbench import cli, spec as spec_mod, workload
+from microbench.config import BenchConfig
+from microbench.scenarios import parallel
+
+# llama_tiny shrunk by its flags: 16 tokens, a 512-word vocabulary, one sequence a rank.
+TINY_LLAMA = ["--network", "llama_tiny", "--seq-len", "16", "--vocab-size", "512",
+              "--iterations", "2", "--warmup", "1", "--device", "cpu",
+              "--telemetry-interval", "0"]
+
+
+def _only_result(out_dir):
+    [path] = sorted(out_dir.glob("*.json"))
+    return path, check_document(path)
+
+
+def test_fsdp_with_one_process_trains_and_records_its_settings(tmp_path, capfd):
+    out_dir = tmp_path / "results"
+    ran = run_main(capfd, *TINY_LLAMA, "--batch-size", "1", "--parallel", "fsdp",
+                   "--activation-checkpointing", "full", "--optimizer", "adamw",
+                   "--reshard-after-forward", "0", "--output-dir", str(out_dir))
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert "FSDP2 over 1 rank (8 blocks + root, kept gathered to backward" in ran.stdout
+    assert "MFU (torchtitan basis)" in ran.stdout and "Memory rank 0" in ran.stdout
+    assert "AdamW, foreach" in ran.stdout
+    path, document = _only_result(out_dir)
+    block = document["parallel"]
+    assert (block["mode"], block["world_size"], block["reshard_after_forward"]) == ("fsdp", 1,
+                                                                                   False)
+    assert (block["activation_checkpointing"], block["optimizer"]) == ("full", "adamw")
+    assert block["sharding"]["blocks"] == 8
+    [rank] = block["per_rank"]
+    # One rank holds every parameter (FP32) and AdamW's two FP32 moments of each.
+    parameters = document["model"]["parameters"]
+    assert rank["parameter_bytes"] == 4 * parameters
+    assert rank["optimizer_state_bytes"] >= 2 * 4 * parameters
+    assert block["torchtitan_flops"]["flops_per_token"] > 0
+    assert document["config"]["parallel"] == "fsdp"
+
+    # --rerun replays the sharded settings.
+    replayed = cli.to_plan(cli.parse_args(["--rerun", str(path)])).configs[0]
+    assert (replayed.parallel, replayed.reshard_after_forward, replayed.activation_checkpointing,
+            replayed.optimizer) == ("fsdp", False, "full", "adamw")
+
+
+def test_plain_training_records_its_mode_and_keeps_the_ddp_default(tmp_path, capfd):
+    out_dir = tmp_path / "results"
+    ran = run_main(capfd, *TINY_LLAMA, "--batch-size", "1", "--activation-checkpointing",
+                   "selective", "--output-dir", str(out_dir))
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    _, document = _only_result(out_dir)
+    block = document["parallel"]
+    assert (block["mode"], block["sharding"], block["reshard_after_forward"]) == ("single", None,
+                                                                                 None)
+    assert block["per_rank"][0]["parameter_bytes"] is None
+    assert "Activation checkpointing: selective" in ran.stdout.replace("  ", "")
+
+
+def test_flops_counted_on_the_meta_device_are_the_whole_models():
+    """The projections as the whole model on the CPU counts them (where FlopCounterMode does
+    not see the CPU's fused attention), plus attention's six matmuls a layer in SDPA's math
+    form (two forward, four backward: model FLOPs, no recomputation)."""
+    config = BenchConfig(network="llama_tiny", batch_size=1, seq_len=16, vocab_size=512,
+                         device="cpu", write_files=False)
+    spec = spec_mod.resolve(config)
+    projections = workload.build(spec).flops_per_iteration
+    from microbench.archs import llama
+    arch = spec.model.llama_config
+    attention = arch.num_layers * 6 * 2 * arch.num_heads * 16 * 16 * arch.head_dim
+    on_meta = llama.build_on_meta(arch)
+    assert parallel._count_on_meta(on_meta, spec) == projections + attention
+
+
+@pytest.mark.parametrize("flags, text", [
+    (["--network", "resnet18", "--parallel", "fsdp"], "shards the llama_* presets"),
+    (["--network", "resnet18", "--activation-checkpointing", "full"],
+     "resnet18 is an image model"),
+    (["--network", "llama_tiny", "--parallel", "fsdp", "--precision", "amp-fp16"],
+     "does not run --precision amp-fp16"),
+    (["--network", "llama_tiny", "--parallel", "fsdp", "--fp16", "1"],
+     "does not run --precision fp16"),
+    (["--network", "llama_tiny", "--reshard-after-forward", "0"],
+     "--reshard-after-forward applies to --parallel fsdp"),
+    (["--network", "llama_tiny", "--mode", "inference", "--parallel", "fsdp"],
+     "--parallel fsdp applies to --mode training"),
+    (["--network", "llama_tiny", "--mode", "inference", "--optimizer", "adamw"],
+     "--optimizer adamw applies to --mode training"),
+    (["--network", "llama_tiny", "--parallel", "fsdp", "--opt-step", "2"],
+     "--opt-step applies to --parallel ddp"),
+    (["--network", "llama_tiny", "--parallel", "fsdp", "--optimizer-impl", "fused"],
+     "fused SGD kernel has no DTensor support"),
+    (["--network", "llama_tiny", "--parallel", "fsdp", "--ddp-static-graph"],
+     "DistributedDataParallel's options (--ddp-static-graph) do not apply"),
+])
+def test_combinations_refused_before_anything_runs(tmp_path, capfd, flags, text):
+    out_dir = tmp_path / "results"
+    ran = run_main(capfd, *flags, "--device", "cpu", "--output-dir", str(out_dir))
+    assert_one_line_error(ran, 2, text)
+    assert not out_dir.exists()
+    assert "Building" not in ran.stdout
+
+
+def test_torchrun_two_ranks_shard_the_model_in_halves(tmp_path):
+    command, env = torchrun("--nproc-per-node", "2", "--master-port", str(free_port()))
+    ran = subprocess.run(command + [*TINY_LLAMA, "--batch-size", "2", "--parallel", "fsdp",
+                                    "--optimizer", "adamw", "--output-dir", str(tmp_path)],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=TIMEOUT)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert ran.stdout.count("--------------------SUMMARY") == 1
+    assert "FSDP2 over 2 ranks" in ran.stdout and "total over 2 devices" in ran.stdout
+    _, document = _only_result(tmp_path)
+    block = document["parallel"]
+    assert (block["mode"], block["world_size"]) == ("fsdp", 2)
+    assert document["config"]["parallel"] == "fsdp"
+    whole = 4 * document["model"]["parameters"]
+    halves = [rank["parameter_bytes"] for rank in block["per_rank"]]
+    assert [rank["rank"] for rank in block["per_rank"]] == [0, 1]
+    # Each rank holds its dim-0 shard of every parameter: half, up to one row of an odd one.
+    assert sum(halves) == whole
+    assert all(abs(held - whole / 2) <= 0.01 * whole for held in halves)
+    assert all(rank["optimizer_state_bytes"] >= 2 * held
+               for rank, held in zip(block["per_rank"], halves))
+    assert torch.isfinite(torch.tensor(document["losses"])).all()
+
+
+def test_compare_gate_tells_sharded_from_replicated_work():
+    """--compare and --scaling-baseline take only results of the same work: an fsdp or AdamW
+    result is not a baseline for a ddp or SGD one, and a file written before these settings
+    existed ran with their defaults."""
+    from microbench import identity
+    older = identity.of_document({"config": {"network": "llama_tiny"}})
+    assert (older["parallel"], older["optimizer"]) == ("ddp", "sgd")
+    sharded = {**older, "parallel": "fsdp", "optimizer": "adamw"}
+    assert identity.differences(sharded, older, identity.WORK)
+    assert not identity.differences(older, dict(older), identity.WORK)
+
+
+def test_sweep_rows_name_sharding_and_checkpointing():
+    from microbench.sweep import training_label
+    assert training_label(BenchConfig()) == ""
+    assert training_label(BenchConfig(network="llama_tiny", parallel="fsdp",
+                                      activation_checkpointing="full")) == " fsdp ac=full"
+
+
+@requires_gpu
+def test_fsdp_on_one_gpu_reports_memory_and_both_mfus(tmp_path, capfd):
+    """BF16 compute through FSDP's MixedPrecisionPolicy, FP32 master weights and AdamW state;
+    the GPU reports peak memory, and a listed GPU gives both MFUs."""
+    out_dir = tmp_path / "results"
+    ran = run_main(capfd, "--network", "llama_tiny", "--batch-size", "4", "--parallel", "fsdp",
+                   "--precision", "amp-bf16", "--optimizer", "adamw", "--iterations", "3",
+                   "--warmup", "2", "--output-dir", str(out_dir))
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    _, document = _only_result(out_dir)
+    block = document["parallel"]
+    assert block["sharding"]["param_dtype"] == "bf16"
+    assert block["per_rank"][0]["peak_allocated_mb"] > 0
+    assert block["per_rank"][0]["parameter_bytes"] == 4 * document["model"]["parameters"]
+    if document["flops"]["peak_tflops"] is not None:
+        assert block["torchtitan_flops"]["mfu"] > 0 and document["flops"]["mfu"] > 0
+
+
+def test_the_fast_preset_under_fsdp_chooses_only_what_takes_effect(monkeypatch):
+    """On a GPU --preset fast would choose fused SGD (no DTensor kernel), the DDP options (no
+    DDP) and CUDA graphs; under fsdp it leaves them out, and keeps fused AdamW."""
+    from microbench import preset
+    gpu = {"compile": True, "compile_options": {"mode": "reduce-overhead"},
+           "precision": "amp-bf16", "cudnn_benchmark": True, "optimizer_impl": "fused",
+           "ddp_gradient_as_bucket_view": True, "ddp_static_graph": True}
+    monkeypatch.setattr(preset, "fast_choices", lambda *args: dict(gpu))
+    device = torch.device("cpu")
+    sgd = preset.apply(BenchConfig(network="llama_tiny", preset="fast", parallel="fsdp"),
+                       "language", device, 2, True)
+    assert (sgd.optimizer_impl, sgd.ddp_static_graph, sgd.compile_options) == ("foreach", False,
+                                                                              {})
+    assert sgd.compile and sgd.precision == "amp-bf16"
+    adamw = preset.apply(BenchConfig(network="llama_tiny", preset="fast", parallel="fsdp",
+                                     optimizer="adamw"), "language", device, 2, True)
+    assert adamw.optimizer_impl == "fused"
+    ddp = preset.apply(BenchConfig(network="llama_tiny", preset="fast"), "language", device, 2,
+                       True)
+    assert ddp.ddp_static_graph and ddp.compile_options == {"mode": "reduce-overhead"}
+
+
+def test_a_large_job_prints_its_largest_rank_memory_in_one_row():
+    from types import SimpleNamespace
+    from microbench.results import ShardedState
+    ranks = [SimpleNamespace(rank=rank, peak_allocated_mb=1000.0 + rank,
+                             peak_reserved_mb=2000.0 + (rank == 5) * 500,
+                             sharded=ShardedState({}, 10**9, 2 * 10**9)) for rank in range(16)]
+    [(name, text)] = parallel._memory_rows(ranks)
+    assert name == "Memory, rank 5" and "the largest of 16 ranks" in text
+    assert "reserved 2.50 GB" in text and "parameters 1.00 GB" in text
+    assert len(parallel._memory_rows(ranks[:2])) == 2

@@ -1,0 +1,121 @@
+"""The --compare gate through the real command line (CPU, in-process, on a steady fake clock):
+both sides' trials, another configuration refused or compared on request, and a failed gate
+that never replaces its baseline."""
+import json
+
+import pytest
+
+from conftest import TINY, assert_one_line_error, run_main
+
+RUN = ["--network", "resnet18", *TINY, "--device", "cpu", "--mode", "inference"]
+
+
+@pytest.fixture
+def run(capfd, steady_clock):
+    return lambda *args: run_main(capfd, *RUN, *args)
+
+
+def stored(path):
+    return json.loads(path.read_text())
+
+
+def scaled(path, factor, spread=()):
+    """Rewrite a result as a baseline ``factor`` times as fast as it measured (its trials too,
+    each moved by the given relative offsets)."""
+    document = stored(path)
+    measured = [trial["throughput"] for trial in document["trials"]["per_trial"]]
+    document["Throughput [img/sec]"] = measured[0] * factor
+    document["trials"]["values"] = [v * factor * (1 + d) for v, d in
+                                    zip(measured, spread or [0.0] * len(measured))]
+    path.write_text(json.dumps(document))
+
+
+def test_three_regressed_runs_in_a_row_leave_the_baseline_byte_identical(run, tmp_path):
+    out = tmp_path / "out"
+    assert run("--output-dir", str(out), "--output-file", "x").returncode == 0
+    target = out / "x.json"
+    scaled(target, 10.0)
+    before = target.read_bytes()
+    for attempt in ("", "2", "3"):
+        ran = run("--output-dir", str(out), "--output-file", "x", "--compare", str(target))
+        assert_one_line_error(ran, 5, "throughput regressed")
+        assert "one sample on a side" in ran.stderr
+        assert target.read_bytes() == before, "a failed gate replaced its baseline"
+        kept = out / f"x.regressed{attempt}.json"
+        assert kept.exists(), ran.stdout
+        assert f"this run's result goes to {kept}" in ran.stdout
+    assert stored(out / "x.regressed3.json")["Throughput [img/sec]"] < \
+        stored(target)["Throughput [img/sec]"] / 5
+
+
+def test_fail_if_never_reports_the_regression_and_still_keeps_the_baseline(run, tmp_path):
+    out = tmp_path / "out"
+    assert run("--output-dir", str(out), "--output-file", "x").returncode == 0
+    target = out / "x.json"
+    scaled(target, 10.0)
+    before = target.read_bytes()
+    ran = run("--output-dir", str(out), "--output-file", "x", "--compare", str(target),
+              "--fail-if", "never")
+    assert ran.returncode == 0, ran.stderr
+    assert "--fail-if never: exit 0" in ran.stdout and target.read_bytes() == before
+
+
+def test_a_passing_run_against_its_own_file_replaces_it(run, tmp_path):
+    out = tmp_path / "out"
+    assert run("--output-dir", str(out), "--output-file", "x").returncode == 0
+    target = out / "x.json"
+    scaled(target, 0.5)
+    ran = run("--output-dir", str(out), "--output-file", "x", "--compare", str(target))
+    assert ran.returncode == 0, ran.stderr
+    assert stored(target)["Throughput [img/sec]"] > 0 and not list(out.glob("*.regressed*"))
+    assert "Throughput within tolerance" in ran.stdout
+
+
+def test_trials_on_both_sides_use_welch_and_a_noisy_drop_passes(run, tmp_path):
+    base = tmp_path / "base"
+    assert run("--output-dir", str(base), "--output-file", "b", "--repeat", "3",
+               "--trials", "in-process").returncode == 0
+    baseline = base / "b.json"
+    # 14% faster on average, but the baseline's own trials spread by +-30%: not significant.
+    scaled(baseline, 1.08, spread=(0.3, -0.3, 0.3))
+    ran = run("--no-files", "--repeat", "3", "--trials", "in-process", "--compare",
+              str(baseline))
+    assert ran.returncode == 0, ran.stderr
+    assert "Welch's t test on log throughput (3 baseline, 3 current trials)" in ran.stdout
+    assert "beyond the tolerance but not a significant drop: passed" in ran.stdout
+    # The same drop with a tight baseline is a regression.
+    scaled(baseline, 1.14, spread=(0.001, -0.001, 0.0))
+    ran = run("--no-files", "--repeat", "3", "--trials", "in-process", "--compare",
+              str(baseline))
+    assert_one_line_error(ran, 5, "Welch p = ")
+
+
+def test_another_configuration_is_refused_unless_asked(run, tmp_path):
+    assert run("--output-dir", str(tmp_path), "--output-file", "b").returncode == 0
+    baseline = tmp_path / "b.json"
+    before = baseline.read_bytes()
+    ran = run("--no-files", "--image-size", "48", "--compare", str(baseline))
+    assert_one_line_error(ran, 2, "is another configuration: input_size 32 there, 48 here")
+    assert "--compare-any-config" in ran.stderr
+    ran = run("--no-files", "--image-size", "48", "--compare", str(baseline),
+              "--compare-any-config")
+    assert ran.returncode in (0, 5), ran.stderr
+    assert "--compare-any-config" in ran.stdout and "input_size 32 there, 48 here" in ran.stdout
+    assert baseline.read_bytes() == before
+
+
+@pytest.mark.parametrize("field, value", [
+    ("device_name", "NVIDIA H200"), ("precision", "amp-bf16"), ("nhwc", True),
+    ("per_device_batch", 64), ("world_size", 8), ("model", "resnet50")])
+def test_the_gate_refuses_each_identity_field(field, value):
+    from microbench import identity
+    from microbench.report import compare
+    from microbench.errors import UsageError
+    ours = {name: None for name in identity.GATE}
+    document = {"config": {}, "model": {}, "env": {}}
+    theirs = identity.of_document(document)
+    ours.update({name: theirs.get(name) for name in identity.GATE})
+    ours[field] = value
+    with pytest.raises(UsageError, match=f"another configuration: {field} "):
+        compare.check_same_configuration(ours, document, "b.json")
+    assert compare.check_same_configuration(ours, document, "b.json", any_config=True)
