@@ -105,6 +105,8 @@ def _check_scalar(key: str, value: object, default: object) -> None:
         if not isinstance(value, bool):
             raise UsageError(f"model argument {key}={_shown(value)}: must be true or false")
     elif isinstance(default, int):
+        if value is None and _SIZE.search(key):          # a size the model is built from
+            raise UsageError(f"model argument {key}=None: a size or count must be a number")
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
             raise UsageError(f"model argument {key}={_shown(value)}: must be an integer "
                              f"(at most {MAX_INT:,})")

@@ -454,6 +454,7 @@ HF_RUN = ["--network", "hf:llama", "--seq-len", "8", "--batch-size", "2", "--ite
 MODEL_KWARGS_CASES = [
     ("layers-negative", ["num_hidden_layers=-1"], "num_hidden_layers=-1: must be positive"),
     ("heads-zero", ["num_attention_heads=0"], "num_attention_heads=0: must be positive"),
+    ("layers-none", ["num_hidden_layers=none"], "a size or count must be a number"),
     ("hidden-size-5000-digits", ["hidden_size=" + "9" * 5000], "5,000 characters long"),
     ("hidden-size-huge", ["hidden_size=" + "9" * 30], "at most 1.67772e+07 in magnitude"),
     ("hidden-size-float", ["hidden_size=64.5"], "hidden_size=64.5: must be an integer"),
