@@ -17,6 +17,7 @@ import math
 from typing import Any, Callable, NoReturn, Sequence
 
 from .errors import EXIT_USAGE
+from .inputs import printable, text_problem
 from .process import env_rank_prefix
 
 
@@ -136,6 +137,44 @@ def _as_typed(value: Any) -> str:
         value = int(value)
     return str(value).replace("%", "%%")
 
+
+
+def path_text(text: str) -> str:
+    """An argparse type, the one check of every path flag: a name that is valid text. Bytes that
+    are not UTF-8 arrive as lone surrogates (PEP 383); such a name could not be printed, stored
+    in a result or written as a CSV cell, and the run would be lost at its end, so it is refused
+    before anything runs (microbench.inputs.text_problem)."""
+    problem = text_problem(text)
+    if problem:
+        raise argparse.ArgumentTypeError(f"'{printable(text)}': {problem}")
+    return text
+
+
+# torch.distributed's init methods (init_process_group's init_method): a TCP store at a host and
+# port, the launcher's environment variables, or a file on a shared file system.
+DIST_URL_SCHEMES = ("tcp", "env", "file")
+
+
+def dist_url(text: str) -> str:
+    """An argparse type for --dist-url: ``tcp://HOST:PORT``, ``env://`` or ``file:///PATH``,
+    checked before the run (anything else ends in torch's RuntimeError after the model is
+    built)."""
+    text = path_text(text)
+    scheme, separator, rest = text.partition("://")
+    if not separator or scheme not in DIST_URL_SCHEMES:
+        raise argparse.ArgumentTypeError(
+            f"'{text}': the scheme must be one of tcp://HOST:PORT, env:// or file:///PATH "
+            f"(torch.distributed's init methods)")
+    if scheme == "tcp":
+        address = rest.split("?", 1)[0].split("/", 1)[0]
+        host, colon, port = address.rpartition(":")
+        if not (colon and host and port.isdigit() and 1 <= int(port) <= 65535):
+            raise argparse.ArgumentTypeError(f"'{text}': tcp:// takes HOST:PORT, a port from "
+                                             f"1 to 65535 (e.g. tcp://10.0.0.1:29500)")
+    if scheme == "file" and not rest.startswith("/"):
+        raise argparse.ArgumentTypeError(f"'{text}': file:// takes an absolute path "
+                                         f"(file:///shared/rendezvous)")
+    return text
 
 
 def zero_or_one(text: str) -> bool:

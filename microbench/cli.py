@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import math
 import os
 import shlex
 import sys
@@ -24,7 +25,7 @@ from .argtypes import (MAX_BATCH, MAX_BUCKET_CAP_MB, MAX_DEVICE_INDEX, MAX_DIST_
                        MAX_PROFILER_STEPS, MAX_RANKS, MAX_SEED, MAX_SEQ_LEN, MAX_TELEMETRY_MS,
                        MAX_TRIALS, MAX_VOCAB, MAX_WARMUP, HelpFormatter, OneLineParser,
                        bounded_int, choices, finite_float, list_of, names, positive_int,
-                       positive_ints, zero_or_one)
+                       dist_url, path_text, positive_ints, zero_or_one)
 from .compile_options import COMPILE_MODES, parse_compile_context
 from .config import (AB_ROUNDS, DERIVED, INVERSE, SCHEMA, SWITCH, ABPlan, BenchConfig, Plan,
                      as_command_line, field_of_dest, replayed_fields, spelled, validate)
@@ -77,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
              help="training: accumulate gradients over N iterations per optimizer step")
     _setting(model, "seed", type=bounded_int(0, MAX_SEED), metavar="N",
              help="seed for weights and inputs (0 to 2**63-1)")
-    model.add_argument("--rerun", default=None, metavar="RESULT.json",
+    model.add_argument("--rerun", default=None, type=path_text, metavar="RESULT.json",
                        help="repeat the run a result file stores: its configuration, as flags, "
                             "with the flags given here added or replacing them (output "
                             "locations and the launch are this invocation's)")
@@ -175,12 +176,12 @@ def build_parser() -> argparse.ArgumentParser:
                   "ROCm GPUs are 'cuda' too")
 
     output = parser.add_argument_group("output")
-    _setting(output, "output_dir", metavar="DIR",
+    _setting(output, "output_dir", type=path_text, metavar="DIR",
              help="where the JSON result and the CSV summary go")
-    _setting(output, "output_file", metavar="NAME",
+    _setting(output, "output_file", type=path_text, metavar="NAME",
              help="JSON result file name inside --output-dir, no directory part "
                   "(default: built from network, mode, precision and batch size)")
-    _setting(output, "csv_file", metavar="PATH",
+    _setting(output, "csv_file", type=path_text, metavar="PATH",
              help="CSV to append one row to (default: <output-dir>/benchmark_summary.csv)")
     _setting(output, "write_files",
              help="write no JSON or CSV, only print")
@@ -238,13 +239,13 @@ def _add_data_args(parser: argparse.ArgumentParser) -> None:
                   "into --data-cache; folder: your images in --data-dir")
     _setting(group, "data_format", choices=("jpeg", "png"),
              help="--data loader: the generated set's format")
-    _setting(group, "data_cache", metavar="DIR",
+    _setting(group, "data_cache", type=path_text, metavar="DIR",
              help="--data loader: where generated sets are made once and reused "
                   "(default: $XDG_CACHE_HOME or ~/.cache, /micro_benchmarking_pytorch)")
     _setting(group, "data_images", type=bounded_int(1, MAX_DATA_IMAGES), metavar="N",
              help="--data loader: images of the generated set (sequences of a language "
                   "model's corpus)")
-    _setting(group, "data_dir", metavar="DIR",
+    _setting(group, "data_dir", type=path_text, metavar="DIR",
              help="--data folder: a tree of JPEG, PNG or WebP images, in class folders "
                   "(ImageFolder's layout) or flat")
     _setting(group, "decode", type=choices(("cpu", "gpu")), metavar="WHERE[,WHERE]",
@@ -289,7 +290,7 @@ def _add_sweep_args(parser: argparse.ArgumentParser) -> None:
                        metavar="N",
                        help="with --find-max-batch: stop bisecting at a multiple of N (1: the "
                             "exact largest batch, at the cost of more probes)")
-    group.add_argument("--compare", default=None, metavar="BASELINE.json",
+    group.add_argument("--compare", default=None, type=path_text, metavar="BASELINE.json",
                        help="compare with a result of the same configuration (both sides' "
                             "trials where they have them); exit 5 when throughput dropped "
                             "beyond --tolerance and significantly; a failed gate never "
@@ -312,7 +313,7 @@ def _add_sweep_args(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--compare-any-config", action="store_true",
                        help="compare with a baseline of another configuration anyway (refused "
                             "otherwise), printing what differs")
-    group.add_argument("--plot", default=None, metavar="FILE.png",
+    group.add_argument("--plot", default=None, type=path_text, metavar="FILE.png",
                        help="plot a sweep: throughput and memory against batch size, or bars "
                             "per configuration; the suffix names the format (png, svg, pdf...)")
 
@@ -342,7 +343,7 @@ def _add_profiler_args(parser: argparse.ArgumentParser) -> None:
                   "<result>_trace<step>.json and an operator table")
     _setting(group, "profiler_schedule", type=_schedule, metavar="W,U,A",
              help="--kineto schedule: wait, warmup, active steps")
-    _setting(group, "profiler_output", metavar="PATH",
+    _setting(group, "profiler_output", type=path_text, metavar="PATH",
              help="directory (or file-name prefix) for --kineto traces (default: "
                   "--output-dir)")
     _setting(group, "flops_prof_step", type=bounded_int(0, MAX_ITERATIONS), metavar="N",
@@ -410,8 +411,9 @@ def _add_distributed_args(parser: argparse.ArgumentParser) -> None:
     _setting(group, "dist_backend", choices=("nccl", "gloo"),
              help="process-group backend (default: nccl on GPUs, which is RCCL on "
                   "ROCm; gloo on the CPU)")
-    _setting(group, "dist_url", metavar="URL",
-             help="rendezvous address, e.g. tcp://10.0.0.1:29500")
+    _setting(group, "dist_url", type=dist_url, metavar="URL",
+             help="rendezvous address: tcp://HOST:PORT (e.g. tcp://10.0.0.1:29500), env:// "
+                  "(MASTER_ADDR and MASTER_PORT) or file:///shared/path")
     _setting(group, "dist_timeout", type=finite_float(0, MAX_DIST_TIMEOUT_S), metavar="S",
              help="seconds that rendezvous and collectives may wait for other ranks")
     _setting(group, "ddp_bucket_cap_mb", type=finite_float(0, MAX_BUCKET_CAP_MB), metavar="MB",
@@ -420,7 +422,7 @@ def _add_distributed_args(parser: argparse.ArgumentParser) -> None:
              help="DistributedDataParallel static_graph=True")
     _setting(group, "ddp_gradient_as_bucket_view",
              help="DistributedDataParallel gradient_as_bucket_view=True")
-    _setting(group, "scaling_baseline", metavar="FILE.json",
+    _setting(group, "scaling_baseline", type=path_text, metavar="FILE.json",
              help="a single-device result of the same configuration; adds scaling "
                   "efficiency to the summary")
 
@@ -500,6 +502,11 @@ def _precision(args: argparse.Namespace) -> tuple[str, list[str]]:
                                             args.amp_opt_level, bool(args.tf32))
 
 
+# Far above any sweep a person means to run in one invocation (each configuration builds its
+# model and runs warm-up and timing); a list of 20,000 batch sizes is a mistake.
+MAX_SWEEP_CONFIGURATIONS = 1000
+
+
 def _sweep_values(args: argparse.Namespace) -> list[dict]:
     """One dict of changes per configuration: network x mode x precision x compile x batch."""
     if args.compile_mode and (args.compile or args.compile_context):
@@ -517,6 +524,11 @@ def _sweep_values(args: argparse.Namespace) -> list[dict]:
         [dict(activation_checkpointing=mode) for mode in args.activation_checkpointing],
         [dict(batch_size=batch) for batch in args.batch_size],
     ]
+    count = math.prod(len(axis) for axis in axes)
+    if count > MAX_SWEEP_CONFIGURATIONS:
+        raise UsageError(f"the lists given make a sweep of {count:,} configurations, more than "
+                         f"the {MAX_SWEEP_CONFIGURATIONS:,} one invocation runs: split it into "
+                         f"several invocations")
     return [{key: value for part in combination for key, value in part.items()}
             for combination in itertools.product(*axes)]
 

@@ -156,6 +156,7 @@ def detect(config, environ: Mapping[str, str] | None = None) -> Launch:
     """The launch this process belongs to; usage errors are raised before any rendezvous, so
     every rank fails the same way at once instead of waiting for the others."""
     environ = os.environ if environ is None else environ
+    _fail_rank(environ)                          # a test hook, but checked like the others
     if config.distributed_dataparallel:
         return _manual(config, environ)
     stray = [flag for flag, value in (("--rank", config.rank), ("--world-size", config.world_size),
@@ -354,9 +355,14 @@ def barrier(device: torch.device) -> None:
         interruptible(dist.barrier)
 
 
+def _fail_rank(environ: Mapping[str, str]) -> int | None:
+    """The rank MICROBENCH_FAIL_RANK names, checked: a rank number or unset."""
+    value = environ.get(FAIL_RANK_VARIABLE)
+    return None if value is None else _int_env(environ, FAIL_RANK_VARIABLE)
+
+
 def fail_if_asked(launch: Launch) -> None:
-    value = os.environ.get(FAIL_RANK_VARIABLE)
-    if value is not None and int(value) == launch.rank:
+    if _fail_rank(os.environ) == launch.rank:
         raise RuntimeError(f"failure injected on rank {launch.rank} by {FAIL_RANK_VARIABLE}")
 
 

@@ -10,11 +10,13 @@ EXIT_USAGE = 2
 EXIT_OUT_OF_MEMORY = 3
 EXIT_MISSING_ENVIRONMENT = 4
 EXIT_REGRESSION = 5
+EXIT_HANGUP = 129               # 128 + SIGHUP: the terminal or the SSH session went away
 EXIT_INTERRUPTED = 130          # 128 + SIGINT, what shells report for Ctrl-C
+EXIT_QUIT = 131                 # 128 + SIGQUIT, Ctrl-\ at a terminal
 EXIT_TERMINATED = 143           # 128 + SIGTERM, what SLURM and Kubernetes send
 # The codes of expected failures, each reported by one line where it happened.
 EXPECTED_EXIT_CODES = (EXIT_USAGE, EXIT_OUT_OF_MEMORY, EXIT_MISSING_ENVIRONMENT, EXIT_REGRESSION,
-                       EXIT_INTERRUPTED, EXIT_TERMINATED)
+                       EXIT_HANGUP, EXIT_INTERRUPTED, EXIT_QUIT, EXIT_TERMINATED)
 
 
 class BenchmarkError(Exception):
@@ -72,5 +74,10 @@ class RankFailed(ReportedFailure):
 
 
 class Terminated(BaseException):
-    """SIGTERM, raised like KeyboardInterrupt so that ``finally`` blocks run and temporary files
-    go; a BaseException so that no ``except Exception`` (a sweep's row) swallows it."""
+    """SIGTERM (or SIGHUP, SIGQUIT: ``signal_name``), raised like KeyboardInterrupt so that
+    ``finally`` blocks run and temporary files go; a BaseException so that no ``except
+    Exception`` (a sweep's row) swallows it. ``exit_code`` is the shell's 128 + the signal."""
+
+    def __init__(self, signal_name: str = "SIGTERM", exit_code: int = EXIT_TERMINATED):
+        super().__init__(signal_name, exit_code)
+        self.signal_name, self.exit_code = signal_name, exit_code

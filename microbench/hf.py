@@ -20,19 +20,16 @@ Usage::
 
 from __future__ import annotations
 
-import ast
 import difflib
 from types import ModuleType
 
 from torch import nn
 
 from microbench.errors import MissingEnvironment, UsageError
+from microbench.hf_overrides import checked_overrides, parse_literal
 
 __all__ = ["build_hf_model", "hf_max_positions", "hf_vocab_size", "parse_model_kwargs",
            "parse_value"]
-
-# Command-line users write JSON/YAML-style words; Python's literal_eval only knows True/False/None.
-_WORDS = {"true": True, "false": False, "none": None, "null": None}
 
 # Config attributes that hold the longest sequence, in the order different model families use them.
 _POSITION_ATTRIBUTES = ("max_position_embeddings", "n_positions", "max_sequence_length",
@@ -41,12 +38,7 @@ _POSITION_ATTRIBUTES = ("max_position_embeddings", "n_positions", "max_sequence_
 
 def parse_value(text: str) -> object:
     """A Python literal when `text` is one ("2", "1e-5", "[1, 2]", "True"), else the string."""
-    if text.strip().lower() in _WORDS:
-        return _WORDS[text.strip().lower()]
-    try:
-        return ast.literal_eval(text.strip())
-    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-        return text
+    return parse_literal(text, "value")
 
 
 def parse_model_kwargs(items: list[str]) -> dict[str, str]:
@@ -90,10 +82,11 @@ def build_hf_model(model_type: str, overrides: dict[str, str]) -> tuple[nn.Modul
 
 
 def hf_config(model_type: str, overrides: dict[str, str]) -> object:
-    """The default config of `model_type` with the `key=value` overrides applied (no download)."""
+    """The default config of `model_type` with the `key=value` overrides applied (no download),
+    each checked against the config first (`microbench.hf_overrides`: type, range, names)."""
     transformers = _import_transformers()
     _check_model_type(transformers, model_type)
-    kwargs = {key: parse_value(v) if isinstance(v, str) else v for key, v in overrides.items()}
+    kwargs = checked_overrides(transformers, model_type, overrides)   # nothing evaluated
     try:
         return transformers.AutoConfig.for_model(model_type, **kwargs)
     except (TypeError, ValueError) as error:

@@ -5,9 +5,9 @@
     torchrun --nproc-per-node 4 micro_benchmarking_pytorch.py --network resnet50 --batch-size 256
 
 Expected failures print one line on stderr and exit with their code (2 usage, 3 out of memory,
-4 missing GPU, dependency or disk space, 5 regression found by --compare, 130 Ctrl-C, 143
-SIGTERM; 1 with one line when another rank failed); anything else is a bug and exits 1 with its
-traceback.
+4 missing GPU, dependency or disk space, or a standard output that took no writes, 5 regression
+found by --compare, 129 SIGHUP, 130 Ctrl-C, 131 SIGQUIT, 143 SIGTERM; 1 with one line when
+another rank failed); anything else is a bug and exits 1 with its traceback.
 """
 from __future__ import annotations
 
@@ -15,33 +15,37 @@ import sys
 import traceback
 
 from . import cli, distributed, models, process, runner
-from .errors import EXIT_INTERRUPTED, EXIT_TERMINATED, BenchmarkError, Terminated
+from .errors import EXIT_INTERRUPTED, BenchmarkError, Terminated
 
 
 def main(argv: list[str] | None = None) -> int:
     distributed.forget()
-    with process.sigterm_raises():
-        try:
-            args = cli.parse_args(argv)
-            if args.list_networks:
-                print("\n".join(models.listing()))
-                return 0
-            return runner.run_plan(cli.to_plan(args))
-        except BenchmarkError as error:
-            # One line, whatever the message holds (a torch error quoted in it may not).
-            message = " ".join(str(error).splitlines())
-            print(f"{distributed.rank_prefix()}error: {message}", file=sys.stderr, flush=True)
-            return error.exit_code
-        except KeyboardInterrupt:
-            return process.stopped(process.INTERRUPTED, EXIT_INTERRUPTED,
-                                   distributed.rank_prefix())
-        except Terminated:
-            return process.stopped(process.TERMINATED, EXIT_TERMINATED,
-                                   distributed.rank_prefix())
-        except BrokenPipeError:                          # | head: the reader left
-            return process.reader_gone()
-        except Exception as error:                      # noqa: BLE001 (a bug: show everything)
-            traceback.print_exc()
-            print(f"{distributed.rank_prefix()}error: unexpected {type(error).__name__}: "
-                  f"{error}", file=sys.stderr, flush=True)
-            return 1
+    with process.sigterm_raises(), process.guarded_stdout() as output:
+        return process.ended(_run(argv), output, distributed.rank_prefix())
+
+
+def _run(argv: list[str] | None) -> int:
+    """Parse, plan, run; expected failures as one line and their exit code."""
+    try:
+        args = cli.parse_args(argv)
+        if args.list_networks:
+            print("\n".join(models.listing()))
+            return 0
+        return runner.run_plan(cli.to_plan(args))
+    except BenchmarkError as error:
+        # One line, whatever the message holds (a torch error quoted in it may not).
+        message = " ".join(str(error).splitlines())
+        print(f"{distributed.rank_prefix()}error: {message}", file=sys.stderr, flush=True)
+        return error.exit_code
+    except KeyboardInterrupt:
+        return process.stopped(process.INTERRUPTED, EXIT_INTERRUPTED,
+                               distributed.rank_prefix())
+    except Terminated as error:
+        return process.terminated(error, distributed.rank_prefix())
+    except BrokenPipeError:                          # | head: the reader left
+        return process.reader_gone()
+    except Exception as error:                      # noqa: BLE001 (a bug: show everything)
+        traceback.print_exc()
+        print(f"{distributed.rank_prefix()}error: unexpected {type(error).__name__}: "
+              f"{error}", file=sys.stderr, flush=True)
+        return 1

@@ -10,14 +10,17 @@ imports nothing heavy, so that it is in place before torch is.
 from __future__ import annotations
 
 import contextlib
+import errno
 import importlib
+import io
 import os
 import signal
 import sys
 import threading
 from typing import Iterator, Mapping
 
-from .errors import EXIT_INTERRUPTED, EXIT_MISSING_ENVIRONMENT, EXIT_TERMINATED, Terminated
+from .errors import (EXIT_HANGUP, EXIT_INTERRUPTED, EXIT_MISSING_ENVIRONMENT, EXIT_QUIT,
+                     EXIT_TERMINATED, Terminated)
 
 INTERRUPTED = "error: interrupted"
 TERMINATED = "error: terminated (SIGTERM)"
@@ -26,24 +29,39 @@ TERMINATED = "error: terminated (SIGTERM)"
 _IMPORTED_AT_START = frozenset({"rich", "torch", "torchvision", "jsonschema"})
 
 
+# The signals that stop a run cleanly, like SIGTERM: temporaries removed, one line, the shell's
+# exit code (128 + the signal). SIGHUP: the terminal or SSH session went away; SIGQUIT: Ctrl-\,
+# handled cleanly too (no core dump, no thread dump: what was asked is to stop).
+STOPPING = {signal.SIGTERM: ("SIGTERM", EXIT_TERMINATED),
+            **({signal.SIGHUP: ("SIGHUP", EXIT_HANGUP)} if hasattr(signal, "SIGHUP") else {}),
+            **({signal.SIGQUIT: ("SIGQUIT", EXIT_QUIT)} if hasattr(signal, "SIGQUIT") else {})}
+
+
 def _raise_terminated(signum, frame) -> None:
-    # A second SIGTERM must not cut the cleanup of the first short.
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    raise Terminated()
+    # A second signal must not cut the cleanup of the first short.
+    for number in STOPPING:
+        signal.signal(number, signal.SIG_IGN)
+    raise Terminated(*STOPPING.get(signum, ("SIGTERM", EXIT_TERMINATED)))
+
+
+def _install() -> dict:
+    """Every stopping signal raises Terminated; the previous handlers."""
+    return {number: signal.signal(number, _raise_terminated) for number in STOPPING}
 
 
 @contextlib.contextmanager
 def sigterm_raises() -> Iterator[None]:
-    """Within the block, SIGTERM raises Terminated; the previous handler comes back after it
-    (main() is also called in-process, by tests and by scripts)."""
+    """Within the block, SIGTERM, SIGHUP and SIGQUIT raise Terminated; the previous handlers
+    come back after it (main() is also called in-process, by tests and by scripts)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    previous = _install()
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for number, handler in previous.items():
+            signal.signal(number, handler)
 
 
 def env_rank_prefix(environ: Mapping[str, str] | None = None) -> str:
@@ -62,6 +80,11 @@ def stopped(line: str, code: int, prefix: str = "") -> int:
     return code
 
 
+def terminated(error: Terminated, prefix: str = "") -> int:
+    """Report the signal that raised ``error`` (SIGTERM, SIGHUP, SIGQUIT) as one line."""
+    return stopped(f"error: terminated ({error.signal_name})", error.exit_code, prefix)
+
+
 # What a shell reports for a process killed by SIGPIPE (128 + 13): the reader of our output
 # (``| head``) went away, which is not an error of ours.
 EXIT_READER_GONE = 141
@@ -78,16 +101,116 @@ def reader_gone() -> int:
     return EXIT_READER_GONE
 
 
+# ---------------------------------------------------------------- a terminal that takes no writes
+
+def _fill_closed_descriptors() -> None:
+    """Open /dev/null on standard input, output or error where the shell closed one (``>&-``):
+    otherwise the next file this process opens (a result's temporary file) would get that
+    number, and anything writing to "standard output", C++ included, would write into it."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            opened = os.open(os.devnull, os.O_RDWR)
+            if opened != fd:                   # a lower one was free after all: leave it be
+                os.close(opened)
+
+
+class GuardedOutput(io.TextIOBase):
+    """Standard output that never stops the run: the first write or flush that fails (a closed
+    stdout, ``>/dev/full``, an I/O error) is remembered, the descriptor pointed at /dev/null so
+    that no later flush (the interpreter's last one included) fails again, and every later
+    write is dropped. The run goes on and writes its result files; :func:`ended` says, as the
+    process's one line, that the console output was lost. A reader that went away
+    (``BrokenPipeError``, ``| head``) is not this: it propagates, as before."""
+
+    def __init__(self, stream):
+        super().__init__()
+        self.stream = stream
+        self.lost: str | None = None if stream is not None else "it is closed"
+
+    def _failed(self, error: OSError) -> None:
+        self.lost = error.strerror or str(error)
+        with contextlib.suppress(OSError, ValueError, AttributeError, io.UnsupportedOperation):
+            fd = self.stream.fileno()
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, fd)
+            os.close(devnull)
+
+    def write(self, text: str) -> int:
+        if self.lost is None:
+            try:
+                self.stream.write(text)
+            except BrokenPipeError:
+                raise
+            except (OSError, ValueError) as error:     # ValueError: a closed file object
+                self._failed(error if isinstance(error, OSError)
+                             else OSError(errno.EBADF, "it is closed"))
+        return len(text)
+
+    def flush(self) -> None:
+        if self.lost is None:
+            try:
+                self.stream.flush()
+            except BrokenPipeError:
+                raise
+            except (OSError, ValueError) as error:
+                self._failed(error if isinstance(error, OSError)
+                             else OSError(errno.EBADF, "it is closed"))
+
+    def isatty(self) -> bool:
+        return self.lost is None and self.stream.isatty()
+
+    def fileno(self) -> int:
+        if self.lost is not None and self.stream is None:
+            raise io.UnsupportedOperation("standard output is closed")
+        return self.stream.fileno()
+
+    def writable(self) -> bool:
+        return True
+
+    @property
+    def encoding(self) -> str:
+        return getattr(self.stream, "encoding", None) or "utf-8"
+
+
+@contextlib.contextmanager
+def guarded_stdout() -> Iterator[GuardedOutput]:
+    """``sys.stdout`` as a :class:`GuardedOutput` within the block (the previous one after it,
+    for callers of main() in-process)."""
+    _fill_closed_descriptors()
+    previous = sys.stdout
+    guard = GuardedOutput(previous)
+    sys.stdout = guard
+    try:
+        yield guard
+    finally:
+        sys.stdout = previous
+
+
+def ended(code: int, output: GuardedOutput, prefix: str = "") -> int:
+    """The exit code of a command whose standard output may have been lost. A run that
+    otherwise succeeded says so in one line and exits 4 (EXIT_MISSING_ENVIRONMENT: an output
+    the run needs could not be written; its result files were); a run that failed keeps its own
+    code and line (a regression found by --compare must still fail the gate as 5)."""
+    if output.lost is None or code != 0:
+        return code
+    print(f"{prefix}error: standard output could not be written ({output.lost}); the run "
+          f"finished and its result files, if any, were written", file=sys.stderr, flush=True)
+    return EXIT_MISSING_ENVIRONMENT
+
+
 def entry(module: str) -> int:
     """Import ``module`` and run its ``main()``; Ctrl-C or SIGTERM during the imports prints
     the same one line as later, instead of a traceback."""
-    signal.signal(signal.SIGTERM, _raise_terminated)   # for the whole life of this process
+    _install()                                          # for the whole life of this process
+    _fill_closed_descriptors()                          # before any file is opened
     try:
         main = importlib.import_module(module).main
     except KeyboardInterrupt:
         return stopped(INTERRUPTED, EXIT_INTERRUPTED, env_rank_prefix())
-    except Terminated:
-        return stopped(TERMINATED, EXIT_TERMINATED, env_rank_prefix())
+    except Terminated as error:
+        return terminated(error, env_rank_prefix())
     except ModuleNotFoundError as error:
         missing = (error.name or "").partition(".")[0]
         if missing not in _IMPORTED_AT_START:

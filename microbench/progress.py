@@ -23,6 +23,7 @@ Example::
 """
 from __future__ import annotations
 
+import io
 import threading
 import time
 from typing import Callable, TextIO
@@ -37,6 +38,14 @@ def is_terminal(stream: TextIO) -> bool:
         return bool(stream.isatty())
     except (AttributeError, ValueError):     # a closed or exotic stream
         return False
+
+
+class _Discard(io.TextIOBase):
+    """Where the lines go when standard output is closed (``sys.stdout`` is None under ``>&-``):
+    nowhere, without failing the run."""
+
+    def write(self, text: str) -> int:
+        return len(text)
 
 
 class _LineConsole(Console):
@@ -59,7 +68,7 @@ class Activity:
 
     def __init__(self, out: TextIO, clock: Callable[[], float] = time.monotonic,
                  live: bool | None = None, tick: bool = True):
-        self.out, self.clock = out, clock
+        self.out, self.clock = (_Discard() if out is None else out), clock
         self.live = is_terminal(out) if live is None else live
         self._tick = tick and self.live
         self._label: str | None = None

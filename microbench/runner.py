@@ -15,7 +15,7 @@ import sys
 from . import benchmark, capacity, device as device_layer, distributed, process, profilers, progress
 from . import ab, sweep, trials
 from .config import Plan, min_noise_trials
-from .errors import (EXIT_INTERRUPTED, EXIT_TERMINATED, EXPECTED_EXIT_CODES, BenchmarkError,
+from .errors import (EXIT_INTERRUPTED, EXPECTED_EXIT_CODES, BenchmarkError,
                      OutOfMemory, ReportedFailure, Terminated, UsageError)
 from .report import compare, console, files, plot
 from .spec import RunSpec, resolve
@@ -288,9 +288,8 @@ def _spawned_worker(index: int, spec: RunSpec, problem: BenchmarkError | None) -
         except KeyboardInterrupt:
             code = process.stopped(process.INTERRUPTED, EXIT_INTERRUPTED,
                                    f"[rank {spec.launch.rank + index}] ")
-        except Terminated:
-            code = process.stopped(process.TERMINATED, EXIT_TERMINATED,
-                                   f"[rank {spec.launch.rank + index}] ")
+        except Terminated as error:
+            code = process.terminated(error, f"[rank {spec.launch.rank + index}] ")
     if code:
         sys.exit(code)
 

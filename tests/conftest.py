@@ -7,6 +7,7 @@ codes of the process, signals, torchrun, the op bench's entry point, the install
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import subprocess
 import sys
@@ -32,6 +33,25 @@ class Ran:
     returncode: int
     stdout: str
     stderr: str
+
+
+# A real result of schema version 2: documents that --compare, --rerun and --scaling-baseline
+# read must match the published schema, so tests edit one of these instead of writing a few keys.
+STORED_RESULT = ROOT / "tests" / "data" / "history" / "v2_62b9ba6_training.json"
+_REQUIRED_SETTINGS = ("network", "batch_size", "mode", "iterations", "warmup", "nhwc", "compile",
+                      "compile_options", "seed")
+
+
+def stored_result(config: dict | None = None, **keys) -> dict:
+    """A result document matching the schema: the settings the schema requires at their
+    defaults, with ``config`` on top, and ``keys`` (top-level keys) replaced."""
+    from microbench.config import BenchConfig
+    document = json.loads(STORED_RESULT.read_text())
+    defaults = BenchConfig()
+    required = {name: getattr(defaults, name) for name in _REQUIRED_SETTINGS}
+    document["config"] = {**required, **(config or {})}
+    document.update(keys)
+    return document
 
 
 def run_main(capture, *args: str, main=None) -> Ran:

@@ -2,9 +2,14 @@
 
 Every case holds the contract: the documented exit code, one line on stderr, no traceback, and
 the disk left as it was (files that were there unchanged byte for byte, nothing new written, no
-temporary file). Most cases run main() in-process (a subprocess costs 6-8 s of imports); a few
-need a process of their own: a file-size limit (RLIMIT_FSIZE) standing in for a full disk,
-SIGTERM and SIGINT during the timed loop, and ranks that meet over gloo.
+temporary file, no directory made). The classes of issue 23 are groups here too: inputs that
+never end or are huge (FIFOs, devices, sockets, oversized or malformed documents), names that are
+not valid text, a terminal that takes no writes, --model-kwargs values, SIGHUP and SIGQUIT, what
+a killed run leaves, ranks with their own --output-dir, and the smaller edges (--dist-url,
+MICROBENCH_FAIL_RANK, sweep size, conv2d kernels, symlinked CSVs). Most cases run main()
+in-process (a subprocess costs 6-8 s of imports); a few need a process of their own: a
+file-size limit (RLIMIT_FSIZE) standing in for a full disk, signals during the timed loop, a
+stdout on /dev/full or closed, argv bytes that are not UTF-8, and ranks that meet over gloo.
 """
 from __future__ import annotations
 
@@ -25,10 +30,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, SCRIPT, TINY, assert_one_line_error, run_main
-from microbench import process
+from conftest import ROOT, SCRIPT, TINY, assert_one_line_error, run_main, stored_result
+from microbench import inputs, process
 from microbench.errors import CannotWrite, Terminated
-from microbench.report import files, writing
+from microbench.report import collection, files, writing
 
 RUN = ["--network", "resnet18", *TINY, "--device", "cpu"]
 CHILD_ENV = {"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
@@ -43,6 +48,10 @@ def snapshot(root: Path) -> dict[str, bytes]:
     """Every file under ``root`` with its bytes (directories do not count)."""
     return {str(path.relative_to(root)): path.read_bytes()
             for path in sorted(root.rglob("*")) if path.is_file()}
+
+
+def directories_under(root: Path) -> list[str]:
+    return sorted(str(path.relative_to(root)) for path in root.rglob("*") if path.is_dir())
 
 
 def temporaries(root: Path) -> list[str]:
@@ -78,6 +87,7 @@ class Case:
     env: dict[str, str] = field(default_factory=dict)
     setup: object = None
     modes: dict[str, int] = field(default_factory=dict)    # chmod after creating the files
+    layout: object = None          # layout(tmp_path): what files= cannot say (a FIFO, a hole)
 
 
 class BrokenImport(importlib.abc.MetaPathFinder):
@@ -102,7 +112,26 @@ def deepspeed_raises(error: BaseException):
 
 SWEEP = ["--batch-size", "2,4"]
 FOREIGN_CSV = b"a,b,c\n1,2,3\n"
-RESULT = json.dumps({"Throughput [img/sec]": 100.0, "GPUs": 1}).encode()
+STORED_MODEL = stored_result()["model"]
+
+
+def stored(config: dict | None = None, **keys) -> bytes:
+    """A result file's bytes, matching the schema (conftest.stored_result); ``None`` drops a
+    key."""
+    document = stored_result(config, **keys)
+    return json.dumps({key: value for key, value in document.items()
+                       if value is not None}).encode()
+
+
+def result_limit(size: int):
+    """The largest result file read, lowered for the test (1 GiB is too large to write)."""
+    return lambda monkeypatch: monkeypatch.setattr(inputs, "MAX_RESULT_BYTES", size)
+
+
+def bound_socket(path: Path) -> None:
+    """A UNIX socket left on disk (closed: stat still sees it)."""
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.bind(str(path))
 TORCHRUN_ENV = {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
                 "MASTER_PORT": "29500"}
 
@@ -236,17 +265,81 @@ CASES = [
     Case("compare-directory", ["--compare", "{tmp}"], 2, "cannot read a result JSON"),
     Case("compare-another-configuration", ["--compare", "{tmp}/base.json"], 2,
          "is another configuration: model 'resnet50' there, 'resnet18' here",
-         files={"base.json": json.dumps({
-             "Throughput [img/sec]": 1.0, "GPUs": 1, "Mini batch size [img]": 2,
-             "config": {"network": "resnet50", "mode": "training", "nhwc": False,
-                        "compile": False}, "precision": {"name": "fp32"}}).encode()}),
+         files={"base.json": stored({"network": "resnet50"}, Name="resnet50",
+                                    model={**STORED_MODEL, "name": "resnet50"})}),
     Case("scaling-baseline-list", ["--scaling-baseline", "{tmp}/base.json"], 2,
          "--scaling-baseline", files={"base.json": b"[]"}),
     Case("scaling-baseline-other-mode", ["--scaling-baseline", "{tmp}/base.json"], 2,
-         "differs in", files={"base.json": json.dumps({
-             "Throughput [img/sec]": 1.0, "GPUs": 1, "config": {"network": "resnet18",
-                                                               "mode": "inference"},
-             "precision": {"name": "fp32"}}).encode()}),
+         "differs in", files={"base.json": stored({"network": "resnet18",
+                                                   "mode": "inference"})}),
+    # Inputs that never end, block or are huge: checked with os.stat before the open, opened
+    # without blocking, read with a bound (microbench.inputs); documents through the schema.
+    Case("compare-dev-zero", ["--compare", "/dev/zero"], 2,
+         "--compare /dev/zero: cannot read a result JSON (is a device, not a regular file)"),
+    Case("rerun-dev-zero", ["--rerun", "/dev/zero"], 2, "--rerun /dev/zero: cannot read"),
+    Case("scaling-baseline-dev-urandom", ["--scaling-baseline", "/dev/urandom"], 2,
+         "is a device, not a regular file"),
+    Case("compare-fifo", ["--compare", "{tmp}/pipe.json"], 2, "is a FIFO, not a regular file",
+         layout=lambda tmp: os.mkfifo(tmp / "pipe.json")),
+    Case("rerun-fifo", ["--rerun", "{tmp}/pipe.json"], 2, "is a FIFO, not a regular file",
+         layout=lambda tmp: os.mkfifo(tmp / "pipe.json")),
+    Case("scaling-baseline-fifo", ["--scaling-baseline", "{tmp}/pipe.json"], 2,
+         "is a FIFO, not a regular file", layout=lambda tmp: os.mkfifo(tmp / "pipe.json")),
+    Case("compare-larger-than-a-result", ["--compare", "{tmp}/huge.json"], 2,
+         "holds 2,000 bytes, more than the 1,000 a result file can have",
+         files={"huge.json": b" " * 2000}, setup=result_limit(1000)),
+    Case("rerun-larger-than-a-result", ["--rerun", "{tmp}/huge.json"], 2,
+         "more than the 1,000 a result file", files={"huge.json": stored() + b" " * 5000},
+         setup=result_limit(1000)),
+    Case("rerun-socket", ["--rerun", "{tmp}/s"], 2, "is a socket, not a regular file",
+         layout=lambda tmp: bound_socket(tmp / "s")),
+    Case("compare-schema-wrong-type", ["--compare", "{tmp}/base.json"], 2,
+         "does not match the result schema (version 2) at $.GPUs",
+         files={"base.json": stored(GPUs="two")}),
+    Case("rerun-schema-wrong-type", ["--rerun", "{tmp}/base.json"], 2,
+         "--rerun {tmp}/base.json: does not match the result schema (version 2) at "
+         "$.config.batch_size", files={"base.json": stored({"batch_size": "64"})}),
+    Case("scaling-baseline-schema-missing-key", ["--scaling-baseline", "{tmp}/base.json"], 2,
+         "at $: 'env' is a required property",
+         files={"base.json": stored(env=None)}),
+    Case("compare-newer-schema", ["--compare", "{tmp}/base.json"], 2,
+         "schema version 99 is newer than this tool reads",
+         files={"base.json": stored(schema_version=99)}),
+    Case("compare-sweep-document", ["--compare", "{tmp}/base.json"], 2,
+         "is a sweep document, not one run's result",
+         files={"base.json": (ROOT / "tests/data/history/v1_8aa20e1_sweep.json").read_bytes()}),
+    # Names that are not valid text (non-UTF-8 bytes arrive as lone surrogates): every path
+    # flag refused before the run (argtypes.path_text), the bytes shown as escapes.
+    *[Case(f"{flag[2:]}-not-utf8", [*before, flag, "{tmp}/r\udce9sults" + suffix], 2,
+           f"{flag}: '{{tmp}}/r\\xe9sults{suffix}': the name is not valid UTF-8 text")
+      for flag, before, suffix in (
+          ("--output-dir", [], ""), ("--output-file", [], ".json"), ("--csv-file", [], ".csv"),
+          ("--plot", SWEEP, ".png"), ("--profiler-output", ["--kineto"], ""),
+          ("--compare", [], ".json"), ("--rerun", [], ".json"),
+          ("--scaling-baseline", [], ".json"), ("--data-dir", ["--data", "folder"], ""),
+          ("--data-cache", ["--data", "loader"], ""))],
+    # --dist-url: torch.distributed's init methods only, checked before the run.
+    Case("dist-url-http", ["--dist-url", "http://10.0.0.1:29500"], 2,
+         "the scheme must be one of tcp://HOST:PORT, env:// or file:///PATH"),
+    Case("dist-url-no-scheme", ["--dist-url", "10.0.0.1:29500"], 2, "the scheme must be"),
+    Case("dist-url-tcp-no-port", ["--dist-url", "tcp://10.0.0.1"], 2, "tcp:// takes HOST:PORT"),
+    Case("dist-url-tcp-port-huge", ["--dist-url", "tcp://h:99999"], 2, "a port from 1 to 65535"),
+    Case("dist-url-file-relative", ["--dist-url", "file://rendezvous"], 2,
+         "file:// takes an absolute path"),
+    # The failure-injection hook is checked like the launcher's variables.
+    Case("fail-rank-not-a-number", [], 2, "MICROBENCH_FAIL_RANK='abc' is not an integer",
+         env={"MICROBENCH_FAIL_RANK": "abc"}),
+    Case("fail-rank-negative", [], 2, "MICROBENCH_FAIL_RANK=-1 must be in",
+         env={"MICROBENCH_FAIL_RANK": "-1"}),
+    # A sweep is bounded; refused runs leave no directory behind (checked for every row).
+    Case("sweep-20000-batch-sizes", ["--batch-size", ",".join(map(str, range(1, 20001)))], 2,
+         "a sweep of 20,000 configurations, more than the 1,000 one invocation runs"),
+    Case("sweep-product-too-large", ["--batch-size", ",".join(map(str, range(1, 41))),
+                                     "--network", ",".join(["resnet18"] * 30)], 2,
+         "a sweep of 1,200 configurations"),
+    Case("refused-run-nested-output-dir", ["--output-dir", "{tmp}/a/b/c", "--csv-file",
+                                           "{tmp}/f.csv"], 2, "different CSV header",
+         files={"f.csv": FOREIGN_CSV}),
     # Launcher environments: all of it or none of it.
     Case("env-rank-alone", [], 2, "partial launcher environment", env={"RANK": "0"}),
     Case("env-no-master", [], 2, "MASTER_ADDR, MASTER_PORT not",
@@ -280,6 +373,8 @@ def prepare(case: Case, tmp_path: Path, monkeypatch) -> dict[str, bytes]:
     for name, data in case.files.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_bytes(data)
+    if case.layout is not None:
+        case.layout(tmp_path)
     for name, mode in case.modes.items():
         (tmp_path / name).chmod(mode)
     for name, value in case.env.items():
@@ -292,13 +387,15 @@ def prepare(case: Case, tmp_path: Path, monkeypatch) -> dict[str, bytes]:
 @pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
 def test_hostile_input_one_line_and_disk_unchanged(case, tmp_path, capfd, monkeypatch):
     before = prepare(case, tmp_path, monkeypatch)
+    directories = directories_under(tmp_path)
     argv = [arg.replace("{tmp}", str(tmp_path))
             for arg in [*RUN, "--output-dir", "{tmp}/out", *case.argv]]
     try:
         ran = run_main(capfd, *argv)
-        assert_one_line_error(ran, case.code, case.text)
+        assert_one_line_error(ran, case.code, case.text.replace("{tmp}", str(tmp_path)))
         assert "Warming up" not in ran.stdout, "found only after the run"
         assert_disk_unchanged(tmp_path, before)
+        assert directories_under(tmp_path) == directories, "a refused run made a directory"
     finally:
         for name in case.modes:                  # let pytest clean up
             (tmp_path / name).chmod(0o755)
@@ -324,6 +421,16 @@ OPS_CASES = [
     Case("ops-csv-is-directory", ["--output-csv", "{tmp}/d"], 2, "is a directory",
          files={"d/keep": b""}),
     Case("ops-json-is-device", ["--output-json", os.devnull], 2, "not a regular file"),
+    Case("ops-json-not-utf8", ["--output-json", "{tmp}/\udcffo.json"], 2,
+         "--output-json: '{tmp}/\\xffo.json': the name is not valid UTF-8 text"),
+    Case("ops-csv-not-utf8", ["--output-csv", "{tmp}/o\udc80.csv"], 2,
+         "the name is not valid UTF-8 text"),
+    Case("ops-conv2d-kernel-larger", ["--op", "conv2d", "--input1-dim", "1-3-4-4",
+                                      "--input2-dim", "8-3-7-7"], 2,
+         "conv2d's kernel 7x7 is larger than its 4x4 input"),
+    Case("ops-conv2d-kernel-wider", ["--op", "conv2d", "--input1-dim", "1-3-8-2",
+                                     "--input2-dim", "8-3-1-3"], 2,
+         "kernel 1x3 is larger than its 8x2 input"),
     Case("ops-json-and-csv-same", ["--output-json", "{tmp}/o", "--output-csv", "{tmp}/o"], 2,
          "name the same file"),
 ]
@@ -336,8 +443,171 @@ def test_hostile_op_bench_input_one_line_and_disk_unchanged(case, tmp_path, capf
     before = prepare(case, tmp_path, monkeypatch)
     argv = [arg.replace("{tmp}", str(tmp_path)) for arg in [*OPS_RUN, *case.argv]]
     ran = run_main(capfd, *argv, main=ops_main)
-    assert_one_line_error(ran, case.code, case.text)
+    assert_one_line_error(ran, case.code, case.text.replace("{tmp}", str(tmp_path)))
     assert_disk_unchanged(tmp_path, before)
+
+
+# --model-kwargs of hf: models, checked against the model type's config before anything is
+# built (microbench.hf_overrides): keys it knows, the type of its default, ranges, activations.
+HF_RUN = ["--network", "hf:llama", "--seq-len", "8", "--batch-size", "2", "--iterations", "1",
+          "--warmup", "0", "--device", "cpu"]
+MODEL_KWARGS_CASES = [
+    ("layers-negative", ["num_hidden_layers=-1"], "num_hidden_layers=-1: must be positive"),
+    ("heads-zero", ["num_attention_heads=0"], "num_attention_heads=0: must be positive"),
+    ("layers-none", ["num_hidden_layers=none"], "a size or count must be a number"),
+    ("hidden-size-5000-digits", ["hidden_size=" + "9" * 5000], "5,000 characters long"),
+    ("hidden-size-huge", ["hidden_size=" + "9" * 30], "at most 1.67772e+07 in magnitude"),
+    ("hidden-size-float", ["hidden_size=64.5"], "hidden_size=64.5: must be an integer"),
+    ("hidden-size-bool", ["hidden_size=true"], "hidden_size=True: must be an integer"),
+    ("hidden-size-list", ["hidden_size=[64]"], "must be an integer"),
+    ("hidden-act-import", ["hidden_act=__import__"], "not an activation transformers knows"),
+    ("hidden-act-code", ["hidden_act=__import__('os').system('true')"],
+     "not an activation transformers knows"),
+    ("hidden-act-number", ["hidden_act=3"], "not an activation transformers knows"),
+    ("eps-negative", ["rms_norm_eps=-1e-5"], "rms_norm_eps=-1e-05: must be positive"),
+    ("eps-nan", ["rms_norm_eps=nan"], "rms_norm_eps='nan': must be a number"),
+    ("eps-infinite", ["rms_norm_eps=1e999"], "must be a finite number"),
+    ("dropout-above-one", ["attention_dropout=2"], "a probability, from 0 to 1"),
+    ("use-cache-word", ["use_cache=maybe"], "use_cache='maybe': must be true or false"),
+    ("unknown-key", ["hiden_size=64"], "'hiden_size' is not a setting of the llama config"
+                                       " (LlamaConfig); did you mean hidden_size"),
+    ("private-key", ["_attn_implementation_internal=eager"], "is not a setting"),
+    ("dict-nested", ["rope_parameters={'factor': [1, 2]}"], "must be a number, a word"),
+    ("dict-code-word", ["rope_parameters={'rope_type': 'os.system(1)'}"],
+     "a word of letters, digits"),
+    ("dict-not-a-dict", ["rope_parameters=3"], "must be a dict literal"),
+]
+
+
+@pytest.mark.parametrize("kwargs, text", [case[1:] for case in MODEL_KWARGS_CASES],
+                         ids=[case[0] for case in MODEL_KWARGS_CASES])
+def test_hostile_model_kwargs_one_line_before_building(kwargs, text, tmp_path, capfd):
+    pytest.importorskip("transformers")
+    ran = run_main(capfd, *HF_RUN, "--output-dir", str(tmp_path / "out"), "--model-kwargs",
+                   *kwargs)
+    assert_one_line_error(ran, 2, text)
+    assert "Building" not in ran.stdout and snapshot(tmp_path) == {}
+
+
+# The report command: the same contract for its inputs and outputs (it imports no torch).
+REPORT_CASES = [
+    Case("report-input-not-utf8", ["{tmp}/r\udcffsults"], 2,
+         "'{tmp}/r\\xffsults': the name is not valid UTF-8 text"),
+    Case("report-plot-not-utf8", [str(ROOT / "tests/data/history"), "--plot", "{tmp}/\udce9.png"],
+         2, "argument --plot: '{tmp}/\\xe9.png': the name is not valid UTF-8"),
+    Case("report-html-not-utf8", [str(ROOT / "tests/data/history"), "--html", "{tmp}/\udce9"],
+         2, "argument --html"),
+    Case("report-fifo", ["{tmp}/pipe.json"], 2, "is a FIFO, not a regular file",
+         layout=lambda tmp: os.mkfifo(tmp / "pipe.json")),
+    Case("report-dev-zero", ["/dev/zero"], 2, "is a device, not a regular file"),
+    Case("report-socket-in-directory", ["{tmp}"], 2, "s.json: is a socket, not a regular file",
+         layout=lambda tmp: bound_socket(tmp / "s.json")),
+    Case("report-too-large", ["{tmp}/big.json"], 2, "more than the 1,000 a result file",
+         files={"big.json": b" " * 2000},
+         setup=lambda monkeypatch: monkeypatch.setattr(collection, "MAX_INPUT_BYTES", 1000)),
+]
+
+
+@pytest.mark.parametrize("case", REPORT_CASES, ids=[case.id for case in REPORT_CASES])
+def test_hostile_report_input_one_line_and_disk_unchanged(case, tmp_path, capfd, monkeypatch):
+    from microbench.report.command import main as report_main
+    before = prepare(case, tmp_path, monkeypatch)
+    argv = [arg.replace("{tmp}", str(tmp_path)) for arg in case.argv]
+    ran = run_main(capfd, *argv, main=report_main)
+    assert_one_line_error(ran, case.code, case.text.replace("{tmp}", str(tmp_path)))
+    assert_disk_unchanged(tmp_path, before)
+
+
+def test_a_name_of_non_utf8_bytes_from_the_command_line_is_one_line(tmp_path):
+    """As a process, so the bytes go through Python's own decoding of argv (surrogateescape)."""
+    name = os.fsencode(str(tmp_path)) + b"/r\xe9sults.json"
+    done = subprocess.run([sys.executable, "-m", "microbench.report", name],
+                          capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert_one_line_error(done, 2, "sults.json': the name is not valid UTF-8 text")
+    assert snapshot(tmp_path) == {}
+
+
+# ---------------------------------------------------------------- a terminal that takes no writes
+
+class FullTerminal:
+    """Standard output on /dev/full, in-process: every write fails with ENOSPC."""
+
+    def write(self, text):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def flush(self):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def isatty(self):
+        return False
+
+
+LOST_OUTPUT = "error: standard output could not be written ({}); the run finished and its " \
+              "result files, if any, were written"
+TERMINALS = {"dev-full": (FullTerminal, "No space left on device"),
+             "closed": (lambda: None, "it is closed")}
+
+
+@pytest.mark.parametrize("terminal", sorted(TERMINALS))
+def test_ops_and_report_finish_their_files_when_stdout_takes_no_writes(tmp_path, capfd,
+                                                                      monkeypatch, terminal):
+    from microbench.ops.cli import main as ops_main
+    from microbench.report.command import main as report_main
+    make, reason = TERMINALS[terminal]
+    monkeypatch.setattr(sys, "stdout", make())
+    ran = run_main(capfd, *OPS_RUN, "--output-json", str(tmp_path / "o.json"), main=ops_main)
+    assert_one_line_error(ran, 4, LOST_OUTPUT.format(reason))
+    assert json.loads((tmp_path / "o.json").read_text())["results"][0]["op"] == "add"
+    ran = run_main(capfd, str(tmp_path / "o.json"), "--html", str(tmp_path / "p.html"),
+                   main=report_main)
+    assert_one_line_error(ran, 4, LOST_OUTPUT.format(reason))
+    assert (tmp_path / "p.html").read_text().startswith("<!DOCTYPE html>")
+    assert temporaries(tmp_path) == []
+
+
+def test_a_lost_terminal_does_not_hide_a_failure_nor_a_reader_that_left():
+    output = process.GuardedOutput(FullTerminal())
+    output.write("lost")
+    assert output.lost == "No space left on device" and not output.isatty()
+    assert process.ended(5, output) == 5          # a regression still fails the gate as 5
+    assert process.ended(0, process.GuardedOutput(None)) == 4
+
+    class GoneReader(FullTerminal):
+        def write(self, text):
+            raise BrokenPipeError(errno.EPIPE, "Broken pipe")
+    with pytest.raises(BrokenPipeError):          # | head: exit 141, silently, as before
+        process.GuardedOutput(GoneReader()).write("x")
+
+
+def test_the_progress_line_takes_a_closed_stdout():
+    from microbench import progress
+    activity = progress.Activity(None)
+    activity.start("Building")
+    activity.finish("done")
+
+
+@pytest.mark.parametrize("terminal", ["dev-full", "closed"])
+def test_a_run_whose_stdout_takes_no_writes_still_writes_its_results(tmp_path, terminal):
+    """As a process: stdout on /dev/full, or closed by the shell (``>&-``): one line, exit 4,
+    the JSON and the CSV row whole."""
+    out = tmp_path / "out"
+    argv = [sys.executable, str(SCRIPT), *RUN, "--mode", "inference", "--output-dir", str(out)]
+    env = {**os.environ, **CHILD_ENV}
+    if terminal == "dev-full":
+        with open("/dev/full", "w") as full:
+            done = subprocess.run(argv, stdout=full, stderr=subprocess.PIPE, text=True,
+                                  cwd=ROOT, env=env, timeout=240)
+    else:
+        done = subprocess.run(argv, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env,
+                              timeout=240, preexec_fn=lambda: os.close(1))
+    reason = TERMINALS[terminal][1]
+    assert_one_line_error(subprocess.CompletedProcess(argv, done.returncode, "", done.stderr),
+                          4, LOST_OUTPUT.format(reason))
+    [result] = out.glob("*.json")
+    assert json.loads(result.read_text())["Throughput [img/sec]"] > 0
+    [row] = list(csv.DictReader((out / "benchmark_summary.csv").open()))
+    assert row["status"] == "ok" and row["json_file"].endswith(result.name)
+    assert temporaries(tmp_path) == []
 
 
 # ---------------------------------------------------------------- runs that get to the end
@@ -380,6 +650,25 @@ def test_a_csv_with_unix_line_ends_takes_our_rows_with_its_own_line_ends(tmp_pat
     assert b"\r" not in data and data.count(b"\n") == 2
     [row] = list(csv.DictReader(data.decode().splitlines()))
     assert row["status"] == "ok"
+
+
+def test_links_a_csv_appends_through_and_a_json_is_replaced(tmp_path, capfd):
+    """The rule for symlinks (README, "Guarantees"): an append adds to the link's target (a
+    shared summary CSV linked into several places), a whole file replaces the link itself, so
+    no link makes the tool overwrite the file it points to."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (tmp_path / "shared.csv").write_bytes(HEADER)
+    (tmp_path / "elsewhere.json").write_bytes(b"precious")
+    (tmp_path / "s.csv").symlink_to(tmp_path / "shared.csv")
+    (out / "r.json").symlink_to(tmp_path / "elsewhere.json")
+    run_ok(capfd, "--mode", "inference", "--output-dir", str(out), "--output-file", "r",
+           "--csv-file", str(tmp_path / "s.csv"))
+    assert (tmp_path / "s.csv").is_symlink()
+    [row] = list(csv.DictReader((tmp_path / "shared.csv").open()))
+    assert row["status"] == "ok"
+    assert not (out / "r.json").is_symlink() and json.loads((out / "r.json").read_text())
+    assert (tmp_path / "elsewhere.json").read_bytes() == b"precious"
 
 
 def test_every_row_of_a_sweep_failing_is_not_a_success(tmp_path, capfd):
@@ -481,6 +770,48 @@ def test_json_and_csv_row_are_written_together_or_not_at_all(tmp_path, monkeypat
     assert_disk_unchanged(tmp_path, before)
 
 
+def test_the_csv_row_is_appended_only_once_its_json_is_in_place(tmp_path, monkeypatch):
+    """What a killed run leaves: the JSON is swapped in before the row is appended, so a kill
+    between the two leaves a JSON without its row, never a row without its JSON."""
+    json_path, csv_path = tmp_path / "r.json", tmp_path / "s.csv"
+    json_path.write_text('{"previous": true}')
+    summary = type("S", (), {})()
+    summary.spec = type("Spec", (), {"json_path": str(json_path), "csv_path": str(csv_path)})()
+    monkeypatch.setattr(files, "result_document", lambda s: {"new": 1})
+    monkeypatch.setattr(files, "csv_row", lambda s: row("x"))
+    seen = []
+    real_append = files.append_csv
+    monkeypatch.setattr(files, "append_csv", lambda r, path: (
+        seen.append(json.loads(json_path.read_text())), real_append(r, path)))
+    files.write_files(summary)
+    assert seen == [{"new": 1}] and json.loads(json_path.read_text()) == {"new": 1}
+    assert [r[0] for r in rows_of(csv_path)] == ["time_utc", "x"] and temporaries(tmp_path) == []
+
+
+def _dead_pid() -> int:
+    child = subprocess.Popen([sys.executable, "-c", ""])
+    child.wait()
+    return child.pid
+
+
+def test_stale_temporaries_of_dead_processes_on_this_host_are_swept(tmp_path):
+    host = writing._HOST
+    other_host = "0" * 8 if host != "0" * 8 else "1" * 8
+    dead, mine = _dead_pid(), os.getpid()
+    names = {"dead": f".tmp-{dead}.{host}.0123abcd-r.json",
+             "dead-backup": f".tmp-{dead}.{host}.89abcdef-s.json",
+             "alive": f".tmp-{os.getppid()}.{host}.0123abcd-r.json",
+             "mine": f".tmp-{mine}.{host}.0123abcd-r.json",
+             "other-host": f".tmp-{dead}.{other_host}.0123abcd-r.json",
+             "older-format": ".tmp-0123abcd-r.json", "not-ours": "notes.txt"}
+    for name in names.values():
+        (tmp_path / name).write_text("x")
+    writing.write_json(str(tmp_path / "r.json"), {"a": 1})
+    left = {path.name for path in tmp_path.iterdir()}
+    assert left == {"r.json", *(names[key] for key in ("alive", "mine", "other-host",
+                                                       "older-format", "not-ours"))}
+
+
 @pytest.mark.parametrize("error", [OSError(errno.ENOSPC, "No space left on device"),
                                    KeyboardInterrupt()], ids=["disk-full", "ctrl-c"])
 def test_a_failed_whole_write_leaves_the_previous_file(tmp_path, monkeypatch, error):
@@ -541,10 +872,11 @@ def test_concurrent_appends_with_failures_never_interleave_nor_leave_fragments(t
 
 
 def test_ctrl_c_or_sigterm_during_the_imports_prints_one_line(capfd, monkeypatch):
-    previous = signal.getsignal(signal.SIGTERM)
+    previous = {number: signal.getsignal(number) for number in process.STOPPING}
     try:
         for error, code, text in ((KeyboardInterrupt(), 130, "error: interrupted"),
-                                  (Terminated(), 143, "error: terminated (SIGTERM)")):
+                                  (Terminated(), 143, "error: terminated (SIGTERM)"),
+                                  (Terminated("SIGHUP", 129), 129, "error: terminated (SIGHUP)")):
             class Interrupting(importlib.abc.MetaPathFinder):
                 def find_spec(self, name, path=None, target=None):
                     if name == "microbench.main":
@@ -558,7 +890,8 @@ def test_ctrl_c_or_sigterm_during_the_imports_prints_one_line(capfd, monkeypatch
             assert err == text + "\n"
             monkeypatch.undo()
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for number, handler in previous.items():
+            signal.signal(number, handler)
 
 
 # ---------------------------------------------------------------- processes of their own
@@ -597,7 +930,10 @@ def test_a_full_disk_leaves_json_and_csv_as_they_were(tmp_path, where):
 
 @pytest.mark.parametrize("signal_number, code, text", [
     (signal.SIGTERM, 143, "error: terminated (SIGTERM)"),
-    (signal.SIGINT, 130, "error: interrupted")], ids=["sigterm", "sigint"])
+    (signal.SIGINT, 130, "error: interrupted"),
+    (signal.SIGHUP, 129, "error: terminated (SIGHUP)"),
+    (signal.SIGQUIT, 131, "error: terminated (SIGQUIT)")],
+    ids=["sigterm", "sigint", "sighup", "sigquit"])
 def test_a_signal_in_the_timed_loop_ends_with_one_line_and_no_files(tmp_path, signal_number,
                                                                    code, text):
     proc = child([*RUN, "--iterations", str(10**6), "--output-dir", str(tmp_path)])
@@ -634,6 +970,24 @@ def test_ranks_started_with_different_settings_exit_2_at_once(tmp_path):
         assert_one_line_error(ran, 2, f"[rank {rank}] error: ranks were started with different "
                                       f"settings: --iterations is 2 on rank 0, 3 on rank 1")
     assert snapshot(tmp_path) == {}
+
+
+def test_ranks_may_name_different_output_dirs_and_only_rank_0_writes(tmp_path):
+    """The lead's rule: --output-dir (and --output-file, --csv-file) may differ across ranks;
+    only rank 0 writes results, so rank 1's directory is never created nor checked (here it
+    lies under a file, where no directory can be)."""
+    (tmp_path / "afile").write_bytes(b"x")
+    port = str(free_port())
+    procs = [child([*RUN, "--batch-size", "4", "--output-dir", str(tmp_path / directory)],
+                   env={"RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank),
+                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port})
+             for rank, directory in enumerate(("rank0", "afile/rank1"))]
+    outputs = [proc.communicate(timeout=240) for proc in procs]
+    for proc, (stdout, stderr) in zip(procs, outputs):
+        assert proc.returncode == 0, stderr[-3000:]
+    written = sorted(str(path.relative_to(tmp_path)) for path in tmp_path.rglob("*"))
+    assert written[0] == "afile" and all(name.startswith("rank0") for name in written[1:])
+    assert len(list((tmp_path / "rank0").glob("*.json"))) == 1
 
 
 def test_a_problem_only_rank_0_sees_stops_every_spawned_worker(tmp_path):

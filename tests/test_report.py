@@ -399,7 +399,7 @@ def test_the_page_renders_in_headless_chromium_without_console_errors(results, c
      "empty: no *.json result files in this directory"),
     (lambda tmp: (tmp / "t").mkdir() or (tmp / "t" / "a_trace1.json").write_text("{}")
      and str(tmp / "t"), "no *.json result files"),
-    (lambda tmp: os.devnull, "is a device, not a result file"),
+    (lambda tmp: os.devnull, "is a device, not a regular file"),
     (lambda tmp: "", "an empty path was given"),
 ])
 def test_bad_paths_are_one_line_and_exit_2(capfd, tmp_path, setup, message):
@@ -446,8 +446,8 @@ def test_a_fifo_and_dev_zero_are_refused_without_reading(tmp_path):
     """As a process: a FIFO nobody writes would block a reader forever, /dev/zero never ends."""
     fifo = tmp_path / "results.json"
     os.mkfifo(fifo)
-    assert_one_line_error(_run_command(str(fifo)), 2, "is a FIFO, not a result file")
-    assert_one_line_error(_run_command("/dev/zero"), 2, "is a device, not a result file")
+    assert_one_line_error(_run_command(str(fifo)), 2, "is a FIFO, not a regular file")
+    assert_one_line_error(_run_command("/dev/zero"), 2, "is a device, not a regular file")
 
 
 def test_the_command_reads_results_without_importing_torch(results):

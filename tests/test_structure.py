@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, stored_result
 from microbench import cli, config, preset, rerun
 
 PACKAGE = ROOT / "microbench"
@@ -172,7 +172,7 @@ NEEDS = {"prompt_len": {"mode": "generate"}, "gen_len": {"mode": "generate"},
 
 def _replay(tmp_path, stored: dict):
     path = tmp_path / "result.json"
-    path.write_text(json.dumps({"Throughput [img/sec]": 1.0, "config": stored}))
+    path.write_text(json.dumps(stored_result(stored)))
     return cli.parse_args(["--rerun", str(path)])
 
 
@@ -201,7 +201,7 @@ def test_settings_of_this_invocation_are_not_replayed(tmp_path):
 
 def _write(tmp_path, stored: dict) -> str:
     path = tmp_path / "stored.json"
-    path.write_text(json.dumps({"Throughput [img/sec]": 1.0, "config": stored}))
+    path.write_text(json.dumps(stored_result(stored)))
     return str(path)
 
 

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from conftest import TINY, assert_one_line_error, run_cli
+from conftest import TINY, assert_one_line_error, run_cli, stored_result
 from microbench import cli, noise, progress
 from microbench.report import units
 
@@ -231,12 +231,12 @@ def test_rerun_of_amp_with_tf32_keeps_both():
     ({"network": "resnet18", "batch_size": 10**12}, "--batch-size"),
     ({"network": "resnet18", "compile": True,
       "compile_options": {"options": {"cpp.cxx": "/bin/sh"}}}, "not allowed"),
-    ({"network": "resnet18", "nhwc": "yes"}, "not a value this tool writes"),
+    ({"network": "resnet18", "nhwc": "yes"}, "at $.config.nhwc: 'yes' is not of type"),
     ({"network": "resnet18", "model_kwargs": ["--output-dir=/etc"]}, "not a value"),
 ])
 def test_rerun_checks_a_stored_value_like_a_typed_one(cli, tmp_path, stored, message):
     path = tmp_path / "edited.json"
-    path.write_text(json.dumps({"Throughput [img/sec]": 10.0, "config": stored}))
+    path.write_text(json.dumps(stored_result(stored)))
     process, out = cli("--rerun", str(path), "--no-files")
     assert_one_line_error(process, 2, message)
     assert not out.exists()

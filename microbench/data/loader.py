@@ -33,6 +33,7 @@ import sys
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
+from .. import process
 from ..errors import EXIT_UNEXPECTED, BenchmarkError, MissingEnvironment
 from .datasets import Batch, collate
 
@@ -73,8 +74,8 @@ def _worker_init(worker_id: int) -> None:
     # would print a traceback in the worker; dying of the signal instead makes DataLoader's
     # SIGCHLD handler raise in the main process while it shuts down. So workers wait to be
     # stopped by the main process, which got the same signal.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    for number in (signal.SIGINT, *process.STOPPING):   # SIGTERM, SIGHUP, SIGQUIT
+        signal.signal(number, signal.SIG_IGN)
     sys.excepthook = _quiet_when_the_receiver_left(sys.excepthook)
 
 

@@ -345,6 +345,11 @@ def _conv2d_check(shapes: Shapes, inplace: bool) -> None:
     if shapes.input1[1] != shapes.input2[1]:
         raise UsageError(f"conv2d channels differ: input has C={shapes.input1[1]}, weight "
                          f"expects C={shapes.input2[1]}")
+    (height, width), (kernel_h, kernel_w) = shapes.input1[2:], shapes.input2[2:]
+    if kernel_h > height or kernel_w > width:
+        raise UsageError(f"conv2d's kernel {kernel_h}x{kernel_w} is larger than its "
+                         f"{height}x{width} input: most taps would read padding, not the input; "
+                         f"use a kernel at most the input's size")
 
 
 def _conv2d_cost(shapes: Shapes, element_size: int, inplace: bool) -> OpCost:

@@ -31,9 +31,9 @@ import torch
 
 from .. import __version__, device as device_layer, flops, process, progress
 from ..argtypes import (MAX_ITERATIONS, MAX_PEAK_TFLOPS, MAX_WARMUP, OneLineParser, bounded_int,
-                        finite_float)
+                        finite_float, path_text)
 from ..device import clock_name
-from ..errors import (EXIT_INTERRUPTED, EXIT_TERMINATED, BenchmarkError, Terminated,
+from ..errors import (EXIT_INTERRUPTED, BenchmarkError, Terminated,
                       UsageError)
 from ..report import writing
 from ..report.schema import SCHEMA_VERSION
@@ -120,9 +120,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="memory bandwidth in GB/s, instead of the table's")
 
     output = parser.add_argument_group("output files")
-    output.add_argument("--output-json", default=None, metavar="PATH",
+    output.add_argument("--output-json", default=None, type=path_text, metavar="PATH",
                         help="write all results, with raw samples, as JSON")
-    output.add_argument("--output-csv", default=None, metavar="PATH",
+    output.add_argument("--output-csv", default=None, type=path_text, metavar="PATH",
                         help="write one CSV row per op")
     return parser
 
@@ -268,16 +268,20 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    with process.sigterm_raises():
-        try:
-            return run(build_parser().parse_args(argv))
-        except BenchmarkError as error:
-            print("error: " + " ".join(str(error).splitlines()), file=sys.stderr)
-            return error.exit_code
-        except KeyboardInterrupt:
-            return process.stopped(process.INTERRUPTED, EXIT_INTERRUPTED)
-        except Terminated:
-            return process.stopped(process.TERMINATED, EXIT_TERMINATED)
-        except BrokenPipeError:                          # | head: the reader left
-            return process.reader_gone()
+    with process.sigterm_raises(), process.guarded_stdout() as output:
+        return process.ended(_main(argv), output)
+
+
+def _main(argv: list[str] | None) -> int:
+    try:
+        return run(build_parser().parse_args(argv))
+    except BenchmarkError as error:
+        print("error: " + " ".join(str(error).splitlines()), file=sys.stderr)
+        return error.exit_code
+    except KeyboardInterrupt:
+        return process.stopped(process.INTERRUPTED, EXIT_INTERRUPTED)
+    except Terminated as error:
+        return process.terminated(error)
+    except BrokenPipeError:                          # | head: the reader left
+        return process.reader_gone()
 

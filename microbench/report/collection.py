@@ -3,7 +3,8 @@
 * **Found:** each argument is a result JSON or a directory, searched (with its subdirectories) for
   ``*.json``; Kineto traces (``*trace<step>.json``) and the atomic writer's temporary files
   (``.tmp-*``) in a directory are left out.
-* **Checked before they are opened:** every path must be a regular file (or a directory) of at
+* **Checked before they are opened** (:mod:`microbench.inputs`, the one check of every file
+  the tools read): every path must be valid text naming a regular file (or a directory) of at
   most :data:`MAX_INPUT_BYTES`; a missing path, a FIFO, a device (``/dev/zero``) or a directory
   without a result is one line and exit 2 (:class:`~microbench.errors.UsageError`), before any
   file is read.
@@ -32,45 +33,20 @@ import re
 import stat
 from dataclasses import dataclass, field
 
+from .. import inputs as checked
 from ..errors import UsageError
 from . import schema
 from .entry import MODEL, OP, Entry, entries_of
 
-# Far above any result the tool writes (10 million iterations keep two copies of 10 million
-# samples: about 0.4 GB); a larger file is not a result, and reading it would exhaust memory.
-MAX_INPUT_BYTES = 1 << 30
+MAX_INPUT_BYTES = checked.MAX_RESULT_BYTES
 _TRACE_NAME = re.compile(r"trace\d+(_rank\d+)?\.json$")
 _TEMPORARY_PREFIX = ".tmp-"           # report.writing.TEMPORARY_PREFIX
 
 
 # ---------------------------------------------------------------- found and checked
 
-def _kind_of(mode: int) -> str:
-    if stat.S_ISFIFO(mode):
-        return "a FIFO"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    return "not a regular file"
-
-
-def _check_file(path: str, status: os.stat_result) -> None:
-    if not stat.S_ISREG(status.st_mode):
-        raise UsageError(f"{path} is {_kind_of(status.st_mode)}, not a result file: give "
-                         f"result JSON files or directories of them")
-    if status.st_size > MAX_INPUT_BYTES:
-        raise UsageError(f"{path} holds {status.st_size:,} bytes, more than the "
-                         f"{MAX_INPUT_BYTES:,} a result file can have: not a result file")
-
-
-def _stat(path: str) -> os.stat_result:
-    try:
-        return os.stat(path)
-    except FileNotFoundError:
-        raise UsageError(f"{path}: no such file or directory") from None
-    except OSError as error:
-        raise UsageError(f"{path}: cannot read ({error.strerror})") from None
+def _check_file(path: str) -> None:
+    checked.check_input(path, path, MAX_INPUT_BYTES)
 
 
 def _directory_files(directory: str) -> tuple[list[str], int]:
@@ -111,9 +87,8 @@ def input_files(arguments) -> Inputs:
     for argument in arguments:
         if not argument:
             raise UsageError("an empty path was given: name result files or directories")
-        status = _stat(argument)
+        status = checked.check_input(argument, argument, MAX_INPUT_BYTES, directory_ok=True)
         if not stat.S_ISDIR(status.st_mode):
-            _check_file(argument, status)
             inputs.add(argument)
             continue
         files, traces = _directory_files(argument)
@@ -123,7 +98,7 @@ def input_files(arguments) -> Inputs:
         if not files:
             raise UsageError(f"{argument}: no *.json result files in this directory")
         for path in files:
-            _check_file(path, _stat(path))
+            _check_file(path)
             inputs.add(path)
     return inputs
 
@@ -131,15 +106,9 @@ def input_files(arguments) -> Inputs:
 # ---------------------------------------------------------------- read
 
 def _read_text(path: str) -> str:
-    """The file's text, opened without blocking and checked again once open (the path may have
-    changed since it was checked)."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    with open(fd, "rb", closefd=True) as stream:
-        _check_file(path, os.fstat(stream.fileno()))
-        data = stream.read(MAX_INPUT_BYTES + 1)
-    if len(data) > MAX_INPUT_BYTES:
-        raise UsageError(f"{path} grew past {MAX_INPUT_BYTES:,} bytes while being read")
-    return data.decode("utf-8")
+    """The file's text, read through the input checks (microbench.inputs.read_bounded: opened
+    without blocking and checked again once open, since the path may have changed)."""
+    return checked.read_bounded(path, path, MAX_INPUT_BYTES).decode("utf-8")
 
 
 def _version_note(document: dict, path: str) -> str | None:

@@ -27,7 +27,8 @@ import os
 import sys
 
 from .. import __version__, process, progress
-from ..errors import EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE, BenchmarkError, \
+from ..argtypes import path_text
+from ..errors import EXIT_INTERRUPTED, EXIT_USAGE, BenchmarkError, \
     Terminated, UsageError
 from . import chart, collection, page, table, writing
 
@@ -48,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Show many benchmark result files as one table: the settings that differ, "
                     "throughput with its interval, latency percentiles, MFU, energy and the "
                     "ratio to a baseline row.")
-    parser.add_argument("paths", nargs="+", metavar="FILE_OR_DIR",
+    parser.add_argument("paths", nargs="+", type=path_text, metavar="FILE_OR_DIR",
                         help="result JSONs (a run's, a sweep's, the op bench's), or directories "
                              "searched for *.json")
     parser.add_argument("--format", choices=table.FORMATS, default="text",
@@ -58,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the row the others are compared with: its number in the table, "
                              "its result file, or SETTING=VALUE[,SETTING=VALUE...] naming one row "
                              "(e.g. precision=fp32,batch=64) (default: none)")
-    parser.add_argument("--plot", metavar="FILE",
+    parser.add_argument("--plot", type=path_text, metavar="FILE",
                         help="draw --metric across the setting that varies, with error bars; "
                              "the suffix names the format (.png, .svg, .pdf)")
     parser.add_argument("--metric", choices=tuple(chart.METRICS),
@@ -67,7 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--x", metavar="SETTING",
                         help="the setting along the chart's axis (default: the first numeric "
                              "setting that varies, e.g. batch)")
-    parser.add_argument("--html", metavar="FILE",
+    parser.add_argument("--html", type=path_text, metavar="FILE",
                         help="write the tables and the chart as one self-contained web page")
     parser.add_argument("--title", default=DEFAULT_TITLE,
                         help=f"the --html page's title (default: {DEFAULT_TITLE})")
@@ -132,15 +133,19 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    with process.sigterm_raises():
-        try:
-            return run(build_parser().parse_args(argv))
-        except BenchmarkError as error:
-            print("error: " + " ".join(str(error).splitlines()), file=sys.stderr, flush=True)
-            return error.exit_code
-        except KeyboardInterrupt:
-            return process.stopped(process.INTERRUPTED, EXIT_INTERRUPTED)
-        except Terminated:
-            return process.stopped(process.TERMINATED, EXIT_TERMINATED)
-        except BrokenPipeError:                          # | head: the reader left
-            return process.reader_gone()
+    with process.sigterm_raises(), process.guarded_stdout() as output:
+        return process.ended(_main(argv), output)
+
+
+def _main(argv: list[str] | None) -> int:
+    try:
+        return run(build_parser().parse_args(argv))
+    except BenchmarkError as error:
+        print("error: " + " ".join(str(error).splitlines()), file=sys.stderr, flush=True)
+        return error.exit_code
+    except KeyboardInterrupt:
+        return process.stopped(process.INTERRUPTED, EXIT_INTERRUPTED)
+    except Terminated as error:
+        return process.terminated(error)
+    except BrokenPipeError:                          # | head: the reader left
+        return process.reader_gone()

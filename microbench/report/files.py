@@ -236,10 +236,10 @@ def failed_csv_row(spec, env, status: str, error: str) -> dict:
     return row
 
 
-def check_csv(path: str) -> None:
+def check_csv(path: str, directory_made: bool = False) -> None:
     """Refuse, before any time is spent benchmarking, a CSV that cannot take our row: one that
     cannot be written (report.writing.check_target), a binary file, or another header."""
-    writing.check_target(path, "--csv-file")
+    writing.check_target(path, "--csv-file", directory_made)
     if not os.path.exists(path):
         return
     try:
@@ -275,18 +275,30 @@ def prepare_output(spec, plot_path: str | None = None) -> None:
     if spec.json_path is None:
         return
     output_dir = spec.config.output_dir
-    try:
-        os.makedirs(output_dir, exist_ok=True)
-        with tempfile.TemporaryFile(dir=output_dir):
-            pass
-    except OSError as error:
-        raise UsageError(f"cannot write results to --output-dir {output_dir}: "
-                         f"{error.strerror}; choose another directory or pass --no-files") from None
-    writing.check_target(spec.json_path, "--output-file")
+    _check_output_dir(output_dir)
+    writing.check_target(spec.json_path, "--output-file", directory_made=True)
     if os.path.abspath(spec.csv_path) == os.path.abspath(spec.json_path):
         raise UsageError(f"--csv-file {spec.csv_path} is also the JSON result file: name "
                          f"another")
-    check_csv(spec.csv_path)
+    in_output_dir = os.path.dirname(os.path.abspath(spec.csv_path)) == os.path.abspath(output_dir)
+    check_csv(spec.csv_path, directory_made=in_output_dir)
+
+
+def _check_output_dir(output_dir: str) -> None:
+    """--output-dir can be written: it, or the nearest of its parents that exists (the
+    directory itself is created only when the first result is written, so a run refused or
+    failed leaves none behind)."""
+    existing = writing.existing_ancestor(output_dir)
+    problem = None if os.path.isdir(existing) else f"{existing} is not a directory"
+    if problem is None:
+        try:
+            with tempfile.TemporaryFile(dir=existing):
+                pass
+        except OSError as error:
+            problem = error.strerror
+    if problem:
+        raise UsageError(f"cannot write results to --output-dir {output_dir}: {problem}; "
+                         f"choose another directory or pass --no-files")
 
 
 # ---------------------------------------------------------------- result names that never collide
@@ -346,11 +358,12 @@ def claim_result_path(spec, taken: set[str] | None = None):
 
 def write_files(summary: Summary) -> None:
     """The JSON result and the CSV row of a finished run (nothing with --no-files): both are
-    written or neither (the JSON waits beside its target until the row is appended)."""
+    written or neither. The JSON goes first and the row after it (writing.write_then: a failed
+    append puts the previous JSON back), so a row in the CSV always has its JSON, even when the
+    process is killed between the two writes."""
     spec = summary.spec
     if spec.json_path is None:
         return
     text = writing.json_text(result_document(summary)).encode("utf-8")
-    with writing.replacing(spec.json_path) as temporary:
-        writing.fill(temporary, text, spec.json_path)
-        append_csv(csv_row(summary), spec.csv_path)
+    writing.write_then(spec.json_path, text,
+                       lambda: append_csv(csv_row(summary), spec.csv_path))

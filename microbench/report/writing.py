@@ -7,6 +7,15 @@
 * **CSV appends** (the model benchmark's summary): one write of whole lines under an exclusive
   lock, so concurrent runs never interleave; a failed write is truncated back, so a full disk
   never leaves half a row for the next run's row to be glued onto.
+* **Temporary files** are named ``.tmp-<pid>.<host>.<random>-<target>``: a process killed
+  before it could remove its own (SIGKILL, a power cut) leaves one behind, and the next write
+  into that directory removes those whose process is gone (:func:`sweep_stale`). Only this
+  host's are swept (``<host>``: a hash of its name), since on a shared file system a process id
+  of another node says nothing here.
+* **A JSON result and its CSV row** (:func:`write_then`): the JSON is swapped in first, then
+  the row appended; if the append fails, the previous JSON is put back. So a row never exists
+  without its JSON; a process killed between the two leaves a JSON without its row (the report
+  reads the JSONs; the CSV is their summary), never a row pointing at nothing.
 * Files are created with mode 0o666 and the umask applied by the kernel, like any file the user
   creates (tempfile's 0600 would hide results from colleagues and CI artifact collectors).
 * An OSError while writing is :class:`~microbench.errors.CannotWrite` (exit 4), one line naming
@@ -16,15 +25,20 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import hashlib
 import io
 import json
 import math
 import os
+import re
 import secrets
+import shutil
 import signal
+import socket
 import threading
 from typing import Callable, Iterator, Sequence
 
+from .. import process
 from ..errors import CannotWrite, UsageError
 
 try:
@@ -33,6 +47,10 @@ except ImportError:                      # not POSIX: appends are still single w
     fcntl = None
 
 TEMPORARY_PREFIX = ".tmp-"
+# This host in temporary names: the first 8 hex digits of its name's SHA-1.
+_HOST = hashlib.sha1(socket.gethostname().encode("utf-8", "surrogateescape")).hexdigest()[:8]
+_TEMPORARY_NAME = re.compile(re.escape(TEMPORARY_PREFIX)
+                             + r"(\d{1,10})\.([0-9a-f]{8})\.[0-9a-f]{8}-")
 # How much of a CSV is read to check its header and to find its last line.
 _HEAD_BYTES = 1 << 16
 
@@ -47,7 +65,7 @@ def signals_deferred() -> Iterator[None]:
             or threading.current_thread() is not threading.main_thread()):
         yield
         return
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, *process.STOPPING})
     try:
         yield
     finally:
@@ -90,15 +108,35 @@ def _remove(path: str) -> None:
 
 # ---------------------------------------------------------------- checks before the run
 
-def check_target(path: str, flag: str) -> None:
+def existing_ancestor(directory: str) -> str:
+    """``directory``, or the nearest of its parents that exists (what a makedirs starts from)."""
+    directory = os.path.abspath(directory)
+    while not os.path.lexists(directory) and os.path.dirname(directory) != directory:
+        directory = os.path.dirname(directory)
+    return directory
+
+
+def ensure_directory(path: str) -> None:
+    """Create the directory of the result file ``path`` when it is about to be written (never
+    before: a run refused or failed leaves no empty --output-dir behind)."""
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    except OSError as error:
+        raise _cannot_write(path, error) from None
+
+
+def check_target(path: str, flag: str, directory_made: bool = False) -> None:
     """Refuse, before any time is spent benchmarking, a result path that cannot be written: its
-    directory missing or read-only, the path a directory or a device, the file read-only, or a
-    name too long for the file system."""
+    directory missing (unless ``directory_made``: then it is created when the file is written,
+    and its nearest existing parent must be a writable directory) or read-only, the path a
+    directory or a device, the file read-only, or a name too long for the file system."""
     directory = os.path.dirname(os.path.abspath(path))
     if os.path.isdir(path):
         raise UsageError(f"cannot write {flag} {path}: it is a directory; name a file")
     if os.path.lexists(path) and not os.path.isfile(path):
         raise UsageError(f"cannot write {flag} {path}: not a regular file")
+    if not os.path.isdir(directory) and directory_made:
+        directory = existing_ancestor(directory)
     if not os.path.isdir(directory):
         raise UsageError(f"cannot write {flag} {path}: directory {directory} does not exist")
     if not os.access(directory, os.W_OK | os.X_OK):
@@ -121,12 +159,52 @@ check_writable = check_target
 
 # ---------------------------------------------------------------- whole files
 
-def _create_temporary(path: str) -> str:
-    """An empty file beside ``path``, created exclusively with mode 0o666 minus the umask."""
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:                           # another user's process: alive
+        return True
+    except (OverflowError, OSError):                  # not a process id at all
+        return False
+    return True
+
+
+def sweep_stale(directory: str) -> list[str]:
+    """Remove the temporary files in ``directory`` that processes of this host left when they
+    were killed (their process is gone); the names removed. A pid reused since keeps its file
+    until that process is gone too: the sweep errs on the side of keeping."""
+    removed = []
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return removed
+    for entry in entries:
+        match = _TEMPORARY_NAME.match(entry.name)
+        if (match is None or match.group(2) != _HOST or int(match.group(1)) == os.getpid()
+                or _alive(int(match.group(1)))):
+            continue
+        with contextlib.suppress(OSError):
+            if entry.is_file(follow_symlinks=False):
+                os.unlink(entry.path)
+                removed.append(entry.path)
+    return removed
+
+
+def _temporary_name(path: str) -> str:
     directory = os.path.dirname(os.path.abspath(path))
     base = os.path.basename(path)[:64]
+    return os.path.join(directory, f"{TEMPORARY_PREFIX}{os.getpid()}.{_HOST}."
+                                   f"{secrets.token_hex(4)}-{base}")
+
+
+def _create_temporary(path: str) -> str:
+    """An empty file beside ``path``, created exclusively with mode 0o666 minus the umask (the
+    directory's stale temporaries swept first)."""
+    sweep_stale(os.path.dirname(os.path.abspath(path)))
     while True:
-        name = os.path.join(directory, f"{TEMPORARY_PREFIX}{secrets.token_hex(4)}-{base}")
+        name = _temporary_name(path)
         try:
             os.close(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
             return name
@@ -143,6 +221,7 @@ def replacing(path: str) -> Iterator[str]:
     left as it was. Code inside the block may write other files that must succeed too (the
     CSV row of a JSON result): then both are written or neither."""
     staged: list[str] = []
+    ensure_directory(path)
     try:
         with signals_deferred():             # no interrupt between creating and remembering it
             staged.append(_create_temporary(path))
@@ -172,6 +251,64 @@ def fill(temporary: str, data: bytes, path: str) -> None:
             os.close(fd)
     except OSError as error:
         raise _cannot_write(path, error) from None
+
+
+def _keep_previous(path: str) -> str | None:
+    """A second name for the file at ``path`` (a hard link, else a copy), to put it back; None
+    when there is no file."""
+    if not os.path.isfile(path):
+        return None
+    while True:
+        name = _temporary_name(path)
+        try:
+            os.link(path, name)
+            return name
+        except FileExistsError:
+            continue
+        except OSError:                         # no hard links here (some network file systems)
+            try:
+                shutil.copyfile(path, name)
+                return name
+            except OSError as error:
+                _remove(name)
+                raise _cannot_write(path, error) from None
+
+
+def write_then(path: str, data: bytes, then: Callable[[], object]) -> None:
+    """Swap ``data`` in at ``path`` whole, then call ``then`` (the CSV row of a JSON result).
+    If ``then`` fails or is interrupted, the previous file comes back (or none, if there was
+    none): both are written or neither, and a row never exists without its file, even when the
+    process is killed between the two (module docstring)."""
+    temporary = backup = None
+    swapped = False
+    ensure_directory(path)
+    try:
+        with signals_deferred():
+            temporary = _create_temporary(path)
+        fill(temporary, data, path)
+        with signals_deferred():
+            backup = _keep_previous(path)
+            try:
+                os.replace(temporary, path)
+            except OSError as error:
+                raise _cannot_write(path, error) from None
+            temporary, swapped = None, True
+        _sync_directory(os.path.dirname(os.path.abspath(path)))
+        then()
+    except BaseException:
+        with signals_deferred():
+            if temporary is not None:
+                _remove(temporary)
+            if swapped and backup is not None:
+                os.replace(backup, path)
+                backup = None
+            elif swapped:
+                _remove(path)
+        raise
+    finally:
+        if backup is not None:
+            with signals_deferred():
+                _remove(backup)
 
 
 def write_whole(path: str, content: str | bytes) -> None:
@@ -290,6 +427,7 @@ def _repair_tail(fd: int, size: int, columns: int, end: str) -> tuple[int, bytes
 def append_csv_rows(path: str, header: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
     """Append ``rows`` (and ``header`` to a new or empty file) under an exclusive lock, as one
     write; any failure truncates the file back, so it is left exactly as it was."""
+    ensure_directory(path)
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o666)
     except OSError as error:
