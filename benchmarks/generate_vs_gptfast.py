@@ -121,10 +121,10 @@ def read_tool_result(out_dir: Path) -> dict:
     documents = [json.loads(path.read_text()) for path in sorted(out_dir.glob("*.json"))]
     document = next(d for d in documents if "generation" in d)
     generation = document["generation"]
-    return {"side": "tool", "ttft_ms": generation["time_to_first_token"]["stats"]["median"],
-            "itl_p50_ms": generation["inter_token_latency"]["stats"]["median"],
+    return {"side": "tool", "ttft_ms": generation["time_to_first_token"]["stats"]["median_ms"],
+            "itl_p50_ms": generation["inter_token_latency"]["stats"]["median_ms"],
             "decode_tokens_per_s": generation["decode_tokens_per_s"],
-            "bandwidth": generation.get("bandwidth"), "compile": document.get("compile_report")}
+            "bandwidth": generation.get("decode_bandwidth"), "compiler": document.get("compiler")}
 
 
 # ----------------------------------------------------------------------------------- the driver
