@@ -104,8 +104,9 @@ def gptfast_worker(checkout: str, batch: int, compiled: bool, generations: int,
 
 # ---------------------------------------------------------------------------- this tool's side
 
-def tool_command(batch: int, compiled: bool, preset: bool, out_dir: Path) -> list[str]:
-    command = [sys.executable, str(REPO / "micro_benchmarking_pytorch.py"),
+def tool_command(batch: int, compiled: bool, preset: bool, out_dir: Path,
+                 extra: tuple[str, ...] = ()) -> list[str]:
+    command = [sys.executable, str(REPO / "micro_benchmarking_pytorch.py"), *extra,
                "--network", "llama_1b", "--mode", "generate", "--batch-size", str(batch),
                "--prompt-len", str(PROMPT), "--gen-len", str(GENERATED),
                "--iterations", "10", "--output-dir", str(out_dir)]
@@ -149,8 +150,8 @@ def one_round(args, round_index: int, batch: int, compiled: bool, results: dict)
     tag = f"r{round_index}_b{batch}_{'compiled' if compiled else 'eager'}"
     tool_dir = args.out / f"tool_{tag}"
     tool_dir.mkdir(parents=True, exist_ok=True)
-    if run_side(f"tool_{tag}", tool_command(batch, compiled, False, tool_dir), args.out,
-                args.timeout):
+    if run_side(f"tool_{tag}", tool_command(batch, compiled, False, tool_dir,
+                                            tuple(args.tool_args.split())), args.out, args.timeout):
         sides["tool"].append(read_tool_result(tool_dir))
     else:
         sides["tool"].append({"failed": True})
@@ -184,6 +185,15 @@ def report(results: dict, weight_bytes: int | None) -> str:
         if ours and theirs:
             lines.append(f"{key:<14} ratio     tool / gpt-fast decode tokens/s = "
                          f"{ours / theirs:.3f}")
+        measured = [trial for trial in sides["tool"] if not trial.get("failed")]
+        if measured:
+            compiler = measured[0].get("compiler") or {}
+            bandwidth = measured[0].get("bandwidth") or {}
+            mbu = bandwidth.get("mbu")
+            lines.append(f"{key:<14} tool says CUDA graphs {compiler.get('cuda_graphs', '-')}, "
+                         f"recompiles while timed {compiler.get('timed_recompiles', '-')}, "
+                         f"decode {bandwidth.get('achieved_gb_per_s') or 0:,.0f} GB/s, MBU "
+                         f"{'-' if mbu is None else f'{mbu:.1%}'}")
     return "\n".join(lines) + "\n"
 
 
@@ -206,6 +216,9 @@ def main() -> None:
                         help="also run this tool's --preset fast --mode generate at each batch")
     parser.add_argument("--generations", type=int, default=10,
                         help="timed generations on the gpt-fast side (default: 10)")
+    parser.add_argument("--tool-args", default="",
+                        help="more flags for this tool's side, e.g. '--seq-len 256' to size its "
+                             "KV cache as gpt-fast's (prompt + generated tokens)")
     parser.add_argument("--timeout", type=float, default=240, help="seconds per side (default: 240)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
