@@ -8,6 +8,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -262,7 +263,13 @@ def test_a_checkout_without_rich_says_what_to_install(monkeypatch, capsys):
                           (microbench.report, "command")):
         monkeypatch.delattr(package, name, raising=False)   # else `from .. import` finds it
     monkeypatch.setitem(sys.modules, "rich", None)      # import rich raises ModuleNotFoundError
-    assert process.entry("microbench.report.command") == 4
+    # entry() installs its signal handlers for the life of the process: put pytest's back.
+    previous = {number: signal.getsignal(number) for number in process.STOPPING}
+    try:
+        assert process.entry("microbench.report.command") == 4
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
     assert capsys.readouterr().err == ("error: rich is not installed: pip install -r "
                                        "requirements.txt (or pip install . from the checkout)\n")
 

@@ -247,7 +247,8 @@ def _summary_rows(summary: Summary) -> list[tuple[str, str]]:
     rows += _flops_rows(summary) + _trial_rows(summary) + _telemetry_rows(summary)
     per_rank = " per rank" if summary.distributed else ""
     trials = f" in {len(summary.trials)} trials" if len(summary.trials) > 1 else ""
-    rows.append(("Timed with", f"{clock_name(summary.spec.device)}, {t.count} samples"
+    rows.append(("Timed with", f"{clock_name(summary.spec.device)}, {t.count} "
+                               f"sample{'' if t.count == 1 else 's'}"
                                f"{per_rank}{trials}"))
     return rows
 
