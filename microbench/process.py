@@ -17,10 +17,10 @@ import os
 import signal
 import sys
 import threading
-from typing import Iterator, Mapping
+from typing import Callable, Iterator, Mapping
 
 from .errors import (EXIT_HANGUP, EXIT_INTERRUPTED, EXIT_MISSING_ENVIRONMENT, EXIT_QUIT,
-                     EXIT_TERMINATED, Terminated)
+                     EXIT_TERMINATED, BenchmarkError, Terminated)
 
 INTERRUPTED = "error: interrupted"
 TERMINATED = "error: terminated (SIGTERM)"
@@ -99,6 +99,25 @@ def reader_gone() -> int:
     except (OSError, ValueError, AttributeError):
         pass
     return EXIT_READER_GONE
+
+
+def command(body: Callable[[], int]) -> int:
+    """A console command (the op bench, the report): its body's exit code, with the expected
+    failures as one line on stderr and their documented exit code, standard output guarded
+    and the stopping signals raising Terminated while it runs."""
+    with sigterm_raises(), guarded_stdout() as output:
+        try:
+            code = body()
+        except BenchmarkError as error:
+            print("error: " + " ".join(str(error).splitlines()), file=sys.stderr, flush=True)
+            code = error.exit_code
+        except KeyboardInterrupt:
+            code = stopped(INTERRUPTED, EXIT_INTERRUPTED)
+        except Terminated as error:
+            code = terminated(error)
+        except BrokenPipeError:                          # | head: the reader left
+            code = reader_gone()
+        return ended(code, output)
 
 
 # ---------------------------------------------------------------- a terminal that takes no writes

@@ -33,8 +33,7 @@ from .. import __version__, device as device_layer, flops, process, progress
 from ..argtypes import (MAX_ITERATIONS, MAX_PEAK_TFLOPS, MAX_WARMUP, OneLineParser, bounded_int,
                         finite_float, path_text)
 from ..device import clock_name
-from ..errors import (EXIT_INTERRUPTED, BenchmarkError, Terminated,
-                      UsageError)
+from ..errors import UsageError
 from ..report import writing
 from ..report.schema import SCHEMA_VERSION
 from . import catalog as ops, report, runner
@@ -268,20 +267,5 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    with process.sigterm_raises(), process.guarded_stdout() as output:
-        return process.ended(_main(argv), output)
-
-
-def _main(argv: list[str] | None) -> int:
-    try:
-        return run(build_parser().parse_args(argv))
-    except BenchmarkError as error:
-        print("error: " + " ".join(str(error).splitlines()), file=sys.stderr)
-        return error.exit_code
-    except KeyboardInterrupt:
-        return process.stopped(process.INTERRUPTED, EXIT_INTERRUPTED)
-    except Terminated as error:
-        return process.terminated(error)
-    except BrokenPipeError:                          # | head: the reader left
-        return process.reader_gone()
+    return process.command(lambda: run(build_parser().parse_args(argv)))
 

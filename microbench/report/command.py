@@ -28,8 +28,7 @@ import sys
 
 from .. import __version__, process, progress
 from ..argtypes import path_text
-from ..errors import EXIT_INTERRUPTED, EXIT_USAGE, BenchmarkError, \
-    Terminated, UsageError
+from ..errors import EXIT_USAGE, BenchmarkError, UsageError
 from . import chart, collection, page, table, writing
 
 
@@ -133,19 +132,4 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    with process.sigterm_raises(), process.guarded_stdout() as output:
-        return process.ended(_main(argv), output)
-
-
-def _main(argv: list[str] | None) -> int:
-    try:
-        return run(build_parser().parse_args(argv))
-    except BenchmarkError as error:
-        print("error: " + " ".join(str(error).splitlines()), file=sys.stderr, flush=True)
-        return error.exit_code
-    except KeyboardInterrupt:
-        return process.stopped(process.INTERRUPTED, EXIT_INTERRUPTED)
-    except Terminated as error:
-        return process.terminated(error)
-    except BrokenPipeError:                          # | head: the reader left
-        return process.reader_gone()
+    return process.command(lambda: run(build_parser().parse_args(argv)))
