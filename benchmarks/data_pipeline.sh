@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Is the GPU waiting for data? (issue 25). resnet50 training --amp --nhwc at batch 256 fed by the
 # generated JPEG set (--data loader, normalisation on the GPU, pinned memory), sweeping the loader
-# workers 0,2,4,8,16 with the plot of pipeline images/s and wait share against workers; then
+# workers 0,2,4,8,12,15,16 with the plot of pipeline images/s and wait share against workers; then
 # resnet18 (a lighter model, so the decoder has to keep up with more images/s) with CPU decode
 # against GPU decode (nvJPEG through torchvision.io.decode_jpeg). The set (4096 JPEGs, 384x384)
 # is made once into $XDG_CACHE_HOME/micro_benchmarking_pytorch, before the first run's timing.
 # Checks printed at the end: --workers 0 is reported input-bound; the best worker count keeps at
 # least 0.9 of the model-alone throughput.
 # Usage: bash benchmarks/data_pipeline.sh OUTPUT_DIR   (about 5 minutes on a 16-core H100 host;
-# ITERATIONS=N changes the timed steps, EXTRA="..." is appended to every command)
+# ITERATIONS=N changes the timed steps (60), WORKERS=LIST the sweep's worker counts, EXTRA="..."
+# is appended to every command)
 set -uo pipefail
 out=${1:?usage: $0 OUTPUT_DIR}
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -16,15 +17,15 @@ python=${PYTHON:-python3}
 extra=(${EXTRA:-})
 tool="$here/micro_benchmarking_pytorch.py"
 mkdir -p "$out"
-pipeline=(--data loader --transforms gpu --pin-memory 1 --iterations "${ITERATIONS:-30}"
+pipeline=(--data loader --transforms gpu --pin-memory 1 --iterations "${ITERATIONS:-60}"
           --warmup 5 --quiet)
 
-echo "== resnet50 training, amp + nhwc, batch 256, workers 0,2,4,8,16"
+workers=${WORKERS:-0,2,4,8,12,15,16}
+echo "== resnet50 training, amp + nhwc, batch 256, workers $workers"
 "$python" "$tool" --network resnet50 --amp --nhwc --batch-size 256 "${pipeline[@]}" \
-    --workers 0,2,4,8,16 --output-dir "$out/workers" --plot "$out/workers.png" "${extra[@]}" \
+    --workers "$workers" --output-dir "$out/workers" --plot "$out/workers.png" "${extra[@]}" \
     > "$out/workers.log" 2>&1 || { echo failed; tail -5 "$out/workers.log"; }
-grep -E "^ *(Input pipeline|Pipeline |Loader alone|Model alone|Wait for data|Loader worker|Verdict)" \
-    "$out/workers.log"
+sed -n '/^Input pipeline/,/^Results JSON/p' "$out/workers.log"
 
 echo "== resnet50 training, amp + nhwc, batch 256, 16 workers, decode gpu"
 "$python" "$tool" --network resnet50 --amp --nhwc --batch-size 256 "${pipeline[@]}" \

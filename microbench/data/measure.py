@@ -7,8 +7,7 @@
 * :class:`CpuMeter` / :class:`CpuUse`: the CPU time the loader's worker processes used during a
   measurement, from ``/proc/<pid>/stat`` (utime + stime; Linux). Elsewhere, with no worker
   processes (``workers=0``: loading runs in the main process, beside the model's own host work),
-  or if the workers changed during the measurement (non-persistent workers at an epoch's end),
-  it is unknown, never guessed.
+  or if the workers changed during the measurement, it is unknown, never guessed.
 * :class:`LoaderRun` (the loader alone, no model) and :class:`PipelineRun` (the model fed by
   it): items per second, and where they came from.
 * :func:`verdict` and :func:`report`: input-bound or compute-bound, by how much, from the

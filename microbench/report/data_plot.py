@@ -70,8 +70,10 @@ def build_figure(rows, heading: str):
     handles, labels = left.get_legend_handles_labels()
     more_handles, more_labels = right.get_legend_handles_labels()
     if handles:
+        # Throughput climbs to the top right and the wait falls to the bottom right as workers
+        # are added: the middle of the right edge is where neither curve usually is.
         left.legend(handles + more_handles, labels + more_labels, fontsize="x-small",
-                    loc="lower right")
+                    loc="center right")
     figure.suptitle(heading, fontsize="small")
     failed = [f"{row.label()} ({row.status})" for row in rows if row.failed]
     bottom = 0.0
