@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -24,6 +25,41 @@ SCRIPT = ROOT / "micro_benchmarking_pytorch.py"
 TINY = ["--image-size", "32", "--batch-size", "2", "--iterations", "2", "--warmup", "1"]
 
 requires_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+
+# A shell starts a background job (`bash .ci/run &`, nohup in a script) with SIGINT ignored, and
+# an ignored signal stays ignored across exec: the suite's Ctrl-C tests would send SIGINT to
+# processes that cannot receive it, then wait on them. The tests model a user at a terminal, so
+# pytest takes Ctrl-C as Python does by default, and the children it starts inherit SIG_DFL.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+_SPAWNED: list[subprocess.Popen] = []
+
+
+def spawn(argv, **kwargs) -> subprocess.Popen:
+    """``subprocess.Popen``, and whatever of it is still running when the test ends is killed
+    (its whole group where it leads one): a signal test that fails half-way must not leave a
+    benchmark spinning on CI's two cores for the rest of the suite."""
+    process = subprocess.Popen(argv, **kwargs)
+    _SPAWNED.append(process)
+    return process
+
+
+@pytest.fixture(autouse=True)
+def _kill_what_the_test_left_running():
+    yield
+    while _SPAWNED:
+        process = _SPAWNED.pop()
+        if process.poll() is not None:
+            continue
+        try:
+            if os.getpgid(process.pid) == process.pid:       # started in a session of its own
+                os.killpg(process.pid, signal.SIGKILL)
+            else:
+                process.kill()
+        except ProcessLookupError:
+            pass
+        process.communicate()
 
 
 @dataclass

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, spawn
 from microbench.data import cache
 
 CHILD = """
@@ -42,7 +42,7 @@ with sigterm_raises():
 def start(phase: str, root) -> subprocess.Popen:
     """The child leads a process group of its own (its workers join it), as a job would."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    return subprocess.Popen([sys.executable, "-c", CHILD, phase, str(root)], cwd=ROOT, env=env,
+    return spawn([sys.executable, "-c", CHILD, phase, str(root)], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
 

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from conftest import ROOT, SCRIPT, run_main
+from conftest import ROOT, SCRIPT, run_main, spawn
 from test_schema import check_document
 from microbench import distributed
 from microbench.errors import UsageError
@@ -78,7 +78,7 @@ def test_two_nodes_on_one_machine_have_distinct_global_ranks(tmp_path):
         command, env = torchrun("--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend",
                                 "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id",
                                 "two-nodes", "--node-rank", str(node))
-        processes.append(subprocess.Popen(command + RUN + ["--batch-size", "4", "--output-dir",
+        processes.append(spawn(command + RUN + ["--batch-size", "4", "--output-dir",
                                                            str(tmp_path)], cwd=ROOT, env=env,
                                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                           text=True))
@@ -94,7 +94,7 @@ def test_two_nodes_on_one_machine_have_distinct_global_ranks(tmp_path):
 def launch_by_hand(tmp_path, per_rank_env, per_rank_args, batch="4"):
     processes = []
     for rank, (env, args) in enumerate(zip(per_rank_env, per_rank_args)):
-        processes.append(subprocess.Popen(
+        processes.append(spawn(
             [sys.executable, str(SCRIPT), *RUN, "--batch-size", batch, "--output-dir",
              str(tmp_path), *args], cwd=ROOT, env=child_env(**env), stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, text=True))
@@ -279,7 +279,7 @@ def test_a_rank_whose_peer_never_comes_honours_sigterm(tmp_path):
     port = free_port()
     env = {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
            "MASTER_PORT": str(port)}
-    rank0 = subprocess.Popen([sys.executable, str(SCRIPT), *RUN, "--batch-size", "4",
+    rank0 = spawn([sys.executable, str(SCRIPT), *RUN, "--batch-size", "4",
                               "--output-dir", str(tmp_path)], cwd=ROOT, env=child_env(**env),
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

@@ -30,7 +30,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, SCRIPT, TINY, assert_one_line_error, run_main, stored_result
+from conftest import (ROOT, SCRIPT, TINY, assert_one_line_error, run_main, spawn,
+                      stored_result)
 from microbench import inputs, process
 from microbench.errors import CannotWrite, Terminated
 from microbench.report import collection, files, writing
@@ -789,7 +790,7 @@ def test_the_csv_row_is_appended_only_once_its_json_is_in_place(tmp_path, monkey
 
 
 def _dead_pid() -> int:
-    child = subprocess.Popen([sys.executable, "-c", ""])
+    child = spawn([sys.executable, "-c", ""])
     child.wait()
     return child.pid
 
@@ -897,7 +898,7 @@ def test_ctrl_c_or_sigterm_during_the_imports_prints_one_line(capfd, monkeypatch
 # ---------------------------------------------------------------- processes of their own
 
 def child(argv, **kwargs) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, str(SCRIPT), *argv], cwd=ROOT,
+    return spawn([sys.executable, str(SCRIPT), *argv], cwd=ROOT,
                             env={**os.environ, **CHILD_ENV, **kwargs.pop("env", {})},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
 
@@ -956,15 +957,16 @@ def free_port() -> int:
 
 def test_ranks_started_with_different_settings_exit_2_at_once(tmp_path):
     """Two ranks as torchrun would start them, with different --iterations: both stop right
-    after the process group forms, naming the first difference, long before --dist-timeout."""
-    port, started = str(free_port()), time.monotonic()
+    after the process group forms, naming the first difference. A rank that went on would
+    wait in a collective until --dist-timeout (600 s) and fail with a timeout instead, so the
+    message is the proof, not the wall clock (which a busy machine stretches)."""
+    port = str(free_port())
     procs = [child([*RUN, "--batch-size", "4", "--iterations", str(iterations),
                     "--output-dir", str(tmp_path)],
                    env={"RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank),
                         "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port})
              for rank, iterations in enumerate((2, 3))]
-    outputs = [proc.communicate(timeout=120) for proc in procs]
-    assert time.monotonic() - started < 60
+    outputs = [proc.communicate(timeout=300) for proc in procs]
     for rank, (proc, (stdout, stderr)) in enumerate(zip(procs, outputs)):
         ran = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
         assert_one_line_error(ran, 2, f"[rank {rank}] error: ranks were started with different "

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 
-from conftest import ROOT, SCRIPT, TINY, assert_one_line_error, run_main
+from conftest import ROOT, SCRIPT, TINY, assert_one_line_error, run_main, spawn
 
 RUN = ["--network", "resnet18", *TINY, "--device", "cpu"]
 
@@ -58,7 +58,7 @@ def _children(pid: int) -> list[int]:
 
 
 def test_sigterm_to_the_parent_stops_its_worker_too(tmp_path):
-    parent = subprocess.Popen([sys.executable, str(SCRIPT), *RUN, "--iterations", "100000",
+    parent = spawn([sys.executable, str(SCRIPT), *RUN, "--iterations", "100000",
                                "--repeat", "2", "--output-dir", str(tmp_path)], cwd=ROOT,
                               env={**os.environ, "OMP_NUM_THREADS": "1"},
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
