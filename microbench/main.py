@@ -15,35 +15,25 @@ import sys
 import traceback
 
 from . import cli, distributed, models, process, runner
-from .errors import EXIT_INTERRUPTED, BenchmarkError, Terminated
+from .errors import BenchmarkError
 
 
 def main(argv: list[str] | None = None) -> int:
     distributed.forget()
-    with process.sigterm_raises(), process.guarded_stdout() as output:
-        return process.ended(_run(argv), output, distributed.rank_prefix())
+    return process.command(lambda: _run(argv), prefix=distributed.rank_prefix)
 
 
 def _run(argv: list[str] | None) -> int:
-    """Parse, plan, run; expected failures as one line and their exit code."""
+    """Parse, plan, run. The expected failures go to process.command, which reports them in one
+    line; anything else is a bug, shown whole."""
     try:
         args = cli.parse_args(argv)
         if args.list_networks:
             print("\n".join(models.listing()))
             return 0
         return runner.run_plan(cli.to_plan(args))
-    except BenchmarkError as error:
-        # One line, whatever the message holds (a torch error quoted in it may not).
-        message = " ".join(str(error).splitlines())
-        print(f"{distributed.rank_prefix()}error: {message}", file=sys.stderr, flush=True)
-        return error.exit_code
-    except KeyboardInterrupt:
-        return process.stopped(process.INTERRUPTED, EXIT_INTERRUPTED,
-                               distributed.rank_prefix())
-    except Terminated as error:
-        return process.terminated(error, distributed.rank_prefix())
-    except BrokenPipeError:                          # | head: the reader left
-        return process.reader_gone()
+    except (BenchmarkError, BrokenPipeError):
+        raise
     except Exception as error:                      # noqa: BLE001 (a bug: show everything)
         traceback.print_exc()
         print(f"{distributed.rank_prefix()}error: unexpected {type(error).__name__}: "

@@ -23,7 +23,6 @@ from .errors import (EXIT_HANGUP, EXIT_INTERRUPTED, EXIT_MISSING_ENVIRONMENT, EX
                      EXIT_TERMINATED, BenchmarkError, Terminated)
 
 INTERRUPTED = "error: interrupted"
-TERMINATED = "error: terminated (SIGTERM)"
 # Runtime dependencies (requirements.txt) that every command imports at start: a checkout
 # updated without reinstalling may lack one added since (rich, for the console).
 _IMPORTED_AT_START = frozenset({"rich", "torch", "torchvision", "jsonschema"})
@@ -101,23 +100,26 @@ def reader_gone() -> int:
     return EXIT_READER_GONE
 
 
-def command(body: Callable[[], int]) -> int:
-    """A console command (the op bench, the report): its body's exit code, with the expected
-    failures as one line on stderr and their documented exit code, standard output guarded
-    and the stopping signals raising Terminated while it runs."""
+def command(body: Callable[[], int], prefix: Callable[[], str] = lambda: "") -> int:
+    """A console command (the model benchmark, the op bench, the report): its body's exit code,
+    with the expected failures as one line on stderr (after ``prefix()``, a rank's, asked when
+    the line is printed) and their documented exit code, standard output guarded and the
+    stopping signals raising Terminated while it runs."""
     with sigterm_raises(), guarded_stdout() as output:
         try:
             code = body()
         except BenchmarkError as error:
-            print("error: " + " ".join(str(error).splitlines()), file=sys.stderr, flush=True)
+            # One line, whatever the message holds (a torch error quoted in it may not).
+            message = " ".join(str(error).splitlines())
+            print(f"{prefix()}error: {message}", file=sys.stderr, flush=True)
             code = error.exit_code
         except KeyboardInterrupt:
-            code = stopped(INTERRUPTED, EXIT_INTERRUPTED)
+            code = stopped(INTERRUPTED, EXIT_INTERRUPTED, prefix())
         except Terminated as error:
-            code = terminated(error)
+            code = terminated(error, prefix())
         except BrokenPipeError:                          # | head: the reader left
             code = reader_gone()
-        return ended(code, output)
+        return ended(code, output, prefix())
 
 
 # ---------------------------------------------------------------- a terminal that takes no writes
@@ -148,6 +150,19 @@ class GuardedOutput(io.TextIOBase):
         self.stream = stream
         self.lost: str | None = None if stream is not None else "it is closed"
 
+    def _attempt(self, operation: Callable[[], object]) -> None:
+        """``operation()`` on the stream, until the first failure; none after it (a lambda,
+        since the stream may be None)."""
+        if self.lost is not None:
+            return
+        try:
+            operation()
+        except BrokenPipeError:
+            raise
+        except (OSError, ValueError) as error:         # ValueError: a closed file object
+            self._failed(error if isinstance(error, OSError)
+                         else OSError(errno.EBADF, "it is closed"))
+
     def _failed(self, error: OSError) -> None:
         self.lost = error.strerror or str(error)
         with contextlib.suppress(OSError, ValueError, AttributeError, io.UnsupportedOperation):
@@ -157,25 +172,11 @@ class GuardedOutput(io.TextIOBase):
             os.close(devnull)
 
     def write(self, text: str) -> int:
-        if self.lost is None:
-            try:
-                self.stream.write(text)
-            except BrokenPipeError:
-                raise
-            except (OSError, ValueError) as error:     # ValueError: a closed file object
-                self._failed(error if isinstance(error, OSError)
-                             else OSError(errno.EBADF, "it is closed"))
+        self._attempt(lambda: self.stream.write(text))
         return len(text)
 
     def flush(self) -> None:
-        if self.lost is None:
-            try:
-                self.stream.flush()
-            except BrokenPipeError:
-                raise
-            except (OSError, ValueError) as error:
-                self._failed(error if isinstance(error, OSError)
-                             else OSError(errno.EBADF, "it is closed"))
+        self._attempt(lambda: self.stream.flush())
 
     def isatty(self) -> bool:
         return self.lost is None and self.stream.isatty()

@@ -45,10 +45,6 @@ _TEMPORARY_PREFIX = ".tmp-"           # report.writing.TEMPORARY_PREFIX
 
 # ---------------------------------------------------------------- found and checked
 
-def _check_file(path: str) -> None:
-    checked.check_input(path, path, MAX_INPUT_BYTES)
-
-
 def _directory_files(directory: str) -> tuple[list[str], int]:
     """The *.json files under ``directory`` (sorted), and how many traces were left out."""
     found, traces = [], 0
@@ -98,7 +94,7 @@ def input_files(arguments) -> Inputs:
         if not files:
             raise UsageError(f"{argument}: no *.json result files in this directory")
         for path in files:
-            _check_file(path)
+            checked.check_input(path, path, MAX_INPUT_BYTES)
             inputs.add(path)
     return inputs
 
