@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Callable
 
 import torch
 
-from . import compile_watch, device as device_layer, noise, precision as precision_mod
-from . import profilers
+from . import compile_watch, device as device_layer, noise, peaks as peaks_mod
+from . import precision as precision_mod, profilers
 from . import telemetry as telemetry_mod
 from .errors import OutOfMemory, UsageError
 from .results import ProcessResult, Timed
@@ -131,6 +131,7 @@ def run(spec: "RunSpec", on_phase: Callable[..., None] = lambda phase, timed=Fal
     device_layer.set_conv_autotuner(config.cudnn_benchmark)
     work = None
     try:
+        measured = measure_peaks(spec, monitor, on_phase)
         work = build_workload(spec, wrap)
         watch = compile_watch.CompileWatch(device, config.compile_options)
         watching = watch.during if config.compile else lambda phase: contextlib.nullcontext()
@@ -173,7 +174,20 @@ def run(spec: "RunSpec", on_phase: Callable[..., None] = lambda phase, timed=Fal
                          detail=timed.detail, telemetry=report, pid=os.getpid(),
                          seed=config.seed, data=spec.scenario.input_measured(work),
                          sharded=spec.scenario.sharded_state(work),
-                         compiler=watch.report() if config.compile else None)
+                         compiler=watch.report() if config.compile else None, peaks=measured)
+
+
+def measure_peaks(spec: "RunSpec", monitor: "Monitor | None",
+                  on_phase: Callable[..., None]) -> peaks_mod.MeasuredPeaks | None:
+    """--measure-peaks: this device's GEMM and copy rates, measured once per process before the
+    model is built (its memory is all free then, and nothing of the probe stays allocated);
+    with TF32 as the run set it, the telemetry source read meanwhile."""
+    if not spec.measure_peaks:
+        return None
+    on_phase("measuring peaks (GEMM and copy)")
+    compute = spec.precision.autocast_dtype or spec.precision.model_dtype
+    source = monitor.source if monitor is not None else None
+    return peaks_mod.once(spec.device, compute, spec.precision.peak_key, source)
 
 
 def trace_stem(spec: "RunSpec") -> str:

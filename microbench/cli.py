@@ -355,6 +355,12 @@ def _add_profiler_args(parser: argparse.ArgumentParser) -> None:
     _setting(group, "peak_bandwidth", type=finite_float(0, MAX_PEAK_BANDWIDTH), metavar="GB/S",
              help="peak memory bandwidth in GB/s to compute generation's MBU against "
                   "(default: the built-in table for known GPUs; unknown otherwise)")
+    _setting(group, "measure_peaks", type=zero_or_one, metavar="{0,1}",
+             help="1: before the timed region, outside it, once per process, measure this "
+                  "device's dense GEMM TFLOP/s at the run's compute dtype and its copy GB/s "
+                  "(the op bench's matmul and copy), so MFU and MBU are printed against the "
+                  "measured peak beside the datasheet's; 0: the datasheet only (default: 1 on "
+                  "GPUs, 0 on the CPU)")
     _setting(group, "capture_range",
              help="start the device profiler API just before the timed iterations and "
                   "stop it after (nsys --capture-range=cudaProfilerApi, rocprofv3 "

@@ -118,6 +118,7 @@ class BenchConfig:
     flops_prof_step: int | None = setting()
     peak_tflops: float | None = setting()
     peak_bandwidth: float | None = setting()      # GB/s, for MBU
+    measure_peaks: bool | None = setting()        # None: on for GPUs, off on the CPU (spec)
     capture_range: bool = setting(False, kind=SWITCH)
     phase_timing: bool = setting(True, flag="--no-phases", kind=INVERSE, dest="no_phases")
     optimizer_impl: str = setting("foreach", preset=True)     # foreach | fused (SGD)

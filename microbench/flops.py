@@ -15,6 +15,8 @@ Conventions:
 * ``tf32``, ``fp16``, ``bf16`` are tensor-core / matrix-core rates; None where the chip has no such
   path (V100 has neither TF32 nor BF16 tensor cores; MI100..MI250X have no TF32 (XF32) path;
   MI355X (CDNA 4) dropped it).
+* ``fp8`` is the dense FP8 (E4M3/E5M2) matrix rate; None where the chip has none (V100, A100,
+  MI100..MI250X) or where we have not checked a datasheet for it.
 * ``memory_gbs`` is peak memory bandwidth in GB/s (10^9 bytes per second).
 * One row describes what one ``torch.cuda`` device sees. An MI250X is two GCDs, and each GCD is
   a separate device with half the module's CUs and half its bandwidth, so its rows are per GCD.
@@ -41,7 +43,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from .device import is_gpu
 
-PRECISIONS = ("fp32", "fp32_matrix", "tf32", "fp16", "bf16", "fp64")
+PRECISIONS = ("fp32", "fp32_matrix", "tf32", "fp16", "bf16", "fp8", "fp64")
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,7 @@ class DevicePeak:
     fp64: float | None = None
     fp32_matrix: float | None = None
     compute_units: int | None = None  # SMs (NVIDIA) or CUs (AMD) that torch reports
+    fp8: float | None = None          # dense FP8 matrix rate
 
 
 @dataclass(frozen=True)
@@ -110,34 +113,46 @@ MI250_GCD = DevicePeak(
 
 # AMD Instinct MI300A APU datasheet: 228 CUs at 2100 MHz. FP64 vector 61.3, FP32 vector 122.6,
 # FP32 matrix 122.6, TF32 matrix 490.3, FP16 and BF16 matrix 980.6 TFLOPs (dense; 1961.2 with
-# sparsity); HBM3 5.3 TB/s.
+# sparsity), FP8 1961.2 (228 x 4096 x 2.1 GHz; 3922.3 with sparsity); HBM3 5.3 TB/s.
 MI300A = DevicePeak(
     name="AMD Instinct MI300A", fp32=122.6, tf32=490.3, fp16=980.6, bf16=980.6,
-    memory_gbs=5300.0, fp64=61.3, fp32_matrix=122.6, compute_units=228,
+    memory_gbs=5300.0, fp64=61.3, fp32_matrix=122.6, compute_units=228, fp8=1961.2,
     source="AMD Instinct MI300A APU datasheet")
 
 # AMD Instinct MI300X accelerator datasheet: 304 CUs at 2100 MHz. FP64 vector 81.7, FP32 vector
 # 163.4, FP32 matrix 163.4, TF32 matrix 653.7, FP16 and BF16 matrix 1307.4 TFLOPs (dense; 2614.9
-# with sparsity); HBM3 5.3 TB/s.
+# with sparsity), FP8 2614.9 (304 x 4096 x 2.1 GHz; 5229.8 with sparsity); HBM3 5.3 TB/s.
 MI300X = DevicePeak(
     name="AMD Instinct MI300X", fp32=163.4, tf32=653.7, fp16=1307.4, bf16=1307.4,
-    memory_gbs=5300.0, fp64=81.7, fp32_matrix=163.4, compute_units=304,
+    memory_gbs=5300.0, fp64=81.7, fp32_matrix=163.4, compute_units=304, fp8=2614.9,
     source="AMD Instinct MI300X accelerator datasheet")
 
 # AMD Instinct MI325X accelerator datasheet: same CDNA 3 compute as MI300X (304 CUs, 2100 MHz):
-# FP32 vector 163.4, TF32 653.7, FP16 and BF16 1307.4 TFLOPs dense; HBM3E 6 TB/s.
+# FP32 vector 163.4, TF32 653.7, FP16 and BF16 1307.4, FP8 2614.9 TFLOPs dense (5229.8 with
+# sparsity); HBM3E 6 TB/s.
 MI325X = DevicePeak(
     name="AMD Instinct MI325X", fp32=163.4, tf32=653.7, fp16=1307.4, bf16=1307.4,
-    memory_gbs=6000.0, fp64=81.7, fp32_matrix=163.4, compute_units=304,
+    memory_gbs=6000.0, fp64=81.7, fp32_matrix=163.4, compute_units=304, fp8=2614.9,
     source="AMD Instinct MI325X accelerator datasheet")
 
 # AMD Instinct MI355X product page / datasheet: 256 CUs at 2400 MHz. FP64 vector 78.6, FP32
 # vector 157.3, FP16 and BF16 matrix 2.5 PFLOPs dense (2516.6 = 256 x 4096 x 2.4 GHz; 5.0 with
-# sparsity); HBM3E 8 TB/s. CDNA 4 has no TF32 matrix path (AMD CDNA 4 whitepaper).
+# sparsity), FP8 5.0 PFLOPs dense (5033.2 = 256 x 8192 x 2.4 GHz; 10.1 with sparsity); HBM3E
+# 8 TB/s. CDNA 4 has no TF32 matrix path (AMD CDNA 4 whitepaper).
 MI355X = DevicePeak(
     name="AMD Instinct MI355X", fp32=157.3, tf32=None, fp16=2516.6, bf16=2516.6,
-    memory_gbs=8000.0, fp64=78.6, fp32_matrix=157.3, compute_units=256,
+    memory_gbs=8000.0, fp64=78.6, fp32_matrix=157.3, compute_units=256, fp8=5033.2,
     source="AMD Instinct MI355X datasheet")
+
+# AMD Instinct MI350X product page / datasheet: the air-cooled CDNA 4 part, the same 256 CUs at
+# a lower peak engine clock, 2200 MHz. FP64 vector 72.1, FP32 vector 144.2, FP16 and BF16
+# matrix 2.3 PFLOPs dense (2306.9 = 256 x 4096 x 2.2 GHz; 4.6 with sparsity), FP8 4.6 PFLOPs
+# dense (4613.7 = 256 x 8192 x 2.2 GHz; 9.2 with sparsity); HBM3E 8 TB/s. No TF32 path. Its own
+# row: an MI350X once fell back to another GPU's peak and printed an MFU of 563%.
+MI350X = DevicePeak(
+    name="AMD Instinct MI350X", fp32=144.2, tf32=None, fp16=2306.9, bf16=2306.9,
+    memory_gbs=8000.0, fp64=72.1, fp32_matrix=144.2, compute_units=256, fp8=4613.7,
+    source="AMD Instinct MI350X datasheet")
 
 # ----------------------------------------------------------------------------------------------
 # NVIDIA. Tensor-core figures marked "*" (with sparsity) in the datasheets are halved here.
@@ -157,40 +172,40 @@ A100_SXM_80GB = DevicePeak(
     memory_gbs=2039.0, fp64=9.7, compute_units=108,
     source="NVIDIA A100 Tensor Core GPU datasheet (80GB SXM)")
 
-# NVIDIA H100 datasheet (H100 SXM): FP64 34, FP32 67, TF32 989*, BF16 1979*, FP16 1979* TFLOPS
-# (dense: half); HBM3 3.35 TB/s.
+# NVIDIA H100 datasheet (H100 SXM): FP64 34, FP32 67, TF32 989*, BF16 1979*, FP16 1979*,
+# FP8 3958* TFLOPS (dense: half); HBM3 3.35 TB/s.
 H100_SXM = DevicePeak(
     name="NVIDIA H100 SXM", fp32=67.0, tf32=494.5, fp16=989.5, bf16=989.5,
-    memory_gbs=3350.0, fp64=34.0, compute_units=132,
+    memory_gbs=3350.0, fp64=34.0, compute_units=132, fp8=1979.0,
     source="NVIDIA H100 Tensor Core GPU datasheet (H100 SXM)")
 
-# NVIDIA H100 datasheet (H100 PCIe): FP64 26, FP32 51, TF32 756*, BF16 1513*, FP16 1513* TFLOPS
-# (dense: half); HBM2e 2 TB/s.
+# NVIDIA H100 datasheet (H100 PCIe): FP64 26, FP32 51, TF32 756*, BF16 1513*, FP16 1513*,
+# FP8 3026* TFLOPS (dense: half); HBM2e 2 TB/s.
 H100_PCIE = DevicePeak(
     name="NVIDIA H100 PCIe", fp32=51.0, tf32=378.0, fp16=756.5, bf16=756.5,
-    memory_gbs=2000.0, fp64=26.0, compute_units=114,
+    memory_gbs=2000.0, fp64=26.0, compute_units=114, fp8=1513.0,
     source="NVIDIA H100 Tensor Core GPU datasheet (H100 PCIe)")
 
 # NVIDIA H200 product page / datasheet (H200 SXM): FP64 34, FP32 67, TF32 989*, BF16 1979*,
-# FP16 1979* TFLOPS (dense: half); HBM3e 4.8 TB/s.
+# FP16 1979*, FP8 3958* TFLOPS (dense: half); HBM3e 4.8 TB/s.
 H200_SXM = DevicePeak(
     name="NVIDIA H200 SXM", fp32=67.0, tf32=494.5, fp16=989.5, bf16=989.5,
-    memory_gbs=4800.0, fp64=34.0, compute_units=132,
+    memory_gbs=4800.0, fp64=34.0, compute_units=132, fp8=1979.0,
     source="NVIDIA H200 Tensor Core GPU datasheet (H200 SXM)")
 
-# NVIDIA L40S datasheet: FP32 91.6, TF32 183 (366*), BF16 362.05 (733*), FP16 362.05 (733*)
-# TFLOPS; GDDR6 864 GB/s. The datasheet gives no FP64 figure.
+# NVIDIA L40S datasheet: FP32 91.6, TF32 183 (366*), BF16 362.05 (733*), FP16 362.05 (733*),
+# FP8 733 (1466*) TFLOPS; GDDR6 864 GB/s. The datasheet gives no FP64 figure.
 L40S = DevicePeak(
     name="NVIDIA L40S", fp32=91.6, tf32=183.0, fp16=362.05, bf16=362.05,
-    memory_gbs=864.0, compute_units=142,
+    memory_gbs=864.0, compute_units=142, fp8=733.0,
     source="NVIDIA L40S datasheet")
 
 # NVIDIA HGX platform page, HGX B200 per-GPU column: FP64 37, FP32 75, TF32 2.2 PFLOPS*,
-# FP16/BF16 4.5 PFLOPS* (dense: half); HBM3E 7.7 TB/s (an earlier DGX B200 datasheet printed
-# 8 TB/s; we keep the lower, current figure).
+# FP16/BF16 4.5 PFLOPS*, FP8 9 PFLOPS* (dense: half); HBM3E 7.7 TB/s (an earlier DGX B200
+# datasheet printed 8 TB/s; we keep the lower, current figure).
 B200 = DevicePeak(
     name="NVIDIA B200", fp32=75.0, tf32=1100.0, fp16=2250.0, bf16=2250.0,
-    memory_gbs=7700.0, fp64=37.0, compute_units=148,
+    memory_gbs=7700.0, fp64=37.0, compute_units=148, fp8=4500.0,
     source="NVIDIA HGX B200 specifications (per GPU)")
 
 # Names as torch.cuda.get_device_name() reports them. Patterns are full matches, so their order
@@ -204,6 +219,7 @@ _TABLE: tuple[_Entry, ...] = (
     _entry(r"AMD Instinct MI300X( VF)?", MI300X),   # "VF": a virtual function of one in a cloud VM
     _entry(r"AMD Instinct MI325X( VF)?", MI325X),
     _entry(r"AMD Instinct MI355X( VF)?", MI355X),
+    _entry(r"AMD Instinct MI350X( VF)?", MI350X),
     _entry(r"Tesla V100-SXM2-(16|32)GB", V100_SXM2),
     _entry(r"NVIDIA A100-SXM4-80GB", A100_SXM_80GB),
     _entry(r"NVIDIA H100 PCIe", H100_PCIE),

@@ -63,6 +63,9 @@ class RunSpec:
     # The result's name without .json, --no-files too (traces are named after it); rank 0's
     # choice (report.files.claim_result_path) reaches the other ranks through distributed.agree.
     result_name: str = ""
+    # --measure-peaks resolved: probe this device's GEMM and copy rates before timing
+    # (microbench.peaks), on by default on GPUs, off on the CPU.
+    measure_peaks: bool = False
 
     @property
     def batch_size(self) -> int:
@@ -146,7 +149,17 @@ def _derive(config: BenchConfig, launch: Launch) -> RunSpec:
                    peak=flops.choose_peak(device, policy.peak_key, config.peak_tflops),
                    bandwidth=flops.choose_bandwidth(device, config.peak_bandwidth),
                    json_path=json_path, csv_path=csv_path, notes=tuple(notes),
-                   result_name=name.removesuffix(".json"))
+                   result_name=name.removesuffix(".json"),
+                   measure_peaks=_measure_peaks(config, device))
+
+
+def _measure_peaks(config: BenchConfig, device: torch.device) -> bool:
+    """--measure-peaks as given, else on for a GPU (a probe of well under a second, against a
+    datasheet that may describe another SKU) and off on the CPU (no datasheet to check, and a
+    second of two busy cores is more than a short CPU run's timed region)."""
+    if config.measure_peaks is not None:
+        return bool(config.measure_peaks)
+    return device_layer.is_gpu(device)
 
 
 def _slow_precision_notes(policy: precision_table.Precision, device: torch.device) -> list[str]:

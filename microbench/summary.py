@@ -24,9 +24,9 @@ from __future__ import annotations
 import socket
 from dataclasses import dataclass, field
 
-from . import compile_watch, telemetry as telemetry_mod
+from . import compile_watch, peaks as peaks_mod, telemetry as telemetry_mod
 from .config import CUDA_GRAPH_MODES
-from .flops import Utilization
+from .flops import BandwidthPeak, PeakChoice, Utilization
 from .results import ProcessResult, RankRecord, Trial, merge_detail
 from .stats import TrialStats
 from .timing import NOISY_CV_THRESHOLD, Measurement
@@ -168,6 +168,46 @@ class Summary:
             return None
         return Utilization(self.result.flops_per_iteration, self.throughput / self.global_batch,
                            self.spec.peak)
+
+    # ------------------------------------------------------------ measured peaks
+
+    @property
+    def measured_peaks(self) -> "peaks_mod.MeasuredPeaks | None":
+        """This device's probe (--measure-peaks): the process's, or with several trials the
+        one of median GEMM rate; None when off."""
+        return peaks_mod.representative([trial.result.peaks for trial in self.trials])
+
+    @property
+    def measured_peak(self) -> PeakChoice | None:
+        """The second denominator of MFU: the probe's GEMM rate."""
+        measured = self.measured_peaks
+        if measured is None or measured.tflops is None:
+            return None
+        return PeakChoice(measured.tflops, f"measured: {measured.gemm_label}, this run")
+
+    @property
+    def measured_bandwidth(self) -> BandwidthPeak | None:
+        """The second denominator of MBU: the probe's copy rate (read + written)."""
+        measured = self.measured_peaks
+        if measured is None or measured.gbs is None:
+            return None
+        return BandwidthPeak(measured.gbs, f"measured: {measured.copy_label}, this run")
+
+    @property
+    def measured_utilization(self) -> Utilization | None:
+        """MFU against the measured GEMM rate, at the same achieved TFLOP/s."""
+        use, peak = self.utilization, self.measured_peak
+        if use is None or peak is None:
+            return None
+        return Utilization(use.flops_per_iteration, use.iterations_per_s, peak)
+
+    @property
+    def peak_warnings(self) -> list[str]:
+        """A warning when the measured peaks are far below the datasheet's."""
+        measured = self.measured_peaks
+        if measured is None:
+            return []
+        return peaks_mod.warnings(measured, self.spec.peak.tflops, self.spec.bandwidth.gbs)
 
     @property
     def scaling_efficiency(self) -> float | None:

@@ -200,6 +200,20 @@ def _no_check(shapes: Shapes, inplace: bool) -> None:
     return None
 
 
+def _copy_cost(shapes: Shapes, element_size: int, inplace: bool) -> OpCost:
+    """A device-to-device copy: the source read once, the destination written once, no FLOPs.
+    Its GB/s counts both (read + written), the basis of every GB/s this tool prints; a copy's
+    bytes read alone would be half of it."""
+    size = numel(shapes.input1) * element_size
+    return OpCost(bytes_read=size, bytes_written=size, flops=0, bytes_allocated=2 * size)
+
+
+def _copy_build(shapes: Shapes, dtype: torch.dtype, device: torch.device, inplace: bool):
+    source = _random_input(shapes.input1, dtype, device)
+    destination = torch.empty_like(source)
+    return lambda: destination.copy_(source)
+
+
 # ---------------------------------------------------------------------------------------------
 # Reductions over all elements (the old tool called e.g. ``input.sum()``)
 # ---------------------------------------------------------------------------------------------
@@ -454,6 +468,11 @@ _SPECS: tuple[OpSpec, ...] = (
     _binary("eq", output_element_size=1),  # writes torch.bool
     *(_unary(name) for name in UNARY_OPS),
     *(_reduction(name) for name in REDUCTION_OPS),
+    # The device-memory bandwidth probe's kernel (microbench.peaks), 1 GiB of fp32 by default:
+    # far beyond any last-level cache, so the copy runs at the memory's rate.
+    OpSpec("copy", "unary", MEMORY_BOUND, takes_input2=False, supports_inplace=False,
+           default_input1="268435456", default_input2=None, check=_no_check,
+           cost=_copy_cost, build=_copy_build),
     # The DLRM embedding table of the old model-ops list: 32709138 rows of 128, 851968 updated.
     OpSpec("add", "sparse", MEMORY_BOUND, takes_input2=True, supports_inplace=True,
            default_input1="32709138-128", default_input2="851968", check=_sparse_check,

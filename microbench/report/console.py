@@ -244,7 +244,8 @@ def _summary_rows(summary: Summary) -> list[tuple[str, str]]:
     ]
     rows += _compiler_rows(summary)
     rows += summary.scenario.console_rows(summary)
-    rows += _flops_rows(summary) + _trial_rows(summary) + _telemetry_rows(summary)
+    rows += _flops_rows(summary) + _peaks_rows(summary) + _trial_rows(summary)
+    rows += _telemetry_rows(summary)
     per_rank = " per rank" if summary.distributed else ""
     trials = f" in {len(summary.trials)} trials" if len(summary.trials) > 1 else ""
     rows.append(("Timed with", f"{clock_name(summary.spec.device)}, {t.count} "
@@ -312,15 +313,54 @@ def _flops_rows(summary: Summary) -> list[tuple[str, str]]:
         return []
     scenario = summary.scenario
     per = " per device" if summary.distributed else ""
-    mfu = (f"{use.mfu:.1%} of {use.peak.tflops:g} TFLOP/s ({use.peak.source})"
-           if use.mfu is not None else f"unknown ({use.peak.source})")
     count = scenario.units_per_iteration(summary.spec.batch_size)
     return [("FLOPs per iteration" + per,
              f"{units.flops(use.flops_per_iteration)} ({scenario.flops_counted}); "
              f"{units.flops(use.flops_per_iteration / count)} per {scenario.unit}"),
             ("Achieved" + per, f"{units.flops(use.achieved_tflops * 1e12, per_second=True)} "
                                f"(at the headline throughput)"),
-            ("MFU", mfu)]
+            ("MFU", mfu_text(use, summary.measured_utilization))]
+
+
+def mfu_text(use, measured) -> str:
+    """MFU against the datasheet peak and, with --measure-peaks, the measured one."""
+    return units.two_denominators(
+        use.mfu, use.peak.tflops, use.peak.source,
+        measured.mfu if measured is not None else None,
+        measured.peak.tflops if measured is not None else None,
+        measured.peak.source if measured is not None else "", units.tflops_rate)
+
+
+def _peaks_rows(summary: Summary) -> list[tuple[str, str]]:
+    """The probe's figures, their share of the datasheet, the clocks and power limit read
+    meanwhile, its cost, and the warning when it is far below the datasheet."""
+    measured = summary.measured_peaks
+    if measured is None:
+        return []
+    spec = summary.spec
+    parts = []
+    if measured.tflops is not None:
+        share = (f" ({measured.tflops / spec.peak.tflops:.1%} of the datasheet's)"
+                 if spec.peak.tflops else "")
+        parts.append(f"{measured.gemm_label} {units.tflops_rate(measured.tflops)}{share}")
+    else:
+        parts.append(f"{measured.gemm_label}: {measured.note or _row_problem(measured.gemm)}")
+    if measured.gbs is not None:
+        share = (f" ({measured.gbs / spec.bandwidth.gbs:.1%} of the datasheet's)"
+                 if spec.bandwidth.gbs else "")
+        parts.append(f"{measured.copy_label} {units.gbs_rate(measured.gbs)}{share}")
+    else:
+        parts.append(f"{measured.copy_label}: {_row_problem(measured.copy)}")
+    rows = [("Measured peaks", "; ".join(parts)),
+            ("During the probe", f"{measured.clocks.describe()}; the probe took "
+                                 f"{measured.seconds:.2f} s, before and outside the timed "
+                                 f"region, once per process")]
+    rows += [("Peaks", line) for line in summary.peak_warnings]
+    return rows
+
+
+def _row_problem(row) -> str:
+    return "not measured" if row is None else (row.message or row.status)
 
 
 def print_profiles(summary: Summary, out: TextIO) -> None:

@@ -30,9 +30,16 @@ CSV_COLUMNS = (
     "energy_j", "j_per_item", "throttled", "device_type", "torch", "gpu_runtime", "host",
     "json_file", "status", "error",
 )
+# Columns added by --measure-peaks (issue 35), after all the others: a CSV written before them
+# keeps its header and takes rows without them (append_csv), so no file is refused or mixed.
+PEAK_COLUMNS = ("measured_peak_tflops", "measured_peak_gbs", "mfu_measured", "mbu_measured")
+CSV_COLUMNS_BEFORE_PEAKS = CSV_COLUMNS
+CSV_COLUMNS = CSV_COLUMNS_BEFORE_PEAKS + PEAK_COLUMNS
+# Every header this tool has written, newest first; a new file gets the first.
+CSV_HEADERS = (CSV_COLUMNS, CSV_COLUMNS_BEFORE_PEAKS)
 # The columns only some kinds of run fill (microbench.scenarios: csv_cells).
 SCENARIO_COLUMNS = ("forward_ms", "backward_ms", "optimizer_ms", "ttft_median_ms",
-                    "itl_median_ms", "itl_p99_ms")
+                    "itl_median_ms", "itl_p99_ms", "mbu_measured")
 
 
 # ---------------------------------------------------------------- the JSON result
@@ -69,6 +76,7 @@ def result_document(summary: Summary) -> dict:
         "losses": result.losses,
         "notes": summary.notes,
         "flops": _flops_document(summary),
+        "peaks": _peaks_document(summary),
         "compiler": summary.compiler.to_dict() if summary.compiler is not None else None,
     }
     if summary.token_throughput is not None:
@@ -122,11 +130,26 @@ def _basis(summary: Summary) -> str:
     return whose
 
 
+def _peaks_document(summary: Summary) -> dict:
+    """Both denominators of every utilisation: the datasheet's (cited) and this run's probe
+    (--measure-peaks; null when off)."""
+    spec, measured = summary.spec, summary.measured_peaks
+    return {"datasheet": {"tflops": spec.peak.tflops, "tflops_source": spec.peak.source,
+                          "column": spec.precision.peak_key,
+                          "gb_per_s": spec.bandwidth.gbs,
+                          "gb_per_s_source": spec.bandwidth.source},
+            "measured": measured.to_dict() if measured is not None else None,
+            "warnings": summary.peak_warnings}
+
+
 def _flops_document(summary: Summary) -> dict | None:
     use = summary.utilization
     if use is None:
         return None
-    return {**use.to_dict(), "counted": summary.spec.scenario.flops_counted.replace(" + ", "+"),
+    measured = summary.measured_utilization
+    return {**use.to_dict(),
+            "mfu_measured": measured.mfu if measured is not None else None,
+            "peak_tflops_measured": measured.peak.tflops if measured is not None else None, "counted": summary.spec.scenario.flops_counted.replace(" + ", "+"),
             "counter": "torch.utils.flop_counter.FlopCounterMode",
             "per": "device", "deepspeed_profiled_iteration": summary.spec.config.flops_prof_step}
 
@@ -186,6 +209,14 @@ def _flops_cells(summary: Summary) -> dict:
             "achieved_tflops": f"{use.achieved_tflops:.4f}", "mfu": _optional(use.mfu, 5)}
 
 
+def _peak_cells(summary: Summary) -> dict:
+    """The probe's rates and MFU against them (MBU's measured share is generation's cell)."""
+    measured, use = summary.measured_peaks, summary.measured_utilization
+    return {"measured_peak_tflops": _optional(measured.tflops if measured else None, 4),
+            "measured_peak_gbs": _optional(measured.gbs if measured else None, 2),
+            "mfu_measured": _optional(use.mfu if use else None, 5)}
+
+
 def _identity_cells(spec, env) -> dict:
     """The columns that say what ran, for measured and failed rows alike (``spec``: a RunSpec;
     ``env``: the DeviceInfo)."""
@@ -218,6 +249,7 @@ def csv_row(summary: Summary) -> dict:
         "json_file": summary.spec.json_path or "",
         **_flops_cells(summary),
         **_trust_cells(summary),
+        **_peak_cells(summary),
         "status": "ok", "error": "",
     }
 
@@ -246,7 +278,7 @@ def check_csv(path: str, directory_made: bool = False) -> None:
         head = writing.read_head(path)
     except OSError as error:
         raise UsageError(f"cannot read --csv-file {path}: {error.strerror}") from None
-    problem = writing.header_problem(head, CSV_COLUMNS)
+    problem = writing.header_problem(head, CSV_COLUMNS, older=CSV_HEADERS[1:])
     if problem:
         raise UsageError(f"--csv-file {path} {problem} (an older or foreign file): name "
                          f"another --csv-file or move that one away")
@@ -254,8 +286,10 @@ def check_csv(path: str, directory_made: bool = False) -> None:
 
 def append_csv(row: dict, path: str) -> None:
     """Append one row (and the header to a new file): one write under an exclusive lock, cut
-    back if it fails (report.writing.append_csv_rows)."""
-    writing.append_csv_rows(path, CSV_COLUMNS, [[row.get(column, "") for column in CSV_COLUMNS]])
+    back if it fails (report.writing.append_csv_rows). A file with an older header of ours
+    takes the row in its own columns (the newer columns left out)."""
+    writing.append_csv_rows(path, CSV_COLUMNS, [[row.get(column, "") for column in CSV_COLUMNS]],
+                            older=CSV_HEADERS[1:])
 
 
 # ---------------------------------------------------------------- before and after the run

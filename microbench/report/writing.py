@@ -368,10 +368,28 @@ def read_head(path: str) -> bytes:
         return stream.read(_HEAD_BYTES)
 
 
-def header_problem(head: bytes, header: Sequence[str]) -> str | None:
+def header_problem(head: bytes, header: Sequence[str],
+                   older: Sequence[Sequence[str]] = ()) -> str | None:
     """Why a CSV starting with ``head`` cannot take our rows, or None. A header that differs
     only in its line endings is ours; a first line cut short by a crash (no line end, a prefix
-    of our header) is repaired by the next append."""
+    of our header) is repaired by the next append. ``older``: headers this tool wrote before
+    ``header`` gained columns, which take our rows in their own columns (:func:`header_of`)."""
+    if header_of(head, header, older) is not None:
+        return None
+    return _header_problem(head, header)
+
+
+def header_of(head: bytes, header: Sequence[str],
+              older: Sequence[Sequence[str]] = ()) -> Sequence[str] | None:
+    """Which of ``header`` and the ``older`` ones a CSV starting with ``head`` has (``header``
+    for an empty file); None when it has none of them."""
+    for candidate in (header, *older):
+        if _header_problem(head, candidate) is None:
+            return candidate
+    return None
+
+
+def _header_problem(head: bytes, header: Sequence[str]) -> str | None:
     if b"\0" in head:
         return "is not a text CSV (it holds NUL bytes)"
     first, newline, _ = head.partition(b"\n")
@@ -424,9 +442,12 @@ def _repair_tail(fd: int, size: int, columns: int, end: str) -> tuple[int, bytes
     return start, fragment, ""
 
 
-def append_csv_rows(path: str, header: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
+def append_csv_rows(path: str, header: Sequence[str], rows: Sequence[Sequence[object]],
+                    older: Sequence[Sequence[str]] = ()) -> None:
     """Append ``rows`` (and ``header`` to a new or empty file) under an exclusive lock, as one
-    write; any failure truncates the file back, so it is left exactly as it was."""
+    write; any failure truncates the file back, so it is left exactly as it was. A file with
+    one of the ``older`` headers (fewer columns, each of them in ``header``) takes the rows in
+    its own columns, read under the lock."""
     ensure_directory(path)
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o666)
@@ -436,18 +457,23 @@ def append_csv_rows(path: str, header: Sequence[str], rows: Sequence[Sequence[ob
         with signals_deferred():
             if fcntl is not None:
                 fcntl.flock(fd, fcntl.LOCK_EX)
-            _append_locked(fd, path, header, rows)
+            _append_locked(fd, path, header, rows, older)
     finally:
         os.close(fd)                          # releases the lock
 
 
 def _append_locked(fd: int, path: str, header: Sequence[str],
-                   rows: Sequence[Sequence[object]]) -> None:
+                   rows: Sequence[Sequence[object]], older: Sequence[Sequence[str]] = ()) -> None:
     size = os.fstat(fd).st_size
-    problem = header_problem(os.pread(fd, min(size, _HEAD_BYTES), 0), header) if size else None
+    head = os.pread(fd, min(size, _HEAD_BYTES), 0) if size else b""
+    problem = header_problem(head, header, older) if size else None
     if problem:
         raise UsageError(f"--csv-file {path} {problem}: name another --csv-file or move that "
                          f"one away")
+    theirs = header_of(head, header, older) if size else header
+    if theirs is not None and list(theirs) != list(header):
+        positions = [list(header).index(column) for column in theirs]
+        header, rows = theirs, [[row[i] for i in positions] for row in rows]
     end = _line_end(fd, size)
     start, cut = size, b""
     try:

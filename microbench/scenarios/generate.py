@@ -34,24 +34,33 @@ def _latency(times) -> str:
     return f"median {ms(times.median)}  p90 {ms(times.p90)}  p99 {ms(times.p99)}"
 
 
-def _bandwidth_rows(use: flops.BandwidthUtilization | None, times,
-                    batch: int) -> list[tuple[str, str]]:
+def _bandwidth_rows(use: flops.BandwidthUtilization | None, times, batch: int,
+                    measured: flops.BandwidthUtilization | None = None
+                    ) -> list[tuple[str, str]]:
     if use is None or use.achieved_gbs is None:
         return []
     per_step = times.decode_bytes / times.decode.count
-    mbu = (f"{units.percent(use.mbu)} of {use.peak.gbs:,.0f} GB/s ({use.peak.source})"
-           if use.mbu is not None else f"unknown ({use.peak.source})")
+    mbu = units.two_denominators(
+        use.mbu, use.peak.gbs, use.peak.source, measured.mbu if measured else None,
+        measured.peak.gbs if measured else None, measured.peak.source if measured else "",
+        units.gbs_rate)
     return [("Decode bandwidth", f"{use.achieved_gbs:,.1f} GB/s  ({units.megabytes(per_step / 1e6)}"
                                  f" read per decode step: weights and the KV cache up to the "
                                  f"step's position, batch {batch})"),
             ("MBU (decode)", mbu)]
 
 
-def _prefill_rows(use: flops.Utilization | None) -> list[tuple[str, str]]:
+def _prefill_rows(use: flops.Utilization | None,
+                  measured: flops.Utilization | None = None) -> list[tuple[str, str]]:
     if use is None:
         return []
-    mfu = (f"MFU {units.percent(use.mfu)} of {use.peak.tflops:g} TFLOP/s" if use.mfu is not None
-           else f"MFU unknown ({use.peak.source})")
+    if measured is None and use.mfu is not None:
+        mfu = f"MFU {units.percent(use.mfu)} of {use.peak.tflops:g} TFLOP/s"
+    else:
+        mfu = "MFU " + units.two_denominators(
+            use.mfu, use.peak.tflops, use.peak.source, measured.mfu if measured else None,
+            measured.peak.tflops if measured else None,
+            measured.peak.source if measured else "", units.tflops_rate)
     return [("Prefill compute", f"{units.flops(use.achieved_tflops * 1e12, per_second=True)} "
                                 f"({units.flops(use.flops_per_iteration)} per prefill); {mfu}")]
 
@@ -133,23 +142,29 @@ class Generate(Scenario):
             return None
         return summary.spec.batch_size * times.decode.count / (times.decode.total_ms / 1e3)
 
-    def decode_bandwidth(self, summary) -> flops.BandwidthUtilization | None:
+    def decode_bandwidth(self, summary, measured: bool = False
+                         ) -> flops.BandwidthUtilization | None:
         """The bytes the timed decode steps had to read over their summed time (the same
-        samples as the inter-token latency), against the device's memory bandwidth."""
+        samples as the inter-token latency), against the device's memory bandwidth: the
+        datasheet's, or with ``measured`` the probe's copy rate (None without a probe)."""
         times = summary.detail
-        if times is None or not times.decode.count or not times.decode_bytes:
+        peak = summary.measured_bandwidth if measured else summary.spec.bandwidth
+        if times is None or not times.decode.count or not times.decode_bytes or peak is None:
             return None
         return flops.BandwidthUtilization(times.decode_bytes, times.decode.total_ms / 1e3,
-                                          summary.spec.bandwidth)
+                                          peak)
 
-    def prefill_utilization(self, summary) -> flops.Utilization | None:
+    def prefill_utilization(self, summary, measured: bool = False) -> flops.Utilization | None:
         """The prefill's FLOPs (counted once) at the rate of the timed prefills (their own
-        samples), against the precision's dense peak: MFU for the compute-bound phase."""
+        samples), against the precision's dense peak: MFU for the compute-bound phase; with
+        ``measured`` against the probe's GEMM rate (None without a probe)."""
         times = summary.detail
-        if times is None or not times.prefill_flops or not times.prefill.total_ms:
+        peak = summary.measured_peak if measured else summary.spec.peak
+        if times is None or not times.prefill_flops or not times.prefill.total_ms or \
+                peak is None:
             return None
         per_s = times.prefill.count / (times.prefill.total_ms / 1e3)
-        return flops.Utilization(times.prefill_flops, per_s, summary.spec.peak)
+        return flops.Utilization(times.prefill_flops, per_s, peak)
 
     def energy_per_token(self, summary) -> dict | None:
         """Joules per generated token over whole generations (the telemetry's own figure, by
@@ -186,8 +201,10 @@ class Generate(Scenario):
             ("Time per sequence", f"mean {units.duration_ms(times.e2e.mean)}  (prefill and "
                                   f"{self.shape.gen_len - 1} decode steps: every sequence of "
                                   f"the batch takes this long)"),
-        ] + _prefill_rows(self.prefill_utilization(summary)) \
-          + _bandwidth_rows(self.decode_bandwidth(summary), times, summary.spec.batch_size) \
+        ] + _prefill_rows(self.prefill_utilization(summary),
+                          self.prefill_utilization(summary, measured=True)) \
+          + _bandwidth_rows(self.decode_bandwidth(summary), times, summary.spec.batch_size,
+                            self.decode_bandwidth(summary, measured=True)) \
           + _energy_rows(self.energy_per_token(summary))
 
     def document(self, summary) -> dict:
@@ -195,6 +212,8 @@ class Generate(Scenario):
         if times is None:
             return {}
         bandwidth, prefill = self.decode_bandwidth(summary), self.prefill_utilization(summary)
+        measured_bandwidth = self.decode_bandwidth(summary, measured=True)
+        measured_prefill = self.prefill_utilization(summary, measured=True)
         return {"generation": {
             "prompt_len": self.shape.prompt_len, "gen_len": self.shape.gen_len,
             "batch_size": summary.spec.batch_size,
@@ -205,13 +224,20 @@ class Generate(Scenario):
             "end_to_end": {"stats": times.e2e.stats()},
             "decode_tokens_per_s": self.decode_tokens_per_s(summary),
             "mbu": bandwidth.mbu if bandwidth is not None else None,
+            "mbu_measured": measured_bandwidth.mbu if measured_bandwidth is not None else None,
             "decode_bandwidth": bandwidth.to_dict() if bandwidth is not None else None,
+            "decode_bandwidth_measured": (measured_bandwidth.to_dict()
+                                          if measured_bandwidth is not None else None),
             "energy_per_token": self.energy_per_token(summary),
             "prefill_flops": prefill.to_dict() if prefill is not None else None,
+            "prefill_mfu_measured": (measured_prefill.mfu if measured_prefill is not None
+                                     else None),
             "generated_tokens_per_s": summary.token_throughput}}
 
     def csv_cells(self, summary) -> dict:
         times = summary.detail
+        measured = self.decode_bandwidth(summary, measured=True)
         return {"ttft_median_ms": _optional(times.prefill.median if times else None),
                 "itl_median_ms": _optional(times.decode.median if times else None),
-                "itl_p99_ms": _optional(times.decode.p99 if times else None)}
+                "itl_p99_ms": _optional(times.decode.p99 if times else None),
+                "mbu_measured": _optional(measured.mbu if measured else None)}

@@ -151,6 +151,13 @@ class AmdSmiSource(LibrarySource):
             self._ask_violations = False          # not on this GPU: stop asking
         return _metrics_reasons(self._query(self._smi.amdsmi_get_gpu_metrics_info))
 
+    def power_limits_w(self) -> tuple[float | None, float | None]:
+        """(current, default) power cap in watts: amdsmi_get_power_cap_info's power_cap and
+        default_power_cap, in microwatts (amdsmi Python README); None where it does not say."""
+        info = self._query(getattr(self._smi, "amdsmi_get_power_cap_info", None))
+        cap, default = _field(info, "power_cap"), _field(info, "default_power_cap")
+        return (None if not cap else cap / 1e6, None if not default else default / 1e6)
+
     def close(self) -> None:
         if not self._closed:
             self._closed = True

@@ -196,6 +196,16 @@ class NvmlSource(LibrarySource):
             energy_j=None if energy_mj is None else energy_mj / 1000.0,
         )
 
+    def power_limits_w(self) -> tuple[float | None, float | None]:
+        """(enforced, default) board power limit in watts (NVML: milliwatts); None where NVML
+        does not say. Enforced below default means someone capped the board."""
+        nvml = self._nvml
+        enforced = as_float(self._query(getattr(nvml, "nvmlDeviceGetEnforcedPowerLimit", None)))
+        default = as_float(self._query(
+            getattr(nvml, "nvmlDeviceGetPowerManagementDefaultLimit", None)))
+        return (None if enforced is None else enforced / 1000.0,
+                None if default is None else default / 1000.0)
+
     def close(self) -> None:
         if not self._closed:
             self._closed = True
