@@ -215,29 +215,65 @@ def gemm_dtype(compute: torch.dtype) -> str | None:
     return None
 
 
+class _Prober:
+    """Measures probe rows as the op bench measures an op (``runner.measure_case``), with the
+    flush (or spin) of its timing plan and an optional extra step before each timed call."""
+
+    def __init__(self, device: torch.device, peaks: runner.Peaks, size: ProbeSize,
+                 between: Callable[[], object] | None = None,
+                 timing: runner.TimingPlan | None = None):
+        self.device, self.peaks, self.size, self._between = device, peaks, size, between
+        self.timing = timing or runner.TimingPlan.build(device, flush=device_layer.is_gpu(device))
+
+    def _before_call(self) -> None:
+        self.timing()
+        if self._between is not None:
+            self._between()
+
+    def row(self, op: str, dtype_name: str, shape: str, shape2: str | None) -> OpResult:
+        config = runner.RunConfig(device=self.device, dtype_name=dtype_name,
+                                  num_iters=self.size.iterations,
+                                  num_warmup_iters=self.size.warmup,
+                                  flush_l2=self.timing.flushes,
+                                  cache_bytes=self.timing.cache.size_bytes)
+        case = runner.make_case(runner.CaseRequest(op, None, shape, shape2), dtype_name, False)
+        return runner.measure_case(case, config, self.peaks, self._before_call)
+
+    def gemm(self, dtype_name: str) -> OpResult:
+        n = f"{self.size.gemm_n}-{self.size.gemm_n}"
+        return self.row("matmul", dtype_name, n, n)
+
+    def copy(self) -> OpResult:
+        return self.row("copy", COPY_DTYPE, str(self.size.copy_elements), None)
+
+
 def probe_rows(device: torch.device, dtype: str | None, peaks: runner.Peaks,
                size: ProbeSize, between: Callable[[], object] | None = None,
                timing: runner.TimingPlan | None = None
                ) -> tuple[OpResult | None, OpResult]:
     """The GEMM row (None without a dtype) and the copy row, measured as the op bench does."""
-    timing = timing or runner.TimingPlan.build(device, flush=device_layer.is_gpu(device))
+    prober = _Prober(device, peaks, size, between, timing)
+    return (prober.gemm(dtype) if dtype is not None else None), prober.copy()
 
-    def before_call() -> None:
-        timing()
-        if between is not None:
-            between()
 
-    def row(op: str, dtype_name: str, shape: str, shape2: str | None) -> OpResult:
-        config = runner.RunConfig(device=device, dtype_name=dtype_name,
-                                  num_iters=size.iterations, num_warmup_iters=size.warmup,
-                                  flush_l2=timing.flushes, cache_bytes=timing.cache.size_bytes)
-        case = runner.make_case(runner.CaseRequest(op, None, shape, shape2), dtype_name, False)
-        return runner.measure_case(case, config, peaks, before_call)
-
-    n = f"{size.gemm_n}-{size.gemm_n}"
-    gemm = row("matmul", dtype, n, n) if dtype is not None else None
-    copy = row("copy", COPY_DTYPE, str(size.copy_elements), None)
-    return gemm, copy
+def probe_table(device: torch.device, dtypes: Sequence[str], source=None,
+                size: ProbeSize | None = None,
+                clock: Callable[[], float] = time.perf_counter
+                ) -> tuple[list[OpResult], ProbeClocks, float]:
+    """``microbench-ops --peaks``: a GEMM row per dtype and the copy row, against the datasheet
+    (each row's peak and share, as the op bench prints them), the clocks read meanwhile, and
+    the seconds it took."""
+    started, size = clock(), size or default_size(device)
+    sampler = Sampler(source, SAMPLE_INTERVAL_S) if source is not None else None
+    if sampler is not None:
+        sampler.start()
+    try:
+        prober = _Prober(device, runner.Peaks(flops.peak_for_device(device)), size)
+        rows = [prober.gemm(dtype) for dtype in dtypes] + [prober.copy()]
+    finally:
+        samples = sampler.stop() if sampler is not None else []
+    device_layer.empty_cache(device)
+    return rows, clocks_of(samples, source), clock() - started
 
 
 def measure(device: torch.device, compute: torch.dtype, peak_key: str,
@@ -318,10 +354,10 @@ _MEASURED: dict[tuple, MeasuredPeaks] = {}
 
 
 def once(device: torch.device, compute: torch.dtype, peak_key: str, source=None,
-         measure_fn: Callable[..., MeasuredPeaks] = measure) -> MeasuredPeaks:
+         measure_fn: Callable[..., MeasuredPeaks] | None = None) -> MeasuredPeaks:
     key = (str(device), compute, peak_key, tf32_allowed("matmul"))
     if key not in _MEASURED:
-        _MEASURED[key] = measure_fn(device, compute, peak_key, source)
+        _MEASURED[key] = (measure_fn or measure)(device, compute, peak_key, source)
     return _MEASURED[key]
 
 

@@ -148,7 +148,7 @@ REPLAYED_SAMPLES = {
     "seed": 17, "dist_timeout": 30.0, "ddp_bucket_cap_mb": 50.0, "ddp_static_graph": True,
     "ddp_gradient_as_bucket_view": True, "autograd_profiler": True, "kineto": True,
     "profiler_schedule": (0, 1, 3), "flops_prof_step": 2, "peak_tflops": 123.0,
-    "peak_bandwidth": 4800.0,
+    "peak_bandwidth": 4800.0, "measure_peaks": True,
     "capture_range": True, "phase_timing": False, "optimizer_impl": "fused",
     "cudnn_benchmark": True, "preset": "fast",
     "data": "loader", "data_format": "png", "data_images": 64, "data_dir": "/data/images",

@@ -29,12 +29,12 @@ import sys
 
 import torch
 
-from .. import __version__, device as device_layer, flops, process, progress
+from .. import __version__, device as device_layer, flops, process, progress, tables
 from ..argtypes import (MAX_ITERATIONS, MAX_PEAK_TFLOPS, MAX_WARMUP, OneLineParser, bounded_int,
                         finite_float, path_text)
 from ..device import clock_name
 from ..errors import UsageError
-from ..report import writing
+from ..report import units, writing
 from ..report.schema import SCHEMA_VERSION
 from . import catalog as ops, report, runner
 
@@ -65,6 +65,11 @@ def build_parser() -> argparse.ArgumentParser:
     lists.add_argument("--run-compute-ops", action="store_true",
                        help="run matmul, bmm, conv2d, sdpa, layer_norm and softmax at their "
                             "default shapes")
+    lists.add_argument("--peaks", action="store_true",
+                       help="the model benchmark's peak probe alone (--measure-peaks): a dense "
+                            "GEMM per dtype (fp32, fp16, bf16; 8192^3 on a GPU) and a device "
+                            "copy, each beside the datasheet's peak, with the clocks and power "
+                            "limit read meanwhile")
 
     shapes = parser.add_argument_group("shapes and precision")
     shapes.add_argument("--dtype", choices=tuple(ops.DTYPES), default="fp32",
@@ -131,6 +136,9 @@ def build_parser() -> argparse.ArgumentParser:
 # ---------------------------------------------------------------------------------------------
 
 def validate(args: argparse.Namespace) -> None:
+    if args.peaks and (args.op or args.input1_dim or args.input2_dim or args.inplace):
+        raise UsageError("--peaks runs its own GEMMs and copy at fixed shapes; drop --op, "
+                         "--input1-dim, --input2-dim and --inplace")
     if args.run_model_ops and args.inplace:
         raise UsageError("--inplace does not apply to --run-model-ops: the list says which "
                          "ops run in place")
@@ -232,6 +240,8 @@ def run(args: argparse.Namespace) -> int:
     device_layer.activate(device)
     if notice:
         print(notice)
+    if args.peaks:
+        return run_peaks(args, device)
     requests = requests_from_args(args)
     # The flush buffer is allocated (and the spin calibrated) before the first op's memory check.
     timing = runner.TimingPlan.build(device, flush_wanted(args, device), args.queued_delay_ms)
@@ -264,6 +274,71 @@ def run(args: argparse.Namespace) -> int:
     if args.output_csv:
         report.write_csv(args.output_csv, outcome.results)
     return outcome.exit_code
+
+
+PEAK_DTYPES = ("fp32", "fp16", "bf16")   # and fp8 once the catalog has its GEMM
+
+
+def run_peaks(args: argparse.Namespace, device: torch.device) -> int:
+    """--peaks: the probe alone, as a table; one row per dtype and the bandwidth row."""
+    from .. import peaks, telemetry
+    source, note = (telemetry.open_source(device) if device_layer.is_gpu(device)
+                    else (None, "no telemetry on the CPU"))
+    try:
+        rows, clocks, seconds = peaks.probe_table(
+            device, [dtype for dtype in PEAK_DTYPES if dtype in ops.DTYPES], source)
+    finally:
+        if source is not None:
+            source.close()
+    name = device_name(device)
+    datasheet = flops.peak_for_device(device)
+    size = peaks.default_size(device)
+    print(f"Peak probe on {device} ({name}): torch.matmul {size.gemm_n}^3 per dtype and a "
+          f"device copy, {size.warmup} warm-up calls apart, median of {size.iterations} calls "
+          f"timed one by one with {clock_name(device)}")
+    print("datasheet: " + (f"{datasheet.name} ({datasheet.source})" if datasheet
+                           else f"no row for {name}: measured rates only"))
+    print(peaks_table(rows, progress.is_terminal(sys.stdout)), end="")
+    tf32 = "allowed" if runner.tf32_allowed("matmul") else "off"
+    print(f"GB/s counts bytes read + bytes written; fp32 GEMMs with TF32 {tf32}")
+    print(f"during the probe: {clocks.describe() if source is not None else note}")
+    print(f"the probe took {seconds:.2f} s")
+    if args.output_json:
+        report.write_json(args.output_json, {**_probe_info(device), "peaks_probe": True}, rows)
+    if args.output_csv:
+        report.write_csv(args.output_csv, rows)
+    return runner.RunOutcome(rows).exit_code if len(rows) > 1 else 0
+
+
+def _probe_info(device: torch.device) -> dict:
+    return {"tool": "TorchTensorOpsBench", "version": __version__,
+            "schema_version": SCHEMA_VERSION, "command": sys.argv,
+            "time": datetime.datetime.now().astimezone().isoformat(),
+            **device_layer.build_versions(), "device": str(device),
+            "device_name": device_name(device), "clock": clock_name(device),
+            "bytes_convention": report.BYTES_NOTE}
+
+
+def peaks_table(rows, terminal: bool) -> str:
+    """The probe's rows: measured rate beside the datasheet's peak and the share."""
+    columns = [tables.Column("probe"), tables.Column("dtype"), tables.Column("shape"),
+               tables.Column("median [ms]", numeric=True), tables.Column("measured", numeric=True),
+               tables.Column("datasheet", numeric=True), tables.Column("% of datasheet",
+                                                                       numeric=True)]
+    cells = []
+    for row in rows:
+        copy = row.op == "copy"
+        show = units.gbs_rate if copy else units.tflops_rate
+        rate = row.gbs if copy else row.tflops
+        median = row.measurement.median if row.measurement else None
+        cells.append((
+            "bandwidth (copy)" if copy else "GEMM", row.dtype, row.shapes,
+            f"{median:.3f}" if median is not None else row.status,
+            show(rate) if row.status == "ok" and rate else (row.message or "-"),
+            (f"{show(row.peak_value)} ({row.peak_label})" if row.peak_value
+             else "no datasheet row"),
+            f"{row.pct_of_peak:.1f}%" if row.pct_of_peak is not None else "-"))
+    return tables.render(columns, cells, terminal=terminal)
 
 
 def main(argv: list[str] | None = None) -> int:

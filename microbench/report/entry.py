@@ -158,10 +158,35 @@ def model_settings(document: dict, config: dict | None = None) -> dict:
         "compile": _compile(config),
         **_generic_settings(config),
         "device": env.get("device_name"),
+        "measured peak": measured_peak(document),
         "host": env.get("host"),
         "torch": env.get("torch"),
         "tool": document.get("tool_version"),
     }
+
+
+def _two_digits(value: float, units: tuple[tuple[float, str], ...]) -> str:
+    for scale, unit in units:
+        if value >= scale:
+            return f"{float(f'{value / scale:.2g}'):g} {unit}"
+    return f"{float(f'{value:.2g}'):g} {units[-1][1]}"
+
+
+def measured_peak(document: dict) -> str | None:
+    """What this device measured in its run (--measure-peaks), to two significant digits so that
+    results of machines that run alike fall in one group and a power-capped one stands apart:
+    ``790 TFLOP/s bf16, 3 TB/s``. None without a probe (files before issue 35 included)."""
+    measured = _get(document, "peaks", "measured")
+    if not isinstance(measured, dict):
+        return None
+    parts = []
+    tflops, gbs = _number(measured.get("tflops")), _number(measured.get("gb_per_s"))
+    if tflops:
+        rate = _two_digits(tflops * 1e12, ((1e12, "TFLOP/s"), (1e9, "GFLOP/s")))
+        parts.append(f"{rate} {measured.get('dtype', '')}".rstrip())
+    if gbs:
+        parts.append(_two_digits(gbs * 1e9, ((1e12, "TB/s"), (1e9, "GB/s"))))
+    return ", ".join(parts) or None
 
 
 # ---------------------------------------------------------------- figures
@@ -236,6 +261,8 @@ def result_entry(document: dict, source: str) -> Entry:
         "mfu": _number(_get(document, "flops", "mfu")),
         "mbu": _number(_get(document, "flops", "mbu")) or _number(_get(document, "generation",
                                                                         "mbu")),
+        "mfu_measured": _number(_get(document, "flops", "mfu_measured")),
+        "mbu_measured": _number(_get(document, "generation", "mbu_measured")),
         "energy_per_unit": energy,
         "peak_allocated_mb": _number(_get(document, "memory", "peak_allocated_mb")),
     }

@@ -68,7 +68,7 @@ def tflops_rate(tflops: float) -> str:
 
 
 def gbs_rate(gbs: float) -> str:
-    return f"{gbs:,.0f} GB/s" if gbs >= 100 else f"{significant(gbs)} GB/s"
+    return f"{gbs:,.0f} GB/s" if gbs >= 100 else f"{float(significant(gbs)):g} GB/s"
 
 
 def two_denominators(share: float | None, peak: float | None, source: str,
