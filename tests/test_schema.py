@@ -23,7 +23,7 @@ RUNS = {
     # In this process: a worker process a trial would cost seconds of imports each.
     "training-with-trials": ["--network", "resnet18", *TINY, "--repeat", "2", "--trials",
                              "in-process"],
-    "inference": ["--network", "resnet18", *TINY, "--mode", "inference"],
+    "inference": ["--network", "resnet18", *TINY, "--mode", "inference", "--measure-peaks", "1"],
     "generate": ["--network", "llama_tiny", "--seq-len", "16", "--vocab-size", "128",
                  "--batch-size", "2", "--iterations", "2", "--warmup", "1", "--mode",
                  "generate", "--prompt-len", "6", "--gen-len", "4"],
