@@ -30,11 +30,12 @@ CSV_COLUMNS = (
     "energy_j", "j_per_item", "throttled", "device_type", "torch", "gpu_runtime", "host",
     "json_file", "status", "error",
 )
-# Columns added by --measure-peaks (issue 35), after all the others: a CSV written before them
-# keeps its header and takes rows without them (append_csv), so no file is refused or mixed.
+# Columns added by --measure-peaks (issue 35), just before status and error (which stay last): a
+# CSV written before them keeps its header and takes rows without them (append_csv), so no file
+# is refused or mixed.
 PEAK_COLUMNS = ("measured_peak_tflops", "measured_peak_gbs", "mfu_measured", "mbu_measured")
 CSV_COLUMNS_BEFORE_PEAKS = CSV_COLUMNS
-CSV_COLUMNS = CSV_COLUMNS_BEFORE_PEAKS + PEAK_COLUMNS
+CSV_COLUMNS = CSV_COLUMNS_BEFORE_PEAKS[:-2] + PEAK_COLUMNS + CSV_COLUMNS_BEFORE_PEAKS[-2:]
 # Every header this tool has written, newest first; a new file gets the first.
 CSV_HEADERS = (CSV_COLUMNS, CSV_COLUMNS_BEFORE_PEAKS)
 # The columns only some kinds of run fill (microbench.scenarios: csv_cells).
