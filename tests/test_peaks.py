@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from conftest import TINY, run_main, stored_result
+from conftest import TINY, requires_gpu, run_main, stored_result
 from microbench import flops, peaks, timing
 from microbench.ops import catalog
 from microbench.ops.report import OpResult
@@ -274,3 +274,18 @@ def test_the_op_bench_refuses_peaks_with_an_op(capsys):
     from microbench.ops import cli as ops_cli
     ran = run_main(capsys, "--peaks", "--op", "add", "--device", "cpu", main=ops_cli.main)
     assert ran.returncode == 2 and "--peaks runs its own" in ran.stderr
+
+
+@requires_gpu
+@pytest.mark.gpu
+def test_on_a_gpu_the_probe_reads_the_clocks_and_takes_seconds_at_most():
+    from microbench import telemetry
+    device = torch.device("cuda")
+    source, _ = telemetry.open_source(device)
+    try:
+        measured = peaks.measure(device, torch.bfloat16, "bf16", source)
+    finally:
+        if source is not None:
+            source.close()
+    assert measured.tflops > 1 and measured.gbs > 100 and measured.seconds < 5
+    assert source is None or measured.clocks.samples >= 2

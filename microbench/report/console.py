@@ -351,6 +351,11 @@ def _peaks_rows(summary: Summary) -> list[tuple[str, str]]:
         parts.append(f"{measured.copy_label} {units.gbs_rate(measured.gbs)}{share}")
     else:
         parts.append(f"{measured.copy_label}: {_row_problem(measured.copy)}")
+    # Trials in this process share its one probe; trials in worker processes have one each.
+    probes = len({id(trial.result.peaks) for trial in summary.trials
+                  if trial.result.peaks is not None})
+    if probes > 1:
+        parts.append(f"the probe of median GEMM rate of {probes} trials' processes")
     rows = [("Measured peaks", "; ".join(parts)),
             ("During the probe", f"{measured.clocks.describe()}; the probe took "
                                  f"{measured.seconds:.2f} s, before and outside the timed "
