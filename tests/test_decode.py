@@ -268,7 +268,8 @@ def test_energy_per_token_end_to_end_is_the_telemetrys_and_decode_is_an_estimate
                             e2e=Measurement([14.0]))
     report = TelemetryReport(available=True, energy_j=1.2, joules_per_item=0.1,
                              energy_basis=ENERGY_COUNTER)
-    summary = SimpleNamespace(detail=times, telemetry=report, spec=spec)
+    summary = SimpleNamespace(detail=times, telemetry=report, spec=spec, measured_peak=None,
+                              measured_bandwidth=None)
     energy = scenario.energy_per_token(summary)
     assert energy["end_to_end_j_per_token"] == 0.1 and energy["end_to_end_basis"] == "counter"
     # 10 of the 14 ms were decode steps, which made 5 of every 6 tokens.
@@ -277,7 +278,7 @@ def test_energy_per_token_end_to_end_is_the_telemetrys_and_decode_is_an_estimate
     rows = dict(scenario.console_rows(summary))
     assert rows["Energy per token"].startswith("0.1 J end-to-end (energy counter); decode ~")
     assert "estimated" in rows["Energy per token"].split("decode")[1]
-    cpu = SimpleNamespace(detail=times, spec=spec,
+    cpu = SimpleNamespace(detail=times, spec=spec, measured_peak=None, measured_bandwidth=None,
                           telemetry=TelemetryReport.unavailable("telemetry: the CPU"))
     assert scenario.energy_per_token(cpu) is None and "Energy per token" not in dict(
         scenario.console_rows(cpu))
