@@ -9,12 +9,13 @@ import pytest
 import torch
 
 from conftest import TINY, requires_gpu, run_main, stored_result
-from microbench import flops, peaks, timing
+from microbench.measure import flops, peaks, timing
 from microbench.ops import catalog
 from microbench.ops.report import OpResult
-from microbench.report import entry, files, writing
-from microbench.report.schema import validate_result
-from microbench.timing import Measurement
+from microbench.report import entry
+from microbench.output import files, writing
+from microbench.store.schema import validate_result
+from microbench.measure.timing import Measurement
 
 TINY_LM = ["--network", "llama_tiny", "--seq-len", "16", "--vocab-size", "128",
            "--batch-size", "2", "--mode", "generate", "--prompt-len", "5", "--gen-len", "6"]
@@ -97,7 +98,7 @@ def test_once_per_process():
 
 
 def test_the_clocks_read_during_the_probe():
-    from microbench.telemetry import Sample
+    from microbench.measure.telemetry import Sample
 
     class Source:
         name, max_sm_clock_mhz = "fake NVML", 1980.0
@@ -279,7 +280,7 @@ def test_the_op_bench_refuses_peaks_with_an_op(capsys):
 @requires_gpu
 @pytest.mark.gpu
 def test_on_a_gpu_the_probe_reads_the_clocks_and_takes_seconds_at_most():
-    from microbench import telemetry
+    from microbench.measure import telemetry
     device = torch.device("cuda")
     source, _ = telemetry.open_source(device)
     try:

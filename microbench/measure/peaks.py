@@ -1,0 +1,397 @@
+"""Peaks measured on this device in this run: dense GEMM throughput and device-memory bandwidth.
+
+A datasheet peak says what a part can do at its rated clocks and power; the GPU in front of the
+user may be another SKU under the same name (an H100 with HBM2e instead of HBM3), capped in
+power, or held at low clocks. So every utilisation the tool prints has a second denominator,
+measured here by a short probe before the timed region and outside it, once per process:
+
+* **GEMM**: ``torch.matmul`` of two N x N matrices (8192 on a GPU) in the run's compute dtype
+  (the precision table's: bf16 for bf16 and amp-bf16, fp32 for fp32 and tf32, with TF32 as the
+  run set it), 2*N^3 FLOPs per call;
+* **bandwidth**: a device-to-device copy of 1 GiB (64 MiB on the CPU), counting the bytes read
+  and the bytes written (2 GiB per call), the basis of every GB/s the tool prints.
+
+Both are the operator benchmark's own kernels and measurement (``microbench.ops``: the catalog's
+``matmul`` and ``copy``, ``runner.measure_case``: warm-up calls apart, then each call timed alone
+with device events, the L2 flushed before each outside its interval; the rate is work over the
+median call). While it runs, the telemetry source (NVML, amdsmi) is read for the clocks, power,
+the power limit and any throttle reason, which say why a measured peak is low.
+
+The probe takes the dtype as a name of the catalog's ``DTYPES``; a precision whose compute dtype
+is not there yet (FP8) gets no GEMM probe and says so, until the catalog can build its GEMM.
+
+Example::
+
+    measured = measure(torch.device("cuda"), "bf16", "bf16")
+    measured.tflops, measured.gbs, measured.clocks.sm_clock_mhz
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, replace
+from typing import Callable, Sequence
+
+import torch
+
+from microbench.measure import flops
+from microbench.measure.telemetry import Sampler
+from microbench.measure.telemetry.sample import Sample
+from microbench.ops import catalog, runner
+from microbench.ops.report import OpResult
+from microbench.platform import device as device_layer
+from microbench.settings.precision import tf32_allowed
+
+# Below these shares of the datasheet the summary warns: a GEMM that reaches under 75% of the
+# dense peak, or a copy under 80% of the memory bandwidth, is not the part the datasheet
+# describes as it runs today (power cap, low clocks, or another SKU). Well-tuned GEMMs reach
+# 78-81% on an H100 SXM (769-798 of 989.5 TFLOP/s measured here) and copies 90% (3.0 of 3.35
+# TB/s), so the thresholds leave room for a healthy part.
+GEMM_WARN_SHARE = 0.75
+BANDWIDTH_WARN_SHARE = 0.80
+# How often telemetry is read during the probe (it lasts tens of milliseconds on a GPU).
+SAMPLE_INTERVAL_S = 0.01
+COPY_DTYPE = "fp32"
+
+
+@dataclass(frozen=True)
+class ProbeSize:
+    """How large the probe is: the GEMM's M = N = K, the copy's elements (fp32), the calls."""
+
+    gemm_n: int
+    copy_elements: int
+    warmup: int
+    iterations: int
+
+    @property
+    def copy_bytes(self) -> int:
+        return self.copy_elements * 4
+
+
+# A GPU: 8192^3 is large enough for every vendor library to reach its best tile shapes and
+# small enough (3 x 128 MiB in bf16) to fit beside anything; 1 GiB copied is far beyond any
+# last-level cache (MI300X's 256 MB Infinity Cache included). 10 + 20 calls of each take tens
+# of milliseconds on an H100.
+GPU_SIZE = ProbeSize(gemm_n=8192, copy_elements=1 << 28, warmup=10, iterations=20)
+# The CPU: 512^3 (0.27 GFLOP a call) and 64 MiB (beyond most L3 caches), about a second on
+# two busy cores.
+CPU_SIZE = ProbeSize(gemm_n=512, copy_elements=1 << 24, warmup=1, iterations=5)
+
+
+def default_size(device: torch.device) -> ProbeSize:
+    return GPU_SIZE if device_layer.is_gpu(device) else CPU_SIZE
+
+
+@dataclass(frozen=True)
+class ProbeClocks:
+    """What the device said while the probe ran; None where it does not say (the CPU)."""
+
+    source: str                          # the library, or why there is none
+    sm_clock_mhz: float | None = None    # median of the readings
+    max_sm_clock_mhz: float | None = None
+    memory_clock_mhz: float | None = None
+    power_w: float | None = None         # highest reading
+    power_limit_w: float | None = None   # enforced now
+    default_power_limit_w: float | None = None
+    throttle_reasons: tuple[str, ...] | None = None   # every reason seen; () none
+    samples: int = 0
+
+    @property
+    def power_capped(self) -> bool | None:
+        if self.power_limit_w is None or self.default_power_limit_w is None:
+            return None
+        return self.power_limit_w < self.default_power_limit_w
+
+    def describe(self) -> str:
+        if not self.samples:
+            return f"clocks not read ({self.source})"
+        parts = []
+        if self.sm_clock_mhz is not None:
+            top = f" of {self.max_sm_clock_mhz:.0f} max" if self.max_sm_clock_mhz else ""
+            parts.append(f"SM clock {self.sm_clock_mhz:.0f} MHz{top}")
+        if self.memory_clock_mhz is not None:
+            parts.append(f"memory clock {self.memory_clock_mhz:.0f} MHz")
+        if self.power_w is not None:
+            parts.append(f"power up to {self.power_w:.0f} W")
+        if self.power_limit_w is not None:
+            default = (f" (default {self.default_power_limit_w:.0f} W)"
+                       if self.default_power_limit_w else "")
+            parts.append(f"power limit {self.power_limit_w:.0f} W{default}")
+        reasons = self.throttle_reasons
+        parts.append("throttle reasons not reported" if reasons is None
+                     else f"throttled: {', '.join(reasons)}" if reasons else "not throttled")
+        return ", ".join(parts)
+
+    def to_dict(self) -> dict:
+        return {"source": self.source, "samples": self.samples,
+                "sm_clock_mhz": self.sm_clock_mhz, "max_sm_clock_mhz": self.max_sm_clock_mhz,
+                "memory_clock_mhz": self.memory_clock_mhz, "power_w_max": self.power_w,
+                "power_limit_w": self.power_limit_w,
+                "default_power_limit_w": self.default_power_limit_w,
+                "power_capped": self.power_capped,
+                "throttle_reasons": (None if self.throttle_reasons is None
+                                     else list(self.throttle_reasons))}
+
+
+@dataclass(frozen=True)
+class MeasuredPeaks:
+    """The probe's two rows (the op benchmark's :class:`OpResult`), the clocks, and its cost."""
+
+    device_name: str
+    dtype: str                           # the GEMM's, e.g. "bf16"
+    peak_key: str                        # the datasheet column it compares with, e.g. "tf32"
+    gemm: OpResult | None                # None: no GEMM of this dtype yet (FP8)
+    copy: OpResult
+    clocks: ProbeClocks
+    seconds: float                       # the whole probe, inputs and warm-up included
+    note: str = ""                       # why a row is missing or failed
+
+    @property
+    def tflops(self) -> float | None:
+        return _rate(self.gemm, "tflops")
+
+    @property
+    def gbs(self) -> float | None:
+        return _rate(self.copy, "gbs")
+
+    @property
+    def gemm_label(self) -> str:
+        """'bf16 GEMM 8192^3' (the measured MFU's basis)."""
+        shapes = self.gemm.shapes.split(",")[0].split("-") if self.gemm else ["?"]
+        return f"{self.dtype} GEMM {shapes[0]}^3"
+
+    @property
+    def copy_label(self) -> str:
+        """'device copy 1 GiB (2 GiB read + written)' (the measured MBU's basis)."""
+        moved = self.copy.bytes_moved or 0
+        return f"device copy {_binary_bytes(moved // 2)} ({_binary_bytes(moved)} read + written)"
+
+    def to_dict(self) -> dict:
+        return {
+            "method": ("microbench.ops: torch.matmul N x N x N and a device-to-device copy, "
+                       "each call timed alone with device events after warm-up calls, L2 "
+                       "flushed before each on a GPU; rate = work / median call"),
+            "device_name": self.device_name, "dtype": self.dtype,
+            "datasheet_column": self.peak_key,
+            "gemm": _row_dict(self.gemm, "tflops"),
+            "bandwidth": {**_row_dict(self.copy, "gbs"),
+                          "basis": "bytes read + bytes written"},
+            "tflops": self.tflops, "gb_per_s": self.gbs,
+            "clocks": self.clocks.to_dict(), "seconds": self.seconds, "note": self.note or None,
+        }
+
+
+def _binary_bytes(count: int) -> str:
+    return f"{count / 2**30:g} GiB" if count >= 2**30 else f"{count / 2**20:g} MiB"
+
+
+def _rate(row: OpResult | None, key: str) -> float | None:
+    if row is None or row.status != "ok":
+        return None
+    value = getattr(row, key)
+    return value if value and value > 0 else None
+
+
+def _row_dict(row: OpResult | None, key: str) -> dict | None:
+    if row is None:
+        return None
+    stats = row.measurement.stats() if row.measurement else {}
+    return {"op": row.op, "shape": row.shapes, "dtype": row.dtype, "status": row.status,
+            "message": row.message or None, "rate": _rate(row, key),
+            "unit": "TFLOP/s" if key == "tflops" else "GB/s",
+            "work_per_call": row.flops if key == "tflops" else row.bytes_moved,
+            "median_ms": stats.get("median_ms"),
+            "samples_ms": list(row.measurement.samples_ms) if row.measurement else []}
+
+
+# ---------------------------------------------------------------------------------------------
+# Measuring
+# ---------------------------------------------------------------------------------------------
+
+def gemm_dtype(compute: torch.dtype) -> str | None:
+    """The catalog's name of a run's compute dtype; None where the catalog has no GEMM of it."""
+    for name, dtype in catalog.DTYPES.items():
+        if dtype == compute:
+            return name
+    return None
+
+
+class _Prober:
+    """Measures probe rows as the op bench measures an op (``runner.measure_case``), with the
+    flush (or spin) of its timing plan and an optional extra step before each timed call."""
+
+    def __init__(self, device: torch.device, peaks: runner.Peaks, size: ProbeSize,
+                 between: Callable[[], object] | None = None,
+                 timing: runner.TimingPlan | None = None):
+        self.device, self.peaks, self.size, self._between = device, peaks, size, between
+        self.timing = timing or runner.TimingPlan.build(device, flush=device_layer.is_gpu(device))
+
+    def _before_call(self) -> None:
+        self.timing()
+        if self._between is not None:
+            self._between()
+
+    def row(self, op: str, dtype_name: str, shape: str, shape2: str | None) -> OpResult:
+        config = runner.RunConfig(device=self.device, dtype_name=dtype_name,
+                                  num_iters=self.size.iterations,
+                                  num_warmup_iters=self.size.warmup,
+                                  flush_l2=self.timing.flushes,
+                                  cache_bytes=self.timing.cache.size_bytes)
+        case = runner.make_case(runner.CaseRequest(op, None, shape, shape2), dtype_name, False)
+        return runner.measure_case(case, config, self.peaks, self._before_call)
+
+    def gemm(self, dtype_name: str) -> OpResult:
+        n = f"{self.size.gemm_n}-{self.size.gemm_n}"
+        return self.row("matmul", dtype_name, n, n)
+
+    def copy(self) -> OpResult:
+        return self.row("copy", COPY_DTYPE, str(self.size.copy_elements), None)
+
+
+def probe_rows(device: torch.device, dtype: str | None, peaks: runner.Peaks,
+               size: ProbeSize, between: Callable[[], object] | None = None,
+               timing: runner.TimingPlan | None = None
+               ) -> tuple[OpResult | None, OpResult]:
+    """The GEMM row (None without a dtype) and the copy row, measured as the op bench does."""
+    prober = _Prober(device, peaks, size, between, timing)
+    return (prober.gemm(dtype) if dtype is not None else None), prober.copy()
+
+
+def probe_table(device: torch.device, dtypes: Sequence[str], source=None,
+                size: ProbeSize | None = None,
+                clock: Callable[[], float] = time.perf_counter
+                ) -> tuple[list[OpResult], ProbeClocks, float]:
+    """``microbench-ops --peaks``: a GEMM row per dtype and the copy row, against the datasheet
+    (each row's peak and share, as the op bench prints them), the clocks read meanwhile, and
+    the seconds it took."""
+    started, size = clock(), size or default_size(device)
+    sampler = Sampler(source, SAMPLE_INTERVAL_S) if source is not None else None
+    if sampler is not None:
+        sampler.start()
+    try:
+        prober = _Prober(device, runner.Peaks(flops.peak_for_device(device)), size)
+        rows = [prober.gemm(dtype) for dtype in dtypes] + [prober.copy()]
+    finally:
+        samples = sampler.stop() if sampler is not None else []
+    device_layer.empty_cache(device)
+    return rows, clocks_of(samples, source), clock() - started
+
+
+def measure(device: torch.device, compute: torch.dtype, peak_key: str,
+            source=None, size: ProbeSize | None = None,
+            clock: Callable[[], float] = time.perf_counter,
+            timing: runner.TimingPlan | None = None) -> MeasuredPeaks:
+    """Probe ``device``'s GEMM at ``compute`` and its copy bandwidth; ``source`` is the
+    telemetry source read meanwhile (None: clocks not read); ``peak_key`` the datasheet column
+    of the run's precision, which the rows' share of peak divides by."""
+    started = clock()
+    size = size or default_size(device)
+    dtype = gemm_dtype(compute)
+    datasheet = flops.peak_for_device(device)
+    sampler = Sampler(source, SAMPLE_INTERVAL_S) if source is not None else None
+    # One reading while the GPU is busy for sure: before the last timed GEMM call, with the
+    # earlier ones queued ahead of it (``between`` runs before each timed call only).
+    calls = {"n": 0}
+
+    def mid_probe_sample() -> None:
+        calls["n"] += 1
+        if sampler is not None and calls["n"] == size.iterations:
+            sampler.sample_now()
+
+    if sampler is not None:
+        sampler.start()
+    try:
+        gemm, copy = probe_rows(device, dtype, runner.Peaks(datasheet), size,
+                                between=mid_probe_sample, timing=timing)
+    finally:
+        samples = sampler.stop() if sampler is not None else []
+    device_layer.empty_cache(device)
+    if gemm is not None and peak_key != gemm.peak_label and gemm.status == "ok":
+        gemm = _against(gemm, peak_key, datasheet)
+    note = "" if dtype is not None else f"no GEMM probe for {compute} yet"
+    return MeasuredPeaks(device_name=_device_name(device), dtype=dtype or str(compute),
+                         peak_key=peak_key, gemm=gemm, copy=copy,
+                         clocks=clocks_of(samples, source), seconds=clock() - started,
+                         note=note)
+
+
+def _against(gemm: OpResult, peak_key: str, datasheet: flops.DevicePeak | None) -> OpResult:
+    """The GEMM row's share of the run's own datasheet column (the op bench picks fp32_matrix
+    or tf32 from torch's TF32 switch; the run's precision names its column itself)."""
+    value = flops.peak_tflops(datasheet, peak_key)
+    share = 100.0 * gemm.tflops / value if value and gemm.tflops else None
+    return replace(gemm, peak_label=peak_key, peak_value=value, pct_of_peak=share)
+
+
+def _device_name(device: torch.device) -> str:
+    return device_layer.device_name(device) if device_layer.is_gpu(device) else "cpu"
+
+
+def clocks_of(samples: Sequence[Sample], source) -> ProbeClocks:
+    """The readings taken during the probe, in one :class:`ProbeClocks`."""
+    if source is None:
+        return ProbeClocks(source="no telemetry source (the CPU, or none could be opened)")
+    limits = getattr(source, "power_limits_w", None)
+    limit, default = limits() if limits is not None else (None, None)
+
+    def median(name: str) -> float | None:
+        values = [getattr(s, name) for s in samples if getattr(s, name) is not None]
+        return statistics.median(values) if values else None
+
+    powers = [s.power_w for s in samples if s.power_w is not None]
+    reported = [s.throttle_reasons for s in samples if s.throttle_reasons is not None]
+    reasons = (tuple(sorted({r for rs in reported for r in rs})) if reported else None)
+    return ProbeClocks(source=source.name, sm_clock_mhz=median("sm_clock_mhz"),
+                       max_sm_clock_mhz=source.max_sm_clock_mhz,
+                       memory_clock_mhz=median("memory_clock_mhz"),
+                       power_w=max(powers) if powers else None, power_limit_w=limit,
+                       default_power_limit_w=default, throttle_reasons=reasons,
+                       samples=len(samples))
+
+
+# Once per process: a trial, a sweep row or a batch-size try that runs the same device and dtype
+# again reuses the first probe (its time is charged once).
+_MEASURED: dict[tuple, MeasuredPeaks] = {}
+
+
+def once(device: torch.device, compute: torch.dtype, peak_key: str, source=None,
+         measure_fn: Callable[..., MeasuredPeaks] | None = None) -> MeasuredPeaks:
+    key = (str(device), compute, peak_key, tf32_allowed("matmul"))
+    if key not in _MEASURED:
+        _MEASURED[key] = (measure_fn or measure)(device, compute, peak_key, source)
+    return _MEASURED[key]
+
+
+def representative(probes: Sequence[MeasuredPeaks | None]) -> MeasuredPeaks | None:
+    """The probe a run reports when several processes (trials) measured one: the one with the
+    median GEMM rate (a real probe, not a blend of several), else the first."""
+    measured = [p for p in probes if p is not None]
+    if len(measured) <= 1:
+        return measured[0] if measured else None
+    ranked = sorted(measured, key=lambda p: p.tflops or p.gbs or 0.0)
+    return ranked[(len(ranked) - 1) // 2]
+
+
+# ---------------------------------------------------------------------------------------------
+# Against the datasheet
+# ---------------------------------------------------------------------------------------------
+
+def warnings(measured: MeasuredPeaks, datasheet_tflops: float | None,
+             datasheet_gbs: float | None) -> list[str]:
+    """A line when the probe is far below the datasheet: before anyone compares this run's
+    numbers with another machine's, they learn that this part is not running as rated."""
+    lows = []
+    if measured.tflops and datasheet_tflops and \
+            measured.tflops < GEMM_WARN_SHARE * datasheet_tflops:
+        lows.append(f"{measured.gemm_label} {measured.tflops / datasheet_tflops:.0%} of the "
+                    f"datasheet's {datasheet_tflops:g} TFLOP/s (below "
+                    f"{GEMM_WARN_SHARE:.0%})")
+    if measured.gbs and datasheet_gbs and measured.gbs < BANDWIDTH_WARN_SHARE * datasheet_gbs:
+        lows.append(f"copy bandwidth {measured.gbs / datasheet_gbs:.0%} of the datasheet's "
+                    f"{datasheet_gbs:,.0f} GB/s (below {BANDWIDTH_WARN_SHARE:.0%})")
+    if not lows:
+        return []
+    return [f"WARNING: measured peaks far below the datasheet: {'; '.join(lows)}. "
+            f"{measured.clocks.describe()}. This GPU is power-capped, held at low clocks, or "
+            f"another SKU than the datasheet row: compare its numbers with other machines' "
+            f"against the measured peak"]
