@@ -290,7 +290,7 @@ def check_csv(path: str, directory_made: bool = False) -> None:
 
 def append_csv(row: dict, path: str) -> None:
     """Append one row (and the header to a new file): one write under an exclusive lock, cut
-    back if it fails (report.writing.append_csv_rows). A file with an older header of ours
+    back if it fails (output.writing.append_csv_rows). A file with an older header of ours
     takes the row in its own columns (the newer columns left out)."""
     writing.append_csv_rows(path, CSV_COLUMNS, [[row.get(column, "") for column in CSV_COLUMNS]],
                             older=CSV_HEADERS[1:])
