@@ -260,9 +260,14 @@ def test_a_gpu_without_a_row_gets_none_never_another_gpus():
 
 # ---------------------------------------------------------------- the op bench
 
-def test_the_op_bench_prints_the_probe_alone(capsys, millisecond_clock):
+def test_the_op_bench_prints_the_probe_alone(capsys, millisecond_clock, tmp_path):
     from microbench.ops import cli as ops_cli
-    ran = run_main(capsys, "--peaks", "--device", "cpu", main=ops_cli.main)
+    path = tmp_path / "peaks.json"
+    ran = run_main(capsys, "--peaks", "--device", "cpu", "--output-json", str(path),
+                   main=ops_cli.main)
+    document = json.loads(path.read_text())
+    validate_result(document, "op bench peaks")
+    assert document["peaks_probe"] and len(document["results"]) == 4
     assert ran.returncode == 0, ran.stderr
     lines = ran.stdout.splitlines()
     assert [line.split()[1] for line in lines if line.startswith("GEMM ")] == \

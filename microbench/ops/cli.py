@@ -288,8 +288,8 @@ def run_peaks(args: argparse.Namespace, device: torch.device) -> int:
     source, note = (telemetry.open_source(device) if device_layer.is_gpu(device)
                     else (None, "no telemetry on the CPU"))
     try:
-        rows, clocks, seconds = peaks.probe_table(
-            device, [dtype for dtype in PEAK_DTYPES if dtype in ops.DTYPES], source)
+        dtypes = [dtype for dtype in PEAK_DTYPES if dtype in ops.DTYPES]
+        rows, clocks, seconds = peaks.probe_table(device, dtypes, source)
     finally:
         if source is not None:
             source.close()
@@ -307,7 +307,9 @@ def run_peaks(args: argparse.Namespace, device: torch.device) -> int:
     print(f"during the probe: {clocks.describe() if source is not None else note}")
     print(f"the probe took {seconds:.2f} s")
     if args.output_json:
-        report.write_json(args.output_json, {**_probe_info(device), "peaks_probe": True}, rows)
+        info = {**_probe_info(device), "dtype": ",".join(dtypes), "peaks_probe": True,
+                "probe_clocks": clocks.to_dict(), "probe_seconds": seconds}
+        report.write_json(args.output_json, info, rows)
     if args.output_csv:
         report.write_csv(args.output_csv, rows)
     return runner.RunOutcome(rows).exit_code if len(rows) > 1 else 0
