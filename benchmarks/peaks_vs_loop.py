@@ -101,8 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         raise MissingEnvironment("no GPU: this check needs one")
-    device = torch.device("cuda")
-    torch.cuda.set_device(device)
+    device = torch.device("cuda", torch.cuda.current_device())
     source, note = telemetry.open_source(device)
 
     started = time.perf_counter()

@@ -64,7 +64,8 @@ def percent(fraction: float) -> str:
 def tflops_rate(tflops: float) -> str:
     """A peak in TFLOP/s as the datasheets print it (``989.5 TFLOP/s``), or with an SI prefix
     below one TFLOP/s (a CPU's ``41.3 GFLOP/s``)."""
-    return f"{tflops:g} TFLOP/s" if tflops >= 1 else flops(tflops * 1e12, per_second=True)
+    return (f"{float(f'{tflops:.4g}'):g} TFLOP/s" if tflops >= 1
+            else flops(tflops * 1e12, per_second=True))
 
 
 def gbs_rate(gbs: float) -> str:
