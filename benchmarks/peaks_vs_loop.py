@@ -84,7 +84,7 @@ def ab_run(output_dir: str) -> dict:
     ran = subprocess.run(command, capture_output=True, text=True, timeout=540)
     text = ran.stdout + ran.stderr
     print(text[-6000:])
-    verdict = re.search(r"(no difference detected|faster|slower)", text.split("B/A")[-1])
+    verdict = re.search(r"^A/B: .*?: (no difference detected|faster|slower)", text, re.M)
     return {"command": " ".join(command[1:]), "returncode": ran.returncode,
             "seconds": time.perf_counter() - started,
             "verdict": verdict.group(1) if verdict else None, "output_tail": text[-4000:]}

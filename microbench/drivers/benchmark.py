@@ -186,7 +186,7 @@ def measure_peaks(spec: "RunSpec", monitor: "Monitor | None",
     with TF32 as the run set it, the telemetry source read meanwhile."""
     if not spec.measure_peaks:
         return None
-    on_phase("measuring peaks (GEMM and copy)")
+    on_phase("measuring peaks: a matrix product and a device copy")
     compute = spec.precision.autocast_dtype or spec.precision.model_dtype
     source = monitor.source if monitor is not None else None
     return peaks_mod.once(spec.device, compute, spec.precision.peak_key, source)
