@@ -224,7 +224,7 @@ class _Prober:
                  between: Callable[[], object] | None = None,
                  timing: runner.TimingPlan | None = None):
         self.device, self.peaks, self.size, self._between = device, peaks, size, between
-        self.timing = timing or runner.TimingPlan.build(device, flush=device_layer.is_gpu(device))
+        self.timing = timing or _timing_plan(device)
 
     def _before_call(self) -> None:
         self.timing()
@@ -246,6 +246,18 @@ class _Prober:
 
     def copy(self) -> OpResult:
         return self.row("copy", COPY_DTYPE, str(self.size.copy_elements), None)
+
+
+def _timing_plan(device: torch.device) -> runner.TimingPlan:
+    """The op bench's default: the L2 flush on a GPU. Where its buffer does not fit (a GPU that
+    another process fills), the spin instead: the probe's rows then say whether they fit."""
+    try:
+        return runner.TimingPlan.build(device, flush=device_layer.is_gpu(device))
+    except (RuntimeError, MemoryError) as error:
+        if not device_layer.is_out_of_memory(error):
+            raise
+        device_layer.empty_cache(device)
+        return runner.TimingPlan.build(device, flush=False)
 
 
 def probe_rows(device: torch.device, dtype: str | None, peaks: runner.Peaks,
