@@ -173,6 +173,7 @@ def run(spec: "RunSpec", on_phase: Callable[..., None] = lambda phase, timed=Fal
                          detail=timed.detail, telemetry=report, pid=os.getpid(),
                          seed=config.seed, data=spec.scenario.input_measured(work),
                          sharded=spec.scenario.sharded_state(work),
+                         lowp=getattr(work, "lowp", None),
                          compiler=watch.report() if config.compile else None)
 
 

@@ -41,7 +41,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from .device import is_gpu
 
-PRECISIONS = ("fp32", "fp32_matrix", "tf32", "fp16", "bf16", "fp64")
+PRECISIONS = ("fp32", "fp32_matrix", "tf32", "fp16", "bf16", "fp64", "fp8")
 
 
 @dataclass(frozen=True)
@@ -213,6 +213,22 @@ _TABLE: tuple[_Entry, ...] = (
     _entry(r"NVIDIA B200", B200),
 )
 
+# Dense FP8 tensor-core / matrix-core rates (TFLOP/s), by row name, each from the datasheet its
+# row cites (NVIDIA's starred sparse figures halved). Kept beside the rows rather than in them so
+# that a row without FP8 (V100, A100, MI100..MI250X) needs no entry. E4M3 and E5M2 run at the
+# same rate on all of these.
+FP8_DENSE: dict[str, tuple[float, str]] = {
+    H100_SXM.name: (1979.0, "H100 datasheet: FP8 Tensor Core 3,958 TFLOPS* (with sparsity)"),
+    H100_PCIE.name: (1513.0, "H100 datasheet (PCIe): FP8 Tensor Core 3,026 TFLOPS*"),
+    H200_SXM.name: (1979.0, "H200 datasheet: FP8 Tensor Core 3,958 TFLOPS*"),
+    L40S.name: (733.0, "L40S datasheet: FP8 Tensor Core 733 | 1,466* TFLOPS"),
+    B200.name: (4500.0, "HGX B200 specifications: FP8 9 PFLOPS* per GPU"),
+    MI300A.name: (1961.2, "MI300A datasheet: FP8 1961.2 TFLOPS dense (3922.3 with sparsity)"),
+    MI300X.name: (2614.9, "MI300X datasheet: FP8 2614.9 TFLOPS dense (5229.8 with sparsity)"),
+    MI325X.name: (2614.9, "MI325X datasheet: FP8 2614.9 TFLOPS dense (5229.8 with sparsity)"),
+    MI355X.name: (5033.2, "MI355X datasheet: FP8 5.0 PFLOPS dense (256 CUs x 8192 x 2.4 GHz)"),
+}
+
 # "AMD Instinct MI250X / MI250" is either part; a GCD of each has a distinct CU count.
 _SAME_NAME_BY_COMPUTE_UNITS = {
     (MI250X_GCD.name, MI250_GCD.compute_units): MI250_GCD,
@@ -255,6 +271,8 @@ def peak_tflops(peak: DevicePeak | None, precision: str) -> float | None:
         raise ValueError(f"unknown precision {precision!r}; expected one of {PRECISIONS}")
     if peak is None:
         return None
+    if precision == "fp8":
+        return FP8_DENSE[peak.name][0] if peak.name in FP8_DENSE else None
     if precision == "fp32_matrix":
         return peak.fp32_matrix if peak.fp32_matrix is not None else peak.fp32
     return getattr(peak, precision)
@@ -294,6 +312,14 @@ def count_iteration_flops(model: torch.nn.Module, inputs: torch.Tensor, target: 
     forward for inference, forward + loss + backward for training (the optimizer's elementwise
     update is not counted, as in the usual MFU convention). Gradients it leaves are cleared.
     ``loss(output, target)`` is the model family's loss."""
+    return count_iteration_flops_by_module(model, inputs, target, loss, autocast, training)[0]
+
+
+def count_iteration_flops_by_module(model: torch.nn.Module, inputs: torch.Tensor,
+                                    target: torch.Tensor, loss: Callable, autocast,
+                                    training: bool) -> tuple[int, dict[str, int]]:
+    """:func:`count_iteration_flops` and the FLOPs of every module, keyed as FlopCounterMode
+    names them ("Global", then ``RootClass.name.of.module``, parents including children)."""
     grad_mode = contextlib.nullcontext() if training else torch.inference_mode()
     with FlopCounterMode(display=False) as counter:
         with grad_mode, autocast:
@@ -303,7 +329,8 @@ def count_iteration_flops(model: torch.nn.Module, inputs: torch.Tensor, target: 
             value.backward()
     if training:
         model.zero_grad(set_to_none=True)
-    return counter.get_total_flops()
+    by_module = {name: sum(counts.values()) for name, counts in counter.get_flop_counts().items()}
+    return counter.get_total_flops(), by_module
 
 
 def count_step_flops(step: Callable[[], object]) -> int:
@@ -335,7 +362,8 @@ def choose_peak(device: torch.device, peak_key: str, override: float | None) -> 
     if value is None:
         what = "this device" if is_gpu(device) else "the CPU"
         return PeakChoice(None, f"no peak known for {what}; pass --peak-tflops")
-    return PeakChoice(value, f"{peak.name} dense {peak_key.replace('_matrix', '')}, {peak.source}")
+    source = FP8_DENSE[peak.name][1] if peak_key == "fp8" else peak.source
+    return PeakChoice(value, f"{peak.name} dense {peak_key.replace('_matrix', '')}, {source}")
 
 
 @dataclass(frozen=True)

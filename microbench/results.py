@@ -113,6 +113,7 @@ class ProcessResult:
     data: Any = None                     # --data loader|folder: microbench.data.DataTrial
     compiler: Any = None                 # --compile: microbench.compile_watch.CompileReport
     sharded: "ShardedState | None" = None   # --parallel fsdp: what this rank holds
+    lowp: Any = None                     # --precision fp8, --quantize: microbench.lowp.LowPrecision
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from typing import Mapping
 
 import torch
 
-from . import device as device_layer, distributed, flops, identity, models
+from . import device as device_layer, distributed, flops, identity, lowp, models
 from . import precision as precision_table, preset, scenarios
 from .config import CSV_NAME, BenchConfig, validate
 from .distributed import Launch
@@ -63,6 +63,8 @@ class RunSpec:
     # The result's name without .json, --no-files too (traces are named after it); rank 0's
     # choice (report.files.claim_result_path) reaches the other ranks through distributed.agree.
     result_name: str = ""
+    # The second peak MFU is shown against (--precision fp8: the BF16 peak); None: no second.
+    second_peak: flops.PeakChoice | None = None
 
     @property
     def batch_size(self) -> int:
@@ -122,12 +124,16 @@ def _derive(config: BenchConfig, launch: Launch) -> RunSpec:
         preset_notes.append(f"--preset {config.preset} chose: {preset.as_flags(config)} (explicit "
                             f"flags win; these flags reproduce the run without the preset)")
         validate(config)
+    lowp.check(config, device)          # FP8 and quantization: refused before anything is built
     if config.nhwc and model.channels_last is None:
         raise UsageError(f"--nhwc (channels-last) applies to image models; {model.name} reads "
                          f"token ids")
     policy = precision_table.lookup(config.precision, config.tf32)
     notes = ([notice] if notice else []) + list(config.notes) + preset_notes
     notes += _slow_precision_notes(policy, device)
+    if policy.fp8 and not config.compile:
+        notes.append("FP8 without --compile runs torchao's scaling and casts as separate eager "
+                     "kernels, often slower than BF16: add --compile (--preset fast picks it)")
     policy, tf32_note = device_layer.tf32_on_rocm(policy, device_layer.rocm_version(device),
                                                   model.family != "language", os.environ)
     notes += [tf32_note] if tf32_note else []
@@ -146,7 +152,9 @@ def _derive(config: BenchConfig, launch: Launch) -> RunSpec:
                    peak=flops.choose_peak(device, policy.peak_key, config.peak_tflops),
                    bandwidth=flops.choose_bandwidth(device, config.peak_bandwidth),
                    json_path=json_path, csv_path=csv_path, notes=tuple(notes),
-                   result_name=name.removesuffix(".json"))
+                   result_name=name.removesuffix(".json"),
+                   second_peak=(flops.choose_peak(device, policy.second_peak_key, None)
+                                if policy.second_peak_key else None))
 
 
 def _slow_precision_notes(policy: precision_table.Precision, device: torch.device) -> list[str]:
@@ -178,6 +186,10 @@ def _json_name(config: BenchConfig, model, policy: precision_table.Precision,
         name = config.output_file
         return name if name.endswith(".json") else name + ".json"
     parts = [model.name.replace(":", "-"), config.mode, policy.name]
+    if policy.fp8 and config.fp8_recipe != "tensorwise":
+        parts.append(config.fp8_recipe)
+    if config.quantize != "none":
+        parts.append(config.quantize)
     if config.nhwc:
         parts.append("nhwc")
     if config.compile:

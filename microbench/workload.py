@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 import fp16util
-from . import activation_checkpointing, flops, optim
+from . import activation_checkpointing, flops, lowp, optim
 from .precision import Precision
 
 if TYPE_CHECKING:
@@ -38,6 +38,7 @@ class Workload:
     target: torch.Tensor | None = None          # training's labels (the input pipeline fills them)
     optimizer: torch.optim.Optimizer | None = None   # training: what steps (its state measured)
     sharding: object | None = None              # --parallel fsdp: sharding.ShardPlan
+    lowp: "lowp.LowPrecision | None" = None      # --precision fp8, --quantize: what changed
 
 
 def make_sgd(params, impl: str = "foreach") -> torch.optim.Optimizer:
@@ -178,11 +179,11 @@ def build(spec: "RunSpec", wrap: Callable[[nn.Module], nn.Module] | None = None,
     if spec.config.nhwc:
         inputs = inputs.contiguous(memory_format=spec.model.channels_last)
     model.train(training)
-    iteration_flops = None
-    if count_flops:
-        iteration_flops = flops.count_iteration_flops(model, inputs, target, spec.model.loss,
-                                                      precision.autocast(device),
-                                                      training=training)
+    iteration_flops = by_module = None
+    if count_flops:         # before FP8 (torch counts no FLOPs for its FP8 matmul, _scaled_mm)
+        iteration_flops, by_module = flops.count_iteration_flops_by_module(
+            model, inputs, target, spec.model.loss, precision.autocast(device), training=training)
+    reduced = low_precision(spec, model, inputs, target, by_module)
     if training:        # after counting: recomputation is not the model's work
         activation_checkpointing.apply(model, spec.config.activation_checkpointing,
                                        spec.model.name)
@@ -199,4 +200,23 @@ def build(spec: "RunSpec", wrap: Callable[[nn.Module], nn.Module] | None = None,
                     parameters=parameters, optimizer=update.optimizer if update else None,
                     flops_per_iteration=iteration_flops,
                     phases=phases if training and spec.config.phase_timing else None,
-                    target=target if training else None)
+                    target=target if training else None, lowp=reduced)
+
+
+def low_precision(spec: "RunSpec", model: nn.Module, inputs: torch.Tensor, target,
+                  by_module: dict | None) -> "lowp.LowPrecision | None":
+    """``--precision fp8`` or ``--quantize`` applied to the ready model, with how far each moved
+    the numbers (:mod:`microbench.lowp`); None for the other precisions."""
+    config, device, precision = spec.config, spec.device, spec.precision
+    if precision.fp8:
+        def make_step():
+            update = make_update(model, precision, device, config.optimizer_impl,
+                                 config.optimizer)
+            return training_step(model, spec.model, inputs, target, precision, device, 1,
+                                 PhaseMarks(), update=update)
+        return lowp.fp8_measured(model, config.fp8_recipe, device, make_step, config.seed,
+                                 by_module)
+    if config.quantize != "none":
+        return lowp.quantize_measured(model, config.quantize, lowp.probe_rows(inputs), device,
+                                      precision.label)
+    return None

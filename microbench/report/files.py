@@ -71,6 +71,10 @@ def result_document(summary: Summary) -> dict:
         "flops": _flops_document(summary),
         "compiler": summary.compiler.to_dict() if summary.compiler is not None else None,
     }
+    reduced = summary.lowp
+    if reduced is not None:         # --precision fp8, --quantize: what changed, how far it moved
+        document["low_precision"] = reduced.to_dict()
+        document["accuracy"] = reduced.drift.to_dict()
     if summary.token_throughput is not None:
         document["Throughput [tokens/sec]"] = summary.token_throughput
         document["throughput"]["tokens_per_s"] = summary.token_throughput
@@ -126,7 +130,15 @@ def _flops_document(summary: Summary) -> dict | None:
     use = summary.utilization
     if use is None:
         return None
-    return {**use.to_dict(), "counted": summary.spec.scenario.flops_counted.replace(" + ", "+"),
+    second = summary.second_utilization
+    if second is not None:
+        use_dict = use.to_dict()
+        use_dict["second_peak"] = {"peak_tflops": second.peak.tflops,
+                                   "peak_source": second.peak.source, "mfu": second.mfu}
+        if summary.lowp is not None:
+            use_dict["fp8_flops_share"] = summary.lowp.fp8_flops_share
+    return {**(use.to_dict() if second is None else use_dict),
+            "counted": summary.spec.scenario.flops_counted.replace(" + ", "+"),
             "counter": "torch.utils.flop_counter.FlopCounterMode",
             "per": "device", "deepspeed_profiled_iteration": summary.spec.config.flops_prof_step}
 

@@ -20,6 +20,7 @@ Example::
 """
 from __future__ import annotations
 
+from .. import lowp
 from . import feeding, parallel
 from .base import Scenario
 from .generate import Generate
@@ -42,6 +43,7 @@ def check(config) -> None:
     kind.check_config(config)
     feeding.check_flags(config, kind.mode, kind.feeds_input_pipeline)
     parallel.check_flags(config, kind.updates_weights)
+    lowp.check_flags(config, kind.updates_weights)
 
 
 def for_config(config, model) -> Scenario:
