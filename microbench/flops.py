@@ -312,14 +312,6 @@ def count_iteration_flops(model: torch.nn.Module, inputs: torch.Tensor, target: 
     forward for inference, forward + loss + backward for training (the optimizer's elementwise
     update is not counted, as in the usual MFU convention). Gradients it leaves are cleared.
     ``loss(output, target)`` is the model family's loss."""
-    return count_iteration_flops_by_module(model, inputs, target, loss, autocast, training)[0]
-
-
-def count_iteration_flops_by_module(model: torch.nn.Module, inputs: torch.Tensor,
-                                    target: torch.Tensor, loss: Callable, autocast,
-                                    training: bool) -> tuple[int, dict[str, int]]:
-    """:func:`count_iteration_flops` and the FLOPs of every module, keyed as FlopCounterMode
-    names them ("Global", then ``RootClass.name.of.module``, parents including children)."""
     grad_mode = contextlib.nullcontext() if training else torch.inference_mode()
     with FlopCounterMode(display=False) as counter:
         with grad_mode, autocast:
@@ -329,8 +321,7 @@ def count_iteration_flops_by_module(model: torch.nn.Module, inputs: torch.Tensor
             value.backward()
     if training:
         model.zero_grad(set_to_none=True)
-    by_module = {name: sum(counts.values()) for name, counts in counter.get_flop_counts().items()}
-    return counter.get_total_flops(), by_module
+    return counter.get_total_flops()
 
 
 def count_step_flops(step: Callable[[], object]) -> int:

@@ -152,14 +152,31 @@ def fp8_all_gather(recipe: str, fsdp: bool) -> bool:
     return fsdp and recipe == "tensorwise"
 
 
-def flops_share(by_module: dict[str, int], root: nn.Module, names: list[str]) -> float | None:
-    """The share of one iteration's FLOPs in the layers ``names`` (FlopCounterMode's
-    per-module counts, keyed ``RootClass.name``), counted on the model before conversion."""
-    total = by_module.get("Global")
-    if not total:
-        return None
-    prefix = type(root).__name__ + "."
-    return sum(by_module.get(prefix + name, 0) for name in names) / total
+@contextlib.contextmanager
+def linear_rows(model: nn.Module, names: list[str]):
+    """Count the rows each of the linear layers ``names`` multiplies while the block runs (a
+    forward hook each): yields a dict name -> rows, filled as the model runs."""
+    rows: dict[str, int] = {}
+    modules = dict(model.named_modules())
+    handles = []
+    for name in names:
+        def hook(module, args, output, name=name):
+            rows[name] = rows.get(name, 0) + args[0].numel() // module.in_features
+        handles.append(modules[name].register_forward_hook(hook))
+    try:
+        yield rows
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def linear_flops(model: nn.Module, rows: dict[str, int], training: bool) -> int:
+    """The FLOPs of the linear layers in ``rows``: 2 x rows x in x out for the forward GEMM,
+    three GEMMs of that size in training (forward, input gradient, weight gradient)."""
+    modules = dict(model.named_modules())
+    forward = sum(2 * count * modules[name].in_features * modules[name].out_features
+                  for name, count in rows.items())
+    return forward * (3 if training else 1)
 
 
 # ---------------------------------------------------------------- quantized weights
@@ -237,6 +254,19 @@ class Drift:
                 f"{self.top1_agreement:.1%} ({self.positions:,} positions, vs {self.reference} "
                 f"on the same input)")
 
+    def figure(self) -> float | None:
+        """The one number a table or a plot shows: the logits' relative error, or the largest
+        relative difference between the losses (0 is no change)."""
+        return self.relative_error if self.kind == "logits" else self.loss_difference
+
+    def cell(self) -> str:
+        """The accuracy line, short, for a table's cell."""
+        if self.note is not None:
+            return "not measured"
+        if self.kind == "loss":
+            return f"loss diff {self.loss_difference:.2%}"
+        return f"err {self.relative_error:.2%}, agree {self.top1_agreement:.1%}"
+
     def to_dict(self) -> dict:
         return {"kind": self.kind, "reference": self.reference,
                 "relative_error": self.relative_error, "top1_agreement": self.top1_agreement,
@@ -289,6 +319,13 @@ class LowPrecision:
                 "torchao_version": torchao_version(), "notes": list(self.notes)}
 
 
+def label(config) -> str:
+    """What a sweep row's label adds for FP8 and quantization ('' for neither)."""
+    parts = [f" {config.fp8_recipe}" if config.precision == "fp8" else "",
+             f" {config.quantize}" if config.quantize != "none" else ""]
+    return "".join(parts)
+
+
 def linear_count(model: nn.Module) -> int:
     return sum(isinstance(module, nn.Linear) for module in model.modules())
 
@@ -337,7 +374,8 @@ def training_losses(make_step, steps: int, seed: int) -> tuple[float, ...]:
 
 
 def fp8_measured(model: nn.Module, recipe: str, device: torch.device, make_step, seed: int,
-                 by_module: dict[str, int] | None, fsdp: bool = False) -> LowPrecision:
+                 fp8_flops: int | None, total_flops: int | None,
+                 fsdp: bool = False) -> LowPrecision:
     """Convert ``model`` to FP8 training, with the first steps' losses from the same weights
     before and after the conversion (``make_step()``: a fresh training step with its own
     optimizer; the weights are restored after each, so the timed run starts from them)."""
@@ -357,7 +395,7 @@ def fp8_measured(model: nn.Module, recipe: str, device: torch.device, make_step,
         drift = Drift("loss", "AMP-BF16", note="not measured under --parallel fsdp (the model "
                                                "is sharded before it has weights)")
     formats = device_layer.fp8_formats(device)
-    share = flops_share(by_module, model, names) if by_module else None
+    share = fp8_flops / total_flops if fp8_flops is not None and total_flops else None
     return LowPrecision(drift, fp8_recipe=recipe, fp8_format=formats[0] if formats else None,
                         fp8_layers=tuple(names), linear_layers=linears, fp8_flops_share=share,
                         fp8_all_gather=fp8_all_gather(recipe, fsdp))

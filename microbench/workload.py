@@ -179,11 +179,15 @@ def build(spec: "RunSpec", wrap: Callable[[nn.Module], nn.Module] | None = None,
     if spec.config.nhwc:
         inputs = inputs.contiguous(memory_format=spec.model.channels_last)
     model.train(training)
-    iteration_flops = by_module = None
+    iteration_flops = fp8_flops = None
     if count_flops:         # before FP8 (torch counts no FLOPs for its FP8 matmul, _scaled_mm)
-        iteration_flops, by_module = flops.count_iteration_flops_by_module(
-            model, inputs, target, spec.model.loss, precision.autocast(device), training=training)
-    reduced = low_precision(spec, model, inputs, target, by_module)
+        selected = lowp.fp8_layers(model) if precision.fp8 else []
+        with lowp.linear_rows(model, selected) as rows:
+            iteration_flops = flops.count_iteration_flops(
+                model, inputs, target, spec.model.loss, precision.autocast(device),
+                training=training)
+        fp8_flops = lowp.linear_flops(model, rows, training) if precision.fp8 else None
+    reduced = low_precision(spec, model, inputs, target, fp8_flops, iteration_flops)
     if training:        # after counting: recomputation is not the model's work
         activation_checkpointing.apply(model, spec.config.activation_checkpointing,
                                        spec.model.name)
@@ -204,7 +208,8 @@ def build(spec: "RunSpec", wrap: Callable[[nn.Module], nn.Module] | None = None,
 
 
 def low_precision(spec: "RunSpec", model: nn.Module, inputs: torch.Tensor, target,
-                  by_module: dict | None) -> "lowp.LowPrecision | None":
+                  fp8_flops: int | None,
+                  iteration_flops: int | None) -> "lowp.LowPrecision | None":
     """``--precision fp8`` or ``--quantize`` applied to the ready model, with how far each moved
     the numbers (:mod:`microbench.lowp`); None for the other precisions."""
     config, device, precision = spec.config, spec.device, spec.precision
@@ -215,7 +220,7 @@ def low_precision(spec: "RunSpec", model: nn.Module, inputs: torch.Tensor, targe
             return training_step(model, spec.model, inputs, target, precision, device, 1,
                                  PhaseMarks(), update=update)
         return lowp.fp8_measured(model, config.fp8_recipe, device, make_step, config.seed,
-                                 by_module)
+                                 fp8_flops, iteration_flops)
     if config.quantize != "none":
         return lowp.quantize_measured(model, config.quantize, lowp.probe_rows(inputs), device,
                                       precision.label)

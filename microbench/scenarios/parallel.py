@@ -121,7 +121,7 @@ def build_sharded(spec, wrap, count_flops: bool) -> workload.Workload:
     reduced = None
     if precision.fp8:           # before sharding, as torchtitan does; no weights to compare yet
         reduced = lowp.fp8_measured(model, config.fp8_recipe, device, None, config.seed, None,
-                                    fsdp=True)
+                                    None, fsdp=True)
     activation_checkpointing.apply(model, config.activation_checkpointing, spec.model.name)
     plan = sharding.shard(model, device, precision,
                           reshard_after_forward=config.reshard_after_forward,
