@@ -143,8 +143,12 @@ def test_stored_bytes_of_a_quantized_weight_are_its_integers_and_scales():
 def test_int8wo_generate_reads_about_half_the_bytes_and_prints_the_accuracy_line(run,
                                                                                  tmp_path):
     pytest.importorskip("torchao")
-    ran = run(*TINY_GENERATE, "--quantize", "none,int8wo", "--device", "cpu")
+    pytest.importorskip("matplotlib")
+    plot = tmp_path / "quant.png"
+    ran = run(*TINY_GENERATE, "--quantize", "none,int8wo", "--device", "cpu", "--plot",
+              str(plot))
     assert ran.returncode == 0, ran.stderr[-3000:]
+    assert plot.stat().st_size > 0                             # throughput against accuracy
     assert "accuracy vs BF16" in ran.stdout and "agree" in ran.stdout   # the sweep's column
     documents = {}
     for path in (tmp_path / "out").glob("llama_tiny_generate_*.json"):
@@ -198,3 +202,21 @@ def test_mfu_under_fp8_is_given_against_the_fp8_and_the_bf16_peak():
     [(label, text)] = console._second_mfu_rows(summary)
     assert label == "MFU (BF16 peak)"
     assert "10.1% of 989.5 TFLOP/s (H100 dense bf16)" in text and "90.0% of the FLOPs" in text
+
+
+def test_a_sweep_says_when_a_quantized_row_ran_slower_than_bf16():
+    from microbench import sweep
+    from microbench.config import BenchConfig
+
+    def row(quantize, rate):
+        config = BenchConfig(network="llama_tiny", mode="generate", precision="bf16",
+                             quantize=quantize)
+        spec = SimpleNamespace(config=config, precision=precision.lookup("bf16"),
+                               model=SimpleNamespace(attention="sdpa", seq_len=32,
+                                                     tokens_per_item=1))
+        reduced = None if quantize == "none" else SimpleNamespace()
+        return sweep.Row(spec, summary=SimpleNamespace(throughput=rate, lowp=reduced))
+
+    lines = sweep.slower_than_bf16([row("none", 100.0), row("int8wo", 44.0)])
+    assert len(lines) == 1 and "0.44x" in lines[0] and "int8wo" in lines[0]
+    assert sweep.slower_than_bf16([row("none", 100.0), row("int8wo", 150.0)]) == []
