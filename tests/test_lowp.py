@@ -105,6 +105,19 @@ def test_fp8_converts_every_aligned_linear_but_the_output_head_on_a_meta_model()
     assert all(name.startswith("layers.") for name in names)
 
 
+def test_the_conversion_swaps_exactly_the_selected_layers_on_a_meta_model():
+    pytest.importorskip("torchao")
+    from torchao.float8.float8_linear import Float8Linear
+    with torch.device("meta"):
+        model = llama.build("llama_tiny")
+    selected = lowp.fp8_layers(model)
+    converted = lowp.convert_fp8(model, "rowwise", fsdp=False)
+    assert converted == sorted(selected)
+    swapped = sorted(name for name, module in model.named_modules()
+                     if isinstance(module, Float8Linear))
+    assert swapped == sorted(selected) and type(model.output) is torch.nn.Linear
+
+
 def test_fp8_leaves_attention_projections_read_through_their_weight_and_the_head():
     torchvision = pytest.importorskip("torchvision")
     with torch.device("meta"):
