@@ -42,14 +42,14 @@ DECODE_BATCHES = (1, 16)
 
 def _arch(seq: int):
     sys.path.insert(0, str(REPO))
-    from microbench import models
+    from microbench.models import registry as models
     return models.resolve(NETWORK, models.ModelOptions(seq_len=seq)).llama_config
 
 
 def train_worker(recipe: str | None, out: str) -> None:
     """llama_1b training written directly on torchao's Float8 API (recipe None: AMP-BF16)."""
     import torch
-    from microbench.archs import llama
+    from microbench.models.archs import llama
     torch.manual_seed(0)
     device = torch.device("cuda")
     arch = _arch(TRAIN["seq"])
@@ -91,7 +91,7 @@ def train_worker(recipe: str | None, out: str) -> None:
 def decode_worker(quantize: str, batch: int, out: str) -> None:
     """llama_1b decode, gpt-fast style, with torchao's quantize_ applied directly."""
     import torch
-    from microbench.archs import llama
+    from microbench.models.archs import llama
     torch.manual_seed(0)
     device = torch.device("cuda")
     arch = _arch(None)

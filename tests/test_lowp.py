@@ -1,5 +1,5 @@
-"""FP8 training and quantized weights (microbench.lowp, issue 36), on the CPU: the precision row
-and its refusals, int8 weight-only generation with its bytes and accuracy line, which layers
+"""FP8 training and quantized weights (microbench.steps.lowp, issue 36), on the CPU: the precision
+row and its refusals, int8 weight-only generation with its bytes and accuracy line, which layers
 FP8 converts, MFU against two peaks, and --quantize's choices."""
 import json
 import sys
@@ -9,9 +9,13 @@ import pytest
 import torch
 
 from conftest import run_main
-from microbench import device as device_layer, flops, lowp, precision
-from microbench.archs import llama
-from microbench.report import console, schema
+from microbench.platform import device as device_layer
+from microbench.measure import flops
+from microbench.steps import lowp
+from microbench.settings import precision
+from microbench.models.archs import llama
+from microbench.output import console
+from microbench.store import schema
 
 TINY_GENERATE = ["--network", "llama_tiny", "--mode", "generate", "--seq-len", "32",
                  "--prompt-len", "8", "--gen-len", "4", "--batch-size", "1", "--iterations", "1",
@@ -218,8 +222,8 @@ def test_mfu_under_fp8_is_given_against_the_fp8_and_the_bf16_peak():
 
 
 def test_a_sweep_says_when_a_quantized_row_ran_slower_than_bf16():
-    from microbench import sweep
-    from microbench.config import BenchConfig
+    from microbench.drivers import sweep
+    from microbench.settings.config import BenchConfig
 
     def row(quantize, rate):
         config = BenchConfig(network="llama_tiny", mode="generate", precision="bf16",

@@ -33,10 +33,11 @@ from typing import Callable
 import torch
 from torch import nn
 
-from .. import flops, lowp
-from ..archs import llama
-from ..results import GenerationTimes
-from ..timing import Measurement, make_recorder
+from microbench.measure import flops
+from microbench.steps import lowp
+from microbench.models.archs import llama
+from microbench.measure.results import GenerationTimes
+from microbench.measure.timing import Measurement, make_recorder
 
 
 @dataclass(frozen=True)
@@ -134,7 +135,7 @@ class GenerationWorkload:
     """The model, prompt and cache of a generation run, and its prefill and decode steps."""
 
     phases = None               # no forward/backward split in generation
-    lowp = None                 # --quantize: what it did (microbench.lowp.LowPrecision)
+    lowp = None                 # --quantize: what it did (microbench.steps.lowp.LowPrecision)
 
     def __init__(self, state: GenerationState, shape: GenerationShape, autocast,
                  compile_options: dict | None):
