@@ -383,7 +383,9 @@ def fp8_measured(model: nn.Module, recipe: str, device: torch.device, make_step,
     saved = None
     reference_losses: tuple[float, ...] = ()
     if make_step is not None:
-        saved = {key: value.detach().clone() for key, value in model.state_dict().items()}
+        # A host copy: a model that fills the device leaves no room for a second one there.
+        saved = {key: value.detach().to("cpu", copy=True)
+                 for key, value in model.state_dict().items()}
         reference_losses = training_losses(make_step, DRIFT_STEPS, seed)
         _restore(model, saved)
     names = convert_fp8(model, recipe, fsdp)
