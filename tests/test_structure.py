@@ -155,7 +155,7 @@ REPLAYED_SAMPLES = {
     "decode": "gpu", "transforms": "gpu", "workers": 3, "pin_memory": False,
     "prefetch_factor": 4,
     "parallel": "fsdp", "reshard_after_forward": False, "activation_checkpointing": "full",
-    "optimizer": "adamw",
+    "optimizer": "adamw", "fp8_recipe": "rowwise", "quantize": "int8wo",
 }
 
 
@@ -167,7 +167,8 @@ NEEDS = {"prompt_len": {"mode": "generate"}, "gen_len": {"mode": "generate"},
                                                   "transforms")},
          "data_dir": {"data": "folder"}, "decode": {"data": "loader", "transforms": "gpu"},
          "max_trials": {"max_noise_pct": 2.5}, "time_limit_s": {"max_noise_pct": 2.5},
-         "reshard_after_forward": {"parallel": "fsdp"}}
+         "reshard_after_forward": {"parallel": "fsdp"},
+         "fp8_recipe": {"precision": "fp8"}, "quantize": {"mode": "inference"}}
 
 
 def _replay(tmp_path, stored: dict):

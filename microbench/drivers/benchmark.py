@@ -176,7 +176,8 @@ def run(spec: "RunSpec", on_phase: Callable[..., None] = lambda phase, timed=Fal
                          detail=timed.detail, telemetry=report, pid=os.getpid(),
                          seed=config.seed, data=spec.scenario.input_measured(work),
                          sharded=spec.scenario.sharded_state(work),
-                         compiler=watch.report() if config.compile else None, peaks=measured)
+                         lowp=getattr(work, "lowp", None), peaks=measured,
+                         compiler=watch.report() if config.compile else None)
 
 
 def measure_peaks(spec: "RunSpec", monitor: "Monitor | None",

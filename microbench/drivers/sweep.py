@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TextIO
 
 from microbench.drivers import benchmark, trials as trials_mod
+from microbench.steps import lowp
 from microbench.output import progress, text_table as tables
 from microbench.platform.errors import EXIT_UNEXPECTED, BenchmarkError, OutOfMemory, SweepFailed
 from microbench.output import files, units, writing
@@ -40,7 +41,7 @@ class Row(trials_mod.Job):
         language = (f" {model.attention} s{model.seq_len}"
                     if model.tokens_per_item is not None else "")
         return (f"{config.network} {config.mode} {self.spec.precision.name}"
-                f"{' nhwc' if config.nhwc else ''}{compiled}{language}"
+                f"{lowp.label(config)}{' nhwc' if config.nhwc else ''}{compiled}{language}"
                 f"{training_label(config)} b{config.batch_size}{data_label(config)}")
 
 
@@ -172,10 +173,14 @@ def comparison_cells(rows: list[Row]) -> tuple[list[tables.Column], list[tuple[s
                tables.Column("speedup", numeric=True, width=8),
                tables.Column("peak MB", numeric=True, width=9),
                tables.Column("memory", numeric=True, width=8)]
+    accuracy = any(row.summary is not None and row.summary.lowp is not None for row in rows)
+    if accuracy:
+        columns.append(tables.Column("accuracy vs BF16"))
     cells = []
     for index, row in enumerate(rows, 1):
         if row.failed:
-            cells.append((str(index), row.label(), row.status, "", "", ""))
+            cells.append((str(index), row.label(), row.status, "", "", "")
+                         + (("",) if accuracy else ()))
             continue
         memory, change = "n/a", ""
         if row.peak_allocated_mb is not None:
@@ -183,7 +188,8 @@ def comparison_cells(rows: list[Row]) -> tuple[list[tables.Column], list[tuple[s
             if reference.peak_allocated_mb:          # unknown or zero: no ratio to show
                 change = f"{row.peak_allocated_mb / reference.peak_allocated_mb - 1:+.0%}"
         cells.append((str(index), row.label(), _rate_cell(row, heading),
-                      f"{row.throughput / reference.throughput:.2f}x", memory, change))
+                      f"{row.throughput / reference.throughput:.2f}x", memory, change)
+                     + ((_accuracy_cell(row),) if accuracy else ()))
     return columns, cells
 
 
@@ -195,7 +201,36 @@ def print_comparison(rows: list[Row], out: TextIO) -> None:
     columns, cells = comparison_cells(rows)
     out.write(tables.render(columns, cells, terminal=progress.is_terminal(out)))
     out.flush()
+    for line in slower_than_bf16(rows):
+        print(line, file=out)
     print_data_table(rows, out)
+
+
+def _accuracy_cell(row: Row) -> str:
+    reduced = row.summary.lowp if row.summary is not None else None
+    return reduced.drift.cell() if reduced is not None else "-"
+
+
+def slower_than_bf16(rows: list[Row]) -> list[str]:
+    """A line for each quantized or FP8 row slower than the row without it (the same other
+    settings): torchao's kernels do not beat BF16 everywhere (int8 weight-only decode on an
+    H100, for one), and a reader should not have to spot that in the ratios."""
+    lines = []
+    for row in rows:
+        if row.summary is None or row.summary.lowp is None:
+            continue
+        config = row.spec.config
+        plain = dataclasses.replace(config, quantize="none") if config.quantize != "none" \
+            else dataclasses.replace(config, precision="amp-bf16")
+        base = next((other for other in rows if other.summary is not None
+                     and dataclasses.replace(other.spec.config, fp8_recipe=config.fp8_recipe)
+                     == plain), None)
+        if base is not None and row.throughput < base.throughput:
+            lines.append(f"Note: {row.label()} ran slower than {base.label()} here "
+                         f"({row.throughput / base.throughput:.2f}x): torchao's "
+                         f"{config.quantize if config.quantize != 'none' else 'FP8'} kernels "
+                         f"did not beat BF16 on this device at this size")
+    return lines
 
 
 def print_data_table(rows: list[Row], out: TextIO) -> None:

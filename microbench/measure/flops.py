@@ -351,7 +351,8 @@ def choose_peak(device: torch.device, peak_key: str, override: float | None) -> 
     if value is None:
         what = "this device" if is_gpu(device) else "the CPU"
         return PeakChoice(None, f"no peak known for {what}; pass --peak-tflops")
-    return PeakChoice(value, f"{peak.name} dense {peak_key.replace('_matrix', '')}, {peak.source}")
+    return PeakChoice(value, f"{peak.name} dense {peak_key.replace('_matrix', '')}, "
+                             f"{peak.source}")
 
 
 @dataclass(frozen=True)

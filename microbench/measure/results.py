@@ -114,6 +114,7 @@ class ProcessResult:
     compiler: Any = None                 # --compile: microbench.measure.compile_watch.CompileReport
     sharded: "ShardedState | None" = None   # --parallel fsdp: what this rank holds
     peaks: Any = None                    # --measure-peaks: microbench.measure.peaks.MeasuredPeaks
+    lowp: Any = None                     # --precision fp8, --quantize: microbench.steps.lowp.LowPrecision
 
 
 @dataclass(frozen=True)

@@ -210,6 +210,21 @@ class Summary:
         return peaks_mod.warnings(measured, self.spec.peak.tflops, self.spec.bandwidth.gbs)
 
     @property
+    def second_utilization(self) -> Utilization | None:
+        """The same achieved rate against the run's second peak (--precision fp8: the BF16
+        peak the rest of the model runs at); None where the run has none."""
+        use, second = self.utilization, self.spec.second_peak
+        if use is None or second is None:
+            return None
+        return Utilization(use.flops_per_iteration, use.iterations_per_s, second)
+
+    @property
+    def lowp(self):
+        """What --precision fp8 or --quantize did, with how far it moved the numbers
+        (microbench.steps.lowp.LowPrecision, measured by the representative trial); None otherwise."""
+        return self.result.lowp
+
+    @property
     def scaling_efficiency(self) -> float | None:
         baseline = self.spec.scaling_baseline_img_s
         if baseline is None:

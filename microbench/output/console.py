@@ -243,6 +243,7 @@ def _summary_rows(summary: Summary) -> list[tuple[str, str]]:
         ("Warm-up", _warmup(summary)),
     ]
     rows += _compiler_rows(summary)
+    rows += summary.lowp.rows() if summary.lowp is not None else []
     rows += summary.scenario.console_rows(summary)
     rows += _flops_rows(summary) + _peaks_rows(summary) + _trial_rows(summary)
     rows += _telemetry_rows(summary)
@@ -319,7 +320,7 @@ def _flops_rows(summary: Summary) -> list[tuple[str, str]]:
              f"{units.flops(use.flops_per_iteration / count)} per {scenario.unit}"),
             ("Achieved" + per, f"{units.flops(use.achieved_tflops * 1e12, per_second=True)} "
                                f"(at the headline throughput)"),
-            ("MFU", mfu_text(use, summary.measured_utilization))]
+            ("MFU", mfu_text(use, summary.measured_utilization))] + _second_mfu_rows(summary)
 
 
 def mfu_text(use, measured) -> str:
@@ -366,6 +367,20 @@ def _peaks_rows(summary: Summary) -> list[tuple[str, str]]:
 
 def _row_problem(row) -> str:
     return "not measured" if row is None else (row.message or row.status)
+
+
+def _second_mfu_rows(summary: Summary) -> list[tuple[str, str]]:
+    """--precision fp8: MFU against the FP8 peak above, and against the BF16 peak here, with
+    the share of the FLOPs that ran in FP8 (the rest ran at the BF16 rate)."""
+    second, reduced = summary.second_utilization, summary.lowp
+    if second is None:
+        return []
+    share = ("" if reduced is None or reduced.fp8_flops_share is None
+             else f"; {reduced.fp8_flops_share:.1%} of the FLOPs ran in FP8")
+    if second.mfu is None:
+        return [("MFU (BF16 peak)", f"unknown ({second.peak.source}){share}")]
+    return [("MFU (BF16 peak)", f"{second.mfu:.1%} of {second.peak.tflops:g} TFLOP/s "
+                                f"({second.peak.source}){share}")]
 
 
 def print_profiles(summary: Summary, out: TextIO) -> None:

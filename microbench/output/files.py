@@ -83,6 +83,10 @@ def result_document(summary: Summary) -> dict:
         "peaks": _peaks_document(summary),
         "compiler": summary.compiler.to_dict() if summary.compiler is not None else None,
     }
+    reduced = summary.lowp
+    if reduced is not None:         # --precision fp8, --quantize: what changed, how far it moved
+        document["low_precision"] = reduced.to_dict()
+        document["accuracy"] = reduced.drift.to_dict()
     if summary.token_throughput is not None:
         document["Throughput [tokens/sec]"] = summary.token_throughput
         document["throughput"]["tokens_per_s"] = summary.token_throughput
@@ -151,9 +155,17 @@ def _flops_document(summary: Summary) -> dict | None:
     if use is None:
         return None
     measured = summary.measured_utilization
-    return {**use.to_dict(),
-            "mfu_measured": measured.mfu if measured is not None else None,
-            "peak_tflops_measured": measured.peak.tflops if measured is not None else None, "counted": summary.spec.scenario.flops_counted.replace(" + ", "+"),
+    document = {**use.to_dict(),
+                "mfu_measured": measured.mfu if measured is not None else None,
+                "peak_tflops_measured": measured.peak.tflops if measured is not None else None}
+    second = summary.second_utilization
+    if second is not None:
+        document["second_peak"] = {"peak_tflops": second.peak.tflops,
+                                   "peak_source": second.peak.source, "mfu": second.mfu}
+        if summary.lowp is not None:
+            document["fp8_flops_share"] = summary.lowp.fp8_flops_share
+    return {**document,
+            "counted": summary.spec.scenario.flops_counted.replace(" + ", "+"),
             "counter": "torch.utils.flop_counter.FlopCounterMode",
             "per": "device", "deepspeed_profiled_iteration": summary.spec.config.flops_prof_step}
 

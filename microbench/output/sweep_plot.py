@@ -133,7 +133,7 @@ def _facets(row) -> dict[str, str]:
     return {
         "network": config.network,
         "mode": config.mode,
-        "precision": row.spec.precision.name,
+        "precision": row.spec.precision.name + lowp_label(config),
         "layout": "nhwc" if config.nhwc else "nchw",
         "compile": (f"compile {config.compile_options.get('mode', 'default')}"
                     if config.compile else "eager mode"),
@@ -147,6 +147,13 @@ def _facets(row) -> dict[str, str]:
                     f"workers {'auto' if config.workers is None else config.workers}"),
         "decode": "" if config.data == "synthetic" else f"decode {config.decode}",
     }
+
+
+def lowp_label(config) -> str:
+    """--precision fp8's recipe and --quantize, as microbench.steps.lowp.label spells them (not
+    imported: that module needs torch, and this one is read where torch may be absent)."""
+    return ((f" {config.fp8_recipe}" if config.precision == "fp8" else "")
+            + (f" {config.quantize}" if config.quantize != "none" else ""))
 
 
 def _varying(rows, facets) -> list[str]:
@@ -347,12 +354,60 @@ def _draw_bars(rows, speed, memory, per_token: bool) -> None:
                           transform=axis.get_xaxis_transform())
 
 
+def _measures_accuracy(rows) -> bool:
+    """A precision or quantization sweep: some row measured its distance from BF16."""
+    return any(row.summary is not None and row.summary.lowp is not None for row in rows)
+
+
+def accuracy_figure(rows):
+    """Throughput against the accuracy figure of --precision fp8 or --quantize: the logits'
+    relative error (inference, generate) or the largest difference of the first losses
+    (training) from BF16, measured in each run; the BF16 rows sit at 0 (the reference itself).
+    One point per row, labelled with what tells the rows apart."""
+    require_matplotlib()
+    from matplotlib.figure import Figure
+
+    measured = [row for row in rows if row.summary is not None]
+    per_token = bool(measured) and all(row.summary.token_throughput is not None
+                                       for row in measured)
+    unit = _unit(rows, per_token)
+    names = _varying(rows, _FACETS) or ["precision"]
+    kinds = {row.summary.lowp.drift.kind for row in measured if row.summary.lowp is not None}
+    axis_label = ("logits' relative error vs BF16 [%]" if kinds == {"logits"} else
+                  "largest difference of the first losses vs BF16 [%]" if kinds == {"loss"}
+                  else "distance from BF16 [%]")
+    figure = Figure(figsize=(7.5, 5.0))
+    speed = figure.subplots()
+    for row in measured:
+        reduced = row.summary.lowp
+        figure_value = reduced.drift.figure() if reduced is not None else 0.0
+        if figure_value is None:
+            continue
+        point = point_of(row.summary, per_token)
+        speed.errorbar([100 * figure_value], [point.value], yerr=[[point.below], [point.above]],
+                       marker="o", capsize=3)
+        speed.annotate(_label(row, names) + ("" if reduced is not None else " (reference)"),
+                       (100 * figure_value, point.value), textcoords="offset points",
+                       xytext=(5, 5), fontsize="small")
+    speed.set_xlabel(axis_label)
+    speed.set_ylabel(f"throughput [{unit}]")
+    speed.set_ylim(bottom=0)
+    speed.set_xlim(left=0)
+    speed.set_title(f"Throughput against accuracy: {_common_label(rows, tuple(names))}",
+                    fontsize="medium")
+    figure.suptitle(subtitle(rows), fontsize="small")
+    figure.tight_layout()
+    return figure
+
+
 def plot_rows(rows, path: str) -> None:
     """Draw the sweep and write it to ``path`` (whole or not at all): a sweep over the loader's
     workers gets the input pipeline's figure (output/workers_plot.py)."""
     if data_plot.applies(rows):
         require_matplotlib()
         figure = data_plot.build_figure(rows, subtitle(rows))
+    elif _measures_accuracy(rows):
+        figure = accuracy_figure(rows)
     else:
         figure = build_figure(rows)
     image = io.BytesIO()

@@ -315,6 +315,47 @@ def slow_half_reason(device: torch.device, dtype: torch.dtype) -> str | None:
     return None
 
 
+# FP8 matrix units and the FP8 encodings they take. NVIDIA Ada (sm_89) and Hopper (sm_90) and
+# later take the OCP formats (E4M3 with no infinities: torch.float8_e4m3fn; E5M2). AMD CDNA 3
+# (gfx942: MI300A, MI300X, MI325X) takes the earlier "FNUZ" variants (no negative zero, one NaN:
+# torch.float8_e4m3fnuz, float8_e5m2fnuz); CDNA 4 (gfx950: MI350X, MI355X) and RDNA 4 (gfx12xx)
+# take the OCP ones (AMD CDNA 3 and CDNA 4 ISA guides). Nothing older has FP8 matrix units.
+_OCP_FP8 = ("e4m3fn", "e5m2")
+_FNUZ_FP8 = ("e4m3fnuz", "e5m2fnuz")
+
+
+def fp8_formats_of(hip: bool, capability: tuple[int, int] | None = None,
+                   gcn_arch: str = "") -> tuple[str, ...]:
+    """The FP8 formats a GPU's matrix units take (empty: none), from what torch reports of it:
+    ``capability`` on NVIDIA, ``gcn_arch`` (``gcnArchName``) on AMD."""
+    if hip:
+        base = gcn_arch.split(":")[0]
+        if base == "gfx942":
+            return _FNUZ_FP8
+        return _OCP_FP8 if base == "gfx950" or base.startswith("gfx12") else ()
+    return _OCP_FP8 if capability is not None and tuple(capability) >= (8, 9) else ()
+
+
+def fp8_formats(device: torch.device) -> tuple[str, ...]:
+    """The FP8 formats ``device``'s matrix units take; empty on the CPU and on older GPUs."""
+    if not is_gpu(device):
+        return ()
+    if torch.version.hip:
+        arch = getattr(torch.cuda.get_device_properties(device), "gcnArchName", "")
+        return fp8_formats_of(True, gcn_arch=arch)
+    return fp8_formats_of(False, capability=torch.cuda.get_device_capability(device))
+
+
+def no_fp8_reason(device: torch.device) -> str | None:
+    """Why ``device`` cannot run FP8 matmuls, or None when it can."""
+    if fp8_formats(device):
+        return None
+    if not is_gpu(device):
+        return "the CPU has no FP8 matrix units"
+    return (f"this GPU ({_architecture(device)}) has no FP8 matrix units (NVIDIA from sm_89, "
+            f"AMD from gfx942)")
+
+
 def cpu_has_fast_bf16() -> bool:
     """BF16 instructions on this CPU: AVX512-BF16 or AMX tiles."""
     return _cpu_has("avx512_bf16") or _cpu_has("amx_tile")

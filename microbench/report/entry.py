@@ -235,6 +235,16 @@ def _identity(document: dict) -> str:
                        (_get(document, "timing", "samples_ms") or [])[:4]])
 
 
+def _accuracy(document: dict) -> float | None:
+    """--precision fp8 or --quantize: the distance from BF16 the run measured (the logits'
+    relative error, or the largest difference of the first losses); None for other runs."""
+    accuracy = document.get("accuracy")
+    if not isinstance(accuracy, dict):
+        return None
+    key = "relative_error" if accuracy.get("kind") == "logits" else "max_loss_difference"
+    return _number(accuracy.get(key))
+
+
 def result_entry(document: dict, source: str) -> Entry:
     """A run's result (version 1 or 2)."""
     scale = _tokens_per_item(document) or 1.0
@@ -263,6 +273,7 @@ def result_entry(document: dict, source: str) -> Entry:
                                                                         "mbu")),
         "mfu_measured": _number(_get(document, "flops", "mfu_measured")),
         "mbu_measured": _number(_get(document, "generation", "mbu_measured")),
+        "accuracy": _accuracy(document),
         "energy_per_unit": energy,
         "peak_allocated_mb": _number(_get(document, "memory", "peak_allocated_mb")),
     }

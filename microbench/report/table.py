@@ -113,6 +113,7 @@ MODEL_FIGURES = (
     ("mbu", "MBU", None),
     ("mfu_measured", "MFU (measured peak)", None),
     ("mbu_measured", "MBU (measured peak)", None),
+    ("accuracy", "vs BF16 (error)", None),
     ("energy_per_unit", "J/{item}", "energy (no telemetry for these devices)"),
     ("peak_allocated_mb", "peak alloc [MB]", None),
 )
@@ -290,7 +291,7 @@ def _figure_cell(table: Table, entry: Entry, key: str) -> str:
         return "-" if low is None else f"[{units.rate(low)}, {units.rate(high)}]"
     if key == "trial_count":
         return str(figures.get("trial_count") or 1)
-    if key in ("mfu", "mbu", "mfu_measured", "mbu_measured", "cv", "pct_of_peak"):
+    if key in ("mfu", "mbu", "mfu_measured", "mbu_measured", "cv", "pct_of_peak", "accuracy"):
         value = figures.get(key)
         if value is None:
             return "-"
@@ -423,7 +424,7 @@ def render_markdown(tables: list[Table]) -> str:
 
 # Raw figures in fixed units, for CSV and JSON: model, then op bench.
 RAW_FIGURES = ("throughput", "ci95_low", "ci95_high", "trial_count", "p50_ms", "p90_ms", "p99_ms",
-               "cv", "ttft_ms", "itl_ms", "mfu", "mbu", "energy_per_unit",
+               "cv", "ttft_ms", "itl_ms", "mfu", "mbu", "accuracy", "energy_per_unit",
                "peak_allocated_mb", "median_ms", "gbs", "tflops", "pct_of_peak", "mfu_measured",
                "mbu_measured")
 

@@ -20,6 +20,7 @@ Example::
 """
 from __future__ import annotations
 
+from microbench.steps import lowp
 from microbench.scenarios import feeding, parallel
 from microbench.scenarios.base import Scenario
 from microbench.scenarios.generate import Generate
@@ -42,6 +43,7 @@ def check(config) -> None:
     kind.check_config(config)
     feeding.check_flags(config, kind.mode, kind.feeds_input_pipeline)
     parallel.check_flags(config, kind.updates_weights)
+    lowp.check_flags(config, kind.updates_weights)
 
 
 def for_config(config, model) -> Scenario:

@@ -34,6 +34,7 @@ import torch
 from torch import nn
 
 from microbench.measure import flops
+from microbench.steps import lowp
 from microbench.models.archs import llama
 from microbench.measure.results import GenerationTimes
 from microbench.measure.timing import Measurement, make_recorder
@@ -64,8 +65,8 @@ class DecodeTraffic:
 
     @classmethod
     def of(cls, model: nn.Module, cache: llama.KVCache) -> "DecodeTraffic":
-        unique = {id(p): p for p in model.parameters()}.values()      # tied weights once
-        weights = sum(p.numel() * p.element_size() for p in unique)
+        # As stored: a quantized weight is its integer data and its scales (lowp.stored_bytes).
+        weights = lowp.weight_bytes(model)
         embed = model.embed.weight
         if embed is not model.output.weight:
             weights -= (embed.shape[0] - cache.batch) * embed.shape[1] * embed.element_size()
@@ -134,6 +135,7 @@ class GenerationWorkload:
     """The model, prompt and cache of a generation run, and its prefill and decode steps."""
 
     phases = None               # no forward/backward split in generation
+    lowp = None                 # --quantize: what it did (microbench.steps.lowp.LowPrecision)
 
     def __init__(self, state: GenerationState, shape: GenerationShape, autocast,
                  compile_options: dict | None):
@@ -180,12 +182,17 @@ def build(spec, model: nn.Module, compile_options: dict | None = None,
     prompt = spec.model.make_prompt(spec.batch_size, shape.prompt_len, spec.device,
                                     spec.config.seed)
     autocast = precision.autocast(spec.device)
+    reduced = None
+    if spec.config.quantize != "none":      # on the prompt's first rows, before and after
+        reduced = lowp.quantize_measured(model, spec.config.quantize, lowp.probe_rows(prompt),
+                                         spec.device, precision.label)
     state = GenerationState(model, cache, prompt)
     if count_flops:             # on the eager steps, before anything is compiled
         eager = GenerationWorkload(state, shape, autocast, None)
         flops_per_iteration = flops.count_step_flops(eager.step)
         prefill_flops = flops.count_step_flops(eager.prefill)
     work = GenerationWorkload(state, shape, autocast, compile_options)
+    work.lowp = reduced
     if count_flops:
         work.flops_per_iteration, work.prefill_flops = flops_per_iteration, prefill_flops
     return work

@@ -31,7 +31,7 @@ import contextlib
 
 import torch
 
-from microbench.steps import activation_checkpointing, sharding, workload
+from microbench.steps import activation_checkpointing, lowp, sharding, workload
 from microbench.measure import flops, token_flops
 from microbench.models.archs import llama
 from microbench.platform.errors import UsageError
@@ -119,6 +119,10 @@ def build_sharded(spec, wrap, count_flops: bool) -> workload.Workload:
     model.train()
     inputs, target = spec.model.make_batch(spec.batch_size, device, None, config.seed)
     iteration_flops = _count_on_meta(model, spec) if count_flops else None
+    reduced = None
+    if precision.fp8:           # before sharding, as torchtitan does; no weights to compare yet
+        reduced = lowp.fp8_measured(model, config.fp8_recipe, device, None, config.seed, None,
+                                    None, fsdp=True)
     activation_checkpointing.apply(model, config.activation_checkpointing, spec.model.name)
     plan = sharding.shard(model, device, precision,
                           reshard_after_forward=config.reshard_after_forward,
@@ -134,7 +138,7 @@ def build_sharded(spec, wrap, count_flops: bool) -> workload.Workload:
         step=step, model=runnable, eager_model=model, inputs=inputs,
         parameters=llama.parameter_count(arch), flops_per_iteration=iteration_flops,
         phases=phases if config.phase_timing else None, target=target,
-        optimizer=update.optimizer, sharding=plan)
+        optimizer=update.optimizer, sharding=plan, lowp=reduced)
 
 
 # How the counted FLOPs of a sharded run differ from a plain run's (FlopCounterMode counts the

@@ -19,6 +19,7 @@ from dataclasses import replace
 from typing import Any, Sequence
 
 from microbench import __version__, scenarios
+from microbench.steps import lowp
 from microbench.settings import precision as precision_table, rerun
 from microbench.settings.argtypes import (MAX_BATCH, MAX_BUCKET_CAP_MB, MAX_DEVICE_INDEX,
                                           MAX_DIST_TIMEOUT_S, MAX_IMAGE_SIZE, MAX_ITERATIONS,
@@ -142,6 +143,13 @@ def build_parser() -> argparse.ArgumentParser:
     precision.add_argument("--tf32", type=int, choices=(0, 1), default=0,
                            help="1: allow TF32 for FP32 matmuls and convolutions; 0 keeps IEEE "
                                 "FP32")
+    _setting(precision, "fp8_recipe", choices=lowp.FP8_RECIPES,
+             help="with --precision fp8: torchao's scaling recipe, tensorwise (one scale per "
+                  "tensor; FP8 all-gather under --parallel fsdp) or rowwise (one per row)")
+    _setting(precision, "quantize", type=choices(lowp.QUANTIZE_CHOICES), metavar="Q[,Q]",
+             help="inference and generate: quantize the BF16 weights with torchao's quantize_: "
+                  + "; ".join(f"{name} ({text})" for name, text in lowp.QUANTIZE.items())
+                  + ". Picks --precision bf16 unless given; a list sweeps; needs torchao")
 
     fast = parser.add_argument_group("the fast path")
     _setting(fast, "preset", choices=PRESETS,
@@ -273,7 +281,7 @@ def _add_data_args(parser: argparse.ArgumentParser) -> None:
 def _add_sweep_args(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group(
         "sweeps, capacity and comparisons (lists in --network, --batch-size, --mode, --precision, "
-        "--seq-len, --attention, --decode and --workers sweep too)")
+        "--quantize, --seq-len, --attention, --decode and --workers sweep too)")
     group.add_argument("--compile-mode", type=choices(COMPILE_MODES), default=None,
                        metavar="M[,M]",
                        help="compile modes to run: none, default, reduce-overhead, "
@@ -477,6 +485,13 @@ def to_config(args: argparse.Namespace) -> BenchConfig:
     if args.output_file is not None:
         _check_file_name(args.output_file)
     precision, precision_notes = _precision(args)
+    if any(name != "none" for name in args.quantize) and not args.precision \
+            and precision == "fp32" and "precision" not in args.explicit:
+        # Quantization starts from BF16 weights (torchao's and gpt-fast's baseline), and so
+        # does the unquantized row of a --quantize sweep.
+        precision = "bf16"
+        precision_notes = [*precision_notes, "--quantize quantizes BF16 weights: --precision "
+                                             "bf16 chosen (give --precision to choose another)"]
     config = BenchConfig(
         **_from_args(args), precision=precision, tf32=bool(args.tf32),
         compile_options=compile_options, explicit=tuple(sorted(args.explicit)),
@@ -531,6 +546,7 @@ def _sweep_values(args: argparse.Namespace) -> list[dict]:
         [dict(workers=count) for count in args.workers or [None]],
         [dict(parallel=mode) for mode in args.parallel],
         [dict(activation_checkpointing=mode) for mode in args.activation_checkpointing],
+        [dict(quantize=name) for name in args.quantize],
         [dict(batch_size=batch) for batch in args.batch_size],
     ]
     count = math.prod(len(axis) for axis in axes)

@@ -86,6 +86,10 @@ class BenchConfig:
                                            dest="telemetry_interval")   # 0: no telemetry
     precision: str = setting("fp32", kind=DERIVED, preset=True)   # microbench.settings.precision.TABLE
     tf32: bool = setting(False, kind=DERIVED, preset=True)        # TF32 also outside autocast
+    # --precision fp8's scaling recipe (torchao's Float8 training) and, for inference and
+    # generate, the weight quantization (torchao's quantize_): microbench.steps.lowp.
+    fp8_recipe: str = setting("tensorwise")                       # tensorwise | rowwise
+    quantize: str = setting("none", axis=True)                    # none | int8wo | int4wo | ...
     nhwc: bool = setting(False, kind=SWITCH, preset=True)
     compile: bool = setting(False, kind=SWITCH, preset=True)
     compile_options: dict = setting(flag="--compileContext", kind=DERIVED,

@@ -34,7 +34,9 @@ WORK = ("model", "mode", "precision", "tf32", "nhwc", "compile", "compile_option
         "per_device_batch", "input_size", "vocab_size", "kv_heads", "attention", "model_kwargs",
         "prompt_len", "gen_len", "opt_step", "device_name",
         # sharded or replicated, recomputed or not, and the optimizer: different work per step
-        "parallel", "reshard_after_forward", "activation_checkpointing", "optimizer")
+        "parallel", "reshard_after_forward", "activation_checkpointing", "optimizer",
+        # FP8's scaling recipe and the weights' quantization: other kernels, other bytes
+        "fp8_recipe", "quantize")
 GATE = WORK + ("world_size",)
 
 

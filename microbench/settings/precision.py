@@ -16,6 +16,9 @@ weights) and the MFU peak lookup (``peak_key``, a column of :mod:`microbench.mea
                 (BF16 has FP32's exponent range); inference and generation keep no copies.
 * ``amp-fp16``  autocast to FP16 with dynamic gradient scaling.
 * ``amp-bf16``  autocast to BF16 over FP32 weights; BF16 has FP32's range and needs no scaler.
+* ``fp8``       ``amp-bf16`` with the linear layers' matmuls in FP8 (torchao's Float8 training,
+                ``--fp8-recipe``: :mod:`microbench.steps.lowp`); convolutions, norms and attention stay
+                in BF16. MFU divides by the FP8 peak, and by the BF16 peak beside it.
 
 timm's spellings ``--precision float16|bfloat16|float32`` are read as ``fp16``, ``bf16`` and
 ``fp32`` (``cli.TIMM_SPELLINGS``).
@@ -50,6 +53,9 @@ class Precision:
     peak_key: str                       # the column of the datasheet peak table MFU divides by
     older_flags: str                    # the older tool's spelling(s) of this mode
     tf32: bool = False                  # FP32 matmuls and convolutions may use TF32
+    fp8: bool = False                   # linear layers converted to torchao's Float8Linear
+    # The peak MFU is also shown against (fp8: the BF16 peak the rest of the model runs at).
+    second_peak_key: str | None = None
 
     def autocast(self, device: torch.device):
         if self.autocast_dtype is None:
@@ -79,6 +85,9 @@ TABLE = (
               "--amp; --amp-opt-level 1"),
     Precision("amp-bf16", "AMP-BF16", _FP32, _BF16, False, False, "bf16",
               "--amp --amp-dtype bf16"),
+    Precision("fp8", "FP8", _FP32, _BF16, False, False,
+              "fp8", "new; needs torchao and a GPU with FP8 matrix units", fp8=True,
+              second_peak_key="bf16"),
 )
 PRECISIONS = {row.name: row for row in TABLE}
 ALIASES = {"amp": "amp-fp16"}

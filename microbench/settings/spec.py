@@ -22,6 +22,7 @@ import torch
 
 from microbench.platform import device as device_layer, distributed
 from microbench.measure import flops
+from microbench.steps import lowp
 from microbench.settings import identity
 from microbench.models import registry as models
 from microbench.settings import precision as precision_table, preset
@@ -70,6 +71,8 @@ class RunSpec:
     # --measure-peaks resolved: probe this device's GEMM and copy rates before timing
     # (microbench.measure.peaks), on by default on GPUs, off on the CPU.
     measure_peaks: bool = False
+    # The second peak MFU is shown against (--precision fp8: the BF16 peak); None: no second.
+    second_peak: flops.PeakChoice | None = None
 
     @property
     def batch_size(self) -> int:
@@ -129,12 +132,16 @@ def _derive(config: BenchConfig, launch: Launch) -> RunSpec:
         preset_notes.append(f"--preset {config.preset} chose: {preset.as_flags(config)} (explicit "
                             f"flags win; these flags reproduce the run without the preset)")
         validate(config)
+    lowp.check(config, device)          # FP8 and quantization: refused before anything is built
     if config.nhwc and model.channels_last is None:
         raise UsageError(f"--nhwc (channels-last) applies to image models; {model.name} reads "
                          f"token ids")
     policy = precision_table.lookup(config.precision, config.tf32)
     notes = ([notice] if notice else []) + list(config.notes) + preset_notes
     notes += _slow_precision_notes(policy, device)
+    if policy.fp8 and not config.compile:
+        notes.append("FP8 without --compile runs torchao's scaling and casts as separate eager "
+                     "kernels, often slower than BF16: add --compile (--preset fast picks it)")
     policy, tf32_note = device_layer.tf32_on_rocm(policy, device_layer.rocm_version(device),
                                                   model.family != "language", os.environ)
     notes += [tf32_note] if tf32_note else []
@@ -154,7 +161,9 @@ def _derive(config: BenchConfig, launch: Launch) -> RunSpec:
                    bandwidth=flops.choose_bandwidth(device, config.peak_bandwidth),
                    json_path=json_path, csv_path=csv_path, notes=tuple(notes),
                    result_name=name.removesuffix(".json"),
-                   measure_peaks=_measure_peaks(config, device))
+                   measure_peaks=_measure_peaks(config, device),
+                   second_peak=(flops.choose_peak(device, policy.second_peak_key, None)
+                                if policy.second_peak_key else None))
 
 
 def _measure_peaks(config: BenchConfig, device: torch.device) -> bool:
@@ -195,6 +204,10 @@ def _json_name(config: BenchConfig, model, policy: precision_table.Precision,
         name = config.output_file
         return name if name.endswith(".json") else name + ".json"
     parts = [model.name.replace(":", "-"), config.mode, policy.name]
+    if policy.fp8 and config.fp8_recipe != "tensorwise":
+        parts.append(config.fp8_recipe)
+    if config.quantize != "none":
+        parts.append(config.quantize)
     if config.nhwc:
         parts.append("nhwc")
     if config.compile:

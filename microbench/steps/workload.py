@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 import fp16util
-from microbench.steps import activation_checkpointing, optim
+from microbench.steps import activation_checkpointing, lowp, optim
 from microbench.measure import flops
 from microbench.settings.precision import Precision
 
@@ -39,6 +39,7 @@ class Workload:
     target: torch.Tensor | None = None          # training's labels (the input pipeline fills them)
     optimizer: torch.optim.Optimizer | None = None   # training: what steps (its state measured)
     sharding: object | None = None              # --parallel fsdp: sharding.ShardPlan
+    lowp: "lowp.LowPrecision | None" = None      # --precision fp8, --quantize: what changed
 
 
 def make_sgd(params, impl: str = "foreach") -> torch.optim.Optimizer:
@@ -179,11 +180,15 @@ def build(spec: "RunSpec", wrap: Callable[[nn.Module], nn.Module] | None = None,
     if spec.config.nhwc:
         inputs = inputs.contiguous(memory_format=spec.model.channels_last)
     model.train(training)
-    iteration_flops = None
-    if count_flops:
-        iteration_flops = flops.count_iteration_flops(model, inputs, target, spec.model.loss,
-                                                      precision.autocast(device),
-                                                      training=training)
+    iteration_flops = fp8_flops = None
+    if count_flops:         # before FP8 (torch counts no FLOPs for its FP8 matmul, _scaled_mm)
+        selected = lowp.fp8_layers(model) if precision.fp8 else []
+        with lowp.linear_rows(model, selected) as rows:
+            iteration_flops = flops.count_iteration_flops(
+                model, inputs, target, spec.model.loss, precision.autocast(device),
+                training=training)
+        fp8_flops = lowp.linear_flops(model, rows, training) if precision.fp8 else None
+    reduced = low_precision(spec, model, inputs, target, fp8_flops, iteration_flops)
     if training:        # after counting: recomputation is not the model's work
         activation_checkpointing.apply(model, spec.config.activation_checkpointing,
                                        spec.model.name)
@@ -200,4 +205,24 @@ def build(spec: "RunSpec", wrap: Callable[[nn.Module], nn.Module] | None = None,
                     parameters=parameters, optimizer=update.optimizer if update else None,
                     flops_per_iteration=iteration_flops,
                     phases=phases if training and spec.config.phase_timing else None,
-                    target=target if training else None)
+                    target=target if training else None, lowp=reduced)
+
+
+def low_precision(spec: "RunSpec", model: nn.Module, inputs: torch.Tensor, target,
+                  fp8_flops: int | None,
+                  iteration_flops: int | None) -> "lowp.LowPrecision | None":
+    """``--precision fp8`` or ``--quantize`` applied to the ready model, with how far each moved
+    the numbers (:mod:`microbench.steps.lowp`); None for the other precisions."""
+    config, device, precision = spec.config, spec.device, spec.precision
+    if precision.fp8:
+        def make_step():
+            update = make_update(model, precision, device, config.optimizer_impl,
+                                 config.optimizer)
+            return training_step(model, spec.model, inputs, target, precision, device, 1,
+                                 PhaseMarks(), update=update)
+        return lowp.fp8_measured(model, config.fp8_recipe, device, make_step, config.seed,
+                                 fp8_flops, iteration_flops)
+    if config.quantize != "none":
+        return lowp.quantize_measured(model, config.quantize, lowp.probe_rows(inputs), device,
+                                      precision.label)
+    return None

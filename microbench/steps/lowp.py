@@ -1,0 +1,409 @@
+"""Low precision through torchao: FP8 training, quantized weights, and how far they moved the
+numbers from BF16.
+
+* ``--precision fp8`` (training) swaps the model's linear layers for torchao's ``Float8Linear``
+  (``convert_to_float8_training``) with the ``--fp8-recipe`` scaling (``tensorwise``: one scale
+  per tensor, E4M3 forward and E5M2 gradients; ``rowwise``: a scale per row, E4M3 throughout).
+  Which layers convert is :func:`fp8_layers`: plain ``nn.Linear`` layers whose both sides are
+  multiples of 16 (the FP8 GEMM's alignment), except the output head (torchtitan leaves
+  ``output`` in BF16 too: its error reaches the logits directly). Everything else (convolutions,
+  norms, attention's softmax, the embedding) stays under BF16 autocast.
+* ``--quantize`` (inference, generate) runs torchao's ``quantize_`` on a BF16 model with the
+  configuration its name stands for in torchao's and gpt-fast's benchmarks (:data:`QUANTIZE`).
+
+Every such run measures, in the same process, on the same fixed input, its distance from the
+model it came from (:class:`Drift`): for training, the losses of the first steps from the same
+weights with and without FP8; for inference and generate, the relative error of the logits and
+the share of greedy (argmax) tokens that agree. Weight bytes are counted as stored
+(:func:`stored_bytes`: a quantized tensor's integer data and its scales), so MBU stays honest.
+
+torchao is an optional dependency (``pip install ".[quant]"``); a run that needs it without it
+stops with the install line (exit 4). What a device cannot run is refused before anything is
+built (exit 2): see :func:`check`.
+
+Example::
+
+    layers = fp8_layers(model)                       # ['layers.0.attention.wq', ...]
+    report = quantize_measured(model, "int8wo", probe_tokens, device)
+    report.drift.line()    # 'logits rel. error 0.41%; greedy tokens agree 99.2% (...)'
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from microbench.platform import device as device_layer
+from microbench.platform.errors import MissingEnvironment, UsageError
+
+FP8_RECIPES = ("tensorwise", "rowwise")
+# --quantize NAME: what it runs, as torchao's benchmarks (and gpt-fast's) name them.
+QUANTIZE = {
+    "none": "no quantization",
+    "int8wo": "int8 weight-only, per output channel (Int8WeightOnlyConfig)",
+    "int4wo": "int4 weight-only, groups of 128, tinygemm layout (Int4WeightOnlyConfig)",
+    "float8wo": "float8 weight-only, per output channel (Float8WeightOnlyConfig)",
+    "float8dq": "float8 dynamic activations and weights, per tensor "
+                "(Float8DynamicActivationFloat8WeightConfig)",
+}
+QUANTIZE_CHOICES = tuple(QUANTIZE)
+INSTALL = 'pip install "torchao>=0.18" (or pip install ".[quant]")'
+# Training steps the FP8 and the BF16 losses are compared over (from the same weights and input).
+DRIFT_STEPS = 4
+# The rows of the batch the logits are compared on (a fixed input: the run's own first rows).
+PROBE_ROWS = 2
+# Layers whose sides are not multiples of this cannot feed torch._scaled_mm.
+FP8_ALIGNMENT = 16
+# Names of output heads, which stay in BF16 (llama's output, HF's lm_head, torchvision's heads).
+_HEADS = ("output", "lm_head", "head", "heads.head", "classifier", "fc")
+
+
+def torchao():
+    """torchao, or one line that says how to install it (exit 4)."""
+    try:
+        import torchao as module
+    except ImportError:
+        raise MissingEnvironment(f"--precision fp8 and --quantize need torchao: {INSTALL}") \
+            from None
+    return module
+
+
+def torchao_version() -> str | None:
+    try:
+        from importlib.metadata import version
+        return version("torchao")
+    except Exception:                    # noqa: BLE001 (not installed, or no metadata)
+        return None
+
+
+# ---------------------------------------------------------------- refusals, before anything runs
+
+def check_flags(config, updates_weights: bool) -> None:
+    """Combinations refused from the flags alone (one line, exit 2)."""
+    if config.precision == "fp8" and not updates_weights:
+        raise UsageError("--precision fp8 is FP8 training (torchao's Float8Linear); for "
+                         "inference and generate use --quantize float8dq or float8wo")
+    if config.quantize != "none" and updates_weights:
+        raise UsageError("--quantize applies to --mode inference and generate; training in FP8 "
+                         "is --precision fp8")
+    if config.quantize != "none" and config.precision not in ("bf16", "fp16"):
+        raise UsageError(f"--quantize quantizes half-precision weights, not "
+                         f"--precision {config.precision}: give --precision bf16 (or leave "
+                         f"--precision out)")
+
+
+def check(config, device: torch.device) -> None:
+    """Refuse what this device or torchao cannot run: one line, before the model is built."""
+    if config.precision == "fp8":
+        reason = device_layer.no_fp8_reason(device)
+        if reason is not None:
+            raise UsageError(f"--precision fp8 needs FP8 matrix units, and {reason}: use "
+                             f"--precision amp-bf16 here")
+    name = config.quantize
+    if name in ("float8wo", "float8dq"):
+        reason = device_layer.no_fp8_reason(device)
+        if reason is not None:
+            raise UsageError(f"--quantize {name} needs FP8 matrix units, and {reason}: use "
+                             f"--quantize int8wo here")
+    if name == "int4wo" and not device_layer.is_gpu(device):
+        raise UsageError("--quantize int4wo runs torch's tinygemm int4 kernel, which needs a GPU "
+                         "(the CPU's int4 path needs another weight layout): use --quantize "
+                         "int8wo on the CPU")
+    if config.precision == "fp8" or name != "none":
+        torchao()
+
+
+# ---------------------------------------------------------------- which layers run in FP8
+
+def fp8_layers(model: nn.Module) -> list[str]:
+    """The names of the layers ``--precision fp8`` converts (works on a meta-device model)."""
+    return [name for name, module in model.named_modules() if _fp8_candidate(name, module)]
+
+
+def _fp8_candidate(name: str, module: nn.Module) -> bool:
+    # type() is, not isinstance: a Linear subclass such as MultiheadAttention's out_proj is
+    # read through its weight by F.multi_head_attention_forward, which would bypass FP8.
+    if type(module) is not nn.Linear:
+        return False
+    if module.in_features % FP8_ALIGNMENT or module.out_features % FP8_ALIGNMENT:
+        return False
+    return not any(name == head or name.endswith("." + head) for head in _HEADS)
+
+
+def convert_fp8(model: nn.Module, recipe: str, fsdp: bool = False) -> list[str]:
+    """Swap :func:`fp8_layers` for torchao's Float8Linear with ``recipe``; their names.
+
+    Under FSDP2 with the tensorwise recipe the weights are all-gathered in FP8 (torchao's
+    ``enable_fsdp_float8_all_gather``; the rowwise recipe has no FP8 all-gather)."""
+    torchao()
+    from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+    config = Float8LinearConfig.from_recipe_name(recipe)
+    if fsdp and recipe == "tensorwise":
+        config = Float8LinearConfig(enable_fsdp_float8_all_gather=True)
+    selected = set(fp8_layers(model))
+    convert_to_float8_training(model, config=config,
+                               module_filter_fn=lambda module, name: name in selected)
+    return sorted(selected)
+
+
+def fp8_all_gather(recipe: str, fsdp: bool) -> bool:
+    return fsdp and recipe == "tensorwise"
+
+
+@contextlib.contextmanager
+def linear_rows(model: nn.Module, names: list[str]):
+    """Count the rows each of the linear layers ``names`` multiplies while the block runs (a
+    forward hook each): yields a dict name -> rows, filled as the model runs."""
+    rows: dict[str, int] = {}
+    modules = dict(model.named_modules())
+    handles = []
+    for name in names:
+        def hook(module, args, output, name=name):
+            rows[name] = rows.get(name, 0) + args[0].numel() // module.in_features
+        handles.append(modules[name].register_forward_hook(hook))
+    try:
+        yield rows
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def linear_flops(model: nn.Module, rows: dict[str, int], training: bool) -> int:
+    """The FLOPs of the linear layers in ``rows``: 2 x rows x in x out for the forward GEMM,
+    three GEMMs of that size in training (forward, input gradient, weight gradient)."""
+    modules = dict(model.named_modules())
+    forward = sum(2 * count * modules[name].in_features * modules[name].out_features
+                  for name, count in rows.items())
+    return forward * (3 if training else 1)
+
+
+# ---------------------------------------------------------------- quantized weights
+
+def quantize_config(name: str, device: torch.device):
+    """torchao's configuration for ``--quantize name`` on ``device``."""
+    torchao()
+    from torchao.quantization import (Float8DynamicActivationFloat8WeightConfig,
+                                      Float8WeightOnlyConfig, Int4WeightOnlyConfig,
+                                      Int8WeightOnlyConfig)
+    if name == "int8wo":
+        return Int8WeightOnlyConfig()
+    if name == "int4wo":
+        # torch's own tinygemm kernel (_weight_int4pack_mm): 8-wide tiles on NVIDIA, 16 on ROCm.
+        ntile = 16 if device_layer.vendor(device) is device_layer.Vendor.AMD else 8
+        return Int4WeightOnlyConfig(group_size=128, int4_packing_format="tile_packed_to_4d",
+                                    int4_tile_packed_ntile=ntile)
+    if name == "float8wo":
+        return Float8WeightOnlyConfig()
+    if name == "float8dq":
+        return Float8DynamicActivationFloat8WeightConfig()
+    raise UsageError(f"unknown --quantize {name!r} (choose from {', '.join(QUANTIZE_CHOICES)})")
+
+
+def stored_bytes(tensor: torch.Tensor) -> int:
+    """Bytes a tensor occupies as stored: a tensor subclass (torchao's quantized weights, a
+    Float8 tensor) is the sum of its inner tensors (integer data, scales, zero points)."""
+    flatten = getattr(tensor, "__tensor_flatten__", None)
+    if flatten is None or type(tensor) in (torch.Tensor, nn.Parameter):
+        return tensor.numel() * tensor.element_size()
+    names, _ = flatten()
+    return sum(stored_bytes(getattr(tensor, name)) for name in names
+               if isinstance(getattr(tensor, name), torch.Tensor))
+
+
+def weight_bytes(model: nn.Module) -> int:
+    unique = {id(p): p for p in model.parameters()}.values()      # tied weights once
+    return sum(stored_bytes(p) for p in unique)
+
+
+# ---------------------------------------------------------------- how far the numbers moved
+
+@dataclass(frozen=True)
+class Drift:
+    """The distance of a reduced-precision run from its BF16 model, measured in this process on
+    one fixed input. ``kind`` is "logits" (inference, generate) or "loss" (training)."""
+
+    kind: str
+    reference: str                                 # what it is compared with, e.g. "BF16"
+    relative_error: float | None = None            # ||logits - ref|| / ||ref||
+    top1_agreement: float | None = None            # share of positions whose argmax agrees
+    positions: int = 0                             # positions compared
+    losses: tuple[float, ...] = ()                 # training: the first steps' losses
+    reference_losses: tuple[float, ...] = ()
+    note: str | None = None                        # why nothing was measured
+
+    @property
+    def loss_difference(self) -> float | None:
+        """The largest relative difference between the two runs' losses, step by step."""
+        pairs = list(zip(self.losses, self.reference_losses))
+        if not pairs:
+            return None
+        return max(abs(a - b) / abs(b) if b else abs(a - b) for a, b in pairs)
+
+    def line(self) -> str:
+        if self.note is not None:
+            return self.note
+        if self.kind == "loss":
+            mine = ", ".join(f"{value:.4f}" for value in self.losses)
+            ref = ", ".join(f"{value:.4f}" for value in self.reference_losses)
+            return (f"loss of the first {len(self.losses)} steps {mine} vs {self.reference} "
+                    f"{ref} (same seed, weights and batch; largest difference "
+                    f"{self.loss_difference:.2%})")
+        return (f"logits rel. error {self.relative_error:.2%}; greedy tokens agree "
+                f"{self.top1_agreement:.1%} ({self.positions:,} positions, vs {self.reference} "
+                f"on the same input)")
+
+    def figure(self) -> float | None:
+        """The one number a table or a plot shows: the logits' relative error, or the largest
+        relative difference between the losses (0 is no change)."""
+        return self.relative_error if self.kind == "logits" else self.loss_difference
+
+    def cell(self) -> str:
+        """The accuracy line, short, for a table's cell."""
+        if self.note is not None:
+            return "not measured"
+        if self.kind == "loss":
+            return f"loss diff {self.loss_difference:.2%}"
+        return f"err {self.relative_error:.2%}, agree {self.top1_agreement:.1%}"
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "reference": self.reference,
+                "relative_error": self.relative_error, "top1_agreement": self.top1_agreement,
+                "positions": self.positions, "losses": list(self.losses),
+                "reference_losses": list(self.reference_losses),
+                "max_loss_difference": self.loss_difference, "note": self.note,
+                "basis": ("measured in this process on the run's first input rows, against the "
+                          "same model before conversion")}
+
+
+@dataclass(frozen=True)
+class LowPrecision:
+    """What ``--precision fp8`` or ``--quantize`` did to one run's model, and its drift."""
+
+    drift: Drift
+    fp8_recipe: str | None = None
+    fp8_format: str | None = None                  # the device's E4M3 encoding
+    fp8_layers: tuple[str, ...] = ()
+    linear_layers: int = 0                         # every nn.Linear of the model
+    fp8_flops_share: float | None = None           # of one iteration's counted FLOPs
+    fp8_all_gather: bool = False
+    quantize: str | None = None
+    weight_bytes: int | None = None                # as stored, after quantization
+    weight_bytes_before: int | None = None
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def rows(self) -> list[tuple[str, str]]:
+        rows = []
+        if self.fp8_recipe is not None:
+            share = ("unknown share" if self.fp8_flops_share is None
+                     else f"{self.fp8_flops_share:.1%} of the counted FLOPs")
+            gather = "; FP8 all-gather under FSDP" if self.fp8_all_gather else ""
+            rows.append(("FP8 layers", f"{len(self.fp8_layers)} of {self.linear_layers} linear "
+                                       f"layers ({share}), {self.fp8_recipe} scaling, "
+                                       f"{self.fp8_format}{gather}; the rest in BF16"))
+        if self.quantize is not None:
+            rows.append(("Quantized", f"{self.quantize}: {QUANTIZE[self.quantize]}; weights "
+                                      f"{self.weight_bytes / 1e6:,.1f} MB as stored (BF16: "
+                                      f"{self.weight_bytes_before / 1e6:,.1f} MB)"))
+        rows.append((f"Accuracy vs {self.drift.reference}", self.drift.line()))
+        rows += [("Note", note) for note in self.notes]
+        return rows
+
+    def to_dict(self) -> dict:
+        return {"fp8_recipe": self.fp8_recipe, "fp8_format": self.fp8_format,
+                "fp8_layers": list(self.fp8_layers), "linear_layers": self.linear_layers,
+                "fp8_flops_share": self.fp8_flops_share, "fp8_all_gather": self.fp8_all_gather,
+                "quantize": self.quantize, "weight_bytes": self.weight_bytes,
+                "weight_bytes_before": self.weight_bytes_before,
+                "torchao_version": torchao_version(), "notes": list(self.notes)}
+
+
+def label(config) -> str:
+    """What a sweep row's label adds for FP8 and quantization ('' for neither)."""
+    parts = [f" {config.fp8_recipe}" if config.precision == "fp8" else "",
+             f" {config.quantize}" if config.quantize != "none" else ""]
+    return "".join(parts)
+
+
+def linear_count(model: nn.Module) -> int:
+    return sum(isinstance(module, nn.Linear) for module in model.modules())
+
+
+def _logits(model: nn.Module, inputs: torch.Tensor) -> torch.Tensor:
+    with torch.inference_mode():
+        output = model(inputs)
+    output = output[0] if isinstance(output, (tuple, list)) else output
+    output = getattr(output, "logits", output)
+    return output.float().clone()
+
+
+def compare_logits(output: torch.Tensor, reference: torch.Tensor, name: str) -> Drift:
+    """The relative error of ``output`` against ``reference`` and their argmax agreement over
+    the last dimension (the vocabulary, or the classes)."""
+    error = (torch.linalg.vector_norm(output - reference)
+             / torch.linalg.vector_norm(reference).clamp_min(1e-30))
+    agree = (output.argmax(-1) == reference.argmax(-1)).float()
+    return Drift("logits", name, relative_error=float(error), top1_agreement=float(agree.mean()),
+                 positions=agree.numel())
+
+
+def quantize_measured(model: nn.Module, name: str, probe: torch.Tensor,
+                      device: torch.device, reference: str = "BF16") -> LowPrecision:
+    """``quantize_`` ``model`` in place with ``--quantize name``, its logits on ``probe``
+    compared before and after."""
+    config = quantize_config(name, device)
+    from torchao.quantization import quantize_
+    before_bytes, before = weight_bytes(model), _logits(model, probe)
+    quantize_(model, config)
+    drift = compare_logits(_logits(model, probe), before, reference)
+    return LowPrecision(drift, quantize=name, weight_bytes=weight_bytes(model),
+                        weight_bytes_before=before_bytes)
+
+
+def probe_rows(inputs: torch.Tensor) -> torch.Tensor:
+    """The fixed input the logits are compared on: the batch's first rows."""
+    return inputs[:PROBE_ROWS]
+
+
+def training_losses(make_step, steps: int, seed: int) -> tuple[float, ...]:
+    """The losses of ``steps`` steps of a fresh step function (its own optimizer)."""
+    torch.manual_seed(seed)
+    step = make_step()
+    return tuple(float(step()) for _ in range(steps))
+
+
+def fp8_measured(model: nn.Module, recipe: str, device: torch.device, make_step, seed: int,
+                 fp8_flops: int | None, total_flops: int | None,
+                 fsdp: bool = False) -> LowPrecision:
+    """Convert ``model`` to FP8 training, with the first steps' losses from the same weights
+    before and after the conversion (``make_step()``: a fresh training step with its own
+    optimizer; the weights are restored after each, so the timed run starts from them)."""
+    linears = linear_count(model)
+    saved = None
+    reference_losses: tuple[float, ...] = ()
+    if make_step is not None:
+        # A host copy: a model that fills the device leaves no room for a second one there.
+        saved = {key: value.detach().to("cpu", copy=True)
+                 for key, value in model.state_dict().items()}
+        reference_losses = training_losses(make_step, DRIFT_STEPS, seed)
+        _restore(model, saved)
+    names = convert_fp8(model, recipe, fsdp)
+    if make_step is not None:
+        losses = training_losses(make_step, DRIFT_STEPS, seed)
+        _restore(model, saved)
+        drift = Drift("loss", "AMP-BF16", losses=losses, reference_losses=reference_losses)
+    else:
+        drift = Drift("loss", "AMP-BF16", note="not measured under --parallel fsdp (the model "
+                                               "is sharded before it has weights)")
+    formats = device_layer.fp8_formats(device)
+    share = fp8_flops / total_flops if fp8_flops is not None and total_flops else None
+    return LowPrecision(drift, fp8_recipe=recipe, fp8_format=formats[0] if formats else None,
+                        fp8_layers=tuple(names), linear_layers=linears, fp8_flops_share=share,
+                        fp8_all_gather=fp8_all_gather(recipe, fsdp))
+
+
+def _restore(model: nn.Module, saved: dict) -> None:
+    with torch.no_grad(), contextlib.suppress(AttributeError):
+        model.zero_grad(set_to_none=True)
+    model.load_state_dict(saved)

@@ -1,0 +1,241 @@
+"""FP8 training and quantized weights (microbench.steps.lowp, issue 36), on the CPU: the precision
+row and its refusals, int8 weight-only generation with its bytes and accuracy line, which layers
+FP8 converts, MFU against two peaks, and --quantize's choices."""
+import json
+import sys
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from conftest import run_main
+from microbench.platform import device as device_layer
+from microbench.measure import flops
+from microbench.steps import lowp
+from microbench.settings import precision
+from microbench.models.archs import llama
+from microbench.output import console
+from microbench.store import schema
+
+TINY_GENERATE = ["--network", "llama_tiny", "--mode", "generate", "--seq-len", "32",
+                 "--prompt-len", "8", "--gen-len", "4", "--batch-size", "1", "--iterations", "1",
+                 "--warmup", "1", "--telemetry-interval", "0"]
+
+
+@pytest.fixture
+def run(capfd, tmp_path):
+    def invoke(*args):
+        return run_main(capfd, "--output-dir", str(tmp_path / "out"), *args)
+    return invoke
+
+
+def _one_line(ran, code: int, text: str) -> None:
+    assert ran.returncode == code, (ran.stdout[-2000:], ran.stderr[-2000:])
+    lines = [line for line in ran.stderr.strip().splitlines() if line]
+    assert len(lines) == 1 and text in lines[0], ran.stderr
+    assert "Traceback" not in ran.stderr
+
+
+# ---------------------------------------------------------------- the precision row, refusals
+
+def test_fp8_is_a_row_of_the_precision_table():
+    row = precision.lookup("fp8")
+    assert row.fp8 and row.peak_key == "fp8" and row.second_peak_key == "bf16"
+    assert row.autocast_dtype == torch.bfloat16 and row.model_dtype == torch.float32
+    assert "fp8" in precision.CHOICES
+
+
+def test_fp8_on_the_cpu_is_refused_in_one_line_and_writes_nothing(run, tmp_path):
+    ran = run("--network", "llama_tiny", "--precision", "fp8", "--device", "cpu")
+    _one_line(ran, 2, "the CPU has no FP8 matrix units")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("argv, text", [
+    (["--quantize", "float8dq", "--mode", "inference"], "--quantize float8dq needs FP8"),
+    (["--quantize", "int4wo", "--mode", "inference"], "int4wo runs torch's tinygemm"),
+    (["--quantize", "int8wo"], "--quantize applies to --mode inference and generate"),
+    (["--precision", "fp8", "--mode", "inference"], "for inference and generate use --quantize"),
+    (["--quantize", "int8wo", "--mode", "inference", "--precision", "amp-bf16"],
+     "--quantize quantizes half-precision weights"),
+])
+def test_what_cannot_run_is_refused_before_the_build(run, tmp_path, argv, text):
+    ran = run("--network", "llama_tiny", "--device", "cpu", *argv)
+    _one_line(ran, 2, text)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_bad_quantize_value_lists_the_valid_ones(run):
+    ran = run("--network", "llama_tiny", "--mode", "generate", "--quantize", "int3")
+    assert ran.returncode == 2
+    assert "none, int8wo, int4wo, float8wo, float8dq" in ran.stderr
+
+
+def test_without_torchao_the_run_gets_the_install_line(run, monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "torchao", None)          # import torchao fails
+    ran = run(*TINY_GENERATE, "--quantize", "int8wo", "--device", "cpu")
+    _one_line(ran, 4, 'pip install "torchao>=0.18"')
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("hip, capability, arch, formats", [
+    (False, (9, 0), "", ("e4m3fn", "e5m2")),          # H100
+    (False, (8, 9), "", ("e4m3fn", "e5m2")),          # L40S, Ada
+    (False, (8, 0), "", ()),                          # A100: no FP8 tensor cores
+    (True, None, "gfx942:sramecc+:xnack-", ("e4m3fnuz", "e5m2fnuz")),   # MI300X, MI325X
+    (True, None, "gfx950", ("e4m3fn", "e5m2")),       # MI355X: OCP formats
+    (True, None, "gfx90a:sramecc+:xnack-", ()),       # MI250X: none
+])
+def test_the_device_layer_says_which_fp8_formats_a_gpu_has(hip, capability, arch, formats):
+    assert device_layer.fp8_formats_of(hip, capability, arch) == formats
+
+
+def test_a_gpu_without_fp8_is_refused_with_its_architecture(monkeypatch):
+    monkeypatch.setattr(device_layer, "fp8_formats", lambda device: ())
+    monkeypatch.setattr(device_layer, "_architecture", lambda device: "sm_80")
+    reason = device_layer.no_fp8_reason(torch.device("cuda", 0))
+    assert "sm_80" in reason and "sm_89" in reason and "gfx942" in reason
+
+
+# ---------------------------------------------------------------- which layers run in FP8
+
+def test_fp8_converts_every_aligned_linear_but_the_output_head_on_a_meta_model():
+    with torch.device("meta"):
+        model = llama.build("llama_tiny")
+    names = lowp.fp8_layers(model)
+    layers = model.config.num_layers
+    assert "output" not in names
+    assert len(names) == 7 * layers                    # wq wk wv wo, w1 w2 w3 per block
+    assert all(name.startswith("layers.") for name in names)
+
+
+def test_the_conversion_swaps_exactly_the_selected_layers_on_a_meta_model():
+    pytest.importorskip("torchao")
+    from torchao.float8.float8_linear import Float8Linear
+    with torch.device("meta"):
+        model = llama.build("llama_tiny")
+    selected = lowp.fp8_layers(model)
+    converted = lowp.convert_fp8(model, "rowwise", fsdp=False)
+    assert converted == sorted(selected)
+    swapped = sorted(name for name, module in model.named_modules()
+                     if isinstance(module, Float8Linear))
+    assert swapped == sorted(selected) and type(model.output) is torch.nn.Linear
+
+
+def test_fp8_leaves_attention_projections_read_through_their_weight_and_the_head():
+    torchvision = pytest.importorskip("torchvision")
+    with torch.device("meta"):
+        model = torchvision.models.vit_b_16()
+    names = lowp.fp8_layers(model)
+    assert "heads.head" not in names
+    assert not any("out_proj" in name for name in names)       # MultiheadAttention's
+    assert len(names) == 2 * 12                                 # the MLP's two linears a block
+
+
+def test_the_fp8_share_of_flops_counts_three_gemms_a_linear_in_training():
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(),
+                                torch.nn.Linear(64, 16))
+    inputs = torch.randn(5, 32)
+    with lowp.linear_rows(model, ["0"]) as rows:
+        with flops.FlopCounterMode(display=False) as counter:
+            model(inputs).sum().backward()
+    assert rows == {"0": 5}
+    assert lowp.linear_flops(model, rows, training=True) == 3 * 2 * 5 * 32 * 64
+    assert lowp.linear_flops(model, rows, training=True) <= counter.get_total_flops()
+
+
+# ---------------------------------------------------------------- quantized weights
+
+def test_stored_bytes_of_a_quantized_weight_are_its_integers_and_scales():
+    pytest.importorskip("torchao")
+    from torchao.quantization import Int8WeightOnlyConfig, quantize_
+    model = torch.nn.Sequential(torch.nn.Linear(64, 32, bias=False)).to(torch.bfloat16)
+    before = lowp.weight_bytes(model)
+    quantize_(model, Int8WeightOnlyConfig())
+    after = lowp.weight_bytes(model)
+    assert before == 64 * 32 * 2
+    assert 64 * 32 <= after < before * 0.6             # int8 data, plus a scale per row
+
+
+def test_int8wo_generate_reads_about_half_the_bytes_and_prints_the_accuracy_line(run,
+                                                                                 tmp_path):
+    pytest.importorskip("torchao")
+    pytest.importorskip("matplotlib")
+    plot = tmp_path / "quant.png"
+    ran = run(*TINY_GENERATE, "--quantize", "none,int8wo", "--device", "cpu", "--plot",
+              str(plot))
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert plot.stat().st_size > 0                             # throughput against accuracy
+    assert "accuracy vs BF16" in ran.stdout and "agree" in ran.stdout   # the sweep's column
+    documents = {}
+    for path in (tmp_path / "out").glob("llama_tiny_generate_*.json"):
+        document = json.loads(path.read_text())
+        schema.validate_result(document, str(path))
+        documents[document["config"]["quantize"]] = document
+    plain, int8 = documents["none"], documents["int8wo"]
+    read = [d["generation"]["decode_bandwidth"]["bytes_read"] for d in (plain, int8)]
+    assert 0.4 < read[1] / read[0] < 0.65
+    assert plain["config"]["precision"] == "bf16" and "accuracy" not in plain
+    accuracy = int8["accuracy"]
+    assert accuracy["kind"] == "logits" and accuracy["reference"] == "BF16"
+    assert 0 < accuracy["relative_error"] < 0.2 and 0.5 <= accuracy["top1_agreement"] <= 1
+    assert int8["low_precision"]["weight_bytes"] < 0.6 * int8["low_precision"][
+        "weight_bytes_before"]
+
+
+def test_a_quantized_run_prints_its_accuracy_line(run):
+    pytest.importorskip("torchao")
+    ran = run(*TINY_GENERATE, "--quantize", "int8wo", "--device", "cpu", "--no-files")
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    [line] = [line for line in ran.stdout.splitlines() if "Accuracy vs BF16" in line]
+    assert "logits rel. error" in line and "greedy tokens agree" in line
+    assert "Quantized" in ran.stdout and "int8wo" in ran.stdout
+
+
+def test_the_drift_line_of_training_shows_both_losses():
+    drift = lowp.Drift("loss", "AMP-BF16", losses=(2.0, 1.5), reference_losses=(2.0, 1.6))
+    assert drift.loss_difference == pytest.approx(0.1 / 1.6)
+    assert "2.0000, 1.5000 vs AMP-BF16 2.0000, 1.6000" in drift.line()
+    assert drift.cell() == "loss diff 6.25%"
+
+
+# ---------------------------------------------------------------- MFU with two peaks
+
+def test_the_datasheet_table_has_fp8_peaks_with_their_source():
+    assert flops.peak_tflops(flops.H100_SXM, "fp8") == 2 * flops.H100_SXM.bf16
+    assert flops.peak_tflops(flops.MI300X, "fp8") == pytest.approx(2614.9)
+    assert flops.peak_tflops(flops.A100_SXM_80GB, "fp8") is None    # no FP8 tensor cores
+    rows_with_fp8 = [peak for peak in vars(flops).values()
+                     if isinstance(peak, flops.DevicePeak) and peak.fp8 is not None]
+    assert len(rows_with_fp8) >= 9 and all(peak.source for peak in rows_with_fp8)
+
+
+def test_mfu_under_fp8_is_given_against_the_fp8_and_the_bf16_peak():
+    fp8 = flops.PeakChoice(1979.0, "H100 dense fp8")
+    bf16 = flops.PeakChoice(989.5, "H100 dense bf16")
+    first = flops.Utilization(int(1e12), 100.0, fp8)           # 100 TFLOP/s achieved
+    second = flops.Utilization(int(1e12), 100.0, bf16)
+    assert second.mfu == pytest.approx(2 * first.mfu)
+    summary = SimpleNamespace(second_utilization=second,
+                              lowp=SimpleNamespace(fp8_flops_share=0.9))
+    [(label, text)] = console._second_mfu_rows(summary)
+    assert label == "MFU (BF16 peak)"
+    assert "10.1% of 989.5 TFLOP/s (H100 dense bf16)" in text and "90.0% of the FLOPs" in text
+
+
+def test_a_sweep_says_when_a_quantized_row_ran_slower_than_bf16():
+    from microbench.drivers import sweep
+    from microbench.settings.config import BenchConfig
+
+    def row(quantize, rate):
+        config = BenchConfig(network="llama_tiny", mode="generate", precision="bf16",
+                             quantize=quantize)
+        spec = SimpleNamespace(config=config, precision=precision.lookup("bf16"),
+                               model=SimpleNamespace(attention="sdpa", seq_len=32,
+                                                     tokens_per_item=1))
+        reduced = None if quantize == "none" else SimpleNamespace()
+        return sweep.Row(spec, summary=SimpleNamespace(throughput=rate, lowp=reduced))
+
+    lines = sweep.slower_than_bf16([row("none", 100.0), row("int8wo", 44.0)])
+    assert len(lines) == 1 and "0.44x" in lines[0] and "int8wo" in lines[0]
+    assert sweep.slower_than_bf16([row("none", 100.0), row("int8wo", 150.0)]) == []
