@@ -359,7 +359,7 @@ def run_ab(plan: Plan) -> int:
         if row.failed:
             raise ReportedFailure(f"--ab: {side} failed ({row.status}): {row.error}",
                                   row.exit_code)
-    result = ab.verdict_of(rows)
+    result = ab.verdict_of(rows, plan.tolerance_pct)
     ab.print_verdict(result, plan.ab, rows, sys.stdout)
     path = ab.write(result, plan.ab, rows)
     if path is not None:

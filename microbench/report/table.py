@@ -38,7 +38,7 @@ from .entry import MODEL, Entry
 
 FORMATS = ("text", "markdown", "csv", "json")
 # --compare's default tolerance, for the verdict between rows with trials.
-DEFAULT_TOLERANCE_PCT = 5.0
+DEFAULT_TOLERANCE_PCT = stats.DEFAULT_TOLERANCE_PCT
 
 
 # ---------------------------------------------------------------- a row against its baseline
@@ -46,12 +46,18 @@ DEFAULT_TOLERANCE_PCT = 5.0
 @dataclass(frozen=True)
 class Versus:
     """A row against the baseline row: its speed ratio (above 1: faster), and, where both have
-    trials and the comparison gate has ruled, the interval of the ratio and the verdict."""
+    trials, the comparison in the shared words (:class:`microbench.stats.Comparison`); the
+    baseline row itself is marked, not compared with itself."""
 
     ratio: float | None
     low: float | None = None
     high: float | None = None
     verdict: str | None = None
+    text: str | None = None
+    is_baseline: bool = False
+
+
+BASELINE = "baseline"
 
 
 def speed(entry: Entry) -> float | None:
@@ -63,26 +69,22 @@ def speed(entry: Entry) -> float | None:
 
 
 def trial_verdict(baseline_trials, trials, tolerance_pct: float = DEFAULT_TOLERANCE_PCT
-                  ) -> Versus | None:
-    """The comparison gate's verdict between two sets of trial throughputs (two or more each):
-    the ratio of their geometric means, its 95% interval (Welch on logs), and ``slower`` or
-    ``faster`` where the gate finds a significant change beyond ``tolerance_pct`` (run either
-    way round), else ``same within N%``."""
-    slower = stats.gate(baseline_trials, trials, tolerance_pct)
-    faster = stats.gate(trials, baseline_trials, tolerance_pct)
-    verdict = ("slower" if slower.regression else "faster" if faster.regression
-               else f"same within {tolerance_pct:g}%")
-    low, high = slower.ci95
-    return Versus(slower.ratio, low, high, verdict)
+                  ) -> Versus:
+    """Two sets of trial throughputs (two or more each) compared as ``--compare`` compares
+    them: the ratio of their geometric means, its 95% interval (Welch on logs) and the
+    verdict in the shared words."""
+    ruled = stats.gate(baseline_trials, trials, tolerance_pct).comparison
+    low, high = ruled.interval
+    return Versus(ruled.ratio, low, high, ruled.verdict, ruled.text)
 
 
 def versus(entry: Entry, baseline: Entry) -> Versus:
+    if entry is baseline:
+        return Versus(1.0, is_baseline=True)
     if not entry.measured or not baseline.measured or entry.unit != baseline.unit:
         return Versus(None)
     if len(entry.trial_values) >= 2 and len(baseline.trial_values) >= 2:
-        ruled = trial_verdict(baseline.trial_values, entry.trial_values)
-        if ruled is not None:
-            return ruled
+        return trial_verdict(baseline.trial_values, entry.trial_values)
     ours, theirs = speed(entry), speed(baseline)
     return Versus(ours / theirs if ours and theirs else None)
 
@@ -277,11 +279,13 @@ def _figure_cell(table: Table, entry: Entry, key: str) -> str:
     figures = entry.figures
     if key == "versus":
         found = table.versus[id(entry)]
+        if found.is_baseline:
+            return BASELINE
         if found.ratio is None:
             return "-"
-        if found.verdict is None:
+        if found.text is None:
             return f"{found.ratio:.2f}x"
-        return f"{found.ratio:.2f}x [{found.low:.2f}, {found.high:.2f}] {found.verdict}"
+        return f"{found.ratio:.2f}x {found.text}"
     if key == "ci95":
         low, high = figures.get("ci95_low"), figures.get("ci95_high")
         return "-" if low is None else f"[{units.rate(low)}, {units.rate(high)}]"
@@ -333,7 +337,8 @@ def notes(table: Table) -> list[str]:
     lines = []
     if table.group.table == MODEL:
         lines.append("throughput: the headline of each result (with --repeat, the geometric "
-                     "mean of its trials; files before issue 22: the median)")
+                     "mean of its trials; files whose trials state no headline_statistic: the "
+                     "median)")
         if "ci95" in keys:
             lines.append("95% CI: the interval each result file states for its headline "
                          "(Student t on log throughput; older files: of the arithmetic mean)")
@@ -348,10 +353,13 @@ def notes(table: Table) -> list[str]:
         number = table.index_of(table.baseline)
         what = (f"each row's throughput over row #{number}'s" if table.group.table == MODEL
                 else f"row #{number}'s median time over each row's")
+        tolerance = f"{DEFAULT_TOLERANCE_PCT:g}%"
         lines.append(f"vs #{number}: {what}, above 1 faster; where both rows have trials, "
-                     f"the ratio's 95% interval (Welch on log throughput) and the "
-                     f"--compare gate's verdict at {DEFAULT_TOLERANCE_PCT:g}%, else a ratio "
-                     f"of headlines, not a significance test")
+                     f"as --compare words it: faster/slower when the ratio's 95% interval "
+                     f"(Welch on log throughput) excludes 1 and the change is beyond "
+                     f"{tolerance}, same within {tolerance} when the whole interval is, else "
+                     f"no difference detected; a row of one trial gets the ratio of "
+                     f"headlines alone, not a significance test")
     if table.unknown:
         lines.append(f"not known for any row: {'; '.join(table.unknown)}")
     for index, entry in table.rows:
