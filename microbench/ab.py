@@ -50,7 +50,7 @@ def print_verdict(result: stats.ABResult, plan: ABPlan, rows, out: TextIO) -> No
 
 
 def document(result: stats.ABResult, plan: ABPlan, rows) -> dict:
-    return {"ab": {**result.to_dict(), "flags_b": plan.flags,
+    return {"schema_version": files.SCHEMA_VERSION, "ab": {**result.to_dict(), "flags_b": plan.flags,
                    "a_result": rows[0].spec.json_path, "b_result": rows[1].spec.json_path,
                    "a_trials": files.result_document(rows[0].summary)["trials"],
                    "b_trials": files.result_document(rows[1].summary)["trials"]}}

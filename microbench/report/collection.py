@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from .. import inputs as checked
 from ..errors import UsageError
 from . import schema
-from .entry import MODEL, OP, Entry, entries_of
+from .entry import AB_SIDE, MODEL, OP, Entry, ab_entries, entries_of
 
 MAX_INPUT_BYTES = checked.MAX_RESULT_BYTES
 _TRACE_NAME = re.compile(r"trace\d+(_rank\d+)?\.json$")
@@ -153,17 +153,50 @@ def read(inputs: Inputs) -> Found:
         if note:
             found.lines.append(note)
         found.files_read.append(path)
-        for entry in entries_of(document, path):
+        rows = (_ab_rows(document, path, found) if schema.document_kind(document) == schema.AB
+                else entries_of(document, path))
+        for entry in rows:
             if entry.identity in seen:
                 duplicates += 1
+                _keep_the_ab_side(found.entries, entry)
                 continue
             seen.add(entry.identity)
             found.entries.append(entry)
     if duplicates:
         found.lines.append(f"counted once: {duplicates} result(s) found in two files (a sweep "
-                           f"file and its rows' own files)")
+                           f"or A/B file and its rows' own files)")
     return found
 
+
+def _ab_rows(summary: dict, path: str, found: Found) -> list[Entry]:
+    """An A/B summary's two sides, each from its own result file where that can be read."""
+    from ..stored import ab_side
+    results = {}
+    for side in ("a", "b"):
+        where = ab_side(path, summary["ab"][f"{side}_result"])
+        try:
+            document = json.loads(_read_text(where)) if where else None
+            if document is not None:
+                schema.validate_result(document, where)
+        except (UsageError, OSError, UnicodeDecodeError, ValueError, RecursionError):
+            document = None
+        if document is None or schema.document_kind(document) != schema.RESULT:
+            found.lines.append(f"read {path}: side {side.upper()}'s result "
+                               f"({where or 'not written'}) was not found; its row shows the "
+                               f"summary's trials only")
+            document = None
+        results[side] = document
+    return ab_entries(summary, path, results)
+
+
+def _keep_the_ab_side(entries: list[Entry], entry: Entry) -> None:
+    """A side's result read both on its own and through its A/B summary is one row, the one
+    that says which side it was."""
+    if AB_SIDE not in entry.settings:
+        return
+    for index, kept in enumerate(entries):
+        if kept.identity == entry.identity and AB_SIDE not in kept.settings:
+            entries[index] = entry
 
 # ---------------------------------------------------------------- grouped
 

@@ -360,6 +360,9 @@ def notes(table: Table) -> list[str]:
                      f"{tolerance}, same within {tolerance} when the whole interval is, else "
                      f"no difference detected; a row of one trial gets the ratio of "
                      f"headlines alone, not a significance test")
+    for index, entry in table.rows:
+        if entry.note:
+            lines.append(f"#{index}: {entry.note}")
     if table.unknown:
         lines.append(f"not known for any row: {'; '.join(table.unknown)}")
     for index, entry in table.rows:
