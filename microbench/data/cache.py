@@ -36,7 +36,7 @@ from typing import Callable, Iterator
 import torch
 
 from ..errors import CannotWrite, UsageError
-from ..report import writing
+from ..report import schema, writing
 from . import codecs
 from .files import FileRefused, read_checked
 from .settings import JPEG_QUALITY
@@ -178,7 +178,7 @@ def _build_and_rename(root: str, name: str, wanted: dict,
     staged = os.path.join(root, f"{BUILDING_PREFIX}{name}-{os.getpid()}-{secrets.token_hex(4)}")
     try:
         os.mkdir(staged)
-        manifest = {"wanted": wanted, **build(staged)}
+        manifest = {"schema_version": schema.SCHEMA_VERSION, "wanted": wanted, **build(staged)}
         writing.write_json(os.path.join(staged, MANIFEST), manifest)
         try:
             os.rename(staged, os.path.join(root, name))

@@ -149,6 +149,9 @@ def read(inputs: Inputs) -> Found:
         except OSError as error:
             found.lines.append(f"skipped {path}: cannot read ({error.strerror or error})")
             continue
+        if schema.document_kind(document) == schema.DATA_CACHE:
+            found.lines.append(f"skipped {path}: a data cache manifest (--data), not a result")
+            continue
         note = _version_note(document, path)
         if note:
             found.lines.append(note)

@@ -30,6 +30,7 @@ SCHEMA_FILE = "result.schema.json"
 _MESSAGE_CHARS = 160
 
 RESULT, SWEEP, OP_BENCH, OLDER_TOOL, AB = "result", "sweep", "op bench", "older tool", "A/B"
+DATA_CACHE = "data cache manifest"
 OP_BENCH_TOOL = "TorchTensorOpsBench"
 
 
@@ -55,6 +56,8 @@ def document_kind(document: object) -> str | None:
         return None
     if "ab" in document and "schema_version" in document:
         return AB
+    if "wanted" in document and "files" in document and "schema_version" in document:
+        return DATA_CACHE
     if "rows" in document and "schema_version" in document:
         return SWEEP
     if document.get("tool") == OP_BENCH_TOOL and "results" in document:
