@@ -32,7 +32,8 @@ def run_plan(plan: Plan) -> int:
     if plan.is_sweep:
         return run_sweep(plan, _single_device(plan, "a sweep"))
     if plan.find_max_batch:
-        [spec] = _single_device(plan, "--find-max-batch")
+        # The notes once, in the header of the run at the batch found (not here as well).
+        [spec] = _single_device(plan, "--find-max-batch", print_notes=False)
         return run_largest_batch(spec, plan)
     spec = with_baselines(resolve(plan.configs[0]), plan)
     _note_self_compare(spec)
@@ -296,7 +297,7 @@ def _spawned_worker(index: int, spec: RunSpec, problem: BenchmarkError | None) -
 
 # ---------------------------------------------------------------- one process, one device
 
-def _single_device(plan: Plan, what: str) -> list[RunSpec]:
+def _single_device(plan: Plan, what: str, print_notes: bool = True) -> list[RunSpec]:
     # A sweep row whose settings do not suit its model fails alone, when its turn comes.
     specs = [with_baselines(resolve(config, check=not plan.is_sweep), plan)
              for config in plan.configs]
@@ -304,7 +305,7 @@ def _single_device(plan: Plan, what: str) -> list[RunSpec]:
         raise UsageError(f"{what} runs in one process on one device; launch it without "
                          f"torchrun, srun or --distributed_dataparallel")
     device_layer.activate(specs[0].device)
-    for note in specs[0].notes:
+    for note in specs[0].notes if print_notes else ():
         print(f"Note: {note}")
     return specs
 

@@ -64,6 +64,8 @@ def test_find_max_batch_benchmarks_the_largest_fit(tmp_path, run_cli):
     assert process.returncode == 0, process.stderr
     assert "Largest batch that fits: 5 (the --max-batch-limit; more may fit)" in process.stdout
     assert "Mini batch size [img] : 5" in process.stdout
+    notes = [line for line in process.stdout.splitlines() if line.startswith("Note: ")]
+    assert len(set(notes)) == len(notes), notes          # each note once (No GPU found)
 
 
 @pytest.mark.parametrize("limit", [5, 8, 100, 129, 1000, 4095])
