@@ -7,7 +7,8 @@ import os
 import pytest
 
 from conftest import TINY, assert_one_line_error, run_main
-from microbench import benchmark, timing
+from microbench.drivers import benchmark
+from microbench.measure import timing
 
 RUN = ["--network", "resnet18", *TINY, "--device", "cpu", "--mode", "inference",
        "--trials", "in-process", "--repeat", "3"]
@@ -60,8 +61,9 @@ def summary_is_read_by_the_report_and_rerun(capfd, folder):
     """The A/B summary is one of the tool's documents: it carries schema_version and matches
     the published schema; the report shows a row per side (each side's own file counted once)
     with the verdict; --rerun of it replays side A and says how to replay B."""
-    from microbench import rerun
-    from microbench.report import command, schema
+    from microbench.settings import rerun
+    from microbench.report import command
+    from microbench.store import schema
     [path] = folder.glob("ab_*.json")
     summary = json.loads(path.read_text())
     assert summary["schema_version"] == 2 and schema.document_kind(summary) == schema.AB

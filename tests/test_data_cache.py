@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from microbench.data import cache, codecs, files
-from microbench.errors import UsageError
+from microbench.platform.errors import UsageError
 
 SIDE, COUNT = 16, 6
 
@@ -37,7 +37,7 @@ def test_a_set_is_made_once_and_reused(tmp_path):
     assert os.path.basename(first.path) == f"images-jpeg-{SIDE}-{COUNT}"
     assert len(first.file_paths()) == COUNT and leftovers(tmp_path) == []
     # The manifest is one of the tool's JSON documents: versioned, and as the schema says.
-    from microbench.report import schema
+    from microbench.store import schema
     with open(os.path.join(first.path, cache.MANIFEST)) as stored:
         manifest = json.load(stored)
     assert manifest["schema_version"] == schema.SCHEMA_VERSION

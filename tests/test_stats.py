@@ -1,11 +1,11 @@
-"""microbench.stats on fake data with known answers, and its properties for any samples."""
+"""microbench.measure.stats on fake data with known answers, and its properties for any samples."""
 import math
 
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from microbench import stats
-from microbench.stats import DiscardPolicy, StoppingRule, TrialStats, gate, paired_ab
+from microbench.measure import stats
+from microbench.measure.stats import DiscardPolicy, StoppingRule, TrialStats, gate, paired_ab
 
 T2 = 4.302652729911275          # t(0.975, 2)
 T4 = 2.7764451051977987         # t(0.975, 4)
@@ -148,12 +148,12 @@ def test_gate_on_one_sample_a_side_uses_the_point_ratio_and_says_so():
                  "tested)"),
 ])
 def test_each_verdict_from_the_ratio_and_its_interval(ratio, interval, words):
-    from microbench.stats import compared
+    from microbench.measure.stats import compared
     assert compared(ratio, interval, 5).text == words
 
 
 def test_a_tolerance_of_zero_calls_any_interval_clear_of_1_a_change():
-    from microbench.stats import compared
+    from microbench.measure.stats import compared
     assert compared(1.03, (1.01, 1.05), 0).verdict == "faster"
     assert compared(1.0, (0.99, 1.01), 0).verdict == "no difference detected"
 

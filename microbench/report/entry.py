@@ -23,8 +23,8 @@ import dataclasses
 import json
 from dataclasses import dataclass, field
 
-from .. import config as config_schema
-from . import schema
+from microbench.settings import config as config_schema
+from microbench.store import schema
 
 MODEL, OP = "model", "op"
 
@@ -81,7 +81,7 @@ def _number(value) -> float | None:
 # ---------------------------------------------------------------- settings
 
 def _v1_precision(config: dict) -> str | None:
-    """The precision name version 1 derived from its flags (microbench/precision.py resolve()
+    """The precision name version 1 derived from its flags (microbench/settings/precision.py resolve()
     as of schema version 1); None when the flags are not there."""
     if "fp16" not in config and "amp" not in config:
         return None
@@ -317,7 +317,7 @@ def _ab_side_entry(summary: dict, side: str, result: dict | None, source: str) -
 def ab_entries(summary: dict, source: str, results: dict) -> list[Entry]:
     """An A/B summary as a row per side (``results``: each side's result document, or None
     where its file was not found) and the verdict as B's footnote, in the words --ab printed."""
-    from .. import stats
+    from microbench.measure import stats
     ab = summary["ab"]
     verdict = stats.compared(ab["ratio"], ab["ci95"], ab.get("tolerance_pct",
                                                              stats.DEFAULT_TOLERANCE_PCT))
