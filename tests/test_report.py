@@ -4,6 +4,7 @@ with a failed row, the older tool's result, a corrupt file, a file of a future s
 a Kineto trace. Grouping, the varying columns, ratios to a baseline, each format, the chart, the
 web page (rendered in headless Chromium where it is installed), and bad inputs."""
 import csv
+import dataclasses
 import io
 import json
 import os
@@ -19,6 +20,7 @@ from conftest import ROOT, assert_one_line_error, run_main
 from microbench.report import chart, collection, command, table
 from microbench.output import units
 from microbench.report.entry import entries_of
+from microbench.report.table import file_line
 
 HISTORY = Path(__file__).parent / "data" / "history"
 QUICK = ["--network", "resnet18", "--image-size", "32", "--iterations", "3", "--warmup", "1",
@@ -318,6 +320,7 @@ def test_plot_file_from_the_command(results, capfd, tmp_path):
     process = report(capfd, str(sweep), "--plot", str(path))
     assert process.returncode == 0, process.stderr
     assert path.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+    assert f"Chart : {path}" in process.stderr          # every file written is named
 
 
 @pytest.mark.parametrize("args, code, message", [
@@ -466,3 +469,69 @@ def test_the_command_reads_results_without_importing_torch(results):
                           cwd=ROOT, timeout=60)
     assert done.returncode == 0, done.stderr
     assert "torch imported: False" in done.stdout and "throughput [images/s]" in done.stdout
+
+
+# ---------------------------------------------------------------- layout for people
+
+def _model_entry(number, network, mode, batch, data_images=None, unit="images/s"):
+    from microbench.report.entry import Entry
+    settings = {"network": network, "mode": mode, "batch": batch, "data images": data_images}
+    return Entry("model", f"r{number}.json", settings,
+                 {"throughput": 10.0 + number, "ci95_low": 9.0, "ci95_high": 12.0 + number,
+                  "trial_count": 3}, unit, time_utc=f"2026-11-25T09:{number:02d}:00",
+                 identity=str(number))
+
+
+def test_the_headline_comes_first_and_only_settings_that_split_rows_are_columns():
+    """#, the headline and its interval, then the settings that split the rows, coarsest
+    first; when each ran and a setting that only some rows have go to the file list."""
+    entries = [_model_entry(n, network, mode, batch,
+                            data_images=4096 if network == "resnet50" else None)
+               for n, (network, mode, batch) in enumerate(
+                   [(net, mode, batch) for net in ("resnet18", "resnet50", "vgg11")
+                    for mode in ("training", "inference") for batch in (2, 4, 8)][:15])]
+    [built] = table.build_tables(collection.group_entries(entries), baseline="1")
+    headings = [column.heading for column in built.columns]
+    assert headings[:5] == ["#", "throughput [images/s]", "95% CI", "vs #1", "mode"]
+    assert headings[5:7] == ["network", "batch"]                 # 2, then 3 and 3 values
+    assert "run at" not in headings and "data images" not in headings
+    [line] = [file_line(built, i, e) for i, e in built.rows if e.settings["data images"]][:1]
+    assert re.match(r"#\d+ r\d+\.json \(run at 2026-11-25 09:\d\d:00; data images 4096\)$",
+                    line), line
+    text = table.render_text([built])
+    assert "data images 4096" in text.split("Files:")[1]
+
+
+def test_a_long_subtitle_wraps_inside_the_figure_and_many_series_keep_distinct_colours():
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    entries = [dataclasses.replace(_model_entry(n, f"net{n}", "training", batch),
+                                   settings={"network": f"net{n}", "batch": batch,
+                                             "device": "AMD Instinct MI300X VF " * 8})
+               for n in range(12) for batch in (2, 4)]
+    figure = chart.build_figure(_table(entries), "throughput")
+    FigureCanvasAgg(figure).draw()
+    box, width = figure._suptitle.get_window_extent(), figure.bbox.width
+    assert "\n" in figure._suptitle.get_text() and 0 <= box.x0 and box.x1 <= width
+    from matplotlib.colors import to_hex
+    colours = {to_hex(container.lines[0].get_color()) for container in figure.axes[0].containers}
+    assert len(figure.axes[0].containers) == 12 and len(colours) == 12
+
+
+def test_the_op_chart_is_drawn_per_op_not_across_its_iterations():
+    from microbench.report.entry import Entry
+    entries = [Entry("op", f"o{n}.json", {"op": op, "iterations": iters, "shapes": "8"},
+                     {"median_ms": 0.01 * (n + 1)}, "ms", identity=str(n))
+               for n, (op, iters) in enumerate([("add", 5), ("mul", 5), ("add", 10)])]
+    built = _table(entries)
+    assert chart.choose_x(built, None) == "op"
+
+
+def test_the_cpu_run_of_the_data_chart_asks_about_the_cpu():
+    from types import SimpleNamespace
+    import torch
+    from microbench.output import workers_plot
+
+    def row(kind):
+        return SimpleNamespace(spec=SimpleNamespace(device=torch.device(kind)))
+    assert workers_plot._question([row("cpu")]) == "Is the model on the CPU waiting for data?"
+    assert workers_plot._question([row("cuda")]) == "Is the GPU waiting for data?"

@@ -267,6 +267,8 @@ class Group:
 def _group(table: str, entries: list[Entry]) -> Group:
     names = list(dict.fromkeys(name for entry in entries for name in entry.settings))
     varying = [name for name in names if len(_known_values(entries, name)) > 1]
+    # The coarsest split first (fewest values), as the table's columns are ordered.
+    varying.sort(key=lambda name: len(_known_values(entries, name)))
     common = {}
     for name in names:
         every_row = all(_recorded(entry, name) for entry in entries if entry.measured)

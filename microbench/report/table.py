@@ -146,23 +146,60 @@ def _units(entries) -> list[str]:
     return list(dict.fromkeys(e.unit for e in entries if e.measured and e.unit))
 
 
+# The headline figures, first after the row number (the versus column follows them).
+HEADLINE_FIGURES = ("throughput", "ci95", "median_ms")
+
+
+def _values_where_set(entries, name: str) -> set[str]:
+    return {json.dumps(setting_value(e, name), sort_keys=True, default=str) for e in entries
+            if setting_value(e, name) is not None}
+
+
+def setting_columns(group: Group) -> list[str]:
+    """The varying settings that become columns: those that split the rows they apply to
+    (two values or more where set), fewest values first (the coarsest split, as the rows are
+    ordered). When the rows ran and which file holds them, and a setting that only tells the
+    rows it applies to from those it does not (the data set's image count of a --data run beside
+    synthetic ones), go to the file list instead (:func:`file_line`)."""
+    entries = group.entries
+    names = [name for name in group.varying if name not in (RUN_AT, FILE)
+             and len(_values_where_set(entries, name)) > 1]
+    return sorted(names, key=lambda name: len(_values_where_set(entries, name)))
+
+
+def file_line(table: "Table", index: int, entry: Entry) -> str:
+    """``#3 results/x.json (run at 2026-11-25 09:00:12; data images 4096)``: the row's file,
+    when it ran, and the varying settings that are not columns, where set."""
+    shown = {column.key for column in table.columns if column.setting}
+    extra = [f"{name} {format_setting(setting_value(entry, name))}"
+             for name in [RUN_AT, *table.group.varying]
+             if name not in shown and name != FILE and setting_value(entry, name) is not None]
+    extra = list(dict.fromkeys(extra))
+    return f"#{index} {entry.source}" + (f" ({'; '.join(extra)})" if extra else "")
+
+
 def _columns(group: Group) -> tuple[list[Column], list[str]]:
-    """The columns of a group, and the figures no row knows (for a note)."""
+    """The columns of a group, and the figures no row knows (for a note): the row number, the
+    headline and its interval, the settings that split the rows, then the other figures."""
     entries = group.entries
     columns = [Column("#", "#")]
-    columns += [Column(name, name, setting=True, numeric=_numeric_setting(entries, name))
-                for name in group.varying]
+    settings = [Column(name, name, setting=True, numeric=_numeric_setting(entries, name))
+                for name in setting_columns(group)]
     unknown = []
     units_ = _units(entries)
     unit = units_[0] if len(units_) == 1 else "unit"
     item = unit.split("/")[0].removesuffix("s") if len(units_) == 1 else "unit"
     figures = MODEL_FIGURES if group.table == MODEL else OP_FIGURES
     for key, heading, why_unknown in figures:
+        if key not in HEADLINE_FIGURES and settings is not None:
+            columns += settings                     # after the headline and its interval
+            settings = None
         if _figure_known(entries, key) or key in ("throughput", "median_ms"):
             columns.append(Column(key, heading.format(unit=unit, item=item),
                                   numeric=key != "flags"))
         elif why_unknown and any(e.measured for e in entries):
             unknown.append(why_unknown)
+    columns += settings or []
     if len(units_) > 1 and group.table == MODEL:         # each cell then names its unit
         renamed = {"throughput": "throughput", "energy_per_unit": "energy"}
         columns = [Column(c.key, renamed[c.key]) if c.key in renamed else c for c in columns]
@@ -189,7 +226,9 @@ class Table:
 
     def set_baseline(self, baseline: Entry) -> None:
         self.baseline = baseline
-        self.columns.append(Column("versus", f"vs #{self.index_of(baseline)}"))
+        after = max(i for i, column in enumerate(self.columns)
+                    if column.key in ("#", *HEADLINE_FIGURES))
+        self.columns.insert(after + 1, Column("versus", f"vs #{self.index_of(baseline)}"))
         self.versus = {id(entry): versus(entry, baseline) for entry in self.group.entries}
 
 
@@ -404,7 +443,7 @@ def render_text(tables: list[Table], terminal: bool = False) -> str:
         out += _aligned(table, terminal)
         out += notes(table)
         out.append("Files:")
-        out += [f"  #{index} {entry.source}" for index, entry in table.rows]
+        out += [f"  {file_line(table, index, entry)}" for index, entry in table.rows]
         out.append("")
     return "\n".join(out).rstrip("\n") + "\n"
 
@@ -431,6 +470,9 @@ def render_markdown(tables: list[Table]) -> str:
             out.append("| " + " | ".join(cells) + " |")
         out.append("")
         out += [f"- {_markdown_cell(line)}" for line in notes(table)]
+        out += ["", "Files:", ""]
+        out += [f"- {_markdown_cell(file_line(table, index, entry))}"
+                for index, entry in table.rows]
         out.append("")
     return "\n".join(out).rstrip("\n") + "\n"
 
