@@ -535,3 +535,55 @@ def test_the_cpu_run_of_the_data_chart_asks_about_the_cpu():
         return SimpleNamespace(spec=SimpleNamespace(device=torch.device(kind)))
     assert workers_plot._question([row("cpu")]) == "Is the model on the CPU waiting for data?"
     assert workers_plot._question([row("cuda")]) == "Is the GPU waiting for data?"
+
+
+def _mixed_folder(results: Path, folder: Path) -> Path:
+    """Fifteen model results of mixed kinds and versions: the fixture's (a sweep, trials, older
+    versions, the older tool), the history's (training, generation), and copies of a result as
+    other devices and a --data run would write them (a long device name, data images)."""
+    shutil.copytree(results, folder, ignore=shutil.ignore_patterns("broken"))
+    for name in ("v2_17ac068_training.json", "v2_1e1a09d_generate.json",
+                 "v2_62b9ba6_training.json", "ops_a7991ea.json"):
+        shutil.copy(HISTORY / name, folder)
+    base = json.loads((results / "trials.json").read_text())
+    for number, device in enumerate(["AMD Instinct MI300X VF", "NVIDIA H100 80GB HBM3",
+                                     "NVIDIA H200 Tensor Core GPU with a long marketing name"]):
+        copy = json.loads(json.dumps(base))
+        copy["env"]["device_name"] = device
+        copy["env"]["time_utc"] = f"2026-11-2{number}T10:00:00Z"
+        copy["config"]["data_images"] = 4096 if number == 0 else None
+        (folder / f"copy{number}.json").write_text(json.dumps(copy))
+    return folder
+
+
+def _headline_edge(page: Path, profile: Path) -> tuple[float, float]:
+    """The right edge of the first table's headline column and the window's width, in CSS
+    pixels, as headless Chromium lays the page out at 1,400 px (a copy of the page with a
+    script that writes them into its title: the page itself has no script)."""
+    probe = page.with_name("probe.html")
+    probe.write_text(page.read_text().replace("</body>", (
+        "<script>const th = document.querySelectorAll('table th')[1];"
+        "document.title = 'EDGE ' + th.getBoundingClientRect().right + ' ' + "
+        "document.documentElement.clientWidth + ' ' + th.textContent;</script></body>")))
+    done = subprocess.run(
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         f"--user-data-dir={profile}", "--window-size=1400,1000", "--dump-dom",
+         probe.as_uri()], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    found = re.search(r"<title>EDGE ([\d.]+) ([\d.]+) ([^<]*)</title>", done.stdout)
+    assert found, done.stdout[:2000]
+    assert found.group(3).startswith("throughput"), found.group(3)
+    return float(found.group(1)), float(found.group(2))
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="needs Chromium (apt-get install chromium)")
+def test_the_page_shows_the_headline_at_1400_px_without_scrolling(results, capfd, tmp_path):
+    folder = _mixed_folder(results, tmp_path / "mixed")
+    page = tmp_path / "report.html"
+    shown = report(capfd, str(folder), "--html", str(page), "--baseline", "1")
+    assert shown.returncode == 0, shown.stderr
+    [model] = as_json(report(capfd, str(folder), "--format", "json"))["tables"][:1]
+    assert len(model["rows"]) >= 15
+    edge, width = _headline_edge(page, tmp_path / "profile")
+    assert edge <= width <= 1400
