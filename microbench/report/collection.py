@@ -237,6 +237,15 @@ def _recorded(entry: Entry, name: str) -> bool:
     return name in HEADLINE_SETTINGS or name in entry.settings
 
 
+def rows_split(entries, name: str) -> int:
+    """How many rows a setting sets apart: those whose value is not the most common one (a
+    setting only one run differs in sets one row apart; precision fp32 vs tf32 half of them)."""
+    values = [_key(setting_value(entry, name)) for entry in entries if _recorded(entry, name)]
+    if not values:
+        return 0
+    return len(values) - max(values.count(value) for value in set(values))
+
+
 def _known_values(entries, name: str) -> set[str]:
     return {_key(setting_value(entry, name)) for entry in entries if _recorded(entry, name)}
 
@@ -267,8 +276,8 @@ class Group:
 def _group(table: str, entries: list[Entry]) -> Group:
     names = list(dict.fromkeys(name for entry in entries for name in entry.settings))
     varying = [name for name in names if len(_known_values(entries, name)) > 1]
-    # The coarsest split first (fewest values), as the table's columns are ordered.
-    varying.sort(key=lambda name: len(_known_values(entries, name)))
+    # The setting that splits the most rows first, as the table's columns are ordered.
+    varying.sort(key=lambda name: -rows_split(entries, name))
     common = {}
     for name in names:
         every_row = all(_recorded(entry, name) for entry in entries if entry.measured)

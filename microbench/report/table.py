@@ -157,14 +157,15 @@ def _values_where_set(entries, name: str) -> set[str]:
 
 def setting_columns(group: Group) -> list[str]:
     """The varying settings that become columns: those that split the rows they apply to
-    (two values or more where set), fewest values first (the coarsest split, as the rows are
-    ordered). When the rows ran and which file holds them, and a setting that only tells the
-    rows it applies to from those it does not (the data set's image count of a --data run beside
-    synthetic ones), go to the file list instead (:func:`file_line`)."""
-    entries = group.entries
-    names = [name for name in group.varying if name not in (RUN_AT, FILE)
-             and len(_values_where_set(entries, name)) > 1]
-    return sorted(names, key=lambda name: len(_values_where_set(entries, name)))
+    (two values or more where set), the one that sets the most rows apart first, as the rows
+    are ordered (``collection.rows_split``). When the rows ran and which file holds them, and a
+    setting that only tells the rows it applies to from those it does not (the data set's image
+    count of a --data run beside synthetic ones), go to the file list instead
+    (:func:`file_line`)."""
+    # A headline setting a row does not record is unknown there (the older tool's mode), which
+    # the column shows; any other setting a row lacks did not apply to it.
+    return [name for name in group.varying if name not in (RUN_AT, FILE)
+            and (name in HEADLINE_SETTINGS or len(_values_where_set(group.entries, name)) > 1)]
 
 
 def file_line(table: "Table", index: int, entry: Entry) -> str:
