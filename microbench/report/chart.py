@@ -47,7 +47,7 @@ METRICS = {"throughput": (MODEL,), "latency": (MODEL, OP), "mfu": (MODEL,), "gbs
 DEFAULT_METRIC = {MODEL: "throughput", OP: "latency"}
 LOW_PERCENTILE, HIGH_PERCENTILE = 10, 90
 _FOOTNOTE_CHARS_PER_INCH = 17        # DejaVu Sans at x-small, with some room (output/sweep_plot.py)
-_SUBTITLE_CHARS_PER_INCH = 13        # at small: the subtitle wraps rather than run off the edges
+_SUBTITLE_CHARS_PER_INCH = 15        # at small: the subtitle wraps rather than run off the edges
 # An op bench chart is drawn per op: these before any number (iterations, warm-up...).
 _OP_AXES = ("op", "shapes", "dtype")
 # Past the ten colours of matplotlib's cycle, series take tab20's twenty, then a marker each.
@@ -310,7 +310,7 @@ def build_figure(table: Table, metric: str, wanted_x: str | None = None):
                     borderaxespad=0)
     figure.suptitle(subtitle, fontsize="small")
     figure.text(0.01, 0.01, footnote, fontsize="x-small", ha="left", va="bottom", color="0.25")
-    top = 1 - (0.3 + 0.2 * (subtitle.count("\n") + 1)) / height
+    top = 0.97 - 0.2 * subtitle.count("\n") / height      # room for each wrapped line
     figure.tight_layout(rect=(0, 0.19 * (footnote.count("\n") + 2) / height, 1, top))
     return figure
 
