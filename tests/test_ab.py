@@ -2,6 +2,7 @@
 sets): the paired ratio, its interval, the verdict, the files, and --fail-if slower."""
 import itertools
 import json
+import os
 
 import pytest
 
@@ -52,20 +53,49 @@ def test_b_twice_as_fast_is_faster_with_its_interval_and_both_sides_trials(
     assert len(ab["a_trials"]["values"]) == len(ab["b_trials"]["values"]) == 3
     assert ab["flags_b"] == "--nhwc"
     assert json.loads(open(ab["b_result"]).read())["config"]["nhwc"] is True
-    assert "A/B: B (--nhwc) / A = 2.000 (95% CI 2.000 to 2.000): faster" in ran.stdout
+    assert "A/B: B (--nhwc) / A = 2.000: faster (interval 2.000-2.000) [" in ran.stdout
+    summary_is_read_by_the_report_and_rerun(capfd, tmp_path)
 
 
-def test_no_change_is_no_difference_detected(capfd, tmp_path, b_runs_at):
+def summary_is_read_by_the_report_and_rerun(capfd, folder):
+    """The A/B summary is one of the tool's documents: it carries schema_version and matches
+    the published schema; the report shows a row per side (each side's own file counted once)
+    with the verdict; --rerun of it replays side A and says how to replay B."""
+    from microbench.settings import rerun
+    from microbench.report import command
+    from microbench.store import schema
+    [path] = folder.glob("ab_*.json")
+    summary = json.loads(path.read_text())
+    assert summary["schema_version"] == 2 and schema.document_kind(summary) == schema.AB
+    schema.validate_result(summary, str(path))
+    shown = run_main(capfd, str(folder), "--format", "json", main=command.main)
+    assert shown.returncode == 0, shown.stderr
+    [model] = json.loads(shown.stdout)["tables"]
+    assert [row["settings"]["A/B side"] for row in model["rows"]] == ["A", "B: --nhwc"]
+    assert any("B (--nhwc) / A = 2.000 over 3 rounds: faster (interval 2.000-2.000)" in note
+               for note in model["notes"])
+    flags, notes = rerun.flags_of(str(path))
+    assert "--nhwc" not in flags and "--network=resnet18" in flags
+    assert "replaying side A" in notes[0] and '--ab "--nhwc"' in notes[0]
+    # Side B's own file gone: its row comes from the summary's trials, and a line says so.
+    side_b = folder / os.path.basename(summary["ab"]["b_result"])
+    side_b.unlink()
+    shown = run_main(capfd, str(path), "--format", "json", main=command.main)
+    [model] = json.loads(shown.stdout)["tables"]
+    assert len(model["rows"]) == 2 and "side B's result" in shown.stderr
+
+
+def test_no_change_is_the_same_within_the_tolerance(capfd, tmp_path, b_runs_at):
     b_runs_at(1.0)
     ran = run_main(capfd, *RUN, "--no-files", "--ab", "--nhwc")
     assert ran.returncode == 0, ran.stderr
-    assert ": no difference detected [" in ran.stdout
+    assert ": same within 5% (interval 1.000-1.000) [" in ran.stdout
 
 
 def test_fail_if_slower_exits_5_only_when_b_is_slower(capfd, tmp_path, b_runs_at):
     b_runs_at(2.0)
     ran = run_main(capfd, *RUN, "--no-files", "--ab", "--nhwc")
-    assert ran.returncode == 0 and "= 0.500" in ran.stdout and ": slower [" in ran.stdout
+    assert ran.returncode == 0 and "= 0.500: slower (interval" in ran.stdout
     ran = run_main(capfd, *RUN, "--no-files", "--ab", "--nhwc", "--fail-if", "slower")
     assert_one_line_error(ran, 5, "--ab: B (--nhwc) is slower than A: ratio 0.500")
 

@@ -136,9 +136,9 @@ def test_the_op_table_off_a_terminal(capsys):
     assert set(rule) == {"-", " "}
     add_rows = [row for row in rows if row.startswith("add ")]
     assert add_rows and "\x1b" not in ran.stdout
-    for row in add_rows:           # the median's last digit under the heading's last letter
-        end = header.index("median ms") + len("median ms")
-        assert row[end - 1].isdigit() and row[end] == " "
+    for row in add_rows:           # the median's unit ends under the heading's last letter
+        end = header.index("median") + len("median")
+        assert row[:end].endswith((" us", " ms", " s")) and row[end] == " "
 
 
 # ---------------------------------------------------------------- the report's text table
@@ -274,6 +274,44 @@ def test_a_checkout_without_rich_says_what_to_install(monkeypatch, capsys):
             signal.signal(number, handler)
     assert capsys.readouterr().err == ("error: rich is not installed: pip install -r "
                                        "requirements.txt (or pip install . from the checkout)\n")
+
+
+def test_a_torchvision_from_another_build_is_one_line_naming_both_versions(monkeypatch, capsys,
+                                                                           tmp_path):
+    """torch and torchvision from different builds (pip took one from another index): one line
+    naming both versions and the fix, exit 4, not a 40-line traceback."""
+    from microbench.platform import process
+    fake = tmp_path / "torchvision"
+    fake.mkdir()
+    (fake / "__init__.py").write_text(
+        "raise RuntimeError('operator torchvision::nms does not exist')\n")
+    (tmp_path / "torchvision-0.99.0.dist-info").mkdir()
+    (tmp_path / "torchvision-0.99.0.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: torchvision\nVersion: 0.99.0\n")
+    (tmp_path / "entry_needing_torchvision.py").write_text("import torchvision\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in [name for name in sys.modules if name.partition(".")[0] == "torchvision"]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setattr(torch, "__version__", "2.13.0+cpu")
+    previous = {number: signal.getsignal(number) for number in process.STOPPING}
+    try:
+        assert process.entry("entry_needing_torchvision") == 4
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+    assert capsys.readouterr().err == (
+        "error: torchvision 0.99.0 does not work with torch 2.13.0+cpu (operator "
+        "torchvision::nms does not exist): they come from different builds; install the pair "
+        "from one index in one command, e.g. pip install --force-reinstall torch==2.13.0 "
+        "torchvision==0.28.* (README: Install)\n")
+
+
+def test_an_error_outside_torchvision_at_import_is_not_called_a_broken_pair():
+    from microbench.platform import process
+    try:
+        raise RuntimeError("something else")
+    except RuntimeError as error:
+        assert process.broken_pair(error) is None
 
 
 def test_the_op_bench_line_on_a_terminal_is_never_redrawn_while_an_op_is_timed(monkeypatch):

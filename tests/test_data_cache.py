@@ -36,6 +36,13 @@ def test_a_set_is_made_once_and_reused(tmp_path):
     assert {path: os.stat(path).st_ino for path in second.file_paths()} == inodes
     assert os.path.basename(first.path) == f"images-jpeg-{SIDE}-{COUNT}"
     assert len(first.file_paths()) == COUNT and leftovers(tmp_path) == []
+    # The manifest is one of the tool's JSON documents: versioned, and as the schema says.
+    from microbench.store import schema
+    with open(os.path.join(first.path, cache.MANIFEST)) as stored:
+        manifest = json.load(stored)
+    assert manifest["schema_version"] == schema.SCHEMA_VERSION
+    schema.validate_result(manifest, "manifest.json")
+    assert schema.document_kind(manifest) == schema.DATA_CACHE
 
 
 def test_the_files_are_the_images_the_manifest_names(tmp_path):

@@ -167,6 +167,9 @@ def test_loader_alone_model_alone_and_pipeline_from_a_fake_clock(slow_pipeline):
     (700.0, 2500.0, 1000.0, "interference", "loading and the model slow each other"),
     (None, 2500.0, 1000.0, "unknown", "not all known"),
     (980.0, 2500.0, math.nan, "unknown", "not all known"),
+    # The pipeline includes the model: 270% of the model alone means that figure was disturbed.
+    (1300.0, 2500.0, 480.0, "unknown", "below the pipeline's 1,300 images/s that includes it "
+                                       "(271%), so that figure was disturbed"),
 ])
 def test_the_verdict_names_the_side_that_limits_and_by_how_much(pipeline_s, loader_s, model_s,
                                                                 kind, words):

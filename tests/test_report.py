@@ -4,6 +4,7 @@ with a failed row, the older tool's result, a corrupt file, a file of a future s
 a Kineto trace. Grouping, the varying columns, ratios to a baseline, each format, the chart, the
 web page (rendered in headless Chromium where it is installed), and bad inputs."""
 import csv
+import dataclasses
 import io
 import json
 import os
@@ -19,6 +20,7 @@ from conftest import ROOT, assert_one_line_error, run_main
 from microbench.report import chart, collection, command, table
 from microbench.output import units
 from microbench.report.entry import entries_of
+from microbench.report.table import file_line
 
 HISTORY = Path(__file__).parent / "data" / "history"
 QUICK = ["--network", "resnet18", "--image-size", "32", "--iterations", "3", "--warmup", "1",
@@ -201,9 +203,12 @@ def test_ratios_against_a_baseline_row(results, capfd):
                 assert ratio is None
             else:
                 assert ratio == pytest.approx(row["figures"]["throughput"] / base)
+            # The baseline row is marked as such, not compared with itself.
+            assert row["versus_baseline"]["is_baseline"] == (row["index"] == number)
     text = report(capfd, str(results), "--baseline", str(number)).stdout
-    assert f"vs #{number}" in text and "1.00x" in text
-    assert "else a ratio of headlines, not a significance test" in text
+    [line] = [line for line in text.splitlines() if line.split()[:1] == [str(number)]]
+    assert line.split()[3] == "baseline" and "1.00x" not in line   # after the headline, CI
+    assert "the ratio of headlines alone, not a significance test" in text
 
 
 @pytest.mark.parametrize("selector, message", [
@@ -253,7 +258,11 @@ def test_op_bench_results_get_their_own_table(capfd):
     assert process.returncode == 0, process.stderr
     out = process.stdout
     assert "Model results: 1 row" in out and "Op bench results: 1 row" in out
-    assert "median [ms]" in out and "GB/s" in out and "TFLOP/s" in out
+    assert "median" in out and "GB/s" in out and "FLOP/s" in out
+    # Each in the unit that reads best: us for a microsecond op, not 0.0056 ms.
+    [row] = [line for line in out.split("Op bench results")[1].splitlines()
+             if line.startswith("2 ")]
+    assert re.search(r"\d (us|ms|s) ", row) and "FLOP/s" in row, row
     assert "Same in every row: op add · op type binary · shapes 64-64,64-64 · dtype fp32" in out
     # Rows are numbered across tables: the op is #2.
     assert "#2 " in out.split("Op bench results")[1]
@@ -311,6 +320,7 @@ def test_plot_file_from_the_command(results, capfd, tmp_path):
     process = report(capfd, str(sweep), "--plot", str(path))
     assert process.returncode == 0, process.stderr
     assert path.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+    assert f"Chart : {path}" in process.stderr          # every file written is named
 
 
 @pytest.mark.parametrize("args, code, message", [
@@ -459,3 +469,124 @@ def test_the_command_reads_results_without_importing_torch(results):
                           cwd=ROOT, timeout=60)
     assert done.returncode == 0, done.stderr
     assert "torch imported: False" in done.stdout and "throughput [images/s]" in done.stdout
+
+
+# ---------------------------------------------------------------- layout for people
+
+def _model_entry(number, network, mode, batch, data_images=None, unit="images/s"):
+    from microbench.report.entry import Entry
+    settings = {"network": network, "mode": mode, "batch": batch, "data images": data_images}
+    return Entry("model", f"r{number}.json", settings,
+                 {"throughput": 10.0 + number, "ci95_low": 9.0, "ci95_high": 12.0 + number,
+                  "trial_count": 3}, unit, time_utc=f"2026-11-25T09:{number:02d}:00",
+                 identity=str(number))
+
+
+def test_the_headline_comes_first_and_only_settings_that_split_rows_are_columns():
+    """#, the headline and its interval, then the settings that split the rows, the one that
+    sets the most rows apart first; when each ran and a setting that only some rows have go to
+    the file list."""
+    entries = [_model_entry(n, network, mode, batch,
+                            data_images=4096 if network == "resnet50" else None)
+               for n, (network, mode, batch) in enumerate(
+                   [(net, mode, batch) for net in ("resnet18", "resnet50", "vgg11")
+                    for mode in ("training", "inference") for batch in (2, 4, 8)][:15])]
+    [built] = table.build_tables(collection.group_entries(entries), baseline="1")
+    headings = [column.heading for column in built.columns]
+    # Batch sets 10 of the 15 rows apart from its most common value, network 9, mode 6.
+    assert headings[:7] == ["#", "throughput [images/s]", "95% CI", "vs #1", "batch",
+                            "network", "mode"]
+    assert "run at" not in headings and "data images" not in headings
+    [line] = [file_line(built, i, e) for i, e in built.rows if e.settings["data images"]][:1]
+    assert re.match(r"#\d+ r\d+\.json \(run at 2026-11-25 09:\d\d:00; data images 4096\)$",
+                    line), line
+    text = table.render_text([built])
+    assert "data images 4096" in text.split("Files:")[1]
+
+
+def test_a_long_subtitle_wraps_inside_the_figure_and_many_series_keep_distinct_colours():
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    entries = [dataclasses.replace(_model_entry(n, f"net{n}", "training", batch),
+                                   settings={"network": f"net{n}", "batch": batch,
+                                             "device": "AMD Instinct MI300X VF " * 8})
+               for n in range(12) for batch in (2, 4)]
+    figure = chart.build_figure(_table(entries), "throughput")
+    FigureCanvasAgg(figure).draw()
+    box, width = figure._suptitle.get_window_extent(), figure.bbox.width
+    assert "\n" in figure._suptitle.get_text() and 0 <= box.x0 and box.x1 <= width
+    from matplotlib.colors import to_hex
+    colours = {to_hex(container.lines[0].get_color()) for container in figure.axes[0].containers}
+    assert len(figure.axes[0].containers) == 12 and len(colours) == 12
+
+
+def test_the_op_chart_is_drawn_per_op_not_across_its_iterations():
+    from microbench.report.entry import Entry
+    entries = [Entry("op", f"o{n}.json", {"op": op, "iterations": iters, "shapes": "8"},
+                     {"median_ms": 0.01 * (n + 1)}, "ms", identity=str(n))
+               for n, (op, iters) in enumerate([("add", 5), ("mul", 5), ("add", 10)])]
+    built = _table(entries)
+    assert chart.choose_x(built, None) == "op"
+
+
+def test_the_cpu_run_of_the_data_chart_asks_about_the_cpu():
+    from types import SimpleNamespace
+    import torch
+    from microbench.output import workers_plot
+
+    def row(kind):
+        return SimpleNamespace(spec=SimpleNamespace(device=torch.device(kind)))
+    assert workers_plot._question([row("cpu")]) == "Is the model on the CPU waiting for data?"
+    assert workers_plot._question([row("cuda")]) == "Is the GPU waiting for data?"
+
+
+def _mixed_folder(results: Path, folder: Path) -> Path:
+    """Fifteen model results of mixed kinds and versions: the fixture's (a sweep, trials, older
+    versions, the older tool), the history's (training, generation), and copies of a result as
+    other devices and a --data run would write them (a long device name, data images)."""
+    shutil.copytree(results, folder, ignore=shutil.ignore_patterns("broken"))
+    for name in ("v2_17ac068_training.json", "v2_1e1a09d_generate.json",
+                 "v2_62b9ba6_training.json", "ops_a7991ea.json"):
+        shutil.copy(HISTORY / name, folder)
+    base = json.loads((results / "trials.json").read_text())
+    for number, device in enumerate(["AMD Instinct MI300X VF", "NVIDIA H100 80GB HBM3",
+                                     "NVIDIA H200 Tensor Core GPU with a long marketing name"]):
+        copy = json.loads(json.dumps(base))
+        copy["env"]["device_name"] = device
+        copy["env"]["time_utc"] = f"2026-11-2{number}T10:00:00Z"
+        copy["config"]["data_images"] = 32 * (number + 1)       # not applying: synthetic
+        (folder / f"copy{number}.json").write_text(json.dumps(copy))
+    return folder
+
+
+def _headline_edge(page: Path, profile: Path) -> tuple[float, float]:
+    """The right edge of the first table's headline column and the window's width, in CSS
+    pixels, as headless Chromium lays the page out at 1,400 px (a copy of the page with a
+    script that writes them into its title: the page itself has no script)."""
+    probe = page.with_name("probe.html")
+    probe.write_text(page.read_text().replace("</body>", (
+        "<script>const th = document.querySelectorAll('table th')[1];"
+        "document.title = 'EDGE ' + th.getBoundingClientRect().right + ' ' + "
+        "document.documentElement.clientWidth + ' ' + th.textContent;</script></body>")))
+    done = subprocess.run(
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         f"--user-data-dir={profile}", "--window-size=1400,1000", "--dump-dom",
+         probe.as_uri()], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    found = re.search(r"<title>EDGE ([\d.]+) ([\d.]+) ([^<]*)</title>", done.stdout)
+    assert found, done.stdout[:2000]
+    assert found.group(3).startswith("throughput"), found.group(3)
+    return float(found.group(1)), float(found.group(2))
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="needs Chromium (apt-get install chromium)")
+def test_the_page_shows_the_headline_at_1400_px_without_scrolling(results, capfd, tmp_path):
+    folder = _mixed_folder(results, tmp_path / "mixed")
+    page = tmp_path / "report.html"
+    shown = report(capfd, str(folder), "--html", str(page), "--baseline",
+                   str(folder / "trials.json"))
+    assert shown.returncode == 0, shown.stderr
+    [model] = as_json(report(capfd, str(folder), "--format", "json"))["tables"][:1]
+    assert len(model["rows"]) >= 15
+    edge, width = _headline_edge(page, tmp_path / "profile")
+    assert edge <= width <= 1400

@@ -76,8 +76,10 @@ def test_ab_faster_slower_and_no_difference_on_known_ratios():
     slower = paired_ab(a, [x * 0.9 for x in a][:4] + [a[4] * 0.91])
     assert slower.verdict == "slower" and slower.ci95[1] < 1
     same = paired_ab(a, [x * r for x, r in zip(a, (1.01, 0.99, 1.02, 0.98, 1.0))])
-    assert same.verdict == "no difference detected"
-    assert same.ci95[0] < 1 < same.ci95[1]
+    assert same.verdict == "same within 5%"
+    assert 0.95 < same.ci95[0] < 1 < same.ci95[1] < 1.05
+    unsure = paired_ab(a, [x * r for x, r in zip(a, (1.2, 0.8, 1.1, 0.9, 1.0))])
+    assert unsure.verdict == "no difference detected" and unsure.ci95[0] < 0.95
     document = faster.to_dict()
     assert document["verdict"] == "faster" and len(document["ci95"]) == 2
     assert document["a"] == a
@@ -91,10 +93,12 @@ def test_ab_known_interval():
     assert result.ci95 == pytest.approx((math.exp(0.1 - half), math.exp(0.1 + half)))
 
 
-def test_ab_one_round_has_no_verdict_beyond_no_difference():
+def test_ab_one_round_is_the_point_ratio_and_says_so():
     result = paired_ab([100.0], [200.0])
     assert result.ratio == pytest.approx(2.0) and result.ci95 is None
-    assert result.verdict == "no difference detected" and "one round" in result.method
+    assert result.verdict == "faster" and "one round" in result.method
+    assert "point ratio, noise not tested" in result.comparison.text
+    assert paired_ab([100.0], [102.0]).verdict == "no difference detected"
 
 
 def test_ab_refuses_unpaired():
@@ -107,21 +111,67 @@ def test_ab_refuses_unpaired():
 def test_gate_regression_needs_the_drop_beyond_tolerance_and_significance():
     baseline = [100.0, 101.0, 99.0, 100.5, 99.5]
     clear = gate(baseline, [80.0, 81.0, 79.0], tolerance_pct=5)
-    assert clear.regression and clear.verdict == "regression" and clear.p_value < 0.05
+    assert clear.regression and clear.verdict == "slower" and clear.p_value < 0.05
     assert clear.ci95[0] < clear.ratio < clear.ci95[1] < 1
     noisy = gate([100.0, 140.0, 70.0], [90.0, 60.0, 120.0], tolerance_pct=5)
     assert noisy.drop_pct > 5 and not noisy.regression
-    assert noisy.verdict == "slower beyond the tolerance, but within the noise"
+    assert noisy.verdict == "no difference detected"
     small = gate(baseline, [97.0, 97.2, 96.9], tolerance_pct=5)
-    assert small.significant and not small.regression and small.verdict == "within tolerance"
+    assert small.significant and not small.regression and small.verdict == "same within 5%"
 
 
 def test_gate_on_one_sample_a_side_uses_the_point_ratio_and_says_so():
     verdict = gate([100.0], [90.0], tolerance_pct=5)
     assert verdict.regression and verdict.p_value is None and verdict.ci95 is None
-    assert "one sample" in verdict.method
+    assert "point ratio, noise not tested" in verdict.comparison.text
     assert not gate([100.0, 101.0], [97.0], tolerance_pct=5).regression
     assert gate([100.0], [90.0], tolerance_pct=5).to_dict()["drop_pct"] == pytest.approx(10)
+    # A change of +2,122% is not "within tolerance": faster, on the point ratio.
+    assert gate([10.0], [222.2], tolerance_pct=5).verdict == "faster"
+
+
+# ---------------------------------------------------------------- the shared wording
+
+@pytest.mark.parametrize("ratio, interval, words", [
+    (1.20, (1.10, 1.31), "faster (interval 1.100-1.310)"),
+    (0.80, (0.76, 0.84), "slower (interval 0.760-0.840)"),
+    (1.01, (0.97, 1.04), "same within 5% (interval 0.970-1.040)"),
+    # 400x wide: not "the same", whatever its centre.
+    (0.22, (0.01, 4.07), "no difference detected (interval 0.010-4.070)"),
+    (24.46, (0.21, 2910.51), "no difference detected (interval 0.210-2,911)"),
+    # Real but smaller than the tolerance, the interval reaching beyond it: not called faster.
+    (1.04, (1.01, 1.08), "no difference detected (interval 1.010-1.080)"),
+    # Beyond the tolerance on the point, but the interval holds 1.
+    (1.10, (0.98, 1.23), "no difference detected (interval 0.980-1.230)"),
+    (0.5, None, "slower (one trial on a side: the point ratio, noise not tested)"),
+    (1.02, None, "no difference detected (one trial on a side: the point ratio, noise not "
+                 "tested)"),
+])
+def test_each_verdict_from_the_ratio_and_its_interval(ratio, interval, words):
+    from microbench.measure.stats import compared
+    assert compared(ratio, interval, 5).text == words
+
+
+def test_a_tolerance_of_zero_calls_any_interval_clear_of_1_a_change():
+    from microbench.measure.stats import compared
+    assert compared(1.03, (1.01, 1.05), 0).verdict == "faster"
+    assert compared(1.0, (0.99, 1.01), 0).verdict == "no difference detected"
+
+
+@pytest.mark.parametrize("baseline, current, verdict", [
+    ((100.0, 101.0, 99.0), (80.0, 81.0, 79.0), "slower"),
+    ((100.0, 101.0, 99.0), (120.0, 121.0, 119.0), "faster"),
+    ((100.0, 101.0, 99.0), (100.5, 99.5, 100.0), "same within 5%"),
+    ((100.0, 180.0, 40.0), (60.0, 200.0, 90.0), "no difference detected"),
+])
+def test_the_report_compare_and_ab_word_the_same_trials_alike(baseline, current, verdict):
+    """Synthetic trials through each caller's path give one verdict: the report's row against
+    its baseline, --compare's gate, and --ab (paired by round)."""
+    from microbench.report.table import trial_verdict
+    assert trial_verdict(baseline, current).verdict == verdict
+    assert gate(baseline, current, 5).verdict == verdict
+    if verdict != "no difference detected":          # pairing changes a noisy one's interval
+        assert paired_ab(baseline, current).verdict == verdict
 
 
 @settings(max_examples=100, deadline=None)
@@ -130,15 +180,6 @@ def test_gate_never_fails_a_run_no_slower_than_the_tolerance(baseline, current, 
     verdict = gate(baseline, current, tolerance)
     if verdict.drop_pct <= tolerance:
         assert not verdict.regression
-
-
-def test_the_report_table_rules_between_rows_with_the_gate_both_ways():
-    from microbench.report.table import trial_verdict
-    baseline = (100.0, 101.0, 99.0)
-    slower = trial_verdict(baseline, (80.0, 81.0, 79.0))
-    assert slower.verdict == "slower" and slower.low < slower.ratio < slower.high < 1
-    assert trial_verdict(baseline, (120.0, 121.0, 119.0)).verdict == "faster"
-    assert trial_verdict(baseline, (100.5, 99.5, 100.0)).verdict == "same within 5%"
 
 
 # ---------------------------------------------------------------- --max-noise

@@ -285,10 +285,21 @@ def test_json_and_csv_hold_the_measured_row(tmp_path, run_cli):
     assert "add(fp32)" in result.stdout and "(BW)" in result.stdout
 
 
-def test_unwritable_output_fails_before_running(run_cli):
-    result = run_cli("--op", "add", "--device", "cpu", "--output-json", "/nonexistent/x.json")
+def test_unwritable_output_fails_before_running(run_cli, tmp_path):
+    (tmp_path / "a-file").write_text("")
+    result = run_cli("--op", "add", "--device", "cpu", "--output-json",
+                     str(tmp_path / "a-file" / "x.json"))
     assert_one_line_error(result, 2, "does not exist")
     assert "op(s)" not in result.stdout
+
+
+def test_a_missing_output_folder_is_made_as_microbench_makes_its_own(run_cli, tmp_path):
+    output = tmp_path / "new" / "deeper" / "x.json"
+    result = run_cli("--op", "add", "--input1-dim", "8", "--device", "cpu", "--num-iters", "2",
+                     "--num-warmup-iters", "0", "--output-json", str(output))
+    assert result.returncode == 0, result.stderr
+    assert json.loads(output.read_text())["results"][0]["op"] == "add"
+    assert f"Results JSON : {output}" in result.stdout
 
 
 def test_run_sh_keeps_logs_json_and_csv_per_list(tmp_path):

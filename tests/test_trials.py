@@ -38,6 +38,11 @@ def test_in_process_trials_say_so(tmp_path, capfd):
     trials = only_json(tmp_path)["trials"]
     assert {trial["pid"] for trial in trials["per_trial"]} == {os.getpid()}
     assert trials["where"] == "this process" and "--trials in-process" in ran.stdout
+    # The Iteration lines are one trial's, and a line says which.
+    lines = ran.stdout.splitlines()
+    [header] = [i for i, line in enumerate(lines) if line.startswith("Iterations of trial ")]
+    assert lines[header].startswith(("Iterations of trial 1 of 2", "Iterations of trial 2 of 2"))
+    assert lines[header + 1].startswith("Iteration 0:")
 
 
 def test_a_workers_expected_failure_is_one_line_with_its_code(tmp_path, capfd):

@@ -37,6 +37,7 @@ import torch
 
 from microbench.platform.errors import CannotWrite, UsageError
 from microbench.output import writing
+from microbench.store import schema
 from microbench.data import codecs
 from microbench.data.files import FileRefused, read_checked
 from microbench.data.settings import JPEG_QUALITY
@@ -178,7 +179,7 @@ def _build_and_rename(root: str, name: str, wanted: dict,
     staged = os.path.join(root, f"{BUILDING_PREFIX}{name}-{os.getpid()}-{secrets.token_hex(4)}")
     try:
         os.mkdir(staged)
-        manifest = {"wanted": wanted, **build(staged)}
+        manifest = {"schema_version": schema.SCHEMA_VERSION, "wanted": wanted, **build(staged)}
         writing.write_json(os.path.join(staged, MANIFEST), manifest)
         try:
             os.rename(staged, os.path.join(root, name))

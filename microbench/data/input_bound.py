@@ -34,6 +34,10 @@ from microbench.measure.timing import Measurement, percentile
 # The pipeline keeps up when it reaches this share of the model-alone throughput (the issue's
 # target for the best worker count: 0.9); below it, the verdict says what holds it back.
 KEEPS_UP = 0.9
+# The pipeline feeds the model, so it cannot outrun the model alone; beyond this share of it,
+# the model-alone figure was disturbed (another process, a clock ramp, too few steps) and every
+# ratio to it is suspect: the verdict says so instead of "keeps 270%".
+MODEL_ALONE_DISTURBED_ABOVE = 1.1
 
 
 # ---------------------------------------------------------------- waits
@@ -292,6 +296,12 @@ def verdict(pipeline_per_s: float | None, loader_per_s: float | None,
         return Verdict("unknown", math.nan, "verdict unknown: the pipeline, loader-alone and "
                                             "model-alone figures are not all known")
     kept = pipeline_per_s / model_per_s
+    if kept > MODEL_ALONE_DISTURBED_ABOVE:
+        return Verdict("unknown", kept,
+                       f"verdict unknown: the model alone measured {_rate(model_per_s, unit)}, "
+                       f"below the pipeline's {_rate(pipeline_per_s, unit)} that includes it "
+                       f"({kept:.0%}), so that figure was disturbed (another process, clocks, "
+                       f"too few steps); run again on a quiet machine, with more --iterations")
     pipeline = f"the pipeline keeps {kept:.0%} of the model's {_rate(model_per_s, unit)}"
     if loader_per_s < model_per_s:
         return Verdict("input-bound", kept,

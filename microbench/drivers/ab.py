@@ -7,8 +7,10 @@ A B...: with a fixed order, whatever favours the first or the second of a pair, 
 a clock governor ramping up or another process waking, would pose as a difference), each in a
 fresh worker process by default, so that a drift of the device hits both sides alike and pairs
 cancel it: the ratio is
-:func:`microbench.measure.stats.paired_ab` over the rounds' B/A ratios (Student t on log ratios), and the
-verdict is ``faster``, ``slower`` or ``no difference detected`` at 95%. Each side's result is
+:func:`microbench.measure.stats.paired_ab` over the rounds' B/A ratios (Student t on log ratios), and
+the verdict is :class:`microbench.measure.stats.Comparison`'s (``faster``, ``slower``, ``same
+within N%`` at ``--tolerance`` or ``no difference detected``), as ``--compare`` and the report
+word it. Each side's result is
 written as any run's (JSON and CSV row), and one more file, ``ab_<A's name>.json``, holds the
 verdict (``ab.ratio``, ``ab.ci95``, ``ab.verdict``), both sides' trials and their result files.
 ``--fail-if slower`` exits 5 when the verdict is ``slower`` (for CI).
@@ -29,10 +31,11 @@ from microbench.platform.errors import Regression
 from microbench.output import files, units, writing
 
 
-def verdict_of(rows) -> stats.ABResult:
-    """The paired verdict of two measured rows (A first), by round."""
+def verdict_of(rows, tolerance_pct: float = stats.DEFAULT_TOLERANCE_PCT) -> stats.ABResult:
+    """The paired verdict of two measured rows (A first), by round, in the words of
+    :class:`microbench.measure.stats.Comparison` at ``tolerance_pct`` (--tolerance)."""
     a, b = ([trial.throughput for trial in row.trials] for row in rows)
-    return stats.paired_ab(a, b)
+    return stats.paired_ab(a, b, tolerance_pct)
 
 
 def print_verdict(result: stats.ABResult, plan: ABPlan, rows, out: TextIO) -> None:
@@ -43,14 +46,12 @@ def print_verdict(result: stats.ABResult, plan: ABPlan, rows, out: TextIO) -> No
                     f" ({stats.ONE_TRIAL})")
         print(f"  {side}: {units.rate(spread.headline)} {row.spec.model.item}s/s (geometric "
               f"mean of {spread.count} trials{interval})", file=out)
-    interval = (f" (95% CI {result.ci95[0]:.3f} to {result.ci95[1]:.3f})"
-                if result.ci95 else "")
-    print(f"A/B: B ({plan.flags}) / A = {result.ratio:.3f}{interval}: {result.verdict} "
+    print(f"A/B: B ({plan.flags}) / A = {result.ratio:.3f}: {result.comparison.text} "
           f"[{result.method}]", file=out, flush=True)
 
 
 def document(result: stats.ABResult, plan: ABPlan, rows) -> dict:
-    return {"ab": {**result.to_dict(), "flags_b": plan.flags,
+    return {"schema_version": files.SCHEMA_VERSION, "ab": {**result.to_dict(), "flags_b": plan.flags,
                    "a_result": rows[0].spec.json_path, "b_result": rows[1].spec.json_path,
                    "a_trials": files.result_document(rows[0].summary)["trials"],
                    "b_trials": files.result_document(rows[1].summary)["trials"]}}
@@ -73,6 +74,5 @@ def write(result: stats.ABResult, plan: ABPlan, rows) -> str | None:
 
 def fail_if_slower(result: stats.ABResult, plan: ABPlan) -> None:
     if plan.fail_if_slower and result.verdict == "slower":
-        low, high = result.ci95
-        raise Regression(f"--ab: B ({plan.flags}) is slower than A: ratio {result.ratio:.3f} "
-                         f"(95% CI {low:.3f} to {high:.3f})")
+        raise Regression(f"--ab: B ({plan.flags}) is slower than A: ratio {result.ratio:.3f}, "
+                         f"{result.comparison.text}")

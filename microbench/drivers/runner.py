@@ -35,7 +35,8 @@ def run_plan(plan: Plan) -> int:
     if plan.is_sweep:
         return run_sweep(plan, _single_device(plan, "a sweep"))
     if plan.find_max_batch:
-        [spec] = _single_device(plan, "--find-max-batch")
+        # The notes once, in the header of the run at the batch found (not here as well).
+        [spec] = _single_device(plan, "--find-max-batch", print_notes=False)
         return run_largest_batch(spec, plan)
     spec = with_baselines(resolve(plan.configs[0]), plan)
     _note_self_compare(spec)
@@ -299,7 +300,7 @@ def _spawned_worker(index: int, spec: RunSpec, problem: BenchmarkError | None) -
 
 # ---------------------------------------------------------------- one process, one device
 
-def _single_device(plan: Plan, what: str) -> list[RunSpec]:
+def _single_device(plan: Plan, what: str, print_notes: bool = True) -> list[RunSpec]:
     # A sweep row whose settings do not suit its model fails alone, when its turn comes.
     specs = [with_baselines(resolve(config, check=not plan.is_sweep), plan)
              for config in plan.configs]
@@ -307,7 +308,7 @@ def _single_device(plan: Plan, what: str) -> list[RunSpec]:
         raise UsageError(f"{what} runs in one process on one device; launch it without "
                          f"torchrun, srun or --distributed_dataparallel")
     device_layer.activate(specs[0].device)
-    for note in specs[0].notes:
+    for note in specs[0].notes if print_notes else ():
         print(f"Note: {note}")
     return specs
 
@@ -362,7 +363,7 @@ def run_ab(plan: Plan) -> int:
         if row.failed:
             raise ReportedFailure(f"--ab: {side} failed ({row.status}): {row.error}",
                                   row.exit_code)
-    result = ab.verdict_of(rows)
+    result = ab.verdict_of(rows, plan.tolerance_pct)
     ab.print_verdict(result, plan.ab, rows, sys.stdout)
     path = ab.write(result, plan.ab, rows)
     if path is not None:

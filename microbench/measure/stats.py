@@ -14,11 +14,15 @@ interval can only fall on the trials' own values and under-covers, so it is not 
   (``exp(m +- t * s / sqrt(n))``) and 95% prediction interval for one more invocation
   (``exp(m +- t * s * sqrt(1 + 1/n))``; Hahn & Meeker, *Statistical Intervals*, 2nd ed.,
   section 4.6); one trial gives no interval, and says so.
+* :class:`Comparison`: a ratio and its interval in words, the same in the report, ``--compare``
+  and ``--ab``: ``faster`` / ``slower`` (the interval excludes 1, the ratio beyond the
+  tolerance), ``same within N%`` (the whole interval inside +-N%), else ``no difference
+  detected (interval a-b)``.
 * :func:`paired_ab`: the throughput ratio B/A paired by round, its 95% interval (t on the
-  log ratios) and a verdict (``faster``, ``slower``, ``no difference detected``).
-* :func:`gate`: ``--compare``: a regression only when the drop is beyond the tolerance AND
-  significant (Welch's t test on log throughput, one-sided, 5%); with one sample on a side the
-  point ratio against the tolerance, said so.
+  log ratios) and its :class:`Comparison`.
+* :func:`gate`: ``--compare``: a regression is ``slower``: the drop beyond the tolerance AND
+  the ratio's 95% interval (Welch's t test on log throughput) below 1; with one sample on a
+  side the point ratio against the tolerance, said so.
 * :class:`StoppingRule`: ``--max-noise``: add trials until the interval's half-width is below a
   percentage of the headline, or ``--max-trials`` / ``--time-limit`` stops it (clock injectable).
 * :func:`throttle_reason` / :class:`DiscardPolicy`: a trial whose SM clock fell below 75% of its
@@ -161,9 +165,62 @@ class TrialStats:
                 "prediction95_method": PREDICTION_METHOD if pi else ONE_TRIAL}
 
 
-# ---------------------------------------------------------------- A/B, paired by round
+# ---------------------------------------------------------------- a ratio in words
 
-VERDICTS = ("faster", "slower", "no difference detected")
+# The smallest change that matters, in percent, where no --tolerance was given (the report).
+DEFAULT_TOLERANCE_PCT = 5.0
+NO_DIFFERENCE = "no difference detected"
+VERDICTS = ("faster", "slower", "same within N%", NO_DIFFERENCE)
+POINT_RATIO = "one trial on a side: the point ratio, noise not tested"
+
+
+def _ratio_text(value: float) -> str:
+    return f"{value:.3f}" if value < 10 else f"{value:,.1f}" if value < 1000 else f"{value:,.0f}"
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A speed ratio (above 1: faster) with its 95% interval, in words: the one wording of the
+    report (``--baseline``), ``--compare`` and ``--ab``.
+
+    ``faster`` / ``slower``: the interval excludes 1 and the ratio is beyond the tolerance;
+    ``same within N%``: the whole interval lies inside +-N%; otherwise ``no difference
+    detected`` (an interval too wide to tell, or a change that is real but smaller than the
+    tolerance while the interval reaches beyond it). Without an interval (one trial on a side)
+    the point ratio against the tolerance decides faster or slower, and nothing is called the
+    same."""
+
+    ratio: float
+    interval: tuple[float, float] | None
+    tolerance_pct: float
+
+    @property
+    def verdict(self) -> str:
+        tolerance = self.tolerance_pct / 100
+        low, high = self.interval or (self.ratio, self.ratio)
+        if low > 1 and self.ratio > 1 + tolerance:
+            return "faster"
+        if high < 1 and self.ratio < 1 - tolerance:
+            return "slower"
+        if self.interval is not None and 1 - tolerance <= low and high <= 1 + tolerance:
+            return f"same within {self.tolerance_pct:g}%"
+        return NO_DIFFERENCE
+
+    @property
+    def text(self) -> str:
+        """The verdict and what it rests on, once: ``slower (interval 0.781-0.822)``."""
+        if self.interval is None:
+            return f"{self.verdict} ({POINT_RATIO})"
+        low, high = self.interval
+        return f"{self.verdict} (interval {_ratio_text(low)}-{_ratio_text(high)})"
+
+
+def compared(ratio: float, interval: tuple[float, float] | None,
+             tolerance_pct: float = DEFAULT_TOLERANCE_PCT) -> Comparison:
+    return Comparison(ratio, tuple(interval) if interval is not None else None, tolerance_pct)
+
+
+# ---------------------------------------------------------------- A/B, paired by round
 
 
 @dataclass(frozen=True)
@@ -172,21 +229,32 @@ class ABResult:
 
     a: tuple[float, ...]
     b: tuple[float, ...]
-    ratio: float
-    ci95: tuple[float, float] | None
-    verdict: str
+    comparison: Comparison
     method: str
+
+    @property
+    def ratio(self) -> float:
+        return self.comparison.ratio
+
+    @property
+    def ci95(self) -> tuple[float, float] | None:
+        return self.comparison.interval
+
+    @property
+    def verdict(self) -> str:
+        return self.comparison.verdict
 
     def to_dict(self) -> dict:
         return {"ratio": self.ratio, "ci95": list(self.ci95) if self.ci95 else None,
-                "verdict": self.verdict, "level": LEVEL, "method": self.method,
+                "verdict": self.verdict, "tolerance_pct": self.comparison.tolerance_pct,
+                "level": LEVEL, "method": self.method,
                 "rounds": len(self.a), "a": list(self.a), "b": list(self.b)}
 
 
-def paired_ab(a: Sequence[float], b: Sequence[float]) -> ABResult:
+def paired_ab(a: Sequence[float], b: Sequence[float],
+              tolerance_pct: float = DEFAULT_TOLERANCE_PCT) -> ABResult:
     """The ratio B/A of ``b[i] / a[i]`` over rounds (geometric mean), its 95% interval by
-    Student t on the log ratios, and the verdict: ``faster`` or ``slower`` when the interval
-    excludes 1, else ``no difference detected``."""
+    Student t on the log ratios, and the verdict in :class:`Comparison`'s words."""
     if len(a) != len(b) or not a:
         raise ValueError(f"A/B needs as many B trials as A trials, at least one: "
                          f"{len(a)} and {len(b)}")
@@ -194,11 +262,9 @@ def paired_ab(a: Sequence[float], b: Sequence[float]) -> ABResult:
     center, sd = _mean_sd(diffs)
     ratio = math.exp(center)
     if len(diffs) < 2:
-        return ABResult(tuple(a), tuple(b), ratio, None, "no difference detected",
-                        "one round: no interval, so no difference can be detected")
-    low, high = _around(center, _t(len(diffs) - 1) * sd / math.sqrt(len(diffs)), ratio)
-    verdict = "faster" if low > 1 else "slower" if high < 1 else "no difference detected"
-    return ABResult(tuple(a), tuple(b), ratio, (low, high), verdict,
+        return ABResult(tuple(a), tuple(b), compared(ratio, None, tolerance_pct), "one round")
+    interval = _around(center, _t(len(diffs) - 1) * sd / math.sqrt(len(diffs)), ratio)
+    return ABResult(tuple(a), tuple(b), compared(ratio, interval, tolerance_pct),
                     f"95% CI of the ratio B/A paired by round (Student t on log ratios, "
                     f"{len(diffs)} rounds)")
 
@@ -209,13 +275,30 @@ def paired_ab(a: Sequence[float], b: Sequence[float]) -> ABResult:
 class GateVerdict:
     """This run against a baseline: throughput ratio now/baseline and whether it regressed."""
 
-    ratio: float
-    drop_pct: float                    # (1 - ratio) * 100: positive when slower
-    tolerance_pct: float
-    p_value: float | None              # one-sided Welch: this run slower; None on one sample
-    ci95: tuple[float, float] | None   # of the ratio (Welch on logs); None on one sample
-    regression: bool
+    comparison: Comparison             # now/baseline, its 95% interval (None on one sample)
+    p_value: float | None              # two-sided Welch on log throughput; None on one sample
     method: str
+
+    @property
+    def ratio(self) -> float:
+        return self.comparison.ratio
+
+    @property
+    def ci95(self) -> tuple[float, float] | None:
+        return self.comparison.interval
+
+    @property
+    def tolerance_pct(self) -> float:
+        return self.comparison.tolerance_pct
+
+    @property
+    def drop_pct(self) -> float:
+        """(1 - ratio) * 100: positive when slower."""
+        return (1 - self.ratio) * 100
+
+    @property
+    def regression(self) -> bool:
+        return self.comparison.verdict == "slower"
 
     @property
     def significant(self) -> bool | None:
@@ -223,11 +306,7 @@ class GateVerdict:
 
     @property
     def verdict(self) -> str:
-        if self.regression:
-            return "regression"
-        if self.drop_pct > self.tolerance_pct:
-            return "slower beyond the tolerance, but within the noise"
-        return "within tolerance"
+        return self.comparison.verdict
 
     def to_dict(self) -> dict:
         return {"ratio": self.ratio, "drop_pct": self.drop_pct,
@@ -239,36 +318,30 @@ class GateVerdict:
 def gate(baseline: Sequence[float], current: Sequence[float],
          tolerance_pct: float) -> GateVerdict:
     """Whether ``current`` regressed against ``baseline`` (trial throughputs of each): the
-    ratio of their headlines (geometric means), and a regression only when the drop exceeds
-    ``tolerance_pct`` and Welch's t test on the logs finds this run slower at 5% (one-sided).
+    ratio of their headlines (geometric means) with its 95% interval (Welch's t on the logs),
+    in :class:`Comparison`'s words; a regression is ``slower``: the drop beyond
+    ``tolerance_pct`` and the interval below 1 (Welch's test significant at 5%, two-sided).
     With one sample on either side nothing tests the noise: the point ratio against the
-    tolerance decides, and the method says so."""
+    tolerance decides, and the wording says so."""
     ours, theirs = TrialStats(tuple(current)), TrialStats(tuple(baseline))
     ratio = ours.headline / theirs.headline
-    drop = (1 - ratio) * 100
-    beyond = drop > tolerance_pct
     if ours.count < 2 or theirs.count < 2:
-        sides = (f"{theirs.count} baseline and {ours.count} current "
-                 f"trial{'s' if ours.count > 1 else ''}")
-        return GateVerdict(ratio, drop, tolerance_pct, None, None, beyond,
-                           f"point ratio against the tolerance: the verdict rests on one "
-                           f"sample on a side ({sides}); noise not tested")
+        return GateVerdict(compared(ratio, None, tolerance_pct), None,
+                           f"{theirs.count} baseline and {ours.count} current "
+                           f"trial{'s' if ours.count > 1 else ''}")
     with warnings.catch_warnings():     # near-identical trials: scipy warns, the test holds
         warnings.simplefilter("ignore", RuntimeWarning)
-        test = scipy_stats.ttest_ind(_logs(ours.values), _logs(theirs.values),
-                                     equal_var=False, alternative="less")
         both = scipy_stats.ttest_ind(_logs(ours.values), _logs(theirs.values), equal_var=False)
         interval = both.confidence_interval(LEVEL)
-    p_value = float(test.pvalue)
+    p_value = float(both.pvalue)
     if math.isnan(p_value):             # no spread on either side and equal: nothing differs
         p_value = 1.0
     low, high = ((interval.low, interval.high) if not math.isnan(interval.low)
                  else (math.log(ratio), math.log(ratio)))     # no spread on either side
     ci = (min(math.exp(low), ratio), max(math.exp(high), ratio))
-    return GateVerdict(ratio, drop, tolerance_pct, p_value, ci, beyond and p_value < ALPHA,
+    return GateVerdict(compared(ratio, ci, tolerance_pct), p_value,
                        f"Welch's t test on log throughput ({theirs.count} baseline, "
-                       f"{ours.count} current trials), one-sided at 5%, and the drop beyond "
-                       f"the tolerance")
+                       f"{ours.count} current trials), p = {p_value:.3g}")
 
 
 # ---------------------------------------------------------------- --max-noise

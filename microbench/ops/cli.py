@@ -152,7 +152,8 @@ def validate(args: argparse.Namespace) -> None:
         if path is not None:
             if not path.strip():
                 raise UsageError(f"{flag} must not be empty")
-            writing.check_target(path, flag)
+            # A missing folder is made when the file is written, as microbench does.
+            writing.check_target(path, flag, directory_made=True)
     if args.output_json and args.output_csv and \
             os.path.abspath(args.output_json) == os.path.abspath(args.output_csv):
         raise UsageError("--output-json and --output-csv name the same file: name two")
@@ -273,9 +274,13 @@ def run(args: argparse.Namespace) -> int:
         print(line)
     info = run_info(config, peaks, timing)
     if args.output_json:
+        writing.ensure_directory(args.output_json)     # made as microbench makes its own
         report.write_json(args.output_json, info, outcome.results)
+        print(f"Results JSON : {args.output_json}")
     if args.output_csv:
+        writing.ensure_directory(args.output_csv)
         report.write_csv(args.output_csv, outcome.results)
+        print(f"Results CSV  : {args.output_csv}")
     return outcome.exit_code
 
 

@@ -18,7 +18,7 @@ from typing import Callable, Iterable, Sequence
 from microbench.output import text_table as tables
 from microbench.platform.errors import BenchmarkError
 from microbench.output import writing
-from microbench.output.units import significant
+from microbench.output.units import duration_ms, flops, significant
 from microbench.measure.timing import NOISY_CV_THRESHOLD, Measurement
 
 BYTES_NOTE = "bytes moved = each input read once + output written once; FLOPs from the shapes"
@@ -129,9 +129,9 @@ def _peak_unit(peak_label: str | None) -> str | None:
 # ---------------------------------------------------------------------------------------------
 
 def _format_ms(value: float) -> str:
-    if value >= 100:
-        return f"{value:.1f}"
-    return f"{value:.3f}" if value >= 1 else f"{value:.4f}"
+    """The median in the unit that reads best (``5.60 us``, not ``0.0056`` ms); the JSON and
+    CSV keep milliseconds."""
+    return duration_ms(value)
 
 
 def _format_rate(value: float | None) -> str:
@@ -140,6 +140,14 @@ def _format_rate(value: float | None) -> str:
     if value is None or math.isnan(value) or value == 0:
         return "-"
     return f"{value:.1f}" if value >= 10 else significant(value)
+
+
+def _format_flops(tflops: float | None) -> str:
+    """FLOP/s with its SI prefix (``798 MFLOP/s``, not ``0.000798`` TFLOP/s); the files keep
+    TFLOP/s."""
+    if tflops is None or math.isnan(tflops) or tflops == 0:
+        return "-"
+    return flops(tflops * 1e12, per_second=True)
 
 
 def _format_cv(measurement: Measurement) -> str:
@@ -153,18 +161,18 @@ def _format_pct(row: OpResult) -> str:
     return f"{row.pct_of_peak:.1f} ({row.peak_label})"
 
 
-HEADINGS = ("op", "shapes", "dtype", "median ms", "cv %", "GB/s", "TFLOP/s", "% of peak",
+HEADINGS = ("op", "shapes", "dtype", "median", "cv %", "GB/s", "FLOP/s", "% of peak",
             "flags")
-_RIGHT_ALIGNED = {"median ms", "cv %", "GB/s", "TFLOP/s", "% of peak"}
-# "% of peak" holds e.g. "71.3 (fp32_matrix)".
-_MIN_WIDTHS = {"median ms": 10, "cv %": 6, "GB/s": 9, "TFLOP/s": 9, "% of peak": 18,
+_RIGHT_ALIGNED = {"median", "cv %", "GB/s", "FLOP/s", "% of peak"}
+# "% of peak" holds e.g. "71.3 (fp32_matrix)"; "median" e.g. "5.60 us", "FLOP/s" "798 MFLOP/s".
+_MIN_WIDTHS = {"median": 9, "cv %": 6, "GB/s": 9, "FLOP/s": 12, "% of peak": 18,
                "flags": len(f"{CACHE_FLAG} {ABOVE_PEAK_FLAG}")}
 
 
 def row_cells(row: OpResult) -> tuple[str, ...]:
     measurement = row.measurement
     return (row.op, row.shapes, row.dtype, _format_ms(measurement.median),
-            _format_cv(measurement), _format_rate(row.gbs), _format_rate(row.tflops),
+            _format_cv(measurement), _format_rate(row.gbs), _format_flops(row.tflops),
             _format_pct(row), " ".join(row.flags))
 
 

@@ -123,7 +123,12 @@ def _batch_text(spec) -> str:
 # ---------------------------------------------------------------- after the run
 
 def print_iterations(summary: Summary, out: TextIO) -> None:
-    """This process's iterations (rank 0's under DDP), with the profiled one marked."""
+    """This process's iterations (rank 0's under DDP), with the profiled one marked; with
+    several trials, a line first says which trial's they are."""
+    if len(summary.trials) > 1:
+        number = summary.trials.index(summary.representative) + 1
+        print(f"Iterations of trial {number} of {len(summary.trials)} (the median trial by "
+              f"throughput; every trial's samples are in the result JSON):", file=out)
     losses, skipped = summary.result.losses, summary.spec.config.flops_prof_step
     for sample, time_ms in enumerate(summary.result.times.samples_ms):
         index = sample + 1 if skipped is not None and sample >= skipped else sample

@@ -28,6 +28,12 @@ def applies(rows) -> bool:
             and len({config.workers for config in configs}) > 1)
 
 
+def _question(rows) -> str:
+    """The chart's title, for the device the model ran on (a CPU run has no GPU to wait)."""
+    on_gpu = any(getattr(row.spec.device, "type", "cpu") != "cpu" for row in rows)
+    return "Is the GPU waiting for data?" if on_gpu else "Is the model on the CPU waiting for data?"
+
+
 def _series_name(config) -> str:
     return f"decode {config.decode}"
 
@@ -66,7 +72,7 @@ def build_figure(rows, heading: str):
     left.set_ylim(0, highest * 1.15 if highest > 0 else 1)
     right.set_ylim(0, 100)
     left.set_xticks(sorted({row.spec.config.workers for row in rows}))
-    left.set_title("Is the GPU waiting for data?", fontsize="medium")
+    left.set_title(_question(measured or rows), fontsize="medium")
     handles, labels = left.get_legend_handles_labels()
     more_handles, more_labels = right.get_legend_handles_labels()
     if handles:

@@ -12,11 +12,13 @@ from __future__ import annotations
 import contextlib
 import errno
 import importlib
+import importlib.metadata
 import io
 import os
 import signal
 import sys
 import threading
+import traceback
 from typing import Callable, Iterator, Mapping
 
 from microbench.platform.errors import (EXIT_HANGUP, EXIT_INTERRUPTED, EXIT_MISSING_ENVIRONMENT,
@@ -238,7 +240,42 @@ def entry(module: str) -> int:
         return stopped(f"error: {missing} is not installed: pip install -r requirements.txt "
                        f"(or pip install . from the checkout)", EXIT_MISSING_ENVIRONMENT,
                        env_rank_prefix())
+    except Exception as error:                          # noqa: BLE001 - re-raised unless ours
+        line = broken_pair(error)
+        if line is None:
+            raise
+        return stopped(line, EXIT_MISSING_ENVIRONMENT, env_rank_prefix())
     return main()
+
+
+def _installed_version(name: str) -> str:
+    module = sys.modules.get(name)
+    version = getattr(module, "__version__", None)
+    if isinstance(version, str):
+        return version
+    with contextlib.suppress(Exception):
+        return importlib.metadata.version(name)
+    return "(version unknown)"
+
+
+def broken_pair(error: BaseException) -> str | None:
+    """The one line for a torchvision that fails to import beside this torch (what pip leaves
+    when the two come from different builds or indexes: ``operator torchvision::nms does not
+    exist``), or None when ``error`` was not raised inside torchvision. torchvision 0.N pairs
+    with torch 2.(N-15) (0.18 with 2.3, 0.29 with 2.14)."""
+    marker = f"{os.sep}torchvision{os.sep}"
+    if not any(marker in frame.filename for frame in traceback.extract_tb(error.__traceback__)):
+        return None
+    torch_version = _installed_version("torch")
+    vision_version = _installed_version("torchvision")
+    cause = " ".join(str(error).splitlines()) or type(error).__name__
+    release = torch_version.split("+")[0].split(".")
+    pair = (f"torch=={'.'.join(release[:3])} torchvision==0.{int(release[1]) + 15}.*"
+            if len(release) >= 2 and release[0] == "2" and release[1].isdigit()
+            else "torch torchvision")
+    return (f"error: torchvision {vision_version} does not work with torch {torch_version} "
+            f"({cause}): they come from different builds; install the pair from one index in "
+            f"one command, e.g. pip install --force-reinstall {pair} (README: Install)")
 
 
 def microbench() -> int:

@@ -1,8 +1,9 @@
 """``microbench-report --plot FILE``: one metric of the report's rows across the setting that
 varies, with error bars that say what they are.
 
-The x axis is ``--x SETTING`` or, by default, the first varying setting that is a number (batch,
-sequence length, image size, devices), else the first varying setting, else when the rows ran.
+The x axis is ``--x SETTING`` or, by default, for op bench rows the op (then its shapes or
+dtype) where it varies, else the first varying setting that is a number (batch, sequence length,
+image size, devices), else the first varying setting, else when the rows ran.
 Rows that differ in other settings too become separate series (lines over a numeric axis,
 grouped bars over names). Metrics and their error bars:
 
@@ -46,6 +47,11 @@ METRICS = {"throughput": (MODEL,), "latency": (MODEL, OP), "mfu": (MODEL,), "gbs
 DEFAULT_METRIC = {MODEL: "throughput", OP: "latency"}
 LOW_PERCENTILE, HIGH_PERCENTILE = 10, 90
 _FOOTNOTE_CHARS_PER_INCH = 17        # DejaVu Sans at x-small, with some room (output/sweep_plot.py)
+_SUBTITLE_CHARS_PER_INCH = 15        # at small: the subtitle wraps rather than run off the edges
+# An op bench chart is drawn per op: these before any number (iterations, warm-up...).
+_OP_AXES = ("op", "shapes", "dtype")
+# Past the ten colours of matplotlib's cycle, series take tab20's twenty, then a marker each.
+_MARKERS = ("o", "s", "^", "D", "v", "P", "X")
 
 
 def require_matplotlib() -> None:
@@ -164,8 +170,22 @@ def choose_x(table: Table, wanted: str | None) -> str:
                              f"(they vary in: {', '.join(varying) or 'nothing'})")
         return name
     settings = [name for name in varying if name != RUN_AT]
+    if table.group.table == OP:
+        per_op = [name for name in _OP_AXES if name in settings]
+        if per_op:
+            return per_op[0]
     numeric = [name for name in settings if _numeric(table.group.entries, name)]
     return (numeric or settings or varying or ["#"])[0]
+
+
+def _style(number: int, count: int) -> dict:
+    """Series ``number``'s colour (and marker), distinct for up to 20 series and by marker
+    beyond: matplotlib's own cycle repeats after ten."""
+    if count <= 10:
+        return {"color": f"C{number}"}
+    from matplotlib import colormaps
+    return {"color": colormaps["tab20"](number % 20),
+            "marker": _MARKERS[(number // 20) % len(_MARKERS)]}
 
 
 # Settings whose values name themselves (fp32, NHWC, resnet50); others are shown with their
@@ -274,6 +294,8 @@ def build_figure(table: Table, metric: str, wanted_x: str | None = None):
     footnote = "\n".join(textwrap.fill(text, int(width * _FOOTNOTE_CHARS_PER_INCH))
                          for text in notes if text)
     height = 4.8 + 0.19 * (footnote.count("\n") + 1)
+    subtitle = textwrap.fill(_subtitle(drawn), int(width * _SUBTITLE_CHARS_PER_INCH))
+    height += 0.2 * subtitle.count("\n")
     figure = Figure(figsize=(width, height))
     axis = figure.subplots()
     if x != "#" and _numeric(table.group.entries, x):
@@ -286,9 +308,10 @@ def build_figure(table: Table, metric: str, wanted_x: str | None = None):
     if len(series) > 1:                 # beside the axes, so that it hides no point
         axis.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.02, 1.0),
                     borderaxespad=0)
-    figure.suptitle(_subtitle(drawn), fontsize="small")
+    figure.suptitle(subtitle, fontsize="small")
     figure.text(0.01, 0.01, footnote, fontsize="x-small", ha="left", va="bottom", color="0.25")
-    figure.tight_layout(rect=(0, 0.19 * (footnote.count("\n") + 2) / height, 1, 0.97))
+    top = 0.97 - 0.2 * subtitle.count("\n") / height      # room for each wrapped line
+    figure.tight_layout(rect=(0, 0.19 * (footnote.count("\n") + 2) / height, 1, top))
     return figure
 
 
@@ -303,7 +326,7 @@ def _scale(metric: str) -> float:
 
 def _draw_lines(axis, table: Table, series, metric: str, x: str) -> None:
     values = sorted({setting_value(e, x) for e in table.group.entries if e.measured})
-    for label, members in series.items():
+    for number, (label, members) in enumerate(series.items()):
         drawn = sorted(_points(table, members, metric), key=lambda item: setting_value(item[1], x))
         if not drawn:
             continue
@@ -312,7 +335,8 @@ def _draw_lines(axis, table: Table, series, metric: str, x: str) -> None:
         axis.errorbar([setting_value(entry, x) for _, entry, _ in drawn],
                       [point.value * scale for _, _, point in drawn],
                       yerr=[[low * scale for low, _ in bars], [high * scale for _, high in bars]],
-                      marker="o", capsize=3, label=label or None)
+                      capsize=3, label=label or None,
+                      **{"marker": "o", **_style(number, len(series))})
     from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
     if values and values[0] > 0 and values[-1] / values[0] >= 4:
         axis.set_xscale("log", base=2)         # doubling steps (batch sizes) evenly spaced
@@ -338,7 +362,9 @@ def _draw_bars(axis, table: Table, series, metric: str, x: str) -> None:
         axis.bar([categories.index(category(i, e)) + offset for i, e, _ in drawn],
                  [point.value * scale for _, _, point in drawn], width=width,
                  yerr=[[low * scale for low, _ in bars], [high * scale for _, high in bars]],
-                 capsize=3, label=label or None)
+                 capsize=3, label=label or None,
+                 color=_style(number, len(series))["color"],
+                 hatch=(None, "//", "..", "xx")[(number // 20) % 4] if len(series) > 20 else None)
     rotate = len(categories) > 4 or max(map(len, categories)) > 12
     axis.set_xticks(range(len(categories)), categories, rotation=30 if rotate else 0,
                     ha="right" if rotate else "center", fontsize="small")

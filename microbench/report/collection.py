@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from microbench.platform import inputs as checked
 from microbench.platform.errors import UsageError
 from microbench.store import schema
-from microbench.report.entry import MODEL, OP, Entry, entries_of
+from microbench.report.entry import AB_SIDE, MODEL, OP, Entry, ab_entries, entries_of
 
 MAX_INPUT_BYTES = checked.MAX_RESULT_BYTES
 _TRACE_NAME = re.compile(r"trace\d+(_rank\d+)?\.json$")
@@ -149,21 +149,57 @@ def read(inputs: Inputs) -> Found:
         except OSError as error:
             found.lines.append(f"skipped {path}: cannot read ({error.strerror or error})")
             continue
+        if schema.document_kind(document) == schema.DATA_CACHE:
+            found.lines.append(f"skipped {path}: a data cache manifest (--data), not a result")
+            continue
         note = _version_note(document, path)
         if note:
             found.lines.append(note)
         found.files_read.append(path)
-        for entry in entries_of(document, path):
+        rows = (_ab_rows(document, path, found) if schema.document_kind(document) == schema.AB
+                else entries_of(document, path))
+        for entry in rows:
             if entry.identity in seen:
                 duplicates += 1
+                _keep_the_ab_side(found.entries, entry)
                 continue
             seen.add(entry.identity)
             found.entries.append(entry)
     if duplicates:
         found.lines.append(f"counted once: {duplicates} result(s) found in two files (a sweep "
-                           f"file and its rows' own files)")
+                           f"or A/B file and its rows' own files)")
     return found
 
+
+def _ab_rows(summary: dict, path: str, found: Found) -> list[Entry]:
+    """An A/B summary's two sides, each from its own result file where that can be read."""
+    from microbench.store.stored import ab_side
+    results = {}
+    for side in ("a", "b"):
+        where = ab_side(path, summary["ab"][f"{side}_result"])
+        try:
+            document = json.loads(_read_text(where)) if where else None
+            if document is not None:
+                schema.validate_result(document, where)
+        except (UsageError, OSError, UnicodeDecodeError, ValueError, RecursionError):
+            document = None
+        if document is None or schema.document_kind(document) != schema.RESULT:
+            found.lines.append(f"read {path}: side {side.upper()}'s result "
+                               f"({where or 'not written'}) was not found; its row shows the "
+                               f"summary's trials only")
+            document = None
+        results[side] = document
+    return ab_entries(summary, path, results)
+
+
+def _keep_the_ab_side(entries: list[Entry], entry: Entry) -> None:
+    """A side's result read both on its own and through its A/B summary is one row, the one
+    that says which side it was."""
+    if AB_SIDE not in entry.settings:
+        return
+    for index, kept in enumerate(entries):
+        if kept.identity == entry.identity and AB_SIDE not in kept.settings:
+            entries[index] = entry
 
 # ---------------------------------------------------------------- grouped
 
@@ -201,6 +237,15 @@ def _recorded(entry: Entry, name: str) -> bool:
     return name in HEADLINE_SETTINGS or name in entry.settings
 
 
+def rows_split(entries, name: str) -> int:
+    """How many rows a setting sets apart: those whose value is not the most common one (a
+    setting only one run differs in sets one row apart; precision fp32 vs tf32 half of them)."""
+    values = [_key(setting_value(entry, name)) for entry in entries if _recorded(entry, name)]
+    if not values:
+        return 0
+    return len(values) - max(values.count(value) for value in set(values))
+
+
 def _known_values(entries, name: str) -> set[str]:
     return {_key(setting_value(entry, name)) for entry in entries if _recorded(entry, name)}
 
@@ -231,6 +276,8 @@ class Group:
 def _group(table: str, entries: list[Entry]) -> Group:
     names = list(dict.fromkeys(name for entry in entries for name in entry.settings))
     varying = [name for name in names if len(_known_values(entries, name)) > 1]
+    # The setting that splits the most rows first, as the table's columns are ordered.
+    varying.sort(key=lambda name: -rows_split(entries, name))
     common = {}
     for name in names:
         every_row = all(_recorded(entry, name) for entry in entries if entry.measured)

@@ -125,12 +125,15 @@ def run(args: argparse.Namespace) -> int:
     terminal = progress.is_terminal(sys.stdout)
     sys.stdout.write(table.render(tables, args.format, terminal))
     sys.stdout.flush()
+    # Every file written is named, on standard error: standard output may be CSV or JSON.
     if args.plot:
         chart.write_chart(plotted, metric, args.x, args.plot)
+        print(f"Chart : {args.plot}", file=sys.stderr)
     if args.html:
         png, why_not = _page_chart(tables, args)
         writing.write_whole(args.html, page.html_page(tables, found.lines, png, why_not,
                                                       title=args.title))
+        print(f"Page  : {args.html}", file=sys.stderr)
     return 0
 
 

@@ -57,6 +57,7 @@ class Entry:
     identity: str = ""                  # equal for one measurement read twice
     flags: tuple[str, ...] = field(default=())  # marks for the table: noisy, estimated energy
     file: str = ""                      # the file it was read from
+    note: str = ""                      # a footnote of its own (an A/B side B: the verdict)
 
     @property
     def measured(self) -> bool:
@@ -128,10 +129,18 @@ def _setting_name(key: str) -> str:
     return item.flag.lstrip("-") if item is not None else key.replace("_", "-")
 
 
+# The input pipeline's settings: stored in every result, in effect only with --data loader|folder
+# (a synthetic run's data-images 4096 is a default that did nothing).
+PIPELINE_SETTINGS = frozenset({"data_format", "data_images", "data_dir", "decode", "transforms",
+                               "workers", "pin_memory", "prefetch_factor"})
+
+
 def _generic_settings(config: dict) -> dict:
-    """Every other stored setting (opt-step, iterations, cudnn-benchmark, ...)."""
-    return {_setting_name(key): value for key, value in config.items()
-            if key not in NOT_SETTINGS}
+    """Every other stored setting (opt-step, iterations, cudnn-benchmark, ...), None where it
+    did not apply (the pipeline's settings of a synthetic run)."""
+    synthetic = config.get("data", "synthetic") == "synthetic"
+    return {_setting_name(key): None if synthetic and key in PIPELINE_SETTINGS else value
+            for key, value in config.items() if key not in NOT_SETTINGS}
 
 
 def model_settings(document: dict, config: dict | None = None) -> dict:
@@ -328,6 +337,42 @@ def op_entry(run: dict, row: dict, source: str) -> Entry:
                  samples_ms=tuple(row.get("samples_ms") or ()), time_utc=run.get("time"),
                  identity=json.dumps([run.get("time"), row.get("op"), row.get("shapes"),
                                       row.get("median_ms")]), flags=flags)
+
+
+AB_SIDE = "A/B side"
+
+
+def _ab_side_entry(summary: dict, side: str, result: dict | None, source: str) -> Entry:
+    """One side of an A/B summary: its own result where it was found (every setting), else the
+    summary's record of its trials (the headline and its interval only)."""
+    ab = summary["ab"]
+    label = "A" if side == "a" else f"B: {ab['flags_b']}"
+    if result is not None:
+        entry = result_entry(result, source)
+        return dataclasses.replace(entry, settings={**entry.settings, AB_SIDE: label})
+    trials = ab.get(f"{side}_trials") or {}
+    figures = {"throughput": _number(trials.get("headline")),
+               "ci95_low": _number(trials.get("ci95_low")),
+               "ci95_high": _number(trials.get("ci95_high")),
+               "trial_count": len(ab[side])}
+    return Entry(MODEL, source, {AB_SIDE: label}, figures,
+                 str(trials.get("unit") or "items/s"), trial_values=tuple(ab[side]),
+                 identity=json.dumps([source, side]))
+
+
+def ab_entries(summary: dict, source: str, results: dict) -> list[Entry]:
+    """An A/B summary as a row per side (``results``: each side's result document, or None
+    where its file was not found) and the verdict as B's footnote, in the words --ab printed."""
+    from microbench.measure import stats
+    ab = summary["ab"]
+    verdict = stats.compared(ab["ratio"], ab["ci95"], ab.get("tolerance_pct",
+                                                             stats.DEFAULT_TOLERANCE_PCT))
+    a, b = (_ab_side_entry(summary, side, results.get(side), f"{source} {side.upper()}")
+            for side in ("a", "b"))
+    note = (f"A/B {source}: B ({ab['flags_b']}) / A = {ab['ratio']:.3f} over {ab['rounds']} "
+            f"rounds: {verdict.text}")
+    return [dataclasses.replace(entry, file=source) for entry in
+            (a, dataclasses.replace(b, note=note))]
 
 
 def entries_of(document: dict, source: str) -> list[Entry]:

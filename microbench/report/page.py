@@ -17,7 +17,7 @@ import datetime
 import html
 
 from microbench import __version__
-from microbench.report.table import Table, cell, common_line, notes, title_of
+from microbench.report.table import Table, cell, common_line, file_line, notes, title_of
 
 _STYLE = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2em;
@@ -82,7 +82,7 @@ def html_page(tables: list[Table], read_lines: list[str], chart_png: bytes | Non
                    f'src="data:image/png;base64,{encoded}">')
     elif chart_note:
         out.append(f'<p class="meta">{html.escape(chart_note)}</p>')
-    files = [f"#{index} {entry.source}" for table in tables for index, entry in table.rows]
+    files = [file_line(table, index, entry) for table in tables for index, entry in table.rows]
     out.append("<details><summary>Files</summary><ul>" + "".join(
         f"<li>{html.escape(line)}</li>" for line in files + read_lines) + "</ul></details>")
     out += ["</body>", "</html>", ""]

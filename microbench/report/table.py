@@ -39,7 +39,7 @@ from microbench.report.entry import MODEL, Entry
 
 FORMATS = ("text", "markdown", "csv", "json")
 # --compare's default tolerance, for the verdict between rows with trials.
-DEFAULT_TOLERANCE_PCT = 5.0
+DEFAULT_TOLERANCE_PCT = stats.DEFAULT_TOLERANCE_PCT
 
 
 # ---------------------------------------------------------------- a row against its baseline
@@ -47,12 +47,18 @@ DEFAULT_TOLERANCE_PCT = 5.0
 @dataclass(frozen=True)
 class Versus:
     """A row against the baseline row: its speed ratio (above 1: faster), and, where both have
-    trials and the comparison gate has ruled, the interval of the ratio and the verdict."""
+    trials, the comparison in the shared words (:class:`microbench.measure.stats.Comparison`); the
+    baseline row itself is marked, not compared with itself."""
 
     ratio: float | None
     low: float | None = None
     high: float | None = None
     verdict: str | None = None
+    text: str | None = None
+    is_baseline: bool = False
+
+
+BASELINE = "baseline"
 
 
 def speed(entry: Entry) -> float | None:
@@ -64,26 +70,22 @@ def speed(entry: Entry) -> float | None:
 
 
 def trial_verdict(baseline_trials, trials, tolerance_pct: float = DEFAULT_TOLERANCE_PCT
-                  ) -> Versus | None:
-    """The comparison gate's verdict between two sets of trial throughputs (two or more each):
-    the ratio of their geometric means, its 95% interval (Welch on logs), and ``slower`` or
-    ``faster`` where the gate finds a significant change beyond ``tolerance_pct`` (run either
-    way round), else ``same within N%``."""
-    slower = stats.gate(baseline_trials, trials, tolerance_pct)
-    faster = stats.gate(trials, baseline_trials, tolerance_pct)
-    verdict = ("slower" if slower.regression else "faster" if faster.regression
-               else f"same within {tolerance_pct:g}%")
-    low, high = slower.ci95
-    return Versus(slower.ratio, low, high, verdict)
+                  ) -> Versus:
+    """Two sets of trial throughputs (two or more each) compared as ``--compare`` compares
+    them: the ratio of their geometric means, its 95% interval (Welch on logs) and the
+    verdict in the shared words."""
+    ruled = stats.gate(baseline_trials, trials, tolerance_pct).comparison
+    low, high = ruled.interval
+    return Versus(ruled.ratio, low, high, ruled.verdict, ruled.text)
 
 
 def versus(entry: Entry, baseline: Entry) -> Versus:
+    if entry is baseline:
+        return Versus(1.0, is_baseline=True)
     if not entry.measured or not baseline.measured or entry.unit != baseline.unit:
         return Versus(None)
     if len(entry.trial_values) >= 2 and len(baseline.trial_values) >= 2:
-        ruled = trial_verdict(baseline.trial_values, entry.trial_values)
-        if ruled is not None:
-            return ruled
+        return trial_verdict(baseline.trial_values, entry.trial_values)
     ours, theirs = speed(entry), speed(baseline)
     return Versus(ours / theirs if ours and theirs else None)
 
@@ -118,10 +120,10 @@ MODEL_FIGURES = (
     ("peak_allocated_mb", "peak alloc [MB]", None),
 )
 OP_FIGURES = (
-    ("median_ms", "median [ms]", None),
+    ("median_ms", "median", None),
     ("cv", "CV", None),
     ("gbs", "GB/s", None),
-    ("tflops", "TFLOP/s", None),
+    ("tflops", "FLOP/s", None),
     ("pct_of_peak", "% of peak", "% of peak (no datasheet peak for the device)"),
     ("flags", "flags", None),
 )
@@ -147,23 +149,61 @@ def _units(entries) -> list[str]:
     return list(dict.fromkeys(e.unit for e in entries if e.measured and e.unit))
 
 
+# The headline figures, first after the row number (the versus column follows them).
+HEADLINE_FIGURES = ("throughput", "ci95", "median_ms")
+
+
+def _values_where_set(entries, name: str) -> set[str]:
+    return {json.dumps(setting_value(e, name), sort_keys=True, default=str) for e in entries
+            if setting_value(e, name) is not None}
+
+
+def setting_columns(group: Group) -> list[str]:
+    """The varying settings that become columns: those that split the rows they apply to
+    (two values or more where set), the one that sets the most rows apart first, as the rows
+    are ordered (``collection.rows_split``). When the rows ran and which file holds them, and a
+    setting that only tells the rows it applies to from those it does not (the data set's image
+    count of a --data run beside synthetic ones), go to the file list instead
+    (:func:`file_line`)."""
+    # A headline setting a row does not record is unknown there (the older tool's mode), which
+    # the column shows; any other setting a row lacks did not apply to it.
+    return [name for name in group.varying if name not in (RUN_AT, FILE)
+            and (name in HEADLINE_SETTINGS or len(_values_where_set(group.entries, name)) > 1)]
+
+
+def file_line(table: "Table", index: int, entry: Entry) -> str:
+    """``#3 results/x.json (run at 2026-11-25 09:00:12; data images 4096)``: the row's file,
+    when it ran, and the varying settings that are not columns, where set."""
+    shown = {column.key for column in table.columns if column.setting}
+    extra = [f"{name} {format_setting(setting_value(entry, name))}"
+             for name in [RUN_AT, *table.group.varying]
+             if name not in shown and name != FILE and setting_value(entry, name) is not None]
+    extra = list(dict.fromkeys(extra))
+    return f"#{index} {entry.source}" + (f" ({'; '.join(extra)})" if extra else "")
+
+
 def _columns(group: Group) -> tuple[list[Column], list[str]]:
-    """The columns of a group, and the figures no row knows (for a note)."""
+    """The columns of a group, and the figures no row knows (for a note): the row number, the
+    headline and its interval, the settings that split the rows, then the other figures."""
     entries = group.entries
     columns = [Column("#", "#")]
-    columns += [Column(name, name, setting=True, numeric=_numeric_setting(entries, name))
-                for name in group.varying]
+    settings = [Column(name, name, setting=True, numeric=_numeric_setting(entries, name))
+                for name in setting_columns(group)]
     unknown = []
     units_ = _units(entries)
     unit = units_[0] if len(units_) == 1 else "unit"
     item = unit.split("/")[0].removesuffix("s") if len(units_) == 1 else "unit"
     figures = MODEL_FIGURES if group.table == MODEL else OP_FIGURES
     for key, heading, why_unknown in figures:
+        if key not in HEADLINE_FIGURES and settings is not None:
+            columns += settings                     # after the headline and its interval
+            settings = None
         if _figure_known(entries, key) or key in ("throughput", "median_ms"):
             columns.append(Column(key, heading.format(unit=unit, item=item),
                                   numeric=key != "flags"))
         elif why_unknown and any(e.measured for e in entries):
             unknown.append(why_unknown)
+    columns += settings or []
     if len(units_) > 1 and group.table == MODEL:         # each cell then names its unit
         renamed = {"throughput": "throughput", "energy_per_unit": "energy"}
         columns = [Column(c.key, renamed[c.key]) if c.key in renamed else c for c in columns]
@@ -190,7 +230,9 @@ class Table:
 
     def set_baseline(self, baseline: Entry) -> None:
         self.baseline = baseline
-        self.columns.append(Column("versus", f"vs #{self.index_of(baseline)}"))
+        after = max(i for i, column in enumerate(self.columns)
+                    if column.key in ("#", *HEADLINE_FIGURES))
+        self.columns.insert(after + 1, Column("versus", f"vs #{self.index_of(baseline)}"))
         self.versus = {id(entry): versus(entry, baseline) for entry in self.group.entries}
 
 
@@ -281,11 +323,13 @@ def _figure_cell(table: Table, entry: Entry, key: str) -> str:
     figures = entry.figures
     if key == "versus":
         found = table.versus[id(entry)]
+        if found.is_baseline:
+            return BASELINE
         if found.ratio is None:
             return "-"
-        if found.verdict is None:
+        if found.text is None:
             return f"{found.ratio:.2f}x"
-        return f"{found.ratio:.2f}x [{found.low:.2f}, {found.high:.2f}] {found.verdict}"
+        return f"{found.ratio:.2f}x {found.text}"
     if key == "ci95":
         low, high = figures.get("ci95_low"), figures.get("ci95_high")
         return "-" if low is None else f"[{units.rate(low)}, {units.rate(high)}]"
@@ -298,6 +342,11 @@ def _figure_cell(table: Table, entry: Entry, key: str) -> str:
         return f"{value:.1f}%" if key == "pct_of_peak" else units.percent(value)
     if key == "flags":
         return " ".join(entry.flags)
+    if key in ("median_ms", "tflops") and figures.get(key):
+        # Each in the unit that reads best (5.60 us, 798 MFLOP/s); CSV and JSON keep ms, TFLOP/s.
+        value = figures[key]
+        return units.duration_ms(value) if key == "median_ms" else \
+            units.flops(value * 1e12, per_second=True)
     text = _number(figures.get(key))
     if len(_units(table.group.entries)) > 1 and text != "-":
         if key == "throughput":
@@ -337,7 +386,8 @@ def notes(table: Table) -> list[str]:
     lines = []
     if table.group.table == MODEL:
         lines.append("throughput: the headline of each result (with --repeat, the geometric "
-                     "mean of its trials; files before issue 22: the median)")
+                     "mean of its trials; files whose trials state no headline_statistic: the "
+                     "median)")
         if "ci95" in keys:
             lines.append("95% CI: the interval each result file states for its headline "
                          "(Student t on log throughput; older files: of the arithmetic mean)")
@@ -352,10 +402,16 @@ def notes(table: Table) -> list[str]:
         number = table.index_of(table.baseline)
         what = (f"each row's throughput over row #{number}'s" if table.group.table == MODEL
                 else f"row #{number}'s median time over each row's")
+        tolerance = f"{DEFAULT_TOLERANCE_PCT:g}%"
         lines.append(f"vs #{number}: {what}, above 1 faster; where both rows have trials, "
-                     f"the ratio's 95% interval (Welch on log throughput) and the "
-                     f"--compare gate's verdict at {DEFAULT_TOLERANCE_PCT:g}%, else a ratio "
-                     f"of headlines, not a significance test")
+                     f"as --compare words it: faster/slower when the ratio's 95% interval "
+                     f"(Welch on log throughput) excludes 1 and the change is beyond "
+                     f"{tolerance}, same within {tolerance} when the whole interval is, else "
+                     f"no difference detected; a row of one trial gets the ratio of "
+                     f"headlines alone, not a significance test")
+    for index, entry in table.rows:
+        if entry.note:
+            lines.append(f"#{index}: {entry.note}")
     if table.unknown:
         lines.append(f"not known for any row: {'; '.join(table.unknown)}")
     for index, entry in table.rows:
@@ -391,7 +447,7 @@ def render_text(tables: list[Table], terminal: bool = False) -> str:
         out += _aligned(table, terminal)
         out += notes(table)
         out.append("Files:")
-        out += [f"  #{index} {entry.source}" for index, entry in table.rows]
+        out += [f"  {file_line(table, index, entry)}" for index, entry in table.rows]
         out.append("")
     return "\n".join(out).rstrip("\n") + "\n"
 
@@ -418,6 +474,9 @@ def render_markdown(tables: list[Table]) -> str:
             out.append("| " + " | ".join(cells) + " |")
         out.append("")
         out += [f"- {_markdown_cell(line)}" for line in notes(table)]
+        out += ["", "Files:", ""]
+        out += [f"- {_markdown_cell(file_line(table, index, entry))}"
+                for index, entry in table.rows]
         out.append("")
     return "\n".join(out).rstrip("\n") + "\n"
 

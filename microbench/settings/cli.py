@@ -308,9 +308,10 @@ def _add_sweep_args(parser: argparse.ArgumentParser) -> None:
                             "replaces the baseline")
     group.add_argument("--tolerance", type=finite_float(0, 100, low_inclusive=True),
                        default=5.0, metavar="PCT",
-                       help="the smallest throughput drop that matters to --compare, in percent "
-                            "(0 to 100; default: 5): a regression is a drop beyond it that is "
-                            "also significant across the trials")
+                       help="the smallest throughput change that matters to --compare and "
+                            "--ab, in percent (0 to 100; default: 5): a regression is a drop "
+                            "beyond it whose 95%% interval excludes no change; within it on "
+                            "the whole interval is 'same within N%%'")
     group.add_argument("--ab", default=None, metavar="FLAGS",
                        help="A/B: run this command (A) and the same command with FLAGS added or "
                             "replacing (B), alternating A B A B for --repeat rounds (default: "

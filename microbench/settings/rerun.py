@@ -22,19 +22,37 @@ from __future__ import annotations
 
 from microbench.settings.config import SCHEMA, replayed_fields, spelled
 from microbench.platform.errors import UsageError
-from microbench.store.stored import load_result
+from microbench.store import schema
+from microbench.store.stored import ab_side, load_document, load_result
+
+
+def _replayed(path: str) -> tuple[dict, list[str]]:
+    """The result to replay: ``path`` itself, or side A of an A/B summary (with a note on how
+    to replay B, or both)."""
+    document = load_document(path, "--rerun")
+    if schema.document_kind(document) != schema.AB:
+        return load_result(path, "--rerun"), []
+    ab = document["ab"]
+    side_a, side_b = ab_side(path, ab["a_result"]), ab_side(path, ab["b_result"])
+    if side_a is None:
+        raise UsageError(f"--rerun {path}: an A/B summary that names no result of side A")
+    note = (f"--rerun {path}: an A/B summary; replaying side A ({side_a}). Side B "
+            f"({ab['flags_b']}): --rerun {side_b}; both again: --rerun {side_a} "
+            f"--ab \"{ab['flags_b']}\"")
+    return load_result(side_a, "--rerun"), [note]
 
 
 def flags_of(path: str) -> tuple[list[str], list[str]]:
-    """The flags that repeat the run stored in ``path``, and notes for the user."""
-    document = load_result(path, "--rerun")
+    """The flags that repeat the run stored in ``path`` (side A of an A/B summary), and notes
+    for the user."""
+    document, notes = _replayed(path)
     stored = document.get("config")
     if not isinstance(stored, dict):
         raise UsageError(f"--rerun {path}: the result stores no configuration (written by an "
                          f"older version?)")
     unknown = sorted(set(stored) - set(SCHEMA))
-    notes = [f"--rerun {path}: settings this version does not know were left out: "
-             f"{', '.join(unknown)}"] if unknown else []
+    notes += [f"--rerun {path}: settings this version does not know were left out: "
+              f"{', '.join(unknown)}"] if unknown else []
     devices = document.get("GPUs")
     if isinstance(devices, int) and devices > 1:
         notes.append(f"--rerun {path}: that result ran on {devices} ranks; this invocation's "

@@ -1,7 +1,7 @@
 """The published schema of the tool's JSON documents, and validation of a document read back.
 
 ``result.schema.json`` beside this module (shipped in the package) describes every document the
-tool writes: a run's result, a sweep, the op bench's results, and the older tool's result (its six
+tool writes: a run's result, a sweep, an A/B summary, the op bench's results, and the older tool's result (its six
 keys, no ``schema_version``), which is read but never written. Its version is the
 ``schema_version`` key of every document; :func:`validate_result` refuses a document of another
 version, or one that does not match, with one line (:class:`~microbench.platform.errors.UsageError`,
@@ -14,7 +14,7 @@ Example::
 
     document = json.loads(text)
     validate_result(document, "results/resnet50_training_fp32_b64.json")
-    kind = document_kind(document)          # "result", "sweep", "op bench" or "older tool"
+    kind = document_kind(document)   # "result", "sweep", "A/B", "op bench" or "older tool"
 """
 from __future__ import annotations
 
@@ -29,7 +29,8 @@ SCHEMA_FILE = "result.schema.json"
 # which can be a whole list of samples).
 _MESSAGE_CHARS = 160
 
-RESULT, SWEEP, OP_BENCH, OLDER_TOOL = "result", "sweep", "op bench", "older tool"
+RESULT, SWEEP, OP_BENCH, OLDER_TOOL, AB = "result", "sweep", "op bench", "older tool", "A/B"
+DATA_CACHE = "data cache manifest"
 OP_BENCH_TOOL = "TorchTensorOpsBench"
 
 
@@ -53,6 +54,10 @@ def document_kind(document: object) -> str | None:
     of the tool's documents."""
     if not isinstance(document, dict):
         return None
+    if "ab" in document and "schema_version" in document:
+        return AB
+    if "wanted" in document and "files" in document and "schema_version" in document:
+        return DATA_CACHE
     if "rows" in document and "schema_version" in document:
         return SWEEP
     if document.get("tool") == OP_BENCH_TOOL and "results" in document:

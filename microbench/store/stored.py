@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 
 from microbench.platform.errors import UsageError
 from microbench.platform.inputs import InputRefused, read_bounded
@@ -26,10 +27,10 @@ def _parsed(path: str, label: str) -> object:
     return json.loads(read_bounded(path, label).decode("utf-8"))
 
 
-def load_result(path: str, flag: str = "--compare") -> dict:
-    """A result JSON named by ``flag``, matching the published schema; unreadable, malformed, or
-    not a run's result of this tool, is a usage error (one line naming the file and, for a
-    schema mismatch, the path of the problem in the document)."""
+def load_document(path: str, flag: str) -> dict:
+    """Any of the tool's documents named by ``flag``, matching the published schema;
+    unreadable or malformed is a usage error (one line naming the file and, for a schema
+    mismatch, the path of the problem in the document)."""
     label = f"{flag} {path}"
     try:
         document = _parsed(path, label)
@@ -39,6 +40,23 @@ def load_result(path: str, flag: str = "--compare") -> dict:
     except (ValueError, RecursionError) as error:
         raise UsageError(f"{label}: cannot read a result JSON ({error})") from None
     schema.validate_result(document, label)
+    return document
+
+
+def ab_side(path: str, named: str | None) -> str | None:
+    """Where an A/B summary's side result is: beside the summary (where --ab writes both),
+    else as the summary names it (relative to the directory --ab ran in)."""
+    if not named:
+        return None
+    beside = os.path.join(os.path.dirname(path), os.path.basename(named))
+    return beside if os.path.exists(beside) else named
+
+
+def load_result(path: str, flag: str = "--compare") -> dict:
+    """A run's result JSON named by ``flag`` (:func:`load_document`); any other document of the
+    tool is a usage error."""
+    label = f"{flag} {path}"
+    document = load_document(path, flag)
     kind = schema.document_kind(document)
     if kind not in (schema.RESULT, schema.OLDER_TOOL):
         raise UsageError(f"{label}: is a {kind} document, not one run's result: name one of "
