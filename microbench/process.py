@@ -19,6 +19,7 @@ import sys
 import threading
 from typing import Callable, Iterator, Mapping
 
+from . import safe_text
 from .errors import (EXIT_HANGUP, EXIT_INTERRUPTED, EXIT_MISSING_ENVIRONMENT, EXIT_QUIT,
                      EXIT_TERMINATED, BenchmarkError, Terminated)
 
@@ -109,8 +110,9 @@ def command(body: Callable[[], int], prefix: Callable[[], str] = lambda: "") -> 
         try:
             code = body()
         except BenchmarkError as error:
-            # One line, whatever the message holds (a torch error quoted in it may not).
-            message = " ".join(str(error).splitlines())
+            # One line, whatever the message holds (a torch error quoted in it may not), and
+            # nothing a terminal would act on (a name from a result file may hold ESC ]52;).
+            message = safe_text.terminal(" ".join(str(error).splitlines()))
             print(f"{prefix()}error: {message}", file=sys.stderr, flush=True)
             code = error.exit_code
         except KeyboardInterrupt:

@@ -13,7 +13,7 @@ import os
 import sys
 
 from . import benchmark, capacity, device as device_layer, distributed, process, profilers, progress
-from . import ab, sweep, trials
+from . import ab, safe_text, sweep, trials
 from .config import Plan, min_noise_trials
 from .errors import (EXIT_INTERRUPTED, EXPECTED_EXIT_CODES, BenchmarkError,
                      OutOfMemory, ReportedFailure, Terminated, UsageError)
@@ -282,7 +282,7 @@ def _spawned_worker(index: int, spec: RunSpec, problem: BenchmarkError | None) -
             err = console.Console.for_spec(worker).err
             code = run_worker(worker, problem if index == 0 else None)
         except BenchmarkError as error:
-            print("error: " + " ".join(str(error).splitlines()), file=err)
+            print("error: " + safe_text.terminal(" ".join(str(error).splitlines())), file=err)
             err.flush()
             code = error.exit_code
         except KeyboardInterrupt:

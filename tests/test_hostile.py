@@ -15,9 +15,12 @@ from __future__ import annotations
 
 import csv
 import errno
+import io
 import importlib.abc
+import itertools
 import json
 import os
+import re
 import resource
 import signal
 import socket
@@ -32,7 +35,7 @@ import pytest
 
 from conftest import (ROOT, SCRIPT, TINY, assert_one_line_error, run_main, spawn,
                       stored_result)
-from microbench import inputs, process
+from microbench import inputs, process, safe_text
 from microbench.errors import CannotWrite, Terminated
 from microbench.report import collection, files, writing
 
@@ -1008,3 +1011,114 @@ def test_a_problem_only_rank_0_sees_stops_every_spawned_worker(tmp_path):
     assert lines[0].startswith("[rank 0] error: --csv-file") and "different CSV header" in lines[0]
     assert lines[1].startswith("[rank 1] error: rank 0 cannot run")
     assert foreign.read_bytes() == FOREIGN_CSV and not list(tmp_path.rglob("*.json"))
+
+
+# ---------------------------------------------------------------- issue 38: untrusted result files
+
+# What a stranger's result file may carry in its names: OSC 0 (retitle the window), OSC 52
+# (write the clipboard), ED (clear the screen), a C1 CSI, DEL, a bidirectional override.
+TERMINAL_ATTACKS = ("\x1b]0;owned\x07", "\x1b]52;c;aGk=\x07", "\x1b[2J", "\x9b2J", "\x7f",
+                    "\u202e")
+
+
+def hostile_result(name: str, device: str = "AMD EPYC", **keys) -> dict:
+    """A schema-valid result whose model and device are named ``name`` and ``device`` (its
+    time of its own, so that two of them are two results)."""
+    document = stored_result({"network": name}, **keys)
+    document["Name"] = name
+    document["model"] = {**document["model"], "name": name}
+    second = next(_SECONDS) % 60
+    document["env"] = {**document["env"], "device_name": device, "cpu": device,
+                       "time_utc": f"2026-11-24T20:35:{second:02d}+00:00"}
+    return document
+
+
+_SECONDS = itertools.count()
+
+
+def write_results(directory: Path, documents: dict[str, dict]) -> Path:
+    directory.mkdir(exist_ok=True)
+    for file_name, document in documents.items():
+        (directory / file_name).write_text(json.dumps(document))
+    return directory
+
+
+def report_of(capfd, *argv):
+    from microbench.report import command
+    return run_main(capfd, *argv, main=command.main)
+
+
+def assert_no_controls(text: str) -> None:
+    """Nothing a terminal acts on: line breaks and tabs apart, no C0, C1, DEL or bidi control."""
+    for line in text.splitlines():
+        assert not re.search("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]", line), line
+
+
+def test_control_characters_from_a_result_file_reach_no_terminal(tmp_path, capfd):
+    attack = "".join(TERMINAL_ATTACKS)
+    results = write_results(tmp_path / "r", {
+        f"a{attack}.json": hostile_result(f"net{attack}", device=f"gpu{attack}"),
+        "b.json": hostile_result("resnet18", device="AMD EPYC")})
+    (results / f"broken{attack}.json").write_text("{")
+    ran = report_of(capfd, str(results))
+    assert ran.returncode == 0, ran.stderr
+    assert_no_controls(ran.stdout)
+    assert_no_controls(ran.stderr)
+    assert "\\x1b]52;c;aGk=\\x07" in ran.stdout and "\\u202e" in ran.stdout   # shown, escaped
+    assert "broken\\x1b" in ran.stderr                   # the skipped file's line, escaped
+
+
+def test_an_error_line_naming_a_hostile_path_is_escaped(tmp_path, capfd):
+    ran = report_of(capfd, str(tmp_path / "missing\x1b]0;owned\x07.json"))
+    assert_one_line_error(ran, 2, "missing\\x1b]0;owned\\x07.json")
+    assert_no_controls(ran.stderr)
+
+
+@pytest.mark.parametrize("name", ["=HYPERLINK(\"http://x\",\"y\")", "+1+1", "-2+3", "@SUM(A1)",
+                                  "\tcmd", "\rcmd"])
+def test_report_csv_cells_never_start_a_formula(name, tmp_path, capfd):
+    results = write_results(tmp_path / "r", {"a.json": hostile_result(name),
+                                             "b.json": hostile_result("resnet18")})
+    ran = report_of(capfd, str(results), "--format", "csv")
+    assert ran.returncode == 0, ran.stderr
+    rows = list(csv.DictReader(io.StringIO(ran.stdout)))
+    cells = [value for row in rows for value in row.values()]
+    assert not [value for value in cells if value[:1] in ("=", "+", "@", "\t", "\r")]
+    assert not [value for value in cells if value.startswith("-") and not is_number(value)]
+    assert safe_text.csv_cell(name) in cells and safe_text.csv_cell(name).startswith("'")
+    assert all(is_number(row["throughput"]) for row in rows)     # numbers stay numbers
+
+
+def is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def test_the_runs_own_csv_guards_text_cells_and_keeps_numbers(tmp_path):
+    assert [safe_text.csv_cell(text) for text in ("=1+2", "-3.5", "+1e-3", "-x", "12", "")] \
+        == ["'=1+2", "-3.5", "+1e-3", "'-x", "12", ""]
+    path = tmp_path / "runs.csv"
+    files.append_csv({"network": "=cmd|' /C calc'!A0", "Throughput [img/sec]": -1.5}, str(path))
+    [row] = list(csv.DictReader(path.open(newline="")))
+    assert row["network"] == "'=cmd|' /C calc'!A0"
+
+
+@pytest.mark.parametrize("name", [
+    "resnet\n# Injected heading", "resnet\r\n| a | b |", "resnet\u2028## heading",
+    "resnet\u2029x", "![pixel](https://evil.example/p.png)", "[click](javascript:alert(1))",
+    "<img src=x onerror=alert(1)>", "a|b", "**bold** `code` ~~gone~~", "\x1b[2J"])
+def test_markdown_cells_and_notes_render_as_text(name, tmp_path, capfd):
+    results = write_results(tmp_path / "r", {"a.json": hostile_result(name),
+                                             "b.json": hostile_result("resnet18")})
+    ran = report_of(capfd, str(results), "--format", "markdown")
+    assert ran.returncode == 0, ran.stderr
+    table = [line for line in ran.stdout.splitlines() if line.startswith("|")]
+    assert len(table) == 2 + 2                           # header, rule, two rows: no row broken
+    assert len({len(re.findall(r"(?<!\\)\|", line)) for line in table}) == 1
+    assert not re.search(r"(?<!\\)!?(?<!\\)\[[^\]]*(?<!\\)\]\(", ran.stdout)   # no link, no image
+    assert "<img" not in ran.stdout and "\u2028" not in ran.stdout
+    assert not [line for line in ran.stdout.splitlines() if line.lstrip("- ").startswith("#")]
+    assert_no_controls(ran.stdout)

@@ -15,7 +15,7 @@ import sys
 from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
-from .. import tables
+from .. import safe_text, tables
 from ..errors import BenchmarkError
 from ..report import writing
 from ..report.units import significant
@@ -199,7 +199,7 @@ class TablePrinter:
         elif row.status == "skipped":
             self._out(f"skipped {name}: {row.message}")
         else:
-            self._err(f"error: {name}: {row.message}")
+            self._err(safe_text.terminal(f"error: {name}: {row.message}"))
 
 
 def summary_lines(results: Sequence[OpResult]) -> list[str]:
@@ -232,7 +232,8 @@ def write_json(path: str, run_info: dict, results: Sequence[OpResult]) -> None:
 
 
 def write_csv(path: str, results: Sequence[OpResult]) -> None:
-    rows = [row.as_dict(with_samples=False) for row in results]
+    rows = [{key: safe_text.csv_cell(value) if isinstance(value, str) else value
+             for key, value in row.as_dict(with_samples=False).items()} for row in results]
     buffer = io.StringIO()
     fieldnames = list(OpResult("", "", "", "").as_dict(with_samples=False))
     writer = csv.DictWriter(buffer, fieldnames=fieldnames, lineterminator="\n")

@@ -26,7 +26,7 @@ import argparse
 import os
 import sys
 
-from .. import __version__, process, progress
+from .. import __version__, process, progress, safe_text
 from ..argtypes import path_text
 from ..errors import EXIT_USAGE, BenchmarkError, UsageError
 from . import chart, collection, page, table, writing
@@ -111,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
     inputs = collection.input_files(args.paths)
     found = collection.read(inputs)
     for line in found.lines:
-        print(line, file=sys.stderr)
+        print(safe_text.terminal(line), file=sys.stderr)
     if not found.entries:
         raise UsageError(f"no result to report: none of the {len(inputs.files)} file(s) read "
                          f"is a result of this tool (see the lines above)")

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import TextIO
 
-from .. import identity, stats
+from .. import identity, safe_text, stats
 from ..errors import Regression, UsageError
 from ..spec import Gate
 from ..stored import load_result
@@ -34,8 +34,8 @@ def read_gate(path: str, tolerance_pct: float, spec, any_config: bool = False,
     gate = Gate(path, tolerance_pct, load_result(path, "--compare"), any_config, fail)
     differ = check_same_configuration(identity.of_spec(spec), gate.baseline, path, any_config)
     if differ:
-        print(f"Note: --compare-any-config: {path} is another configuration "
-              f"({'; '.join(differ)}); compared anyway")
+        print(safe_text.terminal(f"Note: --compare-any-config: {path} is another "
+                                 f"configuration ({'; '.join(differ)}); compared anyway"))
     return gate
 
 
@@ -109,7 +109,7 @@ def compare(summary, gate, out: TextIO, verdict: stats.GateVerdict | None = None
                              gate.any_config)
     verdict = verdict or judge(summary, gate)
     ours, theirs = _metrics(current), _metrics(baseline)
-    print(f"Comparison with {gate.path} (tolerance {gate.tolerance_pct:g}% on throughput)",
+    print(f"Comparison with {safe_text.terminal(gate.path)} (tolerance {gate.tolerance_pct:g}% on throughput)",
           file=out)
     print(f"  {'metric':<28} {'baseline':>12} {'this run':>12} {'change':>9}", file=out)
     for name, value in ours.items():

@@ -12,7 +12,7 @@ import dataclasses
 import os
 import tempfile
 
-from .. import __version__, identity, stats, stored
+from .. import __version__, identity, safe_text, stats, stored
 from ..device import clock_name
 from ..errors import UsageError
 from ..summary import Summary
@@ -255,7 +255,14 @@ def check_csv(path: str, directory_made: bool = False) -> None:
 def append_csv(row: dict, path: str) -> None:
     """Append one row (and the header to a new file): one write under an exclusive lock, cut
     back if it fails (report.writing.append_csv_rows)."""
-    writing.append_csv_rows(path, CSV_COLUMNS, [[row.get(column, "") for column in CSV_COLUMNS]])
+    writing.append_csv_rows(path, CSV_COLUMNS, [[_guarded(row.get(column, ""))
+                                                 for column in CSV_COLUMNS]])
+
+
+def _guarded(value):
+    """Text a spreadsheet would run as a formula (a network or error named from outside)
+    guarded; numbers as they are."""
+    return safe_text.csv_cell(value) if isinstance(value, str) else value
 
 
 # ---------------------------------------------------------------- before and after the run
