@@ -245,8 +245,11 @@ def _spawn(spec: RunSpec, problem: BenchmarkError | None) -> int:
     """One worker per --device_ids entry; a worker's documented exit code (it has printed its
     own error line) becomes this process's. Ctrl-C or SIGTERM here stops the workers too."""
     import torch.multiprocessing as mp
-    context = mp.start_processes(_spawned_worker, args=(spec, problem),
-                                 nprocs=spec.launch.workers, join=False, start_method="spawn")
+    process.check_can_start(spec.launch.workers, "rank workers", "--device_ids")
+    with process.starting(f"{spec.launch.workers} rank workers", "use fewer --device_ids"):
+        context = mp.start_processes(_spawned_worker, args=(spec, problem),
+                                     nprocs=spec.launch.workers, join=False,
+                                     start_method="spawn")
     # When one worker fails, the others are about to fail too (they hear of it when the ranks
     # agree, or see the peer go): let them print their own line before they are terminated
     # (PyTorch 2.5 and later; older ones terminate at once).

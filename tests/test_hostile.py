@@ -1122,3 +1122,145 @@ def test_markdown_cells_and_notes_render_as_text(name, tmp_path, capfd):
     assert "<img" not in ran.stdout and "\u2028" not in ran.stdout
     assert not [line for line in ran.stdout.splitlines() if line.lstrip("- ").startswith("#")]
     assert_no_controls(ran.stdout)
+
+
+# ---------------------------------------------------------------- issue 38: workers that cannot start
+
+def alive(pid: int) -> bool:
+    """A process that exists and is not a zombie waiting to be reaped."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def wait_gone(pid: int, timeout: float = 30) -> bool:
+    deadline = time.monotonic() + timeout
+    while alive(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+@pytest.mark.parametrize("layout", ["v1", "v2"])
+def test_the_cgroups_pids_limit_is_read(tmp_path, layout):
+    folder = tmp_path / ("pids/job" if layout == "v1" else "job")
+    folder.mkdir(parents=True)
+    (folder / "pids.max").write_text("400\n")
+    (folder / "pids.current").write_text("12\n")
+    (tmp_path / "cgroup").write_text("4:memory:/x\n8:pids:/job\n" if layout == "v1"
+                                     else "0::/job\n")
+    room, why = process.process_headroom(str(tmp_path / "cgroup"), str(tmp_path))
+    assert room == 388 and "pids.max is 400" in why
+    (folder / "pids.max").write_text("max\n")                # no limit
+    assert process.process_headroom(str(tmp_path / "cgroup"), str(tmp_path)) is None
+
+
+DATA_RUN = [*RUN, "--data", "loader", "--data-images", "8"]
+
+
+def test_more_loader_workers_than_the_process_limit_allows_are_refused_first(tmp_path, capfd,
+                                                                           monkeypatch):
+    monkeypatch.setattr(process, "process_headroom",
+                        lambda *a: (388, "the cgroup's pids.max is 400, 12 in use"))
+    ran = run_main(capfd, *DATA_RUN, "--workers", "1024", "--data-cache", str(tmp_path / "c"),
+                   "--output-dir", str(tmp_path / "out"))
+    assert_one_line_error(ran, 4, "1024 loader workers cannot start")
+    assert "pids.max is 400" in ran.stderr and "--workers" in ran.stderr
+    assert "Building" not in ran.stdout and not (tmp_path / "out").exists()
+
+
+def refuse_starts_after(monkeypatch, allowed: int, error: BaseException) -> list:
+    """Every multiprocessing start after the first ``allowed`` fails with ``error`` (a fork
+    refused by a process limit, which root's ``ulimit -u`` cannot show); the started ones."""
+    from multiprocessing.process import BaseProcess
+    real_start, started = BaseProcess.start, []
+
+    def start(self):
+        if len(started) >= allowed:
+            raise error
+        real_start(self)
+        started.append(self.pid)
+    monkeypatch.setattr(BaseProcess, "start", start)
+    return started
+
+
+@pytest.mark.parametrize("error", [BlockingIOError(errno.EAGAIN, "Resource temporarily "
+                                                   "unavailable"),
+                                   OSError(errno.ENOMEM, "Cannot allocate memory")],
+                         ids=["EAGAIN", "ENOMEM"])
+def test_a_loader_worker_that_cannot_start_ends_the_run_with_no_worker_left(tmp_path, capfd,
+                                                                          monkeypatch, error):
+    import multiprocessing
+    started = refuse_starts_after(monkeypatch, 2, error)
+    ran = run_main(capfd, *DATA_RUN, "--workers", "4", "--data-cache", str(tmp_path / "c"),
+                   "--output-dir", str(tmp_path / "out"))
+    assert_one_line_error(ran, 4, "cannot start 4 loader workers")
+    assert "use fewer --workers" in ran.stderr
+    assert len(started) == 2 and not [pid for pid in started if alive(pid)]
+    assert multiprocessing.active_children() == []
+
+
+def test_a_trial_worker_that_cannot_start_is_one_line(tmp_path, capfd, monkeypatch):
+    refuse_starts_after(monkeypatch, 0, BlockingIOError(errno.EAGAIN, "Resource temporarily "
+                                                        "unavailable"))
+    ran = run_main(capfd, *RUN, "--repeat", "2", "--output-dir", str(tmp_path / "out"))
+    assert_one_line_error(ran, 4, "cannot start the worker process of trial 1")
+
+
+LOADER_LEFT_OPEN = """
+import sys, torch
+from microbench import process
+from microbench.data.loader import _worker_init       # the workers ignore SIGTERM
+data = torch.utils.data.TensorDataset(torch.zeros(64, 2), torch.zeros(64))
+batches = iter(torch.utils.data.DataLoader(data, batch_size=4, num_workers=2,
+                                           worker_init_fn=_worker_init))
+next(batches)
+print(*[worker.pid for worker in batches._workers], flush=True)
+raise SystemExit(7)         # a failure that leaves the loader open: the exit must not hang
+"""
+
+
+def test_a_run_that_ends_with_its_loader_open_leaves_no_worker_and_does_not_hang():
+    child_process = spawn([sys.executable, "-c", LOADER_LEFT_OPEN], cwd=ROOT,
+                          env={**os.environ, **CHILD_ENV}, stdout=subprocess.PIPE, text=True)
+    out, _ = child_process.communicate(timeout=120)
+    workers = [int(pid) for pid in out.split()]
+    assert child_process.returncode == 7 and len(workers) == 2
+    assert all(wait_gone(pid, 10) for pid in workers)
+
+
+# ---------------------------------------------------------------- issue 38: a worker outliving its parent
+
+ORPHANING_PARENT = """
+import os, pickle, signal, sys, multiprocessing
+from microbench import process
+context = multiprocessing.get_context("spawn")
+worker = context.Process(target=process.orphan_safe_worker,
+                         args=(os.getpid(), "time:sleep", pickle.dumps((600,))))
+worker.start()
+print(worker.pid, flush=True)
+if sys.argv[1] == "later":              # the worker is past its start, sleeping
+    import time; time.sleep(3)
+os.kill(os.getpid(), signal.SIGKILL)    # the parent dies without stopping its worker
+"""
+
+
+@pytest.mark.parametrize("when", ["while-starting", "later"])
+def test_a_trial_worker_whose_parent_dies_exits_quietly(when):
+    parent = spawn([sys.executable, "-c", ORPHANING_PARENT, when], cwd=ROOT,
+                   env={**os.environ, **CHILD_ENV}, stdout=subprocess.PIPE,
+                   stderr=subprocess.PIPE, text=True)
+    out, err = parent.communicate(timeout=120)
+    [worker] = [int(pid) for pid in out.split()]
+    assert parent.returncode == -signal.SIGKILL, err
+    assert wait_gone(worker, 10), "the orphaned worker went on"
+
+
+def test_a_worker_started_after_its_parent_died_exits_at_once():
+    ran = subprocess.run([sys.executable, "-c", "from microbench import process; "
+                          "process.die_with_parent(1); print('went on')"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert ran.returncode == 0 and ran.stdout == "" and ran.stderr == ""
