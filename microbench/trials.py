@@ -289,6 +289,6 @@ def phase_line(activity: progress.Activity, label: str | None):
     once and never redrawn while it runs (nothing prints between its first and last
     iteration), its elapsed time shown when it ends."""
     def on_phase(phase: str, timed: bool = False) -> None:
-        activity.start((label or "") + _PHASE_TEXT.get(phase, phase.capitalize()),
+        activity.start((label or "") + _PHASE_TEXT.get(phase, phase[:1].upper() + phase[1:]),
                        tick=not timed)
     return on_phase
