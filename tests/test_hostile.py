@@ -1356,3 +1356,83 @@ def test_report_outputs_on_a_full_disk_are_exit_4_with_no_temporary(small_disk, 
     assert [line for line in ran.stderr.splitlines() if line.startswith("error")] \
         and assert_error_line in ran.stderr and "Traceback" not in ran.stderr
     assert leftovers(root) == [] and sorted(os.listdir(root)) in (["filler"], ["filler", "o"])
+
+
+# ---------------------------------------------------------------- issue 38: numbers from files
+
+def with_trials(values: list) -> dict:
+    """A schema-valid result whose trials block holds ``values``."""
+    document = stored_result()
+    trials = json.loads((ROOT / "tests/data/history/v2_17ac068_training.json").read_text())[
+        "trials"]
+    trials.update(trials=len(values), values=values, per_trial=trials["per_trial"] * len(values))
+    document["trials"] = trials
+    return document
+
+
+BAD_NUMBERS = {"infinity": float("inf"), "nan": float("nan"), "zero": 0.0,
+               "subnormal": 5e-324, "negative": -3.0}
+
+
+@pytest.mark.parametrize("bad", list(BAD_NUMBERS))
+def test_a_baseline_with_a_bad_trial_value_is_refused_before_the_run(bad, tmp_path, capfd):
+    baseline = tmp_path / "baseline.json"
+    baseline.write_text(json.dumps(with_trials([20.0, BAD_NUMBERS[bad], 21.0])))
+    before = snapshot(tmp_path)
+    ran = run_main(capfd, *RUN, "--output-dir", str(tmp_path / "out"), "--compare",
+                   str(baseline))
+    assert_one_line_error(ran, 2, "$.trials.values[1]")
+    assert "Building" not in ran.stdout
+    assert_disk_unchanged(tmp_path, before)
+
+
+@pytest.mark.parametrize("where", ["Throughput [img/sec]", "samples", "per-trial"])
+def test_non_finite_headlines_and_samples_are_refused_with_their_path(where, tmp_path, capfd):
+    document = stored_result()
+    if where == "Throughput [img/sec]":
+        document[where], path = float("inf"), "$['Throughput [img/sec]']"
+    elif where == "samples":
+        document["timing"]["samples_ms"][0], path = float("nan"), "$.timing.samples_ms[0]"
+    else:
+        document = with_trials([1.0, 2.0])
+        document["trials"]["per_trial"] = [{**document["trials"]["per_trial"][0],
+                                            "throughput": 1e309}] * 2
+        path = "$.trials.per_trial[0].throughput"
+    baseline = tmp_path / "baseline.json"
+    baseline.write_text(json.dumps(document))
+    ran = run_main(capfd, *RUN, "--output-dir", str(tmp_path / "out"), "--compare",
+                   str(baseline))
+    assert_one_line_error(ran, 2, "not a finite number")
+    assert path.replace("$['Throughput [img/sec]']", "$.Throughput [img/sec]") in ran.stderr
+
+
+@pytest.mark.parametrize("bad", list(BAD_NUMBERS))
+def test_the_report_skips_a_file_with_bad_numbers_and_reads_the_others(bad, tmp_path, capfd):
+    results = write_results(tmp_path / "r", {
+        "bad.json": {**with_trials([20.0, BAD_NUMBERS[bad]]), "Name": "bad"},
+        "good.json": hostile_result("resnet50"), "other.json": hostile_result("resnet18")})
+    for baseline in ([], ["--baseline", "1"]):
+        for format_ in ("text", "json", "csv", "markdown"):
+            ran = report_of(capfd, str(results), "--format", format_, *baseline)
+            assert ran.returncode == 0 and "Traceback" not in ran.stderr, ran.stderr
+            assert "bad.json" in ran.stderr and "$.trials.values[1]" in ran.stderr
+            assert "bad.json" not in ran.stdout
+
+
+@pytest.mark.parametrize("format_", ["text", "json", "csv", "markdown"])
+def test_a_result_nested_900_deep_is_skipped_with_one_line(format_, tmp_path, capfd):
+    deep: list = []
+    for _ in range(900):
+        deep = [deep]
+    results = write_results(tmp_path / "r", {"deep.json": stored_result({"extra": deep}),
+                                             "good.json": hostile_result("resnet50")})
+    ran = report_of(capfd, str(results), "--format", format_)
+    assert ran.returncode == 0 and "Traceback" not in ran.stderr, ran.stderr
+    assert "nested deeper than" in ran.stderr
+
+
+def test_headlines_far_apart_give_an_infinite_ratio_not_an_overflow():
+    from microbench import stats
+    verdict = stats.gate((1e-300, 1.7e-300), (1e300, 2e300), 5)
+    assert verdict.ratio == float("inf") and not verdict.regression
+    assert stats.gate((1e300, 1.7e300), (1e-300, 2e-300), 5).regression
