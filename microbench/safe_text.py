@@ -32,11 +32,33 @@ def _escaped(match: re.Match) -> str:
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
-def terminal(text: object) -> str:
+def terminal(text: object, keep: str = "") -> str:
     """``text`` (or its ``str``) with every control character written as an escape, so that
     nothing in it moves the cursor, retitles the window, writes the clipboard or breaks the
-    line it is shown on."""
-    return _UNSAFE.sub(_escaped, str(text))
+    line it is shown on; the characters in ``keep`` (``"\n"``: lines of our own) stay."""
+    return _UNSAFE.sub(lambda match: match.group() if match.group() in keep else _escaped(match),
+                       str(text))
+
+
+def image_bytes(build, image_format: str) -> bytes:
+    """The matplotlib figure ``build()`` makes, as ``image_format`` bytes, with every text drawn
+    literally: a ``$`` in a name read from a result file would start mathtext (``$\\frac{$``
+    crashes the drawing) and control characters would reach matplotlib's warnings. Built and
+    drawn under the settings, so text made by a layout pass (tick labels) is literal too."""
+    import io
+    import warnings
+    import matplotlib
+    with matplotlib.rc_context({"text.parse_math": False, "text.usetex": False}), \
+            warnings.catch_warnings():
+        # A glyph the font lacks is drawn as a box; the warning would quote the character.
+        warnings.filterwarnings("ignore", message="Glyph .* missing from font")
+        figure = build()
+        for text in figure.findobj(lambda artist: hasattr(artist, "set_parse_math")):
+            text.set_parse_math(False)
+            text.set_text(terminal(text.get_text(), keep="\n"))
+        image = io.BytesIO()
+        figure.savefig(image, dpi=120, format=image_format)
+    return image.getvalue()
 
 
 # What a spreadsheet takes as the start of a formula (OWASP, "CSV Injection").

@@ -1436,3 +1436,48 @@ def test_headlines_far_apart_give_an_infinite_ratio_not_an_overflow():
     verdict = stats.gate((1e-300, 1.7e-300), (1e300, 2e300), 5)
     assert verdict.ratio == float("inf") and not verdict.regression
     assert stats.gate((1e300, 1.7e300), (1e-300, 2e-300), 5).regression
+
+
+# ---------------------------------------------------------------- issue 38: text a library interprets
+
+def mathtext_results(tmp_path: Path) -> Path:
+    first, second = hostile_result("$\\frac{$"), hostile_result("$x^2$ \x1b[2J")
+    return write_results(tmp_path / "r", {"a.json": first, "b.json": second})
+
+
+def test_names_with_mathtext_are_drawn_literally(tmp_path, capfd):
+    results = mathtext_results(tmp_path)
+    ran = report_of(capfd, str(results), "--plot", str(tmp_path / "c.png"),
+                    "--html", str(tmp_path / "p.html"))
+    assert ran.returncode == 0 and ran.stderr == "", ran.stderr
+    assert (tmp_path / "c.png").read_bytes().startswith(b"\x89PNG")
+    assert "data:image/png;base64," in (tmp_path / "p.html").read_text()
+
+
+def test_a_chart_that_still_fails_leaves_the_page_with_a_note(tmp_path, capfd, monkeypatch):
+    from microbench.report import chart
+
+    def broken(*args, **kwargs):
+        raise ValueError("a layout matplotlib cannot make")
+    monkeypatch.setattr(chart, "build_figure", broken)
+    results = mathtext_results(tmp_path)
+    ran = report_of(capfd, str(results), "--html", str(tmp_path / "p.html"))
+    assert ran.returncode == 0, ran.stderr
+    assert "No chart: matplotlib could not draw the chart" in (tmp_path / "p.html").read_text()
+    ran = report_of(capfd, str(results), "--plot", str(tmp_path / "c.png"),
+                    "--html", str(tmp_path / "q.html"))
+    assert_error_after_table(ran, 1, "matplotlib could not draw the chart (ValueError")
+    assert (tmp_path / "q.html").exists() and not (tmp_path / "c.png").exists()
+
+
+def assert_error_after_table(ran, code: int, text: str) -> None:
+    lines = ran.stderr.strip().splitlines()
+    assert ran.returncode == code and len(lines) == 1 and text in lines[0], ran.stderr
+    assert "Traceback" not in ran.stderr
+
+
+def test_a_chart_of_a_metric_no_row_knows_is_refused_before_any_output(tmp_path, capfd):
+    results = mathtext_results(tmp_path)
+    ran = report_of(capfd, str(results), "--plot", str(tmp_path / "c.png"), "--metric", "mfu")
+    assert_one_line_error(ran, 2, "--plot would draw nothing: no row has a known mfu")
+    assert ran.stdout == "" and not (tmp_path / "c.png").exists()

@@ -103,7 +103,17 @@ def _page_chart(tables, args) -> tuple[bytes | None, str | None]:
     plotted, metric = chart.plotted_table(tables, args.metric)
     if len(plotted.rows) < 2:
         return None, None
-    return chart.chart_bytes(plotted, metric, args.x, "png"), None
+    empty = chart.nothing_drawn(plotted, metric)
+    if empty is not None:
+        return None, f"No chart: {empty}."
+    try:
+        return chart.chart_bytes(plotted, metric, args.x, "png"), None
+    except DrawingFailed as error:
+        return None, f"No chart: {error}."
+
+
+# What matplotlib raises on text or data it cannot draw (a layout, a parser, a font).
+DrawingFailed = chart.DrawingFailed
 
 
 def run(args: argparse.Namespace) -> int:
@@ -119,15 +129,24 @@ def run(args: argparse.Namespace) -> int:
     if args.plot or args.html:                # a wrong --metric or --x: before any output
         plotted, metric = chart.plotted_table(tables, args.metric)
         chart.choose_x(plotted, args.x)
+        empty = chart.nothing_drawn(plotted, metric) if args.plot else None
+        if empty is not None:
+            raise UsageError(f"--plot would draw nothing: {empty}; choose another --metric")
     terminal = progress.is_terminal(sys.stdout)
     sys.stdout.write(table.render(tables, args.format, terminal))
     sys.stdout.flush()
+    failed = None
     if args.plot:
-        chart.write_chart(plotted, metric, args.x, args.plot)
+        try:
+            chart.write_chart(plotted, metric, args.x, args.plot)
+        except chart.DrawingFailed as error:          # the page is still written
+            failed = error
     if args.html:
         png, why_not = _page_chart(tables, args)
         writing.write_whole(args.html, page.html_page(tables, found.lines, png, why_not,
                                                       title=args.title))
+    if failed is not None:
+        raise failed
     return 0
 
 
