@@ -36,10 +36,11 @@ import pytest
 
 from conftest import (ROOT, SCRIPT, TINY, assert_one_line_error, run_main, spawn,
                       stored_result)
-from microbench import inputs, process, safe_text
-from microbench.errors import CannotWrite, Terminated
+from microbench.platform import inputs, process, safe_text
+from microbench.platform.errors import CannotWrite, Terminated
 from microbench.data import cache
-from microbench.report import collection, files, writing
+from microbench.report import collection
+from microbench.output import files, writing
 
 RUN = ["--network", "resnet18", *TINY, "--device", "cpu"]
 CHILD_ENV = {"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
@@ -279,7 +280,7 @@ CASES = [
          "differs in", files={"base.json": stored({"network": "resnet18",
                                                    "mode": "inference"})}),
     # Inputs that never end, block or are huge: checked with os.stat before the open, opened
-    # without blocking, read with a bound (microbench.inputs); documents through the schema.
+    # without blocking, read with a bound (microbench.platform.inputs); documents through the schema.
     Case("compare-dev-zero", ["--compare", "/dev/zero"], 2,
          "--compare /dev/zero: cannot read a result JSON (is a device, not a regular file)"),
     Case("rerun-dev-zero", ["--rerun", "/dev/zero"], 2, "--rerun /dev/zero: cannot read"),
@@ -454,7 +455,7 @@ def test_hostile_op_bench_input_one_line_and_disk_unchanged(case, tmp_path, capf
 
 
 # --model-kwargs of hf: models, checked against the model type's config before anything is
-# built (microbench.hf_overrides): keys it knows, the type of its default, ranges, activations.
+# built (microbench.models.hf_overrides): keys it knows, the type of its default, ranges, activations.
 HF_RUN = ["--network", "hf:llama", "--seq-len", "8", "--batch-size", "2", "--iterations", "1",
           "--warmup", "0", "--device", "cpu"]
 MODEL_KWARGS_CASES = [
@@ -586,7 +587,7 @@ def test_a_lost_terminal_does_not_hide_a_failure_nor_a_reader_that_left():
 
 
 def test_the_progress_line_takes_a_closed_stdout():
-    from microbench import progress
+    from microbench.output import progress
     activity = progress.Activity(None)
     activity.start("Building")
     activity.finish("done")
@@ -1214,7 +1215,7 @@ def test_a_trial_worker_that_cannot_start_is_one_line(tmp_path, capfd, monkeypat
 
 LOADER_LEFT_OPEN = """
 import sys, torch
-from microbench import process
+from microbench.platform import process
 from microbench.data.loader import _worker_init       # the workers ignore SIGTERM
 data = torch.utils.data.TensorDataset(torch.zeros(64, 2), torch.zeros(64))
 batches = iter(torch.utils.data.DataLoader(data, batch_size=4, num_workers=2,
@@ -1238,7 +1239,7 @@ def test_a_run_that_ends_with_its_loader_open_leaves_no_worker_and_does_not_hang
 
 ORPHANING_PARENT = """
 import os, pickle, signal, sys, multiprocessing
-from microbench import process
+from microbench.platform import process
 context = multiprocessing.get_context("spawn")
 worker = context.Process(target=process.orphan_safe_worker,
                          args=(os.getpid(), "time:sleep", pickle.dumps((600,))))
@@ -1262,7 +1263,7 @@ def test_a_trial_worker_whose_parent_dies_exits_quietly(when):
 
 
 def test_a_worker_started_after_its_parent_died_exits_at_once():
-    ran = subprocess.run([sys.executable, "-c", "from microbench import process; "
+    ran = subprocess.run([sys.executable, "-c", "from microbench.platform import process; "
                           "process.die_with_parent(1); print('went on')"],
                          cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert ran.returncode == 0 and ran.stdout == "" and ran.stderr == ""
@@ -1432,7 +1433,7 @@ def test_a_result_nested_900_deep_is_skipped_with_one_line(format_, tmp_path, ca
 
 
 def test_headlines_far_apart_give_an_infinite_ratio_not_an_overflow():
-    from microbench import stats
+    from microbench.measure import stats
     verdict = stats.gate((1e-300, 1.7e-300), (1e300, 2e300), 5)
     assert verdict.ratio == float("inf") and not verdict.regression
     assert stats.gate((1e300, 1.7e300), (1e-300, 2e-300), 5).regression

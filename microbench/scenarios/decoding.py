@@ -33,10 +33,10 @@ from typing import Callable
 import torch
 from torch import nn
 
-from .. import flops
-from ..archs import llama
-from ..results import GenerationTimes
-from ..timing import Measurement, make_recorder
+from microbench.measure import flops
+from microbench.models.archs import llama
+from microbench.measure.results import GenerationTimes
+from microbench.measure.timing import Measurement, make_recorder
 
 
 @dataclass(frozen=True)

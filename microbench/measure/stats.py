@@ -1,0 +1,365 @@
+"""Statistics over trials, on ``scipy.stats``: the headline and its intervals, A/B, the gate,
+when to stop adding trials, and which trials ran throttled.
+
+Why logarithms. Throughput is a positive rate whose run-to-run noise is multiplicative (a clock
+a few percent lower slows everything a few percent), so every figure here works on
+``log(throughput)``: the headline is the **geometric mean** of the trials (the exponential of
+the mean log), and its intervals are Student-t intervals on the logs, mapped back. Such an
+interval is never negative, always contains the headline, and is of the same statistic as the
+headline (the median with a t interval of the mean, as earlier versions printed, was neither).
+Bootstrapping the median was the alternative; with the usual 3 to 10 trials its percentile
+interval can only fall on the trials' own values and under-covers, so it is not used.
+
+* :class:`TrialStats`: headline, 95% confidence interval of the geometric mean
+  (``exp(m +- t * s / sqrt(n))``) and 95% prediction interval for one more invocation
+  (``exp(m +- t * s * sqrt(1 + 1/n))``; Hahn & Meeker, *Statistical Intervals*, 2nd ed.,
+  section 4.6); one trial gives no interval, and says so.
+* :func:`paired_ab`: the throughput ratio B/A paired by round, its 95% interval (t on the
+  log ratios) and a verdict (``faster``, ``slower``, ``no difference detected``).
+* :func:`gate`: ``--compare``: a regression only when the drop is beyond the tolerance AND
+  significant (Welch's t test on log throughput, one-sided, 5%); with one sample on a side the
+  point ratio against the tolerance, said so.
+* :class:`StoppingRule`: ``--max-noise``: add trials until the interval's half-width is below a
+  percentage of the headline, or ``--max-trials`` / ``--time-limit`` stops it (clock injectable).
+* :func:`throttle_reason` / :class:`DiscardPolicy`: a trial whose SM clock fell below 75% of its
+  maximum or had a throttle reason active is flagged; ``--discard-throttled`` re-runs it, a
+  bounded number of times, keeping it on record as discarded.
+
+Example::
+
+    spread = TrialStats((5082.0, 4828.0, 5178.0, 4934.0, 5284.0))
+    spread.headline, spread.ci95, spread.prediction95, spread.method
+    paired_ab([100, 101, 99], [110, 112, 109]).verdict          # 'faster'
+    gate([100, 101, 99], [80, 81, 79], tolerance_pct=5).regression   # True
+"""
+from __future__ import annotations
+
+import math
+import statistics
+import sys
+import time
+import warnings
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+from scipy import stats as scipy_stats
+
+LEVEL = 0.95
+ALPHA = 1 - LEVEL
+
+CI_METHOD = "95% CI of the geometric mean (Student t on log throughput)"
+PREDICTION_METHOD = "95% prediction interval for one more invocation (Student t on log throughput)"
+ONE_TRIAL = "one trial: no interval (run --repeat 2 or more)"
+
+# A trial during which the SM clock fell below this fraction of its maximum is flagged.
+THROTTLED_CLOCK_FRACTION = 0.75
+
+
+# The largest x whose exp() is a float: beyond it, exp() raises OverflowError instead of giving
+# infinity (a ratio of two stored headlines 1e300 apart would otherwise crash a report).
+_LARGEST_EXP = math.log(sys.float_info.max)
+
+
+def _exp(x: float) -> float:
+    return math.exp(x) if x <= _LARGEST_EXP else math.inf
+
+
+def _t(dof: int) -> float:
+    """Two-sided 95% quantile of Student's t with ``dof`` degrees of freedom."""
+    return float(scipy_stats.t.ppf(1 - ALPHA / 2, dof))
+
+
+def _logs(values: Sequence[float]) -> list[float]:
+    if not values or any(not (value > 0 and math.isfinite(value)) for value in values):
+        raise ValueError(f"throughputs must be positive and finite: {list(values)!r}")
+    return [math.log(value) for value in values]
+
+
+def _mean_sd(logs: Sequence[float]) -> tuple[float, float]:
+    mean = math.fsum(logs) / len(logs)
+    if len(logs) < 2:
+        return mean, 0.0
+    return mean, math.sqrt(math.fsum((x - mean) ** 2 for x in logs) / (len(logs) - 1))
+
+
+def _around(center_log: float, half_log: float, headline: float) -> tuple[float, float]:
+    """``exp(center -+ half)``, widened by rounding to contain ``headline`` exactly."""
+    return (min(_exp(center_log - half_log), headline),
+            max(_exp(center_log + half_log), headline))
+
+
+@dataclass(frozen=True)
+class TrialStats:
+    """The trials' throughputs of one configuration and what they say."""
+
+    values: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "values", tuple(float(v) for v in self.values))
+        _logs(self.values)
+
+    @property
+    def count(self) -> int:
+        return len(self.values)
+
+    @property
+    def headline(self) -> float:
+        """The geometric mean of the trials (one trial: its value)."""
+        if self.count == 1:
+            return self.values[0]
+        return _exp(_mean_sd(_logs(self.values))[0])
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.values)
+
+    @property
+    def mean(self) -> float:
+        return math.fsum(self.values) / self.count
+
+    @property
+    def std(self) -> float:
+        return _mean_sd(self.values)[1]
+
+    @property
+    def cv(self) -> float:
+        return self.std / self.mean if self.count > 1 else math.nan
+
+    @property
+    def log_sd(self) -> float:
+        return _mean_sd(_logs(self.values))[1]
+
+    def _interval(self, scale: float) -> tuple[float, float] | None:
+        if self.count < 2:
+            return None
+        center, sd = _mean_sd(_logs(self.values))
+        return _around(center, _t(self.count - 1) * sd * scale, self.headline)
+
+    @property
+    def ci95(self) -> tuple[float, float] | None:
+        """95% confidence interval of the geometric mean; None with one trial."""
+        return self._interval(1 / math.sqrt(self.count))
+
+    @property
+    def prediction95(self) -> tuple[float, float] | None:
+        """95% prediction interval of one more invocation's throughput; None with one trial."""
+        return self._interval(math.sqrt(1 + 1 / self.count))
+
+    @property
+    def half_width_pct(self) -> float | None:
+        """The confidence interval's larger half-width, in percent of the headline."""
+        ci = self.ci95
+        if ci is None:
+            return None
+        return max(self.headline - ci[0], ci[1] - self.headline) / self.headline * 100
+
+    @property
+    def method(self) -> str:
+        return CI_METHOD if self.count > 1 else ONE_TRIAL
+
+    def to_dict(self) -> dict:
+        ci, pi = self.ci95, self.prediction95
+        return {"trials": self.count, "values": list(self.values),
+                "headline": self.headline, "headline_statistic": (
+                    "geometric mean of the trials" if self.count > 1 else "the one trial"),
+                "median": self.median, "mean": self.mean, "std": self.std, "cv": self.cv,
+                "min": min(self.values), "max": max(self.values),
+                "ci95_low": ci[0] if ci else None, "ci95_high": ci[1] if ci else None,
+                "ci95_method": self.method,
+                "prediction95_low": pi[0] if pi else None,
+                "prediction95_high": pi[1] if pi else None,
+                "prediction95_method": PREDICTION_METHOD if pi else ONE_TRIAL}
+
+
+# ---------------------------------------------------------------- A/B, paired by round
+
+VERDICTS = ("faster", "slower", "no difference detected")
+
+
+@dataclass(frozen=True)
+class ABResult:
+    """B against A: the ratio of throughputs B/A (>1: B is faster), paired by round."""
+
+    a: tuple[float, ...]
+    b: tuple[float, ...]
+    ratio: float
+    ci95: tuple[float, float] | None
+    verdict: str
+    method: str
+
+    def to_dict(self) -> dict:
+        return {"ratio": self.ratio, "ci95": list(self.ci95) if self.ci95 else None,
+                "verdict": self.verdict, "level": LEVEL, "method": self.method,
+                "rounds": len(self.a), "a": list(self.a), "b": list(self.b)}
+
+
+def paired_ab(a: Sequence[float], b: Sequence[float]) -> ABResult:
+    """The ratio B/A of ``b[i] / a[i]`` over rounds (geometric mean), its 95% interval by
+    Student t on the log ratios, and the verdict: ``faster`` or ``slower`` when the interval
+    excludes 1, else ``no difference detected``."""
+    if len(a) != len(b) or not a:
+        raise ValueError(f"A/B needs as many B trials as A trials, at least one: "
+                         f"{len(a)} and {len(b)}")
+    diffs = [lb - la for la, lb in zip(_logs(a), _logs(b))]
+    center, sd = _mean_sd(diffs)
+    ratio = _exp(center)
+    if len(diffs) < 2:
+        return ABResult(tuple(a), tuple(b), ratio, None, "no difference detected",
+                        "one round: no interval, so no difference can be detected")
+    low, high = _around(center, _t(len(diffs) - 1) * sd / math.sqrt(len(diffs)), ratio)
+    verdict = "faster" if low > 1 else "slower" if high < 1 else "no difference detected"
+    return ABResult(tuple(a), tuple(b), ratio, (low, high), verdict,
+                    f"95% CI of the ratio B/A paired by round (Student t on log ratios, "
+                    f"{len(diffs)} rounds)")
+
+
+# ---------------------------------------------------------------- the --compare gate
+
+@dataclass(frozen=True)
+class GateVerdict:
+    """This run against a baseline: throughput ratio now/baseline and whether it regressed."""
+
+    ratio: float
+    drop_pct: float                    # (1 - ratio) * 100: positive when slower
+    tolerance_pct: float
+    p_value: float | None              # one-sided Welch: this run slower; None on one sample
+    ci95: tuple[float, float] | None   # of the ratio (Welch on logs); None on one sample
+    regression: bool
+    method: str
+
+    @property
+    def significant(self) -> bool | None:
+        return None if self.p_value is None else self.p_value < ALPHA
+
+    @property
+    def verdict(self) -> str:
+        if self.regression:
+            return "regression"
+        if self.drop_pct > self.tolerance_pct:
+            return "slower beyond the tolerance, but within the noise"
+        return "within tolerance"
+
+    def to_dict(self) -> dict:
+        return {"ratio": self.ratio, "drop_pct": self.drop_pct,
+                "tolerance_pct": self.tolerance_pct, "p_value": self.p_value,
+                "ci95": list(self.ci95) if self.ci95 else None, "regression": self.regression,
+                "verdict": self.verdict, "method": self.method}
+
+
+def gate(baseline: Sequence[float], current: Sequence[float],
+         tolerance_pct: float) -> GateVerdict:
+    """Whether ``current`` regressed against ``baseline`` (trial throughputs of each): the
+    ratio of their headlines (geometric means), and a regression only when the drop exceeds
+    ``tolerance_pct`` and Welch's t test on the logs finds this run slower at 5% (one-sided).
+    With one sample on either side nothing tests the noise: the point ratio against the
+    tolerance decides, and the method says so."""
+    ours, theirs = TrialStats(tuple(current)), TrialStats(tuple(baseline))
+    ratio = ours.headline / theirs.headline
+    drop = (1 - ratio) * 100
+    beyond = drop > tolerance_pct
+    if ours.count < 2 or theirs.count < 2:
+        sides = (f"{theirs.count} baseline and {ours.count} current "
+                 f"trial{'s' if ours.count > 1 else ''}")
+        return GateVerdict(ratio, drop, tolerance_pct, None, None, beyond,
+                           f"point ratio against the tolerance: the verdict rests on one "
+                           f"sample on a side ({sides}); noise not tested")
+    with warnings.catch_warnings():     # near-identical trials: scipy warns, the test holds
+        warnings.simplefilter("ignore", RuntimeWarning)
+        test = scipy_stats.ttest_ind(_logs(ours.values), _logs(theirs.values),
+                                     equal_var=False, alternative="less")
+        both = scipy_stats.ttest_ind(_logs(ours.values), _logs(theirs.values), equal_var=False)
+        interval = both.confidence_interval(LEVEL)
+    p_value = float(test.pvalue)
+    if math.isnan(p_value):             # no spread on either side and equal: nothing differs
+        p_value = 1.0
+    low, high = ((interval.low, interval.high) if not math.isnan(interval.low)
+                 else (math.log(ratio), math.log(ratio)))     # no spread on either side
+    ci = (min(_exp(low), ratio), max(_exp(high), ratio))
+    return GateVerdict(ratio, drop, tolerance_pct, p_value, ci, beyond and p_value < ALPHA,
+                       f"Welch's t test on log throughput ({theirs.count} baseline, "
+                       f"{ours.count} current trials), one-sided at 5%, and the drop beyond "
+                       f"the tolerance")
+
+
+# ---------------------------------------------------------------- --max-noise
+
+@dataclass
+class StoppingRule:
+    """``--max-noise PCT``: fed one trial's throughput at a time (:meth:`add`), says when to
+    stop (:meth:`reason`): the interval's half-width below ``max_noise_pct`` of the headline
+    (at least ``min_trials``), ``max_trials`` reached, or ``time_limit_s`` since the rule was
+    made spent (``clock``: seconds, injectable)."""
+
+    max_noise_pct: float
+    max_trials: int
+    time_limit_s: float | None = None
+    min_trials: int = 3
+    clock: Callable[[], float] = time.monotonic
+    values: list[float] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.started = self.clock()
+
+    def add(self, throughput: float) -> None:
+        self.values.append(throughput)
+
+    @property
+    def stats(self) -> TrialStats | None:
+        return TrialStats(tuple(self.values)) if self.values else None
+
+    def reason(self) -> str | None:
+        """Why to stop now, or None to run another trial."""
+        spread = self.stats
+        if spread is not None and spread.count >= max(2, self.min_trials):
+            half = spread.half_width_pct
+            if half < self.max_noise_pct:
+                return (f"noise target met: the 95% CI's half-width is {half:.2f}% of the "
+                        f"headline after {spread.count} trials (--max-noise "
+                        f"{self.max_noise_pct:g})")
+        count = len(self.values)
+        noise = "" if spread is None or spread.count < 2 else \
+            f"; the 95% CI's half-width is still {spread.half_width_pct:.2f}%"
+        if count >= self.max_trials:
+            return f"--max-trials {self.max_trials} reached{noise}"
+        elapsed = self.clock() - self.started
+        if self.time_limit_s is not None and elapsed >= self.time_limit_s:
+            return f"--time-limit {self.time_limit_s:g} s reached after {count} trials{noise}"
+        return None
+
+
+# ---------------------------------------------------------------- throttled trials
+
+def throttle_reason(telemetry) -> str | None:
+    """Why a trial counts as throttled, from its telemetry report (``sm_clock_drop``,
+    ``stats['sm_clock_mhz']``, ``max_sm_clock_mhz``, ``throttle_reasons_seen``), or None."""
+    if telemetry is None:
+        return None
+    reasons = []
+    drop = getattr(telemetry, "sm_clock_drop", None)
+    if drop is not None and drop > 1 - THROTTLED_CLOCK_FRACTION:
+        reasons.append(f"SM clock fell to {1 - drop:.0%} of its maximum")
+    seen = tuple(getattr(telemetry, "throttle_reasons_seen", ()) or ())
+    if seen:
+        reasons.append(f"throttle reasons {', '.join(seen)}")
+    return "; ".join(reasons) or None
+
+
+@dataclass
+class DiscardPolicy:
+    """``--discard-throttled``: a throttled trial is re-run, at most ``max_reruns`` times over
+    the whole run; every discarded trial stays on record with its reason."""
+
+    max_reruns: int
+    discarded: list[tuple[int, str]] = field(default_factory=list)   # (trial index, reason)
+
+    def rerun(self, index: int, telemetry) -> bool:
+        """Whether trial ``index`` (just measured) is to be discarded and measured again."""
+        reason = throttle_reason(telemetry)
+        if reason is None or len(self.discarded) >= self.max_reruns:
+            return False
+        self.discarded.append((index, reason))
+        return True
+
+    @property
+    def exhausted(self) -> bool:
+        return len(self.discarded) >= self.max_reruns

@@ -1,0 +1,446 @@
+"""How a process of this tool starts and ends: the entry points, SIGTERM, the rank prefix.
+
+SIGTERM (what SLURM, Kubernetes and torchrun send to stop a job) is handled like Ctrl-C: it
+raises :class:`~microbench.platform.errors.Terminated`, so ``finally`` blocks run and temporary files go,
+and ``main`` prints ``error: terminated (SIGTERM)`` and exits 143 (Ctrl-C: ``error: interrupted``,
+130). The entry points import the benchmark (seconds of torch imports) under the same handling,
+so a signal that lands during the imports gives the same one line, not a traceback. This module
+imports nothing heavy, so that it is in place before torch is.
+"""
+from __future__ import annotations
+
+import atexit
+import contextlib
+import ctypes
+import errno
+import importlib
+import io
+import multiprocessing
+import multiprocessing.util           # registers its exit handler, which ours must precede
+import os
+import pickle
+import resource
+import signal
+import sys
+import threading
+import time
+from typing import Callable, Iterator, Mapping
+
+from microbench.platform import safe_text
+from microbench.platform.errors import (EXIT_HANGUP, EXIT_INTERRUPTED, EXIT_MISSING_ENVIRONMENT,
+                                        EXIT_QUIT, EXIT_TERMINATED, BenchmarkError,
+                                        MissingEnvironment, Terminated)
+
+INTERRUPTED = "error: interrupted"
+# Runtime dependencies (requirements.txt) that every command imports at start: a checkout
+# updated without reinstalling may lack one added since (rich, for the console).
+_IMPORTED_AT_START = frozenset({"rich", "torch", "torchvision", "jsonschema"})
+
+
+# The signals that stop a run cleanly, like SIGTERM: temporaries removed, one line, the shell's
+# exit code (128 + the signal). SIGHUP: the terminal or SSH session went away; SIGQUIT: Ctrl-\,
+# handled cleanly too (no core dump, no thread dump: what was asked is to stop).
+STOPPING = {signal.SIGTERM: ("SIGTERM", EXIT_TERMINATED),
+            **({signal.SIGHUP: ("SIGHUP", EXIT_HANGUP)} if hasattr(signal, "SIGHUP") else {}),
+            **({signal.SIGQUIT: ("SIGQUIT", EXIT_QUIT)} if hasattr(signal, "SIGQUIT") else {})}
+
+
+def _raise_terminated(signum, frame) -> None:
+    # A second signal must not cut the cleanup of the first short.
+    for number in STOPPING:
+        signal.signal(number, signal.SIG_IGN)
+    raise Terminated(*STOPPING.get(signum, ("SIGTERM", EXIT_TERMINATED)))
+
+
+def _install() -> dict:
+    """Every stopping signal raises Terminated; the previous handlers."""
+    return {number: signal.signal(number, _raise_terminated) for number in STOPPING}
+
+
+@contextlib.contextmanager
+def sigterm_raises() -> Iterator[None]:
+    """Within the block, SIGTERM, SIGHUP and SIGQUIT raise Terminated; the previous handlers
+    come back after it (main() is also called in-process, by tests and by scripts)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = _install()
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+
+
+def env_rank_prefix(environ: Mapping[str, str] | None = None) -> str:
+    """'[rank N] ' when the launcher's variables say this process is one rank of several."""
+    environ = os.environ if environ is None else environ
+    for rank_name, size_name in (("RANK", "WORLD_SIZE"), ("SLURM_PROCID", "SLURM_NTASKS")):
+        rank, size = environ.get(rank_name), environ.get(size_name, "1")
+        if rank is not None and size.isdigit() and int(size) > 1:
+            return f"[rank {rank}] "
+    return ""
+
+
+def stopped(line: str, code: int, prefix: str = "") -> int:
+    """Report a signal as one line; the exit code a shell gives for it."""
+    print(f"{prefix}{line}", file=sys.stderr, flush=True)
+    return code
+
+
+def terminated(error: Terminated, prefix: str = "") -> int:
+    """Report the signal that raised ``error`` (SIGTERM, SIGHUP, SIGQUIT) as one line."""
+    return stopped(f"error: terminated ({error.signal_name})", error.exit_code, prefix)
+
+
+# What a shell reports for a process killed by SIGPIPE (128 + 13): the reader of our output
+# (``| head``) went away, which is not an error of ours.
+EXIT_READER_GONE = 141
+
+
+def reader_gone() -> int:
+    """Standard output's reader closed the pipe: say nothing (there is no one to tell), and
+    point stdout at /dev/null so that the interpreter's last flush does not fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
+    return EXIT_READER_GONE
+
+
+def command(body: Callable[[], int], prefix: Callable[[], str] = lambda: "") -> int:
+    """A console command (the model benchmark, the op bench, the report): its body's exit code,
+    with the expected failures as one line on stderr (after ``prefix()``, a rank's, asked when
+    the line is printed) and their documented exit code, standard output guarded and the
+    stopping signals raising Terminated while it runs."""
+    with sigterm_raises(), guarded_stdout() as output:
+        try:
+            code = body()
+        except BenchmarkError as error:
+            # One line, whatever the message holds (a torch error quoted in it may not), and
+            # nothing a terminal would act on (a name from a result file may hold ESC ]52;).
+            message = safe_text.terminal(" ".join(str(error).splitlines()))
+            print(f"{prefix()}error: {message}", file=sys.stderr, flush=True)
+            code = error.exit_code
+        except KeyboardInterrupt:
+            code = stopped(INTERRUPTED, EXIT_INTERRUPTED, prefix())
+        except Terminated as error:
+            code = terminated(error, prefix())
+        except BrokenPipeError:                          # | head: the reader left
+            code = reader_gone()
+        return ended(code, output, prefix())
+
+
+# ---------------------------------------------------------------- a terminal that takes no writes
+
+def _fill_closed_descriptors() -> None:
+    """Open /dev/null on standard input, output or error where the shell closed one (``>&-``):
+    otherwise the next file this process opens (a result's temporary file) would get that
+    number, and anything writing to "standard output", C++ included, would write into it."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            opened = os.open(os.devnull, os.O_RDWR)
+            if opened != fd:                   # a lower one was free after all: leave it be
+                os.close(opened)
+
+
+class GuardedOutput(io.TextIOBase):
+    """Standard output that never stops the run: the first write or flush that fails (a closed
+    stdout, ``>/dev/full``, an I/O error) is remembered, the descriptor pointed at /dev/null so
+    that no later flush (the interpreter's last one included) fails again, and every later
+    write is dropped. The run goes on and writes its result files; :func:`ended` says, as the
+    process's one line, that the console output was lost. A reader that went away
+    (``BrokenPipeError``, ``| head``) is not this: it propagates, as before."""
+
+    def __init__(self, stream):
+        super().__init__()
+        self.stream = stream
+        self.lost: str | None = None if stream is not None else "it is closed"
+
+    def _attempt(self, operation: Callable[[], object]) -> None:
+        """``operation()`` on the stream, until the first failure; none after it (a lambda,
+        since the stream may be None)."""
+        if self.lost is not None:
+            return
+        try:
+            operation()
+        except BrokenPipeError:
+            raise
+        except (OSError, ValueError) as error:         # ValueError: a closed file object
+            self._failed(error if isinstance(error, OSError)
+                         else OSError(errno.EBADF, "it is closed"))
+
+    def _failed(self, error: OSError) -> None:
+        self.lost = error.strerror or str(error)
+        with contextlib.suppress(OSError, ValueError, AttributeError, io.UnsupportedOperation):
+            fd = self.stream.fileno()
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, fd)
+            os.close(devnull)
+
+    def write(self, text: str) -> int:
+        self._attempt(lambda: self.stream.write(text))
+        return len(text)
+
+    def flush(self) -> None:
+        self._attempt(lambda: self.stream.flush())
+
+    def isatty(self) -> bool:
+        return self.lost is None and self.stream.isatty()
+
+    def fileno(self) -> int:
+        if self.lost is not None and self.stream is None:
+            raise io.UnsupportedOperation("standard output is closed")
+        return self.stream.fileno()
+
+    def writable(self) -> bool:
+        return True
+
+    @property
+    def encoding(self) -> str:
+        return getattr(self.stream, "encoding", None) or "utf-8"
+
+
+@contextlib.contextmanager
+def guarded_stdout() -> Iterator[GuardedOutput]:
+    """``sys.stdout`` as a :class:`GuardedOutput` within the block (the previous one after it,
+    for callers of main() in-process)."""
+    _fill_closed_descriptors()
+    previous = sys.stdout
+    guard = GuardedOutput(previous)
+    sys.stdout = guard
+    try:
+        yield guard
+    finally:
+        sys.stdout = previous
+
+
+def ended(code: int, output: GuardedOutput, prefix: str = "") -> int:
+    """The exit code of a command whose standard output may have been lost. A run that
+    otherwise succeeded says so in one line and exits 4 (EXIT_MISSING_ENVIRONMENT: an output
+    the run needs could not be written; its result files were); a run that failed keeps its own
+    code and line (a regression found by --compare must still fail the gate as 5)."""
+    if output.lost is None or code != 0:
+        return code
+    print(f"{prefix}error: standard output could not be written ({output.lost}); the run "
+          f"finished and its result files, if any, were written", file=sys.stderr, flush=True)
+    return EXIT_MISSING_ENVIRONMENT
+
+
+def entry(module: str) -> int:
+    """Import ``module`` and run its ``main()``; Ctrl-C or SIGTERM during the imports prints
+    the same one line as later, instead of a traceback."""
+    _install()                                          # for the whole life of this process
+    _fill_closed_descriptors()                          # before any file is opened
+    try:
+        main = importlib.import_module(module).main
+    except KeyboardInterrupt:
+        return stopped(INTERRUPTED, EXIT_INTERRUPTED, env_rank_prefix())
+    except Terminated as error:
+        return terminated(error, env_rank_prefix())
+    except ModuleNotFoundError as error:
+        missing = (error.name or "").partition(".")[0]
+        if missing not in _IMPORTED_AT_START:
+            raise
+        return stopped(f"error: {missing} is not installed: pip install -r requirements.txt "
+                       f"(or pip install . from the checkout)", EXIT_MISSING_ENVIRONMENT,
+                       env_rank_prefix())
+    return main()
+
+
+def microbench() -> int:
+    """The ``microbench`` command."""
+    return entry("microbench.main")
+
+
+def microbench_ops() -> int:
+    """The ``microbench-ops`` command."""
+    return entry("microbench.ops.cli")
+
+
+def microbench_report() -> int:
+    """The ``microbench-report`` command."""
+    return entry("microbench.report.command")
+
+
+# ---------------------------------------------------------------- child processes
+
+# A start refused for lack of processes or memory: fork's EAGAIN (RLIMIT_NPROC, a cgroup's
+# pids.max) or ENOMEM, and the thread a DataLoader or a pipe needs that the same limit refuses.
+_CANNOT_START = (errno.EAGAIN, errno.ENOMEM)
+CGROUP_ROOT = "/sys/fs/cgroup"
+
+
+def _cgroup_pids(proc_cgroup: str = "/proc/self/cgroup", root: str = CGROUP_ROOT
+                 ) -> tuple[int, int] | None:
+    """(pids.max, pids.current) of this process's cgroup (v2, or v1's pids controller), or
+    None where there is no limit or it cannot be read."""
+    try:
+        with open(proc_cgroup) as stream:
+            lines = stream.read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, path = line.split(":", 2) if line.count(":") >= 2 else ("", "", "")
+        folder = (os.path.join(root, path.lstrip("/")) if controllers == "" else
+                  os.path.join(root, "pids", path.lstrip("/")) if "pids" in controllers.split(",")
+                  else None)
+        if folder is None:
+            continue
+        try:
+            with open(os.path.join(folder, "pids.max")) as limit, \
+                    open(os.path.join(folder, "pids.current")) as current:
+                maximum, used = limit.read().strip(), current.read().strip()
+        except OSError:
+            continue
+        if maximum.isdigit() and used.isdigit():
+            return int(maximum), int(used)
+    return None
+
+
+def _tasks_of_user(uid: int, proc: str = "/proc") -> int | None:
+    """Threads of every process of ``uid`` (what RLIMIT_NPROC counts), or None."""
+    try:
+        pids = [name for name in os.listdir(proc) if name.isdigit()]
+    except OSError:
+        return None
+    count = 0
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            if os.stat(os.path.join(proc, pid)).st_uid == uid:
+                count += len(os.listdir(os.path.join(proc, pid, "task")))
+    return count
+
+
+def process_headroom(proc_cgroup: str = "/proc/self/cgroup", root: str = CGROUP_ROOT
+                     ) -> tuple[int, str] | None:
+    """How many more processes (threads count too) this process may start, and which limit
+    says so; None where no limit is known. root ignores RLIMIT_NPROC (CAP_SYS_RESOURCE)."""
+    found = []
+    pids = _cgroup_pids(proc_cgroup, root)
+    if pids is not None:
+        found.append((pids[0] - pids[1], f"the cgroup's pids.max is {pids[0]}, {pids[1]} in use"))
+    soft, _ = resource.getrlimit(resource.RLIMIT_NPROC)
+    if soft != resource.RLIM_INFINITY and os.geteuid() != 0:
+        used = _tasks_of_user(os.getuid())
+        if used is not None:
+            found.append((soft - used, f"ulimit -u is {soft}, {used} in use by this user"))
+    return min(found) if found else None
+
+
+def check_can_start(count: int, what: str, flag: str, headroom=None) -> None:
+    """Refuse, before anything is built, ``count`` processes that the process limits cannot
+    give: the start would fail part way, with workers already running."""
+    found = process_headroom() if headroom is None else headroom
+    if found is None or count < found[0]:
+        return
+    room, why = found
+    raise MissingEnvironment(f"{count} {what} cannot start: this process may start "
+                             f"{max(room, 0)} more ({why}); use a smaller {flag} or raise the "
+                             f"limit (docker run --pids-limit, ulimit -u)")
+
+
+def cannot_start(error: BaseException) -> bool:
+    """Whether ``error`` is a start refused for lack of processes, threads or memory."""
+    if isinstance(error, OSError):
+        return error.errno in _CANNOT_START
+    return isinstance(error, RuntimeError) and "can't start new thread" in str(error)
+
+
+def _stop_children(children, grace_s: float) -> None:
+    """SIGTERM, up to ``grace_s`` for all to end, then SIGKILL to those that ignore it (a
+    DataLoader worker ignores it: its parent owns its lifetime); each waited for. ``grace_s``
+    0: SIGKILL at once."""
+    children = [child for child in children if child.is_alive()]
+    for child in children if grace_s > 0 else ():
+        with contextlib.suppress(OSError, AttributeError, ValueError):
+            child.terminate()
+    deadline = time.monotonic() + grace_s
+    for child in children:
+        child.join(max(0.0, deadline - time.monotonic()))
+    for child in children:
+        if child.is_alive():
+            with contextlib.suppress(OSError, AttributeError, ValueError):
+                child.kill()
+            child.join(5)
+
+
+@contextlib.contextmanager
+def starting(what: str, advice: str) -> Iterator[None]:
+    """Processes started within the block (DataLoader workers, ranks): if a start is refused
+    (a process limit, no memory), the ones already started are stopped and waited for, and the
+    refusal is one line, exit 4, instead of a traceback and workers left behind."""
+    before = {child.pid for child in multiprocessing.active_children()}
+    try:
+        yield
+    except (OSError, RuntimeError) as error:
+        if not cannot_start(error):
+            raise
+        started = [child for child in multiprocessing.active_children()
+                   if child.pid not in before]
+        # Half-started: nothing of theirs to clean up, and a SIGTERM could land before a
+        # worker set its own handlers (it would print the inherited handler's traceback).
+        _stop_children(started, grace_s=0)
+        reason = error.strerror if isinstance(error, OSError) else str(error)
+        raise MissingEnvironment(f"cannot start {what}: {reason} (a process limit: ulimit -u, "
+                                 f"a container's pids limit; or no memory); {advice}") from None
+
+
+def _no_child_left() -> None:
+    """At exit, before multiprocessing's own handler (which sends daemonic children SIGTERM,
+    then waits for each without end: a DataLoader worker ignores SIGTERM, so a run that failed
+    with its loader open would hang there), stop every child still alive, SIGKILL after a grace
+    period."""
+    with contextlib.suppress(Exception):
+        _stop_children(multiprocessing.active_children(), grace_s=2.0)
+
+
+atexit.register(_no_child_left)
+
+
+# ---------------------------------------------------------------- a worker and its parent
+
+PR_SET_PDEATHSIG = 1                    # linux/prctl.h
+PARENT_POLL_S = 0.5
+
+
+def _parent_death_signal(number: int) -> None:
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, number)
+
+
+def killed_with_parent() -> None:
+    """In a forked worker that ignores the stopping signals (a DataLoader worker): SIGKILL from
+    the kernel when its parent dies (Linux), so that it never outlives the run."""
+    _parent_death_signal(signal.SIGKILL)
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """In a worker: end quietly when the parent that started it (``parent_pid``) dies, even if
+    it already has (the worker was reparented while it started) -- SIGTERM from the kernel on
+    Linux (PR_SET_PDEATHSIG), and a thread that watches the parent's id elsewhere or in case
+    the signal is not delivered."""
+    _parent_death_signal(signal.SIGTERM)
+    if os.getppid() != parent_pid:
+        os._exit(0)
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(PARENT_POLL_S)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)                   # cleanup after SIGTERM; then without it
+        os._exit(0)
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
+def orphan_safe_worker(parent_pid: int, target: str, arguments: bytes, *channels) -> None:
+    """A spawned worker's first code: it watches its parent before the heavy imports that
+    unpickling its ``arguments`` (a pickled tuple) and importing ``target`` ("module:function")
+    bring, so that a parent killed meanwhile does not leave it running its whole trial; then
+    ``target(*arguments, *channels)``. Plain channels (a Pipe's end) travel as arguments."""
+    die_with_parent(parent_pid)
+    module, _, function = target.partition(":")
+    getattr(importlib.import_module(module), function)(*pickle.loads(arguments), *channels)
