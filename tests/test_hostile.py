@@ -1482,3 +1482,81 @@ def test_a_chart_of_a_metric_no_row_knows_is_refused_before_any_output(tmp_path,
     ran = report_of(capfd, str(results), "--plot", str(tmp_path / "c.png"), "--metric", "mfu")
     assert_one_line_error(ran, 2, "--plot would draw nothing: no row has a known mfu")
     assert ran.stdout == "" and not (tmp_path / "c.png").exists()
+
+
+# ---------------------------------------------------------------- issue 38: a folder given to the report
+
+@pytest.mark.parametrize("bad", ["dangling-link", "link-loop", "non-utf8-name", "oversized",
+                                 "unreadable-folder", "link-to-folder"])
+def test_one_bad_entry_in_a_report_folder_is_skipped_with_a_line(bad, tmp_path, capfd,
+                                                                 monkeypatch):
+    results = write_results(tmp_path / "r", {"good.json": hostile_result("resnet50"),
+                                             "other.json": hostile_result("resnet18")})
+    if bad == "dangling-link":
+        (results / "gone.json").symlink_to(tmp_path / "nowhere.json")
+    elif bad == "link-loop":
+        (results / "loop.json").symlink_to(results / "loop.json")
+    elif bad == "non-utf8-name":
+        with open(os.path.join(os.fsencode(results), b"bad\xff.json"), "wb") as stream:
+            stream.write(json.dumps(hostile_result("resnet34")).encode())
+    elif bad == "oversized":
+        (results / "huge.json").write_text(json.dumps(hostile_result("resnet34")) + " " * 4096)
+        monkeypatch.setattr(collection, "MAX_INPUT_BYTES", 4000)
+    elif bad == "unreadable-folder":          # root reads any folder: the refusal is faked
+        (results / "locked").mkdir()
+        real_walk = os.walk
+
+        def walk(top, onerror=None, **kwargs):
+            for root, folders, names in real_walk(top, onerror=onerror, **kwargs):
+                if "locked" in folders:
+                    folders.remove("locked")
+                    onerror(PermissionError(errno.EACCES, "Permission denied",
+                                            os.path.join(root, "locked")))
+                yield root, folders, names
+        monkeypatch.setattr(collection.os, "walk", walk)
+    else:
+        (results / "elsewhere").symlink_to(tmp_path)
+    ran = report_of(capfd, str(results))
+    assert ran.returncode == 0 and "Traceback" not in ran.stderr, ran.stderr
+    lines = ran.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("skipped "), ran.stderr
+    assert_no_controls(ran.stderr)
+    assert "Model results: 2 rows" in ran.stdout
+
+
+@pytest.mark.parametrize("b, text", [
+    ("'--nhwc", "cannot split it into flags"),
+    ("--output-fil x.json", "B may not change"), ("--rer x.json", "B may not change"),
+    ("--comp x.json", "ambiguous option"), ("--rep 3", "B may not change"),
+    ("--repeat=3", "B may not change")])
+def test_ab_flags_that_cannot_be_split_or_abbreviate_a_refused_flag_are_one_line(b, text,
+                                                                                 tmp_path, capfd):
+    ran = run_main(capfd, *RUN, "--output-dir", str(tmp_path / "out"), "--ab", b)
+    assert_one_line_error(ran, 2, text)
+    assert ran.stderr.endswith("\n") and not (tmp_path / "out").exists()
+
+
+# ---------------------------------------------------------------- issue 38: --data-dir
+
+def test_a_data_dir_of_empty_images_is_refused_before_the_model_is_built(tmp_path, capfd):
+    images = tmp_path / "images"
+    images.mkdir()
+    for index in range(3):
+        (images / f"{index}.jpg").write_bytes(b"")
+    ran = run_main(capfd, *RUN, "--data", "folder", "--data-dir", str(images),
+                   "--output-dir", str(tmp_path / "out"))
+    assert_one_line_error(ran, 2, "all of its 3 image files are empty")
+    assert "Building" not in ran.stdout and not (tmp_path / "out").exists()
+
+
+def test_images_reached_through_links_out_of_the_data_dir_are_named(tmp_path):
+    from microbench.data import folder
+    made = cache.ensure_image_set(str(tmp_path / "cache"), "png", count=2, side=16)
+    images = tmp_path / "images"
+    images.mkdir()
+    inside, outside = made.file_paths()
+    (images / "inside.png").write_bytes(Path(inside).read_bytes())
+    (images / "outside.png").symlink_to(outside)
+    listing = folder.scan_folder(str(images), 2**20)
+    assert len(listing.paths) == 2
+    assert listing.outside == ((str(images / "outside.png"), os.path.realpath(outside)),)

@@ -24,7 +24,9 @@ import re
 # C0 (U+0000-U+001F), DEL, C1 (U+0080-U+009F); U+2028/U+2029 (line breaks to some terminals and
 # to markdown renderers); the bidirectional embeddings, overrides and isolates, which reorder
 # what a reader sees (CVE-2021-42574, "Trojan Source").
-_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+# Lone surrogates: a file name's bytes that are not UTF-8 (os.fsdecode), which no stream encodes.
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069"
+                     "\ud800-\udfff]")
 
 
 def _escaped(match: re.Match) -> str:
