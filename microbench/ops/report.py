@@ -197,8 +197,8 @@ class TablePrinter:
             self._out(self._rows.line(row_cells(row)))
             if row.profile:
                 self._out(row.profile)
-        elif row.status == "skipped":
-            self._out(f"skipped {name}: {row.message}")
+        elif row.status == "skipped":        # not measured (no memory for it): a warning
+            self._err(safe_text.terminal(f"skipped {name}: {row.message}"))
         else:
             self._err(safe_text.terminal(f"error: {name}: {row.message}"))
 
