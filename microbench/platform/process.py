@@ -6,6 +6,13 @@ and ``main`` prints ``error: terminated (SIGTERM)`` and exits 143 (Ctrl-C: ``err
 130). The entry points import the benchmark (seconds of torch imports) under the same handling,
 so a signal that lands during the imports gives the same one line, not a traceback. This module
 imports nothing heavy, so that it is in place before torch is.
+
+Child processes (issue 38): :func:`check_can_start` refuses more workers than the process limits
+allow (cgroup ``pids.max``, ``ulimit -u``) before anything is built; :func:`starting` turns a
+refused start into one line after stopping the workers already started; an exit handler stops
+every child still alive before multiprocessing's own (which waits forever for a DataLoader worker,
+since those ignore SIGTERM); :func:`orphan_safe_worker` makes a spawned worker notice a dead
+parent from its first line.
 """
 from __future__ import annotations
 
@@ -350,10 +357,31 @@ def cannot_start(error: BaseException) -> bool:
     return isinstance(error, RuntimeError) and "can't start new thread" in str(error)
 
 
+@contextlib.contextmanager
+def _child_deaths_expected() -> Iterator[None]:
+    """Within the block, a child's death raises nothing: DataLoader's SIGCHLD handler raises
+    RuntimeError in the main thread for a worker killed by a signal, which would cut the
+    stopping of the others short."""
+    if (not hasattr(signal, "SIGCHLD")
+            or threading.current_thread() is not threading.main_thread()):
+        yield
+        return
+    previous = signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGCHLD, previous)
+
+
 def _stop_children(children, grace_s: float) -> None:
     """SIGTERM, up to ``grace_s`` for all to end, then SIGKILL to those that ignore it (a
     DataLoader worker ignores it: its parent owns its lifetime); each waited for. ``grace_s``
     0: SIGKILL at once."""
+    with _child_deaths_expected():
+        _terminate_then_kill(children, grace_s)
+
+
+def _terminate_then_kill(children, grace_s: float) -> None:
     children = [child for child in children if child.is_alive()]
     for child in children if grace_s > 0 else ():
         with contextlib.suppress(OSError, AttributeError, ValueError):
