@@ -13,11 +13,15 @@ stdout on /dev/full or closed, argv bytes that are not UTF-8, and ranks that mee
 """
 from __future__ import annotations
 
+import contextlib
 import csv
 import errno
+import io
 import importlib.abc
+import itertools
 import json
 import os
+import re
 import resource
 import signal
 import socket
@@ -32,8 +36,9 @@ import pytest
 
 from conftest import (ROOT, SCRIPT, TINY, assert_one_line_error, run_main, spawn,
                       stored_result)
-from microbench.platform import inputs, process
+from microbench.platform import inputs, process, safe_text
 from microbench.platform.errors import CannotWrite, Terminated
+from microbench.data import cache
 from microbench.report import collection
 from microbench.output import files, writing
 
@@ -503,8 +508,6 @@ REPORT_CASES = [
     Case("report-fifo", ["{tmp}/pipe.json"], 2, "is a FIFO, not a regular file",
          layout=lambda tmp: os.mkfifo(tmp / "pipe.json")),
     Case("report-dev-zero", ["/dev/zero"], 2, "is a device, not a regular file"),
-    Case("report-socket-in-directory", ["{tmp}"], 2, "s.json: is a socket, not a regular file",
-         layout=lambda tmp: bound_socket(tmp / "s.json")),
     Case("report-too-large", ["{tmp}/big.json"], 2, "more than the 1,000 a result file",
          files={"big.json": b" " * 2000},
          setup=lambda monkeypatch: monkeypatch.setattr(collection, "MAX_INPUT_BYTES", 1000)),
@@ -1014,3 +1017,568 @@ def test_a_problem_only_rank_0_sees_stops_every_spawned_worker(tmp_path):
     assert lines[0].startswith("[rank 0] error: --csv-file") and "different CSV header" in lines[0]
     assert lines[1].startswith("[rank 1] error: rank 0 cannot run")
     assert foreign.read_bytes() == FOREIGN_CSV and not list(tmp_path.rglob("*.json"))
+
+
+# ---------------------------------------------------------------- issue 38: untrusted result files
+
+# What a stranger's result file may carry in its names: OSC 0 (retitle the window), OSC 52
+# (write the clipboard), ED (clear the screen), a C1 CSI, DEL, a bidirectional override.
+TERMINAL_ATTACKS = ("\x1b]0;owned\x07", "\x1b]52;c;aGk=\x07", "\x1b[2J", "\x9b2J", "\x7f",
+                    "\u202e")
+
+
+def hostile_result(name: str, device: str = "AMD EPYC", **keys) -> dict:
+    """A schema-valid result whose model and device are named ``name`` and ``device`` (its
+    time of its own, so that two of them are two results)."""
+    document = stored_result({"network": name}, **keys)
+    document["Name"] = name
+    document["model"] = {**document["model"], "name": name}
+    second = next(_SECONDS) % 60
+    document["env"] = {**document["env"], "device_name": device, "cpu": device,
+                       "time_utc": f"2026-11-24T20:35:{second:02d}+00:00"}
+    return document
+
+
+_SECONDS = itertools.count()
+
+
+def write_results(directory: Path, documents: dict[str, dict]) -> Path:
+    directory.mkdir(exist_ok=True)
+    for file_name, document in documents.items():
+        (directory / file_name).write_text(json.dumps(document))
+    return directory
+
+
+def report_of(capfd, *argv):
+    from microbench.report import command
+    return run_main(capfd, *argv, main=command.main)
+
+
+def assert_no_controls(text: str) -> None:
+    """Nothing a terminal acts on: line breaks and tabs apart, no C0, C1, DEL or bidi control."""
+    for line in text.splitlines():
+        assert not re.search("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]", line), line
+
+
+def test_control_characters_from_a_result_file_reach_no_terminal(tmp_path, capfd):
+    attack = "".join(TERMINAL_ATTACKS)
+    results = write_results(tmp_path / "r", {
+        f"a{attack}.json": hostile_result(f"net{attack}", device=f"gpu{attack}"),
+        "b.json": hostile_result("resnet18", device="AMD EPYC")})
+    (results / f"broken{attack}.json").write_text("{")
+    ran = report_of(capfd, str(results))
+    assert ran.returncode == 0, ran.stderr
+    assert_no_controls(ran.stdout)
+    assert_no_controls(ran.stderr)
+    assert "\\x1b]52;c;aGk=\\x07" in ran.stdout and "\\u202e" in ran.stdout   # shown, escaped
+    assert "broken\\x1b" in ran.stderr                   # the skipped file's line, escaped
+
+
+def test_an_error_line_naming_a_hostile_path_is_escaped(tmp_path, capfd):
+    ran = report_of(capfd, str(tmp_path / "missing\x1b]0;owned\x07.json"))
+    assert_one_line_error(ran, 2, "missing\\x1b]0;owned\\x07.json")
+    assert_no_controls(ran.stderr)
+
+
+@pytest.mark.parametrize("name", ["=HYPERLINK(\"http://x\",\"y\")", "+1+1", "-2+3", "@SUM(A1)",
+                                  "\tcmd", "\rcmd"])
+def test_report_csv_cells_never_start_a_formula(name, tmp_path, capfd):
+    results = write_results(tmp_path / "r", {"a.json": hostile_result(name),
+                                             "b.json": hostile_result("resnet18")})
+    ran = report_of(capfd, str(results), "--format", "csv")
+    assert ran.returncode == 0, ran.stderr
+    rows = list(csv.DictReader(io.StringIO(ran.stdout)))
+    cells = [value for row in rows for value in row.values()]
+    assert not [value for value in cells if value[:1] in ("=", "+", "@", "\t", "\r")]
+    assert not [value for value in cells if value.startswith("-") and not is_number(value)]
+    assert safe_text.csv_cell(name) in cells and safe_text.csv_cell(name).startswith("'")
+    assert all(is_number(row["throughput"]) for row in rows)     # numbers stay numbers
+
+
+def is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def test_the_runs_own_csv_guards_text_cells_and_keeps_numbers(tmp_path):
+    assert [safe_text.csv_cell(text) for text in ("=1+2", "-3.5", "+1e-3", "-x", "12", "")] \
+        == ["'=1+2", "-3.5", "+1e-3", "'-x", "12", ""]
+    path = tmp_path / "runs.csv"
+    files.append_csv({"network": "=cmd|' /C calc'!A0", "Throughput [img/sec]": -1.5}, str(path))
+    [row] = list(csv.DictReader(path.open(newline="")))
+    assert row["network"] == "'=cmd|' /C calc'!A0"
+
+
+@pytest.mark.parametrize("name", [
+    "resnet\n# Injected heading", "resnet\r\n| a | b |", "resnet\u2028## heading",
+    "resnet\u2029x", "![pixel](https://evil.example/p.png)", "[click](javascript:alert(1))",
+    "<img src=x onerror=alert(1)>", "a|b", "**bold** `code` ~~gone~~", "\x1b[2J"])
+def test_markdown_cells_and_notes_render_as_text(name, tmp_path, capfd):
+    results = write_results(tmp_path / "r", {"a.json": hostile_result(name),
+                                             "b.json": hostile_result("resnet18")})
+    ran = report_of(capfd, str(results), "--format", "markdown")
+    assert ran.returncode == 0, ran.stderr
+    table = [line for line in ran.stdout.splitlines() if line.startswith("|")]
+    assert len(table) == 2 + 2                           # header, rule, two rows: no row broken
+    assert len({len(re.findall(r"(?<!\\)\|", line)) for line in table}) == 1
+    assert not re.search(r"(?<!\\)!?(?<!\\)\[[^\]]*(?<!\\)\]\(", ran.stdout)   # no link, no image
+    assert "<img" not in ran.stdout and "\u2028" not in ran.stdout
+    assert not [line for line in ran.stdout.splitlines() if line.lstrip("- ").startswith("#")]
+    assert_no_controls(ran.stdout)
+
+
+# ---------------------------------------------------------------- issue 38: workers that cannot start
+
+def alive(pid: int) -> bool:
+    """A process that exists and is not a zombie waiting to be reaped."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def wait_gone(pid: int, timeout: float = 30) -> bool:
+    deadline = time.monotonic() + timeout
+    while alive(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+@pytest.mark.parametrize("layout", ["v1", "v2"])
+def test_the_cgroups_pids_limit_is_read(tmp_path, layout):
+    folder = tmp_path / ("pids/job" if layout == "v1" else "job")
+    folder.mkdir(parents=True)
+    (folder / "pids.max").write_text("400\n")
+    (folder / "pids.current").write_text("12\n")
+    (tmp_path / "cgroup").write_text("4:memory:/x\n8:pids:/job\n" if layout == "v1"
+                                     else "0::/job\n")
+    room, why = process.process_headroom(str(tmp_path / "cgroup"), str(tmp_path))
+    assert room == 388 and "pids.max is 400" in why
+    (folder / "pids.max").write_text("max\n")                # no limit
+    assert process.process_headroom(str(tmp_path / "cgroup"), str(tmp_path)) is None
+
+
+DATA_RUN = [*RUN, "--data", "loader", "--data-images", "8"]
+
+
+def test_more_loader_workers_than_the_process_limit_allows_are_refused_first(tmp_path, capfd,
+                                                                           monkeypatch):
+    monkeypatch.setattr(process, "process_headroom",
+                        lambda *a: (388, "the cgroup's pids.max is 400, 12 in use"))
+    ran = run_main(capfd, *DATA_RUN, "--workers", "1024", "--data-cache", str(tmp_path / "c"),
+                   "--output-dir", str(tmp_path / "out"))
+    assert_one_line_error(ran, 4, "1024 loader workers cannot start")
+    assert "pids.max is 400" in ran.stderr and "--workers" in ran.stderr
+    assert "Building" not in ran.stdout and not (tmp_path / "out").exists()
+
+
+def refuse_starts_after(monkeypatch, allowed: int, error: BaseException) -> list:
+    """Every multiprocessing start after the first ``allowed`` fails with ``error`` (a fork
+    refused by a process limit, which root's ``ulimit -u`` cannot show); the started ones."""
+    from multiprocessing.process import BaseProcess
+    real_start, started = BaseProcess.start, []
+
+    def start(self):
+        if len(started) >= allowed:
+            raise error
+        real_start(self)
+        started.append(self.pid)
+    monkeypatch.setattr(BaseProcess, "start", start)
+    return started
+
+
+@pytest.mark.parametrize("error", [BlockingIOError(errno.EAGAIN, "Resource temporarily "
+                                                   "unavailable"),
+                                   OSError(errno.ENOMEM, "Cannot allocate memory")],
+                         ids=["EAGAIN", "ENOMEM"])
+def test_a_loader_worker_that_cannot_start_ends_the_run_with_no_worker_left(tmp_path, capfd,
+                                                                          monkeypatch, error):
+    import multiprocessing
+    started = refuse_starts_after(monkeypatch, 2, error)
+    ran = run_main(capfd, *DATA_RUN, "--workers", "4", "--data-cache", str(tmp_path / "c"),
+                   "--output-dir", str(tmp_path / "out"))
+    assert_one_line_error(ran, 4, "cannot start 4 loader workers")
+    assert "use fewer --workers" in ran.stderr
+    assert len(started) == 2 and not [pid for pid in started if alive(pid)]
+    assert multiprocessing.active_children() == []
+
+
+def test_a_trial_worker_that_cannot_start_is_one_line(tmp_path, capfd, monkeypatch):
+    refuse_starts_after(monkeypatch, 0, BlockingIOError(errno.EAGAIN, "Resource temporarily "
+                                                        "unavailable"))
+    ran = run_main(capfd, *RUN, "--repeat", "2", "--output-dir", str(tmp_path / "out"))
+    assert_one_line_error(ran, 4, "cannot start the worker process of trial 1")
+
+
+LOADER_LEFT_OPEN = """
+import sys, torch
+from microbench.platform import process
+from microbench.data.loader import _worker_init       # the workers ignore SIGTERM
+data = torch.utils.data.TensorDataset(torch.zeros(64, 2), torch.zeros(64))
+batches = iter(torch.utils.data.DataLoader(data, batch_size=4, num_workers=2,
+                                           worker_init_fn=_worker_init))
+next(batches)
+print(*[worker.pid for worker in batches._workers], flush=True)
+raise SystemExit(7)         # a failure that leaves the loader open: the exit must not hang
+"""
+
+
+def test_a_run_that_ends_with_its_loader_open_leaves_no_worker_and_does_not_hang():
+    child_process = spawn([sys.executable, "-c", LOADER_LEFT_OPEN], cwd=ROOT,
+                          env={**os.environ, **CHILD_ENV}, stdout=subprocess.PIPE, text=True)
+    out, _ = child_process.communicate(timeout=120)
+    workers = [int(pid) for pid in out.split()]
+    assert child_process.returncode == 7 and len(workers) == 2
+    assert all(wait_gone(pid, 10) for pid in workers)
+
+
+# ---------------------------------------------------------------- issue 38: a worker outliving its parent
+
+ORPHANING_PARENT = """
+import os, pickle, signal, sys, multiprocessing
+from microbench.platform import process
+context = multiprocessing.get_context("spawn")
+worker = context.Process(target=process.orphan_safe_worker,
+                         args=(os.getpid(), "time:sleep", pickle.dumps((600,))))
+worker.start()
+print(worker.pid, flush=True)
+if sys.argv[1] == "later":              # the worker is past its start, sleeping
+    import time; time.sleep(3)
+os.kill(os.getpid(), signal.SIGKILL)    # the parent dies without stopping its worker
+"""
+
+
+@pytest.mark.parametrize("when", ["while-starting", "later"])
+def test_a_trial_worker_whose_parent_dies_exits_quietly(when):
+    parent = spawn([sys.executable, "-c", ORPHANING_PARENT, when], cwd=ROOT,
+                   env={**os.environ, **CHILD_ENV}, stdout=subprocess.PIPE,
+                   stderr=subprocess.PIPE, text=True)
+    out, err = parent.communicate(timeout=120)
+    [worker] = [int(pid) for pid in out.split()]
+    assert parent.returncode == -signal.SIGKILL, err
+    assert wait_gone(worker, 10), "the orphaned worker went on"
+
+
+def test_a_worker_started_after_its_parent_died_exits_at_once():
+    ran = subprocess.run([sys.executable, "-c", "from microbench.platform import process; "
+                          "process.die_with_parent(1); print('went on')"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert ran.returncode == 0 and ran.stdout == "" and ran.stderr == ""
+
+
+# ---------------------------------------------------------------- issue 38: full disks
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 1 MiB tmpfs (root can mount one; skipped where that is not allowed), and a way to
+    fill it up to ``left`` free bytes."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)],
+                          capture_output=True)
+    if made.returncode != 0:
+        pytest.skip("cannot mount a tmpfs here")
+
+    def fill(left: int = 0) -> None:
+        free = os.statvfs(mount).f_bavail * os.statvfs(mount).f_frsize
+        with open(mount / "filler", "wb") as stream:
+            with contextlib.suppress(OSError):
+                stream.write(b"\0" * max(0, free - left))
+    try:
+        yield mount, fill
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], capture_output=True)
+
+
+def leftovers(root: Path) -> list[str]:
+    return [name for name in os.listdir(root) if name.startswith((cache.BUILDING_PREFIX,
+                                                                   writing.TEMPORARY_PREFIX))]
+
+
+@pytest.mark.parametrize("defence", ["checked-first", "reserved", "written"])
+def test_a_token_corpus_on_a_full_disk_is_exit_4_and_leaves_nothing(small_disk, monkeypatch,
+                                                                    defence):
+    root, fill = small_disk
+    if defence != "checked-first":                   # each later defence alone
+        monkeypatch.setattr(cache, "check_room", lambda *a: None)
+    if defence == "written":
+        monkeypatch.setattr(cache, "_reserve", lambda *a: None)
+    with pytest.raises(CannotWrite) as refused:
+        cache.ensure_token_corpus(str(root), vocab_size=50, tokens=400_000)   # 1.6 MB
+    assert refused.value.exit_code == 4
+    assert ("GB are free" if defence == "checked-first" else "No space left") in str(refused.value)
+    assert leftovers(root) == []
+
+
+def test_a_language_run_whose_corpus_does_not_fit_is_one_line(small_disk, tmp_path, capfd):
+    root, fill = small_disk
+    ran = run_main(capfd, "--network", "llama_tiny", "--batch-size", "2", "--seq-len", "4096",
+                   "--iterations", "1", "--warmup", "1", "--device", "cpu", "--data", "loader",
+                   "--data-cache", str(root), "--output-dir", str(tmp_path / "out"))
+    assert_one_line_error(ran, 4, "cannot make a corpus of")
+    assert leftovers(root) == []
+
+
+def test_an_image_set_larger_than_the_free_space_is_refused_first(small_disk, tmp_path, capfd):
+    root, _ = small_disk
+    ran = run_main(capfd, *DATA_RUN[:-1], "100000", "--data-cache", str(root),
+                   "--output-dir", str(tmp_path / "out"))
+    assert_one_line_error(ran, 4, "cannot make 100,000 jpeg images")
+    assert "--data-images" in ran.stderr and leftovers(root) == []
+
+
+def test_an_image_set_that_fills_the_disk_midway_is_exit_4(small_disk, monkeypatch):
+    root, fill = small_disk
+    monkeypatch.setattr(cache, "check_room", lambda *a: None)
+    with pytest.raises(CannotWrite, match="No space left"):
+        cache.ensure_image_set(str(root), "png", count=400, side=64)
+    assert leftovers(root) == []
+
+
+@pytest.mark.parametrize("output", ["--html", "--plot", "json", "csv"])
+def test_report_outputs_on_a_full_disk_are_exit_4_with_no_temporary(small_disk, tmp_path, capfd,
+                                                                    output):
+    root, fill = small_disk
+    results = write_results(tmp_path / "r", {"a.json": hostile_result("resnet18"),
+                                             "b.json": hostile_result("resnet50")})
+    fill(left=0)
+    target = str(root / ("out.html" if output == "--html" else "out.png"))
+    if output in ("--html", "--plot"):
+        ran = report_of(capfd, str(results), output, target)
+        assert_error_line = "cannot write"
+    else:                                                # a run's own JSON or CSV
+        ran = run_main(capfd, *RUN, "--output-dir", str(root / "o"),
+                       *(["--csv-file", str(root / "runs.csv")] if output == "csv" else []))
+        assert_error_line = "cannot write"
+    assert ran.returncode == 4, ran.stderr
+    assert [line for line in ran.stderr.splitlines() if line.startswith("error")] \
+        and assert_error_line in ran.stderr and "Traceback" not in ran.stderr
+    assert leftovers(root) == [] and sorted(os.listdir(root)) == ["filler"]   # no empty dir
+
+
+# ---------------------------------------------------------------- issue 38: numbers from files
+
+def with_trials(values: list) -> dict:
+    """A schema-valid result whose trials block holds ``values``."""
+    document = stored_result()
+    trials = json.loads((ROOT / "tests/data/history/v2_17ac068_training.json").read_text())[
+        "trials"]
+    trials.update(trials=len(values), values=values, per_trial=trials["per_trial"] * len(values))
+    document["trials"] = trials
+    return document
+
+
+BAD_NUMBERS = {"infinity": float("inf"), "nan": float("nan"), "zero": 0.0,
+               "subnormal": 5e-324, "negative": -3.0}
+
+
+@pytest.mark.parametrize("bad", list(BAD_NUMBERS))
+def test_a_baseline_with_a_bad_trial_value_is_refused_before_the_run(bad, tmp_path, capfd):
+    baseline = tmp_path / "baseline.json"
+    baseline.write_text(json.dumps(with_trials([20.0, BAD_NUMBERS[bad], 21.0])))
+    before = snapshot(tmp_path)
+    ran = run_main(capfd, *RUN, "--output-dir", str(tmp_path / "out"), "--compare",
+                   str(baseline))
+    assert_one_line_error(ran, 2, "$.trials.values[1]")
+    assert "Building" not in ran.stdout
+    assert_disk_unchanged(tmp_path, before)
+
+
+@pytest.mark.parametrize("where", ["Throughput [img/sec]", "samples", "per-trial"])
+def test_non_finite_headlines_and_samples_are_refused_with_their_path(where, tmp_path, capfd):
+    document = stored_result()
+    if where == "Throughput [img/sec]":
+        document[where], path = float("inf"), "$['Throughput [img/sec]']"
+    elif where == "samples":
+        document["timing"]["samples_ms"][0], path = float("nan"), "$.timing.samples_ms[0]"
+    else:
+        document = with_trials([1.0, 2.0])
+        document["trials"]["per_trial"] = [{**document["trials"]["per_trial"][0],
+                                            "throughput": 1e309}] * 2
+        path = "$.trials.per_trial[0].throughput"
+    baseline = tmp_path / "baseline.json"
+    baseline.write_text(json.dumps(document))
+    ran = run_main(capfd, *RUN, "--output-dir", str(tmp_path / "out"), "--compare",
+                   str(baseline))
+    assert_one_line_error(ran, 2, "not a finite number")
+    assert path.replace("$['Throughput [img/sec]']", "$.Throughput [img/sec]") in ran.stderr
+
+
+@pytest.mark.parametrize("bad", list(BAD_NUMBERS))
+def test_the_report_skips_a_file_with_bad_numbers_and_reads_the_others(bad, tmp_path, capfd):
+    results = write_results(tmp_path / "r", {
+        "bad.json": {**with_trials([20.0, BAD_NUMBERS[bad]]), "Name": "bad"},
+        "good.json": hostile_result("resnet50"), "other.json": hostile_result("resnet18")})
+    for baseline in ([], ["--baseline", "1"]):
+        for format_ in ("text", "json", "csv", "markdown"):
+            ran = report_of(capfd, str(results), "--format", format_, *baseline)
+            assert ran.returncode == 0 and "Traceback" not in ran.stderr, ran.stderr
+            assert "bad.json" in ran.stderr and "$.trials.values[1]" in ran.stderr
+            assert "bad.json" not in ran.stdout
+
+
+@pytest.mark.parametrize("format_", ["text", "json", "csv", "markdown"])
+def test_a_result_nested_900_deep_is_skipped_with_one_line(format_, tmp_path, capfd):
+    deep: list = []
+    for _ in range(900):
+        deep = [deep]
+    results = write_results(tmp_path / "r", {"deep.json": stored_result({"extra": deep}),
+                                             "good.json": hostile_result("resnet50")})
+    ran = report_of(capfd, str(results), "--format", format_)
+    assert ran.returncode == 0 and "Traceback" not in ran.stderr, ran.stderr
+    assert "nested deeper than" in ran.stderr
+
+
+def test_headlines_far_apart_give_an_infinite_ratio_not_an_overflow():
+    from microbench.measure import stats
+    verdict = stats.gate((1e-300, 1.7e-300), (1e300, 2e300), 5)
+    assert verdict.ratio == float("inf") and not verdict.regression
+    assert stats.gate((1e300, 1.7e300), (1e-300, 2e-300), 5).regression
+
+
+# ---------------------------------------------------------------- issue 38: text a library interprets
+
+def mathtext_results(tmp_path: Path) -> Path:
+    first, second = hostile_result("$\\frac{$"), hostile_result("$x^2$ \x1b[2J")
+    return write_results(tmp_path / "r", {"a.json": first, "b.json": second})
+
+
+def test_names_with_mathtext_are_drawn_literally(tmp_path, capfd):
+    results = mathtext_results(tmp_path)
+    ran = report_of(capfd, str(results), "--plot", str(tmp_path / "c.png"),
+                    "--html", str(tmp_path / "p.html"))
+    assert ran.returncode == 0 and ran.stderr == "", ran.stderr
+    assert (tmp_path / "c.png").read_bytes().startswith(b"\x89PNG")
+    assert "data:image/png;base64," in (tmp_path / "p.html").read_text()
+
+
+def test_a_chart_that_still_fails_leaves_the_page_with_a_note(tmp_path, capfd, monkeypatch):
+    from microbench.report import chart
+
+    def broken(*args, **kwargs):
+        raise ValueError("a layout matplotlib cannot make")
+    monkeypatch.setattr(chart, "build_figure", broken)
+    results = mathtext_results(tmp_path)
+    ran = report_of(capfd, str(results), "--html", str(tmp_path / "p.html"))
+    assert ran.returncode == 0, ran.stderr
+    assert "No chart: matplotlib could not draw the chart" in (tmp_path / "p.html").read_text()
+    ran = report_of(capfd, str(results), "--plot", str(tmp_path / "c.png"),
+                    "--html", str(tmp_path / "q.html"))
+    assert_error_after_table(ran, 1, "matplotlib could not draw the chart (ValueError")
+    assert (tmp_path / "q.html").exists() and not (tmp_path / "c.png").exists()
+
+
+def assert_error_after_table(ran, code: int, text: str) -> None:
+    lines = ran.stderr.strip().splitlines()
+    assert ran.returncode == code and len(lines) == 1 and text in lines[0], ran.stderr
+    assert "Traceback" not in ran.stderr
+
+
+def test_a_chart_of_a_metric_no_row_knows_is_refused_before_any_output(tmp_path, capfd):
+    results = mathtext_results(tmp_path)
+    ran = report_of(capfd, str(results), "--plot", str(tmp_path / "c.png"), "--metric", "mfu")
+    assert_one_line_error(ran, 2, "--plot would draw nothing: no row has a known mfu")
+    assert ran.stdout == "" and not (tmp_path / "c.png").exists()
+
+
+# ---------------------------------------------------------------- issue 38: a folder given to the report
+
+@pytest.mark.parametrize("bad", ["dangling-link", "link-loop", "non-utf8-name", "oversized",
+                                 "unreadable-folder", "link-to-folder", "socket"])
+def test_one_bad_entry_in_a_report_folder_is_skipped_with_a_line(bad, tmp_path, capfd,
+                                                                 monkeypatch):
+    results = write_results(tmp_path / "r", {"good.json": hostile_result("resnet50"),
+                                             "other.json": hostile_result("resnet18")})
+    if bad == "dangling-link":
+        (results / "gone.json").symlink_to(tmp_path / "nowhere.json")
+    elif bad == "link-loop":
+        (results / "loop.json").symlink_to(results / "loop.json")
+    elif bad == "non-utf8-name":
+        with open(os.path.join(os.fsencode(results), b"bad\xff.json"), "wb") as stream:
+            stream.write(json.dumps(hostile_result("resnet34")).encode())
+    elif bad == "oversized":
+        (results / "huge.json").write_text(json.dumps(hostile_result("resnet34")) + " " * 4096)
+        monkeypatch.setattr(collection, "MAX_INPUT_BYTES", 4000)
+    elif bad == "unreadable-folder":          # root reads any folder: the refusal is faked
+        (results / "locked").mkdir()
+        real_walk = os.walk
+
+        def walk(top, onerror=None, **kwargs):
+            for root, folders, names in real_walk(top, onerror=onerror, **kwargs):
+                if "locked" in folders:
+                    folders.remove("locked")
+                    onerror(PermissionError(errno.EACCES, "Permission denied",
+                                            os.path.join(root, "locked")))
+                yield root, folders, names
+        monkeypatch.setattr(collection.os, "walk", walk)
+    elif bad == "socket":
+        bound_socket(results / "s.json")
+    else:
+        (results / "elsewhere").symlink_to(tmp_path)
+    ran = report_of(capfd, str(results))
+    assert ran.returncode == 0 and "Traceback" not in ran.stderr, ran.stderr
+    lines = ran.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("skipped "), ran.stderr
+    assert_no_controls(ran.stderr)
+    assert "Model results: 2 rows" in ran.stdout
+
+
+@pytest.mark.parametrize("b, text", [
+    ("'--nhwc", "cannot split it into flags"),
+    ("--output-fil x.json", "B may not change"), ("--rer x.json", "B may not change"),
+    ("--comp x.json", "ambiguous option"), ("--rep 3", "B may not change"),
+    ("--repeat=3", "B may not change")])
+def test_ab_flags_that_cannot_be_split_or_abbreviate_a_refused_flag_are_one_line(b, text,
+                                                                                 tmp_path, capfd):
+    ran = run_main(capfd, *RUN, "--output-dir", str(tmp_path / "out"), "--ab", b)
+    assert_one_line_error(ran, 2, text)
+    assert ran.stderr.endswith("\n") and not (tmp_path / "out").exists()
+
+
+# ---------------------------------------------------------------- issue 38: --data-dir
+
+def test_a_data_dir_of_empty_images_is_refused_before_the_model_is_built(tmp_path, capfd):
+    images = tmp_path / "images"
+    images.mkdir()
+    for index in range(3):
+        (images / f"{index}.jpg").write_bytes(b"")
+    ran = run_main(capfd, *RUN, "--data", "folder", "--data-dir", str(images),
+                   "--output-dir", str(tmp_path / "out"))
+    assert_one_line_error(ran, 2, "all of its 3 image files are empty")
+    assert "Building" not in ran.stdout and not (tmp_path / "out").exists()
+
+
+def test_images_reached_through_links_out_of_the_data_dir_are_named(tmp_path):
+    from microbench.data import folder
+    made = cache.ensure_image_set(str(tmp_path / "cache"), "png", count=2, side=16)
+    images = tmp_path / "images"
+    images.mkdir()
+    inside, outside = made.file_paths()
+    (images / "inside.png").write_bytes(Path(inside).read_bytes())
+    (images / "outside.png").symlink_to(outside)
+    listing = folder.scan_folder(str(images), 2**20)
+    assert len(listing.paths) == 2
+    assert listing.outside == ((str(images / "outside.png"), os.path.realpath(outside)),)
+
+
+def spec_of(*argv: str):
+    from microbench.settings import cli
+    from microbench.settings.spec import resolve
+    return resolve(cli.to_plan(cli.parse_args([*RUN, *argv])).configs[0])
+
+
+@pytest.mark.parametrize("argv, offered, not_offered", [
+    ((), ["--mode inference", "--amp"], []),
+    (("--mode", "inference"), ["--amp"], ["--mode inference"]),
+    (("--mode", "inference", "--precision", "bf16"), [], ["--mode inference", "--amp"])])
+def test_out_of_memory_advice_offers_only_what_changes_something(argv, offered, not_offered):
+    from microbench.drivers.benchmark import out_of_memory
+    text = str(out_of_memory(spec_of(*argv)))
+    assert "smaller --batch-size" in text
+    assert all(flag in text for flag in offered) and not any(f in text for f in not_offered)

@@ -13,7 +13,8 @@ process is removed by the next build.
 
 * :func:`ensure_image_set`: ``count`` deterministic JPEG or PNG images of one side, named
   ``0000000.jpg`` ...; the loader gives image ``i`` the class ``i % num_classes``.
-* :func:`ensure_token_corpus`: int32 token ids in one file, read through a memory map.
+* :func:`ensure_token_corpus`: int32 token ids in one file (written through a plain file, its
+  blocks reserved first; read through a memory map).
 
 Example::
 
@@ -23,6 +24,7 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import errno
 import glob
 import json
 import os
@@ -240,6 +242,10 @@ def ensure_image_set(root: str, image_format: str, count: int, side: int, seed: 
         files = []
         for index in range(count):
             encoded = codecs.encode(synthetic_image(generator, side), image_format, quality)
+            if index == 0:                    # the set's size, from its first image
+                check_room(directory, _estimated_set_bytes(encoded.numel(), count),
+                           f"{count:,} {image_format} images of {side}x{side}",
+                           "a smaller --data-images")
             file_name = f"{index:07d}{SUFFIXES[image_format]}"
             _write_new(os.path.join(directory, file_name), encoded)
             files.append([file_name, encoded.numel()])
@@ -259,10 +265,44 @@ def _write_new(path: str, data: torch.Tensor) -> None:
 
 
 def _tensor_bytes(data: torch.Tensor) -> bytes:
-    """The bytes of a 1-D uint8 CPU tensor, without numpy (not a dependency of this project)."""
-    buffer = bytearray(data.numel())
-    torch.frombuffer(buffer, dtype=torch.uint8).copy_(data)
+    """The bytes of a 1-D CPU tensor, without numpy (not a dependency of this project)."""
+    buffer = bytearray(data.numel() * data.element_size())
+    torch.frombuffer(buffer, dtype=data.dtype).copy_(data)
     return bytes(buffer)
+
+
+# Room kept free beyond a set's own size (the manifest, the file system's own blocks).
+_ROOM_MARGIN = 1.05
+
+
+def _estimated_set_bytes(first_file: int, count: int) -> int:
+    """A set's size from its first file (images of one generator differ little in size)."""
+    return int(first_file * count * _ROOM_MARGIN)
+
+
+def check_room(directory: str, needed: int, what: str, smaller: str) -> None:
+    """Refuse, before it is written, a set larger than the space free where it goes (the
+    ENOSPC would come minutes later, after most of it was written)."""
+    try:
+        info = os.statvfs(directory)
+    except (OSError, AttributeError):
+        return
+    free = info.f_bavail * info.f_frsize
+    if needed > free:
+        raise CannotWrite(f"cannot make {what} in {os.path.dirname(directory)}: it needs about "
+                          f"{needed / 1e9:.2f} GB and {free / 1e9:.2f} GB are free; free space, "
+                          f"use {smaller} or another --data-cache")
+
+
+def _reserve(fd: int, size: int) -> None:
+    """Allocate the file's blocks now, so that a full disk fails here at once; a file system
+    that cannot (EOPNOTSUPP, EINVAL) is written without."""
+    if size and hasattr(os, "posix_fallocate"):
+        try:
+            os.posix_fallocate(fd, 0, size)
+        except OSError as error:
+            if error.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+                raise
 
 
 def token_corpus_name(vocab_size: int, tokens: int, seed: int = 0) -> str:
@@ -278,19 +318,22 @@ def ensure_token_corpus(root: str, vocab_size: int, tokens: int, seed: int = 0,
               "seed": seed}
 
     def build(directory: str) -> dict:
+        # Written through a plain file, not a shared memory map: a full disk under a map is a
+        # SIGBUS that kills the process without a word; a write says ENOSPC.
         path = os.path.join(directory, TOKENS_FILE)
+        check_room(directory, tokens * 4, f"a corpus of {tokens:,} tokens", "a smaller corpus")
         generator = torch.Generator().manual_seed(seed)
-        mapped = torch.from_file(path, shared=True, size=tokens, dtype=torch.int32)
-        for start in range(0, tokens, _TOKEN_CHUNK):
-            stop = min(tokens, start + _TOKEN_CHUNK)
-            mapped[start:stop] = torch.randint(0, vocab_size, (stop - start,),
-                                               generator=generator, dtype=torch.int32)
-        del mapped                            # unmapped: its pages go to the file
-        fd = os.open(path, os.O_RDONLY)
-        try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0),
+                     0o666)
+        with os.fdopen(fd, "wb") as stream:
+            _reserve(fd, tokens * 4)
+            for start in range(0, tokens, _TOKEN_CHUNK):
+                stop = min(tokens, start + _TOKEN_CHUNK)
+                stream.write(_tensor_bytes(torch.randint(0, vocab_size, (stop - start,),
+                                                         generator=generator,
+                                                         dtype=torch.int32)))
+            stream.flush()
             os.fsync(fd)
-        finally:
-            os.close(fd)
         return {"files": [[TOKENS_FILE, tokens * 4]]}
 
     return made_once(root, token_corpus_name(vocab_size, tokens, seed), wanted, build, notify)

@@ -46,6 +46,7 @@ class ImageList:
     classes: tuple[str, ...]                     # () for a flat folder
     rejected: tuple[tuple[str, str], ...]        # (path, reason)
     total_bytes: int = 0                         # of the kept files
+    outside: tuple[tuple[str, str], ...] = ()    # (path, where it leads): links out of root
 
     @property
     def mean_file_bytes(self) -> float:
@@ -72,7 +73,20 @@ def scan_folder(directory: str, max_file_bytes: int) -> ImageList:
         raise UsageError(f"{FLAG} {directory}: none of its {len(candidates)} images can be read "
                          f"as one (e.g. {first_path}: {first_reason})")
     return ImageList(root, tuple(path for path, _ in kept), tuple(label for _, label in kept),
-                     classes, tuple(rejected), total_bytes)
+                     classes, tuple(rejected), total_bytes,
+                     tuple(_leading_out(root, [path for path, _ in kept])))
+
+
+def _leading_out(root: str, paths: list[str]) -> list[tuple[str, str]]:
+    """The files read through a symbolic link (theirs or a folder's) from outside ``root``:
+    a user told where the images are should hear that some are elsewhere."""
+    real_root = os.path.realpath(root)
+    outside = []
+    for path in paths:
+        real = os.path.realpath(path)
+        if real != os.path.abspath(path) and os.path.commonpath([real_root, real]) != real_root:
+            outside.append((path, real))
+    return outside
 
 
 def list_images(directory: str) -> tuple[str, tuple[str, ...], list[tuple[str, int]]]:
@@ -96,7 +110,18 @@ def list_images(directory: str) -> tuple[str, tuple[str, ...], list[tuple[str, i
     if not candidates:
         raise UsageError(f"{FLAG} {directory} holds no images (.jpg, .jpeg, .png or .webp files, "
                          f"flat or in class folders)")
+    if not any(_size(path) for path, _ in candidates):
+        raise UsageError(f"{FLAG} {directory}: all of its {len(candidates)} image files are "
+                         f"empty (0 bytes) or cannot be read: nothing to feed the model")
     return root, classes, candidates
+
+
+def _size(path: str) -> int:
+    """A file's size from the listing alone (no open); 0 where it cannot be known."""
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
 
 
 def _is_image_name(name: str) -> bool:

@@ -31,6 +31,7 @@ import itertools
 import os
 import signal
 import sys
+import threading
 
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
@@ -71,6 +72,11 @@ def check_shared_memory(batch_bytes: int, workers: int, prefetch_factor: int,
             f"container more (docker run --shm-size)")
 
 
+# Whether the workers being started are forked by the main thread (read by the forked workers):
+# a parent-death signal fires when the forking *thread* ends.
+_started_by_main_thread = False
+
+
 def _worker_init(worker_id: int) -> None:
     # A forked worker inherits the main process's handlers (SIGTERM raises Terminated), which
     # would print a traceback in the worker; dying of the signal instead makes DataLoader's
@@ -78,6 +84,8 @@ def _worker_init(worker_id: int) -> None:
     # stopped by the main process, which got the same signal.
     for number in (signal.SIGINT, *process.STOPPING):   # SIGTERM, SIGHUP, SIGQUIT
         signal.signal(number, signal.SIG_IGN)
+    if _started_by_main_thread:         # the kernel's "parent" is the thread that forked
+        process.killed_with_parent()    # so they never outlive the run, however it ends
     sys.excepthook = _quiet_when_the_receiver_left(sys.excepthook)
 
 
@@ -156,7 +164,11 @@ class EndlessBatches:
 
     def __next__(self) -> Batch:
         if self._iterator is None:
-            self._iterator = iter(self.loader)
+            global _started_by_main_thread
+            _started_by_main_thread = threading.current_thread() is threading.main_thread()
+            with process.starting(f"{self.loader.num_workers} loader workers",
+                                  "use fewer --workers"):
+                self._iterator = iter(self.loader)
         try:
             batch = next(self._iterator)
         except RuntimeError as error:

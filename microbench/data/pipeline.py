@@ -37,7 +37,7 @@ from typing import Callable
 
 import torch
 
-from microbench.platform import device as device_layer
+from microbench.platform import device as device_layer, safe_text
 from microbench.platform.errors import MissingEnvironment, UsageError
 from microbench.data import cache, codecs
 from microbench.data.datasets import EncodedImages, TokenWindows
@@ -323,6 +323,11 @@ def _image_source(settings: DataSettings, model_input: ModelInput, notify):
             raise UsageError(f"--decode gpu decodes JPEG only, and --data-dir "
                              f"{settings.data_dir} holds {others} files: use --decode cpu")
         paths, labels, rejected = listing.paths, listing.labels, listing.rejected
+        if listing.outside:
+            path, real = listing.outside[0]
+            notify(safe_text.terminal(
+                f"{len(listing.outside)} image(s) of --data-dir {settings.data_dir} are links "
+                f"that lead out of it (e.g. {path} -> {real}); they are read"))
         description = {"source": "folder", "format": "+".join(sorted(formats)),
                        "format_counts": formats, "items": len(paths),
                        "mean_file_bytes": listing.mean_file_bytes,

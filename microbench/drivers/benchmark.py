@@ -97,9 +97,15 @@ def out_of_memory(spec: "RunSpec") -> OutOfMemory:
     total = device_layer.total_memory_bytes(device) if device_layer.is_gpu(device) else None
     where = f"{device} ({device_layer.device_name(device)}" + (
         f", {total / 1e9:.1f} GB)" if total else ")")
+    # Only advice that changes something: no --amp for a run already in half precision, no
+    # --mode inference for a run that already is one.
+    advice = ["a smaller --batch-size"]
+    if spec.precision.model_dtype == torch.float32 and spec.precision.autocast_dtype is None:
+        advice.append("--amp or --fp16 1 to halve activation memory")
+    if spec.scenario.updates_weights:
+        advice.append("--mode inference")
     return OutOfMemory(f"out of memory on {where} running {spec.model.name} at batch size "
-                       f"{spec.batch_size}: try a smaller --batch-size, --amp or --fp16 1 to halve "
-                       f"activation memory, or --mode inference")
+                       f"{spec.batch_size}: try {', or '.join(advice)}")
 
 
 def batch_norm_needs_more_values(error: BaseException) -> UsageError | None:

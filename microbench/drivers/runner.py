@@ -17,6 +17,7 @@ from microbench.platform import device as device_layer, distributed, process
 from microbench.measure import profilers
 from microbench.output import progress
 from microbench.drivers import ab, sweep, trials
+from microbench.platform import safe_text
 from microbench.settings.config import Plan, min_noise_trials
 from microbench.platform.errors import (EXIT_INTERRUPTED, EXPECTED_EXIT_CODES, BenchmarkError,
                                         OutOfMemory, ReportedFailure, Terminated, UsageError)
@@ -249,8 +250,11 @@ def _spawn(spec: RunSpec, problem: BenchmarkError | None) -> int:
     """One worker per --device_ids entry; a worker's documented exit code (it has printed its
     own error line) becomes this process's. Ctrl-C or SIGTERM here stops the workers too."""
     import torch.multiprocessing as mp
-    context = mp.start_processes(_spawned_worker, args=(spec, problem),
-                                 nprocs=spec.launch.workers, join=False, start_method="spawn")
+    process.check_can_start(spec.launch.workers, "rank workers", "--device_ids")
+    with process.starting(f"{spec.launch.workers} rank workers", "use fewer --device_ids"):
+        context = mp.start_processes(_spawned_worker, args=(spec, problem),
+                                     nprocs=spec.launch.workers, join=False,
+                                     start_method="spawn")
     # When one worker fails, the others are about to fail too (they hear of it when the ranks
     # agree, or see the peer go): let them print their own line before they are terminated
     # (PyTorch 2.5 and later; older ones terminate at once).
@@ -286,7 +290,7 @@ def _spawned_worker(index: int, spec: RunSpec, problem: BenchmarkError | None) -
             err = console.Console.for_spec(worker).err
             code = run_worker(worker, problem if index == 0 else None)
         except BenchmarkError as error:
-            print("error: " + " ".join(str(error).splitlines()), file=err)
+            print("error: " + safe_text.terminal(" ".join(str(error).splitlines())), file=err)
             err.flush()
             code = error.exit_code
         except KeyboardInterrupt:

@@ -24,15 +24,17 @@ Example::
 """
 from __future__ import annotations
 
-import ctypes
+import contextlib
 import dataclasses
 import io
 import multiprocessing
+import os
 import signal
 import socket
 import sys
 import traceback
 from dataclasses import dataclass, field
+from multiprocessing.reduction import ForkingPickler
 from typing import Callable
 
 from microbench.drivers import benchmark
@@ -165,16 +167,29 @@ def in_worker(spec, index: int, rendezvous: str | None = None,
     receive, send = context.Pipe(duplex=False)
     trial_spec = dataclasses.replace(
         spec, config=dataclasses.replace(spec.config, seed=seed_of(spec, index)))
-    worker = context.Process(target=_worker_main, name=f"microbench-trial-{index + 1}",
-                             args=(trial_spec, rendezvous, label, send))
-    worker.start()
-    send.close()
+    # The spec travels pickled, unpickled by the worker once it watches its parent (unpickling
+    # imports torch: seconds in which a killed parent would go unnoticed).
+    worker = context.Process(target=process.orphan_safe_worker,
+                             name=f"microbench-trial-{index + 1}",
+                             args=(os.getpid(), f"{__name__}:_worker_main",
+                                   bytes(ForkingPickler.dumps((trial_spec, rendezvous, label))),
+                                   send))
+    try:
+        with process.starting(f"the worker process of trial {index + 1}",
+                              "use --trials in-process, or free processes"):
+            worker.start()
+    except BaseException:
+        receive.close()
+        raise
+    finally:
+        send.close()
     try:
         kind, payload = distributed.interruptible(receive.recv)
     except EOFError:
         worker.join()
-        raise BenchmarkError(f"the worker process of trial {index + 1} ended (exit code "
-                             f"{worker.exitcode}) before it reported a result") from None
+        raise BenchmarkError(f"the worker process of trial {index + 1} ended "
+                             f"({_how_it_ended(worker.exitcode)}) before it reported a "
+                             f"result") from None
     except BaseException:
         _stop(worker)
         raise
@@ -195,35 +210,39 @@ def _stop(worker) -> None:
         worker.kill()
 
 
-def _die_with_parent() -> None:
-    """On Linux, the kernel sends this worker SIGTERM if the parent dies without stopping it
-    (SIGKILL, an OOM kill), so no orphaned worker holds the GPU."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        PR_SET_PDEATHSIG = 1
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    except (OSError, AttributeError):
-        pass
+def _how_it_ended(exit_code: int | None) -> str:
+    if exit_code is not None and exit_code < 0:
+        with contextlib.suppress(ValueError):
+            return f"killed by {signal.Signals(-exit_code).name}"
+    return f"exit code {exit_code}"
 
 
 def _worker_main(spec, rendezvous: str | None, label: str | None, connection) -> None:
-    """The worker process: one trial, its Trial (or its error) sent back to the parent."""
-    _die_with_parent()
+    """The worker process (started through process.orphan_safe_worker, which ends it quietly
+    when the parent dies): one trial, its Trial (or its error) sent back to the parent."""
     with process.sigterm_raises():
         try:
-            connection.send(("trial", _measure_here(spec, rendezvous, label)))
+            _send(connection, ("trial", _measure_here(spec, rendezvous, label)))
         except BenchmarkError as error:
-            connection.send(("error", error if _picklable(error)
-                             else ReportedFailure(str(error), error.exit_code)))
+            _send(connection, ("error", error if _picklable(error)
+                               else ReportedFailure(str(error), error.exit_code)))
         except (KeyboardInterrupt, Terminated):
             pass                                # the parent says what stopped the run
         except Exception as error:              # noqa: BLE001 (a bug: its traceback, then one line)
             traceback.print_exc()
-            connection.send(("error", ReportedFailure(
+            _send(connection, ("error", ReportedFailure(
                 f"unexpected {type(error).__name__} in the worker of a trial: {error}", 1)))
         finally:
             connection.close()
-            sys.stdout.flush()
+            with contextlib.suppress(OSError, ValueError):
+                sys.stdout.flush()
+
+
+def _send(connection, message) -> None:
+    """``message`` to the parent; nothing where the parent no longer reads (it died, or it
+    stopped the run): there is no one left to tell."""
+    with contextlib.suppress(OSError, EOFError):
+        connection.send(message)
 
 
 def _picklable(error: BaseException) -> bool:
@@ -272,6 +291,6 @@ def phase_line(activity: progress.Activity, label: str | None):
     once and never redrawn while it runs (nothing prints between its first and last
     iteration), its elapsed time shown when it ends."""
     def on_phase(phase: str, timed: bool = False) -> None:
-        activity.start((label or "") + _PHASE_TEXT.get(phase, phase.capitalize()),
+        activity.start((label or "") + _PHASE_TEXT.get(phase, phase[:1].upper() + phase[1:]),
                        tick=not timed)
     return on_phase

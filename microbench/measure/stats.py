@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import sys
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -56,6 +57,15 @@ ONE_TRIAL = "one trial: no interval (run --repeat 2 or more)"
 
 # A trial during which the SM clock fell below this fraction of its maximum is flagged.
 THROTTLED_CLOCK_FRACTION = 0.75
+
+
+# The largest x whose exp() is a float: beyond it, exp() raises OverflowError instead of giving
+# infinity (a ratio of two stored headlines 1e300 apart would otherwise crash a report).
+_LARGEST_EXP = math.log(sys.float_info.max)
+
+
+def _exp(x: float) -> float:
+    return math.exp(x) if x <= _LARGEST_EXP else math.inf
 
 
 def _t(dof: int) -> float:
@@ -78,8 +88,8 @@ def _mean_sd(logs: Sequence[float]) -> tuple[float, float]:
 
 def _around(center_log: float, half_log: float, headline: float) -> tuple[float, float]:
     """``exp(center -+ half)``, widened by rounding to contain ``headline`` exactly."""
-    return (min(math.exp(center_log - half_log), headline),
-            max(math.exp(center_log + half_log), headline))
+    return (min(_exp(center_log - half_log), headline),
+            max(_exp(center_log + half_log), headline))
 
 
 @dataclass(frozen=True)
@@ -101,7 +111,7 @@ class TrialStats:
         """The geometric mean of the trials (one trial: its value)."""
         if self.count == 1:
             return self.values[0]
-        return math.exp(_mean_sd(_logs(self.values))[0])
+        return _exp(_mean_sd(_logs(self.values))[0])
 
     @property
     def median(self) -> float:
@@ -260,7 +270,7 @@ def paired_ab(a: Sequence[float], b: Sequence[float],
                          f"{len(a)} and {len(b)}")
     diffs = [lb - la for la, lb in zip(_logs(a), _logs(b))]
     center, sd = _mean_sd(diffs)
-    ratio = math.exp(center)
+    ratio = _exp(center)
     if len(diffs) < 2:
         return ABResult(tuple(a), tuple(b), compared(ratio, None, tolerance_pct), "one round")
     interval = _around(center, _t(len(diffs) - 1) * sd / math.sqrt(len(diffs)), ratio)
@@ -338,7 +348,7 @@ def gate(baseline: Sequence[float], current: Sequence[float],
         p_value = 1.0
     low, high = ((interval.low, interval.high) if not math.isnan(interval.low)
                  else (math.log(ratio), math.log(ratio)))     # no spread on either side
-    ci = (min(math.exp(low), ratio), max(math.exp(high), ratio))
+    ci = (min(_exp(low), ratio), max(_exp(high), ratio))
     return GateVerdict(compared(ratio, ci, tolerance_pct), p_value,
                        f"Welch's t test on log throughput ({theirs.count} baseline, "
                        f"{ours.count} current trials), p = {p_value:.3g}")

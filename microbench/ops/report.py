@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
 from microbench.output import text_table as tables
+from microbench.platform import safe_text
 from microbench.platform.errors import BenchmarkError
 from microbench.output import writing
 from microbench.output.units import duration_ms, flops, significant
@@ -204,10 +205,10 @@ class TablePrinter:
             self._out(self._rows.line(row_cells(row)))
             if row.profile:
                 self._out(row.profile)
-        elif row.status == "skipped":
-            self._out(f"skipped {name}: {row.message}")
+        elif row.status == "skipped":        # not measured (no memory for it): a warning
+            self._err(safe_text.terminal(f"skipped {name}: {row.message}"))
         else:
-            self._err(f"error: {name}: {row.message}")
+            self._err(safe_text.terminal(f"error: {name}: {row.message}"))
 
 
 def summary_lines(results: Sequence[OpResult]) -> list[str]:
@@ -240,7 +241,8 @@ def write_json(path: str, run_info: dict, results: Sequence[OpResult]) -> None:
 
 
 def write_csv(path: str, results: Sequence[OpResult]) -> None:
-    rows = [row.as_dict(with_samples=False) for row in results]
+    rows = [{key: safe_text.csv_cell(value) if isinstance(value, str) else value
+             for key, value in row.as_dict(with_samples=False).items()} for row in results]
     buffer = io.StringIO()
     fieldnames = list(OpResult("", "", "", "").as_dict(with_samples=False))
     writer = csv.DictWriter(buffer, fieldnames=fieldnames, lineterminator="\n")

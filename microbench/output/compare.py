@@ -21,6 +21,7 @@ from typing import TextIO
 
 from microbench.settings import identity
 from microbench.measure import stats
+from microbench.platform import safe_text
 from microbench.platform.errors import Regression, UsageError
 from microbench.settings.spec import Gate
 from microbench.store.stored import load_result
@@ -35,8 +36,8 @@ def read_gate(path: str, tolerance_pct: float, spec, any_config: bool = False,
     gate = Gate(path, tolerance_pct, load_result(path, "--compare"), any_config, fail)
     differ = check_same_configuration(identity.of_spec(spec), gate.baseline, path, any_config)
     if differ:
-        print(f"Note: --compare-any-config: {path} is another configuration "
-              f"({'; '.join(differ)}); compared anyway")
+        print(safe_text.terminal(f"Note: --compare-any-config: {path} is another "
+                                 f"configuration ({'; '.join(differ)}); compared anyway"))
     return gate
 
 
@@ -110,7 +111,7 @@ def compare(summary, gate, out: TextIO, verdict: stats.GateVerdict | None = None
                              gate.any_config)
     verdict = verdict or judge(summary, gate)
     ours, theirs = _metrics(current), _metrics(baseline)
-    print(f"Comparison with {gate.path} (tolerance {gate.tolerance_pct:g}% on throughput)",
+    print(f"Comparison with {safe_text.terminal(gate.path)} (tolerance {gate.tolerance_pct:g}% on throughput)",
           file=out)
     print(f"  {'metric':<28} {'baseline':>12} {'this run':>12} {'change':>9}", file=out)
     for name, value in ours.items():

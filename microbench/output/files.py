@@ -16,6 +16,7 @@ from microbench import __version__
 from microbench.settings import identity
 from microbench.measure import stats
 from microbench.store import stored
+from microbench.platform import safe_text
 from microbench.platform.device import clock_name
 from microbench.platform.errors import UsageError
 from microbench.measure.summary import Summary
@@ -304,8 +305,15 @@ def append_csv(row: dict, path: str) -> None:
     """Append one row (and the header to a new file): one write under an exclusive lock, cut
     back if it fails (output.writing.append_csv_rows). A file with an older header of ours
     takes the row in its own columns (the newer columns left out)."""
-    writing.append_csv_rows(path, CSV_COLUMNS, [[row.get(column, "") for column in CSV_COLUMNS]],
+    writing.append_csv_rows(path, CSV_COLUMNS,
+                            [[_guarded(row.get(column, "")) for column in CSV_COLUMNS]],
                             older=CSV_HEADERS[1:])
+
+
+def _guarded(value):
+    """Text a spreadsheet would run as a formula (a network or error named from outside)
+    guarded; numbers as they are."""
+    return safe_text.csv_cell(value) if isinstance(value, str) else value
 
 
 # ---------------------------------------------------------------- before and after the run

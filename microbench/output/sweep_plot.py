@@ -26,11 +26,11 @@ Example::
 """
 from __future__ import annotations
 
-import io
 import os
 import textwrap
 from dataclasses import dataclass
 
+from microbench.platform import safe_text
 from microbench.platform.errors import MissingEnvironment, UsageError
 from microbench.output import workers_plot as data_plot, writing
 
@@ -405,11 +405,13 @@ def plot_rows(rows, path: str) -> None:
     workers gets the input pipeline's figure (output/workers_plot.py)."""
     if data_plot.applies(rows):
         require_matplotlib()
-        figure = data_plot.build_figure(rows, subtitle(rows))
+        def build():
+            return data_plot.build_figure(rows, subtitle(rows))
     elif _measures_accuracy(rows):
-        figure = accuracy_figure(rows)
+        def build():
+            return accuracy_figure(rows)
     else:
-        figure = build_figure(rows)
-    image = io.BytesIO()
-    figure.savefig(image, dpi=120, format=os.path.splitext(path)[1].lstrip(".").lower())
-    writing.write_whole(path, image.getvalue())
+        def build():
+            return build_figure(rows)
+    writing.write_whole(path, safe_text.image_bytes(
+        build, os.path.splitext(path)[1].lstrip(".").lower()))

@@ -116,13 +116,31 @@ def existing_ancestor(directory: str) -> str:
     return directory
 
 
-def ensure_directory(path: str) -> None:
+def ensure_directory(path: str) -> list[str]:
     """Create the directory of the result file ``path`` when it is about to be written (never
-    before: a run refused or failed leaves no empty --output-dir behind)."""
+    before: a run refused or failed leaves no empty --output-dir behind); the directories it
+    made, deepest first, for :func:`remove_made` when the write fails."""
+    directory = os.path.dirname(os.path.abspath(path))
+    made = []
+    while not os.path.lexists(directory) and os.path.dirname(directory) != directory:
+        made.append(directory)
+        directory = os.path.dirname(directory)
     try:
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     except OSError as error:
+        remove_made(made)
         raise _cannot_write(path, error) from None
+    return made
+
+
+def remove_made(made: list[str]) -> None:
+    """Remove the directories ``ensure_directory`` made, while they are empty (a write that
+    failed on a full disk leaves no empty --output-dir)."""
+    for directory in made:
+        try:
+            os.rmdir(directory)
+        except OSError:
+            return
 
 
 def check_target(path: str, flag: str, directory_made: bool = False) -> None:
@@ -221,7 +239,7 @@ def replacing(path: str) -> Iterator[str]:
     left as it was. Code inside the block may write other files that must succeed too (the
     CSV row of a JSON result): then both are written or neither."""
     staged: list[str] = []
-    ensure_directory(path)
+    made = ensure_directory(path)
     try:
         with signals_deferred():             # no interrupt between creating and remembering it
             staged.append(_create_temporary(path))
@@ -237,6 +255,7 @@ def replacing(path: str) -> Iterator[str]:
         with signals_deferred():
             for name in staged:
                 _remove(name)
+            remove_made(made)
         raise
 
 
@@ -281,7 +300,7 @@ def write_then(path: str, data: bytes, then: Callable[[], object]) -> None:
     process is killed between the two (module docstring)."""
     temporary = backup = None
     swapped = False
-    ensure_directory(path)
+    made = ensure_directory(path)
     try:
         with signals_deferred():
             temporary = _create_temporary(path)
@@ -304,6 +323,7 @@ def write_then(path: str, data: bytes, then: Callable[[], object]) -> None:
                 backup = None
             elif swapped:
                 _remove(path)
+            remove_made(made)
         raise
     finally:
         if backup is not None:

@@ -6,23 +6,39 @@ and ``main`` prints ``error: terminated (SIGTERM)`` and exits 143 (Ctrl-C: ``err
 130). The entry points import the benchmark (seconds of torch imports) under the same handling,
 so a signal that lands during the imports gives the same one line, not a traceback. This module
 imports nothing heavy, so that it is in place before torch is.
+
+Child processes (issue 38): :func:`check_can_start` refuses more workers than the process limits
+allow (cgroup ``pids.max``, ``ulimit -u``) before anything is built; :func:`starting` turns a
+refused start into one line after stopping the workers already started; an exit handler stops
+every child still alive before multiprocessing's own (which waits forever for a DataLoader worker,
+since those ignore SIGTERM); :func:`orphan_safe_worker` makes a spawned worker notice a dead
+parent from its first line.
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
+import ctypes
 import errno
 import importlib
 import importlib.metadata
 import io
+import multiprocessing
+import multiprocessing.util           # registers its exit handler, which ours must precede
 import os
+import pickle
+import resource
 import signal
 import sys
 import threading
+import time
 import traceback
 from typing import Callable, Iterator, Mapping
 
+from microbench.platform import safe_text
 from microbench.platform.errors import (EXIT_HANGUP, EXIT_INTERRUPTED, EXIT_MISSING_ENVIRONMENT,
-                                        EXIT_QUIT, EXIT_TERMINATED, BenchmarkError, Terminated)
+                                        EXIT_QUIT, EXIT_TERMINATED, BenchmarkError,
+                                        MissingEnvironment, Terminated)
 
 INTERRUPTED = "error: interrupted"
 # Runtime dependencies (requirements.txt) that every command imports at start: a checkout
@@ -111,8 +127,9 @@ def command(body: Callable[[], int], prefix: Callable[[], str] = lambda: "") -> 
         try:
             code = body()
         except BenchmarkError as error:
-            # One line, whatever the message holds (a torch error quoted in it may not).
-            message = " ".join(str(error).splitlines())
+            # One line, whatever the message holds (a torch error quoted in it may not), and
+            # nothing a terminal would act on (a name from a result file may hold ESC ]52;).
+            message = safe_text.terminal(" ".join(str(error).splitlines()))
             print(f"{prefix()}error: {message}", file=sys.stderr, flush=True)
             code = error.exit_code
         except KeyboardInterrupt:
@@ -291,3 +308,204 @@ def microbench_ops() -> int:
 def microbench_report() -> int:
     """The ``microbench-report`` command."""
     return entry("microbench.report.command")
+
+
+# ---------------------------------------------------------------- child processes
+
+# A start refused for lack of processes or memory: fork's EAGAIN (RLIMIT_NPROC, a cgroup's
+# pids.max) or ENOMEM, and the thread a DataLoader or a pipe needs that the same limit refuses.
+_CANNOT_START = (errno.EAGAIN, errno.ENOMEM)
+CGROUP_ROOT = "/sys/fs/cgroup"
+
+
+def _cgroup_pids(proc_cgroup: str = "/proc/self/cgroup", root: str = CGROUP_ROOT
+                 ) -> tuple[int, int] | None:
+    """(pids.max, pids.current) of this process's cgroup (v2, or v1's pids controller), or
+    None where there is no limit or it cannot be read."""
+    try:
+        with open(proc_cgroup) as stream:
+            lines = stream.read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, path = line.split(":", 2) if line.count(":") >= 2 else ("", "", "")
+        folder = (os.path.join(root, path.lstrip("/")) if controllers == "" else
+                  os.path.join(root, "pids", path.lstrip("/")) if "pids" in controllers.split(",")
+                  else None)
+        if folder is None:
+            continue
+        try:
+            with open(os.path.join(folder, "pids.max")) as limit, \
+                    open(os.path.join(folder, "pids.current")) as current:
+                maximum, used = limit.read().strip(), current.read().strip()
+        except OSError:
+            continue
+        if maximum.isdigit() and used.isdigit():
+            return int(maximum), int(used)
+    return None
+
+
+def _tasks_of_user(uid: int, proc: str = "/proc") -> int | None:
+    """Threads of every process of ``uid`` (what RLIMIT_NPROC counts), or None."""
+    try:
+        pids = [name for name in os.listdir(proc) if name.isdigit()]
+    except OSError:
+        return None
+    count = 0
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            if os.stat(os.path.join(proc, pid)).st_uid == uid:
+                count += len(os.listdir(os.path.join(proc, pid, "task")))
+    return count
+
+
+def process_headroom(proc_cgroup: str = "/proc/self/cgroup", root: str = CGROUP_ROOT
+                     ) -> tuple[int, str] | None:
+    """How many more processes (threads count too) this process may start, and which limit
+    says so; None where no limit is known. root ignores RLIMIT_NPROC (CAP_SYS_RESOURCE)."""
+    found = []
+    pids = _cgroup_pids(proc_cgroup, root)
+    if pids is not None:
+        found.append((pids[0] - pids[1], f"the cgroup's pids.max is {pids[0]}, {pids[1]} in use"))
+    soft, _ = resource.getrlimit(resource.RLIMIT_NPROC)
+    if soft != resource.RLIM_INFINITY and os.geteuid() != 0:
+        used = _tasks_of_user(os.getuid())
+        if used is not None:
+            found.append((soft - used, f"ulimit -u is {soft}, {used} in use by this user"))
+    return min(found) if found else None
+
+
+def check_can_start(count: int, what: str, flag: str, headroom=None) -> None:
+    """Refuse, before anything is built, ``count`` processes that the process limits cannot
+    give: the start would fail part way, with workers already running."""
+    found = process_headroom() if headroom is None else headroom
+    if found is None or count < found[0]:
+        return
+    room, why = found
+    raise MissingEnvironment(f"{count} {what} cannot start: this process may start "
+                             f"{max(room, 0)} more ({why}); use a smaller {flag} or raise the "
+                             f"limit (docker run --pids-limit, ulimit -u)")
+
+
+def cannot_start(error: BaseException) -> bool:
+    """Whether ``error`` is a start refused for lack of processes, threads or memory."""
+    if isinstance(error, OSError):
+        return error.errno in _CANNOT_START
+    return isinstance(error, RuntimeError) and "can't start new thread" in str(error)
+
+
+@contextlib.contextmanager
+def _child_deaths_expected() -> Iterator[None]:
+    """Within the block, a child's death raises nothing: DataLoader's SIGCHLD handler raises
+    RuntimeError in the main thread for a worker killed by a signal, which would cut the
+    stopping of the others short."""
+    if (not hasattr(signal, "SIGCHLD")
+            or threading.current_thread() is not threading.main_thread()):
+        yield
+        return
+    previous = signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGCHLD, previous)
+
+
+def _stop_children(children, grace_s: float) -> None:
+    """SIGTERM, up to ``grace_s`` for all to end, then SIGKILL to those that ignore it (a
+    DataLoader worker ignores it: its parent owns its lifetime); each waited for. ``grace_s``
+    0: SIGKILL at once."""
+    with _child_deaths_expected():
+        _terminate_then_kill(children, grace_s)
+
+
+def _terminate_then_kill(children, grace_s: float) -> None:
+    children = [child for child in children if child.is_alive()]
+    for child in children if grace_s > 0 else ():
+        with contextlib.suppress(OSError, AttributeError, ValueError):
+            child.terminate()
+    deadline = time.monotonic() + grace_s
+    for child in children:
+        child.join(max(0.0, deadline - time.monotonic()))
+    for child in children:
+        if child.is_alive():
+            with contextlib.suppress(OSError, AttributeError, ValueError):
+                child.kill()
+            child.join(5)
+
+
+@contextlib.contextmanager
+def starting(what: str, advice: str) -> Iterator[None]:
+    """Processes started within the block (DataLoader workers, ranks): if a start is refused
+    (a process limit, no memory), the ones already started are stopped and waited for, and the
+    refusal is one line, exit 4, instead of a traceback and workers left behind."""
+    before = {child.pid for child in multiprocessing.active_children()}
+    try:
+        yield
+    except (OSError, RuntimeError) as error:
+        if not cannot_start(error):
+            raise
+        started = [child for child in multiprocessing.active_children()
+                   if child.pid not in before]
+        # Half-started: nothing of theirs to clean up, and a SIGTERM could land before a
+        # worker set its own handlers (it would print the inherited handler's traceback).
+        _stop_children(started, grace_s=0)
+        reason = error.strerror if isinstance(error, OSError) else str(error)
+        raise MissingEnvironment(f"cannot start {what}: {reason} (a process limit: ulimit -u, "
+                                 f"a container's pids limit; or no memory); {advice}") from None
+
+
+def _no_child_left() -> None:
+    """At exit, before multiprocessing's own handler (which sends daemonic children SIGTERM,
+    then waits for each without end: a DataLoader worker ignores SIGTERM, so a run that failed
+    with its loader open would hang there), stop every child still alive, SIGKILL after a grace
+    period."""
+    with contextlib.suppress(Exception):
+        _stop_children(multiprocessing.active_children(), grace_s=2.0)
+
+
+atexit.register(_no_child_left)
+
+
+# ---------------------------------------------------------------- a worker and its parent
+
+PR_SET_PDEATHSIG = 1                    # linux/prctl.h
+PARENT_POLL_S = 0.5
+
+
+def _parent_death_signal(number: int) -> None:
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, number)
+
+
+def killed_with_parent() -> None:
+    """In a forked worker that ignores the stopping signals (a DataLoader worker): SIGKILL from
+    the kernel when its parent dies (Linux), so that it never outlives the run."""
+    _parent_death_signal(signal.SIGKILL)
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """In a worker: end quietly when the parent that started it (``parent_pid``) dies, even if
+    it already has (the worker was reparented while it started) -- SIGTERM from the kernel on
+    Linux (PR_SET_PDEATHSIG), and a thread that watches the parent's id elsewhere or in case
+    the signal is not delivered."""
+    _parent_death_signal(signal.SIGTERM)
+    if os.getppid() != parent_pid:
+        os._exit(0)
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(PARENT_POLL_S)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)                   # cleanup after SIGTERM; then without it
+        os._exit(0)
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
+def orphan_safe_worker(parent_pid: int, target: str, arguments: bytes, *channels) -> None:
+    """A spawned worker's first code: it watches its parent before the heavy imports that
+    unpickling its ``arguments`` (a pickled tuple) and importing ``target`` ("module:function")
+    bring, so that a parent killed meanwhile does not leave it running its whole trial; then
+    ``target(*arguments, *channels)``. Plain channels (a Pipe's end) travel as arguments."""
+    die_with_parent(parent_pid)
+    module, _, function = target.partition(":")
+    getattr(importlib.import_module(module), function)(*pickle.loads(arguments), *channels)

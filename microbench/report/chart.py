@@ -29,14 +29,14 @@ Example::
 """
 from __future__ import annotations
 
-import io
 import json
 import os
 import statistics
 import textwrap
 from dataclasses import dataclass
 
-from microbench.platform.errors import MissingEnvironment, UsageError
+from microbench.platform import safe_text
+from microbench.platform.errors import BenchmarkError, MissingEnvironment, UsageError
 from microbench.output import writing
 from microbench.report.collection import FILE, HEADLINE_SETTINGS, RUN_AT, setting_value
 from microbench.report.entry import MODEL, OP, Entry
@@ -200,7 +200,7 @@ def _series_label(entry: Entry, names) -> str:
     for name in names:
         value = setting_value(entry, name)
         if value is not None:
-            text = format_setting(value)
+            text = _drawn_setting(value)
             parts.append(text if name in _SELF_NAMING else f"{name} {text}")
     return " · ".join(parts)
 
@@ -232,8 +232,13 @@ def _known(entries, name: str) -> set[str]:
 def _subtitle(entries) -> str:
     """What every drawn row shares, so that a reader knows what the points are of."""
     shared = [(name, _shared(entries, name)) for name in HEADLINE_SETTINGS] if entries else []
-    return " · ".join(f"{name} {format_setting(value)}" for name, value in shared
+    return " · ".join(f"{name} {_drawn_setting(value)}" for name, value in shared
                       if value is not None)
+
+
+def _drawn_setting(value) -> str:
+    """A setting as the chart draws it: a name from a file with its controls escaped."""
+    return safe_text.terminal(format_setting(value))
 
 
 def _bars_note(table: Table, metric: str) -> str:
@@ -269,6 +274,14 @@ def _missing_note(table: Table, metric: str) -> str:
     missing = [f"#{index} ({_why_not_drawn(table, entry, metric)})"
                for index, entry in table.rows if not _drawn(table, entry, metric)]
     return f"Not drawn: {', '.join(missing)}." if missing else ""
+
+
+def nothing_drawn(table: Table, metric: str) -> str | None:
+    """Why a chart of ``metric`` would have no point at all (an empty chart), or None."""
+    if any(_drawn(table, entry, metric) for entry in table.group.entries):
+        return None
+    return (f"no row has a known {metric} "
+            f"({'; '.join(_why_not_drawn(table, e, metric) for e in table.group.entries[:3])})")
 
 
 # ---------------------------------------------------------------- the figure
@@ -349,7 +362,7 @@ def _draw_lines(axis, table: Table, series, metric: str, x: str) -> None:
 
 def _draw_bars(axis, table: Table, series, metric: str, x: str) -> None:
     def category(index, entry):
-        return f"#{index}" if x == "#" else format_setting(setting_value(entry, x))
+        return f"#{index}" if x == "#" else _drawn_setting(setting_value(entry, x))
     categories = list(dict.fromkeys(category(i, e) for i, e in table.rows))
     width = 0.8 / max(1, len(series))
     for number, (label, members) in enumerate(series.items()):
@@ -371,11 +384,20 @@ def _draw_bars(axis, table: Table, series, metric: str, x: str) -> None:
     axis.set_xlabel("row" if x == "#" else x)
 
 
+class DrawingFailed(BenchmarkError):
+    """Matplotlib could not draw the chart (its text is drawn literally, so this is a
+    matplotlib limit, not a name read from a file): one line, exit 1; the page says so."""
+
+
 def chart_bytes(table: Table, metric: str, wanted_x: str | None, image_format: str) -> bytes:
-    figure = build_figure(table, metric, wanted_x)
-    image = io.BytesIO()
-    figure.savefig(image, dpi=120, format=image_format)
-    return image.getvalue()
+    try:
+        return safe_text.image_bytes(lambda: build_figure(table, metric, wanted_x),
+                                     image_format)
+    except BenchmarkError:
+        raise
+    except (ValueError, RuntimeError, OverflowError, KeyError, IndexError) as error:
+        raise DrawingFailed(f"matplotlib could not draw the chart ({type(error).__name__}: "
+                            f"{' '.join(str(error).split())[:200]})") from None
 
 
 def write_chart(table: Table, metric: str, wanted_x: str | None, path: str) -> None:

@@ -45,11 +45,20 @@ _TEMPORARY_PREFIX = ".tmp-"           # report.writing.TEMPORARY_PREFIX
 
 # ---------------------------------------------------------------- found and checked
 
-def _directory_files(directory: str) -> tuple[list[str], int]:
-    """The *.json files under ``directory`` (sorted), and how many traces were left out."""
+def _directory_files(directory: str, lines: list[str]) -> tuple[list[str], int]:
+    """The *.json files under ``directory`` (sorted), and how many traces were left out; a
+    folder that cannot be read, or a link to a folder (not followed: it may loop, or lead out),
+    is a line in ``lines``, and the rest is read."""
     found, traces = [], 0
-    for root, subdirectories, names in os.walk(directory):
+
+    def unreadable(error: OSError) -> None:
+        lines.append(f"skipped {error.filename}: cannot read this folder "
+                     f"({error.strerror or error})")
+    for root, subdirectories, names in os.walk(directory, onerror=unreadable):
         subdirectories.sort()
+        for name in [name for name in subdirectories if os.path.islink(os.path.join(root, name))]:
+            lines.append(f"skipped {os.path.join(root, name)}: a link to a folder (not "
+                         f"followed; name the folder itself to read it)")
         for name in sorted(names):
             if not name.endswith(".json") or name.startswith(_TEMPORARY_PREFIX):
                 continue
@@ -87,14 +96,20 @@ def input_files(arguments) -> Inputs:
         if not stat.S_ISDIR(status.st_mode):
             inputs.add(argument)
             continue
-        files, traces = _directory_files(argument)
+        files, traces = _directory_files(argument, inputs.lines)
         if traces:
             inputs.lines.append(f"left out {traces} Kineto trace(s) (*trace<N>.json) in "
                                 f"{argument}")
-        if not files:
+        if not files and not inputs.lines:
             raise UsageError(f"{argument}: no *.json result files in this directory")
         for path in files:
-            checked.check_input(path, path, MAX_INPUT_BYTES)
+            # One file of a folder that cannot be read (a dangling link, a link loop, a name
+            # that is not text, one too large) is skipped with its line; the others are read.
+            try:
+                checked.check_input(path, path, MAX_INPUT_BYTES)
+            except UsageError as error:
+                inputs.lines.append(f"skipped {error}")
+                continue
             inputs.add(path)
     return inputs
 

@@ -27,7 +27,7 @@ import os
 import sys
 
 from microbench import __version__
-from microbench.platform import process
+from microbench.platform import process, safe_text
 from microbench.output import progress
 from microbench.settings.argtypes import path_text
 from microbench.platform.errors import EXIT_USAGE, BenchmarkError, UsageError
@@ -106,7 +106,17 @@ def _page_chart(tables, args) -> tuple[bytes | None, str | None]:
     plotted, metric = chart.plotted_table(tables, args.metric)
     if len(plotted.rows) < 2:
         return None, None
-    return chart.chart_bytes(plotted, metric, args.x, "png"), None
+    empty = chart.nothing_drawn(plotted, metric)
+    if empty is not None:
+        return None, f"No chart: {empty}."
+    try:
+        return chart.chart_bytes(plotted, metric, args.x, "png"), None
+    except DrawingFailed as error:
+        return None, f"No chart: {error}."
+
+
+# What matplotlib raises on text or data it cannot draw (a layout, a parser, a font).
+DrawingFailed = chart.DrawingFailed
 
 
 def run(args: argparse.Namespace) -> int:
@@ -114,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
     inputs = collection.input_files(args.paths)
     found = collection.read(inputs)
     for line in found.lines:
-        print(line, file=sys.stderr)
+        print(safe_text.terminal(line), file=sys.stderr)
     if not found.entries:
         raise UsageError(f"no result to report: none of the {len(inputs.files)} file(s) read "
                          f"is a result of this tool (see the lines above)")
@@ -122,18 +132,27 @@ def run(args: argparse.Namespace) -> int:
     if args.plot or args.html:                # a wrong --metric or --x: before any output
         plotted, metric = chart.plotted_table(tables, args.metric)
         chart.choose_x(plotted, args.x)
+        empty = chart.nothing_drawn(plotted, metric) if args.plot else None
+        if empty is not None:
+            raise UsageError(f"--plot would draw nothing: {empty}; choose another --metric")
     terminal = progress.is_terminal(sys.stdout)
     sys.stdout.write(table.render(tables, args.format, terminal))
     sys.stdout.flush()
     # Every file written is named, on standard error: standard output may be CSV or JSON.
+    failed = None
     if args.plot:
-        chart.write_chart(plotted, metric, args.x, args.plot)
-        print(f"Chart : {args.plot}", file=sys.stderr)
+        try:
+            chart.write_chart(plotted, metric, args.x, args.plot)
+            print(f"Chart : {safe_text.terminal(args.plot)}", file=sys.stderr)
+        except chart.DrawingFailed as error:          # the page is still written
+            failed = error
     if args.html:
         png, why_not = _page_chart(tables, args)
         writing.write_whole(args.html, page.html_page(tables, found.lines, png, why_not,
                                                       title=args.title))
-        print(f"Page  : {args.html}", file=sys.stderr)
+        print(f"Page  : {safe_text.terminal(args.html)}", file=sys.stderr)
+    if failed is not None:
+        raise failed
     return 0
 
 

@@ -31,6 +31,7 @@ import os
 from dataclasses import dataclass, field
 
 from microbench.measure import stats
+from microbench.platform import safe_text
 from microbench.output import text_table as console_tables
 from microbench.platform.errors import UsageError
 from microbench.output import units, writing
@@ -429,9 +430,9 @@ def title_of(table: Table) -> str:
 
 
 def _aligned(table: Table, terminal: bool) -> list[str]:
-    columns = [console_tables.Column(column.heading, numeric=column.numeric)
+    columns = [console_tables.Column(safe_text.terminal(column.heading), numeric=column.numeric)
                for column in table.columns]
-    cells = [[cell(table, index, entry, column) for column in table.columns]
+    cells = [[safe_text.terminal(cell(table, index, entry, column)) for column in table.columns]
              for index, entry in table.rows]
     return console_tables.render(columns, cells, terminal).splitlines()
 
@@ -443,20 +444,14 @@ def render_text(tables: list[Table], terminal: bool = False) -> str:
         out.append(title_of(table))
         common = common_line(table)
         if common:
-            out.append(f"Same in every row: {common}")
+            out.append(f"Same in every row: {safe_text.terminal(common)}")
         out += _aligned(table, terminal)
-        out += notes(table)
+        out += [safe_text.terminal(line) for line in notes(table)]
         out.append("Files:")
-        out += [f"  {file_line(table, index, entry)}" for index, entry in table.rows]
+        out += [f"  {safe_text.terminal(file_line(table, index, entry))}"
+                for index, entry in table.rows]
         out.append("")
     return "\n".join(out).rstrip("\n") + "\n"
-
-
-def _markdown_cell(text: str) -> str:
-    """Text that markdown shows as written: no cell break (|), emphasis (*) or HTML (<)."""
-    for raw, escaped in (("\\", "\\\\"), ("|", "\\|"), ("*", "\\*"), ("<", "&lt;")):
-        text = text.replace(raw, escaped)
-    return text or " "
 
 
 def render_markdown(tables: list[Table]) -> str:
@@ -466,16 +461,16 @@ def render_markdown(tables: list[Table]) -> str:
         out.append("")
         common = common_line(table)
         if common:
-            out += [f"Same in every row: {_markdown_cell(common)}", ""]
-        out.append("| " + " | ".join(_markdown_cell(c.heading) for c in table.columns) + " |")
+            out += [f"Same in every row: {safe_text.markdown(common)}", ""]
+        out.append("| " + " | ".join(safe_text.markdown(c.heading) for c in table.columns) + " |")
         out.append("|" + "|".join("---:" if c.numeric else "---" for c in table.columns) + "|")
         for index, entry in table.rows:
-            cells = [_markdown_cell(cell(table, index, entry, c)) for c in table.columns]
+            cells = [safe_text.markdown(cell(table, index, entry, c)) for c in table.columns]
             out.append("| " + " | ".join(cells) + " |")
         out.append("")
-        out += [f"- {_markdown_cell(line)}" for line in notes(table)]
+        out += [f"- {safe_text.markdown(line)}" for line in notes(table)]
         out += ["", "Files:", ""]
-        out += [f"- {_markdown_cell(file_line(table, index, entry))}"
+        out += [f"- {safe_text.markdown(file_line(table, index, entry))}"
                 for index, entry in table.rows]
         out.append("")
     return "\n".join(out).rstrip("\n") + "\n"
@@ -519,16 +514,16 @@ def render_csv(tables: list[Table]) -> str:
               "status", "error", "source"]
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(header)
+    writer.writerow([safe_text.csv_cell(name) for name in header])
     for row in rows:
         versus_ = row["versus_baseline"]
-        writer.writerow([row["index"], row["table"],
+        writer.writerow([safe_text.csv_cell(str(value)) for value in [row["index"], row["table"],
                          *[_csv_value(row["settings"].get(name)) for name in settings],
                          row["unit"] or "",
                          *[_csv_value(row["figures"].get(key)) for key in RAW_FIGURES],
                          _csv_value(versus_["ratio"] if versus_ else None),
                          " ".join(row["flags"]), row["status"],
-                         " ".join(row["error"].split()), row["source"]])
+                         " ".join(row["error"].split()), row["source"]]])
     return buffer.getvalue()
 
 

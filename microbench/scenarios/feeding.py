@@ -39,7 +39,7 @@ import dataclasses
 import os
 from dataclasses import dataclass
 
-from microbench.platform import device as device_layer
+from microbench.platform import device as device_layer, process
 from microbench.settings.config import SCHEMA
 from microbench.data import pipeline as pipeline_mod
 from microbench.data.folder import list_images
@@ -102,6 +102,10 @@ def check_resolved(spec) -> None:
     settings = settings_of(spec.config)
     settings.check_for(model_input(spec))
     pipeline_mod.check_placement(settings, spec.device)
+    workers = settings.resolved_workers(ranks_on_this_host(spec.launch))
+    # Every rank of this host starts its own; the ranks themselves are running already.
+    process.check_can_start(workers * ranks_on_this_host(spec.launch), "loader workers",
+                            "--workers")
     if settings.source == "folder":
         list_images(settings.data_dir)
 

@@ -636,18 +636,27 @@ def _fields_given(dests) -> set[str]:
     return fields
 
 
+# The destinations B may not set (each run of --ab repeats them, or they name A's files).
+_AB_REFUSED = frozenset({"ab", "compare", "repeat", "rerun", "output_file"})
+
+
 def _ab_plan(args: argparse.Namespace, configs: tuple[BenchConfig, ...]):
     """--ab's B: the same command line with FLAGS added or replacing, parsed as A's was."""
     if args.ab is None:
         return None
-    words = shlex.split(args.ab)
+    try:
+        words = shlex.split(args.ab)
+    except ValueError as error:                  # an unclosed quote: "'--nhwc"
+        raise UsageError(f"--ab {args.ab!r}: cannot split it into flags ({error}); quote B's "
+                         f"flags as one word, e.g. --ab \"--batch-size 128\"") from None
     if not words:
         raise UsageError("--ab needs the flags that make B, e.g. --ab \"--nhwc\"")
     if len(configs) > 1 or args.compare or args.find_max_batch or args.output_file:
         raise UsageError("--ab takes one configuration: no sweep, --compare, "
                          "--find-max-batch or --output-file")
-    if any(word.split("=")[0] in ("--ab", "--compare", "--repeat", "--rerun", "--output-file")
-           for word in words):
+    # What B's words set, as argparse reads them: an abbreviation (--output-fil, --rer) is
+    # the flag it stands for.
+    if _AB_REFUSED & set(_given(build_parser(), words)):
         raise UsageError(f"--ab {args.ab!r}: B may not change --repeat, --rerun, --compare, "
                          f"--output-file or --ab")
     b_args = parse_args([*args.argv, *words])

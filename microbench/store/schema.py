@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import functools
 import json
+import math
+import sys
 from importlib import resources
 
 from microbench.platform.errors import MissingEnvironment, UsageError
@@ -104,6 +106,54 @@ def _first_problem(document: dict) -> str | None:
     return f"{error.json_path}: {message}"
 
 
+# Headlines and the values statistics are taken over: finite, positive and normal, since a
+# zero, an infinity or a subnormal turns a ratio, a logarithm or a mean into a crash or a lie
+# (log(0), 1/5e-324 overflowing, a zero trial making the gate a point ratio).
+_HEADLINES = frozenset({"Throughput [img/sec]", "Time per mini-batch", "images_per_s",
+                        "ms_per_batch", "us_per_sample", "tokens_per_s", "items_per_s"})
+# Samples: finite, and zero or positive and normal (a clock's resolution can give a zero).
+_SAMPLES = frozenset({"samples_ms", "median_ms", "mean_ms", "min_ms", "max_ms"})
+_SMALLEST_NORMAL = sys.float_info.min
+# No document of the tool is nested half as deep; a deeper one would take validators and
+# writers (recursive, as jsonschema and json.dumps with an indent are) past Python's limit.
+MAX_DEPTH = 64
+
+
+def _value_problem(value: float, key: str, inside: str) -> str | None:
+    if not math.isfinite(value):
+        return "is not a finite number"
+    positive_normal = value >= _SMALLEST_NORMAL
+    if (key in _HEADLINES or inside.endswith(("trials.values", "per_trial.throughput"))) \
+            and not positive_normal:
+        return "is not a positive normal number (a headline or a trial's value)"
+    if key in _SAMPLES and value != 0 and not positive_normal:
+        return "is not zero or a positive normal number (a time sample)"
+    return None
+
+
+def number_problem(document: object, numbers: bool = True) -> str | None:
+    """The JSON path of the first number a result file must not hold, and why: any non-finite
+    number (the tool writes null for those, so ``Infinity`` and ``NaN`` are a stranger's), and a
+    headline, a trial's value or a sample that is not positive and normal; or of a level nested
+    deeper than :data:`MAX_DEPTH` (the only check with ``numbers`` False)."""
+    stack: list[tuple[object, str, str, str, int]] = [(document, "$", "", "", 0)]
+    while stack:                          # iterative: a document nested 900 deep is no crash
+        value, path, key, inside, depth = stack.pop()
+        if depth > MAX_DEPTH and isinstance(value, (dict, list)):
+            return f"{path[:80]}... is nested deeper than {MAX_DEPTH} levels"
+        if isinstance(value, dict):
+            stack += [(item, f"{path}.{name}", name, f"{inside}.{name}".lstrip("."), depth + 1)
+                      for name, item in reversed(list(value.items()))]
+        elif isinstance(value, list):
+            stack += [(item, f"{path}[{index}]", key, inside, depth + 1)
+                      for index, item in reversed(list(enumerate(value)))]
+        elif numbers and isinstance(value, (int, float)) and not isinstance(value, bool):
+            problem = _value_problem(float(value), key, inside)
+            if problem is not None:
+                return f"{path} {problem} ({json.dumps(value)})"
+    return None
+
+
 def validate_result(document: object, source: str) -> None:
     """Raise UsageError (one line naming ``source``) unless ``document`` is one of the tool's
     documents, of the schema version this tool reads, matching the published schema."""
@@ -114,7 +164,13 @@ def validate_result(document: object, source: str) -> None:
                          f"schema_version, or the older tool's 'Name' and "
                          f"'Throughput [img/sec]')")
     check_version(document, source)
+    problem = number_problem(document, numbers=False)   # before the recursive validator
+    if problem is not None:
+        raise UsageError(f"{source}: not a result of this tool: {problem}")
     problem = _first_problem(document)
     if problem is not None:
         raise UsageError(f"{source}: does not match the result schema (version "
                          f"{SCHEMA_VERSION}) at {problem}")
+    problem = number_problem(document)
+    if problem is not None:
+        raise UsageError(f"{source}: not a result of this tool: {problem}")

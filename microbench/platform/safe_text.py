@@ -1,0 +1,94 @@
+"""Text from outside the tool, made safe for where it is shown (issue 38).
+
+A result file travels (users share them, attach them to issues, paste reports into pull
+requests), so every string read from one, and every path, is untrusted: a network name may
+carry ``ESC]52;`` (a terminal writing the clipboard), a line break that ends a markdown table
+row, or ``=HYPERLINK(...)`` that a spreadsheet runs. Each place text leaves the tool escapes it
+through this one module, a leaf that imports nothing of the tool:
+
+* :func:`terminal` -- the console and stderr: C0 and C1 controls, DEL, line and paragraph
+  separators and the bidirectional overrides shown as ``\\x1b``, ``\\u202e``;
+* :func:`csv_cell` -- a CSV cell a spreadsheet opens: text starting with ``= + - @``, TAB or
+  CR gets a leading ``'`` (OWASP's advice against CSV injection); numbers stay numbers;
+* :func:`markdown` -- a cell or note of a GitHub markdown table: text, never markup.
+
+Example::
+
+    terminal("resnet\\x1b]0;owned\\x07")   == "resnet\\\\x1b]0;owned\\\\x07"
+    csv_cell("=1+2") == "'=1+2";  csv_cell("-3.5") == "-3.5"
+"""
+from __future__ import annotations
+
+import re
+
+# C0 (U+0000-U+001F), DEL, C1 (U+0080-U+009F); U+2028/U+2029 (line breaks to some terminals and
+# to markdown renderers); the bidirectional embeddings, overrides and isolates, which reorder
+# what a reader sees (CVE-2021-42574, "Trojan Source").
+# Lone surrogates: a file name's bytes that are not UTF-8 (os.fsdecode), which no stream encodes.
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069"
+                     "\ud800-\udfff]")
+
+
+def _escaped(match: re.Match) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def terminal(text: object, keep: str = "") -> str:
+    """``text`` (or its ``str``) with every control character written as an escape, so that
+    nothing in it moves the cursor, retitles the window, writes the clipboard or breaks the
+    line it is shown on; the characters in ``keep`` (``"\n"``: lines of our own) stay."""
+    return _UNSAFE.sub(lambda match: match.group() if match.group() in keep else _escaped(match),
+                       str(text))
+
+
+def image_bytes(build, image_format: str) -> bytes:
+    """The matplotlib figure ``build()`` makes, as ``image_format`` bytes, with every text drawn
+    literally: a ``$`` in a name read from a result file would start mathtext (``$\\frac{$``
+    crashes the drawing) and control characters would reach matplotlib's warnings. Built and
+    drawn under the settings, so text made by a layout pass (tick labels) is literal too."""
+    import io
+    import warnings
+    import matplotlib
+    with matplotlib.rc_context({"text.parse_math": False, "text.usetex": False}), \
+            warnings.catch_warnings():
+        # A glyph the font lacks is drawn as a box; the warning would quote the character.
+        warnings.filterwarnings("ignore", message="Glyph .* missing from font")
+        figure = build()
+        for text in figure.findobj(lambda artist: hasattr(artist, "set_parse_math")):
+            text.set_parse_math(False)
+            text.set_text(terminal(text.get_text(), keep="\n"))
+        image = io.BytesIO()
+        figure.savefig(image, dpi=120, format=image_format)
+    return image.getvalue()
+
+
+# What a spreadsheet takes as the start of a formula (OWASP, "CSV Injection").
+_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+_NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?")
+
+
+def csv_cell(text: str) -> str:
+    """A text cell for a CSV file, on one line (a line break in a cell ends the row for many
+    readers), with a leading ``'`` where a spreadsheet would read a formula (also behind the
+    spaces a line break became), except for a plain number (``-3.5``, ``+1e-3``), which must
+    stay a number."""
+    flat = " ".join(text.splitlines())
+    formula = text.startswith(_FORMULA_STARTS) or flat.lstrip(" ").startswith(_FORMULA_STARTS)
+    return "'" + flat if formula and not _NUMBER.fullmatch(text) else flat
+
+
+# Line breaks of any kind end a table row; markdown's specials render as markup: [ ] a link or,
+# after "!", a remote image; * _ ~ emphasis; ` code; | a cell break; # > a heading or quote at
+# the start of a list item; "<" opens HTML and "&" an entity.
+_BREAKS = re.compile("\r\n|[\r\n\u2028\u2029\x0b\x0c\x85]")
+_MARKDOWN_SPECIAL = re.compile(r"([\\`*_\[\]|~>#])")
+
+
+def markdown(text: str) -> str:
+    """``text`` as a markdown table cell or list item shows it, literally: line breaks become
+    spaces, markdown's specials are backslash-escaped (no link, image or emphasis), ``<`` and
+    ``&`` are entities (no HTML), and other controls are escaped as for the terminal."""
+    text = _BREAKS.sub(" ", str(text))
+    text = terminal(_MARKDOWN_SPECIAL.sub(r"\\\1", text))
+    return text.replace("&", "&amp;").replace("<", "&lt;") or " "
