@@ -40,12 +40,37 @@ PROMPT, GENERATED = 128, 128
 
 # ------------------------------------------------------------------ the gpt-fast side (a worker)
 
+def apply_gptfast_recipe() -> None:
+    """The compiler settings gpt-fast's generate.py makes at import (commit 32971d3, lines
+    25-28): coordinate-descent tuning (inductor then writes one-row matrix products as tuned
+    reductions) and unique kernel names (which the attribution reads). Its decode loop also
+    pins SDPA to the math backend so that inductor writes the attention itself
+    (``decode_context``)."""
+    import torch._inductor.config as inductor
+    inductor.coordinate_descent_tuning = True
+    inductor.triton.unique_kernel_names = True
+
+
+def decode_context(recipe: bool):
+    import contextlib
+    if not recipe:
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    return sdpa_kernel(SDPBackend.MATH)
+
+
 def gptfast_worker(checkout: str, batch: int, compiled: bool, generations: int,
-                   result_path: str) -> None:
-    """Time ``generations`` greedy generations with gpt-fast's Transformer; write a JSON."""
+                   result_path: str, recipe: bool = True) -> None:
+    """Time ``generations`` greedy generations with gpt-fast's Transformer (with its
+    generate.py's compiler recipe unless ``recipe`` is off), profile 16 decode steps after
+    them (microbench.attribution, as this tool's generate runs do); write a JSON."""
     import torch
     sys.path.insert(0, checkout)
+    sys.path.insert(0, str(REPO))
     from model import ModelArgs, Transformer       # gpt-fast's own model.py
+    from microbench import attribution
+    if recipe and compiled:
+        apply_gptfast_recipe()
 
     device = torch.device("cuda")
     torch.manual_seed(0)
@@ -76,11 +101,24 @@ def gptfast_worker(checkout: str, batch: int, compiled: bool, generations: int,
             token = prefill(prompt, torch.arange(PROMPT, device=device)).clone()
             marks[1].record()
             position = torch.tensor([PROMPT], device=device, dtype=torch.int)
-            for step in range(GENERATED - 1):
-                token = decode_step(token, position).clone()
-                position += 1                        # advanced on the device, no host sync
-                marks[step + 2].record()
+            with decode_context(recipe):
+                for step in range(GENERATED - 1):
+                    token = decode_step(token, position).clone()
+                    position += 1                    # advanced on the device, no host sync
+                    marks[step + 2].record()
         return marks
+
+    profiled = {}
+
+    def profiled_prefill():
+        with torch.inference_mode():
+            profiled["token"] = prefill(prompt, torch.arange(PROMPT, device=device)).clone()
+        profiled["position"] = torch.tensor([PROMPT], device=device, dtype=torch.int)
+
+    def profiled_step():
+        with torch.inference_mode(), decode_context(recipe):
+            profiled["token"] = decode_step(profiled["token"], profiled["position"]).clone()
+            profiled["position"] += 1
 
     started = time.perf_counter()
     for _ in range(3):                                # compile, capture, settle
@@ -94,7 +132,11 @@ def gptfast_worker(checkout: str, batch: int, compiled: bool, generations: int,
         ttft.append(marks[0].elapsed_time(marks[1]))
         itl.extend(marks[i].elapsed_time(marks[i + 1]) for i in range(1, GENERATED))
     decode_s = sum(itl) / 1e3
+    profile = attribution.profile_steps(profiled_step, 16, device, before=profiled_prefill)
+    found = attribution.attribute(profile, measured_step_ms=statistics.mean(itl))
     Path(result_path).write_text(json.dumps({
+        "recipe": "generate.py" if recipe and compiled else "model.py only",
+        "attribution": found.to_dict() if found else None,
         "side": "gpt-fast", "batch": batch, "compiled": compiled, "warmup_s": warmup_s,
         "weight_bytes": weight_bytes, "ttft_ms": statistics.median(ttft),
         "itl_p50_ms": statistics.median(itl),
@@ -125,7 +167,8 @@ def read_tool_result(out_dir: Path) -> dict:
     return {"side": "tool", "ttft_ms": generation["time_to_first_token"]["stats"]["median_ms"],
             "itl_p50_ms": generation["inter_token_latency"]["stats"]["median_ms"],
             "decode_tokens_per_s": generation["decode_tokens_per_s"],
-            "bandwidth": generation.get("decode_bandwidth"), "compiler": document.get("compiler")}
+            "bandwidth": generation.get("decode_bandwidth"), "compiler": document.get("compiler"),
+            "mbu": generation.get("mbu"), "attribution": generation.get("decode_attribution")}
 
 
 # ----------------------------------------------------------------------------------- the driver
@@ -157,7 +200,7 @@ def one_round(args, round_index: int, batch: int, compiled: bool, results: dict)
         sides["tool"].append({"failed": True})
     result_path = args.out / f"gptfast_{tag}.json"
     command = [sys.executable, __file__, "--worker", str(args.gptfast), str(batch),
-               str(int(compiled)), str(args.generations), str(result_path)]
+               str(int(compiled)), str(args.generations), str(result_path), args.recipe]
     if run_side(f"gptfast_{tag}", command, args.out, args.timeout):
         sides["gpt-fast"].append(json.loads(result_path.read_text()))
     else:
@@ -197,14 +240,77 @@ def report(results: dict, weight_bytes: int | None) -> str:
     return "\n".join(lines) + "\n"
 
 
+def attribution_table(results: dict) -> str:
+    """Each side's profiled decode step (its first measured round), class by class."""
+    classes = ("matmul", "attention", "elementwise+norms", "sampling", "copies")
+    lines = [f"{'setting':<14} {'side':<9} {'step ms':>8} {'kernels':>8} {'gaps':>7} "
+             f"{'k/step':>6} {'cover':>6} " + " ".join(f"{c[:11]:>11}" for c in classes)]
+    for key, sides in results.items():
+        for side, trials in sides.items():
+            found = next((t["attribution"] for t in trials
+                          if not t.get("failed") and t.get("attribution")), None)
+            if found is None:
+                continue
+            cover = found.get("coverage")
+            lines.append(f"{key:<14} {side:<9} {found['step_ms']:>8.3f} {found['busy_ms']:>8.3f} "
+                         f"{found['gap_ms']:>7.3f} {found['per_step']:>6.0f} "
+                         f"{'-' if cover is None else f'{cover:.3f}':>6} "
+                         + " ".join(f"{found['classes'][c]['ms']:>6.3f}/{found['classes'][c]['count']:<4.0f}"
+                                    for c in classes))
+    return "\n".join(lines) + "\n"
+
+
+def targets(results: dict) -> str:
+    """PASS/FAIL of issue 34's targets on the medians over rounds."""
+    lines = []
+
+    def verdict(ok: bool | None, text: str) -> None:
+        lines.append(f"{'PASS' if ok else ('FAIL' if ok is not None else 'N/A ')}  {text}")
+
+    for key, sides in results.items():
+        if "gpt-fast" not in sides or not key.endswith("compiled"):
+            continue
+        ours = median_of(sides["tool"], "decode_tokens_per_s")
+        theirs = median_of(sides["gpt-fast"], "decode_tokens_per_s")
+        ratio = ours / theirs if ours and theirs else None
+        verdict(None if ratio is None else ratio >= 1.0,
+                f"{key}: decode tokens/s tool/gpt-fast >= 1.00 "
+                f"({'-' if ratio is None else f'{ratio:.3f}'})")
+        itl, their_itl = median_of(sides["tool"], "itl_p50_ms"), \
+            median_of(sides["gpt-fast"], "itl_p50_ms")
+        verdict(None if not (itl and their_itl) else itl <= their_itl,
+                f"{key}: ITL p50 tool <= gpt-fast ({itl or 0:.3f} vs {their_itl or 0:.3f} ms)")
+        if key.startswith("b1 "):
+            mbu = median_of(sides["tool"], "mbu")
+            verdict(None if mbu is None else mbu >= 0.45,
+                    f"{key}: MBU >= 45% ({'-' if mbu is None else f'{mbu:.1%}'})")
+        covers = [t["attribution"]["coverage"] for t in sides["tool"]
+                  if not t.get("failed") and t.get("attribution")
+                  and t["attribution"].get("coverage")]
+        verdict(bool(covers) and all(abs(c - 1) <= 0.05 for c in covers) if covers else None,
+                f"{key}: attribution kernels + gaps within 5% of the measured step "
+                f"({', '.join(f'{c:.3f}' for c in covers) or '-'})")
+    for key, sides in results.items():
+        if key.endswith(" hf"):
+            batch_key = key.replace(" hf", " compiled")
+            hf = median_of(sides["tool"], "decode_tokens_per_s")
+            ours = median_of(results.get(batch_key, {}).get("tool", []), "decode_tokens_per_s")
+            ratio = hf / ours if hf and ours else None
+            verdict(None if ratio is None else ratio >= 0.9,
+                    f"{key}: hf:llama decode tokens/s within 10% of llama_1b "
+                    f"({'-' if ratio is None else f'{ratio:.3f}'})")
+    return "\n".join(lines) + "\n"
+
+
 def _cell(value: float | None, width: int, digits: int) -> str:
     return f"{'-':>{width}}" if value is None else f"{value:>{width},.{digits}f}"
 
 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--worker":
-        checkout, batch, compiled, generations, result_path = sys.argv[2:7]
-        gptfast_worker(checkout, int(batch), bool(int(compiled)), int(generations), result_path)
+        checkout, batch, compiled, generations, result_path, recipe = sys.argv[2:8]
+        gptfast_worker(checkout, int(batch), bool(int(compiled)), int(generations), result_path,
+                       recipe == "generate.py")
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out", type=Path, help="directory for logs and result files")
@@ -219,6 +325,10 @@ def main() -> None:
     parser.add_argument("--tool-args", default="",
                         help="more flags for this tool's side, e.g. '--seq-len 256' to size its "
                              "KV cache as gpt-fast's (prompt + generated tokens)")
+    parser.add_argument("--recipe", choices=("generate.py", "model.py"), default="generate.py",
+                        help="gpt-fast's compiler recipe: its generate.py's settings "
+                             "(coordinate-descent tuning, math attention in decode; default) "
+                             "or its model.py compiled plainly")
     parser.add_argument("--timeout", type=float, default=240, help="seconds per side (default: 240)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -242,7 +352,8 @@ def main() -> None:
     weight_bytes = next((trial["weight_bytes"] for sides in results.values()
                          for trial in sides.get("gpt-fast", []) if "weight_bytes" in trial), None)
     (args.out / "summary.json").write_text(json.dumps(results, indent=1))
-    text = report(results, weight_bytes)
+    text = (report(results, weight_bytes) + "\n" + attribution_table(results) + "\n"
+            + targets(results))
     (args.out / "summary.txt").write_text(text)
     print(text, end="")
 

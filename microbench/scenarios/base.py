@@ -107,6 +107,11 @@ class Scenario:
     def release_inputs(self, work) -> None:
         """Stop the input pipeline's worker processes (called however the run ended)."""
 
+    def after_timing(self, spec, work, detail):
+        """The scenario's detail of the timed loop, with what a pass after it adds (generation:
+        where a decode step's time goes); ``detail`` itself here."""
+        return detail
+
     def sharded_state(self, work):
         """What this rank holds of a sharded model after the timed loop (None: not sharded)."""
         return None

@@ -123,11 +123,33 @@ class DecodeStep(nn.Module):
         state.input_pos.add_(1)
 
 
-def compiled(step: nn.Module, options: dict) -> nn.Module:
+def compiled(step: nn.Module, options: dict, inductor: dict | None = None) -> nn.Module:
     """``step`` compiled on its own: one graph (fullgraph), static shapes, then the user's
     ``--compileContext`` options (their mode: reduce-overhead replays the decode step as a
-    CUDA/HIP graph)."""
-    return torch.compile(step, **{"fullgraph": True, "dynamic": False, **options})
+    CUDA/HIP graph). ``inductor`` adds inductor settings under the user's own."""
+    options = {"fullgraph": True, "dynamic": False, **options}
+    if inductor and options.get("backend", "inductor") == "inductor":
+        options = with_inductor_settings(options, inductor)
+    return torch.compile(step, **options)
+
+
+# Inductor settings of the decode step, under the user's own (gpt-fast's generate.py sets the
+# first globally): with coordinate-descent tuning inductor writes a product with one row (a
+# batch-1 decode step's every projection) as a reduction it tunes to the memory bandwidth and
+# fuses with the norm or activation around it, instead of a GEMV call per projection.
+DECODE_INDUCTOR = {"coordinate_descent_tuning": True}
+
+
+def with_inductor_settings(options: dict, settings: dict) -> dict:
+    """torch.compile's arguments with inductor ``settings`` added below the user's: a
+    ``mode`` becomes the inductor options it stands for (torch.compile takes a mode or
+    options, not both), then ``settings``, then the user's ``options`` over them."""
+    options = dict(options)
+    mode = options.pop("mode", None)
+    import torch._inductor
+    merged = {**(torch._inductor.list_mode_options(mode) if mode else {}), **settings,
+              **options.pop("options", {})}
+    return {**options, "options": merged}
 
 
 class GenerationWorkload:
@@ -146,7 +168,7 @@ class GenerationWorkload:
         self.prefill_step, self.decode_step = PrefillStep(state), DecodeStep(state)
         if compile_options is not None:
             self.prefill_step = compiled(self.prefill_step, compile_options)
-            self.decode_step = compiled(self.decode_step, compile_options)
+            self.decode_step = compiled(self.decode_step, compile_options, DECODE_INDUCTOR)
 
     @property
     def cache(self) -> llama.KVCache:
@@ -173,6 +195,8 @@ def build(spec, model: nn.Module, compile_options: dict | None = None,
     """``model`` is the prepared eager model of ``spec`` (a RunSpec in generate mode);
     ``compile_options`` are torch.compile's (None: eager)."""
     model.eval()
+    if hasattr(model, "fuse_projections"):      # one q|k|v product per layer (llama)
+        model.fuse_projections()
     precision, shape = spec.precision, spec.scenario.shape
     cache_dtype = precision.autocast_dtype or precision.model_dtype
     cache = model.make_cache(spec.batch_size, shape.positions, device=spec.device,

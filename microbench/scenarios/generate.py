@@ -12,7 +12,9 @@ Example::
 """
 from __future__ import annotations
 
-from .. import flops, workload
+import dataclasses
+
+from .. import attribution, flops, workload
 from ..errors import UsageError
 from ..report import units
 from ..results import Timed
@@ -23,6 +25,9 @@ from .base import Scenario
 # Default prompt and generation lengths: up to 128 tokens each, within the model's positions.
 DEFAULT_PROMPT_LEN = 128
 DEFAULT_GEN_LEN = 128
+# Decode steps of the profiled pass after the timed loop (where a step's time goes): enough
+# to average the per-step figures, few enough to cost well under a second on a GPU.
+ATTRIBUTION_STEPS = 16
 
 
 def _optional(value: float | None, digits: int = 4) -> str:
@@ -64,6 +69,10 @@ def _energy_rows(energy: dict | None) -> list[tuple[str, str]]:
                                  f"({'energy counter' if counted else 'estimated'}); decode "
                                  f"~{energy['decode_j_per_token']:.4g} J (estimated: energy "
                                  f"shared out by time)")]
+
+
+def _attribution_rows(found: attribution.Attribution | None) -> list[tuple[str, str]]:
+    return [] if found is None else [("Decode step (profiled)", found.line())]
 
 
 class Generate(Scenario):
@@ -119,6 +128,24 @@ class Generate(Scenario):
             times = decoding.timed_generation(work, iterations, device, time_fn)
             return Timed(times.e2e, [], detail=times)
         return generate
+
+    def after_timing(self, spec, work, times):
+        """The timed token times with where a decode step's time goes: ``ATTRIBUTION_STEPS``
+        decode steps after a fresh prefill, under torch.profiler, after the timed loop (its
+        wall time is stated), set beside the timed steps' mean and the roofline."""
+        steps = min(ATTRIBUTION_STEPS, self.shape.gen_len - 1)
+        if times is None or steps < 1 or not times.decode.count:
+            return times
+        profile = attribution.profile_steps(work.decode, steps, spec.device,
+                                            before=work.prefill)
+        per_step = times.decode_bytes / times.decode.count
+        peak = spec.bandwidth.gbs
+        found = attribution.attribute(
+            profile, measured_step_ms=times.decode.mean,
+            roofline_ms=per_step / (peak * 1e9) * 1e3 if peak else None,
+            roofline_basis=f"{per_step / 1e9:.3f} GB a step / {peak:,.0f} GB/s "
+                           f"({spec.bandwidth.source})" if peak else "")
+        return dataclasses.replace(times, attribution=found)
 
     # ------------------------------------------------------------ the report
 
@@ -188,7 +215,8 @@ class Generate(Scenario):
                                   f"the batch takes this long)"),
         ] + _prefill_rows(self.prefill_utilization(summary)) \
           + _bandwidth_rows(self.decode_bandwidth(summary), times, summary.spec.batch_size) \
-          + _energy_rows(self.energy_per_token(summary))
+          + _energy_rows(self.energy_per_token(summary)) \
+          + _attribution_rows(times.attribution)
 
     def document(self, summary) -> dict:
         times = summary.detail
@@ -208,7 +236,9 @@ class Generate(Scenario):
             "decode_bandwidth": bandwidth.to_dict() if bandwidth is not None else None,
             "energy_per_token": self.energy_per_token(summary),
             "prefill_flops": prefill.to_dict() if prefill is not None else None,
-            "generated_tokens_per_s": summary.token_throughput}}
+            "generated_tokens_per_s": summary.token_throughput,
+            "decode_attribution": (times.attribution.to_dict()
+                                   if times.attribution is not None else None)}}
 
     def csv_cells(self, summary) -> dict:
         times = summary.detail
