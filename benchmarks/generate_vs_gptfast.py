@@ -132,7 +132,7 @@ def gptfast_worker(checkout: str, batch: int, compiled: bool, generations: int,
         ttft.append(marks[0].elapsed_time(marks[1]))
         itl.extend(marks[i].elapsed_time(marks[i + 1]) for i in range(1, GENERATED))
     decode_s = sum(itl) / 1e3
-    profile = attribution.profile_steps(profiled_step, 16, device, before=profiled_prefill)
+    profile = attribution.profile_steps(profiled_step, 32, device, before=profiled_prefill)
     found = attribution.attribute(profile, measured_step_ms=statistics.mean(itl))
     Path(result_path).write_text(json.dumps({
         "recipe": "generate.py" if recipe and compiled else "model.py only",

@@ -27,7 +27,7 @@ DEFAULT_PROMPT_LEN = 128
 DEFAULT_GEN_LEN = 128
 # Decode steps of the profiled pass after the timed loop (where a step's time goes): enough
 # to average the per-step figures, few enough to cost well under a second on a GPU.
-ATTRIBUTION_STEPS = 16
+ATTRIBUTION_STEPS = 32
 
 
 def _optional(value: float | None, digits: int = 4) -> str:
