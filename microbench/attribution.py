@@ -32,8 +32,8 @@ TOP_KERNELS = 10
 # _softmax_...); library kernels carry their library's words (sm90_xmma_gemm, cutlass, gemv,
 # fmha, flash, cudnn).
 _ATTENTION = re.compile(r"attention|flash|fmha|sdpa|softmax|_efficient_|cudnn.*(attn|mha)")
-_MATMUL = re.compile(r"gemm|gemv|nvjet|cutlass|xmma|cublas|matmul|(^|_)b?mm(_|$)|addmm|linear|splitk")
-_SAMPLING = re.compile(r"argmax|argmin|topk|sort|multinomial|(^|_)max(_|$)")
+_MATMUL = re.compile(r"gemm|gemv|nvjet|cutlass|xmma|cublas|matmul|(^|[_:])b?mm(_|$)|addmm|linear|splitk")
+_SAMPLING = re.compile(r"argmax|argmin|topk|sort|multinomial|(^|[_:])max(_|$)")
 # A compiled region on the CPU: inductor's C++ kernels run inside it unseen by the profiler.
 _COMPILED = re.compile(r"compiled")
 _COPIES = re.compile(r"memcpy|memset|copy_|(^|_)copy(_|$)|index_put|index_copy|scatter|cat(_|$)")
