@@ -135,3 +135,63 @@ def test_a_cpu_generate_run_prints_and_stores_the_attribution(cli):
     found = document["generation"]["decode_attribution"]
     assert found["unit"] == "operator" and found["steps_profiled"] == 3
     assert found["busy_ms"] + found["gap_ms"] == pytest.approx(found["step_ms"])
+
+
+# ---------------------------------------------------------------- compiler warnings
+
+def test_compiler_warnings_are_kept_for_the_report_not_printed(capfd):
+    import warnings
+    from microbench import compile_watch
+    watch = compile_watch.CompileWatch(torch.device("cpu"), {})
+    with watch.during("warm-up"):
+        for _ in range(2):
+            warnings.warn("TensorFloat32 tensor cores for float32 matrix multiplication "
+                          "available but not enabled", UserWarning)
+    assert "TensorFloat32" not in capfd.readouterr().err
+    report = watch.report()
+    assert report.warnings == ("UserWarning: TensorFloat32 tensor cores for float32 matrix "
+                               "multiplication available but not enabled",)
+    assert report.to_dict()["warnings"] == list(report.warnings)
+    assert compile_watch.combine([report, report]).warnings == report.warnings
+
+
+# ---------------------------------------------------------------- a batch sweep
+
+def test_a_generate_sweep_prints_its_generation_table_and_plots_rate_against_latency(
+        cli, tmp_path):
+    plot = tmp_path / "curve.png"
+    ran, out_dir = cli("--network", "llama_tiny", "--seq-len", "16", "--vocab-size", "128",
+                       "--batch-size", "1,2", "--mode", "generate", "--prompt-len", "5",
+                       "--gen-len", "3", "--iterations", "2", "--warmup", "1",
+                       "--plot", str(plot))
+    assert ran.returncode == 0, ran.stderr
+    table = ran.stdout.split("Generation (decode tok/s")[1]
+    assert "ITL p50 ms" in table and "ITL p99 ms" in table and "TTFT p50 ms" in table
+    assert "MBU" in table
+    rows = [line.split() for line in table.splitlines() if line.strip()[:1] in ("1", "2")]
+    assert [row[1] for row in rows] == ["1", "2"]
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "[img" not in ran.stdout
+
+
+def test_the_generation_figure_puts_one_labelled_point_per_batch():
+    from types import SimpleNamespace
+    from microbench.report import plot as plot_mod
+    from microbench.timing import Measurement
+
+    def row(batch, itl_ms, rate):
+        times = SimpleNamespace(decode=Measurement([itl_ms, itl_ms]))
+        scenario = SimpleNamespace(decode_tokens_per_s=lambda summary: rate)
+        spec = SimpleNamespace(batch_size=batch, scenario=scenario,
+                               config=SimpleNamespace(mode="generate"))
+        return SimpleNamespace(spec=spec, summary=SimpleNamespace(detail=times), failed=False)
+
+    rows = [row(4, 2.0, 2000.0), row(1, 1.5, 650.0)]
+    import unittest.mock as mock
+    with mock.patch.object(plot_mod, "subtitle", return_value="device"), \
+            mock.patch.object(plot_mod, "_common_label", return_value="llama_1b"):
+        figure = plot_mod.build_generation_figure(rows)
+    axis = figure.axes[0]
+    x, y = axis.lines[0].get_data()
+    assert list(x) == [1.5, 2.0] and list(y) == [650.0, 2000.0]      # in batch order
+    assert [text.get_text() for text in axis.texts] == ["batch 1", "batch 4"]

@@ -269,7 +269,13 @@ def _compiler_rows(summary: Summary) -> list[tuple[str, str]]:
     report = summary.compiler
     if report is None:
         return []
-    return [("Compiled", report.summary_text()), ("CUDA graphs", report.cuda_graphs)]
+    rows = [("Compiled", report.summary_text()), ("CUDA graphs", report.cuda_graphs)]
+    if report.warnings:
+        first = report.warnings[0]
+        rows.append(("Compiler warnings", f"{len(report.warnings)} (all in the results JSON, "
+                                          f"compiler.warnings); first: "
+                                          f"{first[:160]}{'...' if len(first) > 160 else ''}"))
+    return rows
 
 
 def _trial_rows(summary: Summary) -> list[tuple[str, str]]:

@@ -110,6 +110,8 @@ MODEL_FIGURES = (
     ("mfu", "MFU", "MFU (no datasheet peak for the device, or no FLOP count; --peak-tflops "
                    "gives a peak)"),
     ("mbu", "MBU", None),
+    ("decode_kernel_ms", "decode kernels [ms]", None),      # the profiled decode step
+    ("decode_gap_ms", "decode gaps [ms]", None),
     ("energy_per_unit", "J/{item}", "energy (no telemetry for these devices)"),
     ("peak_allocated_mb", "peak alloc [MB]", None),
 )
@@ -420,7 +422,7 @@ def render_markdown(tables: list[Table]) -> str:
 
 # Raw figures in fixed units, for CSV and JSON: model, then op bench.
 RAW_FIGURES = ("throughput", "ci95_low", "ci95_high", "trial_count", "p50_ms", "p90_ms", "p99_ms",
-               "cv", "ttft_ms", "itl_ms", "mfu", "mbu", "energy_per_unit",
+               "cv", "ttft_ms", "itl_ms", "mfu", "mbu", "decode_kernel_ms", "decode_gap_ms", "energy_per_unit",
                "peak_allocated_mb", "median_ms", "gbs", "tflops", "pct_of_peak")
 
 
