@@ -195,3 +195,43 @@ def test_the_generation_figure_puts_one_labelled_point_per_batch():
     x, y = axis.lines[0].get_data()
     assert list(x) == [1.5, 2.0] and list(y) == [650.0, 2000.0]      # in batch order
     assert [text.get_text() for text in axis.texts] == ["batch 1", "batch 4"]
+
+
+# ---------------------------------------------------------------- Hugging Face decoders
+
+HF_TINY = ["--network", "hf:llama", "--model-kwargs", "hidden_size=64", "intermediate_size=128",
+           "num_hidden_layers=2", "num_attention_heads=4", "num_key_value_heads=2",
+           "vocab_size=128", "max_position_embeddings=64", "--seq-len", "16",
+           "--batch-size", "2", "--mode", "generate", "--prompt-len", "5", "--gen-len", "6"]
+
+
+def test_hf_generation_gives_transformers_greedy_tokens_through_its_static_cache():
+    from microbench import cli, spec as spec_mod, workload as workload_mod
+    spec = spec_mod.resolve(cli.to_plan(cli.parse_args([*HF_TINY, "--no-files"])).configs[0])
+    model = workload_mod.prepare_model(spec)
+    work = decoding.build(spec, model, None, count_flops=False)
+    assert isinstance(work.state, decoding.HfGenerationState)
+    reference = model.generate(work.state.prompt, max_new_tokens=6, min_new_tokens=6,
+                               do_sample=False, pad_token_id=0)[:, 5:]
+    assert torch.equal(decoding.generated_tokens(work), reference)
+    assert work.traffic.kv_bytes_per_position == 2 * 2 * 2 * 2 * 16 * 4   # layers k,v batch kv dim fp32
+    compiled = decoding.build(spec, model, {"backend": "aot_eager"}, count_flops=False)
+    assert torch.equal(decoding.generated_tokens(compiled), reference)
+
+
+def test_hf_generate_runs_through_the_cli_with_the_same_figures(cli):
+    ran, out_dir = cli(*HF_TINY, "--iterations", "2", "--warmup", "1")
+    assert ran.returncode == 0, ran.stderr
+    for label in ("Time to first token", "Inter-token latency", "Decode step (profiled)"):
+        assert label in ran.stdout
+    document = json.loads(next(out_dir.glob("*.json")).read_text())
+    assert document["generation"]["decode_tokens_per_s"] > 0
+
+
+def test_an_hf_model_type_without_a_static_cache_is_refused_in_one_line():
+    from microbench.errors import UsageError
+    model = torch.nn.Linear(2, 2)
+    model.config = type("Config", (), {"model_type": "oldstyle"})()
+    with pytest.raises(UsageError, match="cannot run hf:oldstyle.*static KV cache"):
+        decoding.hf_state(model, torch.zeros(1, 2, dtype=torch.long), 4,
+                          contextlib.nullcontext())

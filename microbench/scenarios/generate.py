@@ -93,8 +93,8 @@ class Generate(Scenario):
     def _shape(self) -> decoding.GenerationShape:
         model, config = self.model, self.config
         if not getattr(model, "can_generate", False):
-            raise UsageError(f"--mode generate runs the llama_* presets (static KV cache), not "
-                             f"{model.name}")
+            raise UsageError(f"--mode generate runs language models (the llama_* presets, "
+                             f"hf: decoders), not {model.name}")
         prompt = config.prompt_len or min(DEFAULT_PROMPT_LEN, model.seq_len // 2)
         generated = config.gen_len or min(DEFAULT_GEN_LEN, model.seq_len - prompt + 1)
         shape = decoding.GenerationShape(prompt, generated)
