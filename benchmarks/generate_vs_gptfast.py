@@ -146,12 +146,21 @@ def gptfast_worker(checkout: str, batch: int, compiled: bool, generations: int,
 
 # ---------------------------------------------------------------------------- this tool's side
 
+# transformers' LlamaForCausalLM at the llama_1b shape (random weights), for --hf.
+HF_LLAMA_1B = ("--network", "hf:llama", "--seq-len", "2048", "--model-kwargs", "vocab_size=32000",
+               "hidden_size=2048", "intermediate_size=5632", "num_hidden_layers=22",
+               "num_attention_heads=32", "num_key_value_heads=4", "max_position_embeddings=2048",
+               "rope_theta=10000.0", "rms_norm_eps=1e-05", "tie_word_embeddings=False")
+
+
 def tool_command(batch: int, compiled: bool, preset: bool, out_dir: Path,
-                 extra: tuple[str, ...] = ()) -> list[str]:
+                 extra: tuple[str, ...] = (), network: tuple[str, ...] = ("--network",
+                                                                          "llama_1b"),
+                 iterations: int = 10) -> list[str]:
     command = [sys.executable, str(REPO / "micro_benchmarking_pytorch.py"), *extra,
-               "--network", "llama_1b", "--mode", "generate", "--batch-size", str(batch),
+               *network, "--mode", "generate", "--batch-size", str(batch),
                "--prompt-len", str(PROMPT), "--gen-len", str(GENERATED),
-               "--iterations", "10", "--output-dir", str(out_dir)]
+               "--iterations", str(iterations), "--output-dir", str(out_dir)]
     if preset:
         return command + ["--preset", "fast"]
     command += ["--precision", "bf16"]
@@ -205,6 +214,34 @@ def one_round(args, round_index: int, batch: int, compiled: bool, results: dict)
         sides["gpt-fast"].append(json.loads(result_path.read_text()))
     else:
         sides["gpt-fast"].append({"failed": True})
+
+
+def warm_caches(args, batches: list[int]) -> None:
+    """Every side once, all at the same time, nothing recorded: compilation is CPU work, and
+    inductor's caches let the timed rounds after it start in seconds instead of minutes."""
+    warm = args.out / "warm"
+    warm.mkdir(parents=True, exist_ok=True)
+    commands = {}
+    for batch in batches:
+        commands[f"tool_b{batch}"] = tool_command(batch, True, False, warm / f"tool_b{batch}",
+                                                  tuple(args.tool_args.split()), iterations=1)
+        commands[f"gptfast_b{batch}"] = [sys.executable, __file__, "--worker", str(args.gptfast),
+                                         str(batch), "1", "1", str(warm / f"gptfast_b{batch}.json"),
+                                         args.recipe]
+        if args.hf:
+            commands[f"hf_b{batch}"] = tool_command(batch, True, False, warm / f"hf_b{batch}",
+                                                    network=HF_LLAMA_1B, iterations=1)
+    running = []
+    for label, command in commands.items():
+        sink = (warm / f"{label}.log").open("w")
+        running.append((subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT,
+                                         cwd=REPO), sink))
+    for process, sink in running:
+        try:
+            process.wait(timeout=args.timeout * 2)
+        except subprocess.TimeoutExpired:
+            process.kill()
+        sink.close()
 
 
 def median_of(trials: list[dict], key: str) -> float | None:
@@ -317,6 +354,12 @@ def main() -> None:
     parser.add_argument("gptfast", type=Path, help="path of a gpt-fast checkout (its model.py)")
     parser.add_argument("--batches", default="1,16", help="batch sizes (default: 1,16)")
     parser.add_argument("--rounds", type=int, default=3, help="A/B rounds (default: 3)")
+    parser.add_argument("--warm", action="store_true",
+                        help="first compile every side at once, untimed, to fill inductor's "
+                             "caches")
+    parser.add_argument("--hf", action="store_true",
+                        help="also run hf:llama at the llama_1b shape once per batch (after the "
+                             "rounds), against this tool's own llama_1b")
     parser.add_argument("--eager", action="store_true", help="also run both sides uncompiled")
     parser.add_argument("--preset", action="store_true",
                         help="also run this tool's --preset fast --mode generate at each batch")
@@ -337,10 +380,21 @@ def main() -> None:
     results: dict = {}
     batches = [int(b) for b in args.batches.split(",")]
     settings = [True] + ([False] if args.eager else [])
+    if args.warm:
+        warm_caches(args, batches)
     for round_index in range(1, args.rounds + 1):
         for batch in batches:
             for compiled in settings:
                 one_round(args, round_index, batch, compiled, results)
+    if args.hf:
+        for batch in batches:
+            hf_dir = args.out / f"tool_hf_b{batch}"
+            hf_dir.mkdir(parents=True, exist_ok=True)
+            ok = run_side(f"tool_hf_b{batch}", tool_command(batch, True, False, hf_dir,
+                                                            network=HF_LLAMA_1B),
+                          args.out, args.timeout)
+            results[f"b{batch} hf"] = {"tool": [read_tool_result(hf_dir) if ok
+                                                else {"failed": True}]}
     if args.preset:
         for batch in batches:
             preset_dir = args.out / f"tool_preset_b{batch}"
