@@ -62,8 +62,9 @@ def decode_context(recipe: bool):
 def gptfast_worker(checkout: str, batch: int, compiled: bool, generations: int,
                    result_path: str, recipe: bool = True) -> None:
     """Time ``generations`` greedy generations with gpt-fast's Transformer (with its
-    generate.py's compiler recipe unless ``recipe`` is off), profile 16 decode steps after
-    them (microbench.attribution, as this tool's generate runs do); write a JSON."""
+    generate.py's compiler recipe unless ``recipe`` is off), profile 32 decode steps after
+    them (microbench.attribution, as this tool's generate runs do); write a JSON. Under
+    the recipe the prefill runs eagerly, as generate.py's default (compile_prefill off)."""
     import torch
     sys.path.insert(0, checkout)
     sys.path.insert(0, str(REPO))
@@ -71,6 +72,7 @@ def gptfast_worker(checkout: str, batch: int, compiled: bool, generations: int,
     from microbench import attribution
     if recipe and compiled:
         apply_gptfast_recipe()
+    compile_prefill = compiled and not recipe    # generate.py compiles it only if asked
 
     device = torch.device("cuda")
     torch.manual_seed(0)
@@ -89,7 +91,8 @@ def gptfast_worker(checkout: str, batch: int, compiled: bool, generations: int,
 
     if compiled:
         decode_step = torch.compile(decode_step, mode="reduce-overhead", fullgraph=True)
-        prefill = torch.compile(prefill, fullgraph=True)
+        if compile_prefill:
+            prefill = torch.compile(prefill, fullgraph=True)
 
     prompt = torch.randint(0, SHAPE["vocab_size"], (batch, PROMPT), device=device)
 
@@ -386,6 +389,7 @@ def main() -> None:
         for batch in batches:
             for compiled in settings:
                 one_round(args, round_index, batch, compiled, results)
+        write_summary(args.out, results)          # each round's, in case the job is cut off
     if args.hf:
         for batch in batches:
             hf_dir = args.out / f"tool_hf_b{batch}"
@@ -403,13 +407,17 @@ def main() -> None:
                           args.out, args.timeout)
             results[f"b{batch} preset"] = {"tool": [read_tool_result(preset_dir) if ok
                                                     else {"failed": True}]}
+    print(write_summary(args.out, results), end="")
+
+
+def write_summary(out: Path, results: dict) -> str:
     weight_bytes = next((trial["weight_bytes"] for sides in results.values()
                          for trial in sides.get("gpt-fast", []) if "weight_bytes" in trial), None)
-    (args.out / "summary.json").write_text(json.dumps(results, indent=1))
+    (out / "summary.json").write_text(json.dumps(results, indent=1))
     text = (report(results, weight_bytes) + "\n" + attribution_table(results) + "\n"
             + targets(results))
-    (args.out / "summary.txt").write_text(text)
-    print(text, end="")
+    (out / "summary.txt").write_text(text)
+    return text
 
 
 if __name__ == "__main__":
