@@ -114,9 +114,11 @@ def gptfast_worker(checkout: str, batch: int, compiled: bool, generations: int,
     profiled = {}
 
     def profiled_prefill():
+        # Inside inference mode, as in generate(): a position tensor made outside it failed
+        # the compiled step's guards, which recompiled and re-tuned inside the profiled pass.
         with torch.inference_mode():
             profiled["token"] = prefill(prompt, torch.arange(PROMPT, device=device)).clone()
-        profiled["position"] = torch.tensor([PROMPT], device=device, dtype=torch.int)
+            profiled["position"] = torch.tensor([PROMPT], device=device, dtype=torch.int)
 
     def profiled_step():
         with torch.inference_mode(), decode_context(recipe):
@@ -153,7 +155,7 @@ def gptfast_worker(checkout: str, batch: int, compiled: bool, generations: int,
 HF_LLAMA_1B = ("--network", "hf:llama", "--seq-len", "2048", "--model-kwargs", "vocab_size=32000",
                "hidden_size=2048", "intermediate_size=5632", "num_hidden_layers=22",
                "num_attention_heads=32", "num_key_value_heads=4", "max_position_embeddings=2048",
-               "rope_theta=10000.0", "rms_norm_eps=1e-05", "tie_word_embeddings=False")
+               "rms_norm_eps=1e-05", "tie_word_embeddings=False")   # RoPE theta: 10000, default
 
 
 def tool_command(batch: int, compiled: bool, preset: bool, out_dir: Path,

@@ -97,6 +97,8 @@ def test_attribution_cuts_the_window_into_kernels_and_gaps_from_the_same_samples
     assert found.top[0]["name"] == "triton_red_fused_mm_rsqrt_0"
     line = found.line()
     assert "0.086 ms = kernels 0.057 + gaps 0.029 (4 kernels/step)" in line
+    assert found.implied_gap_ms == pytest.approx(0.090 - 0.057)
+    assert "kernels 63% of it, gaps 0.033 ms by difference" in line
     assert "roofline 0.030 ms (fake)" in line and "2 steps, 0.25 s, not timed" in line
     json.dumps(found.to_dict())                              # JSON-ready
 
@@ -112,7 +114,8 @@ def test_overlapping_kernels_are_busy_once():
     ("triton_red_fused_mm_0", "matmul"), ("aten::mm", "matmul"),
     ("pytorch_flash::flash_fwd_kernel", "attention"), ("triton_per_fused__softmax_3", "attention"),
     ("triton_red_fused_argmax_5", "sampling"), ("Memcpy DtoD (Device -> Device)", "copies"),
-    ("triton_poi_fused_index_copy_4", "copies"), ("triton_per_fused_add_mean_pow_rsqrt_1",
+    ("triton_poi_fused_index_copy_4", "copies"),
+    ("triton_red_fused__to_copy__unsafe_view_add_mean_mul_pow_rsqrt_13", "elementwise+norms"), ("triton_per_fused_add_mean_pow_rsqrt_1",
                                                    "elementwise+norms"),
     ("Torch-Compiled Region: 0/1", "compiled")])
 def test_kernels_are_classed_by_name(name, label):
