@@ -138,6 +138,12 @@ def test_a_cpu_generate_run_prints_and_stores_the_attribution(cli):
     found = document["generation"]["decode_attribution"]
     assert found["unit"] == "operator" and found["steps_profiled"] == 3
     assert found["busy_ms"] + found["gap_ms"] == pytest.approx(found["step_ms"])
+    from microbench.report import schema
+    from microbench.report.entry import entries_of
+    schema.validate_result(document, "run.json")                 # the block is in the schema
+    figures = entries_of(document, "run.json")[0].figures
+    assert figures["decode_kernel_ms"] == pytest.approx(found["busy_ms"])
+    assert figures["decode_gap_ms"] == pytest.approx(found["gap_ms"])
 
 
 # ---------------------------------------------------------------- compiler warnings
