@@ -190,9 +190,9 @@ def test_the_generation_figure_puts_one_labelled_point_per_batch():
 
     def row(batch, itl_ms, rate):
         times = SimpleNamespace(decode=Measurement([itl_ms, itl_ms]))
-        scenario = SimpleNamespace(decode_tokens_per_s=lambda summary: rate)
-        spec = SimpleNamespace(batch_size=batch, scenario=scenario,
-                               config=SimpleNamespace(mode="generate"))
+        scenario = SimpleNamespace(decode_tokens_per_s=lambda summary: rate,
+                                   decodes_tokens=True)
+        spec = SimpleNamespace(batch_size=batch, scenario=scenario)
         return SimpleNamespace(spec=spec, summary=SimpleNamespace(detail=times), failed=False)
 
     rows = [row(4, 2.0, 2000.0), row(1, 1.5, 650.0)]

@@ -348,7 +348,7 @@ def _draw_bars(rows, speed, memory, per_token: bool) -> None:
 
 
 def _is_generation(rows) -> bool:
-    return all(row.spec.config.mode == "generate" for row in rows) and \
+    return all(row.spec.scenario.decodes_tokens for row in rows) and \
         any(row.summary is not None for row in rows)
 
 

@@ -38,6 +38,9 @@ class Scenario:
     # Whether --preset fast stores the weights in half precision (no autocast) and replays
     # its steps as CUDA/HIP graphs on GPUs: a decode step is bound by reading the weights.
     fast_half_weights: ClassVar[bool] = False
+    # Whether it decodes token by token (decode_tokens_per_s, inter-token latency): a batch
+    # sweep then gets the generation table and the throughput-latency figure.
+    decodes_tokens: ClassVar[bool] = False
 
     def __init__(self, config, model) -> None:
         self.config, self.model = config, model

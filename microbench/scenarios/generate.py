@@ -80,6 +80,7 @@ class Generate(Scenario):
     flops_counted = "prefill + decode steps"
     items_run_one_by_one = False
     fast_half_weights = True
+    decodes_tokens = True
 
     def __init__(self, config, model) -> None:
         super().__init__(config, model)
