@@ -7,11 +7,11 @@
 
 The older tool's entry point, kept where users and workshop guides call it; it runs
 :func:`microbench.main.main` (installed as the ``microbench`` command), importing it under
-:func:`microbench.process.entry` so that Ctrl-C or SIGTERM during the imports prints one line.
+:func:`microbench.platform.process.entry` so that Ctrl-C or SIGTERM during the imports prints one line.
 """
 import sys
 
-from microbench.process import microbench
+from microbench.platform.process import microbench
 
 if __name__ == "__main__":
     sys.exit(microbench())

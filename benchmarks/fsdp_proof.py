@@ -18,9 +18,9 @@ import statistics
 import sys
 from pathlib import Path
 
-from microbench.archs import llama
-from microbench.flops import PeakChoice
-from microbench.token_flops import TokenUtilization, llama_flops
+from microbench.models.archs import llama
+from microbench.measure.flops import PeakChoice
+from microbench.measure.token_flops import TokenUtilization, llama_flops
 
 TARGET = 0.97
 

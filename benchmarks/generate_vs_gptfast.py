@@ -69,7 +69,7 @@ def gptfast_worker(checkout: str, batch: int, compiled: bool, generations: int,
     sys.path.insert(0, checkout)
     sys.path.insert(0, str(REPO))
     from model import ModelArgs, Transformer       # gpt-fast's own model.py
-    from microbench import attribution
+    from microbench.measure import attribution
     if recipe and compiled:
         apply_gptfast_recipe()
     compile_prefill = compiled and not recipe    # generate.py compiles it only if asked

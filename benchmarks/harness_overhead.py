@@ -2,7 +2,7 @@
 """Does the harness add anything measurable? The tool's measurement against a hand-written loop.
 
 For each configuration, in one process on one GPU, this runs the tool's own code path
-(``microbench.benchmark.run``, exactly what the CLI runs) and a minimal loop written out by hand
+(``microbench.drivers.benchmark.run``, exactly what the CLI runs) and a minimal loop written out by hand
 that does the same work: same model, precision, layout and optimizer, timed the plain way
 (synchronise, perf_counter, N steps, synchronise). Rounds alternate tool and loop so clock and
 temperature drift hit both; the median throughput of each side gives the ratio tool / loop.
@@ -24,10 +24,12 @@ import torch
 import torchvision
 
 import fp16util
-from microbench import benchmark, cli, device as device_mod
-from microbench import precision as precision_mod
-from microbench.spec import resolve
-from microbench.summary import Summary, trial_of_process
+from microbench.drivers import benchmark
+from microbench.settings import cli
+from microbench.platform import device as device_mod
+from microbench.settings import precision as precision_mod
+from microbench.settings.spec import resolve
+from microbench.measure.summary import Summary, trial_of_process
 
 CONFIGS = {
     "fp32": [],

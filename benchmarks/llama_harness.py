@@ -2,7 +2,7 @@
 """Two checks of the tool against itself and against a plain loop, in one process on one GPU:
 
 1. **Harness overhead on a transformer.** The tool's own measurement of LLaMA training (exactly
-   what the CLI runs, through ``microbench.benchmark.run``) against a minimal hand-written loop of
+   what the CLI runs, through ``microbench.drivers.benchmark.run``) against a minimal hand-written loop of
    the same model, precision, attention and optimizer, timed the plain way (synchronise,
    perf_counter, N steps, synchronise). Target: tool / loop >= 0.98.
 2. **Cost of the phase events.** Training with the forward / backward / optimizer split against
@@ -23,11 +23,13 @@ import time
 
 import torch
 
-from microbench import benchmark, cli, device as device_layer
-from microbench.archs import llama
-from microbench.report import writing
-from microbench.spec import resolve
-from microbench.summary import Summary, trial_of_process
+from microbench.drivers import benchmark
+from microbench.settings import cli
+from microbench.platform import device as device_layer
+from microbench.models.archs import llama
+from microbench.output import writing
+from microbench.settings.spec import resolve
+from microbench.measure.summary import Summary, trial_of_process
 
 HARNESS = {"llama_tiny": 8, "llama_medium": 16}            # network: batch size
 PHASES = {"resnet50": ["--batch-size", "128", "--amp", "--nhwc"],

@@ -11,9 +11,9 @@ In one process, on one GPU:
    256-1024-1024 (1 GiB per tensor; bytes = 12 per element: two reads and one write).
    Target: add GB/s >= 85% of the copy GB/s.
 3. **bf16 matmul 8192^3** through the same path; TFLOP/s = 2*8192^3 / median time, against the
-   dense datasheet peak from ``microbench.flops``. Target: >= 70% of it.
+   dense datasheet peak from ``microbench.measure.flops``. Target: >= 70% of it.
 
-Predicted numbers (datasheets in microbench/flops.py):
+Predicted numbers (datasheets in microbench/measure/flops.py):
 
 * H100 SXM: HBM3 3.35 TB/s datasheet; a device copy typically reaches ~2.9-3.1 TB/s (85-93%);
   the add should be within a few % of the copy (ratio ~0.95-1.0). bf16 dense peak 989.5 TFLOP/s;
@@ -36,12 +36,12 @@ import sys
 
 import torch
 
-from microbench import flops
-from microbench.device import clock_name, synchronize
-from microbench.errors import BenchmarkError, MissingEnvironment
+from microbench.measure import flops
+from microbench.platform.device import clock_name, synchronize
+from microbench.platform.errors import BenchmarkError, MissingEnvironment
 from microbench.ops import report, runner
-from microbench.report import writing
-from microbench.timing import time_calls
+from microbench.output import writing
+from microbench.measure.timing import time_calls
 
 COPY_ELEMENTS = 256 * 1024 * 1024  # fp32: 1 GiB per tensor, the same as each add operand
 ADD_SHAPE = "256-1024-1024"

@@ -14,8 +14,11 @@ from __future__ import annotations
 import sys
 import traceback
 
-from . import cli, distributed, models, process, runner
-from .errors import BenchmarkError
+from microbench.settings import cli
+from microbench.platform import distributed, process
+from microbench.models import registry as models
+from microbench.drivers import runner
+from microbench.platform.errors import BenchmarkError
 
 
 def main(argv: list[str] | None = None) -> int:

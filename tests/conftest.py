@@ -81,7 +81,7 @@ _REQUIRED_SETTINGS = ("network", "batch_size", "mode", "iterations", "warmup", "
 def stored_result(config: dict | None = None, **keys) -> dict:
     """A result document matching the schema: the settings the schema requires at their
     defaults, with ``config`` on top, and ``keys`` (top-level keys) replaced."""
-    from microbench.config import BenchConfig
+    from microbench.settings.config import BenchConfig
     document = json.loads(STORED_RESULT.read_text())
     defaults = BenchConfig()
     required = {name: getattr(defaults, name) for name in _REQUIRED_SETTINGS}
@@ -133,6 +133,6 @@ def assert_one_line_error(process, code: int, text: str) -> None:
 def steady_clock(monkeypatch):
     """A fake host clock for in-process runs on the CPU: every mark of a timed region is 10 ms
     after the previous one, so throughputs are exact and a busy machine changes nothing."""
-    from microbench import timing
+    from microbench.measure import timing
     ticks = itertools.count()
     monkeypatch.setattr(timing, "HOST_CLOCK", lambda: next(ticks) * 0.010)

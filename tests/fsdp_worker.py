@@ -1,7 +1,7 @@
 """One rank of the two-process FSDP check in tests/test_sharding.py (run under torchrun, gloo).
 
 Trains a shrunk llama_tiny (2 layers, 32 tokens, vocabulary 999) for a few steps twice from the same seeded
-weights and the same data: sharded with microbench.sharding (built on meta, selective activation
+weights and the same data: sharded with microbench.steps.sharding (built on meta, selective activation
 checkpointing) and replicated with DDP. Writes what it saw to OUT_DIR/rank<R>.json.
 
     PYTHONPATH=. python -m torch.distributed.run --nproc-per-node 2 tests/fsdp_worker.py OUT_DIR \
@@ -21,8 +21,9 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from microbench import activation_checkpointing, optim, precision, sharding
-from microbench.archs import llama
+from microbench.steps import activation_checkpointing, optim, sharding
+from microbench.settings import precision
+from microbench.models.archs import llama
 
 STEPS, GLOBAL_BATCH, SEED = 3, 4, 0
 # An odd vocabulary: the (tied) embedding's 999 rows split 500 / 499, so uneven shards are

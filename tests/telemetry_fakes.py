@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 import types
 
-from microbench.telemetry import Sample
+from microbench.measure.telemetry import Sample
 
 # ---------------------------------------------------------------------------------------------
 # A fake pynvml: constants, functions, and NVMLError with per-code subclasses as pynvml.py has.

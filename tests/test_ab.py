@@ -6,7 +6,8 @@ import json
 import pytest
 
 from conftest import TINY, assert_one_line_error, run_main
-from microbench import benchmark, timing
+from microbench.drivers import benchmark
+from microbench.measure import timing
 
 RUN = ["--network", "resnet18", *TINY, "--device", "cpu", "--mode", "inference",
        "--trials", "in-process", "--repeat", "3"]

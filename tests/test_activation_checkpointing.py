@@ -1,5 +1,5 @@
-"""Activation checkpointing (microbench/activation_checkpointing.py) and the block finder
-(microbench/blocks.py), on a tiny LLaMA on the CPU.
+"""Activation checkpointing (microbench/steps/activation_checkpointing.py) and the block finder
+(microbench/steps/blocks.py), on a tiny LLaMA on the CPU.
 
 Memory is measured with PyTorch's own MemTracker (torch.distributed._tools.mem_tracker), which
 follows every tensor's storage through the dispatcher, so it works on the CPU; recomputation is
@@ -13,10 +13,10 @@ import torchvision
 from torch.distributed._tools.mem_tracker import MemTracker
 from torch.utils.flop_counter import FlopCounterMode
 
-from microbench import activation_checkpointing
-from microbench.archs.llama import LlamaConfig, build, initialize
-from microbench.blocks import transformer_blocks
-from microbench.errors import UsageError
+from microbench.steps import activation_checkpointing
+from microbench.models.archs.llama import LlamaConfig, build, initialize
+from microbench.steps.blocks import transformer_blocks
+from microbench.platform.errors import UsageError
 
 CONFIG = LlamaConfig(vocab_size=256, hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2,
                      intermediate_size=256, max_seq_len=64)

@@ -1,4 +1,4 @@
-"""Tests for microbench.archs: shapes, sizes against the papers, gradients, channel shuffle.
+"""Tests for microbench.models.archs: shapes, sizes against the papers, gradients, channel shuffle.
 
 Runs on the CPU in a few seconds: `python3 -m pytest tests/test_archs.py -q`.
 """
@@ -11,8 +11,8 @@ import pytest
 import torch
 from torch import nn
 
-from microbench.archs import shufflenet_v1, xception
-from microbench.archs.shufflenet import channel_shuffle
+from microbench.models.archs import shufflenet_v1, xception
+from microbench.models.archs.shufflenet import channel_shuffle
 
 
 def parameter_count(model: nn.Module) -> int:
@@ -200,7 +200,7 @@ def test_backward_reaches_every_parameter(build: Callable[[], nn.Module]) -> Non
 
 
 def test_package_exports_both_builders() -> None:
-    import microbench.archs as archs
+    import microbench.models.archs as archs
 
     assert set(archs.__all__) == {"shufflenet_v1", "xception"}
 

@@ -3,7 +3,7 @@ must not leave them broken until the next GPU session. Their tool side runs here
 import pytest
 
 from benchmarks import harness_overhead, llama_harness
-from microbench import device as device_layer
+from microbench.platform import device as device_layer
 
 
 @pytest.fixture(scope="module")

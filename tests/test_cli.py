@@ -1,8 +1,8 @@
 """Flag parsing and validation into a Plan of BenchConfigs."""
 import pytest
 
-from microbench import cli, compile_options
-from microbench.errors import UsageError
+from microbench.settings import cli, compile_options
+from microbench.platform.errors import UsageError
 
 
 def config_for(*argv):

@@ -19,7 +19,9 @@ import torch
 from torch.utils import collect_env
 
 from conftest import run_main
-from microbench import device, sweep, tables
+from microbench.platform import device
+from microbench.drivers import sweep
+from microbench.output import text_table as tables
 from microbench.ops import cli as ops_cli
 from microbench.report import command
 
@@ -186,7 +188,7 @@ def _clear():
 
 
 def _env_schema():
-    schema = json.loads((Path(device.__file__).parent / "report" /
+    schema = json.loads((Path(device.__file__).parent.parent / "store" /
                          "result.schema.json").read_text())
     return {"$schema": schema["$schema"], "$defs": schema["$defs"], "$ref": "#/$defs/env"}
 
@@ -251,15 +253,15 @@ def test_the_header_names_the_system(host, capsys, tmp_path):
 
 def test_a_checkout_without_rich_says_what_to_install(monkeypatch, capsys):
     """An updated checkout run without reinstalling: one line and exit 4, not a traceback."""
-    from microbench import process
+    from microbench.platform import process
     for name in [name for name in sys.modules
                  if name == "rich" or name.startswith("rich.")
-                 or name in ("microbench.report.command", "microbench.progress",
-                             "microbench.tables")]:
+                 or name in ("microbench.report.command", "microbench.output.progress",
+                             "microbench.output.text_table")]:
         monkeypatch.delitem(sys.modules, name)
-    import microbench
+    import microbench.output
     import microbench.report
-    for package, name in ((microbench, "progress"), (microbench, "tables"),
+    for package, name in ((microbench.output, "progress"), (microbench.output, "text_table"),
                           (microbench.report, "command")):
         monkeypatch.delattr(package, name, raising=False)   # else `from .. import` finds it
     monkeypatch.setitem(sys.modules, "rich", None)      # import rich raises ModuleNotFoundError
@@ -276,7 +278,7 @@ def test_a_checkout_without_rich_says_what_to_install(monkeypatch, capsys):
 
 def test_the_op_bench_line_on_a_terminal_is_never_redrawn_while_an_op_is_timed(monkeypatch):
     """An op's phase holds its timed calls: its line is drawn once, no thread ticks."""
-    from microbench import progress
+    from microbench.output import progress
     threads = []
     original = progress.Activity.start
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from microbench.data import cache, codecs, files
-from microbench.errors import UsageError
+from microbench.platform.errors import UsageError
 
 SIDE, COUNT = 16, 6
 

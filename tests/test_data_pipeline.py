@@ -8,13 +8,13 @@ import os
 import pytest
 import torch
 
-from microbench import models
+from microbench.models import registry as models
 from microbench.data import DataSettings, ModelInput, codecs, open_pipeline
 from microbench.data.folder import scan_folder
 from microbench.data.loader import batches_per_epoch
 from microbench.data.transforms import (IMAGENET_MEAN, DeviceStage, batched_crops,
                                         host_transform)
-from microbench.errors import MissingEnvironment, UsageError
+from microbench.platform.errors import MissingEnvironment, UsageError
 
 CPU = torch.device("cpu")
 SIZE = 32

@@ -12,7 +12,7 @@ import torch
 
 from conftest import TINY
 from microbench.data import codecs
-from microbench.report.schema import validate_result
+from microbench.store.schema import validate_result
 
 RESNET = ["--network", "resnet18", *TINY, "--batch-size", "4"]
 DATA_ROWS = ("Input pipeline", "Pipeline", "Loader alone", "Model alone", "Wait for data",

@@ -16,8 +16,8 @@ from microbench.data import cache
 
 CHILD = """
 import sys, torch
-from microbench.errors import Terminated
-from microbench.process import sigterm_raises
+from microbench.platform.errors import Terminated
+from microbench.platform.process import sigterm_raises
 from microbench.data import DataSettings, ModelInput, open_pipeline
 
 phase, root = sys.argv[1], sys.argv[2]

@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from conftest import requires_gpu, run_main
-from microbench import cli, precision, spec as spec_mod
-from microbench.archs import llama
+from microbench.settings import cli, precision, spec as spec_mod
+from microbench.models.archs import llama
 from microbench.scenarios import decoding
 
 TINY_LM = ["--network", "llama_tiny", "--seq-len", "16", "--vocab-size", "128",
@@ -19,7 +19,7 @@ def resolved(*flags: str):
 
 def workload(*flags: str, compile_options=None):
     spec = resolved(*flags)
-    from microbench import workload as workload_mod
+    from microbench.steps import workload as workload_mod
     return decoding.build(spec, workload_mod.prepare_model(spec), compile_options,
                           count_flops=False)
 
@@ -40,7 +40,7 @@ def test_half_weights_hold_every_parameter_buffer_and_the_cache_in_that_dtype(na
 def test_bf16_is_a_row_with_the_bf16_peak_and_fp32_master_weights_in_training():
     row = precision.lookup("bf16")
     assert (row.model_dtype, row.peak_key, row.master_weights) == (torch.bfloat16, "bf16", True)
-    from microbench import workload as workload_mod
+    from microbench.steps import workload as workload_mod
     model = torch.nn.Linear(4, 4).to(torch.bfloat16)
     update = workload_mod.make_update(model, row, torch.device("cpu"))
     assert {p.dtype for p in update.master_params} == {torch.float32}
@@ -118,7 +118,7 @@ def test_the_steps_take_no_tensor_arguments_and_keep_the_cache_as_module_buffers
 def test_a_cuda_graph_skip_is_reported_with_its_reason_and_kept_off_the_console(capfd):
     import logging
     from torch._dynamo.utils import counters
-    from microbench import compile_watch
+    from microbench.measure import compile_watch
     watch = compile_watch.CompileWatch(torch.device("cuda"), {"mode": "reduce-overhead"})
     with watch.during("warm-up"):
         counters["stats"]["unique_graphs"] += 2
@@ -135,7 +135,7 @@ def test_a_cuda_graph_skip_is_reported_with_its_reason_and_kept_off_the_console(
 
 
 def test_graphs_not_asked_for_are_not_used_and_say_why():
-    from microbench import compile_watch
+    from microbench.measure import compile_watch
     for device, options, label in [
             ("cpu", {"mode": "reduce-overhead"}, "not used (CPU)"),
             ("cuda", {}, "not used (compile mode default)"),
@@ -164,7 +164,7 @@ def test_a_compiled_generate_run_says_what_the_compiler_did(cli):
 
 def test_mbu_is_the_bytes_the_decode_steps_read_over_their_own_samples():
     import itertools
-    from microbench import flops
+    from microbench.measure import flops
     work = workload("--precision", "bf16")
     ticks = itertools.count()
     times = decoding.timed_generation(work, 2, torch.device("cpu"),
@@ -187,7 +187,7 @@ def test_mbu_is_the_bytes_the_decode_steps_read_over_their_own_samples():
 
 
 def test_the_bandwidth_peak_is_the_override_else_the_datasheet_else_unknown(monkeypatch):
-    from microbench import flops
+    from microbench.measure import flops
     cpu = torch.device("cpu")
     assert flops.choose_bandwidth(cpu, 1234.0) == flops.BandwidthPeak(1234.0, "--peak-bandwidth")
     unknown = flops.choose_bandwidth(cpu, None)
@@ -235,7 +235,7 @@ def test_a_decode_step_reads_the_embeddings_batch_rows_unless_the_output_reads_a
 @pytest.mark.parametrize("bf16_units, weights", [(True, "bf16"), (False, "fp16")])
 def test_preset_fast_generates_from_half_weights_with_a_captured_decode_step_on_gpus(
         monkeypatch, bf16_units, weights):
-    from microbench import preset
+    from microbench.settings import preset
     monkeypatch.setattr(preset, "_bf16_matrix_units", lambda device: bf16_units)
     plan = cli.to_plan(cli.parse_args([*TINY_LM, "--preset", "fast"]))
     effective = preset.apply(plan.configs[0], "language", torch.device("cuda"), 1, False,
@@ -260,9 +260,9 @@ def test_preset_fast_generate_prints_its_flags_on_the_cpu(cli):
 
 def test_energy_per_token_end_to_end_is_the_telemetrys_and_decode_is_an_estimate_by_time():
     from types import SimpleNamespace
-    from microbench.results import GenerationTimes
-    from microbench.telemetry import ENERGY_COUNTER, TelemetryReport
-    from microbench.timing import Measurement
+    from microbench.measure.results import GenerationTimes
+    from microbench.measure.telemetry import ENERGY_COUNTER, TelemetryReport
+    from microbench.measure.timing import Measurement
     spec = resolved()
     scenario = spec.scenario                              # 5-token prompt, 6 tokens generated
     times = GenerationTimes(prefill=Measurement([4.0]), decode=Measurement([2.0] * 5),
@@ -286,9 +286,9 @@ def test_energy_per_token_end_to_end_is_the_telemetrys_and_decode_is_an_estimate
 
 def test_prefill_mfu_is_the_prefills_flops_over_its_own_samples():
     from types import SimpleNamespace
-    from microbench import flops
-    from microbench.results import GenerationTimes
-    from microbench.timing import Measurement
+    from microbench.measure import flops
+    from microbench.measure.results import GenerationTimes
+    from microbench.measure.timing import Measurement
     spec = resolved("--peak-tflops", "2")
     times = GenerationTimes(prefill=Measurement([2.0, 6.0]), decode=Measurement([1.0]),
                             e2e=Measurement([3.0, 7.0]), prefill_flops=8 * 10**9)
@@ -316,7 +316,7 @@ def test_a_decode_step_never_waits_for_the_host():
 
 @requires_gpu
 def test_under_reduce_overhead_the_decode_step_replays_as_a_graph():
-    from microbench import compile_watch
+    from microbench.measure import compile_watch
     torch._dynamo.reset()
     work = small_generation({"mode": "reduce-overhead"}, device="cuda")
     reference = llama.generate_without_cache(work.state.model, work.state.prompt,

@@ -7,8 +7,8 @@ import json
 import pytest
 import torch
 
-from microbench import attribution
-from microbench.archs import llama
+from microbench.measure import attribution
+from microbench.models.archs import llama
 from microbench.scenarios import decoding
 
 
@@ -138,7 +138,7 @@ def test_a_cpu_generate_run_prints_and_stores_the_attribution(cli):
     found = document["generation"]["decode_attribution"]
     assert found["unit"] == "operator" and found["steps_profiled"] == 3
     assert found["busy_ms"] + found["gap_ms"] == pytest.approx(found["step_ms"])
-    from microbench.report import schema
+    from microbench.store import schema
     from microbench.report.entry import entries_of
     schema.validate_result(document, "run.json")                 # the block is in the schema
     figures = entries_of(document, "run.json")[0].figures
@@ -150,7 +150,7 @@ def test_a_cpu_generate_run_prints_and_stores_the_attribution(cli):
 
 def test_compiler_warnings_are_kept_for_the_report_not_printed(capfd):
     import warnings
-    from microbench import compile_watch
+    from microbench.measure import compile_watch
     watch = compile_watch.CompileWatch(torch.device("cpu"), {})
     with watch.during("warm-up"):
         for _ in range(2):
@@ -185,8 +185,8 @@ def test_a_generate_sweep_prints_its_generation_table_and_plots_rate_against_lat
 
 def test_the_generation_figure_puts_one_labelled_point_per_batch():
     from types import SimpleNamespace
-    from microbench.report import plot as plot_mod
-    from microbench.timing import Measurement
+    from microbench.output import sweep_plot as plot_mod
+    from microbench.measure.timing import Measurement
 
     def row(batch, itl_ms, rate):
         times = SimpleNamespace(decode=Measurement([itl_ms, itl_ms]))
@@ -215,7 +215,8 @@ HF_TINY = ["--network", "hf:llama", "--model-kwargs", "hidden_size=64", "interme
 
 
 def test_hf_generation_gives_transformers_greedy_tokens_through_its_static_cache():
-    from microbench import cli, spec as spec_mod, workload as workload_mod
+    from microbench.settings import cli, spec as spec_mod
+    from microbench.steps import workload as workload_mod
     spec = spec_mod.resolve(cli.to_plan(cli.parse_args([*HF_TINY, "--no-files"])).configs[0])
     model = workload_mod.prepare_model(spec)
     work = decoding.build(spec, model, None, count_flops=False)
@@ -238,7 +239,7 @@ def test_hf_generate_runs_through_the_cli_with_the_same_figures(cli):
 
 
 def test_an_hf_model_type_without_a_static_cache_is_refused_in_one_line():
-    from microbench.errors import UsageError
+    from microbench.platform.errors import UsageError
     model = torch.nn.Linear(2, 2)
     model.config = type("Config", (), {"model_type": "oldstyle"})()
     with pytest.raises(UsageError, match="cannot run hf:oldstyle.*static KV cache"):

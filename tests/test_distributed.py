@@ -11,10 +11,10 @@ import pytest
 
 from conftest import ROOT, SCRIPT, run_main, spawn
 from test_schema import check_document
-from microbench import distributed
-from microbench.errors import UsageError
-from microbench.results import RankRecord, Trial
-from microbench.summary import Summary
+from microbench.platform import distributed
+from microbench.platform.errors import UsageError
+from microbench.measure.results import RankRecord, Trial
+from microbench.measure.summary import Summary
 
 RUN = ["--network", "resnet18", "--image-size", "32", "--iterations", "3", "--warmup", "1",
        "--device", "cpu"]

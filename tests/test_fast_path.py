@@ -8,8 +8,9 @@ import torch
 from torch import nn
 
 from conftest import TINY, run_main
-from microbench import cli, config as config_mod, preset, spec as spec_mod, workload
-from microbench.errors import UsageError
+from microbench.settings import cli, config as config_mod, preset, spec as spec_mod
+from microbench.steps import workload
+from microbench.platform.errors import UsageError
 
 GPU = torch.device("cuda", 0)
 

@@ -12,8 +12,9 @@ import torch
 from conftest import ROOT, assert_one_line_error, requires_gpu, run_main
 from test_distributed import TIMEOUT, free_port, torchrun
 from test_schema import check_document
-from microbench import cli, spec as spec_mod, workload
-from microbench.config import BenchConfig
+from microbench.settings import cli, spec as spec_mod
+from microbench.steps import workload
+from microbench.settings.config import BenchConfig
 from microbench.scenarios import parallel
 
 # llama_tiny shrunk by its flags: 16 tokens, a 512-word vocabulary, one sequence a rank.
@@ -77,7 +78,7 @@ def test_flops_counted_on_the_meta_device_are_the_whole_models():
                          device="cpu", write_files=False)
     spec = spec_mod.resolve(config)
     plain = workload.build(spec).flops_per_iteration
-    from microbench.archs import llama
+    from microbench.models.archs import llama
     arch = spec.model.llama_config
     matmul = 2 * arch.num_heads * 16 * 16 * arch.head_dim       # one s x s x d attention matmul
     projections = plain - arch.num_layers * 7 * matmul
@@ -141,7 +142,7 @@ def test_compare_gate_tells_sharded_from_replicated_work():
     """--compare and --scaling-baseline take only results of the same work: an fsdp or AdamW
     result is not a baseline for a ddp or SGD one, and a file written before these settings
     existed ran with their defaults."""
-    from microbench import identity
+    from microbench.settings import identity
     older = identity.of_document({"config": {"network": "llama_tiny"}})
     assert (older["parallel"], older["optimizer"]) == ("ddp", "sgd")
     sharded = {**older, "parallel": "fsdp", "optimizer": "adamw"}
@@ -150,7 +151,7 @@ def test_compare_gate_tells_sharded_from_replicated_work():
 
 
 def test_sweep_rows_name_sharding_and_checkpointing():
-    from microbench.sweep import training_label
+    from microbench.drivers.sweep import training_label
     assert training_label(BenchConfig()) == ""
     assert training_label(BenchConfig(network="llama_tiny", parallel="fsdp",
                                       activation_checkpointing="full")) == " fsdp ac=full"
@@ -177,7 +178,7 @@ def test_fsdp_on_one_gpu_reports_memory_and_both_mfus(tmp_path, capfd):
 def test_the_fast_preset_under_fsdp_chooses_only_what_takes_effect(monkeypatch):
     """On a GPU --preset fast would choose fused SGD (no DTensor kernel), the DDP options (no
     DDP) and CUDA graphs; under fsdp it leaves them out, and keeps fused AdamW."""
-    from microbench import preset
+    from microbench.settings import preset
     gpu = {"compile": True, "compile_options": {"mode": "reduce-overhead"},
            "precision": "amp-bf16", "cudnn_benchmark": True, "optimizer_impl": "fused",
            "ddp_gradient_as_bucket_view": True, "ddp_static_graph": True}
@@ -198,7 +199,7 @@ def test_the_fast_preset_under_fsdp_chooses_only_what_takes_effect(monkeypatch):
 
 def test_a_large_job_prints_its_largest_rank_memory_in_one_row():
     from types import SimpleNamespace
-    from microbench.results import ShardedState
+    from microbench.measure.results import ShardedState
     ranks = [SimpleNamespace(rank=rank, peak_allocated_mb=1000.0 + rank,
                              peak_reserved_mb=2000.0 + (rank == 5) * 500,
                              sharded=ShardedState({}, 10**9, 2 * 10**9)) for rank in range(16)]

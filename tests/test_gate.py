@@ -108,9 +108,9 @@ def test_another_configuration_is_refused_unless_asked(run, tmp_path):
     ("device_name", "NVIDIA H200"), ("precision", "amp-bf16"), ("nhwc", True),
     ("per_device_batch", 64), ("world_size", 8), ("model", "resnet50")])
 def test_the_gate_refuses_each_identity_field(field, value):
-    from microbench import identity
-    from microbench.report import compare
-    from microbench.errors import UsageError
+    from microbench.settings import identity
+    from microbench.output import compare
+    from microbench.platform.errors import UsageError
     ours = {name: None for name in identity.GATE}
     document = {"config": {}, "model": {}, "env": {}}
     theirs = identity.of_document(document)

@@ -32,9 +32,10 @@ import pytest
 
 from conftest import (ROOT, SCRIPT, TINY, assert_one_line_error, run_main, spawn,
                       stored_result)
-from microbench import inputs, process
-from microbench.errors import CannotWrite, Terminated
-from microbench.report import collection, files, writing
+from microbench.platform import inputs, process
+from microbench.platform.errors import CannotWrite, Terminated
+from microbench.report import collection
+from microbench.output import files, writing
 
 RUN = ["--network", "resnet18", *TINY, "--device", "cpu"]
 CHILD_ENV = {"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
@@ -274,7 +275,7 @@ CASES = [
          "differs in", files={"base.json": stored({"network": "resnet18",
                                                    "mode": "inference"})}),
     # Inputs that never end, block or are huge: checked with os.stat before the open, opened
-    # without blocking, read with a bound (microbench.inputs); documents through the schema.
+    # without blocking, read with a bound (microbench.platform.inputs); documents through the schema.
     Case("compare-dev-zero", ["--compare", "/dev/zero"], 2,
          "--compare /dev/zero: cannot read a result JSON (is a device, not a regular file)"),
     Case("rerun-dev-zero", ["--rerun", "/dev/zero"], 2, "--rerun /dev/zero: cannot read"),
@@ -449,7 +450,7 @@ def test_hostile_op_bench_input_one_line_and_disk_unchanged(case, tmp_path, capf
 
 
 # --model-kwargs of hf: models, checked against the model type's config before anything is
-# built (microbench.hf_overrides): keys it knows, the type of its default, ranges, activations.
+# built (microbench.models.hf_overrides): keys it knows, the type of its default, ranges, activations.
 HF_RUN = ["--network", "hf:llama", "--seq-len", "8", "--batch-size", "2", "--iterations", "1",
           "--warmup", "0", "--device", "cpu"]
 MODEL_KWARGS_CASES = [
@@ -581,7 +582,7 @@ def test_a_lost_terminal_does_not_hide_a_failure_nor_a_reader_that_left():
 
 
 def test_the_progress_line_takes_a_closed_stdout():
-    from microbench import progress
+    from microbench.output import progress
     activity = progress.Activity(None)
     activity.start("Building")
     activity.finish("done")

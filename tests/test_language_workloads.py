@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from conftest import ROOT, SCRIPT, assert_one_line_error, run_main
-from microbench import language, models
+from microbench.models import language, registry as models
 
 # llama_tiny at 16 tokens: the smallest run that exercises every phase in under a second a step.
 LM = ["--network", "llama_tiny", "--seq-len", "16", "--batch-size", "2", "--iterations", "3",
@@ -146,7 +146,7 @@ def test_kineto_and_deepspeed_profile_a_language_model(run, tmp_path):
 def small_preset(monkeypatch):
     """A two-layer preset, registered for one test: compiling llama_tiny's eight layers on two
     cores takes a minute, and what is tested does not depend on the depth."""
-    from microbench.archs import llama
+    from microbench.models.archs import llama
     monkeypatch.setitem(llama.PRESETS, "llama_test", llama.LlamaConfig(
         vocab_size=128, hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2,
         intermediate_size=128, max_seq_len=32))

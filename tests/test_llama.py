@@ -1,4 +1,4 @@
-"""The LLaMA-style model (microbench/archs/llama.py) and the optional Hugging Face builder.
+"""The LLaMA-style model (microbench/models/archs/llama.py) and the optional Hugging Face builder.
 
 CPU only and small (hidden 64, 2 layers, vocab 256, 32 positions); the large presets are checked
 by their closed-form parameter counts only, never built.
@@ -12,11 +12,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from microbench.archs.llama import (ATTENTION_IMPLS, PRESETS, KVCache, LlamaConfig, build,
-                                    check_attention, decode_step, generate,
-                                    generate_without_cache, parameter_count, prefill)
-from microbench.errors import MissingEnvironment, UsageError
-from microbench.hf import parse_model_kwargs, parse_value
+from microbench.models.archs.llama import (ATTENTION_IMPLS, PRESETS, KVCache, LlamaConfig, build,
+                                           check_attention, decode_step, generate,
+                                           generate_without_cache, parameter_count, prefill)
+from microbench.platform.errors import MissingEnvironment, UsageError
+from microbench.models.hf import parse_model_kwargs, parse_value
 
 VOCAB = 256
 
@@ -220,7 +220,7 @@ def test_parse_model_kwargs():
 
 
 def test_missing_transformers_is_a_missing_environment(monkeypatch):
-    from microbench.hf import build_hf_model
+    from microbench.models.hf import build_hf_model
     monkeypatch.setitem(sys.modules, "transformers", None)   # makes `import transformers` fail
     with pytest.raises(MissingEnvironment, match="pip install transformers"):
         build_hf_model("llama", {})
@@ -228,7 +228,7 @@ def test_missing_transformers_is_a_missing_environment(monkeypatch):
 
 def test_build_hf_llama():
     pytest.importorskip("transformers")
-    from microbench.hf import build_hf_model, hf_max_positions, hf_vocab_size
+    from microbench.models.hf import build_hf_model, hf_max_positions, hf_vocab_size
     overrides = parse_model_kwargs(["hidden_size=64", "num_hidden_layers=2",
                                     "num_attention_heads=4", "intermediate_size=128",
                                     "vocab_size=256"])

@@ -1,5 +1,5 @@
 """The Llama 3 presets, RoPE frequency scaling, the meta-device build and the seeded init
-(microbench/archs/llama.py). The large presets are built on the meta device only."""
+(microbench/models/archs/llama.py). The large presets are built on the meta device only."""
 from __future__ import annotations
 
 import math
@@ -9,10 +9,10 @@ import pytest
 import torch
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 
-from microbench.archs.llama import (INIT_STD, PRESETS, LlamaConfig, RopeScaling, build,
-                                    build_on_meta, initialize, parameter_count,
-                                    rope_frequencies, rope_tables)
-from microbench.errors import UsageError
+from microbench.models.archs.llama import (INIT_STD, PRESETS, LlamaConfig, RopeScaling, build,
+                                           build_on_meta, initialize, parameter_count,
+                                           rope_frequencies, rope_tables)
+from microbench.platform.errors import UsageError
 from test_llama import hand_count
 
 # What Meta's config.json files say (meta-llama/Llama-3.2-1B, Llama-3.2-3B, Llama-3.1-8B).

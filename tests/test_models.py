@@ -4,10 +4,11 @@ import math
 import pytest
 import torch
 
-from microbench import models, workload
-from microbench.config import BenchConfig
-from microbench.errors import UsageError
-from microbench.spec import resolve
+from microbench.models import registry as models
+from microbench.steps import workload
+from microbench.settings.config import BenchConfig
+from microbench.platform.errors import UsageError
+from microbench.settings.spec import resolve
 
 CPU = torch.device("cpu")
 

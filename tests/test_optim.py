@@ -1,4 +1,4 @@
-"""Optimizers by name and implementation (microbench/optim.py)."""
+"""Optimizers by name and implementation (microbench/steps/optim.py)."""
 from __future__ import annotations
 
 import pytest
@@ -6,8 +6,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from microbench import optim, workload
-from microbench.errors import UsageError
+from microbench.steps import optim, workload
+from microbench.platform.errors import UsageError
 
 
 def tiny_models(count: int) -> list[nn.Module]:

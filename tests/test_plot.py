@@ -9,15 +9,15 @@ import torch
 from matplotlib.container import BarContainer, ErrorbarContainer
 
 from conftest import run_main
-from microbench import device as device_layer
-from microbench.config import BenchConfig
-from microbench.device import DeviceInfo
-from microbench.results import ProcessResult, RankRecord, Trial
-from microbench.spec import resolve
-from microbench.report import plot
-from microbench.summary import Summary
-from microbench.sweep import Row
-from microbench.timing import Measurement
+from microbench.platform import device as device_layer
+from microbench.settings.config import BenchConfig
+from microbench.platform.device import DeviceInfo
+from microbench.measure.results import ProcessResult, RankRecord, Trial
+from microbench.settings.spec import resolve
+from microbench.output import sweep_plot as plot
+from microbench.measure.summary import Summary
+from microbench.drivers.sweep import Row
+from microbench.measure.timing import Measurement
 
 def fake_env(**fields) -> DeviceInfo:
     base = dict(torch="2.99.0+test", torchvision="0.99.0", python="3.11", gpu_runtime="none",

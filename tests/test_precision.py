@@ -4,8 +4,8 @@ import torch
 from torch import nn
 
 import fp16util
-from microbench import precision
-from microbench.errors import UsageError
+from microbench.settings import precision
+from microbench.platform.errors import UsageError
 
 
 @pytest.mark.parametrize("flags, name", [
@@ -42,7 +42,8 @@ def test_bf16_needs_no_scaler_and_fp16_amp_does():
 
 
 def test_one_table_drives_the_cli_choices_and_the_mfu_peak():
-    from microbench import cli, flops
+    from microbench.settings import cli
+    from microbench.measure import flops
     assert set(precision.PRECISIONS) <= set(precision.CHOICES)
     for row in precision.TABLE:
         assert row.peak_key in flops.PRECISIONS, row.name

@@ -9,7 +9,10 @@ import torch
 import torchvision
 
 from conftest import TINY, assert_one_line_error, run_cli
-from microbench import benchmark, cli, flops, models, profilers
+from microbench.drivers import benchmark
+from microbench.settings import cli
+from microbench.measure import flops, profilers
+from microbench.models import registry as models
 from microbench.scenarios.training import Training
 
 

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, assert_one_line_error, run_main
-from microbench.report import chart, collection, command, table, units
+from microbench.report import chart, collection, command, table
+from microbench.output import units
 from microbench.report.entry import entries_of
 
 HISTORY = Path(__file__).parent / "data" / "history"
@@ -261,7 +262,7 @@ def test_op_bench_results_get_their_own_table(capfd):
 # ---------------------------------------------------------------- the chart
 
 def _entries_of_rows(rows):
-    from microbench.report import files
+    from microbench.output import files
     return [entry for row in rows for entry in
             entries_of(json.loads(json.dumps(files.result_document(row.summary))),
                        f"row-{row.spec.batch_size}-{row.spec.precision.name}.json")]
@@ -275,7 +276,7 @@ def test_chart_bars_are_those_of_a_sweeps_plot():
     """The same summaries through a sweep's --plot and through a result file: the same points
     and the same bars (p10-p90 of the per-iteration rate; the lowest and highest trial)."""
     from test_plot import measured_row
-    from microbench.report import plot
+    from microbench.output import sweep_plot as plot
     rows = [measured_row(2), measured_row(4, trials=[[10.0, 10.0], [20.0, 20.0]])]
     entries = _entries_of_rows(rows)
     for row, entry in zip(rows, entries):

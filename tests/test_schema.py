@@ -1,4 +1,4 @@
-"""The published schema (microbench/report/result.schema.json): every document the tool writes
+"""The published schema (microbench/store/result.schema.json): every document the tool writes
 validates and declares no key the schema does not name; documents of every earlier version
 validate; anything else is refused with one line.
 
@@ -11,8 +11,8 @@ import jsonschema
 import pytest
 
 from conftest import TINY, run_main
-from microbench.errors import UsageError
-from microbench.report import schema
+from microbench.platform.errors import UsageError
+from microbench.store import schema
 from microbench.report.entry import NOT_SETTINGS
 
 HISTORY = Path(__file__).parent / "data" / "history"
@@ -76,7 +76,7 @@ def test_a_key_the_schema_does_not_declare_is_found():
 
 def test_the_schema_is_a_valid_draft_2020_12_schema_of_the_version_written():
     jsonschema.Draft202012Validator.check_schema(schema.schema())
-    from microbench.report import files
+    from microbench.output import files
     assert schema.SCHEMA_VERSION == files.SCHEMA_VERSION == 2
     definitions = schema.schema()["$defs"]
     assert definitions["result"]["properties"]["schema_version"]["enum"] == \
@@ -111,7 +111,7 @@ def test_the_op_bench_document_validates_and_carries_the_version(tmp_path, capfd
 def test_a_telemetry_block_with_samples_validates(tmp_path):
     """The CPU has no telemetry: the block of a GPU run comes from the telemetry module's own
     summary of scripted samples, in the place a run puts it."""
-    from microbench import telemetry
+    from microbench.measure import telemetry
 
     class Source:
         name, device_label, max_sm_clock_mhz = "scripted 1.0", "test GPU", 2100.0
@@ -160,7 +160,7 @@ def test_anything_else_is_refused_with_one_line(document, message):
 
 
 def test_settings_leave_out_what_rerun_does_not_replay():
-    from microbench.config import SCHEMA
+    from microbench.settings.config import SCHEMA
     assert {"output_dir", "rank", "dist_url", "explicit"} <= NOT_SETTINGS
     assert {name for name, item in SCHEMA.items() if not item.replayed} <= NOT_SETTINGS
 
@@ -171,6 +171,6 @@ def test_the_schema_is_package_data():
     import tomllib
     from conftest import ROOT
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    data = project["tool"]["setuptools"]["package-data"]["microbench.report"]
+    data = project["tool"]["setuptools"]["package-data"]["microbench.store"]
     assert schema.SCHEMA_FILE in data
     assert "jsonschema>=4.18" in project["project"]["dependencies"]

@@ -1,4 +1,4 @@
-"""FSDP2 sharding (microbench/sharding.py) on the CPU with gloo: one process in this interpreter,
+"""FSDP2 sharding (microbench/steps/sharding.py) on the CPU with gloo: one process in this interpreter,
 and two ranks under torchrun (tests/fsdp_worker.py) against DDP."""
 from __future__ import annotations
 
@@ -13,9 +13,10 @@ import torchvision
 from torch.distributed.tensor import DTensor
 
 from conftest import ROOT
-from microbench import optim, precision, sharding
-from microbench.archs import llama
-from microbench.errors import UsageError
+from microbench.steps import optim, sharding
+from microbench.settings import precision
+from microbench.models.archs import llama
+from microbench.platform.errors import UsageError
 from test_distributed import child_env, free_port
 
 CPU = torch.device("cpu")

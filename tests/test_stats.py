@@ -1,11 +1,11 @@
-"""microbench.stats on fake data with known answers, and its properties for any samples."""
+"""microbench.measure.stats on fake data with known answers, and its properties for any samples."""
 import math
 
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from microbench import stats
-from microbench.stats import DiscardPolicy, StoppingRule, TrialStats, gate, paired_ab
+from microbench.measure import stats
+from microbench.measure.stats import DiscardPolicy, StoppingRule, TrialStats, gate, paired_ab
 
 T2 = 4.302652729911275          # t(0.975, 2)
 T4 = 2.7764451051977987         # t(0.975, 4)

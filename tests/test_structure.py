@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, stored_result
-from microbench import cli, config, preset, rerun
+from microbench.settings import cli, config, preset, rerun
 
 PACKAGE = ROOT / "microbench"
 
@@ -121,13 +121,13 @@ def test_only_the_scenarios_know_the_kind_of_run():
 
 
 def test_only_the_device_layer_reads_the_vendor_of_the_build():
-    assert all(hit.startswith("microbench/device.py") for hit in _hits(r"torch\.version\.hip"))
+    assert all(hit.startswith("microbench/platform/device.py") for hit in _hits(r"torch\.version\.hip"))
 
 
 def test_the_op_bench_parses_its_flags_without_the_model_benchmark():
     probe = ("import sys\nfrom microbench.ops.cli import main\n"
              "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
-             "loaded = sorted(m for m in ('torchvision', 'microbench.models', 'microbench.cli')"
+             "loaded = sorted(m for m in ('torchvision', 'microbench.models.registry', 'microbench.settings.cli')"
              " if m in sys.modules)\nprint('LOADED', loaded)\n")
     ran = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True,
                          text=True, timeout=120)

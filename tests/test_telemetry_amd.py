@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from microbench.device import GpuIdentity
-from microbench.errors import MissingEnvironment
-from microbench.telemetry import AmdSmiSource, decode_amd_throttle_bits
+from microbench.platform.device import GpuIdentity
+from microbench.platform.errors import MissingEnvironment
+from microbench.measure.telemetry import AmdSmiSource, decode_amd_throttle_bits
 from telemetry_fakes import AMD_DEFAULTS, BDFS, fake_amdsmi
 
 

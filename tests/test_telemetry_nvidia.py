@@ -6,9 +6,9 @@ import inspect
 
 import pytest
 
-from microbench.device import GpuIdentity
-from microbench.errors import MissingEnvironment
-from microbench.telemetry import NvmlSource, decode_nvml_reasons
+from microbench.platform.device import GpuIdentity
+from microbench.platform.errors import MissingEnvironment
+from microbench.measure.telemetry import NvmlSource, decode_nvml_reasons
 from telemetry_fakes import UNKNOWN_UUID, UUIDS, fake_pynvml
 
 

@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from microbench import device as device_layer, telemetry
-from microbench.device import GpuIdentity
-from microbench.telemetry import AmdSmiSource, NvmlSource, TelemetryReport, open_source
+from microbench.platform import device as device_layer
+from microbench.measure import telemetry
+from microbench.platform.device import GpuIdentity
+from microbench.measure.telemetry import AmdSmiSource, NvmlSource, TelemetryReport, open_source
 from telemetry_fakes import BDFS, UUIDS, NVMLError, fake_amdsmi, fake_pynvml, raiser
 
 

@@ -6,10 +6,9 @@ import json
 
 import pytest
 
-from microbench.telemetry import (
-    ENERGY_COUNTER, ENERGY_TRAPEZOID, SM_CLOCK_DROP_WARN, Sample, TelemetryReport, combine,
-    energy_counter_vs_power, summarize,
-)
+from microbench.measure.telemetry import (ENERGY_COUNTER, ENERGY_TRAPEZOID, SM_CLOCK_DROP_WARN,
+                                          Sample, TelemetryReport, combine, energy_counter_vs_power,
+                                          summarize)
 from telemetry_fakes import ScriptedSource
 
 

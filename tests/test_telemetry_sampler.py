@@ -6,8 +6,8 @@ import threading
 
 import pytest
 
-from microbench.errors import UsageError
-from microbench.telemetry import Sampler
+from microbench.platform.errors import UsageError
+from microbench.measure.telemetry import Sampler
 from telemetry_fakes import ScriptedSource
 
 

@@ -18,11 +18,12 @@ import pytest
 import torch
 
 from conftest import ROOT, assert_one_line_error, run_main
-from microbench import device as device_layer, flops
-from microbench.errors import UsageError
+from microbench.platform import device as device_layer
+from microbench.measure import flops
+from microbench.platform.errors import UsageError
 from microbench.ops import catalog as ops, cli as ops_cli, report, runner
 from microbench.ops.cli import main as ops_main
-from microbench.timing import Measurement, time_calls
+from microbench.measure.timing import Measurement, time_calls
 
 REPO_ROOT = str(ROOT)
 BENCH_DIR = os.path.join(REPO_ROOT, "TorchTensorOpsBench")
@@ -355,7 +356,7 @@ def test_table_holds_dense_rates():
 
 def test_fp32_matmul_is_compared_with_the_rate_it_runs_at():
     matmul = ops.resolve_op("matmul")[0]
-    from microbench.precision import apply_tf32, tf32_allowed
+    from microbench.settings.precision import apply_tf32, tf32_allowed
     apply_tf32(False)           # what the model benchmark sets, with the newer API where it exists
     assert not tf32_allowed("matmul") and not tf32_allowed("conv")
     assert runner.peak_precision(matmul, "fp32") == "fp32_matrix"

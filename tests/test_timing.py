@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 import torch
 
-from microbench.benchmark import warm_up
+from microbench.drivers.benchmark import warm_up
 from microbench.scenarios.base import timed_loop
-from microbench.timing import HostRecorder, Measurement, make_recorder, time_calls
+from microbench.measure.timing import HostRecorder, Measurement, make_recorder, time_calls
 
 
 class FakeClock:
@@ -94,7 +94,7 @@ def test_warm_up_reports_total_and_first_iteration():
 
 def test_phase_marks_split_each_iteration_into_three_that_add_up():
     """A fake step that marks after 'forward' and 'backward': 2+3+1 ms, then 4+5+2 ms."""
-    from microbench.workload import PhaseMarks
+    from microbench.steps.workload import PhaseMarks
     clock = FakeClock([0.0, 0.002, 0.005, 0.006, 0.010, 0.015, 0.017])
     phases = PhaseMarks()
 

@@ -1,12 +1,12 @@
-"""FLOPs per token on torchtitan's basis (microbench/token_flops.py), against numbers worked out
+"""FLOPs per token on torchtitan's basis (microbench/measure/token_flops.py), against numbers worked out
 by hand and against torchtitan's published Llama 3.1 8B throughput and MFU."""
 from __future__ import annotations
 
 import pytest
 
-from microbench.archs import llama
-from microbench.flops import H100_SXM, PeakChoice
-from microbench.token_flops import TokenUtilization, llama_flops, model_flops
+from microbench.models.archs import llama
+from microbench.measure.flops import H100_SXM, PeakChoice
+from microbench.measure.token_flops import TokenUtilization, llama_flops, model_flops
 
 
 def test_llama3_8b_at_8192_tokens_by_hand():

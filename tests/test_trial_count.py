@@ -7,7 +7,8 @@ import random
 import pytest
 
 from conftest import TINY, assert_one_line_error, run_main
-from microbench import stats, timing, trial_count
+from microbench.measure import stats, timing
+from microbench.drivers import trial_count
 
 RUN = ["--network", "resnet18", *TINY, "--device", "cpu", "--mode", "inference",
        "--trials", "in-process"]

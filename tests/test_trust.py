@@ -10,16 +10,19 @@ from torch import nn
 
 import fp16util
 from conftest import TINY, assert_one_line_error, run_main
-from microbench import benchmark, cli, device as device_layer, precision, spec as spec_mod, telemetry
-from microbench.config import BenchConfig
-from microbench.flops import PeakChoice
-from microbench.report import compare
-from microbench.results import ProcessResult, RankRecord, Trial
+from microbench.drivers import benchmark
+from microbench.settings import cli, precision, spec as spec_mod
+from microbench.platform import device as device_layer
+from microbench.measure import telemetry
+from microbench.settings.config import BenchConfig
+from microbench.measure.flops import PeakChoice
+from microbench.output import compare
+from microbench.measure.results import ProcessResult, RankRecord, Trial
 from microbench.scenarios.training import Training
-from microbench.summary import Summary
-from microbench import stats
-from microbench.stats import TrialStats
-from microbench.timing import Measurement
+from microbench.measure.summary import Summary
+from microbench.measure import stats
+from microbench.measure.stats import TrialStats
+from microbench.measure.timing import Measurement
 
 
 @pytest.fixture
@@ -161,8 +164,8 @@ def test_fake_telemetry_drives_energy_per_image_and_the_clock_warning(run, tmp_p
 def test_accumulation_under_ddp_all_reduces_once_per_optimizer_step(tmp_path):
     """One gloo rank is enough to count DDP's all-reduces: a communication hook sees each."""
     import torch.distributed as dist
-    from microbench import workload
-    from microbench.precision import lookup
+    from microbench.steps import workload
+    from microbench.settings.precision import lookup
     dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0,
                             world_size=1)
     try:

@@ -12,8 +12,10 @@ import sys
 import pytest
 
 from conftest import TINY, assert_one_line_error, run_cli, stored_result
-from microbench import cli, noise, progress
-from microbench.report import units
+from microbench.settings import cli
+from microbench.platform import noise
+from microbench.output import progress
+from microbench.output import units
 
 
 # ---------------------------------------------------------------- units
@@ -221,7 +223,7 @@ def test_rerun_repeats_the_stored_configuration_with_new_flags_on_top(cli, tmp_p
 
 
 def test_rerun_of_amp_with_tf32_keeps_both():
-    from microbench import config as config_mod
+    from microbench.settings import config as config_mod
     flags = config_mod.spelled({"precision": "amp-bf16", "tf32": True}, ("precision", "tf32"))
     config = cli.to_config(cli.parse_args(flags))
     assert (config.precision, config.tf32) == ("amp-bf16", True)
@@ -275,7 +277,8 @@ def test_an_explicit_output_file_is_replaced_with_a_note(cli):
 
 
 def test_default_names_tell_profiled_compiled_and_language_runs_apart():
-    from microbench import config as config_mod, models, precision, spec as spec_mod
+    from microbench.settings import config as config_mod, precision, spec as spec_mod
+    from microbench.models import registry as models
     name = spec_mod._json_name
     fp32 = precision.lookup("fp32")
     vision = models.resolve("resnet18", models.ModelOptions())
@@ -311,7 +314,7 @@ def test_fp16_on_a_cpu_without_amx_fp16_gets_a_note(cli, monkeypatch, bf16, fast
     ((7, 0), "float16", False), ((7, 5), "bfloat16", True), ((8, 0), "bfloat16", False)])
 def test_slow_half_reasons_on_nvidia_gpus(monkeypatch, capability, dtype, slow):
     import torch
-    from microbench import device
+    from microbench.platform import device
     monkeypatch.setattr(torch.version, "hip", None)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
     reason = device.slow_half_reason(torch.device("cuda"), getattr(torch, dtype))
@@ -323,7 +326,7 @@ def test_slow_half_reasons_on_nvidia_gpus(monkeypatch, capability, dtype, slow):
 def test_bf16_on_rocm_gpus_without_bf16_units_gets_a_reason(monkeypatch, arch, slow):
     import types
     import torch
-    from microbench import device
+    from microbench.platform import device
     monkeypatch.setattr(torch.version, "hip", "6.4")
     monkeypatch.setattr(torch.cuda, "get_device_properties",
                         lambda device=None: types.SimpleNamespace(gcnArchName=arch))
@@ -333,7 +336,7 @@ def test_bf16_on_rocm_gpus_without_bf16_units_gets_a_reason(monkeypatch, arch, s
 
 def test_slow_half_reasons_follow_the_device(monkeypatch):
     import torch
-    from microbench import device
+    from microbench.platform import device
     cpu = torch.device("cpu")
     monkeypatch.setattr(torch.cpu, "_is_amx_fp16_supported", lambda: True)
     assert device.slow_half_reason(cpu, torch.float16) is None
@@ -412,8 +415,8 @@ def test_traces_are_named_after_the_configuration_with_no_files(cli, tmp_path):
 # ---------------------------------------------------------------- output a reader expects
 
 def test_compile_settings_print_in_words_not_as_a_python_dict():
-    from microbench.config import BenchConfig
-    from microbench.report.console import compile_text
+    from microbench.settings.config import BenchConfig
+    from microbench.output.console import compile_text
     assert compile_text(BenchConfig()) == "off"
     assert compile_text(BenchConfig(compile=True)) == "on (default)"
     assert compile_text(BenchConfig(compile=True, compile_options={"mode": "reduce-overhead"})
@@ -456,7 +459,7 @@ def test_a_sweep_row_line_uses_the_summarys_scaled_units(cli):
 
 def test_the_plot_subtitle_names_settings_that_differ_from_the_defaults():
     from test_plot import measured_row
-    from microbench.report import plot
+    from microbench.output import sweep_plot as plot
     text = plot.subtitle([measured_row(2), measured_row(4)])
     assert "image size 32" in text
 

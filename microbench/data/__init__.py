@@ -38,10 +38,10 @@ Example::
                       pipeline.skipped(), pipeline.unit)
     print("\\n".join(data.lines()))
 """
-from .measure import (CpuUse, DataReport, DataTrial, LoaderRun, ModelAloneRun, PipelineRun,
-                      Verdict, WaitTimes, combine, report, verdict)
-from .pipeline import FedStep, Pipeline, open_pipeline
-from .settings import DataSettings, ModelInput, default_cache_root
+from microbench.data.input_bound import (CpuUse, DataReport, DataTrial, LoaderRun, ModelAloneRun,
+                                         PipelineRun, Verdict, WaitTimes, combine, report, verdict)
+from microbench.data.pipeline import FedStep, Pipeline, open_pipeline
+from microbench.data.settings import DataSettings, ModelInput, default_cache_root
 
 __all__ = ["CpuUse", "DataReport", "DataSettings", "DataTrial", "FedStep", "LoaderRun",
            "ModelAloneRun", "ModelInput", "Pipeline", "PipelineRun", "Verdict", "WaitTimes",

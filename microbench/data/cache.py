@@ -35,11 +35,11 @@ from typing import Callable, Iterator
 
 import torch
 
-from ..errors import CannotWrite, UsageError
-from ..report import writing
-from . import codecs
-from .files import FileRefused, read_checked
-from .settings import JPEG_QUALITY
+from microbench.platform.errors import CannotWrite, UsageError
+from microbench.output import writing
+from microbench.data import codecs
+from microbench.data.files import FileRefused, read_checked
+from microbench.data.settings import JPEG_QUALITY
 
 try:
     import fcntl

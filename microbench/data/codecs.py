@@ -22,7 +22,7 @@ import torch
 import torchvision
 from torchvision import io as tvio
 
-from ..errors import MissingEnvironment
+from microbench.platform.errors import MissingEnvironment
 
 warnings.filterwarnings("ignore", category=DeprecationWarning,
                         message="The image decoding and encoding capabilities of TorchVision")

@@ -24,8 +24,8 @@ from typing import Callable
 import torch
 from torch.utils.data import Dataset
 
-from . import codecs
-from .files import FileRefused, read_checked, sniff
+from microbench.data import codecs
+from microbench.data.files import FileRefused, read_checked, sniff
 
 Failure = tuple[str, str]                 # (path, reason)
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import stat
 
-from ..errors import UsageError
+from microbench.platform.errors import UsageError
 
 # The first bytes of each format torchvision.io.decode_image reads as a still image
 # (JPEG: SOI marker and the next marker's FF, ITU-T T.81 B.1.1.3; PNG: the 8-byte signature,

@@ -25,8 +25,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from ..errors import UsageError
-from .files import HEAD_BYTES, IMAGE_SUFFIXES, FileRefused, check_directory, open_checked, sniff
+from microbench.platform.errors import UsageError
+from microbench.data.files import (HEAD_BYTES, IMAGE_SUFFIXES, FileRefused, check_directory,
+                                   open_checked, sniff)
 
 FLAG = "--data-dir"
 # Reading the first bytes of every file of a million-image tree would cost a pass over it

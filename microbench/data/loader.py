@@ -35,9 +35,9 @@ import sys
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 
-from .. import process
-from ..errors import EXIT_UNEXPECTED, BenchmarkError, MissingEnvironment
-from .datasets import Batch, collate
+from microbench.platform import process
+from microbench.platform.errors import EXIT_UNEXPECTED, BenchmarkError, MissingEnvironment
+from microbench.data.datasets import Batch, collate
 
 # Where a worker's batches live until the main process takes them (torch.multiprocessing shares
 # tensors through POSIX shared memory, which Linux keeps in this tmpfs).

@@ -37,17 +37,18 @@ from typing import Callable
 
 import torch
 
-from .. import device as device_layer
-from ..errors import MissingEnvironment, UsageError
-from . import cache, codecs
-from .datasets import EncodedImages, TokenWindows
-from .files import FileRefused
-from .folder import scan_folder
-from .loader import (EndlessBatches, batches_per_epoch, check_shared_memory, make_loader,
-                     to_device)
-from .measure import CpuMeter, CpuUse, LoaderRun, PipelineRun, WaitTimes, proc_cpu_seconds
-from .settings import DataSettings, ModelInput, default_cache_root
-from .transforms import DeviceStage, host_transform
+from microbench.platform import device as device_layer
+from microbench.platform.errors import MissingEnvironment, UsageError
+from microbench.data import cache, codecs
+from microbench.data.datasets import EncodedImages, TokenWindows
+from microbench.data.files import FileRefused
+from microbench.data.folder import scan_folder
+from microbench.data.loader import (EndlessBatches, batches_per_epoch, check_shared_memory,
+                                    make_loader, to_device)
+from microbench.data.input_bound import (CpuMeter, CpuUse, LoaderRun, PipelineRun, WaitTimes,
+                                         proc_cpu_seconds)
+from microbench.data.settings import DataSettings, ModelInput, default_cache_root
+from microbench.data.transforms import DeviceStage, host_transform
 
 
 class _TokenStage:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..errors import UsageError
+from microbench.platform.errors import UsageError
 
 SOURCES = ("synthetic", "loader", "folder")
 FORMATS = ("jpeg", "png")
@@ -150,7 +150,7 @@ class ModelInput:
     @classmethod
     def of(cls, model_spec, dtype: torch.dtype = torch.float32, channels_last: bool = False,
            training: bool = True) -> "ModelInput":
-        """The input of a registry spec (microbench.models / microbench.language): classification
+        """The input of a registry spec (microbench.models.registry / microbench.models.language): classification
         models take images, language models token ids; others have no pipeline here."""
         family = getattr(model_spec, "family", None)
         if family == "classification":

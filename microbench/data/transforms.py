@@ -30,9 +30,9 @@ import torch
 from torchvision import ops
 from torchvision.transforms import RandomResizedCrop, v2
 
-from . import codecs
-from .datasets import reason
-from .files import FileRefused
+from microbench.data import codecs
+from microbench.data.datasets import reason
+from microbench.data.files import FileRefused
 
 # torchvision's ImageNet statistics (the references' and the weights' own transforms).
 IMAGENET_MEAN = (0.485, 0.456, 0.406)

@@ -26,7 +26,7 @@ from typing import Callable, Sequence
 import torch
 import torch.nn.functional as F
 
-from microbench.errors import UsageError
+from microbench.platform.errors import UsageError
 
 Shape = tuple[int, ...]
 

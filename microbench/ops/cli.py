@@ -29,14 +29,17 @@ import sys
 
 import torch
 
-from .. import __version__, device as device_layer, flops, process, progress
-from ..argtypes import (MAX_ITERATIONS, MAX_PEAK_TFLOPS, MAX_WARMUP, OneLineParser, bounded_int,
-                        finite_float, path_text)
-from ..device import clock_name
-from ..errors import UsageError
-from ..report import writing
-from ..report.schema import SCHEMA_VERSION
-from . import catalog as ops, report, runner
+from microbench import __version__
+from microbench.platform import device as device_layer, process
+from microbench.measure import flops
+from microbench.output import progress
+from microbench.settings.argtypes import (MAX_ITERATIONS, MAX_PEAK_TFLOPS, MAX_WARMUP,
+                                          OneLineParser, bounded_int, finite_float, path_text)
+from microbench.platform.device import clock_name
+from microbench.platform.errors import UsageError
+from microbench.output import writing
+from microbench.store.schema import SCHEMA_VERSION
+from microbench.ops import catalog as ops, report, runner
 
 DEFAULT_NUM_ITERS = 50
 DEFAULT_NUM_WARMUP_ITERS = 10

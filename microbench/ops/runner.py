@@ -5,7 +5,7 @@ One case is measured as follows (docs/architecture.md, "Measurement rules"):
 1. shapes are checked and the op's cost (bytes, FLOPs, bytes it allocates) computed from them;
 2. if the allocation would not fit in free memory the case is skipped with a line saying so;
 3. inputs are allocated, the op is called ``num_warmup_iters`` times and the device drained;
-4. ``num_iters`` calls are timed one by one with device events (``microbench.timing.time_calls``),
+4. ``num_iters`` calls are timed one by one with device events (``microbench.measure.timing.time_calls``),
    one call per interval. Before each call, outside its interval, a :class:`TimingPlan` queues
    work on the GPU: the cache flush (on by default on GPUs), or without it a calibrated spin.
    Either keeps the GPU busy while the host dispatches the call, so the start event fires after
@@ -34,13 +34,14 @@ from typing import Callable, Iterable
 
 import torch
 
-from .. import device as device_layer, flops, profilers
-from ..device import CacheInfo, last_level_cache
-from ..precision import tf32_allowed
-from ..errors import BenchmarkError, OutOfMemory, UsageError
-from ..timing import Measurement, time_calls
-from . import catalog as ops
-from .report import OpResult
+from microbench.platform import device as device_layer
+from microbench.measure import flops, profilers
+from microbench.platform.device import CacheInfo, last_level_cache
+from microbench.settings.precision import tf32_allowed
+from microbench.platform.errors import BenchmarkError, OutOfMemory, UsageError
+from microbench.measure.timing import Measurement, time_calls
+from microbench.ops import catalog as ops
+from microbench.ops.report import OpResult
 
 MIB = 1 << 20
 # Headroom kept free beyond an op's own tensors: library workspaces (cuBLAS, cuDNN/MIOpen,

@@ -1,7 +1,7 @@
-"""Writers that read only a :class:`~microbench.summary.Summary` (or sweep rows of them).
+"""``microbench-report``: many stored results read back, grouped and compared (:mod:`.command`).
 
-* :mod:`.console` -- config echo, warm-up, per-iteration lines and the summary on the terminal;
-* :mod:`.files`   -- the JSON result and the CSV row, written whole or not at all;
-* :mod:`.compare` -- ``--compare`` (exit 5 on a regression) and ``--scaling-baseline``;
-* :mod:`.plot`    -- ``--plot`` for sweeps (matplotlib).
+* :mod:`.collection` -- result files found and read (schema-checked) into entries;
+* :mod:`.entry`      -- one stored result as a row of settings and figures;
+* :mod:`.table`      -- the text, CSV and JSON table of a collection;
+* :mod:`.chart`      -- its chart (matplotlib); :mod:`.page` -- the HTML page.
 """

@@ -35,17 +35,17 @@ import statistics
 import textwrap
 from dataclasses import dataclass
 
-from ..errors import MissingEnvironment, UsageError
-from . import writing
-from .collection import FILE, HEADLINE_SETTINGS, RUN_AT, setting_value
-from .entry import MODEL, OP, Entry
-from .table import Table, format_setting
+from microbench.platform.errors import MissingEnvironment, UsageError
+from microbench.output import writing
+from microbench.report.collection import FILE, HEADLINE_SETTINGS, RUN_AT, setting_value
+from microbench.report.entry import MODEL, OP, Entry
+from microbench.report.table import Table, format_setting
 
 METRICS = {"throughput": (MODEL,), "latency": (MODEL, OP), "mfu": (MODEL,), "gbs": (OP,),
            "tflops": (OP,)}
 DEFAULT_METRIC = {MODEL: "throughput", OP: "latency"}
 LOW_PERCENTILE, HIGH_PERCENTILE = 10, 90
-_FOOTNOTE_CHARS_PER_INCH = 17        # DejaVu Sans at x-small, with some room (report/plot.py)
+_FOOTNOTE_CHARS_PER_INCH = 17        # DejaVu Sans at x-small, with some room (output/sweep_plot.py)
 
 
 def require_matplotlib() -> None:
@@ -86,7 +86,7 @@ class Point:
 
 def _time_percentiles(samples) -> tuple[float, float] | None:
     """The 10th and 90th percentile of the samples, interpolated linearly between closest
-    ranks (numpy's default, as microbench.timing.percentile)."""
+    ranks (numpy's default, as microbench.measure.timing.percentile)."""
     if not samples:
         return None
     if len(samples) == 1:

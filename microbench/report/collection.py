@@ -3,10 +3,10 @@
 * **Found:** each argument is a result JSON or a directory, searched (with its subdirectories) for
   ``*.json``; Kineto traces (``*trace<step>.json``) and the atomic writer's temporary files
   (``.tmp-*``) in a directory are left out.
-* **Checked before they are opened** (:mod:`microbench.inputs`, the one check of every file
+* **Checked before they are opened** (:mod:`microbench.platform.inputs`, the one check of every file
   the tools read): every path must be valid text naming a regular file (or a directory) of at
   most :data:`MAX_INPUT_BYTES`; a missing path, a FIFO, a device (``/dev/zero``) or a directory
-  without a result is one line and exit 2 (:class:`~microbench.errors.UsageError`), before any
+  without a result is one line and exit 2 (:class:`~microbench.platform.errors.UsageError`), before any
   file is read.
 * **Read:** each file is parsed and validated against the published schema
   (:mod:`.schema`). A file that is not JSON, not a result of this tool, of a schema version
@@ -33,10 +33,10 @@ import re
 import stat
 from dataclasses import dataclass, field
 
-from .. import inputs as checked
-from ..errors import UsageError
-from . import schema
-from .entry import MODEL, OP, Entry, entries_of
+from microbench.platform import inputs as checked
+from microbench.platform.errors import UsageError
+from microbench.store import schema
+from microbench.report.entry import MODEL, OP, Entry, entries_of
 
 MAX_INPUT_BYTES = checked.MAX_RESULT_BYTES
 _TRACE_NAME = re.compile(r"trace\d+(_rank\d+)?\.json$")
@@ -102,7 +102,7 @@ def input_files(arguments) -> Inputs:
 # ---------------------------------------------------------------- read
 
 def _read_text(path: str) -> str:
-    """The file's text, read through the input checks (microbench.inputs.read_bounded: opened
+    """The file's text, read through the input checks (microbench.platform.inputs.read_bounded: opened
     without blocking and checked again once open, since the path may have changed)."""
     return checked.read_bounded(path, path, MAX_INPUT_BYTES).decode("utf-8")
 

@@ -17,7 +17,7 @@ is missing, not a regular file or directory (a FIFO, a device), larger than a re
 directory without results, no readable result at all, a baseline that names no row or several;
 4 matplotlib (--plot) or jsonschema missing, or no space to write the chart or page; 130 Ctrl-C,
 141 the reader of standard output left, 143 SIGTERM. Nothing here imports torch or the code that
-runs a benchmark (only microbench.config's setting schema, for the settings' flag names), so
+runs a benchmark (only microbench.settings.config's setting schema, for the settings' flag names), so
 reading results does not wait for torch's imports.
 """
 from __future__ import annotations
@@ -26,17 +26,20 @@ import argparse
 import os
 import sys
 
-from .. import __version__, process, progress
-from ..argtypes import path_text
-from ..errors import EXIT_USAGE, BenchmarkError, UsageError
-from . import chart, collection, page, table, writing
+from microbench import __version__
+from microbench.platform import process
+from microbench.output import progress
+from microbench.settings.argtypes import path_text
+from microbench.platform.errors import EXIT_USAGE, BenchmarkError, UsageError
+from microbench.report import chart, collection, page, table
+from microbench.output import writing
 
 
 DEFAULT_TITLE = "Benchmark results"
 
 
 class _Parser(argparse.ArgumentParser):
-    """Usage errors as one line, exit 2 (as microbench.cli.OneLineParser, which imports torch)."""
+    """Usage errors as one line, exit 2 (as microbench.settings.cli.OneLineParser, which imports torch)."""
 
     def error(self, message: str):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")

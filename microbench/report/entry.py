@@ -23,8 +23,8 @@ import dataclasses
 import json
 from dataclasses import dataclass, field
 
-from .. import config as config_schema
-from . import schema
+from microbench.settings import config as config_schema
+from microbench.store import schema
 
 MODEL, OP = "model", "op"
 
@@ -80,7 +80,7 @@ def _number(value) -> float | None:
 # ---------------------------------------------------------------- settings
 
 def _v1_precision(config: dict) -> str | None:
-    """The precision name version 1 derived from its flags (microbench/precision.py resolve()
+    """The precision name version 1 derived from its flags (microbench/settings/precision.py resolve()
     as of schema version 1); None when the flags are not there."""
     if "fp16" not in config and "amp" not in config:
         return None

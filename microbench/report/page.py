@@ -16,8 +16,8 @@ import base64
 import datetime
 import html
 
-from .. import __version__
-from .table import Table, cell, common_line, notes, title_of
+from microbench import __version__
+from microbench.report.table import Table, cell, common_line, notes, title_of
 
 _STYLE = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2em;

@@ -10,7 +10,7 @@ says so. Rows are numbered across tables, so ``--baseline 3`` names one row.
 
 Against a baseline each row gets its speed ratio (throughput over the baseline's; for ops, the
 baseline's median time over the row's). :func:`versus` is the one place where a row meets its
-baseline: where both have trials, the comparison gate's verdict (:func:`microbench.stats.gate`,
+baseline: where both have trials, the comparison gate's verdict (:func:`microbench.measure.stats.gate`,
 both ways, at --compare's default tolerance) and the ratio's interval; otherwise the ratio of the
 headlines alone, called that.
 
@@ -30,11 +30,12 @@ import json
 import os
 from dataclasses import dataclass, field
 
-from .. import stats, tables as console_tables
-from ..errors import UsageError
-from . import units, writing
-from .collection import FILE, HEADLINE_SETTINGS, RUN_AT, Group, setting_value
-from .entry import MODEL, Entry
+from microbench.measure import stats
+from microbench.output import text_table as console_tables
+from microbench.platform.errors import UsageError
+from microbench.output import units, writing
+from microbench.report.collection import FILE, HEADLINE_SETTINGS, RUN_AT, Group, setting_value
+from microbench.report.entry import MODEL, Entry
 
 FORMATS = ("text", "markdown", "csv", "json")
 # --compare's default tolerance, for the verdict between rows with trials.

@@ -20,11 +20,11 @@ Example::
 """
 from __future__ import annotations
 
-from . import feeding, parallel
-from .base import Scenario
-from .generate import Generate
-from .inference import Inference
-from .training import Training
+from microbench.scenarios import feeding, parallel
+from microbench.scenarios.base import Scenario
+from microbench.scenarios.generate import Generate
+from microbench.scenarios.inference import Inference
+from microbench.scenarios.training import Training
 
 SCENARIOS: dict[str, type[Scenario]] = {kind.mode: kind for kind in (Training, Inference,
                                                                      Generate)}

@@ -18,9 +18,9 @@ from typing import Callable, ClassVar
 
 import torch
 
-from ..errors import UsageError
-from ..results import PhaseTimes, Timed
-from ..timing import Measurement, make_recorder
+from microbench.platform.errors import UsageError
+from microbench.measure.results import PhaseTimes, Timed
+from microbench.measure.timing import Measurement, make_recorder
 
 
 class Scenario:
@@ -145,7 +145,7 @@ def timed_loop(step: Callable[[], torch.Tensor | None], iterations: int, device:
 
     ``around_step(i)`` is a context per iteration (a named ROCTX/NVTX range); the loop is chosen
     once, so the plain loop carries no per-iteration branch. With ``phases`` (the step's
-    :class:`~microbench.workload.PhaseMarks`), the step marks the end of its forward and backward
+    :class:`~microbench.steps.workload.PhaseMarks`), the step marks the end of its forward and backward
     passes on the same recorder, so each iteration's interval is cut in three that add up to it
     exactly.
     """

@@ -33,10 +33,10 @@ from typing import Callable
 import torch
 from torch import nn
 
-from .. import flops
-from ..archs import llama
-from ..results import GenerationTimes
-from ..timing import Measurement, make_recorder
+from microbench.measure import flops
+from microbench.models.archs import llama
+from microbench.measure.results import GenerationTimes
+from microbench.measure.timing import Measurement, make_recorder
 
 
 @dataclass(frozen=True)
@@ -165,7 +165,7 @@ def hf_state(model: nn.Module, prompt: torch.Tensor, max_len: int,
     """``model``'s generation state over a transformers StaticCache of ``max_len`` positions,
     filled once by an eager prefill (see HfGenerationState); a model type whose transformers
     class does not declare static-cache, one-graph support is refused in one line."""
-    from ..errors import UsageError
+    from microbench.platform.errors import UsageError
     model_type = getattr(model.config, "model_type", type(model).__name__)
     if not getattr(model, "_can_compile_fullgraph", False):
         raise UsageError(f"--mode generate cannot run hf:{model_type}: transformers does not "

@@ -39,14 +39,14 @@ import dataclasses
 import os
 from dataclasses import dataclass
 
-from .. import device as device_layer
-from ..config import SCHEMA
-from ..data import pipeline as pipeline_mod
-from ..data.folder import list_images
-from ..data.measure import DataTrial, LoaderRun, ModelAloneRun
-from ..data.settings import DataSettings, ModelInput
-from ..errors import UsageError
-from ..workload import Workload
+from microbench.platform import device as device_layer
+from microbench.settings.config import SCHEMA
+from microbench.data import pipeline as pipeline_mod
+from microbench.data.folder import list_images
+from microbench.data.input_bound import DataTrial, LoaderRun, ModelAloneRun
+from microbench.data.settings import DataSettings, ModelInput
+from microbench.platform.errors import UsageError
+from microbench.steps.workload import Workload
 
 # Settings that mean something only with a pipeline, and those only of one source.
 PIPELINE_FIELDS = ("data_format", "data_cache", "data_images", "data_dir", "decode",

@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import dataclasses
 
-from .. import attribution, flops, workload
-from ..errors import UsageError
-from ..report import units
-from ..results import Timed
-from ..telemetry import ENERGY_COUNTER
-from . import decoding
-from .base import Scenario
+from microbench.measure import attribution, flops
+from microbench.steps import workload
+from microbench.platform.errors import UsageError
+from microbench.output import units
+from microbench.measure.results import Timed
+from microbench.measure.telemetry import ENERGY_COUNTER
+from microbench.scenarios import decoding
+from microbench.scenarios.base import Scenario
 
 # Default prompt and generation lengths: up to 128 tokens each, within the model's positions.
 DEFAULT_PROMPT_LEN = 128

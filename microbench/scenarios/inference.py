@@ -7,9 +7,9 @@ Example::
 """
 from __future__ import annotations
 
-from .. import workload
-from .base import Scenario
-from .feeding import PipelineFed
+from microbench.steps import workload
+from microbench.scenarios.base import Scenario
+from microbench.scenarios.feeding import PipelineFed
 
 
 class Inference(PipelineFed, Scenario):

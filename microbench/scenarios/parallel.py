@@ -11,7 +11,7 @@
 * :func:`build_sharded` -- the FSDP work: the model built on meta, FLOPs counted there, blocks
   checkpointed, ``fully_shard`` per block and at the root with the precision row's
   ``MixedPrecisionPolicy``, then each rank allocates and initialises its own shards only; the
-  step is training's own (:func:`microbench.workload.training_step`).
+  step is training's own (:func:`microbench.steps.workload.training_step`).
 * :func:`console_rows` / :func:`document` -- the report: the parallel mode and world size, tokens
   per second per device and in total, MFU on torchtitan's basis beside the counted MFU, and
   each rank's memory (peaks, sharded parameter and optimizer-state bytes).
@@ -31,11 +31,12 @@ import contextlib
 
 import torch
 
-from .. import activation_checkpointing, flops, sharding, token_flops, workload
-from ..archs import llama
-from ..errors import UsageError
-from ..report import units
-from ..results import ShardedState
+from microbench.steps import activation_checkpointing, sharding, workload
+from microbench.measure import flops, token_flops
+from microbench.models.archs import llama
+from microbench.platform.errors import UsageError
+from microbench.output import units
+from microbench.measure.results import ShardedState
 
 FSDP = "fsdp"
 
@@ -281,7 +282,7 @@ def document(summary) -> dict:
         "tokens_per_s": tokens,
         "tokens_per_s_per_device": tokens / summary.world_size if tokens is not None else None,
         "torchtitan_flops": titan.to_dict() if titan is not None else None,
-        "headline_mfu_basis": "counted (FlopCounterMode, microbench.flops)",
+        "headline_mfu_basis": "counted (FlopCounterMode, microbench.measure.flops)",
         "counted_flops": META_COUNT if fsdp else "counted on the eager model before "
                                                  "checkpointing",
         "per_rank": [{"rank": r.rank, "peak_allocated_mb": r.peak_allocated_mb,

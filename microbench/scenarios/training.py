@@ -1,7 +1,7 @@
 """Training: forward, the model family's loss, backward and an optimizer step per iteration.
 
 Every iteration is cut in three by two extra device events (forward with the loss, backward,
-optimizer), unless ``--no-phases``; the step itself is built by :mod:`microbench.workload`.
+optimizer), unless ``--no-phases``; the step itself is built by :mod:`microbench.steps.workload`.
 
 Example::
 
@@ -10,11 +10,11 @@ Example::
 """
 from __future__ import annotations
 
-from .. import workload
-from ..report import units
-from . import parallel
-from .base import Scenario
-from .feeding import PipelineFed
+from microbench.steps import workload
+from microbench.output import units
+from microbench.scenarios import parallel
+from microbench.scenarios.base import Scenario
+from microbench.scenarios.feeding import PipelineFed
 
 
 def _optional(value: float | None, digits: int = 4) -> str:

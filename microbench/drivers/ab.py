@@ -1,0 +1,78 @@
+"""``--ab FLAGS``: the command as given (A) against the same command with FLAGS added or
+replacing (B), measured in alternating rounds, and the ratio B/A with its interval and verdict.
+
+Round ``i`` measures trial ``i`` of A and trial ``i`` of B (the sweep's interleaving,
+:func:`microbench.drivers.sweep.run_sweep`), A first in even rounds and B first in odd ones (A B, B A,
+A B...: with a fixed order, whatever favours the first or the second of a pair, such as caches,
+a clock governor ramping up or another process waking, would pose as a difference), each in a
+fresh worker process by default, so that a drift of the device hits both sides alike and pairs
+cancel it: the ratio is
+:func:`microbench.measure.stats.paired_ab` over the rounds' B/A ratios (Student t on log ratios), and the
+verdict is ``faster``, ``slower`` or ``no difference detected`` at 95%. Each side's result is
+written as any run's (JSON and CSV row), and one more file, ``ab_<A's name>.json``, holds the
+verdict (``ab.ratio``, ``ab.ci95``, ``ab.verdict``), both sides' trials and their result files.
+``--fail-if slower`` exits 5 when the verdict is ``slower`` (for CI).
+
+Example::
+
+    microbench --network resnet50 --amp --ab "--nhwc"         # B: A with --nhwc
+    microbench --network resnet50 --ab "--seed 2" --repeat 7   # 7 rounds of A then B
+"""
+from __future__ import annotations
+
+import os
+from typing import TextIO
+
+from microbench.measure import stats
+from microbench.settings.config import ABPlan
+from microbench.platform.errors import Regression
+from microbench.output import files, units, writing
+
+
+def verdict_of(rows) -> stats.ABResult:
+    """The paired verdict of two measured rows (A first), by round."""
+    a, b = ([trial.throughput for trial in row.trials] for row in rows)
+    return stats.paired_ab(a, b)
+
+
+def print_verdict(result: stats.ABResult, plan: ABPlan, rows, out: TextIO) -> None:
+    for side, row in zip("AB", rows):
+        spread = row.summary.trial_spread
+        ci = spread.ci95
+        interval = (f", 95% CI {units.rate(ci[0])} to {units.rate(ci[1])}" if ci else
+                    f" ({stats.ONE_TRIAL})")
+        print(f"  {side}: {units.rate(spread.headline)} {row.spec.model.item}s/s (geometric "
+              f"mean of {spread.count} trials{interval})", file=out)
+    interval = (f" (95% CI {result.ci95[0]:.3f} to {result.ci95[1]:.3f})"
+                if result.ci95 else "")
+    print(f"A/B: B ({plan.flags}) / A = {result.ratio:.3f}{interval}: {result.verdict} "
+          f"[{result.method}]", file=out, flush=True)
+
+
+def document(result: stats.ABResult, plan: ABPlan, rows) -> dict:
+    return {"ab": {**result.to_dict(), "flags_b": plan.flags,
+                   "a_result": rows[0].spec.json_path, "b_result": rows[1].spec.json_path,
+                   "a_trials": files.result_document(rows[0].summary)["trials"],
+                   "b_trials": files.result_document(rows[1].summary)["trials"]}}
+
+
+def write(result: stats.ABResult, plan: ABPlan, rows) -> str | None:
+    """Each side's result files, then the A/B file beside A's; its path (None: --no-files)."""
+    first = rows[0].spec
+    if first.json_path is None:
+        return None
+    for row in rows:
+        files.write_files(row.summary)
+    path = os.path.join(os.path.dirname(first.json_path),
+                        f"ab_{os.path.basename(first.json_path)}")
+    text = writing.json_text(document(result, plan, rows)).encode("utf-8")
+    with writing.replacing(path) as temporary:
+        writing.fill(temporary, text, path)
+    return path
+
+
+def fail_if_slower(result: stats.ABResult, plan: ABPlan) -> None:
+    if plan.fail_if_slower and result.verdict == "slower":
+        low, high = result.ci95
+        raise Regression(f"--ab: B ({plan.flags}) is slower than A: ratio {result.ratio:.3f} "
+                         f"(95% CI {low:.3f} to {high:.3f})")

@@ -1,0 +1,238 @@
+"""The phases of one benchmark run: build, warm up, time, collect.
+
+The timed region holds the steps and nothing else: one device-event mark before the first step
+and one after each step, no host synchronisation until the loop is over. Warm-up (and the
+compilation inside its first iteration) is timed apart and never enters the statistics.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import gc
+import os
+import time
+from typing import TYPE_CHECKING, Callable
+
+import torch
+
+from microbench.measure import compile_watch
+from microbench.platform import device as device_layer, noise
+from microbench.settings import precision as precision_mod
+from microbench.measure import profilers
+from microbench.measure import telemetry as telemetry_mod
+from microbench.platform.errors import OutOfMemory, UsageError
+from microbench.measure.results import ProcessResult, Timed
+
+if TYPE_CHECKING:
+    from microbench.settings.spec import RunSpec
+
+
+def _compile_wrapper(config) -> Callable[[torch.nn.Module], torch.nn.Module] | None:
+    if not config.compile:
+        return None
+    return lambda model: torch.compile(model, **config.compile_options)
+
+
+def warm_up(step: Callable[[], object], iterations: int, device: torch.device,
+            clock: Callable[[], float] = time.perf_counter) -> tuple[float, float | None]:
+    """Run the warm-up iterations; return their total wall time and the first one's."""
+    if iterations == 0:
+        return 0.0, None
+    start = clock()
+    step()
+    device_layer.synchronize(device)
+    first = clock() - start
+    for _ in range(iterations - 1):
+        step()
+    device_layer.synchronize(device)
+    return clock() - start, first
+
+
+def measure(config, scenario, work, device: torch.device, is_main: bool,
+            time_fn: Callable[[], float] | None = None,
+            rejoin: Callable[[], None] = lambda: None) -> Timed:
+    """The timed iterations, with the profilers that wrap them. With --flops-prof-step N the
+    loop is timed in two segments around iteration N, which DeepSpeed profiles (on rank 0;
+    the other ranks run it unprofiled, since DDP needs every rank to step); then every rank
+    waits for its device and meets the others (``rejoin``), so the time rank 0 spends printing
+    the profile is charged to no rank's samples."""
+    around = profilers.iteration_range(device) if config.autograd_profiler else None
+    loop = scenario.loop(work, device, time_fn, around)
+    with profilers.capture_range(config.capture_range, device):
+        if config.flops_prof_step is None:
+            return loop(config.iterations, 0)
+        split = config.flops_prof_step
+        before, profile = loop(split, 0), None
+        if is_main:
+            profile = profilers.deepspeed_profile_step(work.eager_model, work.step, device, split)
+        else:
+            work.step()
+        rejoin()
+        after = loop(config.iterations - split - 1, split + 1)
+    return dataclasses.replace(before.join(after), deepspeed_profile=profile)
+
+
+def profiled_passes(config, work, device: torch.device,
+                    is_main: bool, rank: int, world_size: int, stem: str = "") -> list[str]:
+    """Profiler passes after the timed one, on every rank; reports to print on rank 0."""
+    reports = []
+    if config.autograd_profiler:
+        profilers.operator_range_pass(work.step, device)
+        reports.append(profilers.operator_tables(work.step, device))
+    if config.kineto:
+        output = profilers.trace_output(config)
+        files, table = profilers.kineto_pass(
+            work.step, device, profilers.KinetoSchedule(*config.profiler_schedule), output,
+            rank, world_size, stem)
+        where = ", ".join(files) + (f" (and the other {world_size - 1} ranks' files beside it)"
+                                    if world_size > 1 else "")
+        reports.append(f"Kineto profile of a separate pass (schedule wait/warmup/active = "
+                       f"{'/'.join(map(str, config.profiler_schedule))}; not part of the timed "
+                       f"statistics)\n{table}\nChrome traces: {where}")
+    return reports if is_main else []
+
+
+def out_of_memory(spec: "RunSpec") -> OutOfMemory:
+    device = spec.device
+    total = device_layer.total_memory_bytes(device) if device_layer.is_gpu(device) else None
+    where = f"{device} ({device_layer.device_name(device)}" + (
+        f", {total / 1e9:.1f} GB)" if total else ")")
+    return OutOfMemory(f"out of memory on {where} running {spec.model.name} at batch size "
+                       f"{spec.batch_size}: try a smaller --batch-size, --amp or --fp16 1 to halve "
+                       f"activation memory, or --mode inference")
+
+
+def batch_norm_needs_more_values(error: BaseException) -> UsageError | None:
+    """Batch norm in training mode cannot normalise a single value per channel."""
+    if isinstance(error, ValueError) and "more than 1 value per channel" in str(error):
+        return UsageError(f"batch normalisation in training needs more than one value per "
+                          f"channel ({error}): use a larger --batch-size or --image-size")
+    return None
+
+
+def build_workload(spec: "RunSpec",
+                   wrap: Callable[[torch.nn.Module], torch.nn.Module] | None = None,
+                   count_flops: bool = True):
+    """The work of ``spec``'s scenario, compiled when asked, inside ``wrap`` (DDP) if given."""
+    return spec.scenario.build(spec, _compose(wrap, _compile_wrapper(spec.config)), count_flops)
+
+
+def run(spec: "RunSpec", on_phase: Callable[..., None] = lambda phase, timed=False: None,
+        wrap: Callable[[torch.nn.Module], torch.nn.Module] | None = None,
+        before_timing: Callable[[], None] = lambda: None,
+        monitor: "Monitor | None" = None,
+        rejoin: Callable[[], None] = lambda: None) -> ProcessResult:
+    """Build, warm up and time one configuration on this process's device.
+
+    ``wrap`` goes around the model before compilation (DDP); ``before_timing`` runs just before
+    the timed region (a barrier across ranks); ``monitor`` samples telemetry during it;
+    ``rejoin`` brings the ranks together after an excluded (profiled) iteration.
+    """
+    config, device, launch = spec.config, spec.device, spec.launch
+    precision_mod.apply_tf32(spec.precision.tf32)
+    device_layer.set_conv_autotuner(config.cudnn_benchmark)
+    work = None
+    try:
+        work = build_workload(spec, wrap)
+        watch = compile_watch.CompileWatch(device, config.compile_options)
+        watching = watch.during if config.compile else lambda phase: contextlib.nullcontext()
+        on_phase("compiling and warming up" if config.compile else "warming up")
+        with noise.captured() if config.compile else contextlib.nullcontext(), \
+                watching("warm-up"):
+            warmup_s, first_s = warm_up(work.step, config.warmup, device)
+        # With an input pipeline: the model alone and the loader alone, then the fed step.
+        work = spec.scenario.before_timing(spec, work, on_phase)
+        device_layer.reset_peak_memory(device)
+        on_phase(f"timing {config.iterations} iterations", timed=True)
+        before_timing()
+        sampler = monitor.start() if monitor is not None else None
+        try:
+            with watching("timed"):
+                timed = measure(config, spec.scenario, work, device, launch.is_main,
+                                rejoin=rejoin)
+        finally:
+            samples = sampler.stop() if sampler is not None else None
+        units = spec.scenario.units_per_iteration(spec.batch_size) * timed.times.count
+        report = monitor.report(samples, units, timed.times.total_ms / 1e3) \
+            if monitor is not None else None
+        allocated, reserved = device_layer.peak_memory_mb(device)
+        with noise.captured():                     # Kineto's tracepoints and probes
+            reports = profiled_passes(config, work, device, launch.is_main, launch.rank,
+                                      launch.world_size, trace_stem(spec))
+        detail = spec.scenario.after_timing(spec, work, timed.detail)
+        if timed.deepspeed_profile:
+            reports.insert(0, timed.deepspeed_profile)
+    except Exception as error:                       # noqa: BLE001 (re-raised unless expected)
+        if not _is_expected(error):
+            raise
+        raise expected_failure(error, spec) from None
+    finally:
+        spec.scenario.release_inputs(work)      # the loader's workers stopped, whatever happened
+    losses = [float(loss) for loss in timed.outputs if loss is not None]
+    return ProcessResult(times=timed.times, losses=losses, warmup_s=warmup_s,
+                         first_iteration_s=first_s, peak_allocated_mb=allocated,
+                         peak_reserved_mb=reserved, parameters=work.parameters,
+                         flops_per_iteration=work.flops_per_iteration, profile_reports=reports,
+                         detail=detail, telemetry=report, pid=os.getpid(),
+                         seed=config.seed, data=spec.scenario.input_measured(work),
+                         sharded=spec.scenario.sharded_state(work),
+                         compiler=watch.report() if config.compile else None)
+
+
+def trace_stem(spec: "RunSpec") -> str:
+    """Traces are named after the run's result (the name it would have with --no-files)."""
+    return spec.result_name
+
+
+class Monitor:
+    """This process's telemetry source (opened once, used by every trial) and its interval."""
+
+    def __init__(self, device: torch.device, interval_s: float):
+        self.source, self.note = (telemetry_mod.open_source(device) if interval_s > 0
+                                  else (None, "telemetry: off (--telemetry-interval 0)"))
+        self.interval_s = interval_s
+
+    def start(self):
+        if self.source is None:
+            return None
+        sampler = telemetry_mod.Sampler(self.source, self.interval_s)
+        sampler.start()
+        return sampler
+
+    def report(self, samples, items: int, timed_s: float) -> telemetry_mod.TelemetryReport:
+        if self.source is None or samples is None:
+            return telemetry_mod.TelemetryReport.unavailable(self.note)
+        return telemetry_mod.summarize(samples, self.source, items, timed_s)
+
+    def close(self) -> None:
+        if self.source is not None:
+            self.source.close()
+
+
+def _is_expected(error: BaseException) -> bool:
+    return device_layer.is_out_of_memory(error) or batch_norm_needs_more_values(error) is not None
+
+
+def expected_failure(error: BaseException, spec: "RunSpec") -> Exception:
+    """The BenchmarkError an expected torch failure stands for (out of memory, a batch too
+    small for batch norm); ``error`` itself when it is not one of those."""
+    if device_layer.is_out_of_memory(error):
+        return out_of_memory(spec)
+    return batch_norm_needs_more_values(error) or error
+
+
+def release(spec: "RunSpec", reset_compiler: bool = False) -> None:
+    """Free what the last run left behind, so the next one starts clean."""
+    gc.collect()
+    if reset_compiler and spec.config.compile:
+        torch._dynamo.reset()
+    device_layer.empty_cache(spec.device)
+
+
+def _compose(inner, outer):
+    """Apply ``inner`` then ``outer`` (either may be None)."""
+    if inner is None:
+        return outer
+    if outer is None:
+        return inner
+    return lambda model: outer(inner(model))

@@ -1,0 +1,427 @@
+"""One invocation: resolve the plan, set up the devices and ranks, run, report.
+
+Single device, torchrun, SLURM and the older manual launch all go through :func:`run_worker`
+with a resolved :class:`~microbench.settings.config.RunSpec`; only global rank 0 prints the summary and
+writes files, once, from every rank's raw samples. Sweeps and the largest-batch search run in
+one process on one device.
+"""
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import os
+import sys
+
+from microbench.drivers import benchmark, capacity
+from microbench.platform import device as device_layer, distributed, process
+from microbench.measure import profilers
+from microbench.output import progress
+from microbench.drivers import ab, sweep, trials
+from microbench.settings.config import Plan, min_noise_trials
+from microbench.platform.errors import (EXIT_INTERRUPTED, EXPECTED_EXIT_CODES, BenchmarkError,
+                                        OutOfMemory, ReportedFailure, Terminated, UsageError)
+from microbench.output import compare, console, files, sweep_plot as plot
+from microbench.settings.spec import RunSpec, resolve
+from microbench.measure.summary import Summary
+from microbench.drivers.trial_count import TrialCount
+
+
+def run_plan(plan: Plan) -> int:
+    """A sweep, a largest-batch search followed by its run, or one configuration."""
+    if any(config.flops_prof_step is not None for config in plan.configs):
+        profilers.require_deepspeed()          # once, before anything runs, sweeps included
+    if plan.ab is not None:
+        return run_ab(plan)
+    if plan.is_sweep:
+        return run_sweep(plan, _single_device(plan, "a sweep"))
+    if plan.find_max_batch:
+        [spec] = _single_device(plan, "--find-max-batch")
+        return run_largest_batch(spec, plan)
+    spec = with_baselines(resolve(plan.configs[0]), plan)
+    _note_self_compare(spec)
+    return run(spec)
+
+
+def with_baselines(spec: RunSpec, plan: Plan) -> RunSpec:
+    """``spec`` with the results it is measured against: ``--compare``'s and
+    ``--scaling-baseline``'s, read on global rank 0 only (other nodes need not see them), before
+    anything runs or is written. In a multi-process job a problem with them is kept in
+    ``spec.problem`` and raised on every rank when the ranks meet (distributed.agree)."""
+    if not spec.launch.is_main:
+        return spec
+    try:
+        gate = (compare.read_gate(plan.compare, plan.tolerance_pct, spec,
+                                  plan.compare_any_config, fail=plan.fail_if != "never")
+                if plan.compare else None)
+        baseline = (compare.scaling_baseline(spec.config.scaling_baseline, spec)
+                    if spec.config.scaling_baseline else None)
+    except BenchmarkError as error:
+        if not spec.launch.distributed:
+            raise
+        return dataclasses.replace(spec, problem=error)
+    return dataclasses.replace(spec, compare=gate, scaling_baseline_img_s=baseline)
+
+
+def _note_self_compare(spec: RunSpec) -> None:
+    gate = spec.compare
+    if gate is not None and spec.json_path is not None and \
+            os.path.abspath(gate.path) == os.path.abspath(spec.json_path):
+        print(f"Note: --compare {gate.path} is also this run's result file: the baseline was "
+              f"read before the run, and this run's result will replace it unless the gate "
+              f"fails")
+
+
+def run(spec: RunSpec) -> int:
+    """Check every output path before the model is built, then run (spawning workers if
+    asked). Under DDP a problem is held until the process group forms, then told to every rank
+    (distributed.agree), so that no rank waits for the others until --dist-timeout."""
+    problem = spec.problem
+    spec = _claimed(spec)
+    try:
+        files.prepare_output(spec)
+    except BenchmarkError as error:
+        if not spec.launch.distributed:
+            raise
+        problem = problem or error
+    if spec.launch.workers > 1:
+        return _spawn(spec, problem)
+    return run_worker(spec, problem)
+
+
+def run_worker(spec: RunSpec, problem: BenchmarkError | None = None) -> int:
+    """This process's part of the run: meet the other ranks, measure, then (on rank 0) report.
+    A dead peer or a timeout becomes one line (distributed.failures_reported)."""
+    out = console.Console.for_spec(spec).out
+    workers = trials.in_workers(spec)
+    if not workers:
+        device_layer.activate(spec.device)      # trial workers take the device themselves
+    launch, timeout = spec.launch, spec.config.dist_timeout
+    try:
+        if launch.distributed:
+            with distributed.failures_reported(launch, timeout, "rendezvous"):
+                distributed.init_process_group(launch, spec.device, timeout,
+                                               coordination_only=workers)
+                name = distributed.agree(spec.settings(), problem, spec.result_name)
+                spec = dataclasses.replace(spec, result_name=name)
+        with distributed.failures_reported(launch, timeout, "run"):
+            summary = measure(spec, out)
+            if summary is not None:
+                report(summary, out)
+    finally:
+        distributed.shutdown()
+    return 0
+
+
+def measure(spec: RunSpec, out) -> Summary | None:
+    """Run the benchmark's trials (here, or each in a worker process); the job's Summary on
+    rank 0, None elsewhere."""
+    main, several = spec.launch.is_main, spec.config.several_trials
+    env = device_layer.describe(spec.device)
+    notes = list(spec.notes) + _trial_notes(spec)
+    job, count = trials.Job(spec), TrialCount.of(spec)
+    label = count.label
+
+    def report_trial(index: int) -> None:
+        if main and several:
+            trial = job.trials[-1]
+            print(f"{label(index)}{trial.throughput:.2f} {spec.model.item}s/s"
+                  f"{_worker_text(spec, trial)}", file=out, flush=True)
+
+    def kept(index: int, measure_once, between=lambda: None):
+        """Trial ``index``, measured again while --discard-throttled discards it."""
+        while True:
+            trial = measure_once()
+            if count.keep(index, trial, out):
+                return trial
+            between()
+
+    def stop() -> bool:
+        return count.done(job.trials)
+
+    if trials.in_workers(spec):
+        if main:
+            console.print_config(spec, env, out, notes)
+
+        def in_worker(job: trials.Job, index: int) -> None:
+            def once():
+                rendezvous = trials.trial_rendezvous(spec.launch)
+                trial = trials.in_worker(spec, index, rendezvous, label(index))
+                if spec.launch.distributed:
+                    distributed.barrier(spec.device)
+                return trial
+            job.trials.append(kept(index, once))
+            report_trial(index)
+        trials.run_rounds([job], count.rounds, in_worker, until=stop)
+    else:
+        monitor = benchmark.Monitor(spec.device, spec.config.telemetry_interval_ms / 1e3)
+        if monitor.source is None and env.on_gpu:
+            notes.append(monitor.note)
+        if main:
+            console.print_config(spec, env, out, notes)
+        hooks = trials.rank_hooks(spec)
+
+        def here(job: trials.Job, index: int) -> None:
+            def once():
+                with trials.shown_phases(label(index) if main else None, out) as activity:
+                    activity.start(f"{label(index)}Building {spec.model.name}")
+                    return trials.measure_trial(spec, env, monitor, hooks,
+                                                trials.phase_line(activity, label(index)))
+            job.trials.append(kept(index, once, between=lambda: benchmark.release(spec)))
+            report_trial(index)
+        try:
+            trials.run_rounds([job], count.rounds, here,
+                              between=lambda job: benchmark.release(spec), until=stop)
+        finally:
+            monitor.close()
+    if not main:
+        return None
+    if count.stopped_by:
+        print(f"Stopped after {len(job.trials)} trials: {count.stopped_by}", file=out,
+              flush=True)
+    return Summary(spec, env, job.trials, distributed.backend_name(), notes + count.notes(),
+                   discarded=tuple(count.discarded), stopped_by=count.stopped_by)
+
+
+def _trial_notes(spec: RunSpec) -> list[str]:
+    if not spec.config.several_trials:
+        return []
+    config = spec.config
+    if config.max_noise_pct is not None:
+        limit = f" or {config.time_limit_s:g} s" if config.time_limit_s is not None else ""
+        how = (f"{min_noise_trials(config)} to {config.max_trials} trials (--max-noise "
+               f"{config.max_noise_pct:g}%{limit})")
+    else:
+        how = f"{config.repeat} trials"
+    if trials.in_workers(spec):
+        return [f"{how}, each in a fresh worker process with its own "
+                f"seed (the compiler, autotuning, allocator and device context start cold "
+                f"every time)"]
+    return [f"{how} in this one process (--trials in-process): later "
+            f"trials reuse the first one's compiled graphs, autotuning results and allocator"]
+
+
+def _worker_text(spec: RunSpec, trial) -> str:
+    if not trials.in_workers(spec):
+        return ""
+    return f" (worker process {trial.result.pid}, seed {trial.result.seed})"
+
+
+def report(summary: Summary, out) -> None:
+    """Everything rank 0 shows and writes after a run, and the --compare gate last (judged
+    first: a run that fails the gate never replaces the baseline it failed against)."""
+    gate = summary.spec.compare
+    verdict = compare.judge(summary, gate) if gate is not None else None
+    if verdict is not None and verdict.regression:
+        summary.spec = _keeping_baseline(summary.spec, gate)
+    if not summary.spec.config.quiet:
+        console.print_iterations(summary, out)
+    console.print_summary(summary, out)
+    console.print_profiles(summary, out)
+    files.write_files(summary)
+    console.print_files(summary, out)
+    if gate is not None:
+        compare.compare(summary, gate, out, verdict)
+
+
+def _keeping_baseline(spec: RunSpec, gate) -> RunSpec:
+    """A regressed run whose result file is the baseline: its result goes beside it
+    (``NAME.regressed.json``, or ``NAME.regressed2.json``...), and the baseline stays as it
+    was, so that regressed runs in a row cannot ratchet it down."""
+    if spec.json_path is None or os.path.abspath(spec.json_path) != os.path.abspath(gate.path):
+        return spec
+    root, ext = os.path.splitext(spec.json_path)
+    candidate, count = f"{root}.regressed{ext}", 1
+    while os.path.exists(candidate):
+        count += 1
+        candidate = f"{root}.regressed{count}{ext}"
+    print(f"Note: this run regressed against --compare {gate.path}, which is also its result "
+          f"file: the baseline is kept as it was, and this run's result goes to {candidate}")
+    return dataclasses.replace(spec, json_path=candidate)
+
+
+# ---------------------------------------------------------------- the manual launch
+
+WORKER_GRACE_S = 30.0
+
+
+def _spawn(spec: RunSpec, problem: BenchmarkError | None) -> int:
+    """One worker per --device_ids entry; a worker's documented exit code (it has printed its
+    own error line) becomes this process's. Ctrl-C or SIGTERM here stops the workers too."""
+    import torch.multiprocessing as mp
+    context = mp.start_processes(_spawned_worker, args=(spec, problem),
+                                 nprocs=spec.launch.workers, join=False, start_method="spawn")
+    # When one worker fails, the others are about to fail too (they hear of it when the ranks
+    # agree, or see the peer go): let them print their own line before they are terminated
+    # (PyTorch 2.5 and later; older ones terminate at once).
+    grace = ({"grace_period": WORKER_GRACE_S}
+             if "grace_period" in inspect.signature(context.join).parameters else {})
+    try:
+        while not context.join(**grace):
+            pass
+    except mp.ProcessExitedException as failure:
+        if failure.exit_code in EXPECTED_EXIT_CODES:
+            return failure.exit_code
+        rank = spec.launch.rank + failure.error_index
+        raise BenchmarkError(f"worker for rank {rank} exited with code {failure.exit_code}") \
+            from None
+    except BaseException:
+        for worker in context.processes:
+            if worker.is_alive():
+                worker.terminate()             # SIGTERM: each worker reports and cleans up
+        for worker in context.processes:
+            worker.join(30)
+        raise
+    return 0
+
+
+def _spawned_worker(index: int, spec: RunSpec, problem: BenchmarkError | None) -> None:
+    """One worker of a manual launch with several --device_ids (runs in a child process). The
+    parent's problem found before the run goes to its first worker; the others hear of it from
+    that worker when the ranks agree."""
+    err = sys.stderr
+    with process.sigterm_raises():
+        try:
+            worker = spec.for_worker(index)
+            err = console.Console.for_spec(worker).err
+            code = run_worker(worker, problem if index == 0 else None)
+        except BenchmarkError as error:
+            print("error: " + " ".join(str(error).splitlines()), file=err)
+            err.flush()
+            code = error.exit_code
+        except KeyboardInterrupt:
+            code = process.stopped(process.INTERRUPTED, EXIT_INTERRUPTED,
+                                   f"[rank {spec.launch.rank + index}] ")
+        except Terminated as error:
+            code = process.terminated(error, f"[rank {spec.launch.rank + index}] ")
+    if code:
+        sys.exit(code)
+
+
+# ---------------------------------------------------------------- one process, one device
+
+def _single_device(plan: Plan, what: str) -> list[RunSpec]:
+    # A sweep row whose settings do not suit its model fails alone, when its turn comes.
+    specs = [with_baselines(resolve(config, check=not plan.is_sweep), plan)
+             for config in plan.configs]
+    if specs[0].launch.distributed:
+        raise UsageError(f"{what} runs in one process on one device; launch it without "
+                         f"torchrun, srun or --distributed_dataparallel")
+    device_layer.activate(specs[0].device)
+    for note in specs[0].notes:
+        print(f"Note: {note}")
+    return specs
+
+
+def _claimed(spec: RunSpec, taken: set[str] | None = None) -> RunSpec:
+    spec, note = files.claim_result_path(spec, taken)
+    if note:
+        print(f"Note: {note}", flush=True)
+    return spec
+
+
+def run_sweep(plan: Plan, specs: list[RunSpec]) -> int:
+    taken: set[str] = set()                  # rows of this sweep never share a name
+    specs = [_claimed(spec, taken) for spec in specs]
+    first = specs[0]
+    files.prepare_output(first, plan.plot)
+    env = device_layer.describe(first.device)
+    print(f"Sweep of {len(specs)} configurations on {env.device} {env.device_name}, "
+          f"{first.config.iterations} timed iterations each")
+    rows = sweep.run_sweep(specs, env, sys.stdout)
+    sweep.print_comparison(rows, sys.stdout)
+    if first.json_path is not None:
+        path = sweep.write_files(rows, first.config.output_dir, env)
+        print(f"Results JSON : {path} (and one per successful row)")
+        print(f"Results CSV  : {first.csv_path}")
+    if plan.plot:
+        plot.plot_rows(rows, plan.plot)
+        print(f"Plot         : {plan.plot}")
+    return sweep.outcome(rows)
+
+
+def run_ab(plan: Plan) -> int:
+    """``--ab``: A (the command as given) and B, alternating by round in one process on one
+    device (each trial in a fresh worker by default), then the paired verdict."""
+    specs = [resolve(plan.configs[0]), resolve(plan.ab.config)]
+    if specs[0].launch.distributed:
+        raise UsageError("--ab runs in one process on one device; launch it without torchrun, "
+                         "srun or --distributed_dataparallel")
+    device_layer.activate(specs[0].device)
+    taken: set[str] = set()                  # A and B never share a result name
+    specs = [_claimed(spec, taken) for spec in specs]
+    for spec in specs:
+        files.prepare_output(spec)
+    env = device_layer.describe(specs[0].device)
+    rounds = specs[0].config.repeat
+    where = ("each trial in a fresh worker process" if trials.in_workers(specs[0])
+             else "all trials in this process (--trials in-process)")
+    print(f"A/B on {env.device} {env.device_name}: A is the command as given, B adds "
+          f"{plan.ab.flags}; {rounds} rounds, A B then B A in turn, {where}", flush=True)
+    rows = sweep.run_sweep(specs, env, sys.stdout, counterbalance=True)
+    for side, row in zip("AB", rows):
+        if row.failed:
+            raise ReportedFailure(f"--ab: {side} failed ({row.status}): {row.error}",
+                                  row.exit_code)
+    result = ab.verdict_of(rows)
+    ab.print_verdict(result, plan.ab, rows, sys.stdout)
+    path = ab.write(result, plan.ab, rows)
+    if path is not None:
+        print(f"Results JSON : {rows[0].spec.json_path} (A), {rows[1].spec.json_path} (B)")
+        print(f"A/B JSON     : {path}")
+    ab.fail_if_slower(result, plan.ab)
+    return 0
+
+
+def _batch_probe(spec: RunSpec, plan: Plan):
+    """Whether a batch fits: out of memory on a GPU; on the CPU, beyond --memory-budget-gb of
+    peak resident memory (required there: nothing else stops the search before the machine
+    swaps)."""
+    def probe(batch: int) -> bool:
+        return capacity.batch_fits(spec, batch)
+    if device_layer.is_gpu(spec.device):
+        return probe
+    memory = capacity.HostMemory()
+    problem = capacity.host_budget_problem(plan.memory_budget_gb, memory,
+                                           device_layer.total_memory_bytes(spec.device))
+    if problem:
+        raise UsageError(problem)
+    return capacity.within_host_budget(probe, plan.memory_budget_gb * 1e9, memory)
+
+
+def run_largest_batch(spec: RunSpec, plan: Plan) -> int:
+    """Find the largest batch that fits, printing every try, and benchmark it."""
+    probe = _batch_probe(spec, plan)
+    files.prepare_output(spec)
+    note = capacity.apply_memory_budget(spec.device, plan.memory_budget_gb)
+    if note:
+        print(f"Note: {note}")
+    config = spec.config
+    print(f"Searching the largest batch for {config.network} ({config.mode}, "
+          f"{spec.precision.name}) from {config.batch_size} up to {plan.max_batch_limit}, "
+          f"to a multiple of {plan.batch_granularity}...", flush=True)
+    activity = progress.Activity(sys.stdout)
+
+    def fits(batch: int) -> bool:
+        activity.start(f"  batch {batch}", announce=False)
+        ok = probe(batch)
+        activity.finish("fits" if ok else "out of memory")
+        return ok
+
+    def full_run(batch: int) -> int | None:
+        print(f"Largest batch that fits the probe: {batch}; benchmarking it", flush=True)
+        try:
+            return run(spec.with_batch_size(batch))
+        except OutOfMemory:
+            print(f"  batch {batch}: the full run ran out of memory; searching below it",
+                  flush=True)
+            return None
+
+    found, code = capacity.largest_that_runs(fits, full_run, config.batch_size,
+                                             plan.max_batch_limit, plan.batch_granularity)
+    if found.largest == 0:
+        raise OutOfMemory(f"not even batch 1 of {config.network} fits: try --amp or --fp16 1, "
+                          f"a smaller --image-size, or a larger --memory-budget-gb")
+    limit = (" (the --max-batch-limit; more may fit)"
+             if found.largest == plan.max_batch_limit else "")
+    print(f"Largest batch that fits: {found.largest}{limit}")
+    return code

@@ -1,0 +1,277 @@
+"""Trials: the one loop that measures one configuration or many, trial after trial, and where a
+trial runs.
+
+A single run, every row of a sweep and the run the largest-batch search ends with all go through
+:func:`run_rounds`: round ``i`` measures trial ``i`` of every job before round ``i + 1`` starts,
+so in a sweep the configurations interleave and a drift of the device's speed hits them all
+alike. :func:`measure_trial` is one trial of one job on this process (and, under DDP, every
+rank's record gathered on rank 0).
+
+With ``--repeat N`` each trial runs by default in a fresh worker process (:func:`in_worker`), as
+pyperf runs its benchmarks: a new interpreter, so the compiler's caches, autotuning results
+(cuDNN/MIOpen), the allocator and the device context all start cold, and the spread between
+trials is the spread between runs that users see. Each trial has its own seed (the run's seed
+plus the trial's index). ``--trials in-process`` runs them one after another in this process,
+as earlier versions did, and says so. Under DDP every rank's process starts its own worker per
+trial, and the workers form a process group of their own at a rendezvous address rank 0 chooses
+for that trial.
+
+Example::
+
+    jobs = [Job(spec)]
+    run_rounds(jobs, spec.config.repeat, lambda job, index: job.trials.append(
+        in_worker(job.spec, index)))
+"""
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import io
+import multiprocessing
+import signal
+import socket
+import sys
+import traceback
+from dataclasses import dataclass, field
+from typing import Callable
+
+from microbench.drivers import benchmark
+from microbench.platform import device as device_layer, distributed, process
+from microbench.output import progress
+from microbench.platform.errors import BenchmarkError, ReportedFailure, Terminated
+from microbench.measure.results import Trial
+from microbench.scenarios import parallel
+from microbench.measure.summary import record_of, trial_of_process
+
+MODES = ("processes", "in-process")
+
+
+@dataclass
+class Job:
+    """One configuration being measured: its trials so far, or why it stopped."""
+
+    spec: object                       # the RunSpec
+    trials: list[Trial] = field(default_factory=list)
+    status: str = "ok"                 # ok | out of memory | error
+    error: str | None = None
+    exit_code: int = 0                 # what this job alone would have exited with
+
+    @property
+    def failed(self) -> bool:
+        return self.status != "ok"
+
+    def fail(self, status: str, error: str, exit_code: int) -> None:
+        self.status, self.error, self.exit_code = status, error, exit_code
+
+
+def run_rounds(jobs: list[Job], rounds: int, measure: Callable[[Job, int], None],
+               between: Callable[[Job], None] = lambda job: None,
+               on_round: Callable[[int], None] = lambda index: None,
+               until: Callable[[], bool] = lambda: False, counterbalance: bool = False) -> None:
+    """Trial ``i`` of every job, for ``i`` in ``range(rounds)``; a failed job is skipped from
+    then on. ``between(job)`` runs after each of a job's trials (freeing what it left);
+    ``until()``, after each round, ends the rounds early when true (--max-noise).
+    ``counterbalance``: every other round runs the jobs in reverse order (A B, B A, A B...), so
+    that no job always runs first in its round (--ab: a position effect would pose as a
+    difference)."""
+    for index in range(rounds):
+        on_round(index)
+        for job in (jobs[::-1] if counterbalance and index % 2 else jobs):
+            if job.failed:
+                continue
+            measure(job, index)
+            between(job)
+        if until():
+            return
+
+
+def seed_of(spec, index: int) -> int:
+    """Trial ``index``'s seed: the run's own for the first trial, then one more per trial."""
+    return (spec.config.seed + index) % 2**63
+
+
+def in_workers(spec) -> bool:
+    """Whether this run's trials each run in a fresh worker process."""
+    return spec.config.trials_in_workers
+
+
+@dataclass(frozen=True)
+class RankHooks:
+    """What a multi-process job does around a trial (nothing for a single process): wrap the
+    model (DDP), meet before the timed region, meet again after an excluded iteration."""
+
+    wrap: Callable | None = None
+    before_timing: Callable[[], None] = lambda: None
+    rejoin: Callable[[], None] = lambda: None
+
+
+def measure_trial(spec, env, monitor: benchmark.Monitor, hooks: RankHooks = RankHooks(),
+                  on_phase: Callable[..., None] = lambda phase, timed=False: None
+                  ) -> Trial | None:
+    """One trial of ``spec`` on this process: a Trial on rank 0 (every rank's record gathered
+    there), None on the other ranks."""
+    with parallel.process_group(spec):         # FSDP with one process: a one-rank group
+        result = benchmark.run(spec, on_phase=on_phase, wrap=hooks.wrap,
+                               before_timing=hooks.before_timing, monitor=monitor,
+                               rejoin=hooks.rejoin)
+    if not spec.launch.distributed:
+        return trial_of_process(spec, env, result)
+    distributed.barrier(spec.device)           # ...and meet again at its end
+    records = distributed.gather_to_main(record_of(spec, env, result))
+    return Trial.of_ranks(result, records) if spec.launch.is_main else None
+
+
+def rank_hooks(spec) -> RankHooks:
+    """Under DDP: wrap the model (when the scenario steps an optimizer), meet before the timed
+    region, meet again after an excluded iteration."""
+    if not spec.launch.distributed:
+        return RankHooks()
+    replicated = spec.scenario.updates_weights and spec.config.parallel == "ddp"
+    wrap = distributed.ddp_wrapper(spec.config, spec.device) if replicated else None
+
+    def enter_timed_region() -> None:
+        distributed.fail_if_asked(spec.launch)
+        distributed.barrier(spec.device)       # all ranks enter the timed region together
+
+    def rejoin() -> None:
+        device_layer.synchronize(spec.device)
+        distributed.barrier(spec.device)
+
+    return RankHooks(wrap=wrap, before_timing=enter_timed_region, rejoin=rejoin)
+
+
+# ---------------------------------------------------------------- trials in worker processes
+
+def trial_rendezvous(launch) -> str | None:
+    """Where the workers of this trial meet (multi-process jobs only): rank 0's host, as the job
+    reaches it, at a port rank 0 finds free now, told to every rank."""
+    if not launch.distributed:
+        return None
+    chosen = [None]
+    if launch.is_main:
+        with socket.socket() as probe:
+            probe.bind(("", 0))
+            chosen = [probe.getsockname()[1]]
+    distributed.broadcast_from_main(chosen)
+    return f"tcp://{distributed.rendezvous_host(launch)}:{chosen[0]}"
+
+
+def in_worker(spec, index: int, rendezvous: str | None = None,
+              label: str | None = None) -> Trial | None:
+    """Trial ``index`` of ``spec`` in a fresh worker process; its Trial on rank 0, None on the
+    other ranks. ``label`` prefixes the worker's progress lines (None: it shows none). The
+    worker's expected failure is raised here (one line, its exit code)."""
+    context = multiprocessing.get_context("spawn")
+    receive, send = context.Pipe(duplex=False)
+    trial_spec = dataclasses.replace(
+        spec, config=dataclasses.replace(spec.config, seed=seed_of(spec, index)))
+    worker = context.Process(target=_worker_main, name=f"microbench-trial-{index + 1}",
+                             args=(trial_spec, rendezvous, label, send))
+    worker.start()
+    send.close()
+    try:
+        kind, payload = distributed.interruptible(receive.recv)
+    except EOFError:
+        worker.join()
+        raise BenchmarkError(f"the worker process of trial {index + 1} ended (exit code "
+                             f"{worker.exitcode}) before it reported a result") from None
+    except BaseException:
+        _stop(worker)
+        raise
+    finally:
+        receive.close()
+    worker.join()
+    if kind == "error":
+        raise payload
+    return payload
+
+
+def _stop(worker) -> None:
+    """Ctrl-C or SIGTERM in the parent: the worker stops too, and cleans up as it does."""
+    if worker.is_alive():
+        worker.terminate()
+        worker.join(30)
+    if worker.is_alive():
+        worker.kill()
+
+
+def _die_with_parent() -> None:
+    """On Linux, the kernel sends this worker SIGTERM if the parent dies without stopping it
+    (SIGKILL, an OOM kill), so no orphaned worker holds the GPU."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        PR_SET_PDEATHSIG = 1
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):
+        pass
+
+
+def _worker_main(spec, rendezvous: str | None, label: str | None, connection) -> None:
+    """The worker process: one trial, its Trial (or its error) sent back to the parent."""
+    _die_with_parent()
+    with process.sigterm_raises():
+        try:
+            connection.send(("trial", _measure_here(spec, rendezvous, label)))
+        except BenchmarkError as error:
+            connection.send(("error", error if _picklable(error)
+                             else ReportedFailure(str(error), error.exit_code)))
+        except (KeyboardInterrupt, Terminated):
+            pass                                # the parent says what stopped the run
+        except Exception as error:              # noqa: BLE001 (a bug: its traceback, then one line)
+            traceback.print_exc()
+            connection.send(("error", ReportedFailure(
+                f"unexpected {type(error).__name__} in the worker of a trial: {error}", 1)))
+        finally:
+            connection.close()
+            sys.stdout.flush()
+
+
+def _picklable(error: BaseException) -> bool:
+    import pickle
+    try:
+        pickle.loads(pickle.dumps(error))
+        return True
+    except Exception:                          # noqa: BLE001 (any failure: not picklable)
+        return False
+
+
+def _measure_here(spec, rendezvous: str | None, label: str | None) -> Trial | None:
+    device_layer.activate(spec.device)
+    env = device_layer.describe(spec.device)
+    monitor = benchmark.Monitor(spec.device, spec.config.telemetry_interval_ms / 1e3)
+    launch = spec.launch
+    try:
+        if launch.distributed:
+            distributed.init_trial_group(launch, spec.device, spec.config.dist_timeout,
+                                         rendezvous)
+        with shown_phases(label if launch.is_main else None) as activity:
+            activity.start(f"{label or ''}Building {spec.model.name}")
+            return measure_trial(spec, env, monitor, rank_hooks(spec),
+                                 on_phase=phase_line(activity, label))
+    finally:
+        monitor.close()
+        distributed.shutdown()
+
+
+def shown_phases(label: str | None, out=None) -> progress.Activity:
+    """Where a trial shows its phases: ``out`` (the terminal or log) for the process that speaks
+    for the job, nowhere for the others (``label`` None: their lines would repeat rank 0's)."""
+    if label is None:
+        return progress.Activity(io.StringIO(), live=False)
+    return progress.Activity(out or sys.stdout)
+
+
+# What benchmark.run's phases are called on the terminal.
+_PHASE_TEXT = {"compiling and warming up":
+               "Compiling and warming up (torch.compile can take minutes the first time)",
+               "warming up": "Warming up"}
+
+
+def phase_line(activity: progress.Activity, label: str | None):
+    """benchmark.run's ``on_phase``: each phase on its own line; the timed one is announced
+    once and never redrawn while it runs (nothing prints between its first and last
+    iteration), its elapsed time shown when it ends."""
+    def on_phase(phase: str, timed: bool = False) -> None:
+        activity.start((label or "") + _PHASE_TEXT.get(phase, phase.capitalize()),
+                       tick=not timed)
+    return on_phase

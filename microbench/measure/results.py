@@ -1,0 +1,188 @@
+"""What a run measured, as values: one process's result, one rank's record, one trial.
+
+This module sits below the code that produces these values (``benchmark``, the scenarios,
+``distributed``) and the code that reads them (``summary``, the writers): it imports neither an
+executor nor a writer, only the measurement types.
+
+* :class:`Timed` -- what a timed loop returns: iteration times, the steps' outputs and the
+  scenario's own detail (:class:`PhaseTimes` for training, the generation's token times).
+* :class:`ProcessResult` -- one process's whole measurement of one trial.
+* :class:`RankRecord` -- the part of it every rank sends to rank 0.
+* :class:`Trial` -- one independent measurement: the reporting process's result and every rank's
+  record.
+
+Example::
+
+    trial = Trial(result, (record,))
+    trial.throughput, trial.slowest.times.median
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from microbench.measure.telemetry import TelemetryReport
+from microbench.measure.timing import Measurement
+
+
+def _merged(measurements) -> Measurement:
+    return Measurement.merge(measurements)
+
+
+@dataclass(frozen=True)
+class PhaseTimes:
+    """A training iteration cut in three by device events: forward (with the loss), backward,
+    optimizer. The three add up to the iteration exactly."""
+
+    NAMES = ("forward", "backward", "optimizer")
+    forward: Measurement
+    backward: Measurement
+    optimizer: Measurement
+
+    @classmethod
+    def merge(cls, parts) -> "PhaseTimes":
+        parts = list(parts)
+        return cls(*(_merged(getattr(part, name) for part in parts) for name in cls.NAMES))
+
+    def items(self) -> list[tuple[str, Measurement]]:
+        return [(name, getattr(self, name)) for name in self.NAMES]
+
+    def means_ms(self) -> dict[str, float]:
+        return {name: times.mean for name, times in self.items()}
+
+
+@dataclass(frozen=True)
+class GenerationTimes:
+    """The token times of generation: one prefill (time to first token) and the decode steps
+    (inter-token latencies) of every sequence batch, and the whole generations."""
+
+    prefill: Measurement        # one sample per iteration: time to first token
+    decode: Measurement         # one sample per decode step of every iteration
+    e2e: Measurement            # one sample per iteration: prefill + all its decode steps
+    decode_bytes: int = 0       # bytes the timed decode steps had to read, all of them summed
+    prefill_flops: int | None = None    # FLOPs of one prefill, counted once (None: not counted)
+    attribution: Any = None     # a decode step profiled after the timed loop (attribution.py)
+
+    @classmethod
+    def merge(cls, parts) -> "GenerationTimes":
+        parts = list(parts)
+        return cls(_merged(p.prefill for p in parts), _merged(p.decode for p in parts),
+                   _merged(p.e2e for p in parts), sum(p.decode_bytes for p in parts),
+                   parts[0].prefill_flops,
+                   next((p.attribution for p in parts if p.attribution is not None), None))
+
+
+def merge_detail(details) -> Any:
+    """Merge the scenario details of several segments or trials (None when there are none)."""
+    details = [detail for detail in details if detail is not None]
+    return type(details[0]).merge(details) if details else None
+
+
+@dataclass
+class Timed:
+    """What a timed loop measured: iteration times, the steps' outputs (losses), and the
+    scenario's detail of each iteration (phases, token times) where it has one."""
+
+    times: Measurement
+    outputs: list
+    detail: Any = None
+    deepspeed_profile: str | None = None              # --flops-prof-step, rank 0
+
+    def join(self, later: "Timed") -> "Timed":
+        """Two segments of one loop (around an excluded iteration) as one."""
+        return Timed(_merged((self.times, later.times)), self.outputs + later.outputs,
+                     merge_detail((self.detail, later.detail)))
+
+
+@dataclass
+class ProcessResult:
+    """What one process measured in one trial; :class:`microbench.measure.summary.Summary` reads it."""
+
+    times: Measurement
+    losses: list[float]
+    warmup_s: float
+    first_iteration_s: float | None      # includes compilation when --compile is on
+    peak_allocated_mb: float | None
+    peak_reserved_mb: float | None
+    parameters: int
+    flops_per_iteration: int | None = None
+    profile_reports: list[str] = field(default_factory=list)
+    detail: Any = None                   # the scenario's: PhaseTimes, GenerationTimes or None
+    telemetry: TelemetryReport | None = None   # clocks, power, energy while timed
+    pid: int = 0                         # the process that measured it
+    seed: int = 0                        # the seed of its weights and inputs
+    data: Any = None                     # --data loader|folder: microbench.data.DataTrial
+    compiler: Any = None                 # --compile: microbench.measure.compile_watch.CompileReport
+    sharded: "ShardedState | None" = None   # --parallel fsdp: what this rank holds
+
+
+@dataclass(frozen=True)
+class ShardedState:
+    """What one rank of an FSDP run holds between steps, measured from its tensors after the
+    timed loop (microbench.steps.sharding): its shards of the parameters and of the optimizer state."""
+
+    plan: dict                           # sharding.ShardPlan.to_dict()
+    parameter_bytes: int
+    optimizer_state_bytes: int
+
+    @property
+    def total(self) -> int:
+        return self.parameter_bytes + self.optimizer_state_bytes
+
+
+@dataclass(frozen=True)
+class RankRecord:
+    """What one rank measured in one trial, small enough to gather on rank 0."""
+
+    rank: int
+    local_rank: int
+    host: str
+    device_name: str
+    batch_size: int
+    samples_ms: tuple[float, ...]
+    peak_allocated_mb: float | None
+    peak_reserved_mb: float | None
+    telemetry: TelemetryReport | None = None
+    data: Any = None                     # this rank's input pipeline (microbench.data.DataTrial)
+    sharded: ShardedState | None = None  # --parallel fsdp: this rank's shards
+
+    @property
+    def times(self) -> Measurement:
+        return Measurement(self.samples_ms)
+
+    @property
+    def throughput(self) -> float:
+        """This rank's own items per second over its timed total."""
+        times = self.times
+        return self.batch_size * times.count / (times.total_ms / 1e3)
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One independent measurement: the reporting process's details and every rank's record."""
+
+    result: ProcessResult
+    ranks: tuple[RankRecord, ...]          # sorted by rank; one for a single-device run
+
+    @classmethod
+    def of_ranks(cls, result: ProcessResult, records) -> "Trial":
+        return cls(result, tuple(sorted(records, key=lambda r: r.rank)))
+
+    @property
+    def slowest(self) -> RankRecord:
+        return max(self.ranks, key=lambda r: r.times.total_ms)
+
+    @property
+    def global_batch(self) -> int:
+        return sum(record.batch_size for record in self.ranks)
+
+    @property
+    def throughput(self) -> float:
+        """Items of all ranks per second of the slowest rank's timed total."""
+        times = self.slowest.times
+        return self.global_batch * times.count / (times.total_ms / 1e3)
+
+    @property
+    def finite_losses(self) -> bool:
+        return all(math.isfinite(loss) for loss in self.result.losses)

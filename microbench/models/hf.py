@@ -1,0 +1,135 @@
+"""Optional Hugging Face architectures, built from a config with random weights (no download).
+
+Any causal language model that `transformers` knows by its `model_type` ("llama", "gpt2",
+"mistral", "qwen2", ...) can be benchmarked: the config comes from `AutoConfig.for_model`, with
+the user's `key=value` overrides, and the model from `AutoModelForCausalLM.from_config`, which
+initialises weights randomly and never touches the network. `transformers` is imported only
+here, and only when asked for, so the rest of the benchmark runs without it.
+
+Usage::
+
+    from microbench.models.hf import build_hf_model, hf_max_positions, hf_vocab_size, parse_model_kwargs
+
+    overrides = parse_model_kwargs(["hidden_size=256", "num_hidden_layers=2",
+                                    "num_attention_heads=4", "intermediate_size=512"])
+    model, config = build_hf_model("llama", overrides)
+    tokens = torch.randint(0, hf_vocab_size(config), (2, 64))
+    logits = model(tokens).logits              # -> (2, 64, vocab_size)
+    print(hf_max_positions(config))            # e.g. 2048, or None when the config sets no limit
+"""
+
+from __future__ import annotations
+
+import difflib
+from types import ModuleType
+
+from torch import nn
+
+from microbench.platform.errors import MissingEnvironment, UsageError
+from microbench.models.hf_overrides import checked_overrides, parse_literal
+
+__all__ = ["build_hf_model", "hf_max_positions", "hf_vocab_size", "parse_model_kwargs",
+           "parse_value"]
+
+# Config attributes that hold the longest sequence, in the order different model families use them.
+_POSITION_ATTRIBUTES = ("max_position_embeddings", "n_positions", "max_sequence_length",
+                        "seq_length", "n_ctx", "max_seq_len")
+
+
+def parse_value(text: str) -> object:
+    """A Python literal when `text` is one ("2", "1e-5", "[1, 2]", "True"), else the string."""
+    return parse_literal(text, "value")
+
+
+def parse_model_kwargs(items: list[str]) -> dict[str, str]:
+    """Split `key=value` strings into a dict of raw strings (values parsed later, per key)."""
+    kwargs: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not key.isidentifier():
+            raise UsageError(f"model argument {item!r} is not of the form key=value; write it like "
+                             "hidden_size=1024.")
+        if key in kwargs:
+            raise UsageError(f"model argument {key!r} is given twice; pass each key once.")
+        kwargs[key] = value
+    return kwargs
+
+
+def _import_transformers() -> ModuleType:
+    try:
+        import transformers
+    except ImportError as error:
+        raise MissingEnvironment(f"Hugging Face models need the transformers package ({error}); "
+                                 "install it with: pip install transformers") from error
+    return transformers
+
+
+def _check_model_type(transformers: ModuleType, model_type: str) -> None:
+    known = list(transformers.CONFIG_MAPPING.keys())
+    if model_type in known:
+        return
+    close = difflib.get_close_matches(model_type, known, n=5)
+    hint = f"did you mean {', '.join(close)}?" if close else "see transformers.CONFIG_MAPPING"
+    raise UsageError(f"transformers {transformers.__version__} has no model type {model_type!r}; "
+                     f"{hint}")
+
+
+def build_hf_model(model_type: str, overrides: dict[str, str]) -> tuple[nn.Module, object]:
+    """(model, config): a randomly initialised causal LM of `model_type` with config overrides."""
+    config = hf_config(model_type, overrides)
+    return hf_model(config), config
+
+
+def hf_config(model_type: str, overrides: dict[str, str]) -> object:
+    """The default config of `model_type` with the `key=value` overrides applied (no download),
+    each checked against the config first (`microbench.models.hf_overrides`: type, range, names)."""
+    transformers = _import_transformers()
+    _check_model_type(transformers, model_type)
+    kwargs = checked_overrides(transformers, model_type, overrides)   # nothing evaluated
+    try:
+        return transformers.AutoConfig.for_model(model_type, **kwargs)
+    except (TypeError, ValueError) as error:
+        raise UsageError(f"transformers rejected the {model_type} config overrides {kwargs}: "
+                         f"{error}; fix or drop those model arguments.") from error
+
+
+def hf_model(config: object, attention: str | None = None) -> nn.Module:
+    """A randomly initialised causal LM for `config`; `attention` is transformers'
+    attn_implementation ("eager" or "sdpa"), None for its own default."""
+    transformers = _import_transformers()
+    model_type = getattr(config, "model_type", "?")
+    kwargs = {"attn_implementation": attention} if attention else {}
+    try:
+        model = transformers.AutoModelForCausalLM.from_config(config, **kwargs)
+    except ValueError as error:
+        # Raised for model types without a causal-LM head (encoders such as "bert", vision models).
+        raise UsageError(f"model type {model_type!r} has no causal language model in transformers "
+                         f"{transformers.__version__} ({error}); choose a decoder such as llama, "
+                         "gpt2 or mistral.") from error
+    return model
+
+
+def _text_config(config: object) -> object:
+    """Multimodal configs keep the language model's fields in a sub-config."""
+    get_text_config = getattr(config, "get_text_config", None)
+    return get_text_config() if callable(get_text_config) else config
+
+
+def hf_vocab_size(config: object) -> int:
+    """Token ids must be below this."""
+    vocab = getattr(_text_config(config), "vocab_size", None) or getattr(config, "vocab_size", None)
+    if not isinstance(vocab, int) or vocab <= 0:
+        raise UsageError(f"the {type(config).__name__} has no vocab_size; pass one as a model "
+                         "argument, e.g. vocab_size=32000.")
+    return vocab
+
+
+def hf_max_positions(config: object) -> int | None:
+    """The longest sequence the config allows, or None when it sets no limit."""
+    for source in (_text_config(config), config):
+        for name in _POSITION_ATTRIBUTES:
+            value = getattr(source, name, None)
+            if isinstance(value, int) and value > 0:
+                return value
+    return None

@@ -1,0 +1,369 @@
+"""The console writer: config echo, warm-up, per-iteration lines and the summary.
+
+The summary keeps the older tool's lines verbatim in their labels (scripts grep them):
+``Microbenchmark for network :``, ``Num devices:``, ``Dtype:``, ``Mini batch size [img] :``,
+``Time per mini-batch :`` (seconds) and ``Throughput [img/sec] :``.
+"""
+from __future__ import annotations
+
+import statistics
+import sys
+from dataclasses import dataclass
+from typing import TextIO
+
+from microbench import __version__
+from microbench.platform.device import clock_name, conv_autotuner_name
+from microbench.measure.summary import Summary
+from microbench.output import units
+
+RULE = "=" * 60
+
+
+class PrefixedLines:
+    """A text stream that writes whole lines, each behind a prefix such as ``[rank 3] ``, in one
+    write call, so the output of several ranks on one terminal never interleaves mid-line."""
+
+    def __init__(self, stream: TextIO, prefix: str):
+        self._stream, self._prefix, self._pending = stream, prefix, ""
+
+    def write(self, text: str) -> int:
+        self._pending += text
+        *lines, self._pending = self._pending.split("\n")
+        if lines:
+            self._stream.write("".join(f"{self._prefix}{line}\n" for line in lines))
+            self._stream.flush()
+        return len(text)
+
+    def flush(self) -> None:
+        if self._pending:
+            self.write("\n")
+        self._stream.flush()
+
+
+@dataclass
+class Console:
+    """Where this process writes: plain lines on rank 0, rank-prefixed lines elsewhere."""
+
+    out: TextIO
+    err: TextIO
+
+    @classmethod
+    def for_spec(cls, spec) -> "Console":
+        launch = spec.launch
+        if not launch.distributed:
+            return cls(sys.stdout, sys.stderr)
+        prefix = f"[rank {launch.rank}] "
+        out = sys.stdout if launch.is_main else PrefixedLines(sys.stdout, prefix)
+        return cls(out, PrefixedLines(sys.stderr, prefix))
+
+
+# ---------------------------------------------------------------- before the run
+
+def print_config(spec, env, out: TextIO, notes=None) -> None:
+    """The configuration echo (``spec``: the RunSpec; ``env``: the DeviceInfo)."""
+    config, model, launch = spec.config, spec.model, spec.launch
+    tf32 = "allowed" if spec.precision.tf32 else "off"
+    lines = [
+        ("Network", model.describe()),
+        ("Mode", spec.scenario.mode_text()),
+        ("Batch size", _batch_text(spec)),
+        ("Iterations", f"{config.iterations} timed after {config.warmup} warm-up"),
+        ("Precision", f"{spec.precision.label} (TF32 {tf32})"),
+    ]
+    if model.channels_last is not None:            # image models; token ids have no layout
+        lines.append(("Memory format",
+                      "channels-last (NHWC)" if config.nhwc else "contiguous (NCHW)"))
+    lines += [
+        ("Compile", compile_text(config)),
+        ("Optimizer", _optimizer_text(spec)),
+        ("Device", f"{env.device} {env.device_name} ({env.architecture})"),
+        ("PyTorch", f"{env.torch}, torchvision {env.torchvision}, {env.runtime}"),
+        ("System", f"{env.os}, Python {env.python}"),
+    ]
+    if launch.distributed:
+        lines.append(("Distributed", f"{launch.launcher}, world size {launch.world_size}"))
+    print(f"micro_benchmarking_pytorch {__version__}", file=out)
+    for label, value in lines:
+        print(f"  {label:<14}: {value}", file=out)
+    for note in spec.notes if notes is None else notes:
+        print(f"Note: {note}", file=out)
+
+
+def compile_text(config) -> str:
+    """``off``, ``on (default)``, ``on (mode reduce-overhead)``, ``on (mode max-autotune,
+    fullgraph True)``: what was asked of torch.compile, in words, not a Python dict."""
+    if not config.compile:
+        return "off"
+    if not config.compile_options:
+        return "on (default)"
+    parts = []
+    for key, value in config.compile_options.items():
+        if isinstance(value, dict):
+            value = ", ".join(f"{name}={setting}" for name, setting in value.items())
+        parts.append(f"{key} {value}")
+    return f"on ({', '.join(parts)})"
+
+
+def _optimizer_text(spec) -> str:
+    config = spec.config
+    autotune = f"{conv_autotuner_name()} {'on' if config.cudnn_benchmark else 'off'}"
+    if not spec.scenario.updates_weights:
+        return f"none ({config.mode}); {autotune}"
+    name = {"sgd": "SGD", "adamw": "AdamW"}.get(config.optimizer, config.optimizer)
+    return f"{name}, {config.optimizer_impl}; {autotune}"
+
+
+def _batch_text(spec) -> str:
+    launch = spec.launch
+    if not launch.distributed:
+        return str(launch.local_batch)
+    return f"{launch.local_batch} per rank, {launch.global_batch} global"
+
+
+# ---------------------------------------------------------------- after the run
+
+def print_iterations(summary: Summary, out: TextIO) -> None:
+    """This process's iterations (rank 0's under DDP), with the profiled one marked."""
+    losses, skipped = summary.result.losses, summary.spec.config.flops_prof_step
+    for sample, time_ms in enumerate(summary.result.times.samples_ms):
+        index = sample + 1 if skipped is not None and sample >= skipped else sample
+        if skipped is not None and sample == skipped:
+            print(f"Iteration {skipped}: profiled by DeepSpeed, not in the statistics", file=out)
+        loss = f"Loss = {losses[sample]:.4f}, " if sample < len(losses) else ""
+        print(f"Iteration {index}: {loss}Time = {time_ms:.3f} ms", file=out)
+
+
+def legacy_unit(summary: Summary) -> str:
+    """What the older tool's batch and throughput lines count: ``img`` for every model but a
+    language model, whose batch counts sequences (``seq``). Scripts grep ``[img]`` for image
+    models, which keep it verbatim; a language model's batch was never images, and a script
+    that read its ``[img/sec]`` as images per second read sequences per second unawares (its
+    tokens per second follow on their own line)."""
+    return "seq" if summary.spec.scenario.counts_tokens else "img"
+
+
+def print_legacy_block(devices: int, dtype: str, batch_size: int, time_per_batch_s: float,
+                       throughput: float, out: TextIO, unit: str = "img") -> None:
+    print(f"Num devices: {devices}", file=out)
+    print(f"Dtype: {dtype}", file=out)
+    print(f"Mini batch size [{unit}] : {batch_size}", file=out)
+    print(f"Time per mini-batch : {time_per_batch_s:.6f}", file=out)
+    print(f"Throughput [{unit}/sec] : {throughput:.2f}", file=out)
+
+
+def print_summary(summary: Summary, out: TextIO) -> None:
+    """The older tool's lines (scripts grep them), the headline set apart, then the details."""
+    dtype = summary.spec.precision.label
+    print("--------------------SUMMARY--------------------------", file=out)
+    print(f"Microbenchmark for network : {summary.spec.config.network}", file=out)
+    if summary.distributed:
+        own = summary.own
+        print(f"--------This process: rank {own.rank}--------", file=out)
+        print_legacy_block(1, dtype, own.batch_size, own.times.mean / 1e3, own.throughput, out,
+                           legacy_unit(summary))
+        print("", file=out)
+        print("--------Overall (all ranks; time of the slowest rank)--------", file=out)
+    print_legacy_block(summary.world_size, dtype, summary.global_batch,
+                       summary.time_per_batch_ms / 1e3, summary.throughput, out,
+                       legacy_unit(summary))
+    if summary.token_throughput is not None:
+        print(f"Throughput [tokens/sec] : {summary.token_throughput:.2f}", file=out)
+    if summary.distributed:
+        print_rank_table(summary, out)
+    print(RULE, file=out)
+    print(headline(summary), file=out)
+    print(RULE, file=out)
+    for label, value in _summary_rows(summary):
+        print(f"  {label:<22}: {value}", file=out)
+    for warning in summary.warnings():
+        print(f"WARNING: {warning}", file=out)
+
+
+def headline(summary: Summary) -> str:
+    """One line: the throughput, how far it spreads, and what produced it."""
+    config = summary.spec.config
+    return (f"{config.network} {config.mode}: {_headline_rate(summary)}  "
+            f"{_headline_spread(summary)}  on {_where(summary)}")
+
+
+def _headline_rate(summary: Summary) -> str:
+    """Units of work per second, and items per second beside them where they differ
+    (``2,345 tokens/s (4.58 sequences/s)``)."""
+    scenario = summary.scenario
+    rate = f"{units.rate(summary.unit_throughput)} {scenario.unit}s/s"
+    if scenario.unit == scenario.item:
+        return rate
+    return f"{rate} ({units.rate(summary.throughput)} {scenario.item}s/s)"
+
+
+def _headline_spread(summary: Summary) -> str:
+    spread = summary.trial_spread
+    if spread.count > 1:
+        low, high = spread.ci95
+        return (f"geometric mean of {spread.count} trials, 95% CI {units.rate(low)} to "
+                f"{units.rate(high)}")
+    times = summary.times
+    return f"+/- {units.percent(times.cv)} (CV of {times.count} iterations)"
+
+
+def _where(summary: Summary) -> str:
+    """``NVIDIA H200``, ``2 x NVIDIA H200``, ``the CPU (Intel Xeon ...)``, and the precision."""
+    name = summary.env.device_name or summary.spec.device.type.upper()
+    if summary.spec.device.type == "cpu":
+        ranks = f"{summary.world_size} processes on " if summary.world_size > 1 else ""
+        what = f"{ranks}the CPU ({name})"
+    else:
+        what = f"{summary.world_size} x {name}" if summary.world_size > 1 else name
+    return f"{what}, {summary.spec.precision.label}"
+
+
+def _memory(summary: Summary) -> str:
+    if summary.peak_allocated_mb is None:
+        return "not tracked on the CPU"
+    text = (f"allocated {units.megabytes(summary.peak_allocated_mb)}, reserved "
+            f"{units.megabytes(summary.peak_reserved_mb)}")
+    if summary.graph_pools_hidden:
+        text += " (allocated excludes the CUDA graphs' memory pool: see reserved)"
+    return text
+
+
+def _warmup(summary: Summary) -> str:
+    config, result = summary.spec.config, summary.first
+    if config.warmup == 0:
+        return "none"
+    first = "compile + first iteration" if config.compile else "first iteration"
+    trials = len(summary.trials)
+    which = f" (first of {trials} trials)" if trials > 1 else ""
+    return (f"{config.warmup} iterations in {result.warmup_s:.2f} s{which}; {first} "
+            f"{result.first_iteration_s:.2f} s")
+
+
+def _summary_rows(summary: Summary) -> list[tuple[str, str]]:
+    t, ms = summary.times, units.duration_ms
+    basis = " (slowest rank)" if summary.distributed else ""
+    item = summary.spec.model.item
+    rows = [
+        (f"Iteration time{basis}", f"median {ms(t.median)}  mean {ms(t.mean)}  std {ms(t.std)}"
+                                   f"  min {ms(t.min)}  max {ms(t.max)}"),
+        ("Percentiles", f"p90 {ms(t.p90)}  p95 {ms(t.p95)}  p99 {ms(t.p99)}"),
+    ]
+    if summary.scenario.items_run_one_by_one:
+        rows.append((f"Time per {item}", ms(summary.time_per_sample_us / 1e3)))
+    rows += [
+        ("Peak memory", _memory(summary)),
+        ("Warm-up", _warmup(summary)),
+    ]
+    rows += _compiler_rows(summary)
+    rows += summary.scenario.console_rows(summary)
+    rows += _flops_rows(summary) + _trial_rows(summary) + _telemetry_rows(summary)
+    per_rank = " per rank" if summary.distributed else ""
+    trials = f" in {len(summary.trials)} trials" if len(summary.trials) > 1 else ""
+    rows.append(("Timed with", f"{clock_name(summary.spec.device)}, {t.count} "
+                               f"sample{'' if t.count == 1 else 's'}"
+                               f"{per_rank}{trials}"))
+    return rows
+
+
+def _compiler_rows(summary: Summary) -> list[tuple[str, str]]:
+    """What the compiler did, observed (``compile_watch``), beside what was asked of it."""
+    report = summary.compiler
+    if report is None:
+        return []
+    rows = [("Compiled", report.summary_text()), ("CUDA graphs", report.cuda_graphs)]
+    if report.warnings:
+        first = report.warnings[0]
+        rows.append(("Compiler warnings", f"{len(report.warnings)} (all in the results JSON, "
+                                          f"compiler.warnings); first: "
+                                          f"{first[:160]}{'...' if len(first) > 160 else ''}"))
+    return rows
+
+
+def _trial_rows(summary: Summary) -> list[tuple[str, str]]:
+    spread = summary.trial_spread
+    if spread.count < 2:
+        return []
+    (low, high), (next_low, next_high) = spread.ci95, spread.prediction95
+    unit = f"{summary.spec.model.item}s/s"
+    values = "  ".join(units.rate(value) for value in spread.values)
+    within = statistics.median(trial.slowest.times.cv for trial in summary.trials)
+    return [("Trials", f"{spread.count}: {values} {unit}"),
+            ("Across trials", f"geometric mean {units.rate(spread.headline)}; 95% CI of the "
+                              f"geometric mean {units.rate(low)} to {units.rate(high)}; next "
+                              f"run likely in {units.rate(next_low)} to {units.rate(next_high)} "
+                              f"(95% prediction interval; both Student t on log throughput)"),
+            ("Trial CV", f"{units.percent(spread.cv)} between trials; within a trial "
+                         f"{units.percent(within)} (median of the trials' own CVs)")]
+
+
+def _telemetry_rows(summary: Summary) -> list[tuple[str, str]]:
+    report = summary.telemetry
+    if report is None:
+        return []
+    if not report.available:
+        return [("Telemetry", report.reason.removeprefix("telemetry: "))]
+    rows = []
+    for label, quantity, digits in (("SM clock [MHz]", "sm_clock_mhz", 0),
+                                    ("Memory clock [MHz]", "memory_clock_mhz", 0),
+                                    ("Power [W]", "power_w", 1),
+                                    ("Temperature [C]", "temperature_c", 0),
+                                    ("Utilization [%]", "utilization_pct", 0)):
+        stat = report.stat(quantity)
+        if stat is not None:
+            rows.append((label, f"min {stat.min:.{digits}f}  median {stat.median:.{digits}f}  "
+                                f"max {stat.max:.{digits}f}"))
+    if report.energy_j is not None:
+        item = summary.scenario.unit
+        basis = "energy counter" if not report.energy_estimated else "estimated: power x time"
+        rows.append(("Energy", f"{report.energy_j:.1f} J ({basis}); "
+                               f"{report.joules_per_item:.4g} J per {item}, "
+                               f"{report.items_per_joule:.4g} {item}s per J"))
+    throttled = {True: "yes: " + ", ".join(report.throttle_reasons_seen), False: "no",
+                 None: "not reported"}[report.throttled]
+    rows.append(("Throttled", throttled))
+    return rows
+
+
+def _flops_rows(summary: Summary) -> list[tuple[str, str]]:
+    use = summary.utilization
+    if use is None:
+        return []
+    scenario = summary.scenario
+    per = " per device" if summary.distributed else ""
+    mfu = (f"{use.mfu:.1%} of {use.peak.tflops:g} TFLOP/s ({use.peak.source})"
+           if use.mfu is not None else f"unknown ({use.peak.source})")
+    count = scenario.units_per_iteration(summary.spec.batch_size)
+    return [("FLOPs per iteration" + per,
+             f"{units.flops(use.flops_per_iteration)} ({scenario.flops_counted}); "
+             f"{units.flops(use.flops_per_iteration / count)} per {scenario.unit}"),
+            ("Achieved" + per, f"{units.flops(use.achieved_tflops * 1e12, per_second=True)} "
+                               f"(at the headline throughput)"),
+            ("MFU", mfu)]
+
+
+def print_profiles(summary: Summary, out: TextIO) -> None:
+    for text in summary.result.profile_reports:
+        print(text, file=out)
+
+
+def print_rank_table(summary: Summary, out: TextIO) -> None:
+    print("", file=out)
+    print(f"{'rank':>5} {'local':>5}  {'host':<20} {'median ms':>10} {'p99 ms':>10} "
+          f"{'img/s':>10}", file=out)
+    for r in summary.ranks:
+        t = r.times
+        print(f"{r.rank:>5} {r.local_rank:>5}  {r.host[:20]:<20} {t.median:>10.3f} "
+              f"{t.p99:>10.3f} {r.throughput:>10.2f}", file=out)
+    print(f"Skew between ranks : {summary.skew:.2%} (slowest rank {summary.slowest.rank}, "
+          f"fastest rank {summary.fastest.rank}, by timed wall time)", file=out)
+    print(f"Per-device throughput [img/sec] : {summary.per_device_throughput:.2f}", file=out)
+    if summary.scaling_efficiency is not None:
+        print(f"Scaling efficiency : {summary.scaling_efficiency:.1%} of {summary.world_size}"
+              f" x {summary.spec.scaling_baseline_img_s:.2f} img/s (single-device baseline)",
+              file=out)
+
+
+def print_files(summary: Summary, out: TextIO) -> None:
+    spec = summary.spec
+    if spec.json_path:
+        print(f"Results JSON : {spec.json_path}", file=out)
+        print(f"Results CSV  : {spec.csv_path}", file=out)

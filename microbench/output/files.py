@@ -1,0 +1,372 @@
+"""The file writers: the JSON result and the CSV summary row, both read from a Summary.
+
+The JSON keeps the older tool's keys (``Name``, ``GPUs``, ``Mini batch size [img]``,
+``Mini batch size [img/gpu]``, ``Throughput [img/sec]``, ``Time per mini-batch``) beside the
+richer fields. Files are written whole or not at all; CSV rows are appended under an exclusive
+lock, so concurrent runs never interleave, a failed append is cut back, and a file with another
+header is refused before the run (:mod:`microbench.output.writing`).
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import tempfile
+
+from microbench import __version__
+from microbench.settings import identity
+from microbench.measure import stats
+from microbench.store import stored
+from microbench.platform.device import clock_name
+from microbench.platform.errors import UsageError
+from microbench.measure.summary import Summary
+from microbench.output import writing
+
+SCHEMA_VERSION = 2
+CSV_COLUMNS = (
+    "time_utc", "network", "mode", "precision", "nhwc", "compile", "batch_size",
+    "global_batch_size", "world_size", "image_size", "seq_len", "attention", "iterations", "warmup",
+    "device_name", "throughput_img_s", "throughput_tokens_s", "mean_ms", "median_ms", "std_ms",
+    "min_ms", "max_ms", "p90_ms", "p95_ms", "p99_ms", "cv", "forward_ms", "backward_ms",
+    "optimizer_ms", "ttft_median_ms", "itl_median_ms", "itl_p99_ms", "peak_allocated_mb",
+    "peak_reserved_mb", "warmup_s", "compile_s", "gflops_per_iteration", "achieved_tflops", "mfu",
+    "trials", "trial_cv", "ci95_low", "ci95_high", "sm_clock_mhz_median", "power_w_median",
+    "energy_j", "j_per_item", "throttled", "device_type", "torch", "gpu_runtime", "host",
+    "json_file", "status", "error",
+)
+# The columns only some kinds of run fill (microbench.scenarios: csv_cells).
+SCENARIO_COLUMNS = ("forward_ms", "backward_ms", "optimizer_ms", "ttft_median_ms",
+                    "itl_median_ms", "itl_p99_ms")
+
+
+# ---------------------------------------------------------------- the JSON result
+
+def result_document(summary: Summary) -> dict:
+    spec, result, t = summary.spec, summary.result, summary.times
+    document = {
+        # The older tool's keys, unchanged in meaning: the job's figures.
+        "Name": spec.config.network,
+        "GPUs": summary.world_size,
+        "Mini batch size [img]": summary.global_batch,
+        "Mini batch size [img/gpu]": spec.batch_size,
+        "Throughput [img/sec]": summary.throughput,
+        "Time per mini-batch": summary.time_per_batch_ms / 1e3,
+        # Richer fields.
+        "schema_version": SCHEMA_VERSION,
+        "tool_version": __version__,
+        "config": dataclasses.asdict(spec.config),
+        "env": summary.env.to_dict(),
+        "model": _model_document(summary),
+        "precision": {"name": spec.precision.name, "label": spec.precision.label,
+                      "tf32": spec.precision.tf32},
+        "timing": {"clock": clock_name(spec.device), "basis": _basis(summary),
+                   "warmup_iterations": spec.config.warmup, "warmup_s": summary.first.warmup_s,
+                   "first_iteration_s": summary.first.first_iteration_s,
+                   "compile_s": summary.compile_s,
+                   "samples_ms": list(t.samples_ms), "stats": t.stats(), "noisy": t.is_noisy},
+        "throughput": {"images_per_s": summary.throughput,
+                       "ms_per_batch": summary.time_per_batch_ms,
+                       "us_per_sample": summary.time_per_sample_us},
+        "memory": {"peak_allocated_mb": summary.peak_allocated_mb,
+                   "peak_reserved_mb": summary.peak_reserved_mb,
+                   "allocated_excludes_cuda_graph_pool": summary.graph_pools_hidden},
+        "losses": result.losses,
+        "notes": summary.notes,
+        "flops": _flops_document(summary),
+        "compiler": summary.compiler.to_dict() if summary.compiler is not None else None,
+    }
+    if summary.token_throughput is not None:
+        document["Throughput [tokens/sec]"] = summary.token_throughput
+        document["throughput"]["tokens_per_s"] = summary.token_throughput
+    document.update(spec.scenario.document(summary))
+    document["trials"] = {**summary.trial_spread.to_dict(), "unit": f"{spec.model.item}s/s",
+                          "where": ("worker processes" if spec.config.trials_in_workers
+                                    else "this process"),
+                          "within_trial_cv": t.cv,
+                          "per_trial": [_trial_document(trial) for trial in summary.trials],
+                          "stopped_by": summary.stopped_by,
+                          "discarded": [{"index": d.index, "reason": d.reason,
+                                         **_trial_document(d.trial)}
+                                        for d in summary.discarded]}
+    report = summary.telemetry
+    document["telemetry"] = report.to_dict() if report is not None else None
+    if summary.distributed:
+        document["distributed"] = _distributed_document(summary)
+    return document
+
+
+def _trial_document(trial) -> dict:
+    times, result = trial.slowest.times, trial.result
+    telemetry = result.telemetry.to_dict() if result.telemetry is not None else None
+    return {"throughput": trial.throughput, "samples_ms": list(times.samples_ms),
+            "stats": times.stats(), "warmup_s": result.warmup_s,
+            "first_iteration_s": result.first_iteration_s, "pid": result.pid,
+            "seed": result.seed, "throttled": stats.throttle_reason(result.telemetry),
+            "telemetry": telemetry}
+
+
+def _model_document(summary: Summary) -> dict:
+    spec, model = summary.spec, summary.spec.model
+    document = {"name": model.name, "family": model.family,
+                "parameters": summary.result.parameters, "item": model.item,
+                "input_shape": list(model.input_shape(spec.batch_size))}
+    if model.tokens_per_item is not None:
+        document.update(seq_len=model.seq_len, vocab_size=model.vocab_size,
+                        attention=model.attention)
+    else:
+        document.update(num_classes=model.num_classes, image_size=model.image_size)
+    return document
+
+
+def _basis(summary: Summary) -> str:
+    whose = "the slowest rank's samples" if summary.distributed else "this process's samples"
+    if len(summary.trials) > 1:
+        return (f"{whose} of all {len(summary.trials)} trials; the headline throughput is the "
+                f"geometric mean of the trials'")
+    return whose
+
+
+def _flops_document(summary: Summary) -> dict | None:
+    use = summary.utilization
+    if use is None:
+        return None
+    return {**use.to_dict(), "counted": summary.spec.scenario.flops_counted.replace(" + ", "+"),
+            "counter": "torch.utils.flop_counter.FlopCounterMode",
+            "per": "device", "deepspeed_profiled_iteration": summary.spec.config.flops_prof_step}
+
+
+def _distributed_document(summary: Summary) -> dict:
+    launch = summary.spec.launch
+    return {
+        "launcher": launch.launcher, "world_size": summary.world_size,
+        "backend": summary.backend or launch.backend,
+        "local_batch_size": launch.local_batch, "global_batch_size": summary.global_batch,
+        "throughput_img_s": summary.throughput,
+        "per_gpu_throughput_img_s": summary.per_device_throughput,
+        "slowest_rank": summary.slowest.rank, "fastest_rank": summary.fastest.rank,
+        "skew": summary.skew, "baseline_throughput_img_s": summary.spec.scaling_baseline_img_s,
+        "scaling_efficiency": summary.scaling_efficiency,
+        "all_ranks_stats": summary.all_times.stats(),
+        "per_rank": [{"rank": r.rank, "local_rank": r.local_rank, "host": r.host,
+                      "device_name": r.device_name, "batch_size": r.batch_size,
+                      "throughput_img_s": r.throughput, "stats": r.times.stats(),
+                      "samples_ms": list(r.samples_ms), "peak_allocated_mb": r.peak_allocated_mb,
+                      "peak_reserved_mb": r.peak_reserved_mb} for r in summary.ranks],
+    }
+
+
+# ---------------------------------------------------------------- the CSV row
+
+def _optional(value: float | None, digits: int = 3) -> str:
+    return "" if value is None else f"{value:.{digits}f}"
+
+
+def _timing_cells(times) -> dict:
+    return {"mean_ms": f"{times.mean:.4f}", "median_ms": f"{times.median:.4f}",
+            "std_ms": f"{times.std:.4f}", "min_ms": f"{times.min:.4f}",
+            "max_ms": f"{times.max:.4f}", "p90_ms": f"{times.p90:.4f}",
+            "p95_ms": f"{times.p95:.4f}", "p99_ms": f"{times.p99:.4f}", "cv": f"{times.cv:.5f}"}
+
+
+def _trust_cells(summary: Summary) -> dict:
+    spread, report = summary.trial_spread, summary.telemetry
+    ci = spread.ci95
+    cells = {"trials": spread.count, "trial_cv": _optional(spread.cv if ci else None, 5),
+             "ci95_low": _optional(ci[0] if ci else None), "ci95_high": _optional(ci[1] if ci
+                                                                                else None)}
+    telemetry = report.csv_cells() if report is not None and report.available else {}
+    for key in ("sm_clock_mhz_median", "power_w_median", "energy_j", "j_per_item"):
+        cells[key] = _optional(telemetry.get(key), 4)
+    throttled = telemetry.get("throttled")
+    cells["throttled"] = "" if throttled is None else int(throttled)
+    return cells
+
+
+def _flops_cells(summary: Summary) -> dict:
+    use = summary.utilization
+    if use is None:
+        return {"gflops_per_iteration": "", "achieved_tflops": "", "mfu": ""}
+    return {"gflops_per_iteration": f"{use.flops_per_iteration / 1e9:.3f}",
+            "achieved_tflops": f"{use.achieved_tflops:.4f}", "mfu": _optional(use.mfu, 5)}
+
+
+def _identity_cells(spec, env) -> dict:
+    """The columns that say what ran, for measured and failed rows alike (``spec``: a RunSpec;
+    ``env``: the DeviceInfo)."""
+    config = spec.config
+    return {
+        "time_utc": env.time_utc, "network": spec.model.name, "mode": config.mode,
+        "precision": spec.precision.name, "nhwc": int(config.nhwc),
+        "compile": int(config.compile), "batch_size": spec.batch_size,
+        "global_batch_size": spec.launch.global_batch, "world_size": spec.launch.world_size,
+        "image_size": getattr(spec.model, "image_size", ""),
+        "seq_len": getattr(spec.model, "seq_len", ""),
+        "attention": getattr(spec.model, "attention", ""),
+        "iterations": config.iterations, "warmup": config.warmup,
+        "device_name": env.device_name, "device_type": env.device_type, "torch": env.torch,
+        "gpu_runtime": env.runtime, "host": env.host,
+    }
+
+
+def csv_row(summary: Summary) -> dict:
+    """One row; under DDP the timing, batch and throughput cells describe the job."""
+    return {
+        **_identity_cells(summary.spec, summary.env),
+        "throughput_img_s": f"{summary.throughput:.3f}",
+        "throughput_tokens_s": _optional(summary.token_throughput),
+        **_timing_cells(summary.times),
+        **_scenario_cells(summary),
+        "peak_allocated_mb": _optional(summary.peak_allocated_mb),
+        "peak_reserved_mb": _optional(summary.peak_reserved_mb),
+        "warmup_s": f"{summary.first.warmup_s:.3f}", "compile_s": _optional(summary.compile_s),
+        "json_file": summary.spec.json_path or "",
+        **_flops_cells(summary),
+        **_trust_cells(summary),
+        "status": "ok", "error": "",
+    }
+
+
+def _scenario_cells(summary: Summary) -> dict:
+    """The cells of the kind of run (phases, token latencies); the others stay empty."""
+    cells = dict.fromkeys(SCENARIO_COLUMNS, "")
+    cells.update(summary.spec.scenario.csv_cells(summary))
+    return cells
+
+
+def failed_csv_row(spec, env, status: str, error: str) -> dict:
+    """A sweep row that did not run to the end: what it was, and why it stopped."""
+    row = {column: "" for column in CSV_COLUMNS}
+    row.update({**_identity_cells(spec, env), "status": status, "error": error})
+    return row
+
+
+def check_csv(path: str, directory_made: bool = False) -> None:
+    """Refuse, before any time is spent benchmarking, a CSV that cannot take our row: one that
+    cannot be written (report.writing.check_target), a binary file, or another header."""
+    writing.check_target(path, "--csv-file", directory_made)
+    if not os.path.exists(path):
+        return
+    try:
+        head = writing.read_head(path)
+    except OSError as error:
+        raise UsageError(f"cannot read --csv-file {path}: {error.strerror}") from None
+    problem = writing.header_problem(head, CSV_COLUMNS)
+    if problem:
+        raise UsageError(f"--csv-file {path} {problem} (an older or foreign file): name "
+                         f"another --csv-file or move that one away")
+
+
+def append_csv(row: dict, path: str) -> None:
+    """Append one row (and the header to a new file): one write under an exclusive lock, cut
+    back if it fails (report.writing.append_csv_rows)."""
+    writing.append_csv_rows(path, CSV_COLUMNS, [[row.get(column, "") for column in CSV_COLUMNS]])
+
+
+# ---------------------------------------------------------------- before and after the run
+
+def prepare_output(spec, plot_path: str | None = None) -> None:
+    """Every output path of this process checked before the model is built, so no problem with
+    them costs the user a run: the result directory, the JSON and the CSV (on rank 0, which
+    writes them), the --plot file, and the --kineto trace directory (every rank writes its own)."""
+    if spec.config.kineto:
+        from microbench.measure.profilers import prepare_trace_output
+        prepare_trace_output(spec.config)
+    if not spec.launch.is_main:
+        return
+    if plot_path is not None:
+        from microbench.output.sweep_plot import check_path
+        check_path(plot_path)
+    if spec.json_path is None:
+        return
+    output_dir = spec.config.output_dir
+    _check_output_dir(output_dir)
+    writing.check_target(spec.json_path, "--output-file", directory_made=True)
+    if os.path.abspath(spec.csv_path) == os.path.abspath(spec.json_path):
+        raise UsageError(f"--csv-file {spec.csv_path} is also the JSON result file: name "
+                         f"another")
+    in_output_dir = os.path.dirname(os.path.abspath(spec.csv_path)) == os.path.abspath(output_dir)
+    check_csv(spec.csv_path, directory_made=in_output_dir)
+
+
+def _check_output_dir(output_dir: str) -> None:
+    """--output-dir can be written: it, or the nearest of its parents that exists (the
+    directory itself is created only when the first result is written, so a run refused or
+    failed leaves none behind)."""
+    existing = writing.existing_ancestor(output_dir)
+    problem = None if os.path.isdir(existing) else f"{existing} is not a directory"
+    if problem is None:
+        try:
+            with tempfile.TemporaryFile(dir=existing):
+                pass
+        except OSError as error:
+            problem = error.strerror
+    if problem:
+        raise UsageError(f"cannot write results to --output-dir {output_dir}: {problem}; "
+                         f"choose another directory or pass --no-files")
+
+
+# ---------------------------------------------------------------- result names that never collide
+
+def _differences(ours: dict, theirs: dict) -> str:
+    names = identity.differing_names(ours, theirs, identity.naming_fields())
+    return ", ".join(names[:4]) + (" ..." if len(names) > 4 else "")
+
+
+def _identity_on_disk(path: str) -> dict | None:
+    """The identity of the result at ``path``; None when there is none (nothing to protect)."""
+    document = stored.result_at(path)
+    return identity.of_document(document) if document is not None else None
+
+
+def claim_result_path(spec, taken: set[str] | None = None):
+    """The JSON path this run may write, and a note when it is not the one asked for.
+
+    A result of the same configuration is replaced (a re-run refreshes it). A result of another
+    configuration is never replaced silently: under a default name this run takes the next free
+    one (``NAME-2.json``, ...); under an explicit ``--output-file`` it replaces the file, as
+    the older tool did, with a note. ``taken``: paths earlier rows of this invocation claimed
+    (added to), which are never shared even before they are written."""
+    path = spec.json_path
+    if path is None or not spec.launch.is_main:
+        return spec, None
+    taken = set() if taken is None else taken
+    ours, fields = identity.of_spec(spec), identity.naming_fields()
+
+    def same(theirs: dict | None) -> bool:
+        return theirs is None or identity.same(ours, theirs, fields)
+
+    def free(candidate: str) -> bool:
+        return os.path.abspath(candidate) not in taken and same(_identity_on_disk(candidate))
+
+    if free(path) or spec.config.output_file:
+        taken.add(os.path.abspath(path))
+        theirs = _identity_on_disk(path)
+        if same(theirs):
+            return spec, None
+        return spec, (f"{path} held a result of another configuration (differing in "
+                      f"{_differences(ours, theirs)}); --output-file names it, so this run's "
+                      f"result replaces it")
+    stem, number = path[:-len(".json")], 2
+    while not free(f"{stem}-{number}.json"):
+        number += 1
+    candidate = f"{stem}-{number}.json"
+    taken.add(os.path.abspath(candidate))
+    theirs = _identity_on_disk(path)
+    why = (f"holds a result of another configuration (differing in "
+           f"{_differences(ours, theirs)})" if not same(theirs)
+           else "is another row's of this invocation")
+    name = os.path.basename(candidate).removesuffix(".json")
+    return dataclasses.replace(spec, json_path=candidate, result_name=name), (
+        f"{path} {why}; this run's result goes to {candidate}")
+
+
+def write_files(summary: Summary) -> None:
+    """The JSON result and the CSV row of a finished run (nothing with --no-files): both are
+    written or neither. The JSON goes first and the row after it (writing.write_then: a failed
+    append puts the previous JSON back), so a row in the CSV always has its JSON, even when the
+    process is killed between the two writes."""
+    spec = summary.spec
+    if spec.json_path is None:
+        return
+    text = writing.json_text(result_document(summary)).encode("utf-8")
+    writing.write_then(spec.json_path, text,
+                       lambda: append_csv(csv_row(summary), spec.csv_path))

@@ -1,0 +1,396 @@
+"""``--plot FILE.png`` for sweeps.
+
+When the batch size varies: throughput (and, on a GPU, peak memory) against batch size, one line
+per configuration, the batch-size axis in powers of two but labelled with the batch sizes that
+ran (1, 2, 4, ..., not 2^0, 2^1). Otherwise: bars, one per configuration. The file's suffix names
+its format (any matplotlib writes: png, svg, pdf...); it is checked before the sweep runs and
+written whole or not at all.
+
+What the figure says about itself:
+
+* its subtitle names the device, the precisions and the software (PyTorch, torchvision, the
+  CUDA or ROCm runtime), from the ``env`` the rows were measured with;
+* every point carries an error bar, and a footnote says what the bars are: with ``--repeat N``
+  (N >= 2), the lowest and highest of the N trials' throughputs around their median (the
+  headline; spread between runs); with one trial, the 10th to 90th percentile of per-iteration
+  throughput (batch / iteration time; spread within a run) around the headline, which is the
+  batch times the iterations over their summed time;
+* a configuration that failed gets no point and no bar (nothing was measured), and the footnote
+  names it and why;
+* the memory panel is drawn only when some row knows its peak memory (not on the CPU).
+
+Example::
+
+    python3 micro_benchmarking_pytorch.py --network resnet50 --batch-size 16,32,64,128 \\
+        --precision fp32,amp-bf16 --plot batch.png
+"""
+from __future__ import annotations
+
+import io
+import os
+import textwrap
+from dataclasses import dataclass
+
+from microbench.platform.errors import MissingEnvironment, UsageError
+from microbench.output import workers_plot as data_plot, writing
+
+# The per-iteration percentiles a one-trial error bar spans.
+LOW_PERCENTILE, HIGH_PERCENTILE = 10, 90
+# Characters per inch of figure width: where the footnote wraps, how wide the subtitle needs
+# the figure to be (DejaVu Sans at matplotlib's x-small and small sizes, with some room).
+FOOTNOTE_CHARS_PER_INCH = 17
+SUBTITLE_CHARS_PER_INCH = 13
+_INCH_PER_LINE = 0.19         # height of one line of small text
+
+
+def require_matplotlib() -> None:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise MissingEnvironment("--plot needs matplotlib: pip install matplotlib") from None
+
+
+def check_path(path: str) -> None:
+    """Before the sweep: matplotlib is there, the file can be written, its suffix is a format
+    matplotlib writes."""
+    require_matplotlib()
+    from matplotlib.backend_bases import FigureCanvasBase
+    formats = FigureCanvasBase.get_supported_filetypes()
+    suffix = os.path.splitext(path)[1].lstrip(".").lower()
+    if suffix not in formats:
+        raise UsageError(f"--plot {path}: the suffix names the format; use one of "
+                         f"{', '.join('.' + name for name in sorted(formats))}")
+    writing.check_target(path, "--plot")
+
+
+# ---------------------------------------------------------------- what a point and its bar are
+
+@dataclass(frozen=True)
+class Point:
+    """One measured row as plotted: the headline throughput and the ends of its error bar, in
+    the plot's unit (items or tokens per second)."""
+
+    value: float
+    low: float
+    high: float
+
+    @property
+    def below(self) -> float:
+        # Clamped: with very skewed samples the headline (a mean rate) may lie outside the
+        # percentile range; the bar then ends at the point instead of pointing backwards.
+        return max(0.0, self.value - self.low)
+
+    @property
+    def above(self) -> float:
+        return max(0.0, self.high - self.value)
+
+
+def point_of(summary, per_token: bool = False) -> Point:
+    """The headline of a summary and its spread: between trials when there are two or more,
+    else between the iterations of the one trial (see the module docstring)."""
+    scale = summary.scenario.units_per_item if per_token else 1
+    spread = summary.trial_spread
+    if spread.count >= 2:
+        low, high = min(spread.values), max(spread.values)
+    else:
+        times = summary.times
+        # A rate's low percentile is the time's high one: batch / p90(time) = p10(rate).
+        low = summary.global_batch / (times.percentile(HIGH_PERCENTILE) / 1e3)
+        high = summary.global_batch / (times.percentile(LOW_PERCENTILE) / 1e3)
+    return Point(summary.throughput * scale, low * scale, high * scale)
+
+
+def bars_note(rows, subject: str, noun: str) -> str:
+    """What the points (or bar heights) and their error bars are, for the footnote."""
+    measured = [row.summary for row in rows if row.summary is not None]
+    if not measured:
+        return ""
+    trials = measured[0].trial_spread.count
+    if trials >= 2:
+        return (f"{subject}: the geometric mean of {trials} trials' throughputs (--repeat {trials}; the "
+                f"headline); error bars: the lowest and the highest trial.")
+    counts = sorted({summary.times.count for summary in measured})
+    iterations = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
+    return (f"{subject}: {noun} over the summed time of the timed iterations (the headline); "
+            f"error bars: {LOW_PERCENTILE}th to {HIGH_PERCENTILE}th percentile of the "
+            f"per-iteration rate ({noun} of one iteration / its time; {iterations} timed "
+            f"iterations, one trial).")
+
+
+# ---------------------------------------------------------------- labels
+
+# The facets that tell configurations apart, in the order labels list them.
+_FACETS = ("network", "mode", "precision", "layout", "compile", "language", "parallel",
+           "checkpointing", "batch", "data", "workers", "decode")
+# Facet values that go unsaid when every row has them.
+_DEFAULTS = {"nchw", "eager mode"}
+
+
+def _facets(row) -> dict[str, str]:
+    config, model = row.spec.config, row.spec.model
+    language = (f"{model.attention} s{model.seq_len}"
+                if getattr(model, "tokens_per_item", None) is not None else "")
+    return {
+        "network": config.network,
+        "mode": config.mode,
+        "precision": row.spec.precision.name,
+        "layout": "nhwc" if config.nhwc else "nchw",
+        "compile": (f"compile {config.compile_options.get('mode', 'default')}"
+                    if config.compile else "eager mode"),
+        "language": language,
+        "parallel": "fsdp" if config.parallel == "fsdp" else "",
+        "checkpointing": ("" if config.activation_checkpointing == "none"
+                          else f"checkpointing {config.activation_checkpointing}"),
+        "batch": f"batch {row.spec.batch_size}",
+        "data": "" if config.data == "synthetic" else f"data {config.data}",
+        "workers": ("" if config.data == "synthetic" else
+                    f"workers {'auto' if config.workers is None else config.workers}"),
+        "decode": "" if config.data == "synthetic" else f"decode {config.decode}",
+    }
+
+
+def _varying(rows, facets) -> list[str]:
+    return [name for name in facets if len({_facets(row)[name] for row in rows}) > 1]
+
+
+def _label(row, names) -> str:
+    facets = _facets(row)
+    return " ".join(facets[name] for name in names if facets[name])
+
+
+def _common_label(rows, excluded) -> str:
+    facets = _facets(rows[0])
+    varying = set(_varying(rows, _FACETS)) | set(excluded)
+    return " ".join(facets[name] for name in _FACETS
+                    if name not in varying and facets[name] and facets[name] not in _DEFAULTS)
+
+
+def _unit(rows, per_token: bool) -> str:
+    if per_token:
+        return "tokens/s"
+    items = {row.spec.model.item for row in rows}
+    return f"{min(items)}s/s" if len(items) == 1 else "items/s"
+
+
+# Settings the title's facets already show, or that do not change what was measured.
+_NOT_IN_SUBTITLE = {"network", "mode", "precision", "tf32", "nhwc", "compile", "compile_options",
+                    "attention", "seq_len", "batch_size", "device", "preset", "data", "workers",
+                    "decode", "parallel", "activation_checkpointing"}
+
+
+def changed_settings(rows) -> list[str]:
+    """Every replayed setting all rows share that differs from its default (``image size 64``),
+    so that a 64-pixel run is not read as a 224-pixel one."""
+    from microbench.settings.config import SCHEMA
+    configs = [row.spec.config for row in rows]
+    shown = []
+    for name, item in SCHEMA.items():
+        values = {repr(getattr(config, name)) for config in configs}
+        value = getattr(configs[0], name)
+        if (item.replayed and name not in _NOT_IN_SUBTITLE and len(values) == 1
+                and value != item.default):
+            shown.append(f"{name.replace('_', ' ')} {_as_text(value)}")
+    return shown
+
+
+def _as_text(value) -> str:
+    if isinstance(value, (list, tuple)):
+        return ",".join(map(str, value))
+    return str(value)
+
+
+def subtitle(rows) -> str:
+    """Device, precisions, the settings that differ from the defaults, and software, from the
+    environment the rows were measured in."""
+    precisions = ", ".join(dict.fromkeys(row.spec.precision.name for row in rows))
+    changed = changed_settings(rows)
+    if changed:
+        precisions += " · " + ", ".join(changed)
+    env = next((row.summary.env for row in rows if row.summary is not None), None)
+    if env is None:
+        return f"{rows[0].spec.device} · {precisions} · no configuration was measured"
+    if not env.on_gpu:
+        device = f"{env.device_name} (CPU, {env.cpu_threads} threads)"
+        software = f"PyTorch {env.torch}, torchvision {env.torchvision}"
+    else:
+        device = f"{env.device_name} ({env.device})"
+        software = f"PyTorch {env.torch}, torchvision {env.torchvision}, {env.runtime}"
+    return f"{device} · {precisions} · {software}"
+
+
+def _failures_note(rows, mark: str) -> str:
+    failed = [f"{row.label()} ({row.status})" for row in rows if row.failed]
+    return f"Not measured (no {mark}): {'; '.join(failed)}." if failed else ""
+
+
+# ---------------------------------------------------------------- the figure
+
+def build_figure(rows):
+    """The sweep's figure (a matplotlib Figure, not yet saved). ``rows``: sweep rows
+    (microbench.drivers.sweep.Row): .spec, .summary (None when the row failed), .status, .label()."""
+    require_matplotlib()
+    from matplotlib.figure import Figure
+
+    measured = [row for row in rows if row.summary is not None]
+    per_token = bool(measured) and all(row.summary.token_throughput is not None
+                                       for row in measured)
+    with_memory = any(row.peak_allocated_mb is not None for row in rows)
+    by_batch = len({row.spec.batch_size for row in rows}) > 1
+    panels = 2 if with_memory else 1
+    heading = subtitle(rows)
+    width = max((6.5 if by_batch else max(5.0, 1.0 + 0.9 * len(rows))) * panels + 0.5,
+                len(heading) / SUBTITLE_CHARS_PER_INCH + 0.5)
+    unit = _unit(rows, per_token)
+    notes = [bars_note(rows, "Points" if by_batch else "Bar heights", unit.split("/")[0]),
+             _failures_note(rows, "point" if by_batch else "bar")]
+    notes = [text for text in notes if text]
+    footnote = "\n".join(textwrap.fill(text, int(width * FOOTNOTE_CHARS_PER_INCH),
+                                       break_on_hyphens=False) for text in notes)
+    foot_lines = footnote.count("\n") + 1 if footnote else 0
+    height = 4.6 + _INCH_PER_LINE * (foot_lines + 3)
+
+    figure = Figure(figsize=(width, height))
+    axes = figure.subplots(1, panels, squeeze=False)[0]
+    speed, memory = axes[0], (axes[1] if with_memory else None)
+    if by_batch:
+        _draw_lines(rows, speed, memory, per_token)
+    else:
+        _draw_bars(rows, speed, memory, per_token)
+
+    speed.set_ylabel(f"throughput [{unit}]")
+    speed.set_ylim(bottom=0)
+    if not measured:            # the sweep fails; the figure says so instead of empty ticks
+        speed.set_yticks([])
+        speed.text(0.5, 0.5, "no configuration was measured", ha="center",
+                   transform=speed.transAxes)
+    what = _common_label(rows, excluded=("batch",) if by_batch else ())
+    speed.set_title(f"Throughput{': ' + what if what else ''}", fontsize="medium")
+    if memory is not None:
+        memory.set_ylabel("peak memory allocated [MB]")
+        memory.set_ylim(bottom=0)
+        memory.set_title("Peak memory allocated", fontsize="medium")
+
+    top = 1 - 1.4 * _INCH_PER_LINE / height
+    bottom = (foot_lines + 0.8) * _INCH_PER_LINE / height if foot_lines else 0
+    title = figure.suptitle(heading, fontsize="small",
+                            y=1 - 0.5 * _INCH_PER_LINE / height, va="top")
+    title.set_in_layout(False)     # its space is reserved above (matplotlib versions differ)
+    if footnote:
+        figure.text(0.01, 0.4 * _INCH_PER_LINE / height, footnote, fontsize="x-small",
+                    ha="left", va="bottom", color="0.25")
+    figure.tight_layout(rect=(0, bottom, 1, top))
+    return figure
+
+
+def _draw_lines(rows, speed, memory, per_token: bool) -> None:
+    series: dict[str, list] = {}
+    names = [name for name in _varying(rows, _FACETS) if name != "batch"]
+    for row in rows:
+        series.setdefault(_label(row, names), []).append(row)
+    for label, members in series.items():
+        done = [row for row in members if row.summary is not None]
+        points = [point_of(row.summary, per_token) for row in done]
+        batches = [row.spec.batch_size for row in done]
+        drawn = speed.errorbar(batches, [p.value for p in points],
+                               yerr=[[p.below for p in points], [p.above for p in points]],
+                               marker="o", capsize=3, label=label or None)
+        if memory is not None:
+            known = [row for row in done if row.peak_allocated_mb is not None]
+            memory.plot([row.spec.batch_size for row in known],
+                        [row.peak_allocated_mb for row in known], marker="o",
+                        color=drawn.lines[0].get_color(), label=label or None)
+    batches = sorted({row.spec.batch_size for row in rows})
+    items = {row.spec.model.item for row in rows}
+    unit = f"{min(items)}s" if len(items) == 1 else "items"
+    for axis in filter(None, (speed, memory)):
+        _batch_axis(axis, batches, unit)
+        if len(series) > 1:
+            axis.legend(fontsize="small")
+
+
+def _batch_axis(axis, batches, items: str) -> None:
+    """A log2 axis whose ticks are the batch sizes that ran, written as plain integers."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+    axis.set_xscale("log", base=2)
+    axis.xaxis.set_major_locator(FixedLocator(batches))
+    axis.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{round(value):d}"))
+    axis.xaxis.set_minor_locator(NullLocator())
+    # Half a doubling of margin each side, so the end points and their bars are not clipped.
+    axis.set_xlim(batches[0] / 2 ** 0.5, batches[-1] * 2 ** 0.5)
+    axis.set_xlabel(f"batch size [{items}]")
+    if len(batches) > 10:
+        axis.tick_params(axis="x", labelrotation=45)
+
+
+def _draw_bars(rows, speed, memory, per_token: bool) -> None:
+    names = _varying(rows, _FACETS)
+    labels = [_label(row, names) or _label(row, _FACETS) for row in rows]
+    positions = list(range(len(rows)))
+    done = [(position, row) for position, row in zip(positions, rows) if row.summary is not None]
+    # A failed row gets no bar (not a zero bar): nothing was measured. Its place says why.
+    points = [point_of(row.summary, per_token) for _, row in done]
+    speed.bar([position for position, _ in done], [p.value for p in points],
+              yerr=[[p.below for p in points], [p.above for p in points]], capsize=4,
+              color="tab:blue")
+    known = [(position, row) for position, row in done if row.peak_allocated_mb is not None]
+    if memory is not None:
+        memory.bar([position for position, _ in known],
+                   [row.peak_allocated_mb for _, row in known], color="tab:orange")
+    for axis in filter(None, (speed, memory)):
+        axis.set_xticks(positions, labels, rotation=30 if len(rows) > 3 else 0,
+                        ha="right" if len(rows) > 3 else "center", fontsize="small")
+        axis.set_xlim(-0.6, len(rows) - 0.4)
+        for position, row in zip(positions, rows):
+            if row.failed:
+                axis.text(position, 0, f" {row.status}", rotation=90, ha="center",
+                          va="bottom", fontsize="small", color="tab:red",
+                          transform=axis.get_xaxis_transform())
+
+
+def _is_generation(rows) -> bool:
+    return all(row.spec.scenario.decodes_tokens for row in rows) and \
+        any(row.summary is not None for row in rows)
+
+
+def build_generation_figure(rows):
+    """Aggregate decode tokens/s against the inter-token latency (p50), one labelled point per
+    batch size, joined in batch order: the throughput-latency curve serving engines report."""
+    require_matplotlib()
+    from matplotlib.figure import Figure
+    figure = Figure(figsize=(7.5, 5.2))
+    axis = figure.subplots()
+    done = [row for row in rows if row.summary is not None and row.summary.detail is not None]
+    done.sort(key=lambda row: row.spec.batch_size)
+    latency = [row.summary.detail.decode.median for row in done]
+    rate = [row.spec.scenario.decode_tokens_per_s(row.summary) or 0.0 for row in done]
+    axis.plot(latency, rate, marker="o")
+    for row, x, y in zip(done, latency, rate):
+        axis.annotate(f"batch {row.spec.batch_size}", (x, y), textcoords="offset points",
+                      xytext=(5, -12), fontsize="small")
+    axis.set_xlabel("inter-token latency p50 [ms]")
+    axis.set_ylabel("decode throughput, whole batch [tokens/s]")
+    axis.set_xlim(left=0)
+    axis.set_ylim(bottom=0)
+    axis.set_title(f"Generation: {_common_label(rows, excluded=('batch',))}", fontsize="medium")
+    failed = _failures_note(rows, "point")
+    heading = "\n".join(textwrap.fill(text, 110, break_on_hyphens=False)
+                        for text in (subtitle(rows), failed) if text)
+    figure.suptitle(heading, fontsize="small")
+    figure.tight_layout()
+    return figure
+
+
+def plot_rows(rows, path: str) -> None:
+    """Draw the sweep and write it to ``path`` (whole or not at all): a sweep over the loader's
+    workers gets the input pipeline's figure (output/workers_plot.py), a generate sweep the
+    throughput-latency curve."""
+    if data_plot.applies(rows):
+        require_matplotlib()
+        figure = data_plot.build_figure(rows, subtitle(rows))
+    elif _is_generation(rows):
+        figure = build_generation_figure(rows)
+    else:
+        figure = build_figure(rows)
+    image = io.BytesIO()
+    figure.savefig(image, dpi=120, format=os.path.splitext(path)[1].lstrip(".").lower())
+    writing.write_whole(path, image.getvalue())

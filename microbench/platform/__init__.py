@@ -1,0 +1,2 @@
+"""The platform: the device, processes and ranks, errors and exit codes, checked reads of input
+files."""

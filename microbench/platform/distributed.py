@@ -1,0 +1,394 @@
+"""Multi-process runs: which launcher started us, who we are, and what all ranks measured.
+
+Launchers (torch.distributed is the engine: NCCL, which is RCCL on ROCm, on GPUs; gloo on the CPU):
+
+* torchrun, one or many nodes: the global rank comes from ``RANK``, the device from
+  ``LOCAL_RANK`` (the older tool took the global rank from LOCAL_RANK and broke multi-node runs).
+* SLURM ``srun`` without torchrun: ``SLURM_PROCID``, ``SLURM_NTASKS``, ``SLURM_LOCALID``, with
+  the rendezvous from ``MASTER_ADDR``/``MASTER_PORT`` or ``--dist-url``.
+* the older tool's manual launch: ``--distributed_dataparallel --rank R --world-size W
+  --dist-url tcp://host:port --dist-backend nccl [--device_ids 0,1]``; each process starts one
+  worker per listed device, worker i being global rank R * n + i of W * n.
+
+Under torchrun and SLURM ``--batch-size`` is the global batch, split evenly across ranks; the
+manual launch keeps the older meaning: the batch of this process, split over its devices.
+"""
+from __future__ import annotations
+
+import contextlib
+import datetime
+import os
+import threading
+import urllib.parse
+from dataclasses import dataclass, replace
+from typing import Callable, Iterator, Mapping, TypeVar
+
+import torch
+import torch.distributed as dist
+
+from microbench.platform import device as device_layer
+from microbench.platform.errors import BenchmarkError, DistributedFailure, RankFailed, UsageError
+from microbench.platform.process import env_rank_prefix
+
+T = TypeVar("T")
+
+# Set by tests (and by anyone checking failure handling): this global rank raises just before
+# the timed region, as a rank that dies mid-run would.
+FAIL_RANK_VARIABLE = "MICROBENCH_FAIL_RANK"
+
+
+@dataclass(frozen=True)
+class Launch:
+    """Who this process is in the job."""
+
+    launcher: str = "single"          # single | torchrun | slurm | manual
+    rank: int = 0
+    local_rank: int = 0
+    world_size: int = 1
+    backend: str | None = None        # None: nccl on GPUs, gloo on the CPU
+    init_method: str | None = None
+    device_index: int | None = None   # the GPU of this rank
+    workers: int = 1                  # manual launch: workers this process starts
+    local_batch: int = 0
+    global_batch: int = 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.launcher != "single"
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+# What torchrun sets for every worker; a process started by hand as one rank sets them all too.
+TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+# The launch of this process once detected, for the rank prefix of its error lines (the manual
+# launch has no RANK variable to read it from).
+_current: Launch | None = None
+
+
+def _int_env(environ: Mapping[str, str], name: str, low: int = 0, high: int = 2**31 - 1) -> int:
+    if name not in environ:
+        raise UsageError(f"environment variable {name} is not set, but the launcher's other "
+                         f"variables are: set it, or launch with torchrun or srun")
+    try:
+        value = int(environ[name])
+    except ValueError:
+        raise UsageError(f"environment variable {name}={environ[name]!r} is not an "
+                         f"integer") from None
+    if not low <= value <= high:
+        raise UsageError(f"environment variable {name}={value} must be in [{low}, {high}]")
+    return value
+
+
+def _check_torchrun_environment(environ: Mapping[str, str]) -> None:
+    """A partial environment (RANK without WORLD_SIZE, no MASTER_ADDR...) would end in a
+    KeyError or a silent single-process run: name what is missing instead."""
+    missing = [name for name in TORCHRUN_VARIABLES if name not in environ]
+    if missing:
+        present = [name for name in TORCHRUN_VARIABLES if name in environ]
+        raise UsageError(f"partial launcher environment: "
+                         f"{', '.join(present) or 'TORCHELASTIC_RUN_ID'} set but "
+                         f"{', '.join(missing)} not; launch with torchrun, set all of "
+                         f"{', '.join(TORCHRUN_VARIABLES)}, or unset them for a single process")
+    _int_env(environ, "MASTER_PORT", 1, 65535)
+
+
+def _split(batch: int, parts: int, what: str) -> int:
+    if batch % parts:
+        raise UsageError(f"--batch-size {batch} does not split evenly across {parts} {what}: "
+                         f"use a multiple of {parts}")
+    return batch // parts
+
+
+def _manual(config, environ: Mapping[str, str]) -> Launch:
+    missing = [flag for flag, value in (("--rank", config.rank), ("--world-size", config.world_size),
+                                        ("--dist-backend", config.dist_backend),
+                                        ("--dist-url", config.dist_url)) if value is None]
+    if missing:
+        raise UsageError("--distributed_dataparallel needs --rank, --world-size, --dist-backend "
+                         f"and --dist-url (missing: {', '.join(missing)})")
+    if not 0 <= config.rank < config.world_size:
+        raise UsageError(f"--rank {config.rank} must be in [0, --world-size {config.world_size})")
+    workers = len(config.device_ids) if config.device_ids else 1
+    global _current                  # known from here on: later error lines carry the rank
+    _current = Launch(launcher="manual", rank=config.rank * workers)
+    local = _split(config.batch_size, workers, "devices of this process")
+    return Launch(launcher="manual", rank=config.rank * workers,
+                  world_size=config.world_size * workers, backend=config.dist_backend,
+                  init_method=config.dist_url, workers=workers,
+                  device_index=config.device_ids[0] if config.device_ids else None,
+                  local_batch=local, global_batch=local * config.world_size * workers)
+
+
+def _from_environment(config, environ: Mapping[str, str]) -> Launch | None:
+    if "TORCHELASTIC_RUN_ID" in environ or any(name in environ
+                                               for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK")):
+        _check_torchrun_environment(environ)
+        world = _int_env(environ, "WORLD_SIZE", 1)
+        launcher, rank, local = ("torchrun", _int_env(environ, "RANK", 0, world - 1),
+                                 _int_env(environ, "LOCAL_RANK"))
+        init_method = "env://"
+    elif "SLURM_PROCID" in environ and "SLURM_NTASKS" in environ \
+            and _int_env(environ, "SLURM_NTASKS", 1) > 1:
+        world = _int_env(environ, "SLURM_NTASKS", 1)
+        launcher, rank, local = ("slurm", _int_env(environ, "SLURM_PROCID", 0, world - 1),
+                                 _int_env(environ, "SLURM_LOCALID"))
+        init_method = config.dist_url or _slurm_rendezvous(environ)
+    else:
+        return None
+    local_batch = _split(config.batch_size, world, "ranks")
+    return Launch(launcher=launcher, rank=rank, local_rank=local, world_size=world,
+                  backend=config.dist_backend, init_method=init_method, device_index=local,
+                  local_batch=local_batch, global_batch=config.batch_size)
+
+
+def _slurm_rendezvous(environ: Mapping[str, str]) -> str:
+    if "MASTER_ADDR" in environ and "MASTER_PORT" in environ:
+        return "env://"
+    raise UsageError("under srun, set MASTER_ADDR and MASTER_PORT (e.g. the first host of "
+                     "$SLURM_JOB_NODELIST and a free port) or pass --dist-url tcp://host:port")
+
+
+def detect(config, environ: Mapping[str, str] | None = None) -> Launch:
+    """The launch this process belongs to; usage errors are raised before any rendezvous, so
+    every rank fails the same way at once instead of waiting for the others."""
+    environ = os.environ if environ is None else environ
+    _fail_rank(environ)                          # a test hook, but checked like the others
+    if config.distributed_dataparallel:
+        return _manual(config, environ)
+    stray = [flag for flag, value in (("--rank", config.rank), ("--world-size", config.world_size),
+                                      ("--device_ids", config.device_ids)) if value is not None]
+    if stray:
+        raise UsageError(f"{', '.join(stray)} only apply with --distributed_dataparallel "
+                         f"(under torchrun or srun the launcher sets them)")
+    launch = _from_environment(config, environ)
+    if launch is None:
+        launch = Launch(local_batch=config.batch_size, global_batch=config.batch_size)
+    global _current
+    _current = launch
+    return launch
+
+
+def forget() -> None:
+    """A new invocation in this process (tests call main() many times) starts unknown."""
+    global _current
+    _current = None
+
+
+def rank_prefix(environ: Mapping[str, str] | None = None) -> str:
+    """'[rank N] ' when this process is one rank of several (error lines): from the detected
+    launch (the manual launch sets no variable), else from the launcher's variables."""
+    if environ is None and _current is not None:
+        return f"[rank {_current.rank}] " if _current.distributed else ""
+    return env_rank_prefix(environ)
+
+
+def worker_launch(launch: Launch, index: int, device_ids) -> Launch:
+    """Worker ``index`` of a manual launch that starts several."""
+    return replace(launch, rank=launch.rank + index, local_rank=index,
+                   device_index=device_ids[index] if device_ids else None)
+
+
+# How often a thread waiting for a collective lets the signal handlers run.
+SIGNAL_POLL_S = 0.1
+
+
+def interruptible(call: Callable[[], T]) -> T:
+    """The result of a blocking rendezvous or collective, waited for so that SIGTERM and Ctrl-C
+    still work while a peer never comes.
+
+    Python runs signal handlers between bytecodes of the main thread, so a main thread blocked
+    inside torch.distributed's C++ (a rendezvous whose peers died, a gather one rank never
+    reaches) would ignore torchrun's SIGTERM until torchrun kills it. The call runs in a helper
+    thread instead, and the main thread waits for it in short slices."""
+    if threading.current_thread() is not threading.main_thread():
+        return call()
+    outcome: dict = {}
+
+    def target() -> None:
+        try:
+            outcome["value"] = call()
+        except BaseException as error:             # noqa: BLE001 (re-raised in the caller)
+            outcome["error"] = error
+
+    helper = threading.Thread(target=target, name="microbench-collective", daemon=True)
+    helper.start()
+    while helper.is_alive():
+        helper.join(SIGNAL_POLL_S)
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome.get("value")
+
+
+def init_process_group(launch: Launch, device: torch.device, timeout_s: float,
+                       coordination_only: bool = False) -> None:
+    """The job's process group. ``coordination_only``: this process only meets the others and
+    passes small objects (its trials run in worker processes, which form their own groups), so
+    it takes gloo and never touches the GPU."""
+    backend = "gloo" if coordination_only else (
+        launch.backend or device_layer.collective_backend(device))
+    kwargs = {}
+    if launch.launcher != "torchrun":      # torchrun's env:// carries rank and world size
+        kwargs.update(rank=launch.rank, world_size=launch.world_size)
+    interruptible(lambda: dist.init_process_group(
+        backend=backend, init_method=launch.init_method,
+        timeout=datetime.timedelta(seconds=timeout_s), **kwargs))
+
+
+def init_trial_group(launch: Launch, device: torch.device, timeout_s: float,
+                     rendezvous: str) -> None:
+    """A trial worker's process group, at the rendezvous rank 0 chose for this trial."""
+    backend = launch.backend or device_layer.collective_backend(device)
+    interruptible(lambda: dist.init_process_group(
+        backend=backend, init_method=rendezvous, rank=launch.rank,
+        world_size=launch.world_size, timeout=datetime.timedelta(seconds=timeout_s)))
+
+
+def rendezvous_host(launch: Launch) -> str:
+    """The host the ranks reach rank 0 at: MASTER_ADDR under env:// (torchrun, SLURM), else the
+    host of --dist-url's tcp:// address."""
+    if launch.init_method == "env://" or not launch.init_method:
+        return os.environ.get("MASTER_ADDR", "127.0.0.1")
+    return urllib.parse.urlsplit(launch.init_method).hostname or "127.0.0.1"
+
+
+def broadcast_from_main(objects: list) -> None:
+    """Replace ``objects`` on every rank by rank 0's, in place."""
+    interruptible(lambda: dist.broadcast_object_list(objects, src=0))
+
+
+# --------------------------------------------------------------- ranks agree, or fail together
+
+def agree(settings: dict, problem: BenchmarkError | None, result_name: str = "") -> str:
+    """Right after the process group forms, every rank shows the others its settings and any
+    problem it found before the run (an output path rank 0 cannot write). Ranks started with
+    different settings would otherwise run mismatched collectives and hang until --dist-timeout;
+    a rank that cannot run would leave the others waiting. Either way every rank stops now, with
+    one line and the same exit code. Returns rank 0's result name, which names every rank's
+    traces (rank 0 alone chooses it: it reads and writes the result directory)."""
+    mine = {"settings": settings, "result_name": result_name,
+            "problem": None if problem is None else (str(problem), problem.exit_code)}
+    everyone: list = [None] * dist.get_world_size()
+    interruptible(lambda: dist.all_gather_object(everyone, mine))
+    if problem is not None:
+        raise problem
+    for rank, theirs in enumerate(everyone):
+        if theirs["problem"] is not None:
+            message, code = theirs["problem"]
+            raise RankFailed(f"rank {rank} cannot run, so neither can this one: {message}", code)
+    difference = first_difference([theirs["settings"] for theirs in everyone])
+    if difference:
+        raise UsageError(f"ranks were started with different settings: {difference}; start "
+                         f"every rank with the same flags")
+    return everyone[0]["result_name"]
+
+
+# Field names whose flag is not the name in kebab case.
+_FLAG_NAMES = {"compile_options": "--compileContext", "precision": "the precision mode",
+               "device_type": "the device type", "local_batch": "the per-rank batch",
+               "distributed_dataparallel": "--distributed_dataparallel"}
+
+
+def first_difference(settings: list[dict]) -> str | None:
+    """'--iterations is 20 on rank 0, 30 on rank 1' for the first setting that differs."""
+    for key in settings[0]:
+        values: dict[str, list[int]] = {}
+        for rank, theirs in enumerate(settings):
+            values.setdefault(repr(theirs.get(key)), []).append(rank)
+        if len(values) > 1:
+            name = _FLAG_NAMES.get(key, "--" + key.replace("_", "-"))
+            shown = [f"{value} on rank{'s' if len(ranks) > 1 else ''} "
+                     f"{','.join(map(str, ranks[:8]))}{'...' if len(ranks) > 8 else ''}"
+                     for value, ranks in values.items()]
+            return f"{name} is {', '.join(shown)}"
+    return None
+
+
+# Words of torch.distributed's and its backends' errors when a peer is gone or too slow.
+_PEER_FAILURE_WORDS = ("timed out", "timeout", "connection closed", "connection reset",
+                       "connection refused", "broken pipe", "peer", "socket", "aborted",
+                       "watchdog", "heartbeat")
+
+
+def is_peer_failure(error: BaseException) -> bool:
+    if isinstance(error, dist.DistError):
+        return True
+    text = str(error).lower()
+    return isinstance(error, RuntimeError) and any(word in text for word in _PEER_FAILURE_WORDS)
+
+
+@contextlib.contextmanager
+def failures_reported(launch: Launch, timeout_s: float, phase: str) -> Iterator[None]:
+    """Turn a rendezvous timeout (``phase`` "rendezvous"), a dead peer or a collective that timed
+    out ("run") into one line that says what happened and what to check (exit 1), instead of a
+    traceback."""
+    try:
+        yield
+    except BenchmarkError:
+        raise
+    except Exception as error:                       # noqa: BLE001 (re-raised unless a peer's)
+        if not (launch.distributed and is_peer_failure(error)):
+            raise
+        text = " ".join(str(error).split())[:240]
+        if phase == "rendezvous":
+            address = launch.init_method
+            if address == "env://":
+                address = f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"
+            advice = (f"not every rank joined within --dist-timeout {timeout_s:g} s: check that "
+                      f"all {launch.world_size} ranks were started with the same world size and "
+                      f"rendezvous address ({address}) and that its port is reachable")
+        else:
+            advice = ("another rank failed or was killed (see its error line) or the network "
+                      f"between ranks failed; --dist-timeout {timeout_s:g} s bounds the wait")
+        what = "rendezvous failed" if phase == "rendezvous" else "lost the other ranks"
+        raise DistributedFailure(f"{what} ({type(error).__name__}: {text}): {advice}") from None
+
+
+def barrier(device: torch.device) -> None:
+    ids = device_layer.rank_device_ids(device)
+    if ids is not None and dist.get_backend() == "nccl":
+        interruptible(lambda: dist.barrier(device_ids=ids))
+    else:
+        interruptible(dist.barrier)
+
+
+def _fail_rank(environ: Mapping[str, str]) -> int | None:
+    """The rank MICROBENCH_FAIL_RANK names, checked: a rank number or unset."""
+    value = environ.get(FAIL_RANK_VARIABLE)
+    return None if value is None else _int_env(environ, FAIL_RANK_VARIABLE)
+
+
+def fail_if_asked(launch: Launch) -> None:
+    if _fail_rank(os.environ) == launch.rank:
+        raise RuntimeError(f"failure injected on rank {launch.rank} by {FAIL_RANK_VARIABLE}")
+
+
+def shutdown() -> None:
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def gather_to_main(item):
+    """Every rank's ``item`` on global rank 0 (in rank order); None on the other ranks."""
+    gathered = [None] * dist.get_world_size() if dist.get_rank() == 0 else None
+    interruptible(lambda: dist.gather_object(item, gathered, dst=0))
+    return gathered
+
+
+def backend_name() -> str | None:
+    return dist.get_backend() if dist.is_available() and dist.is_initialized() else None
+
+
+def ddp_wrapper(config, device: torch.device):
+    """A function that wraps a model in DistributedDataParallel with the --ddp-* settings."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    def wrap(model: torch.nn.Module) -> torch.nn.Module:
+        return DistributedDataParallel(
+            model, device_ids=device_layer.rank_device_ids(device),
+            bucket_cap_mb=config.ddp_bucket_cap_mb, static_graph=config.ddp_static_graph,
+            gradient_as_bucket_view=config.ddp_gradient_as_bucket_view)
+    return wrap

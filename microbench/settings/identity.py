@@ -1,0 +1,98 @@
+"""Which settings make two results the same configuration: one definition for every question.
+
+Four places ask it, and each uses the fields below, adding to them but never dropping one:
+
+* the ``--compare`` gate (:data:`GATE`): the same work on the same number of devices;
+* ``--scaling-baseline`` (:data:`WORK`): the same work per device (the world size differs by
+  design);
+* result naming (:func:`naming_fields`): the gate's fields and every replayed setting (a
+  3-iteration check must not refresh a 1000-iteration result);
+* rank agreement (:func:`agreement_fields`): the gate's fields and every setting the ranks of one
+  job may not differ in.
+
+An identity is a flat dict: the stored configuration's fields by name, and what they resolved to
+(``model``, ``per_device_batch``, ``input_size``, ``world_size``, ``device_name``), built the same
+way from a run about to start (:func:`of_spec`) and from a result on disk (:func:`of_document`).
+
+Example::
+
+    problems = differences(of_spec(spec), of_document(baseline), GATE)
+    # ['per_device_batch 128 there, 64 here', 'device_name ...']
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+from microbench.settings.config import SCHEMA
+
+# The work measured: what runs, in which precision and layout, compiled how, on what input and
+# batch per device, and on which device model. Iterations, seed and the like change how long it
+# is measured, not what.
+WORK = ("model", "mode", "precision", "tf32", "nhwc", "compile", "compile_options",
+        "per_device_batch", "input_size", "vocab_size", "kv_heads", "attention", "model_kwargs",
+        "prompt_len", "gen_len", "opt_step", "device_name",
+        # sharded or replicated, recomputed or not, and the optimizer: different work per step
+        "parallel", "reshard_after_forward", "activation_checkpointing", "optimizer")
+GATE = WORK + ("world_size",)
+
+
+def naming_fields() -> tuple[str, ...]:
+    """Fields of a result's identity for naming: a result is refreshed in place only by a run of
+    the same identity (otherwise it gets another name)."""
+    replayed = tuple(name for name, item in SCHEMA.items() if item.replayed and name != "device")
+    return GATE + tuple(name for name in replayed if name not in GATE)
+
+
+def agreement_fields() -> tuple[str, ...]:
+    """Fields the ranks of one job must agree on before they run."""
+    shared = tuple(name for name, item in SCHEMA.items() if not item.per_rank)
+    return GATE + tuple(name for name in shared if name not in GATE)
+
+
+def _json(value: Any) -> Any:
+    """What a value looks like once stored in a result file (tuples become lists)."""
+    return json.loads(json.dumps(value, default=list))
+
+
+def of_spec(spec) -> dict:
+    """The identity a result of ``spec`` (a RunSpec) will have, known before the run."""
+    identity = _json(dataclasses.asdict(spec.config))
+    identity.update(model=spec.model.name, per_device_batch=spec.batch_size,
+                    input_size=spec.model.input_size, world_size=spec.launch.world_size,
+                    device_name=spec.device_name)
+    return identity
+
+
+def of_document(document: dict) -> dict:
+    """The identity of a stored result. A setting a file does not hold (it was written before
+    the setting existed) ran with its default; what a setting resolved to and the file does not
+    say is unknown (None), which matches nothing."""
+    config = _dict(document.get("config"))
+    identity = _json({name: item.default for name, item in SCHEMA.items()})
+    identity.update(_json(config))
+    model, env = _dict(document.get("model")), _dict(document.get("env"))
+    identity.update(model=model.get("name", config.get("network")),
+                    per_device_batch=document.get("Mini batch size [img/gpu]"),
+                    input_size=model.get("seq_len", model.get("image_size")),
+                    world_size=document.get("GPUs"), device_name=env.get("device_name"))
+    return identity
+
+
+def _dict(value: Any) -> dict:
+    return value if isinstance(value, dict) else {}
+
+
+def differences(ours: dict, theirs: dict, fields: tuple[str, ...]) -> list[str]:
+    """``'name X there, Y here'`` for each of ``fields`` in which the two identities differ."""
+    return [f"{name} {theirs.get(name)!r} there, {ours.get(name)!r} here" for name in fields
+            if ours.get(name) != theirs.get(name)]
+
+
+def same(ours: dict, theirs: dict, fields: tuple[str, ...]) -> bool:
+    return not differences(ours, theirs, fields)
+
+
+def differing_names(ours: dict, theirs: dict, fields: tuple[str, ...]) -> list[str]:
+    return [name for name in fields if ours.get(name) != theirs.get(name)]

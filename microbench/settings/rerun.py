@@ -1,0 +1,46 @@
+"""``--rerun RESULT.json``: a stored configuration spelled back as command-line flags.
+
+Every result JSON stores the configuration it ran (its ``config`` object, the
+:class:`~microbench.settings.config.BenchConfig` fields). :func:`flags_of` turns that object into the
+flags that ask for the same configuration, through the same schema the command line is built from
+(:func:`microbench.settings.config.spelled`); the command line then parses them under the flags given
+beside ``--rerun``, so a given flag replaces a stored one (``--iterations 100``) and every value
+passes the same checks as one typed by hand: a result file is input, and an edited one must not
+reach torch with a value the command line would refuse.
+
+What is not replayed (settings declared ``replayed=False``): where results go (``--output-dir``,
+``--output-file``, ``--csv-file``, ``--no-files``, ``--quiet``, ``--profiler-output``), the
+baselines read from disk, and the launch (ranks, world size, rendezvous): those belong to this
+invocation. A result of several ranks says so in a note, with the launch that repeats it.
+
+Example::
+
+    flags, notes = flags_of("results/resnet50_training_amp-bf16_b128.json")
+    # ['--network=resnet50', '--batch-size=128', '--precision=amp-bf16', ...]
+"""
+from __future__ import annotations
+
+from microbench.settings.config import SCHEMA, replayed_fields, spelled
+from microbench.platform.errors import UsageError
+from microbench.store.stored import load_result
+
+
+def flags_of(path: str) -> tuple[list[str], list[str]]:
+    """The flags that repeat the run stored in ``path``, and notes for the user."""
+    document = load_result(path, "--rerun")
+    stored = document.get("config")
+    if not isinstance(stored, dict):
+        raise UsageError(f"--rerun {path}: the result stores no configuration (written by an "
+                         f"older version?)")
+    unknown = sorted(set(stored) - set(SCHEMA))
+    notes = [f"--rerun {path}: settings this version does not know were left out: "
+             f"{', '.join(unknown)}"] if unknown else []
+    devices = document.get("GPUs")
+    if isinstance(devices, int) and devices > 1:
+        notes.append(f"--rerun {path}: that result ran on {devices} ranks; this invocation's "
+                     f"launch decides how many run now (torchrun --nproc-per-node {devices} "
+                     f"... --rerun {path} repeats it on one node)")
+    try:
+        return spelled(stored, replayed_fields()), notes
+    except UsageError as error:
+        raise UsageError(f"--rerun {path}: {error}") from None

@@ -1,0 +1,203 @@
+"""One training or inference step, built once; nothing is allocated for it per step.
+
+Training: forward, the model family's loss (cross-entropy over classes, or next-token
+cross-entropy for language models), backward, and an optimizer step (``--optimizer``: SGD as
+torchvision's ImageNet reference recipe by default, or AdamW; :mod:`microbench.steps.optim`) every
+``opt_step`` iterations, with two phase marks between them; transformer blocks checkpointed as
+``--activation-checkpointing`` says, after the FLOPs are counted. Inference: forward under ``torch.inference_mode`` with the model in ``eval()``.
+The kind of run (:mod:`microbench.scenarios`) says which step to build. The step returns the loss
+tensor without reading it, so the timed loop never waits for the device.
+"""
+from __future__ import annotations
+
+import contextlib
+import itertools
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable
+
+import torch
+from torch import nn
+
+import fp16util
+from microbench.steps import activation_checkpointing, optim
+from microbench.measure import flops
+from microbench.settings.precision import Precision
+
+if TYPE_CHECKING:
+    from microbench.settings.spec import RunSpec
+
+
+@dataclass
+class Workload:
+    step: Callable[[], torch.Tensor | None]
+    model: nn.Module                 # what the step runs (compiled, DDP-wrapped)
+    eager_model: nn.Module           # the plain module underneath
+    inputs: torch.Tensor
+    parameters: int
+    flops_per_iteration: int | None
+    phases: "PhaseMarks | None" = None          # training: forward / backward / optimizer marks
+    target: torch.Tensor | None = None          # training's labels (the input pipeline fills them)
+    optimizer: torch.optim.Optimizer | None = None   # training: what steps (its state measured)
+    sharding: object | None = None              # --parallel fsdp: sharding.ShardPlan
+
+
+def make_sgd(params, impl: str = "foreach") -> torch.optim.Optimizer:
+    """SGD as torchvision's ImageNet recipe, with the multi-tensor or the fused implementation
+    (:mod:`microbench.steps.optim` holds the recipes)."""
+    return optim.make_optimizer(params, "sgd", impl)
+
+
+class _PlainUpdate:
+    """FP32, TF32 and BF16 autocast: gradients need no scaling."""
+
+    def __init__(self, model: nn.Module, impl: str, name: str = "sgd"):
+        self.optimizer = optim.make_optimizer(model.parameters(), name, impl)
+
+    def backward(self, loss: torch.Tensor) -> None:
+        loss.backward()
+
+    def step(self) -> None:
+        self.optimizer.step()
+
+    def zero_grad(self) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+
+
+class _ScaledUpdate(_PlainUpdate):
+    """FP16 autocast: torch.amp's dynamic loss scaling. GradScaler reads one flag from the device
+    per step to skip overflowing steps; that synchronisation is part of the AMP workload."""
+
+    def __init__(self, model: nn.Module, impl: str, device: torch.device, name: str = "sgd"):
+        super().__init__(model, impl, name)
+        self.scaler = torch.amp.GradScaler(device.type)
+
+    def backward(self, loss: torch.Tensor) -> None:
+        self.scaler.scale(loss).backward()
+
+    def step(self) -> None:
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+
+
+def make_update(model: nn.Module, precision: Precision, device: torch.device,
+                impl: str = "foreach", name: str = "sgd"):
+    """The optimizer ``name`` (microbench.steps.optim's recipes) with the precision's update rule."""
+    if precision.master_weights:
+        # BF16 gradients have FP32's exponent range: no loss scale (1.0); FP16's need one.
+        scale = 1.0 if precision.model_dtype == torch.bfloat16 else fp16util.DEFAULT_LOSS_SCALE
+        return fp16util.MasterWeightOptimizer(
+            model, lambda params: optim.make_optimizer(params, name, impl), loss_scale=scale)
+    if precision.grad_scaling:
+        return _ScaledUpdate(model, impl, device, name)
+    return _PlainUpdate(model, impl, name)
+
+
+class PhaseMarks:
+    """Where a training step marks the end of its forward (and loss) and of its backward pass.
+
+    The timed loop points ``mark`` at its recorder, so each iteration is split into forward,
+    backward and optimizer by two more device events, with no host synchronisation; outside the
+    timed loop (warm-up, profiler passes) it does nothing.
+    """
+
+    NAMES = ("forward", "backward", "optimizer")
+
+    def __init__(self) -> None:
+        self.mark: Callable[[], None] = _nothing
+
+    def record_on(self, recorder) -> None:
+        self.mark = recorder.mark
+
+    def stop(self) -> None:
+        self.mark = _nothing
+
+
+def _nothing() -> None:
+    pass
+
+
+def training_step(model: nn.Module, spec, inputs: torch.Tensor, target: torch.Tensor,
+                  precision: Precision, device: torch.device, opt_step: int,
+                  phases: PhaseMarks, optimizer_impl: str = "foreach", update=None):
+    """``update`` (make_update's) is made here from ``optimizer_impl`` with SGD if not given."""
+    update = update or make_update(model, precision, device, optimizer_impl)
+    autocast = precision.autocast(device)
+    iteration = itertools.count(1)
+    # Under DDP, accumulation skips the gradient all-reduce of every micro-batch but the last
+    # (DistributedDataParallel.no_sync), as real training does; one all-reduce per step.
+    no_sync = getattr(model, "no_sync", None) if opt_step > 1 else None
+
+    def step() -> torch.Tensor:
+        stepping = next(iteration) % opt_step == 0
+        with contextlib.nullcontext() if stepping or no_sync is None else no_sync():
+            with autocast:
+                loss = spec.loss(model(inputs), target)
+            phases.mark()
+            # Accumulated gradients average over the micro-batches, as in a real run.
+            update.backward(loss / opt_step if opt_step > 1 else loss)
+            phases.mark()
+        if stepping:
+            update.step()
+            update.zero_grad()
+        return loss.detach()
+
+    return step
+
+
+def inference_step(model: nn.Module, inputs: torch.Tensor, precision: Precision,
+                   device: torch.device):
+    autocast = precision.autocast(device)
+
+    def step() -> None:
+        with torch.inference_mode(), autocast:
+            model(inputs)
+
+    return step
+
+
+def prepare_model(spec: "RunSpec") -> nn.Module:
+    torch.manual_seed(spec.config.seed)
+    model = spec.model.build().to(spec.device)
+    if spec.precision.model_dtype in (torch.float16, torch.bfloat16):
+        fp16util.network_to_half(model, spec.precision.model_dtype)
+    if spec.config.nhwc:
+        model = model.to(memory_format=spec.model.channels_last)
+    return model
+
+
+def build(spec: "RunSpec", wrap: Callable[[nn.Module], nn.Module] | None = None,
+          count_flops: bool = True, training: bool = True) -> Workload:
+    """The model, its inputs and the training (or inference) step for one run.
+
+    ``wrap`` is applied last to the ready model (``torch.compile``, a DDP wrapper). FLOPs are
+    counted before that, on the eager model, so no compiled graph or DDP hook sees the count.
+    """
+    model, device, precision = prepare_model(spec), spec.device, spec.precision
+    parameters = sum(p.numel() for p in model.parameters())
+    inputs, target = spec.model.make_batch(spec.batch_size, device, precision.model_dtype,
+                                           spec.config.seed)
+    if spec.config.nhwc:
+        inputs = inputs.contiguous(memory_format=spec.model.channels_last)
+    model.train(training)
+    iteration_flops = None
+    if count_flops:
+        iteration_flops = flops.count_iteration_flops(model, inputs, target, spec.model.loss,
+                                                      precision.autocast(device),
+                                                      training=training)
+    if training:        # after counting: recomputation is not the model's work
+        activation_checkpointing.apply(model, spec.config.activation_checkpointing,
+                                       spec.model.name)
+    runnable = wrap(model) if wrap is not None else model
+    phases, update = PhaseMarks(), None
+    if training:
+        update = make_update(runnable, precision, device, spec.config.optimizer_impl,
+                             spec.config.optimizer)
+        step = training_step(runnable, spec.model, inputs, target, precision, device,
+                             spec.config.opt_step, phases, update=update)
+    else:
+        step = inference_step(runnable, inputs, precision, device)
+    return Workload(step=step, model=runnable, eager_model=model, inputs=inputs,
+                    parameters=parameters, optimizer=update.optimizer if update else None,
+                    flops_per_iteration=iteration_flops,
+                    phases=phases if training and spec.config.phase_timing else None,
+                    target=target if training else None)

@@ -1,0 +1,1 @@
+"""Stored results read back: the published schema and the checked reader of result documents."""

@@ -1,0 +1,63 @@
+"""Result files on disk, read back: baselines (``--compare``, ``--scaling-baseline``), ``--rerun``,
+and the result a run is about to replace.
+
+This module only reads; the writers live in :mod:`microbench.report`. It sits below both the
+settings (``--rerun`` reads a stored configuration) and the report (the gate reads a baseline), so
+neither has to import the other.
+
+Example::
+
+    document = load_result("results/resnet50_training_fp32_b64.json", "--compare")
+    document["Throughput [img/sec]"], document["config"]["batch_size"]
+"""
+from __future__ import annotations
+
+import json
+import math
+
+from microbench.platform.errors import UsageError
+from microbench.platform.inputs import InputRefused, read_bounded
+from microbench.store import schema
+
+
+def _parsed(path: str, label: str) -> object:
+    """The JSON document at ``path``, read through the input checks (a regular file of bounded
+    size, opened without blocking); InputRefused or ValueError otherwise."""
+    return json.loads(read_bounded(path, label).decode("utf-8"))
+
+
+def load_result(path: str, flag: str = "--compare") -> dict:
+    """A result JSON named by ``flag``, matching the published schema; unreadable, malformed, or
+    not a run's result of this tool, is a usage error (one line naming the file and, for a
+    schema mismatch, the path of the problem in the document)."""
+    label = f"{flag} {path}"
+    try:
+        document = _parsed(path, label)
+    except InputRefused as refused:
+        message = f"{refused.label}: cannot read a result JSON ({refused.reason})"
+        raise UsageError(message) from None
+    except (ValueError, RecursionError) as error:
+        raise UsageError(f"{label}: cannot read a result JSON ({error})") from None
+    schema.validate_result(document, label)
+    kind = schema.document_kind(document)
+    if kind not in (schema.RESULT, schema.OLDER_TOOL):
+        raise UsageError(f"{label}: is a {kind} document, not one run's result: name one of "
+                         f"the result files beside it")
+    throughput = document.get("Throughput [img/sec]") if isinstance(document, dict) else None
+    if (not isinstance(throughput, (int, float)) or isinstance(throughput, bool)
+            or not math.isfinite(throughput) or throughput <= 0):
+        raise UsageError(f"{flag} {path}: not a result of this tool (no positive "
+                         f"'Throughput [img/sec]')")
+    return document
+
+
+def result_at(path: str) -> dict | None:
+    """The result document at ``path``, or None when there is none (no file, unreadable, or not
+    a result of this tool: nothing of ours to protect)."""
+    try:
+        document = _parsed(path, path)
+    except (UsageError, ValueError, RecursionError):
+        return None
+    if not isinstance(document, dict) or not isinstance(document.get("config"), dict):
+        return None
+    return document
