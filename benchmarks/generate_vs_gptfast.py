@@ -18,8 +18,14 @@ Usage (on a GPU machine, logs and JSON under OUT)::
 
 It prints, per batch size and compile setting, the median over rounds of each side's decode
 tokens/s, inter-token latency p50 and time to first token, the ratio of this tool to gpt-fast,
-and the weight bandwidth (BF16 weight bytes / inter-token latency) each side reaches. A side
-that fails is recorded as failed with its log; the others go on.
+and the weight bandwidth (BF16 weight bytes / inter-token latency) each side reaches; then each
+side's profiled decode step (kernel time, gaps, kernels per step, time by class: the same
+microbench.measure.attribution on both sides); then PASS/FAIL for issue 34's targets (tokens/s
+>= 1.00x and ITL p50 no higher at each batch, MBU >= 45% at batch 1, the attribution within 5%
+of the measured step, hf:llama within 10% of llama_1b with --hf). gpt-fast runs with its
+generate.py recipe by default (--recipe model.py: its model compiled plainly); --warm compiles
+every side at once first so that the timed rounds start from warm caches. A side that fails is
+recorded as failed with its log; the others go on.
 """
 from __future__ import annotations
 
