@@ -222,7 +222,8 @@ def test_a_decode_step_reads_the_embeddings_batch_rows_unless_the_output_reads_a
                                  tie_embeddings=tied)
     model = llama.build(config)
     cache = model.make_cache(3, 8)
-    traffic = decoding.DecodeTraffic.of(model, cache)
+    state = decoding.GenerationState(model, cache, torch.zeros(3, 2, dtype=torch.long))
+    traffic = decoding.DecodeTraffic.of(state)
     every_weight = 4 * len(torch.nn.utils.parameters_to_vector(model.parameters()))
     unread = 0 if tied else 4 * (64 - 3) * config.hidden_size
     assert traffic.weight_bytes == every_weight - unread

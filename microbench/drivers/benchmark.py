@@ -166,6 +166,7 @@ def run(spec: "RunSpec", on_phase: Callable[..., None] = lambda phase, timed=Fal
         with noise.captured():                     # Kineto's tracepoints and probes
             reports = profiled_passes(config, work, device, launch.is_main, launch.rank,
                                       launch.world_size, trace_stem(spec))
+        detail = spec.scenario.after_timing(spec, work, timed.detail)
         if timed.deepspeed_profile:
             reports.insert(0, timed.deepspeed_profile)
     except Exception as error:                       # noqa: BLE001 (re-raised unless expected)
@@ -179,7 +180,7 @@ def run(spec: "RunSpec", on_phase: Callable[..., None] = lambda phase, timed=Fal
                          first_iteration_s=first_s, peak_allocated_mb=allocated,
                          peak_reserved_mb=reserved, parameters=work.parameters,
                          flops_per_iteration=work.flops_per_iteration, profile_reports=reports,
-                         detail=timed.detail, telemetry=report, pid=os.getpid(),
+                         detail=detail, telemetry=report, pid=os.getpid(),
                          seed=config.seed, data=spec.scenario.input_measured(work),
                          sharded=spec.scenario.sharded_state(work),
                          lowp=getattr(work, "lowp", None), peaks=measured,

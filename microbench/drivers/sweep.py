@@ -204,6 +204,41 @@ def print_comparison(rows: list[Row], out: TextIO) -> None:
     for line in slower_than_bf16(rows):
         print(line, file=out)
     print_data_table(rows, out)
+    print_generation_table(rows, out)
+
+
+def generation_cells(rows: list[Row]) -> tuple[list[tables.Column], list[tuple[str, ...]]]:
+    """Generate rows: decode tokens/s of the whole batch, inter-token latency p50 and p99, time
+    to first token and MBU, each from that row's own timed samples."""
+    columns = [tables.Column("#", numeric=True, width=3), tables.Column("batch", numeric=True),
+               tables.Column("decode tok/s", numeric=True, width=12),
+               tables.Column("ITL p50 ms", numeric=True), tables.Column("ITL p99 ms", numeric=True),
+               tables.Column("TTFT p50 ms", numeric=True), tables.Column("MBU", numeric=True)]
+    cells = []
+    for index, row in enumerate(rows, 1):
+        times = row.summary.detail if row.summary is not None else None
+        if getattr(times, "decode", None) is None:
+            continue
+        scenario = row.spec.scenario
+        rate = scenario.decode_tokens_per_s(row.summary)
+        use = scenario.decode_bandwidth(row.summary)
+        mbu = use.mbu if use is not None else None
+        cells.append((str(index), str(row.spec.batch_size),
+                      "-" if rate is None else f"{rate:,.1f}", f"{times.decode.median:.3f}",
+                      f"{times.decode.p99:.3f}", f"{times.prefill.median:.3f}",
+                      "-" if mbu is None else units.percent(mbu)))
+    return columns, cells
+
+
+def print_generation_table(rows: list[Row], out: TextIO) -> None:
+    columns, cells = generation_cells(rows)
+    if not cells:
+        return
+    print("", file=out)
+    print("Generation (decode tok/s: tokens the decode steps generated per second, the whole "
+          "batch; ITL: inter-token latency; TTFT: time to first token)", file=out)
+    out.write(tables.render(columns, cells, terminal=progress.is_terminal(out)))
+    out.flush()
 
 
 def _accuracy_cell(row: Row) -> str:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
+import warnings
 from dataclasses import dataclass, field
 from typing import Iterator
 
@@ -85,6 +86,7 @@ class CompileReport:
     timed_recompiles: int            # graphs compiled inside the timed region (should be 0)
     cuda_graphs: str                 # 'replayed', 'skipped (reason)', 'not used (why)'
     skip_reasons: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()   # Python warnings raised while compiling, once each
 
     def summary_text(self) -> str:
         breaks = f"{self.graph_breaks} graph break{'s' * (self.graph_breaks != 1)}"
@@ -95,7 +97,8 @@ class CompileReport:
     def to_dict(self) -> dict:
         return {"graphs": self.graphs, "graph_breaks": self.graph_breaks,
                 "timed_recompiles": self.timed_recompiles, "cuda_graphs": self.cuda_graphs,
-                "cuda_graph_skip_reasons": list(self.skip_reasons)}
+                "cuda_graph_skip_reasons": list(self.skip_reasons),
+                "warnings": list(self.warnings)}
 
 
 class _SkipRecords(logging.Handler):
@@ -117,21 +120,34 @@ class CompileWatch:
     options: dict
     phases: dict[str, dict[str, int]] = field(default_factory=dict)
     _records: _SkipRecords = field(default_factory=_SkipRecords)
+    warnings: list[str] = field(default_factory=list)
 
     @contextlib.contextmanager
     def during(self, phase: str) -> Iterator[None]:
-        """Count what the compiler does while the block runs, as ``phase``."""
+        """Count what the compiler does while the block runs, as ``phase``; keep the Python
+        warnings it raises (inductor's TF32 advice, say) for the report, off the console."""
         logger = logging.getLogger(CUDAGRAPHS_LOGGER)
         before, propagate = _snapshot(), logger.propagate
         logger.addHandler(self._records)
         logger.propagate = False          # ours to report, not the console's
         try:
-            yield
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("default")
+                try:
+                    yield
+                finally:
+                    self._keep(caught)
         finally:
             logger.removeHandler(self._records)
             logger.propagate = propagate
             after = _snapshot()
             self.phases[phase] = {key: after[key] - before[key] for key in after}
+
+    def _keep(self, caught: list) -> None:
+        for record in caught:
+            text = f"{record.category.__name__}: {' '.join(str(record.message).split())[:300]}"
+            if text not in self.warnings:
+                self.warnings.append(text)
 
     def _total(self, key: str) -> int:
         return sum(counts[key] for counts in self.phases.values())
@@ -157,7 +173,8 @@ class CompileWatch:
                              graph_breaks=self._total("graph_breaks"),
                              timed_recompiles=timed.get("graphs", 0),
                              cuda_graphs=self.cuda_graphs(),
-                             skip_reasons=tuple(self._records.reasons))
+                             skip_reasons=tuple(self._records.reasons),
+                             warnings=tuple(self.warnings))
 
 
 def combine(reports: list[CompileReport | None]) -> CompileReport | None:
@@ -169,6 +186,8 @@ def combine(reports: list[CompileReport | None]) -> CompileReport | None:
     reasons = tuple(dict.fromkeys(r for report in known for r in report.skip_reasons))
     first = known[0]
     skipped = next((r.cuda_graphs for r in known if r.cuda_graphs.startswith("skipped")), None)
+    said = tuple(dict.fromkeys(w for report in known for w in report.warnings))
     return CompileReport(graphs=first.graphs, graph_breaks=first.graph_breaks,
                          timed_recompiles=sum(r.timed_recompiles for r in known),
-                         cuda_graphs=skipped or first.cuda_graphs, skip_reasons=reasons)
+                         cuda_graphs=skipped or first.cuda_graphs, skip_reasons=reasons,
+                         warnings=said)

@@ -62,13 +62,15 @@ class GenerationTimes:
     e2e: Measurement            # one sample per iteration: prefill + all its decode steps
     decode_bytes: int = 0       # bytes the timed decode steps had to read, all of them summed
     prefill_flops: int | None = None    # FLOPs of one prefill, counted once (None: not counted)
+    attribution: Any = None     # a decode step profiled after the timed loop (attribution.py)
 
     @classmethod
     def merge(cls, parts) -> "GenerationTimes":
         parts = list(parts)
         return cls(_merged(p.prefill for p in parts), _merged(p.decode for p in parts),
                    _merged(p.e2e for p in parts), sum(p.decode_bytes for p in parts),
-                   parts[0].prefill_flops)
+                   parts[0].prefill_flops,
+                   next((p.attribution for p in parts if p.attribution is not None), None))
 
 
 def merge_detail(details) -> Any:

@@ -75,8 +75,9 @@ class LanguageModelSpec:
 
     @property
     def can_generate(self) -> bool:
-        """--mode generate needs the static KV cache of the LLaMA written here."""
-        return self.llama_config is not None
+        """--mode generate runs the LLaMA written here (its static KV cache) and hf: decoders
+        (transformers' StaticCache; a model type without one is refused when built)."""
+        return True
 
     # ------------------------------------------------------------ configuring
 

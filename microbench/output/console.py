@@ -138,13 +138,22 @@ def print_iterations(summary: Summary, out: TextIO) -> None:
         print(f"Iteration {index}: {loss}Time = {time_ms:.3f} ms", file=out)
 
 
+def legacy_unit(summary: Summary) -> str:
+    """What the older tool's batch and throughput lines count: ``img`` for every model but a
+    language model, whose batch counts sequences (``seq``). Scripts grep ``[img]`` for image
+    models, which keep it verbatim; a language model's batch was never images, and a script
+    that read its ``[img/sec]`` as images per second read sequences per second unawares (its
+    tokens per second follow on their own line)."""
+    return "seq" if summary.spec.scenario.counts_tokens else "img"
+
+
 def print_legacy_block(devices: int, dtype: str, batch_size: int, time_per_batch_s: float,
-                       throughput: float, out: TextIO) -> None:
+                       throughput: float, out: TextIO, unit: str = "img") -> None:
     print(f"Num devices: {devices}", file=out)
     print(f"Dtype: {dtype}", file=out)
-    print(f"Mini batch size [img] : {batch_size}", file=out)
+    print(f"Mini batch size [{unit}] : {batch_size}", file=out)
     print(f"Time per mini-batch : {time_per_batch_s:.6f}", file=out)
-    print(f"Throughput [img/sec] : {throughput:.2f}", file=out)
+    print(f"Throughput [{unit}/sec] : {throughput:.2f}", file=out)
 
 
 def print_summary(summary: Summary, out: TextIO) -> None:
@@ -155,11 +164,13 @@ def print_summary(summary: Summary, out: TextIO) -> None:
     if summary.distributed:
         own = summary.own
         print(f"--------This process: rank {own.rank}--------", file=out)
-        print_legacy_block(1, dtype, own.batch_size, own.times.mean / 1e3, own.throughput, out)
+        print_legacy_block(1, dtype, own.batch_size, own.times.mean / 1e3, own.throughput, out,
+                           legacy_unit(summary))
         print("", file=out)
         print("--------Overall (all ranks; time of the slowest rank)--------", file=out)
     print_legacy_block(summary.world_size, dtype, summary.global_batch,
-                       summary.time_per_batch_ms / 1e3, summary.throughput, out)
+                       summary.time_per_batch_ms / 1e3, summary.throughput, out,
+                       legacy_unit(summary))
     if summary.token_throughput is not None:
         print(f"Throughput [tokens/sec] : {summary.token_throughput:.2f}", file=out)
     if summary.distributed:
@@ -265,7 +276,13 @@ def _compiler_rows(summary: Summary) -> list[tuple[str, str]]:
     report = summary.compiler
     if report is None:
         return []
-    return [("Compiled", report.summary_text()), ("CUDA graphs", report.cuda_graphs)]
+    rows = [("Compiled", report.summary_text()), ("CUDA graphs", report.cuda_graphs)]
+    if report.warnings:
+        first = report.warnings[0]
+        rows.append(("Compiler warnings", f"{len(report.warnings)} (all in the results JSON, "
+                                          f"compiler.warnings); first: "
+                                          f"{first[:160]}{'...' if len(first) > 160 else ''}"))
+    return rows
 
 
 def _trial_rows(summary: Summary) -> list[tuple[str, str]]:

@@ -395,14 +395,47 @@ def accuracy_figure(rows):
     speed.set_xlim(left=0)
     speed.set_title(f"Throughput against accuracy: {_common_label(rows, tuple(names))}",
                     fontsize="medium")
-    figure.suptitle(subtitle(rows), fontsize="small")
+    figure.suptitle(subtitle(rows), fontsize="small")    figure.tight_layout()
+    return figure
+
+
+def _is_generation(rows) -> bool:
+    return all(row.spec.scenario.decodes_tokens for row in rows) and \
+        any(row.summary is not None for row in rows)
+
+
+def build_generation_figure(rows):
+    """Aggregate decode tokens/s against the inter-token latency (p50), one labelled point per
+    batch size, joined in batch order: the throughput-latency curve serving engines report."""
+    require_matplotlib()
+    from matplotlib.figure import Figure
+    figure = Figure(figsize=(7.5, 5.2))
+    axis = figure.subplots()
+    done = [row for row in rows if row.summary is not None and row.summary.detail is not None]
+    done.sort(key=lambda row: row.spec.batch_size)
+    latency = [row.summary.detail.decode.median for row in done]
+    rate = [row.spec.scenario.decode_tokens_per_s(row.summary) or 0.0 for row in done]
+    axis.plot(latency, rate, marker="o")
+    for row, x, y in zip(done, latency, rate):
+        axis.annotate(f"batch {row.spec.batch_size}", (x, y), textcoords="offset points",
+                      xytext=(5, -12), fontsize="small")
+    axis.set_xlabel("inter-token latency p50 [ms]")
+    axis.set_ylabel("decode throughput, whole batch [tokens/s]")
+    axis.set_xlim(left=0)
+    axis.set_ylim(bottom=0)
+    axis.set_title(f"Generation: {_common_label(rows, excluded=('batch',))}", fontsize="medium")
+    failed = _failures_note(rows, "point")
+    heading = "\n".join(textwrap.fill(text, 110, break_on_hyphens=False)
+                        for text in (subtitle(rows), failed) if text)
+    figure.suptitle(heading, fontsize="small")
     figure.tight_layout()
     return figure
 
 
 def plot_rows(rows, path: str) -> None:
     """Draw the sweep and write it to ``path`` (whole or not at all): a sweep over the loader's
-    workers gets the input pipeline's figure (output/workers_plot.py)."""
+    workers gets the input pipeline's figure (output/workers_plot.py), a generate sweep the
+    throughput-latency curve."""
     if data_plot.applies(rows):
         require_matplotlib()
         def build():
@@ -410,6 +443,9 @@ def plot_rows(rows, path: str) -> None:
     elif _measures_accuracy(rows):
         def build():
             return accuracy_figure(rows)
+    elif _is_generation(rows):
+        def build():
+            return build_generation_figure(rows)
     else:
         def build():
             return build_figure(rows)

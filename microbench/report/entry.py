@@ -283,6 +283,9 @@ def result_entry(document: dict, source: str) -> Entry:
         "mfu_measured": _number(_get(document, "flops", "mfu_measured")),
         "mbu_measured": _number(_get(document, "generation", "mbu_measured")),
         "accuracy": _accuracy(document),
+        "decode_kernel_ms": _number(_get(document, "generation", "decode_attribution",
+                                         "busy_ms")),
+        "decode_gap_ms": _number(_get(document, "generation", "decode_attribution", "gap_ms")),
         "energy_per_unit": energy,
         "peak_allocated_mb": _number(_get(document, "memory", "peak_allocated_mb")),
     }

@@ -117,6 +117,8 @@ MODEL_FIGURES = (
     ("mfu_measured", "MFU (measured peak)", None),
     ("mbu_measured", "MBU (measured peak)", None),
     ("accuracy", "vs BF16 (error)", None),
+    ("decode_kernel_ms", "decode kernels [ms]", None),      # the profiled decode step
+    ("decode_gap_ms", "decode gaps [ms]", None),
     ("energy_per_unit", "J/{item}", "energy (no telemetry for these devices)"),
     ("peak_allocated_mb", "peak alloc [MB]", None),
 )
@@ -478,9 +480,9 @@ def render_markdown(tables: list[Table]) -> str:
 
 # Raw figures in fixed units, for CSV and JSON: model, then op bench.
 RAW_FIGURES = ("throughput", "ci95_low", "ci95_high", "trial_count", "p50_ms", "p90_ms", "p99_ms",
-               "cv", "ttft_ms", "itl_ms", "mfu", "mbu", "accuracy", "energy_per_unit",
-               "peak_allocated_mb", "median_ms", "gbs", "tflops", "pct_of_peak", "mfu_measured",
-               "mbu_measured")
+               "cv", "ttft_ms", "itl_ms", "mfu", "mbu", "accuracy", "decode_kernel_ms",
+               "decode_gap_ms", "energy_per_unit", "peak_allocated_mb", "median_ms", "gbs",
+               "tflops", "pct_of_peak", "mfu_measured", "mbu_measured")
 
 
 def _raw_row(table: Table, index: int, entry: Entry) -> dict:

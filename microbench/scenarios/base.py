@@ -38,6 +38,9 @@ class Scenario:
     # Whether --preset fast stores the weights in half precision (no autocast) and replays
     # its steps as CUDA/HIP graphs on GPUs: a decode step is bound by reading the weights.
     fast_half_weights: ClassVar[bool] = False
+    # Whether it decodes token by token (decode_tokens_per_s, inter-token latency): a batch
+    # sweep then gets the generation table and the throughput-latency figure.
+    decodes_tokens: ClassVar[bool] = False
 
     def __init__(self, config, model) -> None:
         self.config, self.model = config, model
@@ -106,6 +109,11 @@ class Scenario:
 
     def release_inputs(self, work) -> None:
         """Stop the input pipeline's worker processes (called however the run ended)."""
+
+    def after_timing(self, spec, work, detail):
+        """The scenario's detail of the timed loop, with what a pass after it adds (generation:
+        where a decode step's time goes); ``detail`` itself here."""
+        return detail
 
     def sharded_state(self, work):
         """What this rank holds of a sharded model after the timed loop (None: not sharded)."""

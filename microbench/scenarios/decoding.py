@@ -64,13 +64,14 @@ class DecodeTraffic:
     kv_bytes_per_position: int          # keys and values of one position, every layer and row
 
     @classmethod
-    def of(cls, model: nn.Module, cache: llama.KVCache) -> "DecodeTraffic":
-        # As stored: a quantized weight is its integer data and its scales (lowp.stored_bytes).
+    def of(cls, state: "GenerationState") -> "DecodeTraffic":
+        model = state.model
+        # As stored: a quantized weight is its integer data and its scales, tied weights once.
         weights = lowp.weight_bytes(model)
-        embed = model.embed.weight
-        if embed is not model.output.weight:
-            weights -= (embed.shape[0] - cache.batch) * embed.shape[1] * embed.element_size()
-        return cls(weights, cache.nbytes // cache.max_len)
+        embed, output = _embedding_weights(model)
+        if embed is not output:
+            weights -= (embed.shape[0] - state.batch) * embed.shape[1] * embed.element_size()
+        return cls(weights, state.kv_bytes_per_position)
 
     def step_bytes(self, positions: int) -> int:
         """A decode step that attends to ``positions`` cache slots (its own included)."""
@@ -82,10 +83,17 @@ class DecodeTraffic:
         return sum(self.step_bytes(shape.prompt_len + i + 1) for i in range(shape.gen_len - 1))
 
 
+def _embedding_weights(model: nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
+    """The token embedding's and the output projection's weights (one tensor when tied)."""
+    if isinstance(model, llama.Llama):
+        return model.embed.weight, model.output.weight
+    return model.get_input_embeddings().weight, model.get_output_embeddings().weight
+
+
 class GenerationState(nn.Module):
     """The model and everything a generation step reads or writes, as buffers set up once."""
 
-    def __init__(self, model: nn.Module, cache: llama.KVCache, prompt: torch.Tensor) -> None:
+    def __init__(self, model: nn.Module, cache, prompt: torch.Tensor) -> None:
         super().__init__()
         self.model, self.cache = model, cache
         batch, prompt_len = prompt.shape
@@ -95,6 +103,82 @@ class GenerationState(nn.Module):
                                                   device=prompt.device), persistent=False)
         self.register_buffer("input_pos", torch.zeros(1, dtype=torch.long, device=prompt.device),
                              persistent=False)
+
+    @property
+    def batch(self) -> int:
+        return self.prompt.shape[0]
+
+    @property
+    def kv_bytes_per_position(self) -> int:
+        return self.cache.nbytes // self.cache.max_len
+
+    def first_token(self) -> torch.Tensor:
+        """The prompt into the cache; (batch, 1) greedy first tokens."""
+        return llama.prefill(self.model, self.prompt, self.cache)
+
+    def next_token(self) -> torch.Tensor:
+        """``token`` at ``input_pos`` into the cache; (batch, 1) greedy next tokens."""
+        return llama.decode_step(self.model, self.token, self.input_pos, self.cache)
+
+
+class HfGenerationState(GenerationState):
+    """A Hugging Face causal LM with transformers' own static cache (``StaticCache``: every
+    layer's keys and values allocated at full length, written in place at ``cache_position``).
+    transformers marks the cache's tensors as static addresses when it allocates them outside
+    a compiled region, so ``hf_state`` fills it once eagerly before anything is compiled; the
+    compiled steps then mutate it in place and CUDA graphs replay over it."""
+
+    def __init__(self, model: nn.Module, cache, prompt: torch.Tensor, max_len: int) -> None:
+        super().__init__(model, cache, prompt)
+        import inspect
+        parameters = inspect.signature(model.forward).parameters
+        # transformers 5.2x renamed past_key_values to cache; either is the same object.
+        self.cache_argument = "cache" if "cache" in parameters else "past_key_values"
+        self.keeps_last = "logits_to_keep" in parameters
+        self.max_len = max_len
+
+    @property
+    def kv_bytes_per_position(self) -> int:
+        tensors = [t for layer in self.cache.layers for t in (layer.keys, layer.values)]
+        return sum(t.numel() * t.element_size() for t in tensors) // self.max_len
+
+    def _logits(self, **inputs) -> torch.Tensor:
+        output = self.model(use_cache=True, **{self.cache_argument: self.cache}, **inputs)
+        return output.logits[:, -1].argmax(dim=-1, keepdim=True)
+
+    def first_token(self) -> torch.Tensor:
+        # Newer transformers (5.2x) write at each layer's own count of tokens seen, not at
+        # cache_position: a new generation starts that count again (older ones have none).
+        for layer in self.cache.layers:
+            if isinstance(getattr(layer, "cumulative_length", None), torch.Tensor):
+                layer.cumulative_length.zero_()
+        positions = torch.arange(self.prompt_len, device=self.prompt.device)
+        extra = {"logits_to_keep": 1} if self.keeps_last else {}
+        return self._logits(input_ids=self.prompt, cache_position=positions, **extra)
+
+    def next_token(self) -> torch.Tensor:
+        return self._logits(input_ids=self.token, cache_position=self.input_pos,
+                            position_ids=self.input_pos.expand(self.batch, 1))
+
+
+def hf_state(model: nn.Module, prompt: torch.Tensor, max_len: int,
+             autocast) -> HfGenerationState:
+    """``model``'s generation state over a transformers StaticCache of ``max_len`` positions,
+    filled once by an eager prefill (see HfGenerationState); a model type whose transformers
+    class does not declare static-cache, one-graph support is refused in one line."""
+    from microbench.platform.errors import UsageError
+    model_type = getattr(model.config, "model_type", type(model).__name__)
+    if not getattr(model, "_can_compile_fullgraph", False):
+        raise UsageError(f"--mode generate cannot run hf:{model_type}: transformers does not "
+                         f"mark {type(model).__name__} as supporting a static KV cache "
+                         f"(_can_compile_fullgraph is False); choose a decoder such as llama, "
+                         f"mistral or qwen2")
+    import transformers
+    cache = transformers.StaticCache(config=model.config, max_cache_len=max_len)
+    state = HfGenerationState(model, cache, prompt, max_len)
+    with torch.inference_mode(), autocast:
+        state.first_token()             # allocates the cache outside any compiled region
+    return state
 
 
 class PrefillStep(nn.Module):
@@ -106,7 +190,7 @@ class PrefillStep(nn.Module):
 
     def forward(self) -> None:
         state = self.state
-        state.token.copy_(llama.prefill(state.model, state.prompt, state.cache))
+        state.token.copy_(state.first_token())
         state.input_pos.fill_(state.prompt_len)
 
 
@@ -119,16 +203,37 @@ class DecodeStep(nn.Module):
 
     def forward(self) -> None:
         state = self.state
-        state.token.copy_(llama.decode_step(state.model, state.token, state.input_pos,
-                                            state.cache))
+        state.token.copy_(state.next_token())
         state.input_pos.add_(1)
 
 
-def compiled(step: nn.Module, options: dict) -> nn.Module:
+def compiled(step: nn.Module, options: dict, inductor: dict | None = None) -> nn.Module:
     """``step`` compiled on its own: one graph (fullgraph), static shapes, then the user's
     ``--compileContext`` options (their mode: reduce-overhead replays the decode step as a
-    CUDA/HIP graph)."""
-    return torch.compile(step, **{"fullgraph": True, "dynamic": False, **options})
+    CUDA/HIP graph). ``inductor`` adds inductor settings under the user's own."""
+    options = {"fullgraph": True, "dynamic": False, **options}
+    if inductor and options.get("backend", "inductor") == "inductor":
+        options = with_inductor_settings(options, inductor)
+    return torch.compile(step, **options)
+
+
+# Inductor settings of the decode step, under the user's own (gpt-fast's generate.py sets the
+# first globally): with coordinate-descent tuning inductor writes a product with one row (a
+# batch-1 decode step's every projection) as a reduction it tunes to the memory bandwidth and
+# fuses with the norm or activation around it, instead of a GEMV call per projection.
+DECODE_INDUCTOR = {"coordinate_descent_tuning": True}
+
+
+def with_inductor_settings(options: dict, settings: dict) -> dict:
+    """torch.compile's arguments with inductor ``settings`` added below the user's: a
+    ``mode`` becomes the inductor options it stands for (torch.compile takes a mode or
+    options, not both), then ``settings``, then the user's ``options`` over them."""
+    options = dict(options)
+    mode = options.pop("mode", None)
+    import torch._inductor
+    merged = {**(torch._inductor.list_mode_options(mode) if mode else {}), **settings,
+              **options.pop("options", {})}
+    return {**options, "options": merged}
 
 
 class GenerationWorkload:
@@ -144,11 +249,11 @@ class GenerationWorkload:
         self.parameters = sum(p.numel() for p in state.model.parameters())
         self.flops_per_iteration: int | None = None
         self.prefill_flops: int | None = None
-        self.traffic = DecodeTraffic.of(state.model, state.cache)
+        self.traffic = DecodeTraffic.of(state)
         self.prefill_step, self.decode_step = PrefillStep(state), DecodeStep(state)
         if compile_options is not None:
             self.prefill_step = compiled(self.prefill_step, compile_options)
-            self.decode_step = compiled(self.decode_step, compile_options)
+            self.decode_step = compiled(self.decode_step, compile_options, DECODE_INDUCTOR)
 
     @property
     def cache(self) -> llama.KVCache:
@@ -175,10 +280,9 @@ def build(spec, model: nn.Module, compile_options: dict | None = None,
     """``model`` is the prepared eager model of ``spec`` (a RunSpec in generate mode);
     ``compile_options`` are torch.compile's (None: eager)."""
     model.eval()
+    if hasattr(model, "fuse_projections"):      # one q|k|v product per layer (llama)
+        model.fuse_projections()
     precision, shape = spec.precision, spec.scenario.shape
-    cache_dtype = precision.autocast_dtype or precision.model_dtype
-    cache = model.make_cache(spec.batch_size, shape.positions, device=spec.device,
-                             dtype=cache_dtype)
     prompt = spec.model.make_prompt(spec.batch_size, shape.prompt_len, spec.device,
                                     spec.config.seed)
     autocast = precision.autocast(spec.device)
@@ -186,7 +290,13 @@ def build(spec, model: nn.Module, compile_options: dict | None = None,
     if spec.config.quantize != "none":      # on the prompt's first rows, before and after
         reduced = lowp.quantize_measured(model, spec.config.quantize, lowp.probe_rows(prompt),
                                          spec.device, precision.label)
-    state = GenerationState(model, cache, prompt)
+    if isinstance(model, llama.Llama):
+        cache_dtype = precision.autocast_dtype or precision.model_dtype
+        cache = model.make_cache(spec.batch_size, shape.positions, device=spec.device,
+                                 dtype=cache_dtype)
+        state = GenerationState(model, cache, prompt)
+    else:
+        state = hf_state(model, prompt, shape.positions, autocast)
     if count_flops:             # on the eager steps, before anything is compiled
         eager = GenerationWorkload(state, shape, autocast, None)
         flops_per_iteration = flops.count_step_flops(eager.step)

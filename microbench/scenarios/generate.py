@@ -12,7 +12,9 @@ Example::
 """
 from __future__ import annotations
 
-from microbench.measure import flops
+import dataclasses
+
+from microbench.measure import attribution, flops
 from microbench.steps import workload
 from microbench.platform.errors import UsageError
 from microbench.output import units
@@ -24,6 +26,9 @@ from microbench.scenarios.base import Scenario
 # Default prompt and generation lengths: up to 128 tokens each, within the model's positions.
 DEFAULT_PROMPT_LEN = 128
 DEFAULT_GEN_LEN = 128
+# Decode steps of the profiled pass after the timed loop (where a step's time goes): enough
+# to average the per-step figures, few enough to cost well under a second on a GPU.
+ATTRIBUTION_STEPS = 32
 
 
 def _optional(value: float | None, digits: int = 4) -> str:
@@ -76,11 +81,16 @@ def _energy_rows(energy: dict | None) -> list[tuple[str, str]]:
                                  f"shared out by time)")]
 
 
+def _attribution_rows(found: attribution.Attribution | None) -> list[tuple[str, str]]:
+    return [] if found is None else [("Decode step (profiled)", found.line())]
+
+
 class Generate(Scenario):
     mode = "generate"
     flops_counted = "prefill + decode steps"
     items_run_one_by_one = False
     fast_half_weights = True
+    decodes_tokens = True
 
     def __init__(self, config, model) -> None:
         super().__init__(config, model)
@@ -94,8 +104,8 @@ class Generate(Scenario):
     def _shape(self) -> decoding.GenerationShape:
         model, config = self.model, self.config
         if not getattr(model, "can_generate", False):
-            raise UsageError(f"--mode generate runs the llama_* presets (static KV cache), not "
-                             f"{model.name}")
+            raise UsageError(f"--mode generate runs language models (the llama_* presets, "
+                             f"hf: decoders), not {model.name}")
         prompt = config.prompt_len or min(DEFAULT_PROMPT_LEN, model.seq_len // 2)
         generated = config.gen_len or min(DEFAULT_GEN_LEN, model.seq_len - prompt + 1)
         shape = decoding.GenerationShape(prompt, generated)
@@ -129,6 +139,24 @@ class Generate(Scenario):
             times = decoding.timed_generation(work, iterations, device, time_fn)
             return Timed(times.e2e, [], detail=times)
         return generate
+
+    def after_timing(self, spec, work, times):
+        """The timed token times with where a decode step's time goes: ``ATTRIBUTION_STEPS``
+        decode steps after a fresh prefill, under torch.profiler, after the timed loop (its
+        wall time is stated), set beside the timed steps' mean and the roofline."""
+        steps = min(ATTRIBUTION_STEPS, self.shape.gen_len - 1)
+        if times is None or steps < 1 or not times.decode.count:
+            return times
+        profile = attribution.profile_steps(work.decode, steps, spec.device,
+                                            before=work.prefill)
+        per_step = times.decode_bytes / times.decode.count
+        peak = spec.bandwidth.gbs
+        found = attribution.attribute(
+            profile, measured_step_ms=times.decode.mean,
+            roofline_ms=per_step / (peak * 1e9) * 1e3 if peak else None,
+            roofline_basis=f"{per_step / 1e9:.3f} GB a step / {peak:,.0f} GB/s "
+                           f"({spec.bandwidth.source})" if peak else "")
+        return dataclasses.replace(times, attribution=found)
 
     # ------------------------------------------------------------ the report
 
@@ -206,7 +234,8 @@ class Generate(Scenario):
                           self.prefill_utilization(summary, measured=True)) \
           + _bandwidth_rows(self.decode_bandwidth(summary), times, summary.spec.batch_size,
                             self.decode_bandwidth(summary, measured=True)) \
-          + _energy_rows(self.energy_per_token(summary))
+          + _energy_rows(self.energy_per_token(summary)) \
+          + _attribution_rows(times.attribution)
 
     def document(self, summary) -> dict:
         times = summary.detail
@@ -233,7 +262,9 @@ class Generate(Scenario):
             "prefill_flops": prefill.to_dict() if prefill is not None else None,
             "prefill_mfu_measured": (measured_prefill.mfu if measured_prefill is not None
                                      else None),
-            "generated_tokens_per_s": summary.token_throughput}}
+            "generated_tokens_per_s": summary.token_throughput,
+            "decode_attribution": (times.attribution.to_dict()
+                                   if times.attribution is not None else None)}}
 
     def csv_cells(self, summary) -> dict:
         times = summary.detail

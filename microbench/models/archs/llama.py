@@ -322,6 +322,34 @@ def expand_kv(t: torch.Tensor, groups: int) -> torch.Tensor:
     return t.repeat_interleave(groups, dim=1).contiguous()
 
 
+def attend_grouped(impl: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                   mask: torch.Tensor) -> torch.Tensor:
+    """One decode step's attention over the cache without expanding it for GQA.
+
+    With one query per head, the `groups` query heads that share a kv head are `groups` rows of
+    one query block against that kv head's keys: q (batch, heads, 1, d) is viewed as (batch,
+    kv_heads, groups, d), since query head h uses kv head h // groups (`expand_kv`'s order).
+    The cache is then read once per kv head instead of being copied `groups` times per step (at
+    batch 16 on llama_1b that copy was 8 x the cache's bytes, written and read again). `mask`
+    (1, 1, 1, max_len) broadcasts over the rows as it did over the heads.
+    """
+    batch, heads, seq, dim = q.shape
+    kv_heads = k.shape[1]
+    grouped = q.reshape(batch, kv_heads, heads // kv_heads * seq, dim)
+    return attend(impl, grouped, k, v, mask).reshape(batch, heads, seq, dim)
+
+
+def _groups_as_rows(impl: str) -> bool:
+    """Whether a decode step attends with `attend_grouped` rather than over an expanded cache.
+
+    Always, except for the spelled-out formulas ("eager", "math") inside torch.compile: there
+    inductor folds the expansion into the index arithmetic of the kernels it writes (nothing
+    is copied), and a one-row query lets its coordinate-descent setting write the two products
+    as bandwidth-tuned reductions, which `groups` rows would turn back into batched GEMMs.
+    """
+    return impl not in ("eager", "math") or not torch.compiler.is_compiling()
+
+
 def _sdpa_backends() -> dict[str, object]:
     """SDPBackend members for the pinned impls (torch.nn.attention exists from torch 2.3)."""
     from torch.nn.attention import SDPBackend
@@ -461,6 +489,31 @@ class Attention(nn.Module):
         self.wk = nn.Linear(hidden, kv_width, bias=False)
         self.wv = nn.Linear(hidden, kv_width, bias=False)
         self.wo = nn.Linear(config.num_heads * config.head_dim, hidden, bias=False)
+        self.wqkv: nn.Linear | None = None       # set by fuse_projections (generation)
+
+    def fuse_projections(self) -> None:
+        """Replace wq, wk and wv by one projection onto their concatenated outputs.
+
+        One matrix product per layer instead of three: a decode step is bound by launching
+        and reading, and the k and v products alone (hidden x 256 on llama_1b) are too small
+        to fill the GPU. The same weights, so the same outputs; done once, in place (the
+        three matrices are freed), for generation, which never trains the model.
+        """
+        if self.wqkv is not None:
+            return
+        first = self.wq.weight
+        with torch.no_grad():
+            weight = torch.cat([self.wq.weight, self.wk.weight, self.wv.weight])
+        self.wqkv = nn.Linear(weight.shape[1], weight.shape[0], bias=False,
+                              device=first.device, dtype=first.dtype)
+        self.wqkv.weight = nn.Parameter(weight, requires_grad=first.requires_grad)
+        del self.wq, self.wk, self.wv
+
+    def _project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        if self.wqkv is None:
+            return self.wq(x), self.wk(x), self.wv(x)
+        width, kv_width = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        return self.wqkv(x).split([width, kv_width, kv_width], dim=-1)
 
     def _heads(self, x: torch.Tensor, heads: int) -> torch.Tensor:
         batch, seq, _ = x.shape
@@ -469,15 +522,21 @@ class Attention(nn.Module):
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                 input_pos: torch.Tensor, cache: KVCache | None,
                 mask: torch.Tensor | None) -> torch.Tensor:
-        q = apply_rope(self._heads(self.wq(x), self.num_heads), cos, sin)
-        k = apply_rope(self._heads(self.wk(x), self.num_kv_heads), cos, sin)
-        v = self._heads(self.wv(x), self.num_kv_heads)
+        q, k, v = self._project(x)
+        q = apply_rope(self._heads(q, self.num_heads), cos, sin)
+        k = apply_rope(self._heads(k, self.num_kv_heads), cos, sin)
+        v = self._heads(v, self.num_kv_heads)
         if cache is not None:
             cached_k, cached_v = cache.update(self.layer_index, input_pos, k, v)
-            if mask is not None:          # decode: attend over every slot, masked
+            if mask is not None:          # decode: one query per head over every slot, masked
                 k, v = cached_k, cached_v
+                if _groups_as_rows(self.impl):
+                    return self._output(attend_grouped(self.impl, q, k, v, mask))
         groups = self.num_heads // self.num_kv_heads
-        out = attend(self.impl, q, expand_kv(k, groups), expand_kv(v, groups), mask)
+        return self._output(attend(self.impl, q, expand_kv(k, groups), expand_kv(v, groups),
+                                   mask))
+
+    def _output(self, out: torch.Tensor) -> torch.Tensor:
         batch, _, seq, _ = out.shape
         return self.wo(out.transpose(1, 2).reshape(batch, seq, self.num_heads * self.head_dim))
 
@@ -553,6 +612,11 @@ class Llama(nn.Module):
         _check_impl(impl)
         for block in self.layers:
             block.attention.impl = impl
+
+    def fuse_projections(self) -> None:
+        """Each layer's q, k and v projections as one (see `Attention.fuse_projections`)."""
+        for block in self.layers:
+            block.attention.fuse_projections()
 
     def make_cache(self, batch: int, max_len: int, device: torch.device | str | None = None,
                    dtype: torch.dtype | None = None) -> KVCache:
