@@ -395,7 +395,8 @@ def accuracy_figure(rows):
     speed.set_xlim(left=0)
     speed.set_title(f"Throughput against accuracy: {_common_label(rows, tuple(names))}",
                     fontsize="medium")
-    figure.suptitle(subtitle(rows), fontsize="small")    figure.tight_layout()
+    figure.suptitle(subtitle(rows), fontsize="small")
+    figure.tight_layout()
     return figure
 
 
