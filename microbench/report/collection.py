@@ -96,11 +96,13 @@ def input_files(arguments) -> Inputs:
         if not stat.S_ISDIR(status.st_mode):
             inputs.add(argument)
             continue
+        lines_before = len(inputs.lines)
         files, traces = _directory_files(argument, inputs.lines)
+        skipped = len(inputs.lines) > lines_before         # a folder or link it could not read
         if traces:
             inputs.lines.append(f"left out {traces} Kineto trace(s) (*trace<N>.json) in "
                                 f"{argument}")
-        if not files and not inputs.lines:
+        if not files and not skipped:
             raise UsageError(f"{argument}: no *.json result files in this directory")
         for path in files:
             # One file of a folder that cannot be read (a dangling link, a link loop, a name
