@@ -98,11 +98,12 @@ def input_files(arguments) -> Inputs:
             continue
         lines_before = len(inputs.lines)
         files, traces = _directory_files(argument, inputs.lines)
-        if not files and len(inputs.lines) == lines_before:     # nothing in it, nothing skipped
-            raise UsageError(f"{argument}: no *.json result files in this directory")
+        skipped = len(inputs.lines) > lines_before         # a folder or link it could not read
         if traces:
             inputs.lines.append(f"left out {traces} Kineto trace(s) (*trace<N>.json) in "
                                 f"{argument}")
+        if not files and not skipped:
+            raise UsageError(f"{argument}: no *.json result files in this directory")
         for path in files:
             # One file of a folder that cannot be read (a dangling link, a link loop, a name
             # that is not text, one too large) is skipped with its line; the others are read.
