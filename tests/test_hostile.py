@@ -34,7 +34,7 @@ from conftest import (ROOT, SCRIPT, TINY, assert_one_line_error, run_main, spawn
                       stored_result)
 from microbench.platform import inputs, process
 from microbench.platform.errors import CannotWrite, Terminated
-from microbench.report import collection
+from microbench.store import collection
 from microbench.output import files, writing
 
 RUN = ["--network", "resnet18", *TINY, "--device", "cpu"]

@@ -16,9 +16,10 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, assert_one_line_error, run_main
-from microbench.report import chart, collection, command, table
+from microbench.report import chart, command, table
+from microbench.store import collection
 from microbench.output import units
-from microbench.report.entry import entries_of
+from microbench.store.entry import entries_of
 
 HISTORY = Path(__file__).parent / "data" / "history"
 QUICK = ["--network", "resnet18", "--image-size", "32", "--iterations", "3", "--warmup", "1",

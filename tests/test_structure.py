@@ -131,6 +131,18 @@ def test_module_names_are_unique_across_the_layers():
 NAMES_LEFT_TO_SPLIT = {"files", "stats"}
 
 
+# Modules that parse JSON, and what: a stored result is parsed in one place only.
+JSON_READERS = {"microbench/store/stored.py": "result documents (every reader's, the report's too)",
+                "microbench/store/schema.py": "the published schema file",
+                "microbench/data/cache.py": "the image cache's manifest",
+                "microbench/settings/identity.py": "values made plain (json.dumps then loads)"}
+
+
+def test_one_module_parses_stored_results():
+    readers = {hit.split(":")[0] for hit in _hits(r"json\.loads?\(")}
+    assert readers <= set(JSON_READERS), sorted(readers - set(JSON_READERS))
+
+
 def test_the_cycle_finder_finds_one():
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) is not None
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None

@@ -23,6 +23,7 @@ from microbench.platform.errors import (EXIT_INTERRUPTED, EXPECTED_EXIT_CODES, B
 from microbench.output import compare, console, files, sweep_plot as plot
 from microbench.settings.spec import RunSpec, resolve
 from microbench.measure.summary import Summary
+from microbench.store import baseline as baseline_store
 from microbench.drivers.trial_count import TrialCount
 
 
@@ -50,10 +51,10 @@ def with_baselines(spec: RunSpec, plan: Plan) -> RunSpec:
     if not spec.launch.is_main:
         return spec
     try:
-        gate = (compare.read_gate(plan.compare, plan.tolerance_pct, spec,
-                                  plan.compare_any_config, fail=plan.fail_if != "never")
+        gate = (baseline_store.read_gate(plan.compare, plan.tolerance_pct, spec,
+                                         plan.compare_any_config, fail=plan.fail_if != "never")
                 if plan.compare else None)
-        baseline = (compare.scaling_baseline(spec.config.scaling_baseline, spec)
+        baseline = (baseline_store.scaling_baseline(spec.config.scaling_baseline, spec)
                     if spec.config.scaling_baseline else None)
     except BenchmarkError as error:
         if not spec.launch.distributed:

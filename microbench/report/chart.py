@@ -37,8 +37,8 @@ from dataclasses import dataclass
 
 from microbench.platform.errors import MissingEnvironment, UsageError
 from microbench.output import writing
-from microbench.report.collection import FILE, HEADLINE_SETTINGS, RUN_AT, setting_value
-from microbench.report.entry import MODEL, OP, Entry
+from microbench.store.collection import FILE, HEADLINE_SETTINGS, RUN_AT, setting_value
+from microbench.store.entry import MODEL, OP, Entry
 from microbench.report.table import Table, format_setting
 
 METRICS = {"throughput": (MODEL,), "latency": (MODEL, OP), "mfu": (MODEL,), "gbs": (OP,),

@@ -34,8 +34,8 @@ from microbench.measure import stats
 from microbench.output import text_table as console_tables
 from microbench.platform.errors import UsageError
 from microbench.output import units, writing
-from microbench.report.collection import FILE, HEADLINE_SETTINGS, RUN_AT, Group, setting_value
-from microbench.report.entry import MODEL, Entry
+from microbench.store.collection import FILE, HEADLINE_SETTINGS, RUN_AT, Group, setting_value
+from microbench.store.entry import MODEL, Entry
 
 FORMATS = ("text", "markdown", "csv", "json")
 # --compare's default tolerance, for the verdict between rows with trials.

@@ -30,17 +30,7 @@ from microbench.settings.config import CSV_NAME, BenchConfig, validate
 from microbench.platform.distributed import Launch
 from microbench.platform.errors import BenchmarkError, UsageError
 from microbench.models.language import LanguageModelSpec
-
-
-@dataclass(frozen=True)
-class Gate:
-    """``--compare``: the baseline result, read before anything is written, and the tolerance."""
-
-    path: str
-    tolerance_pct: float
-    baseline: dict
-    any_config: bool = False           # --compare-any-config: another configuration, said so
-    fail: bool = True                  # --fail-if never: report a regression, exit 0
+from microbench.store.baseline import Gate
 
 
 @dataclass(frozen=True)
@@ -59,7 +49,7 @@ class RunSpec:
     json_path: str | None              # None with --no-files
     csv_path: str | None
     notes: tuple[str, ...]
-    compare: Gate | None = None
+    compare: Gate | None = None        # --compare's baseline (store.baseline reads it)
     scaling_baseline_img_s: float | None = None
     # A problem this rank found before the run (a baseline it cannot read) in a multi-process
     # job: raised when the ranks meet, so that the others stop too instead of waiting for it.

@@ -35,8 +35,8 @@ from dataclasses import dataclass, field
 
 from microbench.platform import inputs as checked
 from microbench.platform.errors import UsageError
-from microbench.store import schema
-from microbench.report.entry import MODEL, OP, Entry, entries_of
+from microbench.store import schema, stored
+from microbench.store.entry import MODEL, OP, Entry, entries_of
 
 MAX_INPUT_BYTES = checked.MAX_RESULT_BYTES
 _TRACE_NAME = re.compile(r"trace\d+(_rank\d+)?\.json$")
@@ -101,12 +101,6 @@ def input_files(arguments) -> Inputs:
 
 # ---------------------------------------------------------------- read
 
-def _read_text(path: str) -> str:
-    """The file's text, read through the input checks (microbench.platform.inputs.read_bounded: opened
-    without blocking and checked again once open, since the path may have changed)."""
-    return checked.read_bounded(path, path, MAX_INPUT_BYTES).decode("utf-8")
-
-
 def _version_note(document: dict, path: str) -> str | None:
     kind = schema.document_kind(document)
     if kind == schema.OLDER_TOOL:
@@ -133,7 +127,7 @@ def read(inputs: Inputs) -> Found:
     duplicates = 0
     for path in inputs.files:
         try:
-            document = json.loads(_read_text(path))
+            document = stored.parse(path, path, MAX_INPUT_BYTES)   # checked again once open
             schema.validate_result(document, path)
         except UsageError as error:
             found.lines.append(f"skipped {error}")
