@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, assert_one_line_error, run_main
-from microbench.report import chart, command, table
+from microbench.output import chart, table
+from microbench.report import command
 from microbench.store import collection
 from microbench.output import units
 from microbench.store.entry import entries_of

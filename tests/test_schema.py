@@ -1,4 +1,4 @@
-"""The published schema (microbench/report/result.schema.json): every document the tool writes
+"""The published schema (microbench/store/result.schema.json): every document the tool writes
 validates and declares no key the schema does not name; documents of every earlier version
 validate; anything else is refused with one line.
 

@@ -133,7 +133,7 @@ def test_gate_never_fails_a_run_no_slower_than_the_tolerance(baseline, current, 
 
 
 def test_the_report_table_rules_between_rows_with_the_gate_both_ways():
-    from microbench.report.table import trial_verdict
+    from microbench.output.table import trial_verdict
     baseline = (100.0, 101.0, 99.0)
     slower = trial_verdict(baseline, (80.0, 81.0, 79.0))
     assert slower.verdict == "slower" and slower.low < slower.ratio < slower.high < 1

@@ -143,6 +143,19 @@ def test_one_module_parses_stored_results():
     assert readers <= set(JSON_READERS), sorted(readers - set(JSON_READERS))
 
 
+def test_one_chart_stack_draws_every_chart():
+    """The sweep's --plot and the report's chart are drawn with the same parts: only
+    output/chart.py imports matplotlib."""
+    assert {hit.split(":")[0] for hit in _hits(r"^\s*(from|import) matplotlib")} == {
+        "microbench/output/chart.py"}
+
+
+def test_one_table_module_lays_out_results():
+    """Tables are laid out by output/text_table.py alone (rich's tables included)."""
+    assert {hit.split(":")[0] for hit in _hits(r"^\s*from rich\.table|^\s*import rich")} <= {
+        "microbench/output/text_table.py", "microbench/output/progress.py"}
+
+
 def test_the_cycle_finder_finds_one():
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) is not None
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None

@@ -273,7 +273,7 @@ def prepare_output(spec, plot_path: str | None = None) -> None:
     if not spec.launch.is_main:
         return
     if plot_path is not None:
-        from microbench.output.sweep_plot import check_path
+        from microbench.output.chart import check_path
         check_path(plot_path)
     if spec.json_path is None:
         return
