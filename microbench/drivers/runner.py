@@ -20,7 +20,7 @@ from microbench.drivers import ab, sweep, trials
 from microbench.settings.config import Plan, min_noise_trials
 from microbench.platform.errors import (EXIT_INTERRUPTED, EXPECTED_EXIT_CODES, BenchmarkError,
                                         OutOfMemory, ReportedFailure, Terminated, UsageError)
-from microbench.output import compare, console, files, sweep_plot as plot
+from microbench.output import compare, console, files, sweep_plot as plot, table
 from microbench.settings.spec import RunSpec, resolve
 from microbench.measure.summary import Summary
 from microbench.store import baseline as baseline_store
@@ -329,7 +329,7 @@ def run_sweep(plan: Plan, specs: list[RunSpec]) -> int:
     print(f"Sweep of {len(specs)} configurations on {env.device} {env.device_name}, "
           f"{first.config.iterations} timed iterations each")
     rows = sweep.run_sweep(specs, env, sys.stdout)
-    sweep.print_comparison(rows, sys.stdout)
+    table.print_comparison(rows, sys.stdout)
     if first.json_path is not None:
         path = sweep.write_files(rows, first.config.output_dir, env)
         print(f"Results JSON : {path} (and one per successful row)")

@@ -2,7 +2,8 @@
 
 Each row gets a fresh model and emptied caches (and a reset compiler when it compiles). A row
 that runs out of memory or fails otherwise is recorded with its error and the sweep goes on
-(errors are data in a sweep). A comparison table against the first successful row closes it.
+(errors are data in a sweep). A comparison table against the first successful row closes it
+(:func:`microbench.output.table.print_comparison`).
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 from typing import TextIO
 
 from microbench.drivers import benchmark, trials as trials_mod
-from microbench.output import progress, text_table as tables
+from microbench.output import progress
 from microbench.platform.errors import EXIT_UNEXPECTED, BenchmarkError, OutOfMemory, SweepFailed
 from microbench.output import files, units, writing
 from microbench.measure.summary import Summary
@@ -143,91 +144,6 @@ def run_sweep(specs, env, out: TextIO, counterbalance: bool = False) -> list[Row
         if not row.failed:
             row.summary = Summary(row.spec, env, row.trials)
     return rows
-
-
-def _rate_heading(rows: list[Row]) -> str:
-    """The rate column's heading: the unit the rows count in (img/s as the older tool printed
-    it for images), or ``rate`` with the unit in each cell where the rows count in different
-    units (a sweep over an image and a language model)."""
-    units = {row.spec.scenario.unit for row in rows if not row.failed}
-    if len(units) != 1:
-        return "rate"
-    unit = units.pop()
-    return "img/s" if unit == "image" else f"{unit}s/s"
-
-
-def _rate_cell(row: Row, heading: str) -> str:
-    scenario = row.spec.scenario
-    rate = f"{row.throughput * scenario.units_per_item:.2f}"
-    return f"{rate} {scenario.unit}s/s" if heading == "rate" else rate
-
-
-def comparison_cells(rows: list[Row]) -> tuple[list[tables.Column], list[tuple[str, ...]]]:
-    """The sweep table: each row's rate in its unit, its speedup and its peak memory against
-    the first successful row (a failed row shows its status where the rate would be)."""
-    reference = next((row for row in rows if not row.failed), None)
-    heading = _rate_heading(rows)
-    columns = [tables.Column("#", numeric=True, width=3), tables.Column("configuration"),
-               tables.Column(heading, numeric=True, width=10),
-               tables.Column("speedup", numeric=True, width=8),
-               tables.Column("peak MB", numeric=True, width=9),
-               tables.Column("memory", numeric=True, width=8)]
-    cells = []
-    for index, row in enumerate(rows, 1):
-        if row.failed:
-            cells.append((str(index), row.label(), row.status, "", "", ""))
-            continue
-        memory, change = "n/a", ""
-        if row.peak_allocated_mb is not None:
-            memory = f"{row.peak_allocated_mb:.0f}"
-            if reference.peak_allocated_mb:          # unknown or zero: no ratio to show
-                change = f"{row.peak_allocated_mb / reference.peak_allocated_mb - 1:+.0%}"
-        cells.append((str(index), row.label(), _rate_cell(row, heading),
-                      f"{row.throughput / reference.throughput:.2f}x", memory, change))
-    return columns, cells
-
-
-def print_comparison(rows: list[Row], out: TextIO) -> None:
-    reference = next((row for row in rows if not row.failed), None)
-    print("", file=out)
-    print("Sweep comparison (speedup and memory change against row "
-          f"{rows.index(reference) + 1 if reference else '-'})", file=out)
-    columns, cells = comparison_cells(rows)
-    out.write(tables.render(columns, cells, terminal=progress.is_terminal(out)))
-    out.flush()
-    print_data_table(rows, out)
-
-
-def print_data_table(rows: list[Row], out: TextIO) -> None:
-    """Rows fed by an input pipeline: what it delivered beside what each side does alone."""
-    fed = [(index, row) for index, row in enumerate(rows, 1)
-           if row.summary is not None and row.summary.data is not None]
-    if not fed:
-        return
-    unit = fed[0][1].summary.data.unit
-    print("", file=out)
-    print(f"Input pipeline ({unit}{' per device' if fed[0][1].summary.data.per_device else ''}"
-          f"; wait: share of a step spent waiting for the batch, median and p99, and of the "
-          f"whole run)", file=out)
-    columns = [tables.Column("#", numeric=True, width=3),
-               tables.Column("workers", numeric=True), tables.Column("decode", numeric=True),
-               tables.Column("pipeline", numeric=True, width=10),
-               tables.Column("loader", numeric=True, width=10),
-               tables.Column("model", numeric=True, width=10), tables.Column("kept", numeric=True),
-               tables.Column("wait p50", numeric=True), tables.Column("wait p99", numeric=True),
-               tables.Column("wait run", numeric=True), tables.Column("verdict")]
-    cells = []
-    for index, row in fed:
-        data = row.summary.data
-        waits, kept = data.pipeline.waits, data.verdict.kept
-        model = "n/a" if data.model_alone_per_s is None else f"{data.model_alone_per_s:.2f}"
-        cells.append((str(index), str(data.description["workers"]),
-                       str(data.description["decode"]), f"{data.pipeline.per_s:.2f}",
-                       f"{data.loader.per_s:.2f}", model, f"{kept:.0%}",
-                       f"{waits.share_median:.1%}", f"{waits.share_p99:.1%}",
-                       f"{waits.share_total:.1%}", data.verdict.kind))
-    out.write(tables.render(columns, cells, terminal=progress.is_terminal(out)))
-    out.flush()
 
 
 def write_files(rows: list[Row], output_dir: str, env) -> str:

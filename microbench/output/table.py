@@ -17,6 +17,10 @@ headlines alone, called that.
 Renderings: aligned text for the terminal, GitHub markdown (pastes into an issue or pull request),
 CSV and JSON with raw numbers in fixed units.
 
+A sweep's own closing tables (:func:`print_comparison`: each row's rate, speedup and memory
+against the first measured row, and the input pipeline's figures where rows were fed by one) are
+laid out here too, from the sweep's rows as they were measured.
+
 Example::
 
     tables = build_tables(group_entries(found.entries), baseline="3")
@@ -33,7 +37,7 @@ from dataclasses import dataclass, field
 from microbench.measure import stats
 from microbench.output import text_table as console_tables
 from microbench.platform.errors import UsageError
-from microbench.output import units, writing
+from microbench.output import progress, units, writing
 from microbench.store.collection import FILE, HEADLINE_SETTINGS, RUN_AT, Group, setting_value
 from microbench.store.entry import MODEL, Entry
 
@@ -485,3 +489,90 @@ def render(tables: list[Table], format_: str, terminal: bool = False) -> str:
     if format_ == "text":
         return render_text(tables, terminal)
     return {"markdown": render_markdown, "csv": render_csv, "json": render_json}[format_](tables)
+
+
+# ---------------------------------------------------------------- a sweep's closing tables
+
+def _rate_heading(rows: list) -> str:
+    """The rate column's heading: the unit the rows count in (img/s as the older tool printed
+    it for images), or ``rate`` with the unit in each cell where the rows count in different
+    units (a sweep over an image and a language model)."""
+    units = {row.spec.scenario.unit for row in rows if not row.failed}
+    if len(units) != 1:
+        return "rate"
+    unit = units.pop()
+    return "img/s" if unit == "image" else f"{unit}s/s"
+
+
+def _rate_cell(row, heading: str) -> str:
+    scenario = row.spec.scenario
+    rate = f"{row.throughput * scenario.units_per_item:.2f}"
+    return f"{rate} {scenario.unit}s/s" if heading == "rate" else rate
+
+
+def comparison_cells(rows: list) -> tuple[list[console_tables.Column], list[tuple[str, ...]]]:
+    """The sweep table: each row's rate in its unit, its speedup and its peak memory against
+    the first successful row (a failed row shows its status where the rate would be)."""
+    reference = next((row for row in rows if not row.failed), None)
+    heading = _rate_heading(rows)
+    columns = [console_tables.Column("#", numeric=True, width=3), console_tables.Column("configuration"),
+               console_tables.Column(heading, numeric=True, width=10),
+               console_tables.Column("speedup", numeric=True, width=8),
+               console_tables.Column("peak MB", numeric=True, width=9),
+               console_tables.Column("memory", numeric=True, width=8)]
+    cells = []
+    for index, row in enumerate(rows, 1):
+        if row.failed:
+            cells.append((str(index), row.label(), row.status, "", "", ""))
+            continue
+        memory, change = "n/a", ""
+        if row.peak_allocated_mb is not None:
+            memory = f"{row.peak_allocated_mb:.0f}"
+            if reference.peak_allocated_mb:          # unknown or zero: no ratio to show
+                change = f"{row.peak_allocated_mb / reference.peak_allocated_mb - 1:+.0%}"
+        cells.append((str(index), row.label(), _rate_cell(row, heading),
+                      f"{row.throughput / reference.throughput:.2f}x", memory, change))
+    return columns, cells
+
+
+def print_comparison(rows: list, out: TextIO) -> None:
+    reference = next((row for row in rows if not row.failed), None)
+    print("", file=out)
+    print("Sweep comparison (speedup and memory change against row "
+          f"{rows.index(reference) + 1 if reference else '-'})", file=out)
+    columns, cells = comparison_cells(rows)
+    out.write(console_tables.render(columns, cells, terminal=progress.is_terminal(out)))
+    out.flush()
+    print_data_table(rows, out)
+
+
+def print_data_table(rows: list, out: TextIO) -> None:
+    """Rows fed by an input pipeline: what it delivered beside what each side does alone."""
+    fed = [(index, row) for index, row in enumerate(rows, 1)
+           if row.summary is not None and row.summary.data is not None]
+    if not fed:
+        return
+    unit = fed[0][1].summary.data.unit
+    print("", file=out)
+    print(f"Input pipeline ({unit}{' per device' if fed[0][1].summary.data.per_device else ''}"
+          f"; wait: share of a step spent waiting for the batch, median and p99, and of the "
+          f"whole run)", file=out)
+    columns = [console_tables.Column("#", numeric=True, width=3),
+               console_tables.Column("workers", numeric=True), console_tables.Column("decode", numeric=True),
+               console_tables.Column("pipeline", numeric=True, width=10),
+               console_tables.Column("loader", numeric=True, width=10),
+               console_tables.Column("model", numeric=True, width=10), console_tables.Column("kept", numeric=True),
+               console_tables.Column("wait p50", numeric=True), console_tables.Column("wait p99", numeric=True),
+               console_tables.Column("wait run", numeric=True), console_tables.Column("verdict")]
+    cells = []
+    for index, row in fed:
+        data = row.summary.data
+        waits, kept = data.pipeline.waits, data.verdict.kept
+        model = "n/a" if data.model_alone_per_s is None else f"{data.model_alone_per_s:.2f}"
+        cells.append((str(index), str(data.description["workers"]),
+                       str(data.description["decode"]), f"{data.pipeline.per_s:.2f}",
+                       f"{data.loader.per_s:.2f}", model, f"{kept:.0%}",
+                       f"{waits.share_median:.1%}", f"{waits.share_p99:.1%}",
+                       f"{waits.share_total:.1%}", data.verdict.kind))
+    out.write(console_tables.render(columns, cells, terminal=progress.is_terminal(out)))
+    out.flush()
