@@ -143,6 +143,12 @@ def test_one_module_parses_stored_results():
     assert readers <= set(JSON_READERS), sorted(readers - set(JSON_READERS))
 
 
+def test_only_the_strategies_read_the_parallel_flag():
+    """--parallel's value becomes a Strategy in resolve; everything else asks the strategy."""
+    hits = _hits(r"(?<!named\()config\.parallel\b")
+    assert all(hit.startswith("microbench/scenarios/parallel.py") for hit in hits), hits
+
+
 def test_one_chart_stack_draws_every_chart():
     """The sweep's --plot and the report's chart are drawn with the same parts: only
     output/chart.py imports matplotlib."""

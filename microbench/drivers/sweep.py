@@ -42,12 +42,13 @@ class Row(trials_mod.Job):
                     if model.tokens_per_item is not None else "")
         return (f"{config.network} {config.mode} {self.spec.precision.name}"
                 f"{' nhwc' if config.nhwc else ''}{compiled}{language}"
-                f"{training_label(config)} b{config.batch_size}{data_label(config)}")
+                f"{training_label(config, self.spec.parallel)} b{config.batch_size}"
+                f"{data_label(config)}")
 
 
-def training_label(config) -> str:
+def training_label(config, strategy) -> str:
     """Sharding and checkpointing in a row's label ('' for the defaults)."""
-    parts = [" fsdp" if config.parallel == "fsdp" else "",
+    parts = [f" {strategy.name}" if strategy.shards else "",
              "" if config.activation_checkpointing == "none"
              else f" ac={config.activation_checkpointing}"]
     return "".join(parts)

@@ -40,7 +40,6 @@ from microbench.platform import device as device_layer, distributed, process
 from microbench.output import progress
 from microbench.platform.errors import BenchmarkError, ReportedFailure, Terminated
 from microbench.measure.results import Trial
-from microbench.scenarios import parallel
 from microbench.measure.summary import record_of, trial_of_process
 
 MODES = ("processes", "in-process")
@@ -110,7 +109,7 @@ def measure_trial(spec, env, monitor: benchmark.Monitor, hooks: RankHooks = Rank
                   ) -> Trial | None:
     """One trial of ``spec`` on this process: a Trial on rank 0 (every rank's record gathered
     there), None on the other ranks."""
-    with parallel.process_group(spec):         # FSDP with one process: a one-rank group
+    with spec.parallel.process_group(spec):    # FSDP with one process: a one-rank group
         result = benchmark.run(spec, on_phase=on_phase, wrap=hooks.wrap,
                                before_timing=hooks.before_timing, monitor=monitor,
                                rejoin=hooks.rejoin)
@@ -126,7 +125,7 @@ def rank_hooks(spec) -> RankHooks:
     region, meet again after an excluded iteration."""
     if not spec.launch.distributed:
         return RankHooks()
-    replicated = spec.scenario.updates_weights and spec.config.parallel == "ddp"
+    replicated = spec.scenario.updates_weights and spec.parallel.replicates
     wrap = distributed.ddp_wrapper(spec.config, spec.device) if replicated else None
 
     def enter_timed_region() -> None:

@@ -101,7 +101,7 @@ def _facets(row) -> dict[str, str]:
         "compile": (f"compile {config.compile_options.get('mode', 'default')}"
                     if config.compile else "eager mode"),
         "language": language,
-        "parallel": "fsdp" if config.parallel == "fsdp" else "",
+        "parallel": row.spec.parallel.name if row.spec.parallel.shards else "",
         "checkpointing": ("" if config.activation_checkpointing == "none"
                           else f"checkpointing {config.activation_checkpointing}"),
         "batch": f"batch {row.spec.batch_size}",

@@ -26,6 +26,7 @@ from microbench.settings import identity
 from microbench.models import registry as models
 from microbench.settings import precision as precision_table, preset
 from microbench import scenarios
+from microbench.scenarios import parallel
 from microbench.settings.config import CSV_NAME, BenchConfig, validate
 from microbench.platform.distributed import Launch
 from microbench.platform.errors import BenchmarkError, UsageError
@@ -40,6 +41,7 @@ class RunSpec:
     config: BenchConfig
     model: models.ModelSpec | LanguageModelSpec   # configured: input size, sequence length
     scenario: scenarios.Scenario                  # the kind of run: its work, loop and unit
+    parallel: parallel.Strategy                   # none, DDP or FSDP: chosen here, once
     precision: precision_table.Precision
     launch: Launch
     device: torch.device
@@ -129,13 +131,14 @@ def _derive(config: BenchConfig, launch: Launch) -> RunSpec:
         notes.append(f"DeepSpeed's profile of iteration {config.flops_prof_step} is printed by "
                      f"rank 0 only; the other ranks run that iteration unprofiled, and every "
                      f"rank leaves it out of its statistics")
-    name = _json_name(config, model, policy, launch.world_size)
+    strategy = parallel.strategy_of(config, launch)
+    name = _json_name(config, model, policy, launch.world_size, strategy)
     json_path = csv_path = None
     if config.write_files:
         json_path = os.path.join(config.output_dir, name)
         csv_path = config.csv_file or os.path.join(config.output_dir, CSV_NAME)
     return RunSpec(config=config, model=model, scenario=scenarios.for_config(config, model),
-                   precision=policy, launch=launch, device=device,
+                   parallel=strategy, precision=policy, launch=launch, device=device,
                    device_name=device_layer.device_name(device),
                    peak=flops.choose_peak(device, policy.peak_key, config.peak_tflops),
                    bandwidth=flops.choose_bandwidth(device, config.peak_bandwidth),
@@ -162,7 +165,7 @@ def _slow_precision_notes(policy: precision_table.Precision, device: torch.devic
 
 
 def _json_name(config: BenchConfig, model, policy: precision_table.Precision,
-               world_size: int) -> str:
+               world_size: int, strategy: parallel.Strategy) -> str:
     """``--output-file NAME`` gets ``.json`` appended as the older tool did (scripts then read
     NAME.json). The default is built from what usually tells configurations apart: model, mode,
     precision, layout, compile mode, sequence and attention, profilers, the batch and the world
@@ -182,8 +185,8 @@ def _json_name(config: BenchConfig, model, policy: precision_table.Precision,
     parts += [tag for flag, tag in ((config.autograd_profiler, "autograd"),
                                     (config.kineto, "kineto"),
                                     (config.flops_prof_step is not None, "flops")) if flag]
-    if config.parallel == "fsdp":
-        parts.append("fsdp")
+    if strategy.shards:
+        parts.append(strategy.name)
     if config.activation_checkpointing != "none":
         parts.append(f"ac-{config.activation_checkpointing}")
     parts.append(f"b{config.batch_size}")
