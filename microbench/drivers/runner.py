@@ -212,8 +212,8 @@ def report(summary: Summary, out) -> None:
     first: a run that fails the gate never replaces the baseline it failed against)."""
     gate = summary.spec.compare
     verdict = compare.judge(summary, gate) if gate is not None else None
-    if verdict is not None and verdict.regression:
-        summary.spec = _keeping_baseline(summary.spec, gate)
+    if verdict is not None and verdict.regression:      # written beside the baseline
+        summary = dataclasses.replace(summary, spec=_keeping_baseline(summary.spec, gate))
     if not summary.spec.config.quiet:
         console.print_iterations(summary, out)
     console.print_summary(summary, out)
