@@ -39,7 +39,7 @@ class Row(trials_mod.Job):
         compiled = (f" compile={config.compile_options.get('mode', 'default')}"
                     if config.compile else "")
         language = (f" {model.attention} s{model.seq_len}"
-                    if model.tokens_per_item is not None else "")
+                    if model.reads_tokens else "")
         return (f"{config.network} {config.mode} {self.spec.precision.name}"
                 f"{' nhwc' if config.nhwc else ''}{compiled}{language}"
                 f"{training_label(config, self.spec.parallel)} b{config.batch_size}"

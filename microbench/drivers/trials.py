@@ -33,7 +33,7 @@ import socket
 import sys
 import traceback
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from microbench.drivers import benchmark
 from microbench.platform import device as device_layer, distributed, process
@@ -42,6 +42,9 @@ from microbench.platform.errors import BenchmarkError, ReportedFailure, Terminat
 from microbench.measure.results import Trial
 from microbench.measure.summary import record_of, trial_of_process
 
+if TYPE_CHECKING:
+    from microbench.settings.spec import RunSpec
+
 MODES = ("processes", "in-process")
 
 
@@ -49,7 +52,7 @@ MODES = ("processes", "in-process")
 class Job:
     """One configuration being measured: its trials so far, or why it stopped."""
 
-    spec: object                       # the RunSpec
+    spec: RunSpec
     trials: list[Trial] = field(default_factory=list)
     status: str = "ok"                 # ok | out of memory | error
     error: str | None = None

@@ -92,7 +92,7 @@ _DEFAULTS = {"nchw", "eager mode"}
 def _facets(row) -> dict[str, str]:
     config, model = row.spec.config, row.spec.model
     language = (f"{model.attention} s{model.seq_len}"
-                if getattr(model, "tokens_per_item", None) is not None else "")
+                if model.reads_tokens else "")
     return {
         "network": config.network,
         "mode": config.mode,

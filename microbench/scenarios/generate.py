@@ -84,7 +84,7 @@ class Generate(Scenario):
 
     def _shape(self) -> decoding.GenerationShape:
         model, config = self.model, self.config
-        if not getattr(model, "can_generate", False):
+        if not model.can_generate:
             raise UsageError(f"--mode generate runs the llama_* presets (static KV cache), not "
                              f"{model.name}")
         prompt = config.prompt_len or min(DEFAULT_PROMPT_LEN, model.seq_len // 2)

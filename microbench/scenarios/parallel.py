@@ -60,7 +60,7 @@ def check_model(spec) -> None:
     """What the model must be for these settings (its family, its blocks)."""
     config, model = spec.config, spec.model
     spec.parallel.check_model(spec)
-    if config.activation_checkpointing != "none" and model.family != "language":
+    if config.activation_checkpointing != "none" and not model.reads_tokens:
         raise UsageError(f"--activation-checkpointing {config.activation_checkpointing} "
                          f"recomputes transformer blocks, and {model.name} is an image model "
                          f"with none: use it with a llama_* or hf: model")
@@ -140,8 +140,8 @@ class Sharded(Strategy):
 
     def check_model(self, spec) -> None:
         model = spec.model
-        if getattr(model, "llama_config", None) is None:
-            kind = "an image model with no transformer blocks" if model.family != "language" \
+        if model.llama_config is None:
+            kind = "an image model with no transformer blocks" if not model.reads_tokens \
                 else "an hf: model, which has no initialiser that writes shards"
             raise UsageError(f"--parallel fsdp shards the llama_* presets (built on the meta "
                              f"device and materialised shard by shard); {model.name} is {kind}: "
@@ -251,7 +251,7 @@ def mode_of(summary) -> str:
 def token_utilization(summary) -> token_flops.TokenUtilization | None:
     """MFU on torchtitan's basis (llama_* presets only: it needs the architecture's shape),
     at the headline's tokens per second per device."""
-    arch = getattr(summary.spec.model, "llama_config", None)
+    arch = summary.spec.model.llama_config
     if arch is None or summary.token_throughput is None:
         return None
     return token_flops.TokenUtilization(token_flops.llama_flops(arch, summary.spec.model.seq_len),

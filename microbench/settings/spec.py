@@ -30,7 +30,7 @@ from microbench.scenarios import parallel
 from microbench.settings.config import CSV_NAME, BenchConfig, validate
 from microbench.platform.distributed import Launch
 from microbench.platform.errors import BenchmarkError, UsageError
-from microbench.models.language import LanguageModelSpec
+from microbench.models.family import ModelFamily
 from microbench.store.baseline import Gate
 
 
@@ -39,7 +39,7 @@ class RunSpec:
     """A configuration resolved for this process: everything a run needs, derived once."""
 
     config: BenchConfig
-    model: models.ModelSpec | LanguageModelSpec   # configured: input size, sequence length
+    model: ModelFamily                            # configured: input size, sequence length
     scenario: scenarios.Scenario                  # the kind of run: its work, loop and unit
     parallel: parallel.Strategy                   # none, DDP or FSDP: chosen here, once
     precision: precision_table.Precision
@@ -69,7 +69,7 @@ class RunSpec:
         """Settings that may not suit the model (a sweep records this as the row's failure)."""
         self.model.check()
         self.scenario.check_spec(self)
-        if self.model.family == "language":
+        if self.model.reads_tokens:
             compute = self.precision.autocast_dtype or self.precision.model_dtype
             self.model.check_attention(self.device, compute)
 
@@ -125,7 +125,7 @@ def _derive(config: BenchConfig, launch: Launch) -> RunSpec:
     notes = ([notice] if notice else []) + list(config.notes) + preset_notes
     notes += _slow_precision_notes(policy, device)
     policy, tf32_note = device_layer.tf32_on_rocm(policy, device_layer.rocm_version(device),
-                                                  model.family != "language", os.environ)
+                                                  not model.reads_tokens, os.environ)
     notes += [tf32_note] if tf32_note else []
     if config.flops_prof_step is not None and launch.distributed:
         notes.append(f"DeepSpeed's profile of iteration {config.flops_prof_step} is printed by "
@@ -180,7 +180,7 @@ def _json_name(config: BenchConfig, model, policy: precision_table.Precision,
     if config.compile:
         mode = config.compile_options.get("mode")
         parts.append(f"compile-{mode}" if mode else "compile")
-    if getattr(model, "tokens_per_item", None) is not None:
+    if model.reads_tokens:
         parts.append(f"{model.attention}-s{model.seq_len}")
     parts += [tag for flag, tag in ((config.autograd_profiler, "autograd"),
                                     (config.kineto, "kineto"),
