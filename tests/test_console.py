@@ -20,8 +20,7 @@ from torch.utils import collect_env
 
 from conftest import run_main
 from microbench.platform import device
-from microbench.drivers import sweep
-from microbench.output import text_table as tables
+from microbench.output import table, text_table as tables
 from microbench.ops import cli as ops_cli
 from microbench.report import command
 
@@ -90,7 +89,7 @@ def test_the_sweep_table_off_a_terminal():
             fake_row("resnet50 training fp32 b4", 150.0, 1200.0),
             fake_row("resnet50 training fp32 b8", None, status="out of memory")]
     out = io.StringIO()
-    sweep.print_comparison(rows, out)
+    table.print_comparison(rows, out)
     assert out.getvalue() == (
         "\n"
         "Sweep comparison (speedup and memory change against row 1)\n"
@@ -104,7 +103,7 @@ def test_the_sweep_table_off_a_terminal():
 def test_the_sweep_table_counts_a_language_model_in_tokens():
     rows = [fake_row("llama sdpa s128 b2", 10.0, unit="token", per_item=128),
             fake_row("llama sdpa s128 b4", 12.0, unit="token", per_item=128)]
-    columns, cells = sweep.comparison_cells(rows)
+    columns, cells = table.comparison_cells(rows)
     assert columns[2].heading == "tokens/s" and cells[0][2] == "1280.00"
     assert cells[1][3] == "1.20x" and cells[0][4:] == ("n/a", "")
 
@@ -112,14 +111,14 @@ def test_the_sweep_table_counts_a_language_model_in_tokens():
 def test_a_sweep_of_two_units_names_the_unit_in_each_cell():
     rows = [fake_row("resnet50 b2", 100.0), fake_row("llama b2", 10.0, unit="token",
                                                      per_item=128)]
-    columns, cells = sweep.comparison_cells(rows)
+    columns, cells = table.comparison_cells(rows)
     assert columns[2].heading == "rate"
     assert [cell[2] for cell in cells] == ["100.00 images/s", "1280.00 tokens/s"]
 
 
 def test_the_sweep_table_on_a_terminal_is_styled():
     out = FakeTerminal()
-    sweep.print_comparison([fake_row("resnet50 b2", 100.0, 800.0)], out)
+    table.print_comparison([fake_row("resnet50 b2", 100.0, 800.0)], out)
     assert "\x1b[1m" in out.getvalue() and "1.00x" in ANSI.sub("", out.getvalue())
 
 

@@ -10,7 +10,7 @@ import signal
 import pytest
 import torch
 
-from microbench.data import cache, codecs, files
+from microbench.data import cache, codecs, image_files as files
 from microbench.platform.errors import UsageError
 
 SIDE, COUNT = 16, 6

@@ -3,6 +3,7 @@ step, and what the compiler did, on tiny llama_tiny shapes on the CPU."""
 import pytest
 import torch
 
+import llama_reference
 from conftest import requires_gpu, run_main
 from microbench.settings import cli, precision, spec as spec_mod
 from microbench.models.archs import llama
@@ -82,7 +83,7 @@ def small_generation(compile_options=None, device="cpu") -> decoding.GenerationW
 
 def test_captured_decode_gives_the_uncached_references_tokens_at_fp32():
     work = small_generation()
-    reference = llama.generate_without_cache(work.state.model, work.state.prompt,
+    reference = llama_reference.generate_without_cache(work.state.model, work.state.prompt,
                                              work.shape.gen_len)
     assert torch.equal(decoding.generated_tokens(work), reference)
     compiled = small_generation(compile_options={"backend": "eager"})
@@ -320,7 +321,7 @@ def test_under_reduce_overhead_the_decode_step_replays_as_a_graph():
     from microbench.measure import compile_watch
     torch._dynamo.reset()
     work = small_generation({"mode": "reduce-overhead"}, device="cuda")
-    reference = llama.generate_without_cache(work.state.model, work.state.prompt,
+    reference = llama_reference.generate_without_cache(work.state.model, work.state.prompt,
                                              work.shape.gen_len)
     watch = compile_watch.CompileWatch(torch.device("cuda"), {"mode": "reduce-overhead"})
     with watch.during("warm-up"):

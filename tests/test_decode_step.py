@@ -7,6 +7,7 @@ import json
 import pytest
 import torch
 
+import llama_reference
 from microbench.measure import attribution
 from microbench.models.archs import llama
 from microbench.scenarios import decoding
@@ -48,7 +49,7 @@ def test_grouped_decode_attention_equals_attention_over_the_expanded_cache(impl)
 def test_built_generation_gives_the_plain_forwards_greedy_tokens_at_fp32(kv_heads):
     model = tiny_model(kv_heads)
     prompt = torch.randint(0, 128, (2, 5))
-    reference = llama.generate_without_cache(model, prompt, 6)
+    reference = llama_reference.generate_without_cache(model, prompt, 6)
     model.fuse_projections()
     shape = decoding.GenerationShape(prompt_len=5, gen_len=6)
     state = decoding.GenerationState(model, model.make_cache(2, shape.positions), prompt)
@@ -139,7 +140,7 @@ def test_a_cpu_generate_run_prints_and_stores_the_attribution(cli):
     assert found["unit"] == "operator" and found["steps_profiled"] == 3
     assert found["busy_ms"] + found["gap_ms"] == pytest.approx(found["step_ms"])
     from microbench.store import schema
-    from microbench.report.entry import entries_of
+    from microbench.store.entry import entries_of
     schema.validate_result(document, "run.json")                 # the block is in the schema
     figures = entries_of(document, "run.json")[0].figures
     assert figures["decode_kernel_ms"] == pytest.approx(found["busy_ms"])

@@ -152,9 +152,11 @@ def test_compare_gate_tells_sharded_from_replicated_work():
 
 def test_sweep_rows_name_sharding_and_checkpointing():
     from microbench.drivers.sweep import training_label
-    assert training_label(BenchConfig()) == ""
+    from microbench.scenarios import parallel
+    assert training_label(BenchConfig(), parallel.SINGLE) == ""
     assert training_label(BenchConfig(network="llama_tiny", parallel="fsdp",
-                                      activation_checkpointing="full")) == " fsdp ac=full"
+                                      activation_checkpointing="full"),
+                          parallel.SHARDED) == " fsdp ac=full"
 
 
 @requires_gpu

@@ -114,7 +114,7 @@ def test_another_configuration_is_refused_unless_asked(run, tmp_path):
     ("per_device_batch", 64), ("world_size", 8), ("model", "resnet50")])
 def test_the_gate_refuses_each_identity_field(field, value):
     from microbench.settings import identity
-    from microbench.output import compare
+    from microbench.store import baseline
     from microbench.platform.errors import UsageError
     ours = {name: None for name in identity.GATE}
     document = {"config": {}, "model": {}, "env": {}}
@@ -122,5 +122,5 @@ def test_the_gate_refuses_each_identity_field(field, value):
     ours.update({name: theirs.get(name) for name in identity.GATE})
     ours[field] = value
     with pytest.raises(UsageError, match=f"another configuration: {field} "):
-        compare.check_same_configuration(ours, document, "b.json")
-    assert compare.check_same_configuration(ours, document, "b.json", any_config=True)
+        baseline.check_same_configuration(ours, document, "b.json")
+    assert baseline.check_same_configuration(ours, document, "b.json", any_config=True)

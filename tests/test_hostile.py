@@ -39,7 +39,7 @@ from conftest import (ROOT, SCRIPT, TINY, assert_one_line_error, run_main, spawn
 from microbench.platform import inputs, process, safe_text
 from microbench.platform.errors import CannotWrite, Terminated
 from microbench.data import cache
-from microbench.report import collection
+from microbench.store import collection
 from microbench.output import files, writing
 
 RUN = ["--network", "resnet18", *TINY, "--device", "cpu"]
@@ -1459,7 +1459,7 @@ def test_names_with_mathtext_are_drawn_literally(tmp_path, capfd):
 
 
 def test_a_chart_that_still_fails_leaves_the_page_with_a_note(tmp_path, capfd, monkeypatch):
-    from microbench.report import chart
+    from microbench.output import chart
 
     def broken(*args, **kwargs):
         raise ValueError("a layout matplotlib cannot make")

@@ -12,9 +12,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from llama_reference import generate, generate_without_cache
 from microbench.models.archs.llama import (ATTENTION_IMPLS, PRESETS, KVCache, LlamaConfig, build,
-                                           check_attention, decode_step, generate,
-                                           generate_without_cache, parameter_count, prefill)
+                                           check_attention, decode_step, parameter_count, prefill)
 from microbench.platform.errors import MissingEnvironment, UsageError
 from microbench.models.hf import parse_model_kwargs, parse_value
 

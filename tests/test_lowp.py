@@ -225,6 +225,7 @@ def test_mfu_under_fp8_is_given_against_the_fp8_and_the_bf16_peak():
 
 def test_a_sweep_says_when_a_quantized_row_ran_slower_than_bf16():
     from microbench.drivers import sweep
+    from microbench.output import table
     from microbench.settings.config import BenchConfig
 
     def row(quantize, rate):
@@ -236,6 +237,6 @@ def test_a_sweep_says_when_a_quantized_row_ran_slower_than_bf16():
         reduced = None if quantize == "none" else SimpleNamespace()
         return sweep.Row(spec, summary=SimpleNamespace(throughput=rate, lowp=reduced))
 
-    lines = sweep.slower_than_bf16([row("none", 100.0), row("int8wo", 44.0)])
+    lines = table.slower_than_bf16([row("none", 100.0), row("int8wo", 44.0)])
     assert len(lines) == 1 and "0.44x" in lines[0] and "int8wo" in lines[0]
-    assert sweep.slower_than_bf16([row("none", 100.0), row("int8wo", 150.0)]) == []
+    assert table.slower_than_bf16([row("none", 100.0), row("int8wo", 150.0)]) == []

@@ -12,7 +12,7 @@ from conftest import TINY, requires_gpu, run_main, stored_result
 from microbench.measure import flops, peaks, timing
 from microbench.ops import catalog
 from microbench.ops.report import OpResult
-from microbench.report import entry
+from microbench.store import entry
 from microbench.output import files, writing
 from microbench.store.schema import validate_result
 from microbench.measure.timing import Measurement

@@ -17,10 +17,12 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, assert_one_line_error, run_main
-from microbench.report import chart, collection, command, table
+from microbench.output import chart, table
+from microbench.report import command
+from microbench.store import collection
 from microbench.output import units
-from microbench.report.entry import entries_of
-from microbench.report.table import file_line
+from microbench.store.entry import entries_of
+from microbench.output.table import file_line
 
 HISTORY = Path(__file__).parent / "data" / "history"
 QUICK = ["--network", "resnet18", "--image-size", "32", "--iterations", "3", "--warmup", "1",
@@ -474,7 +476,7 @@ def test_the_command_reads_results_without_importing_torch(results):
 # ---------------------------------------------------------------- layout for people
 
 def _model_entry(number, network, mode, batch, data_images=None, unit="images/s"):
-    from microbench.report.entry import Entry
+    from microbench.store.entry import Entry
     settings = {"network": network, "mode": mode, "batch": batch, "data images": data_images}
     return Entry("model", f"r{number}.json", settings,
                  {"throughput": 10.0 + number, "ci95_low": 9.0, "ci95_high": 12.0 + number,
@@ -520,7 +522,7 @@ def test_a_long_subtitle_wraps_inside_the_figure_and_many_series_keep_distinct_c
 
 
 def test_the_op_chart_is_drawn_per_op_not_across_its_iterations():
-    from microbench.report.entry import Entry
+    from microbench.store.entry import Entry
     entries = [Entry("op", f"o{n}.json", {"op": op, "iterations": iters, "shapes": "8"},
                      {"median_ms": 0.01 * (n + 1)}, "ms", identity=str(n))
                for n, (op, iters) in enumerate([("add", 5), ("mul", 5), ("add", 10)])]
@@ -531,7 +533,7 @@ def test_the_op_chart_is_drawn_per_op_not_across_its_iterations():
 def test_the_cpu_run_of_the_data_chart_asks_about_the_cpu():
     from types import SimpleNamespace
     import torch
-    from microbench.output import workers_plot
+    from microbench.output import sweep_plot as workers_plot
 
     def row(kind):
         return SimpleNamespace(spec=SimpleNamespace(device=torch.device(kind)))

@@ -13,7 +13,7 @@ import pytest
 from conftest import TINY, run_main
 from microbench.platform.errors import UsageError
 from microbench.store import schema
-from microbench.report.entry import NOT_SETTINGS
+from microbench.store.entry import NOT_SETTINGS
 
 HISTORY = Path(__file__).parent / "data" / "history"
 DEFINITION = {schema.RESULT: "result", schema.SWEEP: "sweep", schema.OP_BENCH: "op_bench",

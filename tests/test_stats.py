@@ -167,7 +167,7 @@ def test_a_tolerance_of_zero_calls_any_interval_clear_of_1_a_change():
 def test_the_report_compare_and_ab_word_the_same_trials_alike(baseline, current, verdict):
     """Synthetic trials through each caller's path give one verdict: the report's row against
     its baseline, --compare's gate, and --ab (paired by round)."""
-    from microbench.report.table import trial_verdict
+    from microbench.output.table import trial_verdict
     assert trial_verdict(baseline, current).verdict == verdict
     assert gate(baseline, current, 5).verdict == verdict
     if verdict != "no difference detected":          # pairing changes a noisy one's interval

@@ -16,7 +16,7 @@ from microbench.platform import device as device_layer
 from microbench.measure import telemetry
 from microbench.settings.config import BenchConfig
 from microbench.measure.flops import PeakChoice
-from microbench.output import compare
+from microbench.store import baseline as stored_baseline
 from microbench.measure.results import ProcessResult, RankRecord, Trial
 from microbench.scenarios.training import Training
 from microbench.measure.summary import Summary
@@ -241,8 +241,8 @@ def test_scaling_baseline_of_another_per_device_batch_or_layout_is_refused(run, 
         spec = spec_mod.resolve(BenchConfig(
             **{**dict(network="resnet18", image_size=32, batch_size=2, device="cpu",
                       write_files=False), **changes}))
-        with pytest.raises(compare.UsageError, match="differs in"):
-            compare.scaling_baseline(str(baseline), spec)
+        with pytest.raises(stored_baseline.UsageError, match="differs in"):
+            stored_baseline.scaling_baseline(str(baseline), spec)
 
 
 def test_warmup_zero_is_warned_about(run):

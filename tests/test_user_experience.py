@@ -8,6 +8,7 @@ import json
 import os
 import re
 import sys
+from types import SimpleNamespace
 
 import pytest
 
@@ -279,7 +280,12 @@ def test_an_explicit_output_file_is_replaced_with_a_note(cli):
 def test_default_names_tell_profiled_compiled_and_language_runs_apart():
     from microbench.settings import config as config_mod, precision, spec as spec_mod
     from microbench.models import registry as models
-    name = spec_mod._json_name
+    from microbench.scenarios import parallel
+
+    def name(config, model, policy, world_size):
+        return spec_mod._json_name(config, model, policy, world_size,
+                                   parallel.strategy_of(config, SimpleNamespace(
+                                       distributed=world_size > 1)))
     fp32 = precision.lookup("fp32")
     vision = models.resolve("resnet18", models.ModelOptions())
     llama = models.resolve("llama_tiny", models.ModelOptions(seq_len=64))

@@ -41,7 +41,7 @@ from microbench.platform.errors import CannotWrite, UsageError
 from microbench.output import writing
 from microbench.store import schema
 from microbench.data import codecs
-from microbench.data.files import FileRefused, read_checked
+from microbench.data.image_files import FileRefused, read_checked
 from microbench.data.settings import JPEG_QUALITY
 
 try:

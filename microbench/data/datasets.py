@@ -25,7 +25,7 @@ import torch
 from torch.utils.data import Dataset
 
 from microbench.data import codecs
-from microbench.data.files import FileRefused, read_checked, sniff
+from microbench.data.image_files import FileRefused, read_checked, sniff
 
 Failure = tuple[str, str]                 # (path, reason)
 

@@ -26,7 +26,7 @@ import os
 from dataclasses import dataclass
 
 from microbench.platform.errors import UsageError
-from microbench.data.files import (HEAD_BYTES, IMAGE_SUFFIXES, FileRefused, check_directory,
+from microbench.data.image_files import (HEAD_BYTES, IMAGE_SUFFIXES, FileRefused, check_directory,
                                    open_checked, sniff)
 
 FLAG = "--data-dir"

@@ -41,7 +41,7 @@ from microbench.platform import device as device_layer, safe_text
 from microbench.platform.errors import MissingEnvironment, UsageError
 from microbench.data import cache, codecs
 from microbench.data.datasets import EncodedImages, TokenWindows
-from microbench.data.files import FileRefused
+from microbench.data.image_files import FileRefused
 from microbench.data.folder import scan_folder
 from microbench.data.loader import (EndlessBatches, batches_per_epoch, check_shared_memory,
                                     make_loader, to_device)

@@ -152,12 +152,12 @@ class ModelInput:
            training: bool = True) -> "ModelInput":
         """The input of a registry spec (microbench.models.registry / microbench.models.language): classification
         models take images, language models token ids; others have no pipeline here."""
-        family = getattr(model_spec, "family", None)
+        family = model_spec.family
         if family == "classification":
             return cls("image", training, image_size=model_spec.image_size,
                        num_classes=model_spec.num_classes, dtype=dtype,
                        channels_last=channels_last)
-        if family == "language":
+        if model_spec.reads_tokens:
             return cls("tokens", training, seq_len=model_spec.seq_len,
                        vocab_size=model_spec.vocab_size)
         raise UsageError(f"--data loader and --data folder feed classification models (an image "

@@ -32,7 +32,7 @@ from torchvision.transforms import RandomResizedCrop, v2
 
 from microbench.data import codecs
 from microbench.data.datasets import reason
-from microbench.data.files import FileRefused
+from microbench.data.image_files import FileRefused
 
 # torchvision's ImageNet statistics (the references' and the weights' own transforms).
 IMAGENET_MEAN = (0.485, 0.456, 0.406)

@@ -93,12 +93,11 @@ def batch_fits(spec, batch: int, warmup_steps: int = 2) -> bool:
 
     from microbench.drivers import benchmark
     from microbench.platform import device as device_layer
-    from microbench.scenarios import parallel
 
     probe = spec.with_batch_size(batch)
     work = None
     try:
-        with parallel.process_group(probe):    # --parallel fsdp: a one-rank group per try
+        with probe.parallel.process_group(probe):   # --parallel fsdp: a one-rank group per try
             work = benchmark.build_workload(probe)
             for _ in range(warmup_steps):
                 work.step()

@@ -21,9 +21,10 @@ from microbench.platform import safe_text
 from microbench.settings.config import Plan, min_noise_trials
 from microbench.platform.errors import (EXIT_INTERRUPTED, EXPECTED_EXIT_CODES, BenchmarkError,
                                         OutOfMemory, ReportedFailure, Terminated, UsageError)
-from microbench.output import compare, console, files, sweep_plot as plot
+from microbench.output import compare, console, files, sweep_plot as plot, table
 from microbench.settings.spec import RunSpec, resolve
 from microbench.measure.summary import Summary
+from microbench.store import baseline as baseline_store
 from microbench.drivers.trial_count import TrialCount
 
 
@@ -52,10 +53,10 @@ def with_baselines(spec: RunSpec, plan: Plan) -> RunSpec:
     if not spec.launch.is_main:
         return spec
     try:
-        gate = (compare.read_gate(plan.compare, plan.tolerance_pct, spec,
-                                  plan.compare_any_config, fail=plan.fail_if != "never")
+        gate = (baseline_store.read_gate(plan.compare, plan.tolerance_pct, spec,
+                                         plan.compare_any_config, fail=plan.fail_if != "never")
                 if plan.compare else None)
-        baseline = (compare.scaling_baseline(spec.config.scaling_baseline, spec)
+        baseline = (baseline_store.scaling_baseline(spec.config.scaling_baseline, spec)
                     if spec.config.scaling_baseline else None)
     except BenchmarkError as error:
         if not spec.launch.distributed:
@@ -213,8 +214,8 @@ def report(summary: Summary, out) -> None:
     first: a run that fails the gate never replaces the baseline it failed against)."""
     gate = summary.spec.compare
     verdict = compare.judge(summary, gate) if gate is not None else None
-    if verdict is not None and verdict.regression:
-        summary.spec = _keeping_baseline(summary.spec, gate)
+    if verdict is not None and verdict.regression:      # written beside the baseline
+        summary = dataclasses.replace(summary, spec=_keeping_baseline(summary.spec, gate))
     if not summary.spec.config.quiet:
         console.print_iterations(summary, out)
     console.print_summary(summary, out)
@@ -333,7 +334,7 @@ def run_sweep(plan: Plan, specs: list[RunSpec]) -> int:
     print(f"Sweep of {len(specs)} configurations on {env.device} {env.device_name}, "
           f"{first.config.iterations} timed iterations each")
     rows = sweep.run_sweep(specs, env, sys.stdout)
-    sweep.print_comparison(rows, sys.stdout)
+    table.print_comparison(rows, sys.stdout)
     if first.json_path is not None:
         path = sweep.write_files(rows, first.config.output_dir, env)
         print(f"Results JSON : {path} (and one per successful row)")

@@ -35,15 +35,17 @@ import sys
 import traceback
 from dataclasses import dataclass, field
 from multiprocessing.reduction import ForkingPickler
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from microbench.drivers import benchmark
 from microbench.platform import device as device_layer, distributed, process
 from microbench.output import progress
 from microbench.platform.errors import BenchmarkError, ReportedFailure, Terminated
 from microbench.measure.results import Trial
-from microbench.scenarios import parallel
 from microbench.measure.summary import record_of, trial_of_process
+
+if TYPE_CHECKING:
+    from microbench.settings.spec import RunSpec
 
 MODES = ("processes", "in-process")
 
@@ -52,7 +54,7 @@ MODES = ("processes", "in-process")
 class Job:
     """One configuration being measured: its trials so far, or why it stopped."""
 
-    spec: object                       # the RunSpec
+    spec: RunSpec
     trials: list[Trial] = field(default_factory=list)
     status: str = "ok"                 # ok | out of memory | error
     error: str | None = None
@@ -112,7 +114,7 @@ def measure_trial(spec, env, monitor: benchmark.Monitor, hooks: RankHooks = Rank
                   ) -> Trial | None:
     """One trial of ``spec`` on this process: a Trial on rank 0 (every rank's record gathered
     there), None on the other ranks."""
-    with parallel.process_group(spec):         # FSDP with one process: a one-rank group
+    with spec.parallel.process_group(spec):    # FSDP with one process: a one-rank group
         result = benchmark.run(spec, on_phase=on_phase, wrap=hooks.wrap,
                                before_timing=hooks.before_timing, monitor=monitor,
                                rejoin=hooks.rejoin)
@@ -128,7 +130,7 @@ def rank_hooks(spec) -> RankHooks:
     region, meet again after an excluded iteration."""
     if not spec.launch.distributed:
         return RankHooks()
-    replicated = spec.scenario.updates_weights and spec.config.parallel == "ddp"
+    replicated = spec.scenario.updates_weights and spec.parallel.replicates
     wrap = distributed.ddp_wrapper(spec.config, spec.device) if replicated else None
 
     def enter_timed_region() -> None:

@@ -36,7 +36,7 @@ import torch
 
 from microbench.measure import flops
 from microbench.measure.telemetry import Sampler
-from microbench.measure.telemetry.sample import Sample
+from microbench.measure.telemetry.sampler import Sample
 from microbench.ops import catalog, runner
 from microbench.ops.report import OpResult
 from microbench.platform import device as device_layer

@@ -20,10 +20,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from microbench.measure.telemetry import TelemetryReport
 from microbench.measure.timing import Measurement
+
+if TYPE_CHECKING:
+    from microbench.measure.compile_watch import CompileReport
 
 
 def _merged(measurements) -> Measurement:
@@ -113,7 +116,7 @@ class ProcessResult:
     pid: int = 0                         # the process that measured it
     seed: int = 0                        # the seed of its weights and inputs
     data: Any = None                     # --data loader|folder: microbench.data.DataTrial
-    compiler: Any = None                 # --compile: microbench.measure.compile_watch.CompileReport
+    compiler: CompileReport | None = None    # --compile: what the compiler did
     sharded: "ShardedState | None" = None   # --parallel fsdp: what this rank holds
     peaks: Any = None                    # --measure-peaks: microbench.measure.peaks.MeasuredPeaks
     lowp: Any = None                     # --precision fp8, --quantize: microbench.steps.lowp.LowPrecision

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import socket
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from microbench.measure import compile_watch, peaks as peaks_mod, telemetry as telemetry_mod
 from microbench.settings.config import CUDA_GRAPH_MODES
@@ -30,6 +31,10 @@ from microbench.measure.flops import BandwidthPeak, PeakChoice, Utilization
 from microbench.measure.results import ProcessResult, RankRecord, Trial, merge_detail
 from microbench.measure.stats import TrialStats
 from microbench.measure.timing import NOISY_CV_THRESHOLD, Measurement
+
+if TYPE_CHECKING:
+    from microbench.platform.device import DeviceInfo
+    from microbench.settings.spec import RunSpec
 
 
 def record_of(spec, env, result: ProcessResult) -> RankRecord:
@@ -57,8 +62,8 @@ class Summary:
     """The numbers of one run: its trials, each with this process's details and every rank's
     samples."""
 
-    spec: object                      # the RunSpec
-    env: object                       # the device layer's DeviceInfo
+    spec: RunSpec
+    env: DeviceInfo
     trials: tuple[Trial, ...]
     backend: str | None = None
     notes: list[str] = field(default_factory=list)

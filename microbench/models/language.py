@@ -49,6 +49,7 @@ class LanguageModelSpec:
     hf_overrides: tuple[str, ...] = ()
 
     family = "language"
+    reads_tokens = True
     item = "sequence"
     channels_last = None                   # token ids have no memory format to change
     loss_name = "next-token cross-entropy"

@@ -78,6 +78,9 @@ class ModelSpec:
     image_size: int = 0                          # the run's input height = width
 
     tokens_per_item = None                       # images, not token sequences
+    reads_tokens = False
+    llama_config = None                          # not a llama_* preset
+    can_generate = False
     loss_name = "cross-entropy over classes"
 
     def __post_init__(self) -> None:

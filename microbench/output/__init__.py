@@ -5,6 +5,8 @@ sweep rows of them) and compute nothing.
 * :mod:`.files`   -- the JSON result and the CSV row, written whole or not at all
   (through :mod:`.writing`);
 * :mod:`.compare` -- ``--compare`` (exit 5 on a regression) and ``--scaling-baseline``;
-* :mod:`.sweep_plot`, :mod:`.workers_plot` -- ``--plot`` for sweeps (matplotlib);
+* :mod:`.chart` -- the one chart stack (the only module importing matplotlib) and the report's
+  chart; :mod:`.sweep_plot` -- a sweep's ``--plot``, drawn with it;
+* :mod:`.table` -- the report's tables of stored results (text, markdown, CSV, JSON);
 * :mod:`.text_table`, :mod:`.progress`, :mod:`.units` -- console tables, the live line, units.
 """

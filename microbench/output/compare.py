@@ -1,14 +1,14 @@
-"""Results on disk read back: ``--compare BASELINE.json`` and ``--scaling-baseline FILE.json``.
+"""``--compare BASELINE.json`` printed: this run against the baseline, and the gate's verdict.
 
-``--compare`` is a gate for CI pipelines: every metric is printed with its change, and the
+The baseline itself is read (and another configuration refused) by
+:mod:`microbench.store.baseline`, before the run. ``--compare`` is a gate for CI pipelines: every metric is printed with its change, and the
 verdict comes from :func:`microbench.measure.stats.gate` on both sides' trials (Welch's t test on log
 throughput where each side has two trials or more; the point ratio, said so, where a side has
 one): a drop beyond ``--tolerance`` percent that is also significant raises
 :class:`~microbench.platform.errors.Regression` (exit 5). A baseline of another configuration is refused
 (exit 2): comparing resnet50 with resnet18, or batch 64 with batch 128, measures nothing
-(:mod:`microbench.settings.identity` says which settings must agree); ``--compare-any-config`` compares
-anyway and prints what differs. Both baselines are read by the runner right after the run is
-resolved, before anything runs or is written.
+(:mod:`microbench.settings.identity` says which settings must agree); ``--compare-any-config``
+compares anyway and prints what differs.
 
 Example::
 
@@ -19,81 +19,12 @@ from __future__ import annotations
 
 from typing import TextIO
 
-from microbench.settings import identity
 from microbench.measure import stats
-from microbench.platform import safe_text
-from microbench.platform.errors import Regression, UsageError
-from microbench.settings.spec import Gate
-from microbench.store.stored import load_result
 from microbench.output.files import result_document
-
-
-def read_gate(path: str, tolerance_pct: float, spec, any_config: bool = False,
-              fail: bool = True) -> Gate:
-    """``--compare``'s baseline, read before the run, refusing another configuration now so
-    that it does not cost the user the run (``any_config``: compared anyway, said so;
-    ``fail`` False: --fail-if never)."""
-    gate = Gate(path, tolerance_pct, load_result(path, "--compare"), any_config, fail)
-    differ = check_same_configuration(identity.of_spec(spec), gate.baseline, path, any_config)
-    if differ:
-        print(safe_text.terminal(f"Note: --compare-any-config: {path} is another "
-                                 f"configuration ({'; '.join(differ)}); compared anyway"))
-    return gate
-
-
-def check_same_configuration(ours: dict, baseline: dict, path: str,
-                             any_config: bool = False) -> list[str]:
-    """What differs between the two configurations; refused (exit 2) unless ``any_config``."""
-    differ = identity.differences(ours, identity.of_document(baseline), identity.GATE)
-    if differ and not any_config:
-        raise UsageError(f"--compare {path} is another configuration: {'; '.join(differ)} "
-                         f"(--compare-any-config compares anyway)")
-    return differ
-
-
-def scaling_baseline(path: str, spec) -> float:
-    """Single-device throughput from a result JSON, refusing another configuration (the same
-    work per device: network, mode, precision, per-device batch, input size, layout, compile
-    setting, device model...), or the efficiency would compare different work."""
-    document = load_result(path, "--scaling-baseline")
-    if document.get("GPUs") != 1:
-        raise UsageError(f"--scaling-baseline {path} is a {document.get('GPUs')}-device result; "
-                         f"give a single-device run of the same configuration")
-    differ = identity.differences(identity.of_spec(spec), identity.of_document(document),
-                                  identity.WORK)
-    if differ:
-        raise UsageError(f"--scaling-baseline {path} differs in {'; '.join(differ)}")
-    return float(document["Throughput [img/sec]"])
-
-
-def _metric(document: dict, *keys: str) -> float | None:
-    value = document
-    for key in keys:
-        value = value.get(key) if isinstance(value, dict) else None
-    return value if isinstance(value, (int, float)) else None
-
-
-CV_METRIC = "Coefficient of variation"
-
-
-def _metrics(document: dict) -> dict[str, float | None]:
-    return {
-        "Throughput [img/sec]": _metric(document, "Throughput [img/sec]"),
-        "Median iteration [ms]": _metric(document, "timing", "stats", "median_ms"),
-        "p99 iteration [ms]": _metric(document, "timing", "stats", "p99_ms"),
-        CV_METRIC: _metric(document, "timing", "stats", "cv"),
-        "Peak memory allocated [MB]": _metric(document, "memory", "peak_allocated_mb"),
-    }
-
-
-def trial_values(document: dict) -> tuple[float, ...]:
-    """A result's trial throughputs (items/s) where it has two or more, else its headline."""
-    trials = document.get("trials")
-    values = trials.get("values") if isinstance(trials, dict) else None
-    if isinstance(values, list) and len(values) >= 2 and all(
-            isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in values):
-        return tuple(float(v) for v in values)
-    return (float(document["Throughput [img/sec]"]),)
+from microbench.platform import safe_text
+from microbench.platform.errors import Regression
+from microbench.settings import identity
+from microbench.store.baseline import CV_METRIC, check_same_configuration, metrics, trial_values
 
 
 def judge(summary, gate) -> stats.GateVerdict:
@@ -110,8 +41,9 @@ def compare(summary, gate, out: TextIO, verdict: stats.GateVerdict | None = None
     check_same_configuration(identity.of_document(current), baseline, gate.path,
                              gate.any_config)
     verdict = verdict or judge(summary, gate)
-    ours, theirs = _metrics(current), _metrics(baseline)
-    print(f"Comparison with {safe_text.terminal(gate.path)} (tolerance {gate.tolerance_pct:g}% on throughput)",
+    ours, theirs = metrics(current), metrics(baseline)
+    print(f"Comparison with {safe_text.terminal(gate.path)} "
+          f"(tolerance {gate.tolerance_pct:g}% on throughput)",
           file=out)
     print(f"  {'metric':<28} {'baseline':>12} {'this run':>12} {'change':>9}", file=out)
     for name, value in ours.items():

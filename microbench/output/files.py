@@ -243,9 +243,9 @@ def _identity_cells(spec, env) -> dict:
         "precision": spec.precision.name, "nhwc": int(config.nhwc),
         "compile": int(config.compile), "batch_size": spec.batch_size,
         "global_batch_size": spec.launch.global_batch, "world_size": spec.launch.world_size,
-        "image_size": getattr(spec.model, "image_size", ""),
-        "seq_len": getattr(spec.model, "seq_len", ""),
-        "attention": getattr(spec.model, "attention", ""),
+        "image_size": "" if spec.model.reads_tokens else spec.model.image_size,
+        "seq_len": spec.model.seq_len if spec.model.reads_tokens else "",
+        "attention": spec.model.attention if spec.model.reads_tokens else "",
         "iterations": config.iterations, "warmup": config.warmup,
         "device_name": env.device_name, "device_type": env.device_type, "torch": env.torch,
         "gpu_runtime": env.runtime, "host": env.host,
@@ -328,7 +328,7 @@ def prepare_output(spec, plot_path: str | None = None) -> None:
     if not spec.launch.is_main:
         return
     if plot_path is not None:
-        from microbench.output.sweep_plot import check_path
+        from microbench.output.chart import check_path
         check_path(plot_path)
     if spec.json_path is None:
         return

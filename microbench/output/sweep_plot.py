@@ -19,6 +19,18 @@ What the figure says about itself:
   names it and why;
 * the memory panel is drawn only when some row knows its peak memory (not on the CPU).
 
+A sweep over the loader's workers (``--data loader|folder --workers 0,2,4,8``) gets its own
+figure (:func:`build_workers_figure`): the pipeline's throughput (the run's headline, per device)
+against the number of workers on the left axis, one line per ``--decode``; the share of the run
+spent waiting for data on the right axis, dashed (the whole run's share, not a step's median:
+when batches arrive in bursts most steps wait nothing while a few wait long, and only the run's
+share agrees with the throughput beside it); and the model alone on synthetic input, measured in
+each row's own invocation, as a dotted line at the median of the rows' figures. A row that
+failed gets no point; the footnote names it.
+
+Drawn with the parts of the one chart stack (:mod:`microbench.output.chart`), which imports
+matplotlib; the report's chart of stored results lives there.
+
 Example::
 
     python3 micro_benchmarking_pytorch.py --network resnet50 --batch-size 16,32,64,128 \\
@@ -26,64 +38,15 @@ Example::
 """
 from __future__ import annotations
 
-import os
+import statistics
 import textwrap
-from dataclasses import dataclass
 
-from microbench.platform import safe_text
-from microbench.platform.errors import MissingEnvironment, UsageError
-from microbench.output import workers_plot as data_plot, writing
-
-# The per-iteration percentiles a one-trial error bar spans.
-LOW_PERCENTILE, HIGH_PERCENTILE = 10, 90
-# Characters per inch of figure width: where the footnote wraps, how wide the subtitle needs
-# the figure to be (DejaVu Sans at matplotlib's x-small and small sizes, with some room).
-FOOTNOTE_CHARS_PER_INCH = 17
-SUBTITLE_CHARS_PER_INCH = 13
-_INCH_PER_LINE = 0.19         # height of one line of small text
-
-
-def require_matplotlib() -> None:
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        raise MissingEnvironment("--plot needs matplotlib: pip install matplotlib") from None
-
-
-def check_path(path: str) -> None:
-    """Before the sweep: matplotlib is there, the file can be written, its suffix is a format
-    matplotlib writes."""
-    require_matplotlib()
-    from matplotlib.backend_bases import FigureCanvasBase
-    formats = FigureCanvasBase.get_supported_filetypes()
-    suffix = os.path.splitext(path)[1].lstrip(".").lower()
-    if suffix not in formats:
-        raise UsageError(f"--plot {path}: the suffix names the format; use one of "
-                         f"{', '.join('.' + name for name in sorted(formats))}")
-    writing.check_target(path, "--plot")
+from microbench.output.chart import (FOOTNOTE_CHARS_PER_INCH, HIGH_PERCENTILE, INCH_PER_LINE,
+                                     LOW_PERCENTILE, SUBTITLE_CHARS_PER_INCH, Point, fixed_ticks,
+                                     new_figure, write_figure)
 
 
 # ---------------------------------------------------------------- what a point and its bar are
-
-@dataclass(frozen=True)
-class Point:
-    """One measured row as plotted: the headline throughput and the ends of its error bar, in
-    the plot's unit (items or tokens per second)."""
-
-    value: float
-    low: float
-    high: float
-
-    @property
-    def below(self) -> float:
-        # Clamped: with very skewed samples the headline (a mean rate) may lie outside the
-        # percentile range; the bar then ends at the point instead of pointing backwards.
-        return max(0.0, self.value - self.low)
-
-    @property
-    def above(self) -> float:
-        return max(0.0, self.high - self.value)
-
 
 def point_of(summary, per_token: bool = False) -> Point:
     """The headline of a summary and its spread: between trials when there are two or more,
@@ -129,7 +92,7 @@ _DEFAULTS = {"nchw", "eager mode"}
 def _facets(row) -> dict[str, str]:
     config, model = row.spec.config, row.spec.model
     language = (f"{model.attention} s{model.seq_len}"
-                if getattr(model, "tokens_per_item", None) is not None else "")
+                if model.reads_tokens else "")
     return {
         "network": config.network,
         "mode": config.mode,
@@ -138,7 +101,7 @@ def _facets(row) -> dict[str, str]:
         "compile": (f"compile {config.compile_options.get('mode', 'default')}"
                     if config.compile else "eager mode"),
         "language": language,
-        "parallel": "fsdp" if config.parallel == "fsdp" else "",
+        "parallel": row.spec.parallel.name if row.spec.parallel.shards else "",
         "checkpointing": ("" if config.activation_checkpointing == "none"
                           else f"checkpointing {config.activation_checkpointing}"),
         "batch": f"batch {row.spec.batch_size}",
@@ -235,9 +198,6 @@ def _failures_note(rows, mark: str) -> str:
 def build_figure(rows):
     """The sweep's figure (a matplotlib Figure, not yet saved). ``rows``: sweep rows
     (microbench.drivers.sweep.Row): .spec, .summary (None when the row failed), .status, .label()."""
-    require_matplotlib()
-    from matplotlib.figure import Figure
-
     measured = [row for row in rows if row.summary is not None]
     per_token = bool(measured) and all(row.summary.token_throughput is not None
                                        for row in measured)
@@ -254,9 +214,9 @@ def build_figure(rows):
     footnote = "\n".join(textwrap.fill(text, int(width * FOOTNOTE_CHARS_PER_INCH),
                                        break_on_hyphens=False) for text in notes)
     foot_lines = footnote.count("\n") + 1 if footnote else 0
-    height = 4.6 + _INCH_PER_LINE * (foot_lines + 3)
+    height = 4.6 + INCH_PER_LINE * (foot_lines + 3)
 
-    figure = Figure(figsize=(width, height))
+    figure = new_figure(width, height)
     axes = figure.subplots(1, panels, squeeze=False)[0]
     speed, memory = axes[0], (axes[1] if with_memory else None)
     if by_batch:
@@ -277,13 +237,13 @@ def build_figure(rows):
         memory.set_ylim(bottom=0)
         memory.set_title("Peak memory allocated", fontsize="medium")
 
-    top = 1 - 1.4 * _INCH_PER_LINE / height
-    bottom = (foot_lines + 0.8) * _INCH_PER_LINE / height if foot_lines else 0
+    top = 1 - 1.4 * INCH_PER_LINE / height
+    bottom = (foot_lines + 0.8) * INCH_PER_LINE / height if foot_lines else 0
     title = figure.suptitle(heading, fontsize="small",
-                            y=1 - 0.5 * _INCH_PER_LINE / height, va="top")
+                            y=1 - 0.5 * INCH_PER_LINE / height, va="top")
     title.set_in_layout(False)     # its space is reserved above (matplotlib versions differ)
     if footnote:
-        figure.text(0.01, 0.4 * _INCH_PER_LINE / height, footnote, fontsize="x-small",
+        figure.text(0.01, 0.4 * INCH_PER_LINE / height, footnote, fontsize="x-small",
                     ha="left", va="bottom", color="0.25")
     figure.tight_layout(rect=(0, bottom, 1, top))
     return figure
@@ -317,13 +277,7 @@ def _draw_lines(rows, speed, memory, per_token: bool) -> None:
 
 def _batch_axis(axis, batches, items: str) -> None:
     """A log2 axis whose ticks are the batch sizes that ran, written as plain integers."""
-    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
-    axis.set_xscale("log", base=2)
-    axis.xaxis.set_major_locator(FixedLocator(batches))
-    axis.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{round(value):d}"))
-    axis.xaxis.set_minor_locator(NullLocator())
-    # Half a doubling of margin each side, so the end points and their bars are not clipped.
-    axis.set_xlim(batches[0] / 2 ** 0.5, batches[-1] * 2 ** 0.5)
+    fixed_ticks(axis, batches, lambda value: f"{round(value):d}", log2=True)
     axis.set_xlabel(f"batch size [{items}]")
     if len(batches) > 10:
         axis.tick_params(axis="x", labelrotation=45)
@@ -364,9 +318,6 @@ def accuracy_figure(rows):
     relative error (inference, generate) or the largest difference of the first losses
     (training) from BF16, measured in each run; the BF16 rows sit at 0 (the reference itself).
     One point per row, labelled with what tells the rows apart."""
-    require_matplotlib()
-    from matplotlib.figure import Figure
-
     measured = [row for row in rows if row.summary is not None]
     per_token = bool(measured) and all(row.summary.token_throughput is not None
                                        for row in measured)
@@ -376,7 +327,7 @@ def accuracy_figure(rows):
     axis_label = ("logits' relative error vs BF16 [%]" if kinds == {"logits"} else
                   "largest difference of the first losses vs BF16 [%]" if kinds == {"loss"}
                   else "distance from BF16 [%]")
-    figure = Figure(figsize=(7.5, 5.0))
+    figure = new_figure(7.5, 5.0)
     speed = figure.subplots()
     for row in measured:
         reduced = row.summary.lowp
@@ -408,9 +359,7 @@ def _is_generation(rows) -> bool:
 def build_generation_figure(rows):
     """Aggregate decode tokens/s against the inter-token latency (p50), one labelled point per
     batch size, joined in batch order: the throughput-latency curve serving engines report."""
-    require_matplotlib()
-    from matplotlib.figure import Figure
-    figure = Figure(figsize=(7.5, 5.2))
+    figure = new_figure(7.5, 5.2)
     axis = figure.subplots()
     done = [row for row in rows if row.summary is not None and row.summary.detail is not None]
     done.sort(key=lambda row: row.spec.batch_size)
@@ -435,20 +384,85 @@ def build_generation_figure(rows):
 
 def plot_rows(rows, path: str) -> None:
     """Draw the sweep and write it to ``path`` (whole or not at all): a sweep over the loader's
-    workers gets the input pipeline's figure (output/workers_plot.py), a generate sweep the
-    throughput-latency curve."""
-    if data_plot.applies(rows):
-        require_matplotlib()
-        def build():
-            return data_plot.build_figure(rows, subtitle(rows))
+    workers gets the input pipeline's figure (:func:`build_workers_figure`), a precision or
+    quantization sweep throughput against accuracy, a generate sweep the throughput-latency
+    curve."""
+    if workers_sweep(rows):
+        write_figure(lambda: build_workers_figure(rows, subtitle(rows)), path)
     elif _measures_accuracy(rows):
-        def build():
-            return accuracy_figure(rows)
+        write_figure(lambda: accuracy_figure(rows), path)
     elif _is_generation(rows):
-        def build():
-            return build_generation_figure(rows)
+        write_figure(lambda: build_generation_figure(rows), path)
     else:
-        def build():
-            return build_figure(rows)
-    writing.write_whole(path, safe_text.image_bytes(
-        build, os.path.splitext(path)[1].lstrip(".").lower()))
+        write_figure(lambda: build_figure(rows), path)
+
+
+# ---------------------------------------------------------------- a sweep over loader workers
+
+def workers_sweep(rows) -> bool:
+    """Whether the sweep is over the loader's workers, every row with a pipeline."""
+    configs = [row.spec.config for row in rows]
+    return (all(config.data != "synthetic" and config.workers is not None
+                for config in configs)
+            and len({config.workers for config in configs}) > 1)
+
+
+def _series_name(config) -> str:
+    return f"decode {config.decode}"
+
+
+def _question(rows) -> str:
+    """The chart's title, for the device the model ran on (a CPU run has no GPU to wait)."""
+    on_gpu = any(getattr(row.spec.device, "type", "cpu") != "cpu" for row in rows)
+    return "Is the GPU waiting for data?" if on_gpu else "Is the model on the CPU waiting for data?"
+
+
+def build_workers_figure(rows, heading: str):
+    """The figure (a matplotlib Figure, not yet saved); ``heading``: the sweep's subtitle."""
+    measured = [row for row in rows if row.summary is not None
+                and row.summary.data is not None]
+    unit = measured[0].summary.data.unit if measured else "images/s"
+    figure = new_figure(max(7.5, len(heading) / 13 + 0.5), 5.0)
+    left = figure.subplots()
+    right = left.twinx()
+    series: dict[str, list] = {}
+    highest = 0.0
+    for row in measured:
+        series.setdefault(_series_name(row.spec.config), []).append(row)
+    for index, (name, members) in enumerate(series.items()):
+        members.sort(key=lambda row: row.spec.config.workers)
+        workers = [row.spec.config.workers for row in members]
+        data = [row.summary.data for row in members]
+        left.plot(workers, [d.pipeline.per_s for d in data], "o-", color=f"C{index}",
+                  label=f"pipeline, {name}")
+        right.plot(workers, [100 * d.pipeline.waits.share_total for d in data], "s--",
+                   color=f"C{index}", alpha=0.6, label=f"wait for data (share of run), {name}")
+        model = [d.model_alone_per_s for d in data if d.model_alone_per_s]
+        highest = max([highest, *(d.pipeline.per_s for d in data), *model])
+        if model:
+            left.axhline(statistics.median(model), color=f"C{index}", linestyle=":",
+                         label=f"model alone, {name}")
+    per_device = any(row.summary.data.per_device for row in measured)
+    left.set_xlabel("loader workers per rank")
+    left.set_ylabel(f"throughput [{unit}]{' per device' if per_device else ''}")
+    right.set_ylabel("wait for data [% of the run]")
+    left.set_ylim(0, highest * 1.15 if highest > 0 else 1)
+    right.set_ylim(0, 100)
+    left.set_xticks(sorted({row.spec.config.workers for row in rows}))
+    left.set_title(_question(measured or rows), fontsize="medium")
+    handles, labels = left.get_legend_handles_labels()
+    more_handles, more_labels = right.get_legend_handles_labels()
+    if handles:
+        # Throughput climbs to the top right and the wait falls to the bottom right as workers
+        # are added: the middle of the right edge is where neither curve usually is.
+        left.legend(handles + more_handles, labels + more_labels, fontsize="x-small",
+                    loc="center right")
+    figure.suptitle(heading, fontsize="small")
+    failed = [f"{row.label()} ({row.status})" for row in rows if row.failed]
+    bottom = 0.0
+    if failed:
+        note = textwrap.fill("Not measured (no point): " + "; ".join(failed) + ".", 110)
+        figure.text(0.01, 0.01, note, fontsize="x-small", color="0.25", va="bottom")
+        bottom = 0.04 + 0.03 * note.count("\n")
+    figure.tight_layout(rect=(0, bottom, 1, 0.95))
+    return figure

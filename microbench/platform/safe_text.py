@@ -42,27 +42,6 @@ def terminal(text: object, keep: str = "") -> str:
                        str(text))
 
 
-def image_bytes(build, image_format: str) -> bytes:
-    """The matplotlib figure ``build()`` makes, as ``image_format`` bytes, with every text drawn
-    literally: a ``$`` in a name read from a result file would start mathtext (``$\\frac{$``
-    crashes the drawing) and control characters would reach matplotlib's warnings. Built and
-    drawn under the settings, so text made by a layout pass (tick labels) is literal too."""
-    import io
-    import warnings
-    import matplotlib
-    with matplotlib.rc_context({"text.parse_math": False, "text.usetex": False}), \
-            warnings.catch_warnings():
-        # A glyph the font lacks is drawn as a box; the warning would quote the character.
-        warnings.filterwarnings("ignore", message="Glyph .* missing from font")
-        figure = build()
-        for text in figure.findobj(lambda artist: hasattr(artist, "set_parse_math")):
-            text.set_parse_math(False)
-            text.set_text(terminal(text.get_text(), keep="\n"))
-        image = io.BytesIO()
-        figure.savefig(image, dpi=120, format=image_format)
-    return image.getvalue()
-
-
 # What a spreadsheet takes as the start of a formula (OWASP, "CSV Injection").
 _FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 _NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?")

@@ -31,7 +31,9 @@ from microbench.platform import process, safe_text
 from microbench.output import progress
 from microbench.settings.argtypes import path_text
 from microbench.platform.errors import EXIT_USAGE, BenchmarkError, UsageError
-from microbench.report import chart, collection, page, table
+from microbench.output import chart, table
+from microbench.report import page
+from microbench.store import collection
 from microbench.output import writing
 
 

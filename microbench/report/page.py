@@ -17,7 +17,7 @@ import datetime
 import html
 
 from microbench import __version__
-from microbench.report.table import Table, cell, common_line, file_line, notes, title_of
+from microbench.output.table import Table, cell, common_line, file_line, notes, title_of
 
 _STYLE = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2em;

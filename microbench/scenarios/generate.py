@@ -103,7 +103,7 @@ class Generate(Scenario):
 
     def _shape(self) -> decoding.GenerationShape:
         model, config = self.model, self.config
-        if not getattr(model, "can_generate", False):
+        if not model.can_generate:
             raise UsageError(f"--mode generate runs language models (the llama_* presets, "
                              f"hf: decoders), not {model.name}")
         prompt = config.prompt_len or min(DEFAULT_PROMPT_LEN, model.seq_len // 2)

@@ -53,60 +53,134 @@ def check_flags(config, training: bool) -> None:
             if given != default:
                 raise UsageError(f"{name} {given} applies to --mode training, not "
                                  f"{config.mode}")
-    if config.parallel != FSDP:
-        if not config.reshard_after_forward:
-            raise UsageError("--reshard-after-forward applies to --parallel fsdp (DDP keeps "
-                             "whole parameters on every rank)")
-        return
-    if "fp16" in config.precision:
-        raise UsageError(f"--parallel fsdp does not run --precision {config.precision}: FP16 "
-                         f"gradients need loss scaling, which FSDP's sharded gradients do not "
-                         f"get here; use --precision amp-bf16 (or fp32, tf32)")
-    if config.precision == "bf16":
-        raise UsageError("--parallel fsdp does not run --precision bf16: its FP32 master "
-                         "weights are not sharded here; use --precision amp-bf16 (FSDP keeps "
-                         "FP32 shards and computes with BF16 copies)")
-    if config.opt_step > 1:
-        raise UsageError("--opt-step applies to --parallel ddp: under fsdp every micro-batch "
-                         "would reduce-scatter its gradients")
-    ddp = [flag for flag, given in (("--ddp-static-graph", config.ddp_static_graph),
-                                    ("--ddp-gradient-as-bucket-view",
-                                     config.ddp_gradient_as_bucket_view),
-                                    ("--ddp-bucket-cap-mb", config.ddp_bucket_cap_mb != 25.0))
-           if given and flag.replace("--", "").replace("-", "_") in config.explicit]
-    if ddp:
-        raise UsageError(f"DistributedDataParallel's options ({', '.join(ddp)}) do not apply "
-                         f"to --parallel fsdp: drop them or use --parallel ddp")
-    if config.optimizer == "sgd" and config.optimizer_impl == "fused":
-        raise UsageError("--optimizer-impl fused cannot step FSDP's sharded parameters with "
-                         "SGD (PyTorch's fused SGD kernel has no DTensor support): use "
-                         "--optimizer-impl foreach or --optimizer adamw")
+    named(config.parallel).check_flags(config)
 
 
 def check_model(spec) -> None:
     """What the model must be for these settings (its family, its blocks)."""
     config, model = spec.config, spec.model
-    if config.parallel == FSDP and getattr(model, "llama_config", None) is None:
-        kind = "an image model with no transformer blocks" if model.family != "language" \
-            else "an hf: model, which has no initialiser that writes shards"
-        raise UsageError(f"--parallel fsdp shards the llama_* presets (built on the meta device "
-                         f"and materialised shard by shard); {model.name} is {kind}: use "
-                         f"--parallel ddp")
-    if config.activation_checkpointing != "none" and model.family != "language":
+    spec.parallel.check_model(spec)
+    if config.activation_checkpointing != "none" and not model.reads_tokens:
         raise UsageError(f"--activation-checkpointing {config.activation_checkpointing} "
                          f"recomputes transformer blocks, and {model.name} is an image model "
                          f"with none: use it with a llama_* or hf: model")
 
 
-@contextlib.contextmanager
-def process_group(spec):
-    """A one-rank process group around a single-process FSDP trial; nothing otherwise (a
-    launcher's job has its group already)."""
-    if spec.config.parallel != FSDP or not spec.scenario.updates_weights:
-        yield
-        return
-    with sharding.process_group(spec.device, spec.config.dist_timeout):
-        yield
+# ---------------------------------------------------------------- the strategies
+
+class Strategy:
+    """How training's work is spread over the ranks, chosen once, in resolve
+    (:func:`strategy_of`): one process (``single``), a replica per rank (``ddp``), or shards
+    (``fsdp``). It owns its rules, its process group, how it builds the work and its rows."""
+
+    name = "single"                # the result's parallel.mode
+    replicates = False             # a DDP wrapper around the model of a training run
+    shards = False                 # each rank holds a shard of the model
+
+    def check_flags(self, config) -> None:
+        """The rules the flags alone break (before resolve: ``--parallel`` names the class)."""
+        if not config.reshard_after_forward:
+            raise UsageError("--reshard-after-forward applies to --parallel fsdp (DDP keeps "
+                             "whole parameters on every rank)")
+
+    def check_model(self, spec) -> None:
+        """What the resolved model must be for this strategy."""
+
+    def process_group(self, spec):
+        """The process group a trial runs in (a launcher's job has its own already)."""
+        return contextlib.nullcontext()
+
+    def build(self, spec, wrap, count_flops: bool) -> workload.Workload:
+        return workload.build(spec, wrap, count_flops, training=True)
+
+    def console_rows(self, summary) -> list[tuple[str, str]]:
+        return []
+
+
+class Replicated(Strategy):
+    """DDP: the whole model on every rank, gradients all-reduced."""
+
+    name = "ddp"
+    replicates = True
+
+    def console_rows(self, summary) -> list[tuple[str, str]]:
+        return [("Parallel", f"DDP over {summary.world_size} ranks (whole model on each)")]
+
+
+class Sharded(Strategy):
+    """FSDP2: the llama_* presets built on the meta device, each rank materialising its shards."""
+
+    name = FSDP
+    shards = True
+
+    def check_flags(self, config) -> None:
+        if "fp16" in config.precision:
+            raise UsageError(f"--parallel fsdp does not run --precision {config.precision}: FP16 "
+                             f"gradients need loss scaling, which FSDP's sharded gradients do not "
+                             f"get here; use --precision amp-bf16 (or fp32, tf32)")
+        if config.precision == "bf16":
+            raise UsageError("--parallel fsdp does not run --precision bf16: its FP32 master "
+                             "weights are not sharded here; use --precision amp-bf16 (FSDP keeps "
+                             "FP32 shards and computes with BF16 copies)")
+        if config.opt_step > 1:
+            raise UsageError("--opt-step applies to --parallel ddp: under fsdp every micro-batch "
+                             "would reduce-scatter its gradients")
+        ddp = [flag for flag, given in (("--ddp-static-graph", config.ddp_static_graph),
+                                        ("--ddp-gradient-as-bucket-view",
+                                         config.ddp_gradient_as_bucket_view),
+                                        ("--ddp-bucket-cap-mb", config.ddp_bucket_cap_mb != 25.0))
+               if given and flag.replace("--", "").replace("-", "_") in config.explicit]
+        if ddp:
+            raise UsageError(f"DistributedDataParallel's options ({', '.join(ddp)}) do not apply "
+                             f"to --parallel fsdp: drop them or use --parallel ddp")
+        if config.optimizer == "sgd" and config.optimizer_impl == "fused":
+            raise UsageError("--optimizer-impl fused cannot step FSDP's sharded parameters with "
+                             "SGD (PyTorch's fused SGD kernel has no DTensor support): use "
+                             "--optimizer-impl foreach or --optimizer adamw")
+
+    def check_model(self, spec) -> None:
+        model = spec.model
+        if model.llama_config is None:
+            kind = "an image model with no transformer blocks" if not model.reads_tokens \
+                else "an hf: model, which has no initialiser that writes shards"
+            raise UsageError(f"--parallel fsdp shards the llama_* presets (built on the meta "
+                             f"device and materialised shard by shard); {model.name} is {kind}: "
+                             f"use --parallel ddp")
+
+    @contextlib.contextmanager
+    def process_group(self, spec):
+        """A one-rank process group around a single-process FSDP trial (the launcher's group
+        where there is one)."""
+        if not spec.scenario.updates_weights:
+            yield
+            return
+        with sharding.process_group(spec.device, spec.config.dist_timeout):
+            yield
+
+    def build(self, spec, wrap, count_flops: bool) -> workload.Workload:
+        return build_sharded(spec, wrap, count_flops)
+
+    def console_rows(self, summary) -> list[tuple[str, str]]:
+        ranks = sorted(summary.ranks, key=lambda r: r.rank)
+        sharded = [r.sharded for r in ranks if r.sharded is not None]
+        return [("Parallel", _plan_text(sharded[0].plan)), ("FLOPs counted", META_COUNT)] \
+            if sharded else []
+
+
+SINGLE, DDP, SHARDED = Strategy(), Replicated(), Sharded()
+
+
+def named(flag: str) -> Strategy:
+    """The strategy ``--parallel`` names (ddp: DDP where there are ranks, else one process)."""
+    return SHARDED if flag == FSDP else DDP
+
+
+def strategy_of(config, launch) -> Strategy:
+    """The run's strategy: --parallel fsdp shards; otherwise DDP across a launcher's ranks, and
+    a single process with no wrapper alone."""
+    if config.parallel == FSDP:
+        return SHARDED
+    return DDP if launch.distributed else SINGLE
 
 
 # ---------------------------------------------------------------- the sharded work
@@ -175,15 +249,13 @@ def sharded_state(work) -> ShardedState | None:
 
 def mode_of(summary) -> str:
     """What replicated or sharded the model: fsdp, ddp, or single (one process, no wrapper)."""
-    if summary.spec.config.parallel == FSDP:
-        return FSDP
-    return "ddp" if summary.distributed else "single"
+    return summary.spec.parallel.name
 
 
 def token_utilization(summary) -> token_flops.TokenUtilization | None:
     """MFU on torchtitan's basis (llama_* presets only: it needs the architecture's shape),
     at the headline's tokens per second per device."""
-    arch = getattr(summary.spec.model, "llama_config", None)
+    arch = summary.spec.model.llama_config
     if arch is None or summary.token_throughput is None:
         return None
     return token_flops.TokenUtilization(token_flops.llama_flops(arch, summary.spec.model.seq_len),
@@ -192,15 +264,10 @@ def token_utilization(summary) -> token_flops.TokenUtilization | None:
 
 
 def console_rows(summary) -> list[tuple[str, str]]:
-    config, rows = summary.spec.config, []
-    mode = mode_of(summary)
+    config, strategy = summary.spec.config, summary.spec.parallel
+    mode = strategy.name
     ranks = sorted((r for r in summary.ranks), key=lambda r: r.rank)
-    sharded = [r.sharded for r in ranks if r.sharded is not None]
-    if sharded:
-        rows.append(("Parallel", _plan_text(sharded[0].plan)))
-        rows.append(("FLOPs counted", META_COUNT))
-    elif mode == "ddp":
-        rows.append(("Parallel", f"DDP over {summary.world_size} ranks (whole model on each)"))
+    rows = strategy.console_rows(summary)
     if config.activation_checkpointing != "none":
         rows.append(("Activation checkpointing",
                      f"{config.activation_checkpointing} (recomputation is not counted as "
@@ -272,7 +339,7 @@ def _bytes(count: int) -> str:
 def document(summary) -> dict:
     """The result's ``parallel`` block."""
     config = summary.spec.config
-    fsdp = config.parallel == FSDP
+    fsdp = summary.spec.parallel.shards
     titan = token_utilization(summary)
     tokens = summary.token_throughput
     ranks = sorted(summary.ranks, key=lambda r: r.rank)

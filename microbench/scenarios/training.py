@@ -10,7 +10,6 @@ Example::
 """
 from __future__ import annotations
 
-from microbench.steps import workload
 from microbench.output import units
 from microbench.scenarios import parallel
 from microbench.scenarios.base import Scenario
@@ -31,9 +30,7 @@ class Training(PipelineFed, Scenario):
         parallel.check_model(spec)
 
     def build(self, spec, wrap, count_flops: bool):
-        if spec.config.parallel == parallel.FSDP:
-            return parallel.build_sharded(spec, wrap, count_flops)
-        return workload.build(spec, wrap, count_flops, training=True)
+        return spec.parallel.build(spec, wrap, count_flops)
 
     def sharded_state(self, work):
         return parallel.sharded_state(work)

@@ -45,6 +45,7 @@ import torch
 
 from microbench.settings.config import PRESET_FIELDS, as_command_line, spelled
 from microbench.platform.device import is_gpu
+from microbench.scenarios import parallel
 
 PRESETS = ("fast",)
 
@@ -95,7 +96,7 @@ def _for_sharding(config, choices: dict) -> dict:
     """Under --parallel fsdp the DDP options would not take effect, PyTorch has no fused SGD
     kernel for sharded (DTensor) parameters, and CUDA graphs are not captured around FSDP's
     collectives here: compiled without a graph mode instead."""
-    if config.parallel != "fsdp":
+    if not parallel.named(config.parallel).shards:
         return choices
     kept = {key: value for key, value in choices.items() if not key.startswith("ddp_")}
     if config.optimizer == "sgd":

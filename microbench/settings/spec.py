@@ -27,21 +27,12 @@ from microbench.settings import identity
 from microbench.models import registry as models
 from microbench.settings import precision as precision_table, preset
 from microbench import scenarios
+from microbench.scenarios import parallel
 from microbench.settings.config import CSV_NAME, BenchConfig, validate
 from microbench.platform.distributed import Launch
 from microbench.platform.errors import BenchmarkError, UsageError
-from microbench.models.language import LanguageModelSpec
-
-
-@dataclass(frozen=True)
-class Gate:
-    """``--compare``: the baseline result, read before anything is written, and the tolerance."""
-
-    path: str
-    tolerance_pct: float
-    baseline: dict
-    any_config: bool = False           # --compare-any-config: another configuration, said so
-    fail: bool = True                  # --fail-if never: report a regression, exit 0
+from microbench.models.family import ModelFamily
+from microbench.store.baseline import Gate
 
 
 @dataclass(frozen=True)
@@ -49,8 +40,9 @@ class RunSpec:
     """A configuration resolved for this process: everything a run needs, derived once."""
 
     config: BenchConfig
-    model: models.ModelSpec | LanguageModelSpec   # configured: input size, sequence length
+    model: ModelFamily                            # configured: input size, sequence length
     scenario: scenarios.Scenario                  # the kind of run: its work, loop and unit
+    parallel: parallel.Strategy                   # none, DDP or FSDP: chosen here, once
     precision: precision_table.Precision
     launch: Launch
     device: torch.device
@@ -60,7 +52,7 @@ class RunSpec:
     json_path: str | None              # None with --no-files
     csv_path: str | None
     notes: tuple[str, ...]
-    compare: Gate | None = None
+    compare: Gate | None = None        # --compare's baseline (store.baseline reads it)
     scaling_baseline_img_s: float | None = None
     # A problem this rank found before the run (a baseline it cannot read) in a multi-process
     # job: raised when the ranks meet, so that the others stop too instead of waiting for it.
@@ -83,7 +75,7 @@ class RunSpec:
         """Settings that may not suit the model (a sweep records this as the row's failure)."""
         self.model.check()
         self.scenario.check_spec(self)
-        if self.model.family == "language":
+        if self.model.reads_tokens:
             compute = self.precision.autocast_dtype or self.precision.model_dtype
             self.model.check_attention(self.device, compute)
 
@@ -143,19 +135,20 @@ def _derive(config: BenchConfig, launch: Launch) -> RunSpec:
         notes.append("FP8 without --compile runs torchao's scaling and casts as separate eager "
                      "kernels, often slower than BF16: add --compile (--preset fast picks it)")
     policy, tf32_note = device_layer.tf32_on_rocm(policy, device_layer.rocm_version(device),
-                                                  model.family != "language", os.environ)
+                                                  not model.reads_tokens, os.environ)
     notes += [tf32_note] if tf32_note else []
     if config.flops_prof_step is not None and launch.distributed:
         notes.append(f"DeepSpeed's profile of iteration {config.flops_prof_step} is printed by "
                      f"rank 0 only; the other ranks run that iteration unprofiled, and every "
                      f"rank leaves it out of its statistics")
-    name = _json_name(config, model, policy, launch.world_size)
+    strategy = parallel.strategy_of(config, launch)
+    name = _json_name(config, model, policy, launch.world_size, strategy)
     json_path = csv_path = None
     if config.write_files:
         json_path = os.path.join(config.output_dir, name)
         csv_path = config.csv_file or os.path.join(config.output_dir, CSV_NAME)
     return RunSpec(config=config, model=model, scenario=scenarios.for_config(config, model),
-                   precision=policy, launch=launch, device=device,
+                   parallel=strategy, precision=policy, launch=launch, device=device,
                    device_name=device_layer.device_name(device),
                    peak=flops.choose_peak(device, policy.peak_key, config.peak_tflops),
                    bandwidth=flops.choose_bandwidth(device, config.peak_bandwidth),
@@ -194,7 +187,7 @@ def _slow_precision_notes(policy: precision_table.Precision, device: torch.devic
 
 
 def _json_name(config: BenchConfig, model, policy: precision_table.Precision,
-               world_size: int) -> str:
+               world_size: int, strategy: parallel.Strategy) -> str:
     """``--output-file NAME`` gets ``.json`` appended as the older tool did (scripts then read
     NAME.json). The default is built from what usually tells configurations apart: model, mode,
     precision, layout, compile mode, sequence and attention, profilers, the batch and the world
@@ -213,13 +206,13 @@ def _json_name(config: BenchConfig, model, policy: precision_table.Precision,
     if config.compile:
         mode = config.compile_options.get("mode")
         parts.append(f"compile-{mode}" if mode else "compile")
-    if getattr(model, "tokens_per_item", None) is not None:
+    if model.reads_tokens:
         parts.append(f"{model.attention}-s{model.seq_len}")
     parts += [tag for flag, tag in ((config.autograd_profiler, "autograd"),
                                     (config.kineto, "kineto"),
                                     (config.flops_prof_step is not None, "flops")) if flag]
-    if config.parallel == "fsdp":
-        parts.append("fsdp")
+    if strategy.shards:
+        parts.append(strategy.name)
     if config.activation_checkpointing != "none":
         parts.append(f"ac-{config.activation_checkpointing}")
     parts.append(f"b{config.batch_size}")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Protocol
 
 import torch
 from torch import nn
@@ -24,7 +24,20 @@ from microbench.measure import flops
 from microbench.settings.precision import Precision
 
 if TYPE_CHECKING:
-    from microbench.settings.spec import RunSpec
+    from microbench.models.language import LanguageModelSpec
+    from microbench.models.registry import ModelSpec
+    from microbench.settings.config import BenchConfig
+
+
+class StepSettings(Protocol):
+    """What a step builder reads of the resolved spec. A ``RunSpec`` is one; it is named here,
+    below the resolver, so that building a step never imports what chose the kind of run."""
+
+    config: BenchConfig
+    model: ModelSpec | LanguageModelSpec
+    device: torch.device
+    precision: Precision
+    batch_size: int
 
 
 @dataclass
@@ -156,7 +169,7 @@ def inference_step(model: nn.Module, inputs: torch.Tensor, precision: Precision,
     return step
 
 
-def prepare_model(spec: "RunSpec") -> nn.Module:
+def prepare_model(spec: StepSettings) -> nn.Module:
     torch.manual_seed(spec.config.seed)
     model = spec.model.build().to(spec.device)
     if spec.precision.model_dtype in (torch.float16, torch.bfloat16):
@@ -166,7 +179,7 @@ def prepare_model(spec: "RunSpec") -> nn.Module:
     return model
 
 
-def build(spec: "RunSpec", wrap: Callable[[nn.Module], nn.Module] | None = None,
+def build(spec: StepSettings, wrap: Callable[[nn.Module], nn.Module] | None = None,
           count_flops: bool = True, training: bool = True) -> Workload:
     """The model, its inputs and the training (or inference) step for one run.
 
@@ -208,7 +221,7 @@ def build(spec: "RunSpec", wrap: Callable[[nn.Module], nn.Module] | None = None,
                     target=target if training else None, lowp=reduced)
 
 
-def low_precision(spec: "RunSpec", model: nn.Module, inputs: torch.Tensor, target,
+def low_precision(spec: StepSettings, model: nn.Module, inputs: torch.Tensor, target,
                   fp8_flops: int | None,
                   iteration_flops: int | None) -> "lowp.LowPrecision | None":
     """``--precision fp8`` or ``--quantize`` applied to the ready model, with how far each moved

@@ -1,9 +1,9 @@
 """Result files on disk, read back: baselines (``--compare``, ``--scaling-baseline``), ``--rerun``,
 and the result a run is about to replace.
 
-This module only reads; the writers live in :mod:`microbench.report`. It sits below both the
-settings (``--rerun`` reads a stored configuration) and the report (the gate reads a baseline), so
-neither has to import the other.
+This module only reads; the writers live in :mod:`microbench.output`. It sits below the settings
+(``--rerun`` reads a stored configuration), the baselines (:mod:`.baseline`) and the report
+command's collection, so none of them imports another to read a file.
 
 Example::
 
@@ -21,10 +21,11 @@ from microbench.platform.inputs import InputRefused, read_bounded
 from microbench.store import schema
 
 
-def _parsed(path: str, label: str) -> object:
-    """The JSON document at ``path``, read through the input checks (a regular file of bounded
-    size, opened without blocking); InputRefused or ValueError otherwise."""
-    return json.loads(read_bounded(path, label).decode("utf-8"))
+def parse(path: str, label: str, limit: int | None = None) -> object:
+    """The JSON document at ``path``, read through the input checks (a regular file of at most
+    ``limit`` bytes, opened without blocking); InputRefused or ValueError otherwise. The one
+    place a stored result's text becomes a document (the report's collection reads here too)."""
+    return json.loads(read_bounded(path, label, limit).decode("utf-8"))
 
 
 def load_document(path: str, flag: str) -> dict:
@@ -33,7 +34,7 @@ def load_document(path: str, flag: str) -> dict:
     mismatch, the path of the problem in the document)."""
     label = f"{flag} {path}"
     try:
-        document = _parsed(path, label)
+        document = parse(path, label)
     except InputRefused as refused:
         message = f"{refused.label}: cannot read a result JSON ({refused.reason})"
         raise UsageError(message) from None
@@ -73,7 +74,7 @@ def result_at(path: str) -> dict | None:
     """The result document at ``path``, or None when there is none (no file, unreadable, or not
     a result of this tool: nothing of ours to protect)."""
     try:
-        document = _parsed(path, path)
+        document = parse(path, path)
     except (UsageError, ValueError, RecursionError):
         return None
     if not isinstance(document, dict) or not isinstance(document.get("config"), dict):

@@ -9,17 +9,15 @@ run: a missing library or a failing init gives a one-line note and no source; th
 
 The package, one concern a module:
 
-- ``sample``    :class:`Sample` (one reading) and the :class:`Source` protocol; value types
-- ``library``   what the NVML and amdsmi sources share (import, a field query, coercion)
-- ``matching``  finding torch's GPU among the library's (UUID, PCI address, *_VISIBLE_DEVICES)
+- ``sampler``   :class:`Sample` (one reading), the :class:`Source` protocol, and
+                :class:`Sampler`, the thread that samples during the timed region
+- ``library``   what the NVML and amdsmi sources share (import, a field query, coercion) and
+                finding torch's GPU among the library's (UUID, PCI address, *_VISIBLE_DEVICES)
 - ``nvidia``    :class:`NvmlSource` and NVML's throttle reasons
 - ``amd``       :class:`AmdSmiSource` and amdsmi's fields and throttle flags
 - ``opening``   :func:`open_source`: the source for a torch device, or a note saying why none
-- ``sampler``   :class:`Sampler`, the thread that samples during the timed region
-- ``stats``     min / median / max per quantity, the SM clock's drop below its reference
-- ``energy``    energy by counter, or power x time labelled estimated; per item
-- ``report``    :class:`TelemetryReport`, :func:`summarize`, :func:`combine` (ranks, trials),
-                warnings, the JSON block and CSV cells
+- ``report``    :class:`TelemetryReport`: min / median / max per quantity, the SM clock's drop,
+                energy by counter or power x time labelled estimated, per item
 
 Example::
 
@@ -41,17 +39,17 @@ Example::
 from microbench.measure.telemetry.amd import (AMD_THROTTLE_BIT_GROUPS, AMD_VIOLATION_REASONS,
                                               AMDSMI_MISSING, AmdSmiSource,
                                               decode_amd_throttle_bits)
-from microbench.measure.telemetry.energy import (ENERGY_COUNTER, ENERGY_TRAPEZOID, counter_energy_j,
-                                                 power_energy_j)
 from microbench.measure.telemetry.nvidia import (NVML_MISSING, NVML_NOT_THROTTLING,
                                                  NVML_THROTTLE_REASONS, NvmlSource,
                                                  decode_nvml_reasons)
 from microbench.measure.telemetry.opening import open_source
-from microbench.measure.telemetry.report import (SM_CLOCK_DROP_WARN, TelemetryReport, combine,
-                                                 energy_counter_vs_power, summarize)
-from microbench.measure.telemetry.sample import QUANTITIES, Sample, Source
-from microbench.measure.telemetry.sampler import DEFAULT_INTERVAL_S, Sampler
-from microbench.measure.telemetry.stats import Stat
+from microbench.measure.telemetry.report import (ENERGY_COUNTER, ENERGY_TRAPEZOID,
+                                                 SM_CLOCK_DROP_WARN, Stat, TelemetryReport,
+                                                 combine, counter_energy_j,
+                                                 energy_counter_vs_power, power_energy_j,
+                                                 summarize)
+from microbench.measure.telemetry.sampler import (DEFAULT_INTERVAL_S, QUANTITIES, Sample,
+                                                  Sampler, Source)
 
 __all__ = [
     "AMDSMI_MISSING", "AMD_THROTTLE_BIT_GROUPS", "AMD_VIOLATION_REASONS", "DEFAULT_INTERVAL_S",

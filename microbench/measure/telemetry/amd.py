@@ -22,8 +22,8 @@ from typing import Any, Mapping
 from microbench.platform.device import GpuIdentity
 from microbench.platform.errors import MissingEnvironment
 from microbench.measure.telemetry.library import LibrarySource, as_float, import_library
-from microbench.measure.telemetry.matching import as_identity, parse_bdf, visible_entry
-from microbench.measure.telemetry.sample import Sample
+from microbench.measure.telemetry.library import as_identity, parse_bdf, visible_entry
+from microbench.measure.telemetry.sampler import Sample
 
 # ROCm installs the package's sources there (amdsmi docs, install/install.rst).
 AMDSMI_MISSING = ("telemetry: amdsmi not installed (ROCm's Python library: "

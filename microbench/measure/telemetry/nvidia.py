@@ -21,8 +21,8 @@ from typing import Any, Callable, Mapping, Sequence
 from microbench.platform.device import GpuIdentity
 from microbench.platform.errors import MissingEnvironment
 from microbench.measure.telemetry.library import LibrarySource, as_float, as_text, import_library
-from microbench.measure.telemetry.matching import as_identity, normalize_uuid, visible_entry
-from microbench.measure.telemetry.sample import Sample
+from microbench.measure.telemetry.library import as_identity, normalize_uuid, visible_entry
+from microbench.measure.telemetry.sampler import Sample
 
 NVML_MISSING = ("telemetry: nvidia-ml-py not installed (pip install nvidia-ml-py); "
                 "clocks, power and energy not recorded")

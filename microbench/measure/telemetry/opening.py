@@ -23,7 +23,7 @@ from microbench.platform.errors import MissingEnvironment
 from microbench.measure.telemetry.amd import AMDSMI_MISSING, AmdSmiSource
 from microbench.measure.telemetry.library import import_library
 from microbench.measure.telemetry.nvidia import NVML_MISSING, NvmlSource
-from microbench.measure.telemetry.sample import Source
+from microbench.measure.telemetry.sampler import Source
 
 CPU_NOTE = "telemetry: unavailable on the CPU"
 NO_RUNTIME_NOTE = "telemetry: unavailable (this PyTorch has neither CUDA nor ROCm)"

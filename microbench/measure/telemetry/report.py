@@ -15,17 +15,124 @@ Example::
         print(line)
     result["telemetry"] = report.to_dict()
     row.update(report.csv_cells())
+
+Its parts, here too: the statistics of the samples (:func:`quantity_stats`: min / median / max
+per quantity; :func:`clock_reference` and :func:`clock_drop`: how far the SM clock fell below
+the device's maximum, else the highest sample, said which), and the energy (by the device's
+counter read at both ends of the region; where it is missing, stood still or went back, power
+integrated over the sample times by the trapezoid rule and labelled an estimate,
+:data:`ENERGY_TRAPEZOID`, never passed off as measured).
 """
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import asdict, dataclass, field
-from typing import Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
-from microbench.measure.telemetry import energy as energy_mod
-from microbench.measure.telemetry.energy import ENERGY_TRAPEZOID
-from microbench.measure.telemetry.sample import Sample, Source
-from microbench.measure.telemetry.stats import Stat, clock_drop, clock_reference, quantity_stats
+from microbench.measure.telemetry.sampler import QUANTITIES, Sample, Source
+
+
+# ---------------------------------------------------------------- stats
+
+@dataclass(frozen=True)
+class Stat:
+    min: float
+    median: float
+    max: float
+
+
+def stat_of(values: Iterable[float | None]) -> Stat | None:
+    """Min, median and max of the known values; None when none is known."""
+    present = sorted(v for v in values if v is not None)
+    if not present:
+        return None
+    return Stat(present[0], statistics.median(present), present[-1])
+
+
+def quantity_stats(samples: Sequence[Sample]) -> dict[str, Stat | None]:
+    """A :class:`Stat` (or None) for each of :data:`~microbench.measure.telemetry.sampler.QUANTITIES`."""
+    return {q: stat_of(getattr(s, q) for s in samples) for q in QUANTITIES}
+
+
+def clock_reference(device_max: float | None,
+                    observed: Stat | None) -> tuple[float | None, str | None]:
+    """The device's maximum SM clock; the highest sample when the library does not say."""
+    if device_max:
+        return device_max, "device maximum"
+    if observed is not None and observed.max > 0:
+        return observed.max, "highest sample"
+    return None, None
+
+
+def clock_drop(observed: Stat | None, reference: float | None) -> float | None:
+    """1 - lowest clock / reference, never below 0; None where either is unknown."""
+    if observed is None or not reference:
+        return None
+    return max(0.0, 1.0 - observed.min / reference)
+
+
+# ---------------------------------------------------------------- energy
+
+ENERGY_COUNTER = "counter"
+ENERGY_TRAPEZOID = "power x time (trapezoid over samples), estimated"
+
+
+def counter_energy_j(samples: Sequence[Sample]) -> float | None:
+    """Energy counter advance from the first to the last sample that has one; None when the
+    counter is missing, stood still, or went back (reset or wrap)."""
+    readings = [s.energy_j for s in samples if s.energy_j is not None]
+    if len(readings) < 2 or readings[-1] <= readings[0]:
+        return None
+    return readings[-1] - readings[0]
+
+
+def power_energy_j(samples: Sequence[Sample]) -> float | None:
+    """Trapezoid of power over time, over the intervals with a power reading at both ends."""
+    total, intervals = 0.0, 0
+    for a, b in zip(samples, samples[1:]):
+        if a.power_w is not None and b.power_w is not None:
+            total += (a.power_w + b.power_w) / 2.0 * (b.t_s - a.t_s)
+            intervals += 1
+    return total if intervals else None
+
+
+def choose_energy(counter: float | None,
+                  trapezoid: float | None) -> tuple[float | None, str | None]:
+    """(energy, basis): the counter where it has a reading, else a positive power integral."""
+    if counter is not None:
+        return counter, ENERGY_COUNTER
+    if trapezoid is not None and trapezoid > 0:
+        return trapezoid, ENERGY_TRAPEZOID
+    return None, None
+
+
+def total_energy(parts: Sequence[tuple[float | None, str | None]]
+                 ) -> tuple[float | None, str | None]:
+    """(energy, basis) of several (energy, basis) parts: the sum where every part is known,
+    estimated if any part was."""
+    energy = sum_known(e for e, _ in parts)
+    if energy is None:
+        return None, None
+    estimated = any(basis == ENERGY_TRAPEZOID for _, basis in parts)
+    return energy, ENERGY_TRAPEZOID if estimated else ENERGY_COUNTER
+
+
+def per_item_and_per_joule(energy_j: float | None,
+                           items: float | None) -> tuple[float | None, float | None]:
+    """(joules per item, items per joule); None where either side is unknown or zero."""
+    if not energy_j or not items:
+        return None, None
+    return energy_j / items, items / energy_j
+
+
+def sum_known(values: Iterable[float | None]) -> float | None:
+    """The sum where every value is known (and there is one); else None, never a partial sum."""
+    values = list(values)
+    return math.fsum(values) if values and all(v is not None for v in values) else None
+
+
+# ---------------------------------------------------------------- report
 
 # More than this fractional drop of the SM clock below its maximum during timing is reported.
 SM_CLOCK_DROP_WARN = 0.10
@@ -121,10 +228,10 @@ def summarize(samples: Sequence[Sample], source: Source, items: float | None,
     samples = tuple(samples)
     stats = quantity_stats(samples)
     reference, reference_kind = clock_reference(source.max_sm_clock_mhz, stats["sm_clock_mhz"])
-    counter = energy_mod.counter_energy_j(samples)
-    trapezoid = energy_mod.power_energy_j(samples)
-    energy, basis = energy_mod.choose(counter, trapezoid)
-    per_item, per_joule = energy_mod.per_item_and_per_joule(energy, items)
+    counter = counter_energy_j(samples)
+    trapezoid = power_energy_j(samples)
+    energy, basis = choose_energy(counter, trapezoid)
+    per_item, per_joule = per_item_and_per_joule(energy, items)
     return TelemetryReport(
         available=True, source_name=source.name, device_label=source.device_label,
         items=items, timed_s=timed_s, samples=samples, stats=stats,
@@ -148,9 +255,9 @@ def combine(reports: Sequence[TelemetryReport]) -> TelemetryReport:
     samples = tuple(s for report in available for s in report.samples)
     stats = quantity_stats(samples)
     reference, reference_kind = _highest_clock_reference(available)
-    energy, basis = energy_mod.total([(r.energy_j, r.energy_basis) for r in available])
+    energy, basis = total_energy([(r.energy_j, r.energy_basis) for r in available])
     items = math.fsum(r.items or 0.0 for r in available) or None
-    per_item, per_joule = energy_mod.per_item_and_per_joule(energy, items)
+    per_item, per_joule = per_item_and_per_joule(energy, items)
     return TelemetryReport(
         available=True, source_name=available[0].source_name,
         device_label=f"{len(available)} measurements ({available[0].device_label}, ...)",
@@ -158,8 +265,8 @@ def combine(reports: Sequence[TelemetryReport]) -> TelemetryReport:
         stats=stats, max_sm_clock_mhz=reference,
         sm_clock_reference=reference_kind,
         sm_clock_drop=clock_drop(stats["sm_clock_mhz"], reference),
-        counter_energy_j=energy_mod.sum_known(r.counter_energy_j for r in available),
-        power_energy_j=energy_mod.sum_known(r.power_energy_j for r in available),
+        counter_energy_j=sum_known(r.counter_energy_j for r in available),
+        power_energy_j=sum_known(r.power_energy_j for r in available),
         energy_j=energy, energy_basis=basis,
         joules_per_item=per_item, items_per_joule=per_joule,
         throttle_reasons_seen=tuple(sorted({x for r in available

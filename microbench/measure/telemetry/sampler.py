@@ -1,8 +1,10 @@
-"""The thread that reads a telemetry source during the timed region.
+"""Telemetry samples and the thread that takes them.
 
-A :class:`Sampler` takes one sample when started, one every ``interval_s`` on a daemon thread,
-and one when stopped, so the samples span the region from its first step to its final
-synchronisation. A source that fails ends the sampling, never the benchmark: ``error`` says why.
+:class:`Sample` is one reading and :class:`Source` the protocol a vendor's source implements (value
+types: the other modules of the package import them). A :class:`Sampler` takes one sample when
+started, one every ``interval_s`` on a daemon thread, and one when stopped, so the samples span the
+region from its first step to its final synchronisation. A source that fails ends the sampling,
+never the benchmark: ``error`` says why.
 
 Example::
 
@@ -15,11 +17,54 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import replace
-from typing import Callable
+from dataclasses import asdict, dataclass, replace
+from typing import Callable, Protocol, runtime_checkable
 
 from microbench.platform.errors import UsageError
-from microbench.measure.telemetry.sample import Sample, Source
+
+
+# ---------------------------------------------------------------- sample
+
+# The numeric fields of a Sample that the report gives min / median / max for.
+QUANTITIES = ("sm_clock_mhz", "memory_clock_mhz", "power_w", "temperature_c", "utilization_pct")
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One reading; any field is None where the device does not expose it."""
+
+    t_s: float                                   # monotonic seconds
+    sm_clock_mhz: float | None = None
+    memory_clock_mhz: float | None = None
+    power_w: float | None = None
+    temperature_c: float | None = None
+    utilization_pct: float | None = None
+    throttle_reasons: tuple[str, ...] | None = None   # active throttling reasons; () = none
+    energy_j: float | None = None                # cumulative counter, joules
+
+    def to_dict(self, origin_s: float = 0.0) -> dict:
+        """Plain JSON types; t_s counts from origin_s."""
+        values = asdict(self)
+        values["t_s"] = self.t_s - origin_s
+        if self.throttle_reasons is not None:
+            values["throttle_reasons"] = list(self.throttle_reasons)
+        return values
+
+
+@runtime_checkable
+class Source(Protocol):
+    """One GPU seen through a vendor library."""
+
+    name: str                           # library and version, e.g. "NVML 12.575.51"
+    device_label: str                   # which GPU, and how it was matched to the torch device
+    max_sm_clock_mhz: float | None
+
+    def read(self) -> Sample: ...
+
+    def close(self) -> None: ...
+
+
+# ---------------------------------------------------------------- sampler
 
 DEFAULT_INTERVAL_S = 0.1
 

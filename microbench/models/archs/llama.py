@@ -36,7 +36,7 @@ over the whole cache through a boolean mask. Every decode step therefore has the
 Usage::
 
     import torch
-    from microbench.models.archs.llama import PRESETS, build, generate, parameter_count
+    from microbench.models.archs.llama import PRESETS, build, parameter_count, prefill
 
     config = PRESETS["llama_tiny"].with_overrides(seq_len=256, kv_heads=2)
     print(parameter_count(config))                      # closed form, no model needed
@@ -47,8 +47,9 @@ Usage::
         logits[:, :-1].flatten(0, 1), tokens[:, 1:].flatten())
 
     model.eval()
-    prompt = tokens[:, :32]
-    new_tokens = generate(model, prompt, gen_len=16)    # -> (4, 16), greedy, with a KV cache
+    cache = model.make_cache(4, 48, device=tokens.device)
+    token = prefill(model, tokens[:, :32], cache)      # -> (4, 1), greedy; the generate
+                                                        # scenario then times decode_step
 """
 
 from __future__ import annotations
@@ -70,8 +71,8 @@ from microbench.platform.errors import UsageError
 
 __all__ = [
     "ATTENTION_IMPLS", "KVCache", "Llama", "LlamaConfig", "PRESETS", "RopeScaling", "build",
-    "build_on_meta", "check_attention", "decode_step", "generate", "generate_without_cache",
-    "initialize", "parameter_count", "prefill",
+    "build_on_meta", "check_attention", "decode_step", "initialize", "parameter_count",
+    "prefill",
 ]
 
 ATTENTION_IMPLS: tuple[str, ...] = ("eager", "sdpa", "flash", "efficient", "math")
@@ -838,48 +839,3 @@ def decode_step(model: Llama, token: torch.Tensor, input_pos: torch.Tensor,
     """One token per sequence: `token` (batch, 1) at `input_pos` (1-element LongTensor on the
     device); returns the next token, (batch, 1)."""
     return _greedy(model(token, input_pos, cache))
-
-
-def _check_lengths(prompt: torch.Tensor, gen_len: int, limit: int) -> None:
-    if not _positive_int(gen_len):
-        raise UsageError(f"the number of tokens to generate must be a positive integer, "
-                         f"got {gen_len!r}.")
-    # The last generated token is never fed back, so P + gen_len - 1 positions are used.
-    needed = prompt.shape[1] + gen_len - 1
-    if needed > limit:
-        raise UsageError(f"a prompt of {prompt.shape[1]} tokens plus {gen_len} generated needs "
-                         f"{needed} positions but only {limit} are available; shorten the prompt "
-                         "or generation, or pass a larger --seq-len.")
-
-
-@torch.no_grad()
-def generate(model: Llama, prompt: torch.Tensor, gen_len: int,
-             cache: KVCache | None = None) -> torch.Tensor:
-    """Greedy generation with a KV cache: (batch, gen_len) new tokens after `prompt` (batch, P)."""
-    batch, prompt_len = prompt.shape
-    if cache is None:
-        cache = model.make_cache(batch, min(prompt_len + gen_len, model.config.max_seq_len),
-                                 device=prompt.device)
-    if cache.batch != batch:
-        raise UsageError(f"the KV cache holds {cache.batch} sequences but the prompt has {batch}; "
-                         "allocate the cache with the prompt's batch size.")
-    _check_lengths(prompt, gen_len, cache.max_len)
-    out = torch.empty(batch, gen_len, dtype=torch.long, device=prompt.device)
-    token = prefill(model, prompt, cache)
-    out[:, :1] = token
-    input_pos = torch.tensor([prompt_len], dtype=torch.long, device=prompt.device)
-    for i in range(1, gen_len):
-        token = decode_step(model, token, input_pos, cache)
-        out[:, i:i + 1] = token
-        input_pos += 1   # in place, on the device: no host sync and no new shapes per step
-    return out
-
-
-@torch.no_grad()
-def generate_without_cache(model: Llama, prompt: torch.Tensor, gen_len: int) -> torch.Tensor:
-    """Greedy generation that recomputes the whole sequence each step (the reference for tests)."""
-    _check_lengths(prompt, gen_len, model.config.max_seq_len)
-    tokens = prompt
-    for _ in range(gen_len):
-        tokens = torch.cat([tokens, _greedy(model(tokens))], dim=1)
-    return tokens[:, prompt.shape[1]:]

@@ -35,8 +35,8 @@ from dataclasses import dataclass, field
 
 from microbench.platform import inputs as checked
 from microbench.platform.errors import UsageError
-from microbench.store import schema
-from microbench.report.entry import AB_SIDE, MODEL, OP, Entry, ab_entries, entries_of
+from microbench.store import schema, stored
+from microbench.store.entry import AB_SIDE, MODEL, OP, Entry, ab_entries, entries_of
 
 MAX_INPUT_BYTES = checked.MAX_RESULT_BYTES
 _TRACE_NAME = re.compile(r"trace\d+(_rank\d+)?\.json$")
@@ -118,12 +118,6 @@ def input_files(arguments) -> Inputs:
 
 # ---------------------------------------------------------------- read
 
-def _read_text(path: str) -> str:
-    """The file's text, read through the input checks (microbench.platform.inputs.read_bounded: opened
-    without blocking and checked again once open, since the path may have changed)."""
-    return checked.read_bounded(path, path, MAX_INPUT_BYTES).decode("utf-8")
-
-
 def _version_note(document: dict, path: str) -> str | None:
     kind = schema.document_kind(document)
     if kind == schema.OLDER_TOOL:
@@ -150,7 +144,7 @@ def read(inputs: Inputs) -> Found:
     duplicates = 0
     for path in inputs.files:
         try:
-            document = json.loads(_read_text(path))
+            document = stored.parse(path, path, MAX_INPUT_BYTES)   # checked again once open
             schema.validate_result(document, path)
         except UsageError as error:
             found.lines.append(f"skipped {error}")
@@ -190,12 +184,11 @@ def read(inputs: Inputs) -> Found:
 
 def _ab_rows(summary: dict, path: str, found: Found) -> list[Entry]:
     """An A/B summary's two sides, each from its own result file where that can be read."""
-    from microbench.store.stored import ab_side
     results = {}
     for side in ("a", "b"):
-        where = ab_side(path, summary["ab"][f"{side}_result"])
+        where = stored.ab_side(path, summary["ab"][f"{side}_result"])
         try:
-            document = json.loads(_read_text(where)) if where else None
+            document = stored.parse(where, where, MAX_INPUT_BYTES) if where else None
             if document is not None:
                 schema.validate_result(document, where)
         except (UsageError, OSError, UnicodeDecodeError, ValueError, RecursionError):

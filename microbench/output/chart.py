@@ -1,5 +1,10 @@
-"""``microbench-report --plot FILE``: one metric of the report's rows across the setting that
-varies, with error bars that say what they are.
+"""The one chart stack, and the only module that imports matplotlib: what every chart is drawn
+with (:func:`check_path`, :class:`Point`, :func:`new_figure`, :func:`fixed_ticks`,
+:func:`write_figure`), and ``microbench-report --plot FILE``'s chart of stored results; the
+sweep's ``--plot`` (:mod:`microbench.output.sweep_plot`) draws its live rows with the same parts.
+
+The report's chart: one metric of the report's rows across the setting that varies, with error
+bars that say what they are.
 
 The x axis is ``--x SETTING`` or, by default, for op bench rows the op (then its shapes or
 dtype) where it varies, else the first varying setting that is a number (batch, sequence length,
@@ -29,6 +34,7 @@ Example::
 """
 from __future__ import annotations
 
+import io
 import json
 import os
 import statistics
@@ -38,16 +44,19 @@ from dataclasses import dataclass
 from microbench.platform import safe_text
 from microbench.platform.errors import BenchmarkError, MissingEnvironment, UsageError
 from microbench.output import writing
-from microbench.report.collection import FILE, HEADLINE_SETTINGS, RUN_AT, setting_value
-from microbench.report.entry import MODEL, OP, Entry
-from microbench.report.table import Table, format_setting
+from microbench.store.collection import FILE, HEADLINE_SETTINGS, RUN_AT, setting_value
+from microbench.store.entry import MODEL, OP, Entry
+from microbench.output.table import Table, format_setting
 
 METRICS = {"throughput": (MODEL,), "latency": (MODEL, OP), "mfu": (MODEL,), "gbs": (OP,),
            "tflops": (OP,)}
 DEFAULT_METRIC = {MODEL: "throughput", OP: "latency"}
-LOW_PERCENTILE, HIGH_PERCENTILE = 10, 90
-_FOOTNOTE_CHARS_PER_INCH = 17        # DejaVu Sans at x-small, with some room (output/sweep_plot.py)
-_SUBTITLE_CHARS_PER_INCH = 15        # at small: the subtitle wraps rather than run off the edges
+LOW_PERCENTILE, HIGH_PERCENTILE = 10, 90     # the per-iteration percentiles a one-trial bar spans
+# Characters per inch of figure width: where a footnote wraps, where a subtitle wraps or how wide
+# it needs the figure to be (DejaVu Sans at matplotlib's x-small and small sizes, with room).
+FOOTNOTE_CHARS_PER_INCH = 17
+SUBTITLE_CHARS_PER_INCH = 13
+INCH_PER_LINE = 0.19         # height of one line of small text
 # An op bench chart is drawn per op: these before any number (iterations, warm-up...).
 _OP_AXES = ("op", "shapes", "dtype")
 # Past the ten colours of matplotlib's cycle, series take tab20's twenty, then a marker each.
@@ -62,8 +71,8 @@ def require_matplotlib() -> None:
 
 
 def check_path(path: str, flag: str = "--plot") -> None:
-    """Before anything is read: matplotlib is there, the suffix is a format it writes, the file
-    can be written."""
+    """Before anything runs or is read: matplotlib is there, the suffix is a format it writes,
+    the file can be written."""
     require_matplotlib()
     from matplotlib.backend_bases import FigureCanvasBase
     formats = FigureCanvasBase.get_supported_filetypes()
@@ -74,12 +83,71 @@ def check_path(path: str, flag: str = "--plot") -> None:
     writing.check_target(path, flag)
 
 
+def new_figure(width: float, height: float):
+    """An empty matplotlib Figure of ``width`` x ``height`` inches (no pyplot: no GUI state)."""
+    require_matplotlib()
+    from matplotlib.figure import Figure
+    return Figure(figsize=(width, height))
+
+
+def fixed_ticks(axis, values, text, log2: bool = False) -> None:
+    """Ticks at exactly ``values`` on the x axis, written by ``text(value)``; ``log2``: doubling
+    steps evenly spaced, with half a doubling of margin each side so end bars are not clipped."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+    if log2:
+        axis.set_xscale("log", base=2)
+        axis.set_xlim(values[0] / 2 ** 0.5, values[-1] * 2 ** 0.5)
+    axis.xaxis.set_major_locator(FixedLocator(values))
+    axis.xaxis.set_major_formatter(FuncFormatter(lambda value, _: text(value)))
+    axis.xaxis.set_minor_locator(NullLocator())
+
+
+def figure_bytes(build, image_format: str) -> bytes:
+    """The figure ``build()`` makes, as ``image_format`` bytes, with every text drawn literally:
+    a ``$`` in a name read from a result file would start mathtext (``$\\frac{$`` crashes the
+    drawing) and control characters would reach matplotlib's warnings. Built and drawn under
+    those settings, so text made by a layout pass (tick labels) is literal too. A drawing that
+    matplotlib still cannot finish is :class:`DrawingFailed` (one line, not a traceback)."""
+    import warnings
+    import matplotlib
+    try:
+        with matplotlib.rc_context({"text.parse_math": False, "text.usetex": False}), \
+                warnings.catch_warnings():
+            # A glyph the font lacks is drawn as a box; the warning would quote the character.
+            warnings.filterwarnings("ignore", message="Glyph .* missing from font")
+            figure = build()
+            for text in figure.findobj(lambda artist: hasattr(artist, "set_parse_math")):
+                text.set_parse_math(False)
+                text.set_text(safe_text.terminal(text.get_text(), keep="\n"))
+            image = io.BytesIO()
+            figure.savefig(image, dpi=120, format=image_format)
+    except BenchmarkError:
+        raise
+    except (ValueError, RuntimeError, OverflowError, KeyError, IndexError) as error:
+        raise DrawingFailed(f"matplotlib could not draw the chart ({type(error).__name__}: "
+                            f"{' '.join(str(error).split())[:200]})") from None
+    return image.getvalue()
+
+
+def write_figure(build, path: str) -> None:
+    """Write the figure ``build()`` makes to ``path`` whole or not at all, in the format its
+    suffix names."""
+    writing.write_whole(path, figure_bytes(build, os.path.splitext(path)[1].lstrip(".").lower()))
+
+
+class DrawingFailed(BenchmarkError):
+    """Matplotlib could not draw the chart (its text is drawn literally, so this is a
+    matplotlib limit, not a name read from a file): one line, exit 1; the page says so."""
+
+
 # ---------------------------------------------------------------- points
 
 @dataclass(frozen=True)
 class Point:
+    """A plotted value and the ends of its error bar (None: no bar), in the chart's unit."""
+
     value: float
-    low: float | None = None          # None: no error bar
+    low: float | None = None
     high: float | None = None
 
     def bar(self) -> tuple[float, float]:
@@ -88,6 +156,14 @@ class Point:
         if self.low is None or self.high is None:
             return 0.0, 0.0
         return max(0.0, self.value - self.low), max(0.0, self.high - self.value)
+
+    @property
+    def below(self) -> float:
+        return self.bar()[0]
+
+    @property
+    def above(self) -> float:
+        return self.bar()[1]
 
 
 def _time_percentiles(samples) -> tuple[float, float] | None:
@@ -289,7 +365,6 @@ def nothing_drawn(table: Table, metric: str) -> str | None:
 def build_figure(table: Table, metric: str, wanted_x: str | None = None):
     """The figure of ``metric`` across the varying setting (a matplotlib Figure)."""
     require_matplotlib()
-    from matplotlib.figure import Figure
     if table.group.table not in METRICS[metric]:
         raise UsageError(f"--metric {metric} applies to "
                          f"{' and '.join(METRICS[metric])} results, not to these")
@@ -304,12 +379,12 @@ def build_figure(table: Table, metric: str, wanted_x: str | None = None):
     # Wide enough for the legend beside the axes (characters of its longest label).
     longest = max(map(len, series)) if len(series) > 1 else 0
     width = 7.0 + (0.065 * longest + 0.6 if longest else 0)
-    footnote = "\n".join(textwrap.fill(text, int(width * _FOOTNOTE_CHARS_PER_INCH))
+    footnote = "\n".join(textwrap.fill(text, int(width * FOOTNOTE_CHARS_PER_INCH))
                          for text in notes if text)
     height = 4.8 + 0.19 * (footnote.count("\n") + 1)
-    subtitle = textwrap.fill(_subtitle(drawn), int(width * _SUBTITLE_CHARS_PER_INCH))
+    subtitle = textwrap.fill(_subtitle(drawn), int(width * SUBTITLE_CHARS_PER_INCH))
     height += 0.2 * subtitle.count("\n")
-    figure = Figure(figsize=(width, height))
+    figure = new_figure(width, height)
     axis = figure.subplots()
     if x != "#" and _numeric(table.group.entries, x):
         _draw_lines(axis, table, series, metric, x)
@@ -350,13 +425,8 @@ def _draw_lines(axis, table: Table, series, metric: str, x: str) -> None:
                       yerr=[[low * scale for low, _ in bars], [high * scale for _, high in bars]],
                       capsize=3, label=label or None,
                       **{"marker": "o", **_style(number, len(series))})
-    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
-    if values and values[0] > 0 and values[-1] / values[0] >= 4:
-        axis.set_xscale("log", base=2)         # doubling steps (batch sizes) evenly spaced
-        axis.set_xlim(values[0] / 2 ** 0.5, values[-1] * 2 ** 0.5)
-    axis.xaxis.set_major_locator(FixedLocator(values))
-    axis.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
-    axis.xaxis.set_minor_locator(NullLocator())
+    fixed_ticks(axis, values, lambda value: f"{value:g}",
+                log2=bool(values) and values[0] > 0 and values[-1] / values[0] >= 4)
     axis.set_xlabel(x)
 
 
@@ -384,26 +454,13 @@ def _draw_bars(axis, table: Table, series, metric: str, x: str) -> None:
     axis.set_xlabel("row" if x == "#" else x)
 
 
-class DrawingFailed(BenchmarkError):
-    """Matplotlib could not draw the chart (its text is drawn literally, so this is a
-    matplotlib limit, not a name read from a file): one line, exit 1; the page says so."""
-
-
 def chart_bytes(table: Table, metric: str, wanted_x: str | None, image_format: str) -> bytes:
-    try:
-        return safe_text.image_bytes(lambda: build_figure(table, metric, wanted_x),
-                                     image_format)
-    except BenchmarkError:
-        raise
-    except (ValueError, RuntimeError, OverflowError, KeyError, IndexError) as error:
-        raise DrawingFailed(f"matplotlib could not draw the chart ({type(error).__name__}: "
-                            f"{' '.join(str(error).split())[:200]})") from None
+    return figure_bytes(lambda: build_figure(table, metric, wanted_x), image_format)
 
 
 def write_chart(table: Table, metric: str, wanted_x: str | None, path: str) -> None:
     """Draw and write ``path`` whole or not at all (its suffix names the format)."""
-    suffix = os.path.splitext(path)[1].lstrip(".").lower()
-    writing.write_whole(path, chart_bytes(table, metric, wanted_x, suffix))
+    write_figure(lambda: build_figure(table, metric, wanted_x), path)
 
 
 def plotted_table(tables: list[Table], metric: str | None) -> tuple[Table, str]:

@@ -1,0 +1,51 @@
+"""The model family: the one interface every model spec offers, image and language alike.
+
+:class:`~microbench.models.registry.ModelSpec` (torchvision's classification, segmentation and
+video models, and the architectures in :mod:`.archs`) and
+:class:`~microbench.models.language.LanguageModelSpec` (the llama_* presets and ``hf:`` models)
+both implement :class:`ModelFamily`, so code above the models asks a spec what it is
+(``reads_tokens``, ``llama_config``, ``can_generate``) instead of testing a ``family`` string or
+probing for an attribute with ``getattr``. A new family implements this protocol.
+
+Example::
+
+    model = registry.resolve("llama_tiny", ModelOptions(seq_len=64))
+    model.reads_tokens, model.item, model.tokens_per_item      # True, 'sequence', 64
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    import torch
+
+    from microbench.models.archs.llama import LlamaConfig
+
+
+class ModelFamily(Protocol):
+    """What every model spec answers; ``None`` or ``False`` where it does not apply."""
+
+    name: str
+    family: str                         # "classification", "segmentation", "video", "language"
+    reads_tokens: bool                  # token ids in (a language model), not images
+    tokens_per_item: int | None         # a language model's sequence length; None for images
+    llama_config: LlamaConfig | None    # the llama_* presets' architecture (FSDP, torchtitan)
+    can_generate: bool                  # --mode generate can decode it (static KV cache)
+    loss_name: str
+
+    @property
+    def item(self) -> str: ...
+
+    @property
+    def input_size(self) -> int: ...
+
+    def build(self) -> torch.nn.Module: ...
+
+    def check(self) -> None: ...
+
+    def make_batch(self, batch_size: int, device: torch.device, dtype: torch.dtype | None,
+                   seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+    def loss(self, output, target: torch.Tensor) -> torch.Tensor: ...
+
+    def describe(self) -> str: ...

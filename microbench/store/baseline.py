@@ -1,0 +1,101 @@
+"""Baselines read back: ``--compare BASELINE.json`` (the :class:`Gate`) and ``--scaling-baseline
+FILE.json``, each refused (exit 2) when it is another configuration, before anything runs.
+
+Below both the drivers (the runner reads the baselines right after resolving the run) and the
+output (``--compare`` prints against the gate), so neither reaches into the other. What counts
+as the same configuration is :mod:`microbench.settings.identity`'s; reading a result file is
+:mod:`microbench.store.stored`'s.
+
+Example::
+
+    gate = read_gate("results/base.json", 5.0, spec)     # before the run
+    baseline_img_s = scaling_baseline("results/one_gpu.json", spec)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from microbench.platform import safe_text
+from microbench.platform.errors import UsageError
+from microbench.settings import identity
+from microbench.store.stored import load_result
+
+
+@dataclass(frozen=True)
+class Gate:
+    """``--compare``: the baseline result, read before anything is written, and the tolerance."""
+
+    path: str
+    tolerance_pct: float
+    baseline: dict
+    any_config: bool = False           # --compare-any-config: another configuration, said so
+    fail: bool = True                  # --fail-if never: report a regression, exit 0
+
+
+
+def read_gate(path: str, tolerance_pct: float, spec, any_config: bool = False,
+              fail: bool = True) -> Gate:
+    """``--compare``'s baseline, read before the run, refusing another configuration now so
+    that it does not cost the user the run (``any_config``: compared anyway, said so;
+    ``fail`` False: --fail-if never)."""
+    gate = Gate(path, tolerance_pct, load_result(path, "--compare"), any_config, fail)
+    differ = check_same_configuration(identity.of_spec(spec), gate.baseline, path, any_config)
+    if differ:
+        print(safe_text.terminal(f"Note: --compare-any-config: {path} is another "
+                                 f"configuration ({'; '.join(differ)}); compared anyway"))
+    return gate
+
+
+def check_same_configuration(ours: dict, baseline: dict, path: str,
+                             any_config: bool = False) -> list[str]:
+    """What differs between the two configurations; refused (exit 2) unless ``any_config``."""
+    differ = identity.differences(ours, identity.of_document(baseline), identity.GATE)
+    if differ and not any_config:
+        raise UsageError(f"--compare {path} is another configuration: {'; '.join(differ)} "
+                         f"(--compare-any-config compares anyway)")
+    return differ
+
+
+def scaling_baseline(path: str, spec) -> float:
+    """Single-device throughput from a result JSON, refusing another configuration (the same
+    work per device: network, mode, precision, per-device batch, input size, layout, compile
+    setting, device model...), or the efficiency would compare different work."""
+    document = load_result(path, "--scaling-baseline")
+    if document.get("GPUs") != 1:
+        raise UsageError(f"--scaling-baseline {path} is a {document.get('GPUs')}-device result; "
+                         f"give a single-device run of the same configuration")
+    differ = identity.differences(identity.of_spec(spec), identity.of_document(document),
+                                  identity.WORK)
+    if differ:
+        raise UsageError(f"--scaling-baseline {path} differs in {'; '.join(differ)}")
+    return float(document["Throughput [img/sec]"])
+
+
+def _metric(document: dict, *keys: str) -> float | None:
+    value = document
+    for key in keys:
+        value = value.get(key) if isinstance(value, dict) else None
+    return value if isinstance(value, (int, float)) else None
+
+
+CV_METRIC = "Coefficient of variation"
+
+
+def metrics(document: dict) -> dict[str, float | None]:
+    return {
+        "Throughput [img/sec]": _metric(document, "Throughput [img/sec]"),
+        "Median iteration [ms]": _metric(document, "timing", "stats", "median_ms"),
+        "p99 iteration [ms]": _metric(document, "timing", "stats", "p99_ms"),
+        CV_METRIC: _metric(document, "timing", "stats", "cv"),
+        "Peak memory allocated [MB]": _metric(document, "memory", "peak_allocated_mb"),
+    }
+
+
+def trial_values(document: dict) -> tuple[float, ...]:
+    """A result's trial throughputs (items/s) where it has two or more, else its headline."""
+    trials = document.get("trials")
+    values = trials.get("values") if isinstance(trials, dict) else None
+    if isinstance(values, list) and len(values) >= 2 and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in values):
+        return tuple(float(v) for v in values)
+    return (float(document["Throughput [img/sec]"]),)
