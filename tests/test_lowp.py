@@ -233,7 +233,8 @@ def test_a_sweep_says_when_a_quantized_row_ran_slower_than_bf16():
                              quantize=quantize)
         spec = SimpleNamespace(config=config, precision=precision.lookup("bf16"),
                                model=SimpleNamespace(attention="sdpa", seq_len=32,
-                                                     tokens_per_item=1))
+                                                     tokens_per_item=1, reads_tokens=True),
+                               parallel=SimpleNamespace(name="single", shards=False))
         reduced = None if quantize == "none" else SimpleNamespace()
         return sweep.Row(spec, summary=SimpleNamespace(throughput=rate, lowp=reduced))
 
