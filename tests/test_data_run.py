@@ -74,7 +74,9 @@ def test_inference_fed_by_two_worker_processes_reuses_the_set(cli, cache):
     (data,) = [d["data"] for d in documents(out_dir) if d["config"]["mode"] == "inference"]
     assert (data["workers"], data["prefetch_factor"], data["cache_built"]) == (2, 1, False)
     assert data["loader_alone"]["batches"] == 8            # 4 batches per worker at least
-    assert data["verdict"]["kind"] in ("input-bound", "compute-bound", "interference")
+    # Any verdict the rule can give: which one depends on how busy the machine is ("unknown"
+    # when another job disturbed the model-alone figure); this test is about the reuse.
+    assert data["verdict"]["kind"] in ("input-bound", "compute-bound", "interference", "unknown")
 
 
 def test_a_sweep_over_the_workers_prints_its_table_and_draws_its_plot(cli, cache, tmp_path):
