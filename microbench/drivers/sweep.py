@@ -30,6 +30,11 @@ class Row(trials_mod.Job):
     _entry: tuple | None = dataclasses.field(default=None, init=False, repr=False, compare=False)
 
     @property
+    def env(self):
+        """The environment the row was measured in; None while nothing was measured."""
+        return self.summary.env if self.summary is not None else None
+
+    @property
     def entry(self) -> entry_mod.Entry | None:
         """The row's result as the report reads it: its result document (the one its own file
         holds) through store.entry; None while nothing was measured. The plot reads this."""

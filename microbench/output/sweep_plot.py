@@ -186,7 +186,7 @@ def subtitle(rows) -> str:
     changed = changed_settings(rows)
     if changed:
         precisions += " · " + ", ".join(changed)
-    env = next((row.summary.env for row in rows if row.summary is not None), None)
+    env = next((row.env for row in rows if row.env is not None), None)
     if env is None:
         return f"{rows[0].spec.device} · {precisions} · no configuration was measured"
     if not env.on_gpu:
@@ -207,7 +207,8 @@ def _failures_note(rows, mark: str) -> str:
 
 def build_figure(rows):
     """The sweep's figure (a matplotlib Figure, not yet saved). ``rows``: sweep rows
-    (microbench.drivers.sweep.Row): .spec, .summary (None when the row failed), .status, .label()."""
+    (microbench.drivers.sweep.Row): .spec, .entry and .env (None when the row failed), .status,
+    .label()."""
     measured = _entries(rows)
     per_token = _per_token(rows)
     with_memory = any(_memory(row) is not None for row in rows)
