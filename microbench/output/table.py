@@ -625,16 +625,14 @@ def generation_cells(rows: list) -> tuple[list[console_tables.Column], list[tupl
                console_tables.Column("TTFT p50 ms", numeric=True), console_tables.Column("MBU", numeric=True)]
     cells = []
     for index, row in enumerate(rows, 1):
-        times = row.summary.detail if row.summary is not None else None
-        if getattr(times, "decode", None) is None:
+        # The row's result as its file holds it and the report reads it (drivers.sweep.Row).
+        figures = row.entry.figures if row.entry is not None else {}
+        if figures.get("itl_ms") is None:
             continue
-        scenario = row.spec.scenario
-        rate = scenario.decode_tokens_per_s(row.summary)
-        use = scenario.decode_bandwidth(row.summary)
-        mbu = use.mbu if use is not None else None
+        rate, mbu = figures.get("decode_tokens_per_s"), figures.get("decode_mbu")
         cells.append((str(index), str(row.spec.batch_size),
-                      "-" if rate is None else f"{rate:,.1f}", f"{times.decode.median:.3f}",
-                      f"{times.decode.p99:.3f}", f"{times.prefill.median:.3f}",
+                      "-" if rate is None else f"{rate:,.1f}", f"{figures['itl_ms']:.3f}",
+                      f"{figures['itl_p99_ms']:.3f}", f"{figures['ttft_ms']:.3f}",
                       "-" if mbu is None else units.percent(mbu)))
     return columns, cells
 
