@@ -62,6 +62,7 @@ class Entry:
                                         # "" where the run measured none (BF16, the reference)
     data_unit: str = ""                 # the input pipeline's unit (--data loader|folder);
                                         # "" for synthetic input
+    data_verdict: str = ""              # input-bound, compute-bound, ... ("" without a pipeline)
 
     @property
     def measured(self) -> bool:
@@ -301,6 +302,10 @@ def result_entry(document: dict, source: str) -> Entry:
         "loader_alone_per_s": _number(_get(document, "data", "loader_alone_per_s")),
         "model_alone_per_s": _number(_get(document, "data", "model_alone_per_s")),
         "wait_share": _number(_get(document, "data", "wait", "share_total")),
+        "wait_share_median": _number(_get(document, "data", "wait", "share_median")),
+        "wait_share_p99": _number(_get(document, "data", "wait", "share_p99")),
+        "data_kept": _number(_get(document, "data", "verdict", "kept")),
+        "data_workers": _number(_get(document, "data", "workers")),
     }
     flags = (("noisy",) if _get(document, "timing", "noisy") else ()) + \
         (("estimated energy",) if estimated else ())
@@ -312,7 +317,8 @@ def result_entry(document: dict, source: str) -> Entry:
                  time_utc=_get(document, "env", "time_utc"), identity=_identity(document),
                  flags=flags, accuracy_kind=str(_get(document, "accuracy", "kind") or ""),
                  data_unit=str(_get(document, "data", "unit") or "") if isinstance(
-                     _get(document, "data"), dict) else "")
+                     _get(document, "data"), dict) else "",
+                 data_verdict=str(_get(document, "data", "verdict", "kind") or ""))
 
 
 def older_tool_entry(document: dict, source: str) -> Entry:
