@@ -80,7 +80,7 @@ def test_rows_printed_one_at_a_time_line_up_with_the_header():
 def fake_row(label, throughput, peak_mb=None, unit="image", per_item=1, status=None):
     scenario = SimpleNamespace(unit=unit, units_per_item=per_item)
     return SimpleNamespace(failed=status is not None, status=status, label=lambda: label,
-                           throughput=throughput, peak_allocated_mb=peak_mb, summary=None,
+                           throughput=throughput, peak_allocated_mb=peak_mb, summary=None, entry=None,
                            spec=SimpleNamespace(scenario=scenario))
 
 

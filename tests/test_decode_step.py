@@ -187,14 +187,13 @@ def test_a_generate_sweep_prints_its_generation_table_and_plots_rate_against_lat
 def test_the_generation_figure_puts_one_labelled_point_per_batch():
     from types import SimpleNamespace
     from microbench.output import sweep_plot as plot_mod
-    from microbench.measure.timing import Measurement
 
     def row(batch, itl_ms, rate):
-        times = SimpleNamespace(decode=Measurement([itl_ms, itl_ms]))
-        scenario = SimpleNamespace(decode_tokens_per_s=lambda summary: rate,
-                                   decodes_tokens=True)
-        spec = SimpleNamespace(batch_size=batch, scenario=scenario)
-        return SimpleNamespace(spec=spec, summary=SimpleNamespace(detail=times), failed=False)
+        # The figure reads the row's result as the report does (its entry).
+        entry = SimpleNamespace(figures={"itl_ms": itl_ms, "decode_tokens_per_s": rate})
+        spec = SimpleNamespace(batch_size=batch,
+                               scenario=SimpleNamespace(decodes_tokens=True))
+        return SimpleNamespace(spec=spec, entry=entry, failed=False)
 
     rows = [row(4, 2.0, 2000.0), row(1, 1.5, 650.0)]
     import unittest.mock as mock

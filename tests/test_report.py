@@ -291,7 +291,7 @@ def test_chart_bars_are_those_of_a_sweeps_plot():
     rows = [measured_row(2), measured_row(4, trials=[[10.0, 10.0], [20.0, 20.0]])]
     entries = _entries_of_rows(rows)
     for row, entry in zip(rows, entries):
-        ours, theirs = chart.point_of(entry, "throughput"), plot.point_of(row.summary)
+        ours, theirs = chart.point_of(entry, "throughput"), plot.point_of(row.entry)
         assert (ours.value, ours.low, ours.high) == pytest.approx(
             (theirs.value, theirs.low, theirs.high))
     figure = chart.build_figure(_table(entries), "throughput")

@@ -167,6 +167,13 @@ def test_one_chart_stack_draws_every_chart():
         "microbench/output/chart.py"}
 
 
+def test_the_sweeps_plot_reads_results_as_the_report_does():
+    """--plot draws each row from its result document read through store.entry (row.entry),
+    as the report draws a stored result: no figure of the live Summary."""
+    assert not [hit for hit in _hits(r"\bsummary\b|Summary")
+                if hit.startswith("microbench/output/sweep_plot.py")]
+
+
 def test_one_table_module_lays_out_results():
     """Tables are laid out by output/text_table.py alone (rich's tables included)."""
     assert {hit.split(":")[0] for hit in _hits(r"^\s*from rich\.table|^\s*import rich")} <= {

@@ -19,6 +19,7 @@ from microbench.output import progress
 from microbench.platform.errors import EXIT_UNEXPECTED, BenchmarkError, OutOfMemory, SweepFailed
 from microbench.output import files, units, writing
 from microbench.measure.summary import Summary
+from microbench.store import entry as entry_mod
 
 
 @dataclass
@@ -26,6 +27,23 @@ class Row(trials_mod.Job):
     """One configuration of the sweep: its trials, then its Summary (or why it failed)."""
 
     summary: Summary | None = None
+    _entry: tuple | None = dataclasses.field(default=None, init=False, repr=False, compare=False)
+
+    @property
+    def env(self):
+        """The environment the row was measured in; None while nothing was measured."""
+        return self.summary.env if self.summary is not None else None
+
+    @property
+    def entry(self) -> entry_mod.Entry | None:
+        """The row's result as the report reads it: its result document (the one its own file
+        holds) through store.entry; None while nothing was measured. The plot reads this."""
+        if self.summary is None:
+            return None
+        if self._entry is None or self._entry[0] is not self.summary:
+            document = files.result_document(self.summary)
+            self._entry = (self.summary, entry_mod.entries_of(document, self.label())[0])
+        return self._entry[1]
 
     @property
     def throughput(self) -> float | None:

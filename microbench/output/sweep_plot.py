@@ -41,6 +41,7 @@ from __future__ import annotations
 import statistics
 import textwrap
 
+from microbench.output import chart
 from microbench.output.chart import (FOOTNOTE_CHARS_PER_INCH, HIGH_PERCENTILE, INCH_PER_LINE,
                                      LOW_PERCENTILE, SUBTITLE_CHARS_PER_INCH, Point, fixed_ticks,
                                      new_figure, write_figure)
@@ -48,31 +49,40 @@ from microbench.output.chart import (FOOTNOTE_CHARS_PER_INCH, HIGH_PERCENTILE, I
 
 # ---------------------------------------------------------------- what a point and its bar are
 
-def point_of(summary, per_token: bool = False) -> Point:
-    """The headline of a summary and its spread: between trials when there are two or more,
-    else between the iterations of the one trial (see the module docstring)."""
-    scale = summary.scenario.units_per_item if per_token else 1
-    spread = summary.trial_spread
-    if spread.count >= 2:
-        low, high = min(spread.values), max(spread.values)
-    else:
-        times = summary.times
-        # A rate's low percentile is the time's high one: batch / p90(time) = p10(rate).
-        low = summary.global_batch / (times.percentile(HIGH_PERCENTILE) / 1e3)
-        high = summary.global_batch / (times.percentile(LOW_PERCENTILE) / 1e3)
-    return Point(summary.throughput * scale, low * scale, high * scale)
+def point_of(entry, per_token: bool = False) -> Point:
+    """A row's headline and its bar, read from its result (the row's ``entry``, a
+    :class:`microbench.store.entry.Entry`) as the report's chart reads a stored one
+    (:func:`microbench.output.chart.point_of`), in items/s unless ``per_token``: between
+    trials when there are two or more, else between the iterations of the one trial."""
+    point = chart.point_of(entry, "throughput")
+    # The entry counts a language model's tokens; one item is batch / work of an iteration.
+    scale = 1.0 if per_token or not entry.work_per_iteration else \
+        entry.settings["batch"] / entry.work_per_iteration
+    return Point(*(None if value is None else value * scale
+                   for value in (point.value, point.low, point.high)))
+
+
+def _entries(rows) -> list:
+    """The entries of the rows that measured something, in the rows' order."""
+    return [row.entry for row in rows if row.entry is not None]
+
+
+def _per_token(rows) -> bool:
+    """Every measured row counted tokens (language models): the plot says tokens/s."""
+    entries = _entries(rows)
+    return bool(entries) and all(entry.unit.endswith("tokens/s") for entry in entries)
 
 
 def bars_note(rows, subject: str, noun: str) -> str:
     """What the points (or bar heights) and their error bars are, for the footnote."""
-    measured = [row.summary for row in rows if row.summary is not None]
+    measured = _entries(rows)
     if not measured:
         return ""
-    trials = measured[0].trial_spread.count
+    trials = len(measured[0].trial_values)
     if trials >= 2:
         return (f"{subject}: the geometric mean of {trials} trials' throughputs (--repeat {trials}; the "
                 f"headline); error bars: the lowest and the highest trial.")
-    counts = sorted({summary.times.count for summary in measured})
+    counts = sorted({len(entry.samples_ms) for entry in measured})
     iterations = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
     return (f"{subject}: {noun} over the summed time of the timed iterations (the headline); "
             f"error bars: {LOW_PERCENTILE}th to {HIGH_PERCENTILE}th percentile of the "
@@ -176,7 +186,7 @@ def subtitle(rows) -> str:
     changed = changed_settings(rows)
     if changed:
         precisions += " · " + ", ".join(changed)
-    env = next((row.summary.env for row in rows if row.summary is not None), None)
+    env = next((row.env for row in rows if row.env is not None), None)
     if env is None:
         return f"{rows[0].spec.device} · {precisions} · no configuration was measured"
     if not env.on_gpu:
@@ -197,11 +207,11 @@ def _failures_note(rows, mark: str) -> str:
 
 def build_figure(rows):
     """The sweep's figure (a matplotlib Figure, not yet saved). ``rows``: sweep rows
-    (microbench.drivers.sweep.Row): .spec, .summary (None when the row failed), .status, .label()."""
-    measured = [row for row in rows if row.summary is not None]
-    per_token = bool(measured) and all(row.summary.token_throughput is not None
-                                       for row in measured)
-    with_memory = any(row.peak_allocated_mb is not None for row in rows)
+    (microbench.drivers.sweep.Row): .spec, .entry and .env (None when the row failed), .status,
+    .label()."""
+    measured = _entries(rows)
+    per_token = _per_token(rows)
+    with_memory = any(_memory(row) is not None for row in rows)
     by_batch = len({row.spec.batch_size for row in rows}) > 1
     panels = 2 if with_memory else 1
     heading = subtitle(rows)
@@ -255,16 +265,16 @@ def _draw_lines(rows, speed, memory, per_token: bool) -> None:
     for row in rows:
         series.setdefault(_label(row, names), []).append(row)
     for label, members in series.items():
-        done = [row for row in members if row.summary is not None]
-        points = [point_of(row.summary, per_token) for row in done]
+        done = [row for row in members if row.entry is not None]
+        points = [point_of(row.entry, per_token) for row in done]
         batches = [row.spec.batch_size for row in done]
         drawn = speed.errorbar(batches, [p.value for p in points],
                                yerr=[[p.below for p in points], [p.above for p in points]],
                                marker="o", capsize=3, label=label or None)
         if memory is not None:
-            known = [row for row in done if row.peak_allocated_mb is not None]
+            known = [row for row in done if _memory(row) is not None]
             memory.plot([row.spec.batch_size for row in known],
-                        [row.peak_allocated_mb for row in known], marker="o",
+                        [_memory(row) for row in known], marker="o",
                         color=drawn.lines[0].get_color(), label=label or None)
     batches = sorted({row.spec.batch_size for row in rows})
     items = {row.spec.model.item for row in rows}
@@ -287,16 +297,16 @@ def _draw_bars(rows, speed, memory, per_token: bool) -> None:
     names = _varying(rows, _FACETS)
     labels = [_label(row, names) or _label(row, _FACETS) for row in rows]
     positions = list(range(len(rows)))
-    done = [(position, row) for position, row in zip(positions, rows) if row.summary is not None]
+    done = [(position, row) for position, row in zip(positions, rows) if row.entry is not None]
     # A failed row gets no bar (not a zero bar): nothing was measured. Its place says why.
-    points = [point_of(row.summary, per_token) for _, row in done]
+    points = [point_of(row.entry, per_token) for _, row in done]
     speed.bar([position for position, _ in done], [p.value for p in points],
               yerr=[[p.below for p in points], [p.above for p in points]], capsize=4,
               color="tab:blue")
-    known = [(position, row) for position, row in done if row.peak_allocated_mb is not None]
+    known = [(position, row) for position, row in done if _memory(row) is not None]
     if memory is not None:
         memory.bar([position for position, _ in known],
-                   [row.peak_allocated_mb for _, row in known], color="tab:orange")
+                   [_memory(row) for _, row in known], color="tab:orange")
     for axis in filter(None, (speed, memory)):
         axis.set_xticks(positions, labels, rotation=30 if len(rows) > 3 else 0,
                         ha="right" if len(rows) > 3 else "center", fontsize="small")
@@ -308,9 +318,14 @@ def _draw_bars(rows, speed, memory, per_token: bool) -> None:
                           transform=axis.get_xaxis_transform())
 
 
+def _memory(row) -> float | None:
+    """The row's peak memory allocated [MB]; None when it failed or on the CPU."""
+    return row.entry.figures.get("peak_allocated_mb") if row.entry is not None else None
+
+
 def _measures_accuracy(rows) -> bool:
     """A precision or quantization sweep: some row measured its distance from BF16."""
-    return any(row.summary is not None and row.summary.lowp is not None for row in rows)
+    return any(entry.accuracy_kind for entry in _entries(rows))
 
 
 def accuracy_figure(rows):
@@ -318,26 +333,25 @@ def accuracy_figure(rows):
     relative error (inference, generate) or the largest difference of the first losses
     (training) from BF16, measured in each run; the BF16 rows sit at 0 (the reference itself).
     One point per row, labelled with what tells the rows apart."""
-    measured = [row for row in rows if row.summary is not None]
-    per_token = bool(measured) and all(row.summary.token_throughput is not None
-                                       for row in measured)
+    measured = [row for row in rows if row.entry is not None]
+    per_token = _per_token(rows)
     unit = _unit(rows, per_token)
     names = _varying(rows, _FACETS) or ["precision"]
-    kinds = {row.summary.lowp.drift.kind for row in measured if row.summary.lowp is not None}
+    kinds = {row.entry.accuracy_kind for row in measured} - {""}
     axis_label = ("logits' relative error vs BF16 [%]" if kinds == {"logits"} else
                   "largest difference of the first losses vs BF16 [%]" if kinds == {"loss"}
                   else "distance from BF16 [%]")
     figure = new_figure(7.5, 5.0)
     speed = figure.subplots()
     for row in measured:
-        reduced = row.summary.lowp
-        figure_value = reduced.drift.figure() if reduced is not None else 0.0
+        reduced = bool(row.entry.accuracy_kind)     # no figure of its own: the reference
+        figure_value = row.entry.figures.get("accuracy") if reduced else 0.0
         if figure_value is None:
             continue
-        point = point_of(row.summary, per_token)
+        point = point_of(row.entry, per_token)
         speed.errorbar([100 * figure_value], [point.value], yerr=[[point.below], [point.above]],
                        marker="o", capsize=3)
-        speed.annotate(_label(row, names) + ("" if reduced is not None else " (reference)"),
+        speed.annotate(_label(row, names) + ("" if reduced else " (reference)"),
                        (100 * figure_value, point.value), textcoords="offset points",
                        xytext=(5, 5), fontsize="small")
     speed.set_xlabel(axis_label)
@@ -352,8 +366,7 @@ def accuracy_figure(rows):
 
 
 def _is_generation(rows) -> bool:
-    return all(row.spec.scenario.decodes_tokens for row in rows) and \
-        any(row.summary is not None for row in rows)
+    return all(row.spec.scenario.decodes_tokens for row in rows) and bool(_entries(rows))
 
 
 def build_generation_figure(rows):
@@ -361,10 +374,11 @@ def build_generation_figure(rows):
     batch size, joined in batch order: the throughput-latency curve serving engines report."""
     figure = new_figure(7.5, 5.2)
     axis = figure.subplots()
-    done = [row for row in rows if row.summary is not None and row.summary.detail is not None]
+    done = [row for row in rows
+            if row.entry is not None and row.entry.figures.get("itl_ms") is not None]
     done.sort(key=lambda row: row.spec.batch_size)
-    latency = [row.summary.detail.decode.median for row in done]
-    rate = [row.spec.scenario.decode_tokens_per_s(row.summary) or 0.0 for row in done]
+    latency = [row.entry.figures["itl_ms"] for row in done]
+    rate = [row.entry.figures.get("decode_tokens_per_s") or 0.0 for row in done]
     axis.plot(latency, rate, marker="o")
     for row, x, y in zip(done, latency, rate):
         axis.annotate(f"batch {row.spec.batch_size}", (x, y), textcoords="offset points",
@@ -419,9 +433,8 @@ def _question(rows) -> str:
 
 def build_workers_figure(rows, heading: str):
     """The figure (a matplotlib Figure, not yet saved); ``heading``: the sweep's subtitle."""
-    measured = [row for row in rows if row.summary is not None
-                and row.summary.data is not None]
-    unit = measured[0].summary.data.unit if measured else "images/s"
+    measured = [row for row in rows if row.entry is not None and row.entry.data_unit]
+    unit = measured[0].entry.data_unit if measured else "images/s"
     figure = new_figure(max(7.5, len(heading) / 13 + 0.5), 5.0)
     left = figure.subplots()
     right = left.twinx()
@@ -432,17 +445,17 @@ def build_workers_figure(rows, heading: str):
     for index, (name, members) in enumerate(series.items()):
         members.sort(key=lambda row: row.spec.config.workers)
         workers = [row.spec.config.workers for row in members]
-        data = [row.summary.data for row in members]
-        left.plot(workers, [d.pipeline.per_s for d in data], "o-", color=f"C{index}",
-                  label=f"pipeline, {name}")
-        right.plot(workers, [100 * d.pipeline.waits.share_total for d in data], "s--",
+        data = [row.entry.figures for row in members]
+        pipeline = [d["pipeline_per_s"] for d in data]
+        left.plot(workers, pipeline, "o-", color=f"C{index}", label=f"pipeline, {name}")
+        right.plot(workers, [100 * d["wait_share"] for d in data], "s--",
                    color=f"C{index}", alpha=0.6, label=f"wait for data (share of run), {name}")
-        model = [d.model_alone_per_s for d in data if d.model_alone_per_s]
-        highest = max([highest, *(d.pipeline.per_s for d in data), *model])
+        model = [d["model_alone_per_s"] for d in data if d["model_alone_per_s"]]
+        highest = max([highest, *pipeline, *model])
         if model:
             left.axhline(statistics.median(model), color=f"C{index}", linestyle=":",
                          label=f"model alone, {name}")
-    per_device = any(row.summary.data.per_device for row in measured)
+    per_device = any((row.entry.settings.get("devices") or 1) > 1 for row in measured)
     left.set_xlabel("loader workers per rank")
     left.set_ylabel(f"throughput [{unit}]{' per device' if per_device else ''}")
     right.set_ylabel("wait for data [% of the run]")

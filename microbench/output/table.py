@@ -625,16 +625,14 @@ def generation_cells(rows: list) -> tuple[list[console_tables.Column], list[tupl
                console_tables.Column("TTFT p50 ms", numeric=True), console_tables.Column("MBU", numeric=True)]
     cells = []
     for index, row in enumerate(rows, 1):
-        times = row.summary.detail if row.summary is not None else None
-        if getattr(times, "decode", None) is None:
+        # The row's result as its file holds it and the report reads it (drivers.sweep.Row).
+        figures = row.entry.figures if row.entry is not None else {}
+        if figures.get("itl_ms") is None:
             continue
-        scenario = row.spec.scenario
-        rate = scenario.decode_tokens_per_s(row.summary)
-        use = scenario.decode_bandwidth(row.summary)
-        mbu = use.mbu if use is not None else None
+        rate, mbu = figures.get("decode_tokens_per_s"), figures.get("decode_mbu")
         cells.append((str(index), str(row.spec.batch_size),
-                      "-" if rate is None else f"{rate:,.1f}", f"{times.decode.median:.3f}",
-                      f"{times.decode.p99:.3f}", f"{times.prefill.median:.3f}",
+                      "-" if rate is None else f"{rate:,.1f}", f"{figures['itl_ms']:.3f}",
+                      f"{figures['itl_p99_ms']:.3f}", f"{figures['ttft_ms']:.3f}",
                       "-" if mbu is None else units.percent(mbu)))
     return columns, cells
 
@@ -679,13 +677,15 @@ def slower_than_bf16(rows: list) -> list[str]:
 
 def print_data_table(rows: list, out: TextIO) -> None:
     """Rows fed by an input pipeline: what it delivered beside what each side does alone."""
-    fed = [(index, row) for index, row in enumerate(rows, 1)
-           if row.summary is not None and row.summary.data is not None]
+    # Each row's result as its file holds it and the report reads it (drivers.sweep.Row).
+    fed = [(index, row.entry) for index, row in enumerate(rows, 1)
+           if row.entry is not None and row.entry.data_unit]
     if not fed:
         return
-    unit = fed[0][1].summary.data.unit
+    first = fed[0][1]
+    per_device = (first.settings.get("devices") or 1) > 1
     print("", file=out)
-    print(f"Input pipeline ({unit}{' per device' if fed[0][1].summary.data.per_device else ''}"
+    print(f"Input pipeline ({first.data_unit}{' per device' if per_device else ''}"
           f"; wait: share of a step spent waiting for the batch, median and p99, and of the "
           f"whole run)", file=out)
     columns = [console_tables.Column("#", numeric=True, width=3),
@@ -696,14 +696,24 @@ def print_data_table(rows: list, out: TextIO) -> None:
                console_tables.Column("wait p50", numeric=True), console_tables.Column("wait p99", numeric=True),
                console_tables.Column("wait run", numeric=True), console_tables.Column("verdict")]
     cells = []
-    for index, row in fed:
-        data = row.summary.data
-        waits, kept = data.pipeline.waits, data.verdict.kept
-        model = "n/a" if data.model_alone_per_s is None else f"{data.model_alone_per_s:.2f}"
-        cells.append((str(index), str(data.description["workers"]),
-                       str(data.description["decode"]), f"{data.pipeline.per_s:.2f}",
-                       f"{data.loader.per_s:.2f}", model, f"{kept:.0%}",
-                       f"{waits.share_median:.1%}", f"{waits.share_p99:.1%}",
-                       f"{waits.share_total:.1%}", data.verdict.kind))
+    for index, entry in fed:
+        data = entry.figures
+        cells.append((str(index), str(_whole(data["data_workers"])),
+                       str(entry.settings.get("decode")), _share(data["pipeline_per_s"], ".2f"),
+                       _share(data["loader_alone_per_s"], ".2f"),
+                       _share(data["model_alone_per_s"], ".2f"), _share(data["data_kept"], ".0%"),
+                       _share(data["wait_share_median"], ".1%"),
+                       _share(data["wait_share_p99"], ".1%"),
+                       _share(data["wait_share"], ".1%"), entry.data_verdict))
     out.write(console_tables.render(columns, cells, terminal=progress.is_terminal(out)))
     out.flush()
+
+
+def _whole(value):
+    """A count the document stores as a number (4, not 4.0)."""
+    return int(value) if value is not None and float(value).is_integer() else value
+
+
+def _share(value, spec: str) -> str:
+    """A figure of the data table; n/a where the document does not know it."""
+    return "n/a" if value is None else format(value, spec)

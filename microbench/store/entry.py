@@ -58,6 +58,11 @@ class Entry:
     flags: tuple[str, ...] = field(default=())  # marks for the table: noisy, estimated energy
     file: str = ""                      # the file it was read from
     note: str = ""                      # a footnote of its own (an A/B side B: the verdict)
+    accuracy_kind: str = ""             # logits | loss: what figures["accuracy"] measures;
+                                        # "" where the run measured none (BF16, the reference)
+    data_unit: str = ""                 # the input pipeline's unit (--data loader|folder);
+                                        # "" for synthetic input
+    data_verdict: str = ""              # input-bound, compute-bound, ... ("" without a pipeline)
 
     @property
     def measured(self) -> bool:
@@ -277,6 +282,10 @@ def result_entry(document: dict, source: str) -> Entry:
                                 "median_ms")),
         "itl_ms": _number(_get(document, "generation", "inter_token_latency", "stats",
                                "median_ms")),
+        "itl_p99_ms": _number(_get(document, "generation", "inter_token_latency", "stats",
+                                   "p99_ms")),
+        "decode_tokens_per_s": _number(_get(document, "generation", "decode_tokens_per_s")),
+        "decode_mbu": _number(_get(document, "generation", "mbu")),
         "mfu": _number(_get(document, "flops", "mfu")),
         "mbu": _number(_get(document, "flops", "mbu")) or _number(_get(document, "generation",
                                                                         "mbu")),
@@ -288,6 +297,15 @@ def result_entry(document: dict, source: str) -> Entry:
         "decode_gap_ms": _number(_get(document, "generation", "decode_attribution", "gap_ms")),
         "energy_per_unit": energy,
         "peak_allocated_mb": _number(_get(document, "memory", "peak_allocated_mb")),
+        # --data loader|folder: the pipeline's figures (per device on several), None otherwise.
+        "pipeline_per_s": _number(_get(document, "data", "pipeline_per_s")),
+        "loader_alone_per_s": _number(_get(document, "data", "loader_alone_per_s")),
+        "model_alone_per_s": _number(_get(document, "data", "model_alone_per_s")),
+        "wait_share": _number(_get(document, "data", "wait", "share_total")),
+        "wait_share_median": _number(_get(document, "data", "wait", "share_median")),
+        "wait_share_p99": _number(_get(document, "data", "wait", "share_p99")),
+        "data_kept": _number(_get(document, "data", "verdict", "kept")),
+        "data_workers": _number(_get(document, "data", "workers")),
     }
     flags = (("noisy",) if _get(document, "timing", "noisy") else ()) + \
         (("estimated energy",) if estimated else ())
@@ -297,7 +315,10 @@ def result_entry(document: dict, source: str) -> Entry:
                  samples_ms=tuple(_get(document, "timing", "samples_ms") or ()),
                  work_per_iteration=batch * scale if batch else None,
                  time_utc=_get(document, "env", "time_utc"), identity=_identity(document),
-                 flags=flags)
+                 flags=flags, accuracy_kind=str(_get(document, "accuracy", "kind") or ""),
+                 data_unit=str(_get(document, "data", "unit") or "") if isinstance(
+                     _get(document, "data"), dict) else "",
+                 data_verdict=str(_get(document, "data", "verdict", "kind") or ""))
 
 
 def older_tool_entry(document: dict, source: str) -> Entry:
