@@ -233,14 +233,10 @@ def compared(ratio: float, interval: tuple[float, float] | None,
 # ---------------------------------------------------------------- A/B, paired by round
 
 
-@dataclass(frozen=True)
-class ABResult:
-    """B against A: the ratio of throughputs B/A (>1: B is faster), paired by round."""
+class _Ruled:
+    """What a verdict that holds a :class:`Comparison` shows of it."""
 
-    a: tuple[float, ...]
-    b: tuple[float, ...]
     comparison: Comparison
-    method: str
 
     @property
     def ratio(self) -> float:
@@ -249,6 +245,16 @@ class ABResult:
     @property
     def ci95(self) -> tuple[float, float] | None:
         return self.comparison.interval
+
+
+@dataclass(frozen=True)
+class ABResult(_Ruled):
+    """B against A: the ratio of throughputs B/A (>1: B is faster), paired by round."""
+
+    a: tuple[float, ...]
+    b: tuple[float, ...]
+    comparison: Comparison
+    method: str
 
     @property
     def verdict(self) -> str:
@@ -282,20 +288,12 @@ def paired_ab(a: Sequence[float], b: Sequence[float],
 # ---------------------------------------------------------------- the --compare gate
 
 @dataclass(frozen=True)
-class GateVerdict:
+class GateVerdict(_Ruled):
     """This run against a baseline: throughput ratio now/baseline and whether it regressed."""
 
     comparison: Comparison             # now/baseline, its 95% interval (None on one sample)
     p_value: float | None              # two-sided Welch on log throughput; None on one sample
     method: str
-
-    @property
-    def ratio(self) -> float:
-        return self.comparison.ratio
-
-    @property
-    def ci95(self) -> tuple[float, float] | None:
-        return self.comparison.interval
 
     @property
     def tolerance_pct(self) -> float:
