@@ -13,7 +13,7 @@ import os
 import sys
 
 from microbench.drivers import benchmark, capacity
-from microbench.platform import device as device_layer, distributed, process
+from microbench.platform import device as device_layer, distributed, environment, process
 from microbench.measure import profilers
 from microbench.output import progress
 from microbench.drivers import ab, sweep, trials
@@ -119,7 +119,7 @@ def measure(spec: RunSpec, out) -> Summary | None:
     """Run the benchmark's trials (here, or each in a worker process); the job's Summary on
     rank 0, None elsewhere."""
     main, several = spec.launch.is_main, spec.config.several_trials
-    env = device_layer.describe(spec.device)
+    env = environment.describe(spec.device)
     notes = list(spec.notes) + _trial_notes(spec)
     job, count = trials.Job(spec), TrialCount.of(spec)
     label = count.label
@@ -330,7 +330,7 @@ def run_sweep(plan: Plan, specs: list[RunSpec]) -> int:
     specs = [_claimed(spec, taken) for spec in specs]
     first = specs[0]
     files.prepare_output(first, plan.plot)
-    env = device_layer.describe(first.device)
+    env = environment.describe(first.device)
     print(f"Sweep of {len(specs)} configurations on {env.device} {env.device_name}, "
           f"{first.config.iterations} timed iterations each")
     rows = sweep.run_sweep(specs, env, sys.stdout)
@@ -357,7 +357,7 @@ def run_ab(plan: Plan) -> int:
     specs = [_claimed(spec, taken) for spec in specs]
     for spec in specs:
         files.prepare_output(spec)
-    env = device_layer.describe(specs[0].device)
+    env = environment.describe(specs[0].device)
     rounds = specs[0].config.repeat
     where = ("each trial in a fresh worker process" if trials.in_workers(specs[0])
              else "all trials in this process (--trials in-process)")

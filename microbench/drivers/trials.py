@@ -38,7 +38,7 @@ from multiprocessing.reduction import ForkingPickler
 from typing import TYPE_CHECKING, Callable
 
 from microbench.drivers import benchmark
-from microbench.platform import device as device_layer, distributed, process
+from microbench.platform import device as device_layer, distributed, environment, process
 from microbench.output import progress
 from microbench.platform.errors import BenchmarkError, ReportedFailure, Terminated
 from microbench.measure.results import Trial
@@ -258,7 +258,7 @@ def _picklable(error: BaseException) -> bool:
 
 def _measure_here(spec, rendezvous: str | None, label: str | None) -> Trial | None:
     device_layer.activate(spec.device)
-    env = device_layer.describe(spec.device)
+    env = environment.describe(spec.device)
     monitor = benchmark.Monitor(spec.device, spec.config.telemetry_interval_ms / 1e3)
     launch = spec.launch
     try:
