@@ -26,7 +26,7 @@ import torchvision
 import fp16util
 from microbench.drivers import benchmark
 from microbench.settings import cli
-from microbench.platform import device as device_mod
+from microbench.platform import device as device_mod, environment
 from microbench.settings import precision as precision_mod
 from microbench.settings.spec import resolve
 from microbench.measure.summary import Summary, trial_of_process
@@ -118,7 +118,7 @@ def main() -> int:
         return 4
     device, _ = device_mod.select("cuda")
     device_mod.activate(device)
-    env = device_mod.describe(device)
+    env = environment.describe(device)
     rows = []
     for mode in args.modes.split(","):
         for name in args.configs.split(","):

@@ -25,7 +25,7 @@ import torch
 
 from microbench.drivers import benchmark
 from microbench.settings import cli
-from microbench.platform import device as device_layer
+from microbench.platform import device as device_layer, environment
 from microbench.models.archs import llama
 from microbench.output import writing
 from microbench.settings.spec import resolve
@@ -96,7 +96,7 @@ def main() -> int:
         return 4
     device, _ = device_layer.select(args.device)
     device_layer.activate(device)
-    env = device_layer.describe(device)
+    env = environment.describe(device)
     timing = ["--iterations", str(args.iterations), "--warmup", str(args.warmup)]
     rows = []
     chosen = set(args.networks.split(",")) if args.networks else None

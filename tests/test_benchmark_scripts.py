@@ -3,13 +3,13 @@ must not leave them broken until the next GPU session. Their tool side runs here
 import pytest
 
 from benchmarks import harness_overhead, llama_harness
-from microbench.platform import device as device_layer
+from microbench.platform import device as device_layer, environment
 
 
 @pytest.fixture(scope="module")
 def cpu():
     device, _ = device_layer.select("cpu")
-    return device, device_layer.describe(device)
+    return device, environment.describe(device)
 
 
 def test_harness_overhead_tool_side_runs_the_cli_path(cpu):

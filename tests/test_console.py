@@ -19,7 +19,7 @@ import torch
 from torch.utils import collect_env
 
 from conftest import run_main
-from microbench.platform import device
+from microbench.platform import device, environment
 from microbench.output import table, text_table as tables
 from microbench.ops import cli as ops_cli
 from microbench.report import command
@@ -182,7 +182,7 @@ def _never(name):
 
 
 def _clear():
-    for cached in (device._cpu_model, device._os_name, device._libc):
+    for cached in (device.cpu_model, environment._os_name, environment._libc):
         cached.cache_clear()
 
 
@@ -194,7 +194,7 @@ def _env_schema():
 
 def test_the_environment_block_names_os_libc_and_cpu_from_collect_env(host):
     host()
-    env = device.describe(torch.device("cpu"))
+    env = environment.describe(torch.device("cpu"))
     assert (env.os, env.libc, env.cpu, env.device_name) == (
         "Ubuntu 24.04.2 LTS (aarch64)", "glibc-2.39", "Neoverse-V2", "Neoverse-V2")
     document = env.to_dict()
@@ -207,7 +207,7 @@ def test_where_collect_env_cannot_tell_the_fields_say_so(host, monkeypatch):
     monkeypatch.setattr(device, "_proc_cpuinfo_model", lambda: None)
     monkeypatch.setattr(device.platform, "processor", lambda: "")
     monkeypatch.setattr(device.platform, "machine", lambda: "riscv64")
-    env = device.describe(torch.device("cpu"))
+    env = environment.describe(torch.device("cpu"))
     assert (env.os, env.libc, env.cpu) == ("unknown", None, "riscv64")
     jsonschema.validate(env.to_dict(), _env_schema())
 
@@ -215,23 +215,23 @@ def test_where_collect_env_cannot_tell_the_fields_say_so(host, monkeypatch):
 def test_a_probe_that_fails_leaves_its_field_unknown_not_the_run_failed(host, monkeypatch):
     host()
     monkeypatch.setattr(collect_env, "get_os", _never("get_os"))
-    env = device.describe(torch.device("cpu"))
+    env = environment.describe(torch.device("cpu"))
     assert env.os == "unknown" and env.libc == "glibc-2.39"
 
 
 def test_without_lscpu_the_cpu_model_comes_from_proc_cpuinfo(host, monkeypatch):
     host(cpu_info="/bin/sh: 1: lscpu: not found")
     monkeypatch.setattr(device, "_proc_cpuinfo_model", lambda: "AMD EPYC 9654 96-Core Processor")
-    assert device.describe(torch.device("cpu")).cpu == "AMD EPYC 9654 96-Core Processor"
+    assert environment.describe(torch.device("cpu")).cpu == "AMD EPYC 9654 96-Core Processor"
 
 
 def test_collect_env_is_asked_once_per_process(host, monkeypatch):
     host()
     calls = []
     monkeypatch.setattr(collect_env, "get_os", lambda run: calls.append(1) or "Linux (x86_64)")
-    device._os_name.cache_clear()
+    environment._os_name.cache_clear()
     for _ in range(3):
-        device.describe(torch.device("cpu"))
+        environment.describe(torch.device("cpu"))
     assert len(calls) == 1
 
 

@@ -139,3 +139,19 @@ def test_a_cache_root_that_is_a_file_is_one_line(tmp_path):
     with pytest.raises(UsageError, match="not a directory|cannot create") as caught:
         make(tmp_path / "file")
     assert caught.value.exit_code == 2 and "\n" not in str(caught.value)
+
+
+
+def test_the_shared_reader_reads_in_place_and_names_a_short_read():
+    """data/image_files.py reads through platform/inputs.py's read_exactly: a source that ends
+    early is a ShortRead with the count (the data side records "shorter than its size (...)")."""
+    from microbench.platform.inputs import ShortRead, read_exactly
+    read_end, write_end = os.pipe()
+    try:
+        os.write(write_end, b"\xff\xd8\xff")
+        os.close(write_end)
+        with pytest.raises(ShortRead, match=r"3 of 16 bytes read"):
+            read_exactly(read_end, 16)
+    finally:
+        os.close(read_end)
+    assert files.read_exactly is read_exactly

@@ -69,6 +69,17 @@ def test_a_class_tree_is_scanned_with_classes_and_rejections(classes_tree):
     assert listing.suffix_formats() == {"jpeg": 5, "png": 1}
 
 
+def test_links_back_up_a_class_tree_end_the_scan_not_loop_it(classes_tree):
+    """torchvision's make_dataset follows such links for ever; the scan does not follow them,
+    and hidden class folders are no classes."""
+    (classes_tree / "dog" / "deeper" / "up").symlink_to(classes_tree / "dog")
+    (classes_tree / "dog" / "deeper" / "self").symlink_to(classes_tree / "dog" / "deeper")
+    (classes_tree / ".cache").mkdir()
+    write_images(classes_tree / ".cache", ["hidden.jpg"], "jpeg")
+    listing = scan_folder(str(classes_tree), LIMIT)
+    assert listing.classes == ("cat", "dog") and len(listing.paths) == 6
+
+
 def test_a_corrupt_file_is_skipped_named_and_counted(classes_tree):
     settings = DataSettings(source="folder", data_dir=str(classes_tree), workers=2)
     with open_pipeline(settings, image_input(), batch_size=2, device=CPU) as pipeline:

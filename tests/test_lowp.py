@@ -92,7 +92,7 @@ def test_the_device_layer_says_which_fp8_formats_a_gpu_has(hip, capability, arch
 
 def test_a_gpu_without_fp8_is_refused_with_its_architecture(monkeypatch):
     monkeypatch.setattr(device_layer, "fp8_formats", lambda device: ())
-    monkeypatch.setattr(device_layer, "_architecture", lambda device: "sm_80")
+    monkeypatch.setattr(device_layer, "architecture", lambda device: "sm_80")
     reason = device_layer.no_fp8_reason(torch.device("cuda", 0))
     assert "sm_80" in reason and "sm_89" in reason and "gfx942" in reason
 

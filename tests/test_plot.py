@@ -11,7 +11,7 @@ from matplotlib.container import BarContainer, ErrorbarContainer
 from conftest import run_main
 from microbench.platform import device as device_layer
 from microbench.settings.config import BenchConfig
-from microbench.platform.device import DeviceInfo
+from microbench.platform.environment import DeviceInfo
 from microbench.measure.results import ProcessResult, RankRecord, Trial
 from microbench.settings.spec import resolve
 from microbench.output import sweep_plot as plot

@@ -7,8 +7,13 @@ Two layouts, as torchvision's ImageFolder and a plain directory of photographs:
   the class index is the position), images at any depth below it;
 * flat: ``DIR/<image>``, every image in class 0.
 
-Images are the files whose suffix is .jpg, .jpeg, .png or .webp (any case); other files are
-ignored, as ImageFolder does. Before the run, every image is checked to be a regular file,
+The classes are torchvision's (``find_classes``, ImageFolder's own rule) less hidden folders, and
+an image is a file whose suffix is .jpg, .jpeg, .png or .webp, any case
+(``has_file_allowed_extension``; the formats torchvision.io decodes here, fewer than
+``IMG_EXTENSIONS``); other files are ignored, as ImageFolder does. The files below a class folder
+are not listed by ``make_dataset``: it follows links to directories with no guard against loops
+(two links back up a tree keep it walking for ever), so this module walks them itself, links to
+directories not followed. Before the run, every image is checked to be a regular file,
 readable, not empty and within the size bound, and a spread sample of them (all of them up to
 ``SNIFF_LIMIT``) to start as an image of its kind; whatever fails is left out with its reason
 (counted and shown). A missing, unreadable or empty directory, a directory without images, a tree
@@ -24,6 +29,8 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+
+from torchvision.datasets.folder import find_classes, has_file_allowed_extension
 
 from microbench.platform.errors import UsageError
 from microbench.data.image_files import (HEAD_BYTES, IMAGE_SUFFIXES, FileRefused, check_directory,
@@ -93,20 +100,18 @@ def list_images(directory: str) -> tuple[str, tuple[str, ...], list[tuple[str, i
     """The tree's root, its classes and its image files with their labels, from the directory
     listing alone (no file opened): what the run checks before it builds the model."""
     root = check_directory(directory, FLAG)
-    entries = _sorted_entries(root)
-    class_dirs = [entry for entry in entries if entry.is_dir()]
-    loose = [entry.path for entry in entries if _is_image_name(entry.name)
+    classes = _classes(root)
+    loose = [entry.path for entry in _sorted_entries(root) if _is_image_name(entry.name)
              and not entry.is_dir()]
-    if class_dirs and loose:
+    if classes and loose:
         raise UsageError(f"{FLAG} {directory} mixes {len(loose)} images at its top level (e.g. "
                          f"{os.path.basename(loose[0])}) with class folders: move them into a "
                          f"class folder, or point {FLAG} at a folder of one layout")
-    if class_dirs:
-        classes = tuple(entry.name for entry in class_dirs)
-        candidates = [(path, label) for label, entry in enumerate(class_dirs)
-                      for path in _images_below(entry.path)]
+    if classes:
+        candidates = [(path, label) for label, name in enumerate(classes)
+                      for path in _images_below(os.path.join(root, name))]
     else:
-        classes, candidates = (), [(path, 0) for path in loose]
+        candidates = [(path, 0) for path in loose]
     if not candidates:
         raise UsageError(f"{FLAG} {directory} holds no images (.jpg, .jpeg, .png or .webp files, "
                          f"flat or in class folders)")
@@ -124,8 +129,24 @@ def _size(path: str) -> int:
         return 0
 
 
+def _classes(root: str) -> tuple[str, ...]:
+    """ImageFolder's classes of ``root`` (its subdirectories, links to them included, sorted by
+    name), hidden ones left out; () for a flat folder."""
+    try:
+        found, _ = find_classes(root)
+    except FileNotFoundError:                    # no class folder: a flat folder
+        return ()
+    except OSError as error:
+        raise UsageError(f"{FLAG}: cannot list {root} ({error.strerror or error}); make it "
+                         f"readable") from None
+    return tuple(name for name in found if not name.startswith("."))
+
+
+_SUFFIXES = tuple(IMAGE_SUFFIXES)
+
+
 def _is_image_name(name: str) -> bool:
-    return os.path.splitext(name)[1].lower() in IMAGE_SUFFIXES and not name.startswith(".")
+    return has_file_allowed_extension(name, _SUFFIXES) and not name.startswith(".")
 
 
 def _sorted_entries(directory: str) -> list[os.DirEntry]:

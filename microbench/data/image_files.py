@@ -4,7 +4,10 @@ of bounded size, never a FIFO or a device that would block or never end.
 Every file the data package reads goes through :func:`read_checked`: it opens without blocking
 (``O_NONBLOCK``, so a FIFO put where an image was cannot hang a worker), checks on the open
 descriptor (``fstat``, so nothing can be swapped in between the check and the read) that it is a
-regular file no larger than the bound, and reads it whole.
+regular file no larger than the bound, and reads it whole. The open and the read are
+:mod:`microbench.platform.inputs`'s (``open_unblocked``, ``read_exactly``), the checked reader of
+every file the user names; what is kept here is what is particular to images: the bound an image
+may have, the reasons a worker records for a file it skips, and the formats' first bytes.
 
 Example::
 
@@ -18,6 +21,7 @@ import os
 import stat
 
 from microbench.platform.errors import UsageError
+from microbench.platform.inputs import ShortRead, open_unblocked, read_exactly
 
 # The first bytes of each format torchvision.io.decode_image reads as a still image
 # (JPEG: SOI marker and the next marker's FF, ITU-T T.81 B.1.1.3; PNG: the 8-byte signature,
@@ -47,7 +51,7 @@ def check_directory(path: str, flag: str) -> str:
 def open_checked(path: str, limit: int) -> tuple[int, int]:
     """An open descriptor of the regular file ``path`` and its size; FileRefused otherwise."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        fd = open_unblocked(path)
     except OSError as error:
         raise FileRefused(f"cannot open: {error.strerror or error}") from None
     try:
@@ -69,15 +73,9 @@ def read_checked(path: str, limit: int, head_only: bool = False) -> bytearray:
     """The bytes of the regular file ``path`` (its first HEAD_BYTES with ``head_only``)."""
     fd, size = open_checked(path, limit)
     try:
-        wanted = min(size, HEAD_BYTES) if head_only else size
-        data = bytearray(wanted)
-        view, done = memoryview(data), 0
-        while done < wanted:
-            got = os.readv(fd, [view[done:]])
-            if got == 0:
-                raise FileRefused(f"shorter than its size ({done} of {wanted} bytes read)")
-            done += got
-        return data
+        return read_exactly(fd, min(size, HEAD_BYTES) if head_only else size)
+    except ShortRead as short:
+        raise FileRefused(f"shorter than its size ({short})") from None
     except OSError as error:
         raise FileRefused(f"cannot read: {error.strerror or error}") from None
     finally:

@@ -12,20 +12,19 @@ import inspect
 import os
 import sys
 
-from microbench.drivers import benchmark, capacity
-from microbench.platform import device as device_layer, distributed, process
+from microbench.drivers import capacity
+from microbench.platform import device as device_layer, distributed, environment, process
 from microbench.measure import profilers
 from microbench.output import progress
 from microbench.drivers import ab, sweep, trials
 from microbench.platform import safe_text
-from microbench.settings.config import Plan, min_noise_trials
+from microbench.settings.config import Plan
 from microbench.platform.errors import (EXIT_INTERRUPTED, EXPECTED_EXIT_CODES, BenchmarkError,
                                         OutOfMemory, ReportedFailure, Terminated, UsageError)
 from microbench.output import compare, console, files, sweep_plot as plot, table
 from microbench.settings.spec import RunSpec, resolve
 from microbench.measure.summary import Summary
 from microbench.store import baseline as baseline_store
-from microbench.drivers.trial_count import TrialCount
 
 
 def run_plan(plan: Plan) -> int:
@@ -107,106 +106,12 @@ def run_worker(spec: RunSpec, problem: BenchmarkError | None = None) -> int:
                 name = distributed.agree(spec.settings(), problem, spec.result_name)
                 spec = dataclasses.replace(spec, result_name=name)
         with distributed.failures_reported(launch, timeout, "run"):
-            summary = measure(spec, out)
+            summary = trials.measure(spec, out)
             if summary is not None:
                 report(summary, out)
     finally:
         distributed.shutdown()
     return 0
-
-
-def measure(spec: RunSpec, out) -> Summary | None:
-    """Run the benchmark's trials (here, or each in a worker process); the job's Summary on
-    rank 0, None elsewhere."""
-    main, several = spec.launch.is_main, spec.config.several_trials
-    env = device_layer.describe(spec.device)
-    notes = list(spec.notes) + _trial_notes(spec)
-    job, count = trials.Job(spec), TrialCount.of(spec)
-    label = count.label
-
-    def report_trial(index: int) -> None:
-        if main and several:
-            trial = job.trials[-1]
-            print(f"{label(index)}{trial.throughput:.2f} {spec.model.item}s/s"
-                  f"{_worker_text(spec, trial)}", file=out, flush=True)
-
-    def kept(index: int, measure_once, between=lambda: None):
-        """Trial ``index``, measured again while --discard-throttled discards it."""
-        while True:
-            trial = measure_once()
-            if count.keep(index, trial, out):
-                return trial
-            between()
-
-    def stop() -> bool:
-        return count.done(job.trials)
-
-    if trials.in_workers(spec):
-        if main:
-            console.print_config(spec, env, out, notes)
-
-        def in_worker(job: trials.Job, index: int) -> None:
-            def once():
-                rendezvous = trials.trial_rendezvous(spec.launch)
-                trial = trials.in_worker(spec, index, rendezvous, label(index))
-                if spec.launch.distributed:
-                    distributed.barrier(spec.device)
-                return trial
-            job.trials.append(kept(index, once))
-            report_trial(index)
-        trials.run_rounds([job], count.rounds, in_worker, until=stop)
-    else:
-        monitor = benchmark.Monitor(spec.device, spec.config.telemetry_interval_ms / 1e3)
-        if monitor.source is None and env.on_gpu:
-            notes.append(monitor.note)
-        if main:
-            console.print_config(spec, env, out, notes)
-        hooks = trials.rank_hooks(spec)
-
-        def here(job: trials.Job, index: int) -> None:
-            def once():
-                with trials.shown_phases(label(index) if main else None, out) as activity:
-                    activity.start(f"{label(index)}Building {spec.model.name}")
-                    return trials.measure_trial(spec, env, monitor, hooks,
-                                                trials.phase_line(activity, label(index)))
-            job.trials.append(kept(index, once, between=lambda: benchmark.release(spec)))
-            report_trial(index)
-        try:
-            trials.run_rounds([job], count.rounds, here,
-                              between=lambda job: benchmark.release(spec), until=stop)
-        finally:
-            monitor.close()
-    if not main:
-        return None
-    if count.stopped_by:
-        print(f"Stopped after {len(job.trials)} trials: {count.stopped_by}", file=out,
-              flush=True)
-    return Summary(spec, env, job.trials, distributed.backend_name(), notes + count.notes(),
-                   discarded=tuple(count.discarded), stopped_by=count.stopped_by)
-
-
-def _trial_notes(spec: RunSpec) -> list[str]:
-    if not spec.config.several_trials:
-        return []
-    config = spec.config
-    if config.max_noise_pct is not None:
-        limit = f" or {config.time_limit_s:g} s" if config.time_limit_s is not None else ""
-        how = (f"{min_noise_trials(config)} to {config.max_trials} trials (--max-noise "
-               f"{config.max_noise_pct:g}%{limit})")
-    else:
-        how = f"{config.repeat} trials"
-    if trials.in_workers(spec):
-        return [f"{how}, each in a fresh worker process with its own "
-                f"seed (the compiler, autotuning, allocator and device context start cold "
-                f"every time)"]
-    return [f"{how} in this one process (--trials in-process): later "
-            f"trials reuse the first one's compiled graphs, autotuning results and allocator"]
-
-
-def _worker_text(spec: RunSpec, trial) -> str:
-    if not trials.in_workers(spec):
-        return ""
-    return f" (worker process {trial.result.pid}, seed {trial.result.seed})"
 
 
 def report(summary: Summary, out) -> None:
@@ -330,7 +235,7 @@ def run_sweep(plan: Plan, specs: list[RunSpec]) -> int:
     specs = [_claimed(spec, taken) for spec in specs]
     first = specs[0]
     files.prepare_output(first, plan.plot)
-    env = device_layer.describe(first.device)
+    env = environment.describe(first.device)
     print(f"Sweep of {len(specs)} configurations on {env.device} {env.device_name}, "
           f"{first.config.iterations} timed iterations each")
     rows = sweep.run_sweep(specs, env, sys.stdout)
@@ -357,7 +262,7 @@ def run_ab(plan: Plan) -> int:
     specs = [_claimed(spec, taken) for spec in specs]
     for spec in specs:
         files.prepare_output(spec)
-    env = device_layer.describe(specs[0].device)
+    env = environment.describe(specs[0].device)
     rounds = specs[0].config.repeat
     where = ("each trial in a fresh worker process" if trials.in_workers(specs[0])
              else "all trials in this process (--trials in-process)")

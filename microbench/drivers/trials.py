@@ -38,11 +38,13 @@ from multiprocessing.reduction import ForkingPickler
 from typing import TYPE_CHECKING, Callable
 
 from microbench.drivers import benchmark
-from microbench.platform import device as device_layer, distributed, process
-from microbench.output import progress
+from microbench.drivers.trial_count import TrialCount
+from microbench.platform import device as device_layer, distributed, environment, process
+from microbench.output import console, progress
 from microbench.platform.errors import BenchmarkError, ReportedFailure, Terminated
 from microbench.measure.results import Trial
-from microbench.measure.summary import record_of, trial_of_process
+from microbench.measure.summary import Summary, record_of, trial_of_process
+from microbench.settings.config import min_noise_trials
 
 if TYPE_CHECKING:
     from microbench.settings.spec import RunSpec
@@ -142,6 +144,116 @@ def rank_hooks(spec) -> RankHooks:
         distributed.barrier(spec.device)
 
     return RankHooks(wrap=wrap, before_timing=enter_timed_region, rejoin=rejoin)
+
+
+# ---------------------------------------------------------------- one configuration's run
+
+def measure(spec, out) -> Summary | None:
+    """Run the benchmark's trials (here, or each in a worker process); the job's Summary on
+    rank 0, None elsewhere. The two places differ only in how one trial is measured
+    (:class:`_InWorkers`, :class:`_Here`); the rounds, the console lines, --max-noise's stop and
+    --discard-throttled's second tries are the same for both."""
+    main = spec.launch.is_main
+    env = environment.describe(spec.device)
+    job, count = Job(spec), TrialCount.of(spec)
+    place = _InWorkers(spec, out) if in_workers(spec) else _Here(spec, env, out)
+    notes = list(spec.notes) + _trial_notes(spec) + place.notes
+    try:
+        if main:
+            console.print_config(spec, env, out, notes)
+        run_rounds([job], count.rounds, lambda job, index: _one_trial(job, index, place, count),
+                   between=lambda job: place.between(), until=lambda: count.done(job.trials))
+    finally:
+        place.close()
+    if not main:
+        return None
+    if count.stopped_by:
+        print(f"Stopped after {len(job.trials)} trials: {count.stopped_by}", file=out,
+              flush=True)
+    return Summary(spec, env, job.trials, distributed.backend_name(), notes + count.notes(),
+                   discarded=tuple(count.discarded), stopped_by=count.stopped_by)
+
+
+def _one_trial(job: Job, index: int, place, count: TrialCount) -> None:
+    """Trial ``index``, measured again while --discard-throttled discards it, then its line."""
+    spec, label = job.spec, count.label(index)
+    while True:
+        trial = place.once(index, label)
+        if count.keep(index, trial, place.out):
+            break
+        place.between()
+    job.trials.append(trial)
+    if spec.launch.is_main and spec.config.several_trials:
+        print(f"{label}{trial.throughput:.2f} {spec.model.item}s/s{place.trial_text(trial)}",
+              file=place.out, flush=True)
+
+
+class _InWorkers:
+    """Each trial in a fresh worker process; under DDP the ranks' workers meet at a rendezvous
+    of their own, and the ranks again once it is done."""
+
+    def __init__(self, spec, out):
+        self.spec, self.out, self.notes = spec, out, []
+
+    def once(self, index: int, label: str) -> Trial | None:
+        trial = in_worker(self.spec, index, trial_rendezvous(self.spec.launch), label)
+        if self.spec.launch.distributed:
+            distributed.barrier(self.spec.device)
+        return trial
+
+    def trial_text(self, trial: Trial) -> str:
+        return f" (worker process {trial.result.pid}, seed {trial.result.seed})"
+
+    def between(self) -> None:
+        """Nothing: the worker took what it allocated with it."""
+
+    def close(self) -> None:
+        """Nothing: each worker watched the device itself."""
+
+
+class _Here:
+    """Each trial in this process, under one telemetry monitor; what a trial left is freed
+    before the next."""
+
+    def __init__(self, spec, env, out):
+        self.spec, self.env, self.out = spec, env, out
+        self.monitor = benchmark.Monitor(spec.device, spec.config.telemetry_interval_ms / 1e3)
+        self.notes = [self.monitor.note] if self.monitor.source is None and env.on_gpu else []
+        self.hooks = rank_hooks(spec)
+
+    def once(self, index: int, label: str) -> Trial | None:
+        spec = self.spec
+        with shown_phases(label if spec.launch.is_main else None, self.out) as activity:
+            activity.start(f"{label}Building {spec.model.name}")
+            return measure_trial(spec, self.env, self.monitor, self.hooks,
+                                 phase_line(activity, label))
+
+    def trial_text(self, trial: Trial) -> str:
+        return ""
+
+    def between(self) -> None:
+        benchmark.release(self.spec)
+
+    def close(self) -> None:
+        self.monitor.close()
+
+
+def _trial_notes(spec) -> list[str]:
+    if not spec.config.several_trials:
+        return []
+    config = spec.config
+    if config.max_noise_pct is not None:
+        limit = f" or {config.time_limit_s:g} s" if config.time_limit_s is not None else ""
+        how = (f"{min_noise_trials(config)} to {config.max_trials} trials (--max-noise "
+               f"{config.max_noise_pct:g}%{limit})")
+    else:
+        how = f"{config.repeat} trials"
+    if in_workers(spec):
+        return [f"{how}, each in a fresh worker process with its own "
+                f"seed (the compiler, autotuning, allocator and device context start cold "
+                f"every time)"]
+    return [f"{how} in this one process (--trials in-process): later "
+            f"trials reuse the first one's compiled graphs, autotuning results and allocator"]
 
 
 # ---------------------------------------------------------------- trials in worker processes
@@ -258,7 +370,7 @@ def _picklable(error: BaseException) -> bool:
 
 def _measure_here(spec, rendezvous: str | None, label: str | None) -> Trial | None:
     device_layer.activate(spec.device)
-    env = device_layer.describe(spec.device)
+    env = environment.describe(spec.device)
     monitor = benchmark.Monitor(spec.device, spec.config.telemetry_interval_ms / 1e3)
     launch = spec.launch
     try:

@@ -26,6 +26,7 @@ from microbench.measure.telemetry import TelemetryReport
 from microbench.measure.timing import Measurement
 
 if TYPE_CHECKING:
+    from microbench.data.input_bound import DataTrial
     from microbench.measure.compile_watch import CompileReport
 
 
@@ -76,7 +77,11 @@ class GenerationTimes:
                    next((p.attribution for p in parts if p.attribution is not None), None))
 
 
-def merge_detail(details) -> Any:
+# A scenario's own detail of its iterations; None where it has none (inference).
+Detail = PhaseTimes | GenerationTimes | None
+
+
+def merge_detail(details) -> Detail:
     """Merge the scenario details of several segments or trials (None when there are none)."""
     details = [detail for detail in details if detail is not None]
     return type(details[0]).merge(details) if details else None
@@ -89,7 +94,7 @@ class Timed:
 
     times: Measurement
     outputs: list
-    detail: Any = None
+    detail: Detail = None
     deepspeed_profile: str | None = None              # --flops-prof-step, rank 0
 
     def join(self, later: "Timed") -> "Timed":
@@ -111,11 +116,11 @@ class ProcessResult:
     parameters: int
     flops_per_iteration: int | None = None
     profile_reports: list[str] = field(default_factory=list)
-    detail: Any = None                   # the scenario's: PhaseTimes, GenerationTimes or None
+    detail: Detail = None                # the scenario's: training's phases, generation's times
     telemetry: TelemetryReport | None = None   # clocks, power, energy while timed
     pid: int = 0                         # the process that measured it
     seed: int = 0                        # the seed of its weights and inputs
-    data: Any = None                     # --data loader|folder: microbench.data.DataTrial
+    data: DataTrial | None = None        # --data loader|folder: the input pipeline's
     compiler: CompileReport | None = None    # --compile: what the compiler did
     sharded: "ShardedState | None" = None   # --parallel fsdp: what this rank holds
     peaks: Any = None                    # --measure-peaks: microbench.measure.peaks.MeasuredPeaks

@@ -33,7 +33,7 @@ from microbench.measure.stats import TrialStats
 from microbench.measure.timing import NOISY_CV_THRESHOLD, Measurement
 
 if TYPE_CHECKING:
-    from microbench.platform.device import DeviceInfo
+    from microbench.platform.environment import DeviceInfo
     from microbench.settings.spec import RunSpec
 
 

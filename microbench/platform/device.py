@@ -20,14 +20,9 @@ Example::
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import enum
 import functools
-import importlib.metadata
-import os
 import platform
-import socket
-import sys
 from dataclasses import dataclass
 from types import SimpleNamespace
 
@@ -352,7 +347,7 @@ def no_fp8_reason(device: torch.device) -> str | None:
         return None
     if not is_gpu(device):
         return "the CPU has no FP8 matrix units"
-    return (f"this GPU ({_architecture(device)}) has no FP8 matrix units (NVIDIA from sm_89, "
+    return (f"this GPU ({architecture(device)}) has no FP8 matrix units (NVIDIA from sm_89, "
             f"AMD from gfx942)")
 
 
@@ -366,32 +361,16 @@ def cpu_has_fast_bf16() -> bool:
 def device_name(device: torch.device) -> str:
     if is_gpu(device):
         return torch.cuda.get_device_name(device)
-    return _cpu_model()
+    return cpu_model()
 
 
-def _architecture(device: torch.device) -> str:
+def architecture(device: torch.device) -> str:
     if not is_gpu(device):
         return platform.machine()
     props = torch.cuda.get_device_properties(device)
     if torch.version.hip:
         return getattr(props, "gcnArchName", "unknown")     # e.g. gfx942:sramecc+:xnack-
     return f"sm_{props.major}{props.minor}"
-
-
-def _driver_version() -> str:
-    """The GPU driver, where PyTorch can tell without vendor tools; else 'unknown'."""
-    if torch.version.hip:
-        try:
-            with open("/sys/module/amdgpu/version") as handle:
-                return handle.read().strip() or "unknown"
-        except OSError:
-            return "unknown"
-    try:
-        import pynvml  # nvidia-ml-py, a dependency; a checkout run uninstalled may lack it
-        pynvml.nvmlInit()
-        return pynvml.nvmlSystemGetDriverVersion()
-    except Exception:                                         # noqa: BLE001 (any failure: unknown)
-        return "unknown"
 
 
 @dataclass(frozen=True)
@@ -422,17 +401,18 @@ def gpu_identity(device: torch.device) -> GpuIdentity:
     return GpuIdentity(index, uuid_text, pci)
 
 
-# ---------------------------------------------------------------- the host, through collect_env
+# ---------------------------------------------------------------- the CPU's name, through collect_env
 #
-# torch.utils.collect_env (what PyTorch's bug template runs) names the OS, the C library and the
-# CPU model. Only its cheap parts are called, once per process and never while timing: get_os
-# (lsb_release or /etc/*-release, about 50 ms here), get_libc_version (no process) and
-# get_cpu_info (lscpu, about 15 ms). get_env_info is not: it runs pip and conda (over 2 s here).
-# Nor are its CUDA and driver probes: get_running_cuda_version asks the nvcc on PATH, which need
-# not be the runtime this PyTorch loaded (torch.version.cuda is), get_cudnn_version searches the
-# disk for libraries where torch.backends.cudnn.version() names the one loaded, and
-# get_nvidia_driver_version starts nvidia-smi where NVML (_driver_version) answers in-process.
-# It knows nothing of AMD's driver: /sys/module/amdgpu/version stays.
+# torch.utils.collect_env (what PyTorch's bug template runs) names the CPU model here, and the OS
+# and the C library in platform/environment.py. Only its cheap parts are called, once per process
+# and never while timing: get_os (lsb_release or /etc/*-release, about 50 ms here),
+# get_libc_version (no process) and get_cpu_info (lscpu, about 15 ms). get_env_info is not: it
+# runs pip and conda (over 2 s here). Nor are its CUDA and driver probes: get_running_cuda_version
+# asks the nvcc on PATH, which need not be the runtime this PyTorch loaded (torch.version.cuda
+# is), get_cudnn_version searches the disk for libraries where torch.backends.cudnn.version()
+# names the one loaded, and get_nvidia_driver_version starts nvidia-smi where NVML
+# (environment.py) answers in-process. It knows nothing of AMD's driver: /sys/module/amdgpu/version
+# stays.
 
 # The keys that name the CPU in collect_env's CPU text: lscpu (Linux), Win32_Processor (Windows).
 _CPU_NAME_KEYS = ("Model name", "Name")
@@ -460,7 +440,7 @@ def _proc_cpuinfo_model() -> str | None:
     return None
 
 
-def _asked(probe, *args) -> str | None:
+def collect_env_answer(probe, *args) -> str | None:
     """collect_env's answer, or None where its probe fails: a description of the host is not
     worth a failed run."""
     try:
@@ -470,116 +450,9 @@ def _asked(probe, *args) -> str | None:
 
 
 @functools.cache
-def _cpu_model() -> str:
-    return (_cpu_model_in(_asked(collect_env.get_cpu_info, collect_env.run) or "")
+def cpu_model() -> str:
+    return (_cpu_model_in(collect_env_answer(collect_env.get_cpu_info, collect_env.run) or "")
             or _proc_cpuinfo_model() or platform.processor() or platform.machine() or "CPU")
-
-
-@functools.cache
-def _os_name() -> str:
-    """e.g. ``Ubuntu 24.04.2 LTS (x86_64)``; 'unknown' where collect_env cannot tell."""
-    return _asked(collect_env.get_os, collect_env.run) or "unknown"
-
-
-@functools.cache
-def _libc() -> str | None:
-    """e.g. ``glibc-2.39``; None off Linux (collect_env says N/A there)."""
-    version = _asked(collect_env.get_libc_version)
-    return None if version == "N/A" else version
-
-
-@dataclass(frozen=True)
-class DeviceInfo:
-    """What ran the benchmark: versions, the device and the host (the JSON's ``env`` block)."""
-
-    torch: str
-    torchvision: str
-    python: str
-    gpu_runtime: str                    # ROCm, CUDA or none (the build)
-    hip: str | None
-    cuda: str | None
-    device: str                         # e.g. cuda:0
-    device_type: str                    # gpu | cpu
-    device_name: str                    # e.g. NVIDIA H200, or the CPU's model
-    architecture: str                   # gfx942:sramecc+:xnack-, sm_90, x86_64
-    host: str
-    cpu: str
-    cpu_threads: int
-    time_utc: str
-    os: str = "unknown"                 # e.g. Ubuntu 24.04.2 LTS (x86_64), from collect_env
-    libc: str | None = None             # e.g. glibc-2.39, from collect_env
-    device_memory_gb: float | None = None
-    multiprocessors: int | None = None
-    driver: str | None = None
-    dnn_library: str | None = None      # MIOpen or cuDNN
-    dnn_library_version: int | None = None
-    visible_devices: str | None = None
-
-    @property
-    def on_gpu(self) -> bool:
-        return self.device_type == "gpu"
-
-    @property
-    def runtime(self) -> str:
-        """What ran the device's kernels: the GPU runtime, or the CPU (whatever the build)."""
-        return runtime_version(self.to_dict())
-
-    def to_dict(self) -> dict:
-        """The JSON ``env`` block (GPU-only keys absent on the CPU, as results always had)."""
-        document = dataclasses.asdict(self)
-        if not self.on_gpu:
-            for key in _GPU_ONLY:
-                document.pop(key)
-        return document
-
-
-_GPU_ONLY = ("device_memory_gb", "multiprocessors", "driver", "dnn_library",
-             "dnn_library_version", "visible_devices")
-
-
-def _torchvision_version() -> str:
-    """torchvision's version, without importing it where nothing else has (the op bench)."""
-    loaded = sys.modules.get("torchvision")
-    if loaded is not None:
-        return loaded.__version__              # the build's own, e.g. 0.23.0+rocm6.4
-    try:
-        return importlib.metadata.version("torchvision")
-    except importlib.metadata.PackageNotFoundError:
-        return "not installed"
-
-
-def describe(device: torch.device) -> DeviceInfo:
-    """Versions, device and host, for the config echo and the JSON ``env`` block."""
-    gpu = {}
-    if is_gpu(device):
-        props = torch.cuda.get_device_properties(device)
-        gpu = dict(device_memory_gb=round(props.total_memory / 1e9, 1),
-                   multiprocessors=props.multi_processor_count, driver=_driver_version(),
-                   dnn_library=dnn_library(), dnn_library_version=torch.backends.cudnn.version(),
-                   visible_devices=(os.environ.get("HIP_VISIBLE_DEVICES")
-                                    or os.environ.get("ROCR_VISIBLE_DEVICES")
-                                    or os.environ.get("CUDA_VISIBLE_DEVICES")))
-    return DeviceInfo(
-        torch=torch.__version__, torchvision=_torchvision_version(),
-        python=platform.python_version(), gpu_runtime=gpu_runtime(), hip=torch.version.hip,
-        cuda=torch.version.cuda, device=str(device),
-        device_type="gpu" if is_gpu(device) else "cpu", device_name=device_name(device),
-        architecture=_architecture(device), host=socket.gethostname(), cpu=_cpu_model(),
-        cpu_threads=torch.get_num_threads(), os=_os_name(), libc=_libc(),
-        time_utc=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        **gpu)
-
-
-def runtime_version(env: dict) -> str:
-    """What ran the device's kernels: the GPU runtime, or the CPU (whatever the build). ``env``:
-    a stored ``env`` block (results of every version have these keys)."""
-    if env.get("device_type") == "cpu":
-        return "CPU"
-    if env.get("hip"):
-        return f"ROCm/HIP {env['hip']}"
-    if env.get("cuda"):
-        return f"CUDA {env['cuda']}"
-    return "CPU-only build"
 
 
 # ---------------------------------------------------------------- vendor rules

@@ -2,7 +2,8 @@
 
 Every reader of a user-named file goes through here (``--compare``, ``--rerun`` and
 ``--scaling-baseline`` through :mod:`microbench.store.stored`, the file a run is about to replace, and
-``microbench-report``'s inputs): the name must be valid text, the path a regular file (or a
+``microbench-report``'s inputs; the data package's images and caches open and read through
+:func:`open_unblocked` and :func:`read_exactly`): the name must be valid text, the path a regular file (or a
 directory, where one is expected) of at most a bounded size, checked with ``os.stat`` before it
 is opened; the open does not block (``O_NONBLOCK``: a FIFO with no writer would hang it), the
 open descriptor is checked again (the path may have changed since) and at most ``limit + 1``
@@ -109,6 +110,36 @@ def check_input(path: str, label: str, limit: int | None = None,
     return status
 
 
+def open_unblocked(path: str) -> int:
+    """A read-only descriptor of ``path``, opened without blocking (``O_NONBLOCK``: a FIFO with
+    no writer would hang the open) and not inherited by child processes; OSError as ``os.open``
+    raises it. The caller checks the descriptor (``os.fstat``) before it reads."""
+    return os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+
+
+class ShortRead(Exception):
+    """The file ended before the bytes its size promised: ``done`` of ``wanted`` read."""
+
+    def __init__(self, done: int, wanted: int):
+        super().__init__(f"{done} of {wanted} bytes read")
+        self.done, self.wanted = done, wanted
+
+
+def read_exactly(fd: int, wanted: int) -> bytearray:
+    """The next ``wanted`` bytes of ``fd`` in one buffer, read in place (no copy per chunk);
+    ShortRead where the file ends first, OSError as the read raises it. ``wanted`` is a size
+    already checked against a bound: the buffer is that large."""
+    data = bytearray(wanted)
+    view, done = memoryview(data), 0
+    with view:
+        while done < wanted:
+            got = os.readv(fd, [view[done:]])
+            if got == 0:
+                raise ShortRead(done, wanted)
+            done += got
+    return data
+
+
 def read_bounded(path: str, label: str, limit: int | None = None) -> bytes:
     """The bytes of the regular file ``path``: checked before the open (:func:`check_input`),
     opened without blocking, checked again on the open descriptor, at most ``limit`` bytes
@@ -116,8 +147,7 @@ def read_bounded(path: str, label: str, limit: int | None = None) -> bytes:
     limit = MAX_RESULT_BYTES if limit is None else limit
     check_input(path, label, limit)
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)
-                     | getattr(os, "O_CLOEXEC", 0))
+        fd = open_unblocked(path)
     except OSError as error:
         raise InputRefused(label, f"cannot read ({error.strerror or error})") from None
     with open(fd, "rb", closefd=True) as stream:
