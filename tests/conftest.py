@@ -36,6 +36,15 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 _SPAWNED: list[subprocess.Popen] = []
 
 
+def alive(pid: int) -> bool:
+    """A process that exists and is not a zombie waiting to be reaped."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
 def spawn(argv, **kwargs) -> subprocess.Popen:
     """``subprocess.Popen``, and whatever of it is still running when the test ends is killed
     (its whole group where it leads one): a signal test that fails half-way must not leave a

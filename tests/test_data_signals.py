@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import ROOT, spawn
+from conftest import ROOT, alive, spawn
 from microbench.data import cache
 
 CHILD = """
@@ -55,15 +55,6 @@ def wait_for_line(process: subprocess.Popen, prefix: str, timeout: float = 120) 
         assert time.monotonic() < deadline, f"no '{prefix}' line in {timeout} s"
     process.wait(timeout=10)
     raise AssertionError(f"the child ended before '{prefix}': {process.stderr.read()[-3000:]}")
-
-
-def alive(pid: int) -> bool:
-    """A process that exists and is not a zombie waiting to be reaped."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 @pytest.mark.parametrize("signal_number, to_group, text", [

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (ROOT, SCRIPT, TINY, assert_one_line_error, run_main, spawn,
+from conftest import (ROOT, SCRIPT, TINY, alive, assert_one_line_error, run_main, spawn,
                       stored_result)
 from microbench.platform import inputs, process, safe_text
 from microbench.platform.errors import CannotWrite, Terminated
@@ -1131,15 +1131,6 @@ def test_markdown_cells_and_notes_render_as_text(name, tmp_path, capfd):
 
 
 # ---------------------------------------------------------------- issue 38: workers that cannot start
-
-def alive(pid: int) -> bool:
-    """A process that exists and is not a zombie waiting to be reaped."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
 
 def wait_gone(pid: int, timeout: float = 30) -> bool:
     deadline = time.monotonic() + timeout
