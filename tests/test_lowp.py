@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from conftest import run_main
+from conftest import assert_one_line_error, run_main
 from microbench.platform import device as device_layer
 from microbench.measure import flops
 from microbench.steps import lowp
@@ -29,13 +29,6 @@ def run(capfd, tmp_path):
     return invoke
 
 
-def _one_line(ran, code: int, text: str) -> None:
-    assert ran.returncode == code, (ran.stdout[-2000:], ran.stderr[-2000:])
-    lines = [line for line in ran.stderr.strip().splitlines() if line]
-    assert len(lines) == 1 and text in lines[0], ran.stderr
-    assert "Traceback" not in ran.stderr
-
-
 # ---------------------------------------------------------------- the precision row, refusals
 
 def test_fp8_is_a_row_of_the_precision_table():
@@ -47,7 +40,7 @@ def test_fp8_is_a_row_of_the_precision_table():
 
 def test_fp8_on_the_cpu_is_refused_in_one_line_and_writes_nothing(run, tmp_path):
     ran = run("--network", "llama_tiny", "--precision", "fp8", "--device", "cpu")
-    _one_line(ran, 2, "the CPU has no FP8 matrix units")
+    assert_one_line_error(ran, 2, "the CPU has no FP8 matrix units")
     assert not (tmp_path / "out").exists()
 
 
@@ -61,7 +54,7 @@ def test_fp8_on_the_cpu_is_refused_in_one_line_and_writes_nothing(run, tmp_path)
 ])
 def test_what_cannot_run_is_refused_before_the_build(run, tmp_path, argv, text):
     ran = run("--network", "llama_tiny", "--device", "cpu", *argv)
-    _one_line(ran, 2, text)
+    assert_one_line_error(ran, 2, text)
     assert not (tmp_path / "out").exists()
 
 
@@ -74,7 +67,7 @@ def test_a_bad_quantize_value_lists_the_valid_ones(run):
 def test_without_torchao_the_run_gets_the_install_line(run, monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "torchao", None)          # import torchao fails
     ran = run(*TINY_GENERATE, "--quantize", "int8wo", "--device", "cpu")
-    _one_line(ran, 4, 'pip install "torchao>=0.18"')
+    assert_one_line_error(ran, 4, 'pip install "torchao>=0.18"')
     assert not (tmp_path / "out").exists()
 
 
