@@ -24,6 +24,15 @@ SCRIPT = ROOT / "micro_benchmarking_pytorch.py"
 # The smallest run that still exercises every phase: tiny model input, 2 images, 2+1 iterations.
 TINY = ["--image-size", "32", "--batch-size", "2", "--iterations", "2", "--warmup", "1"]
 
+
+def _model(name: str):
+    from microbench.models import registry
+    return registry.resolve(name)
+
+
+# Model specs as the preset takes them (resolved, never built): images in, and token ids in.
+IMAGE_MODEL, LANGUAGE_MODEL = _model("resnet50"), _model("llama_tiny")
+
 requires_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 
 # A shell starts a background job (`bash .ci/run &`, nohup in a script) with SIGINT ignored, and

@@ -3,6 +3,7 @@ from torch.utils.collect_env: plain output off a terminal, styled output on one,
 environment block's fields with fakes where this machine lacks them."""
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import os
@@ -23,6 +24,7 @@ from microbench.platform import device, environment
 from microbench.output import table, text_table as tables
 from microbench.ops import cli as ops_cli
 from microbench.report import command
+from microbench.store.entry import MODEL, Entry
 
 HISTORY = Path(__file__).parent / "data" / "history"
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -77,11 +79,12 @@ def test_rows_printed_one_at_a_time_line_up_with_the_header():
 
 # ---------------------------------------------------------------- the sweep table
 
-def fake_row(label, throughput, peak_mb=None, unit="image", per_item=1, status=None):
-    scenario = SimpleNamespace(unit=unit, units_per_item=per_item)
+def fake_row(label, throughput, peak_mb=None, unit="images/s", status=None):
+    """A sweep row as the closing table reads it: its label and its stored result's entry."""
+    entry = None if status is not None else Entry(
+        MODEL, label, {}, {"throughput": throughput, "peak_allocated_mb": peak_mb}, unit)
     return SimpleNamespace(failed=status is not None, status=status, label=lambda: label,
-                           throughput=throughput, peak_allocated_mb=peak_mb, summary=None, entry=None,
-                           spec=SimpleNamespace(scenario=scenario))
+                           entry=entry)
 
 
 def test_the_sweep_table_off_a_terminal():
@@ -101,19 +104,32 @@ def test_the_sweep_table_off_a_terminal():
 
 
 def test_the_sweep_table_counts_a_language_model_in_tokens():
-    rows = [fake_row("llama sdpa s128 b2", 10.0, unit="token", per_item=128),
-            fake_row("llama sdpa s128 b4", 12.0, unit="token", per_item=128)]
+    rows = [fake_row("llama sdpa s128 b2", 1280.0, unit="tokens/s"),
+            fake_row("llama sdpa s256 b2", 1536.0, unit="tokens/s")]
     columns, cells = table.comparison_cells(rows)
     assert columns[2].heading == "tokens/s" and cells[0][2] == "1280.00"
+    # The speedup is that of the rate shown (tokens), not of sequences: s256 does twice the
+    # tokens per sequence.
     assert cells[1][3] == "1.20x" and cells[0][4:] == ("n/a", "")
 
 
-def test_a_sweep_of_two_units_names_the_unit_in_each_cell():
-    rows = [fake_row("resnet50 b2", 100.0), fake_row("llama b2", 10.0, unit="token",
-                                                     per_item=128)]
+def test_a_sweep_of_two_units_names_the_unit_in_each_cell_and_no_speedup_across_them():
+    rows = [fake_row("resnet50 b2", 100.0), fake_row("llama b2", 1280.0, unit="tokens/s")]
     columns, cells = table.comparison_cells(rows)
     assert columns[2].heading == "rate"
     assert [cell[2] for cell in cells] == ["100.00 images/s", "1280.00 tokens/s"]
+    assert [cell[3] for cell in cells] == ["1.00x", "-"]
+
+
+def test_the_sweep_table_speedup_with_trials_is_the_reports_verdict_ratio():
+    """Rows with trials: the speedup is the ratio of geometric means the report and --compare
+    give for the same two results, not a ratio of two medians."""
+    rows = [fake_row("a", 100.0), fake_row("b", 200.0)]
+    rows[0].entry = dataclasses.replace(rows[0].entry, trial_values=(100.0, 100.0, 100.0))
+    rows[1].entry = dataclasses.replace(rows[1].entry, trial_values=(150.0, 200.0, 300.0))
+    [_, second] = table.comparison_cells(rows)[1]
+    expected = (150.0 * 200.0 * 300.0) ** (1 / 3) / 100.0
+    assert second[3] == f"{expected:.2f}x" and second[3] != "2.00x"
 
 
 def test_the_sweep_table_on_a_terminal_is_styled():

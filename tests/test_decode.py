@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import llama_reference
-from conftest import requires_gpu, run_main
+from conftest import LANGUAGE_MODEL, requires_gpu, run_main
 from microbench.settings import cli, precision, spec as spec_mod
 from microbench.models.archs import llama
 from microbench.scenarios import decoding
@@ -239,12 +239,12 @@ def test_preset_fast_generates_from_half_weights_with_a_captured_decode_step_on_
     from microbench.settings import preset
     monkeypatch.setattr(preset, "_bf16_matrix_units", lambda device: bf16_units)
     plan = cli.to_plan(cli.parse_args([*TINY_LM, "--preset", "fast"]))
-    effective = preset.apply(plan.configs[0], "language", torch.device("cuda"), 1, False,
+    effective = preset.apply(plan.configs[0], LANGUAGE_MODEL, torch.device("cuda"), 1, False,
                              half_weights=True)
     assert (effective.precision, effective.compile) == (weights, True)
     assert effective.compile_options == {"mode": "reduce-overhead"}
     assert preset.as_flags(effective) == f"--precision {weights} --compile-mode reduce-overhead"
-    cpu = preset.fast_choices("language", torch.device("cpu"), 1, False, half_weights=True)
+    cpu = preset.fast_choices(LANGUAGE_MODEL, torch.device("cpu"), 1, False, half_weights=True)
     assert cpu == {"compile": True, "compile_options": {}}       # FP32, default mode on the CPU
 
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from conftest import TINY, run_main
+from conftest import IMAGE_MODEL, LANGUAGE_MODEL, TINY, run_main
 from microbench.settings import cli, config as config_mod, preset, spec as spec_mod
 from microbench.steps import workload
 from microbench.platform.errors import UsageError
@@ -21,16 +21,16 @@ def plan_config(*argv):
 
 def test_fast_on_a_gpu_picks_every_lever(monkeypatch):
     monkeypatch.setattr(preset, "_bf16_matrix_units", lambda device: True)
-    choices = preset.fast_choices("classification", GPU, world_size=2, training=True)
+    choices = preset.fast_choices(IMAGE_MODEL, GPU, world_size=2, training=True)
     assert choices == {"compile": True, "compile_options": {"mode": "reduce-overhead"},
                        "nhwc": True, "precision": "amp-bf16", "cudnn_benchmark": True,
                        "optimizer_impl": "fused", "ddp_gradient_as_bucket_view": True,
                        "ddp_static_graph": True}
-    assert preset.fast_choices("classification", GPU, 1, False)["compile_options"] == {}
+    assert preset.fast_choices(IMAGE_MODEL, GPU, 1, False)["compile_options"] == {}
     monkeypatch.setattr(preset, "_bf16_matrix_units", lambda device: False)
-    assert preset.fast_choices("language", GPU, 1, True)["precision"] == "amp-fp16"
-    assert "nhwc" not in preset.fast_choices("language", GPU, 1, True)
-    assert "optimizer_impl" not in preset.fast_choices("classification", GPU, 1, False)
+    assert preset.fast_choices(LANGUAGE_MODEL, GPU, 1, True)["precision"] == "amp-fp16"
+    assert "nhwc" not in preset.fast_choices(LANGUAGE_MODEL, GPU, 1, True)
+    assert "optimizer_impl" not in preset.fast_choices(IMAGE_MODEL, GPU, 1, False)
 
 
 def test_explicit_flags_win_over_the_preset(monkeypatch):
@@ -38,18 +38,18 @@ def test_explicit_flags_win_over_the_preset(monkeypatch):
     config = plan_config("--preset", "fast", "--precision", "fp32", "--compile-mode", "none",
                          "--optimizer-impl", "foreach")
     assert {"precision", "compile", "compile_options", "optimizer_impl"} <= set(config.explicit)
-    effective = preset.apply(config, "classification", GPU, 1, True)
+    effective = preset.apply(config, IMAGE_MODEL, GPU, 1, True)
     assert (effective.precision, effective.compile, effective.optimizer_impl) == (
         "fp32", False, "foreach")
     assert effective.nhwc and effective.cudnn_benchmark
-    older = preset.apply(plan_config("--preset", "fast", "--amp"), "classification", GPU, 1,
+    older = preset.apply(plan_config("--preset", "fast", "--amp"), IMAGE_MODEL, GPU, 1,
                          True)
     assert older.precision == "amp-fp16", "--amp is an explicit precision too"
 
 
 def test_the_printed_flags_reproduce_the_run_without_the_preset(monkeypatch):
     monkeypatch.setattr(preset, "_bf16_matrix_units", lambda device: True)
-    effective = preset.apply(plan_config("--preset", "fast"), "classification", GPU, 2, True)
+    effective = preset.apply(plan_config("--preset", "fast"), IMAGE_MODEL, GPU, 2, True)
     again = plan_config(*shlex.split(preset.as_flags(effective)))
     for field in ("precision", "nhwc", "compile", "compile_options", "optimizer_impl",
                   "cudnn_benchmark", "ddp_gradient_as_bucket_view", "ddp_static_graph"):

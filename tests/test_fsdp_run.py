@@ -9,7 +9,7 @@ import subprocess
 import pytest
 import torch
 
-from conftest import ROOT, assert_one_line_error, requires_gpu, run_main
+from conftest import LANGUAGE_MODEL, ROOT, assert_one_line_error, requires_gpu, run_main
 from test_distributed import TIMEOUT, free_port, torchrun
 from test_schema import check_document
 from microbench.settings import cli, spec as spec_mod
@@ -187,14 +187,14 @@ def test_the_fast_preset_under_fsdp_chooses_only_what_takes_effect(monkeypatch):
     monkeypatch.setattr(preset, "fast_choices", lambda *args: dict(gpu))
     device = torch.device("cpu")
     sgd = preset.apply(BenchConfig(network="llama_tiny", preset="fast", parallel="fsdp"),
-                       "language", device, 2, True)
+                       LANGUAGE_MODEL, device, 2, True)
     assert (sgd.optimizer_impl, sgd.ddp_static_graph, sgd.compile_options) == ("foreach", False,
                                                                               {})
     assert sgd.compile and sgd.precision == "amp-bf16"
     adamw = preset.apply(BenchConfig(network="llama_tiny", preset="fast", parallel="fsdp",
-                                     optimizer="adamw"), "language", device, 2, True)
+                                     optimizer="adamw"), LANGUAGE_MODEL, device, 2, True)
     assert adamw.optimizer_impl == "fused"
-    ddp = preset.apply(BenchConfig(network="llama_tiny", preset="fast"), "language", device, 2,
+    ddp = preset.apply(BenchConfig(network="llama_tiny", preset="fast"), LANGUAGE_MODEL, device, 2,
                        True)
     assert ddp.ddp_static_graph and ddp.compile_options == {"mode": "reduce-overhead"}
 

@@ -189,7 +189,22 @@ def test_the_drift_line_of_training_shows_both_losses():
     drift = lowp.Drift("loss", "AMP-BF16", losses=(2.0, 1.5), reference_losses=(2.0, 1.6))
     assert drift.loss_difference == pytest.approx(0.1 / 1.6)
     assert "2.0000, 1.5000 vs AMP-BF16 2.0000, 1.6000" in drift.line()
-    assert drift.cell() == "loss diff 6.25%"
+
+
+def _entry(figures, accuracy_kind=""):
+    from microbench.store.entry import MODEL, Entry
+    return Entry(MODEL, "row", {}, figures, "tokens/s", accuracy_kind=accuracy_kind)
+
+
+def test_the_sweep_tables_accuracy_cell_reads_the_stored_drift():
+    from microbench.output import table
+    loss = lowp.Drift("loss", "AMP-BF16", losses=(2.0, 1.5), reference_losses=(2.0, 1.6))
+    assert table.accuracy_cell(_entry({"accuracy": loss.loss_difference}, "loss")) \
+        == "loss diff 6.25%"
+    assert table.accuracy_cell(_entry({"accuracy": 0.0123, "accuracy_agreement": 0.9375},
+                                      "logits")) == "err 1.23%, agree 93.8%"
+    assert table.accuracy_cell(_entry({"accuracy": None}, "loss")) == "not measured"
+    assert table.accuracy_cell(_entry({})) == "-"                 # the BF16 reference
 
 
 # ---------------------------------------------------------------- MFU with two peaks
@@ -228,8 +243,8 @@ def test_a_sweep_says_when_a_quantized_row_ran_slower_than_bf16():
                                model=SimpleNamespace(attention="sdpa", seq_len=32,
                                                      tokens_per_item=1, reads_tokens=True),
                                parallel=SimpleNamespace(name="single", shards=False))
-        reduced = None if quantize == "none" else SimpleNamespace()
-        return sweep.Row(spec, summary=SimpleNamespace(throughput=rate, lowp=reduced))
+        return sweep.Row(spec, entry=_entry({"throughput": rate},
+                                            "" if quantize == "none" else "logits"))
 
     lines = table.slower_than_bf16([row("none", 100.0), row("int8wo", 44.0)])
     assert len(lines) == 1 and "0.44x" in lines[0] and "int8wo" in lines[0]

@@ -45,7 +45,7 @@ def measured_row(batch, samples_ms=(10.0, 20.0, 30.0, 40.0, 50.0), precision="fp
         record = RankRecord(0, 0, "host", env.device_name, batch, tuple(samples), memory_mb,
                             memory_mb)
         row.trials.append(Trial(result, (record,)))
-    row.summary = Summary(spec, env, row.trials)
+    row.record(Summary(spec, env, row.trials))
     return row
 
 

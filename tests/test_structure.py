@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, stored_result
+from conftest import IMAGE_MODEL, ROOT, stored_result
 from microbench.settings import cli, config, preset, rerun
 
 PACKAGE = ROOT / "microbench"
@@ -154,9 +154,8 @@ def test_model_specs_are_asked_not_probed():
     probes = _hits(r'getattr\([\w.]*model\w*, "(family|tokens_per_item|llama_config|'
                    r'can_generate|image_size|seq_len|attention)"')
     assert not probes, probes
-    # The preset still takes a family's name (its tests spell presets per family): unfinished.
     named = [hit for hit in _hits(r'family [!=]= "language"')
-             if not hit.startswith(("microbench/models/", "microbench/settings/preset.py"))]
+             if not hit.startswith("microbench/models/")]
     assert not named, named
 
 
@@ -167,11 +166,13 @@ def test_one_chart_stack_draws_every_chart():
         "microbench/output/chart.py"}
 
 
-def test_the_sweeps_plot_reads_results_as_the_report_does():
-    """--plot draws each row from its result document read through store.entry (row.entry),
-    as the report draws a stored result: no figure of the live Summary."""
+def test_the_sweeps_plot_and_tables_read_results_as_the_report_does():
+    """--plot and the sweep's closing tables draw each row from its result document read
+    through store.entry (row.entry), as the report does a stored result: no figure of the live
+    Summary."""
     assert not [hit for hit in _hits(r"\bsummary\b|Summary")
-                if hit.startswith("microbench/output/sweep_plot.py")]
+                if hit.startswith(("microbench/output/sweep_plot.py",
+                                   "microbench/output/table.py"))]
 
 
 def test_one_table_module_lays_out_results():
@@ -287,7 +288,7 @@ def test_a_preset_chooses_only_settings_declared_as_its_own():
     import torch
     for training in (True, False):
         for world in (1, 2):
-            chosen = preset.fast_choices("classification", torch.device("cpu"), world, training)
+            chosen = preset.fast_choices(IMAGE_MODEL, torch.device("cpu"), world, training)
             assert set(chosen) <= set(config.PRESET_FIELDS)
 
 

@@ -24,34 +24,25 @@ from microbench.store import entry as entry_mod
 
 @dataclass
 class Row(trials_mod.Job):
-    """One configuration of the sweep: its trials, then its Summary (or why it failed)."""
+    """One configuration of the sweep: its trials, then its Summary (or why it failed), the
+    result document its file holds, and that document as the report reads it."""
 
     summary: Summary | None = None
-    _entry: tuple | None = dataclasses.field(default=None, init=False, repr=False, compare=False)
+    document: dict | None = None          # what write_files writes for this row
+    entry: entry_mod.Entry | None = None  # the document through store.entry: what the sweep's
+                                          # closing tables and --plot read, as the report does
+
+    def record(self, summary: Summary) -> None:
+        """The row's trials are done: its Summary, its result document (built once, here) and
+        the entry read from it."""
+        self.summary = summary
+        self.document = files.result_document(summary)
+        self.entry = entry_mod.entries_of(self.document, self.label())[0]
 
     @property
     def env(self):
         """The environment the row was measured in; None while nothing was measured."""
         return self.summary.env if self.summary is not None else None
-
-    @property
-    def entry(self) -> entry_mod.Entry | None:
-        """The row's result as the report reads it: its result document (the one its own file
-        holds) through store.entry; None while nothing was measured. The plot reads this."""
-        if self.summary is None:
-            return None
-        if self._entry is None or self._entry[0] is not self.summary:
-            document = files.result_document(self.summary)
-            self._entry = (self.summary, entry_mod.entries_of(document, self.label())[0])
-        return self._entry[1]
-
-    @property
-    def throughput(self) -> float | None:
-        return self.summary.throughput if self.summary else None
-
-    @property
-    def peak_allocated_mb(self) -> float | None:
-        return self.summary.peak_allocated_mb if self.summary else None
 
     def label(self) -> str:
         config, model = self.spec.config, self.spec.model
@@ -162,7 +153,7 @@ def run_sweep(specs, env, out: TextIO, counterbalance: bool = False) -> list[Row
         monitor.close()
     for row in rows:
         if not row.failed:
-            row.summary = Summary(row.spec, env, row.trials)
+            row.record(Summary(row.spec, env, row.trials))
     return rows
 
 
@@ -172,9 +163,9 @@ def write_files(rows: list[Row], output_dir: str, env) -> str:
     for row in rows:
         spec = row.spec
         if not row.failed:
-            files.write_files(row.summary)
+            files.write_files(row.summary, row.document)
             documents.append({"status": "ok", "json_file": spec.json_path,
-                              "result": files.result_document(row.summary)})
+                              "result": row.document})
         else:
             files.append_csv(files.failed_csv_row(spec, env, row.status, row.error),
                              spec.csv_path)

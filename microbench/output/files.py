@@ -414,14 +414,15 @@ def claim_result_path(spec, taken: set[str] | None = None):
         f"{path} {why}; this run's result goes to {candidate}")
 
 
-def write_files(summary: Summary) -> None:
-    """The JSON result and the CSV row of a finished run (nothing with --no-files): both are
-    written or neither. The JSON goes first and the row after it (writing.write_then: a failed
-    append puts the previous JSON back), so a row in the CSV always has its JSON, even when the
-    process is killed between the two writes."""
+def write_files(summary: Summary, document: dict | None = None) -> None:
+    """The JSON result (``document``, where the caller built it already) and the CSV row of a
+    finished run (nothing with --no-files): both are written or neither. The JSON goes first
+    and the row after it (writing.write_then: a failed append puts the previous JSON back), so a
+    row in the CSV always has its JSON, even when the process is killed between the two
+    writes."""
     spec = summary.spec
     if spec.json_path is None:
         return
-    text = writing.json_text(result_document(summary)).encode("utf-8")
+    text = writing.json_text(document or result_document(summary)).encode("utf-8")
     writing.write_then(spec.json_path, text,
                        lambda: append_csv(csv_row(summary), spec.csv_path))

@@ -555,58 +555,70 @@ def render(tables: list[Table], format_: str, terminal: bool = False) -> str:
 
 # ---------------------------------------------------------------- a sweep's closing tables
 
-def _rate_heading(rows: list) -> str:
+def _rate_heading(entries: list[Entry]) -> str:
     """The rate column's heading: the unit the rows count in (img/s as the older tool printed
     it for images), or ``rate`` with the unit in each cell where the rows count in different
     units (a sweep over an image and a language model)."""
-    units = {row.spec.scenario.unit for row in rows if not row.failed}
+    units = {entry.unit for entry in entries}
     if len(units) != 1:
         return "rate"
     unit = units.pop()
-    return "img/s" if unit == "image" else f"{unit}s/s"
+    return "img/s" if unit == "images/s" else unit
 
 
-def _rate_cell(row, heading: str) -> str:
-    scenario = row.spec.scenario
-    rate = f"{row.throughput * scenario.units_per_item:.2f}"
-    return f"{rate} {scenario.unit}s/s" if heading == "rate" else rate
+def _rate_cell(entry: Entry, heading: str) -> str:
+    rate = f"{entry.figures['throughput']:.2f}"
+    return f"{rate} {entry.unit}" if heading == "rate" else rate
+
+
+def _speedup_cell(entry: Entry, reference: Entry) -> str:
+    """The speedup as the report computes it (:func:`versus`): rows of different units are not
+    compared ("-")."""
+    ratio = versus(entry, reference).ratio
+    return "-" if ratio is None else f"{ratio:.2f}x"
+
+
+def _memory_cells(entry: Entry, reference: Entry) -> tuple[str, str]:
+    memory, base = (e.figures.get("peak_allocated_mb") for e in (entry, reference))
+    if memory is None:
+        return "n/a", ""
+    change = f"{memory / base - 1:+.0%}" if base else ""     # unknown or zero: no ratio
+    return f"{memory:.0f}", change
 
 
 def comparison_cells(rows: list) -> tuple[list[console_tables.Column], list[tuple[str, ...]]]:
-    """The sweep table: each row's rate in its unit, its speedup and its peak memory against
-    the first successful row (a failed row shows its status where the rate would be)."""
-    reference = next((row for row in rows if not row.failed), None)
-    heading = _rate_heading(rows)
-    columns = [console_tables.Column("#", numeric=True, width=3), console_tables.Column("configuration"),
+    """The sweep table, from each row's stored result (``row.entry``, as the report reads it):
+    each row's rate in its unit, its speedup and its peak memory against the first successful
+    row (a failed row shows its status where the rate would be)."""
+    measured = [row.entry for row in rows if row.entry is not None]
+    reference = measured[0] if measured else None
+    heading = _rate_heading(measured)
+    columns = [console_tables.Column("#", numeric=True, width=3),
+               console_tables.Column("configuration"),
                console_tables.Column(heading, numeric=True, width=10),
                console_tables.Column("speedup", numeric=True, width=8),
                console_tables.Column("peak MB", numeric=True, width=9),
                console_tables.Column("memory", numeric=True, width=8)]
-    accuracy = any(row.summary is not None and row.summary.lowp is not None for row in rows)
+    accuracy = any(entry.accuracy_kind for entry in measured)
     if accuracy:
         columns.append(console_tables.Column("accuracy vs BF16"))
     cells = []
     for index, row in enumerate(rows, 1):
-        if row.failed:
+        entry = row.entry
+        if entry is None:
             cells.append((str(index), row.label(), row.status, "", "", "")
                          + (("",) if accuracy else ()))
             continue
-        memory, change = "n/a", ""
-        if row.peak_allocated_mb is not None:
-            memory = f"{row.peak_allocated_mb:.0f}"
-            if reference.peak_allocated_mb:          # unknown or zero: no ratio to show
-                change = f"{row.peak_allocated_mb / reference.peak_allocated_mb - 1:+.0%}"
-        cells.append((str(index), row.label(), _rate_cell(row, heading),
-                      f"{row.throughput / reference.throughput:.2f}x", memory, change)
-                     + ((_accuracy_cell(row),) if accuracy else ()))
+        cells.append((str(index), row.label(), _rate_cell(entry, heading),
+                      _speedup_cell(entry, reference), *_memory_cells(entry, reference))
+                     + ((accuracy_cell(entry),) if accuracy else ()))
     return columns, cells
 
 
 def print_comparison(rows: list, out: TextIO) -> None:
-    reference = next((row for row in rows if not row.failed), None)
+    reference = next((index for index, row in enumerate(rows, 1) if row.entry is not None), "-")
     print("", file=out)
-    print("Sweep comparison (speedup and memory change against row "
-          f"{rows.index(reference) + 1 if reference else '-'})", file=out)
+    print(f"Sweep comparison (speedup and memory change against row {reference})", file=out)
     columns, cells = comparison_cells(rows)
     out.write(console_tables.render(columns, cells, terminal=progress.is_terminal(out)))
     out.flush()
@@ -648,9 +660,18 @@ def print_generation_table(rows: list, out: TextIO) -> None:
     out.flush()
 
 
-def _accuracy_cell(row) -> str:
-    reduced = row.summary.lowp if row.summary is not None else None
-    return reduced.drift.cell() if reduced is not None else "-"
+def accuracy_cell(entry: Entry) -> str:
+    """A reduced-precision row's distance from BF16, short, for a table's cell ("-" for a row
+    without one, the BF16 reference among them)."""
+    if not entry.accuracy_kind:
+        return "-"
+    value = entry.figures.get("accuracy")
+    if value is None:
+        return "not measured"
+    if entry.accuracy_kind == "loss":
+        return f"loss diff {value:.2%}"
+    agreement = entry.figures.get("accuracy_agreement")
+    return f"err {value:.2%}" + ("" if agreement is None else f", agree {agreement:.1%}")
 
 
 def slower_than_bf16(rows: list) -> list[str]:
@@ -659,17 +680,20 @@ def slower_than_bf16(rows: list) -> list[str]:
     H100, for one), and a reader should not have to spot that in the ratios."""
     lines = []
     for row in rows:
-        if row.summary is None or row.summary.lowp is None:
+        if row.entry is None or not row.entry.accuracy_kind:    # not FP8 or quantized
             continue
         config = row.spec.config
         plain = dataclasses.replace(config, quantize="none") if config.quantize != "none" \
             else dataclasses.replace(config, precision="amp-bf16")
-        base = next((other for other in rows if other.summary is not None
+        base = next((other for other in rows if other.entry is not None
                      and dataclasses.replace(other.spec.config, fp8_recipe=config.fp8_recipe)
                      == plain), None)
-        if base is not None and row.throughput < base.throughput:
+        if base is None:
+            continue
+        ratio = row.entry.figures["throughput"] / base.entry.figures["throughput"]
+        if ratio < 1:
             lines.append(f"Note: {row.label()} ran slower than {base.label()} here "
-                         f"({row.throughput / base.throughput:.2f}x): torchao's "
+                         f"({ratio:.2f}x): torchao's "
                          f"{config.quantize if config.quantize != 'none' else 'FP8'} kernels "
                          f"did not beat BF16 on this device at this size")
     return lines

@@ -34,18 +34,23 @@ default mode.
 
 Example::
 
-    config = apply(config, family="classification", device=torch.device("cuda"), world_size=1)
+    config = apply(config, models.resolve("resnet50"), device=torch.device("cuda"),
+                   world_size=1, training=True)
     print(as_flags(config))
 """
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import torch
 
 from microbench.settings.config import PRESET_FIELDS, as_command_line, spelled
 from microbench.platform.device import is_gpu
 from microbench.scenarios import parallel
+
+if TYPE_CHECKING:
+    from microbench.models.family import ModelFamily
 
 PRESETS = ("fast",)
 
@@ -56,11 +61,11 @@ def _bf16_matrix_units(device: torch.device) -> bool:
     return torch.cuda.is_bf16_supported()
 
 
-def fast_choices(family: str, device: torch.device, world_size: int, training: bool,
+def fast_choices(model: ModelFamily, device: torch.device, world_size: int, training: bool,
                  half_weights: bool = False) -> dict:
-    """The settings --preset fast stands for on this device, for this model family
+    """The settings --preset fast stands for on this device, for this model
     (``half_weights``: the kind of run is generation, see the module's text)."""
-    vision = family != "language"
+    vision = not model.reads_tokens                 # images in: convolutions take channels-last
     graphs = is_gpu(device) and (training or half_weights)
     choices: dict = {"compile": True,
                      "compile_options": {"mode": "reduce-overhead"} if graphs else {}}
@@ -80,13 +85,13 @@ def fast_choices(family: str, device: torch.device, world_size: int, training: b
     return choices
 
 
-def apply(config, family: str, device: torch.device, world_size: int, training: bool,
+def apply(config, model: ModelFamily, device: torch.device, world_size: int, training: bool,
           half_weights: bool = False):
     """``config`` with the preset's choices for every setting the user did not give
     (``training``: the kind of run steps an optimizer; ``half_weights``: it generates)."""
     if config.preset is None:
         return config
-    choices = _for_sharding(config, fast_choices(family, device, world_size, training,
+    choices = _for_sharding(config, fast_choices(model, device, world_size, training,
                                                  half_weights))
     kept = {key: value for key, value in choices.items() if key not in config.explicit}
     return replace(config, **kept)

@@ -119,7 +119,7 @@ def _derive(config: BenchConfig, launch: Launch) -> RunSpec:
     preset_notes = []
     if config.preset is not None:
         kind = scenarios.kind_of(config.mode)
-        config = preset.apply(config, model.family, device, launch.world_size,
+        config = preset.apply(config, model, device, launch.world_size,
                               kind.updates_weights, half_weights=kind.fast_half_weights)
         preset_notes.append(f"--preset {config.preset} chose: {preset.as_flags(config)} (explicit "
                             f"flags win; these flags reproduce the run without the preset)")

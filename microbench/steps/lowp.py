@@ -259,14 +259,6 @@ class Drift:
         relative difference between the losses (0 is no change)."""
         return self.relative_error if self.kind == "logits" else self.loss_difference
 
-    def cell(self) -> str:
-        """The accuracy line, short, for a table's cell."""
-        if self.note is not None:
-            return "not measured"
-        if self.kind == "loss":
-            return f"loss diff {self.loss_difference:.2%}"
-        return f"err {self.relative_error:.2%}, agree {self.top1_agreement:.1%}"
-
     def to_dict(self) -> dict:
         return {"kind": self.kind, "reference": self.reference,
                 "relative_error": self.relative_error, "top1_agreement": self.top1_agreement,

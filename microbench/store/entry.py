@@ -292,6 +292,7 @@ def result_entry(document: dict, source: str) -> Entry:
         "mfu_measured": _number(_get(document, "flops", "mfu_measured")),
         "mbu_measured": _number(_get(document, "generation", "mbu_measured")),
         "accuracy": _accuracy(document),
+        "accuracy_agreement": _number(_get(document, "accuracy", "top1_agreement")),
         "decode_kernel_ms": _number(_get(document, "generation", "decode_attribution",
                                          "busy_ms")),
         "decode_gap_ms": _number(_get(document, "generation", "decode_attribution", "gap_ms")),
