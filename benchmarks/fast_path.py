@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from microbench.output import writing
+from microbench.platform import writing
 
 ROOT = Path(__file__).resolve().parent.parent
 RESNET = ["--network", "resnet50", "--batch-size", "128"]

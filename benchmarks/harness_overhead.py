@@ -25,11 +25,11 @@ import torchvision
 
 import fp16util
 from microbench.drivers import benchmark
-from microbench.settings import cli
+from microbench.plan import cli
 from microbench.platform import device as device_mod, environment
 from microbench.settings import precision as precision_mod
-from microbench.settings.spec import resolve
-from microbench.measure.summary import Summary, trial_of_process
+from microbench.plan.spec import resolve
+from microbench.output.summary import Summary, trial_of_process
 
 CONFIGS = {
     "fp32": [],

@@ -24,12 +24,12 @@ import time
 import torch
 
 from microbench.drivers import benchmark
-from microbench.settings import cli
+from microbench.plan import cli
 from microbench.platform import device as device_layer, environment
 from microbench.models.archs import llama
-from microbench.output import writing
-from microbench.settings.spec import resolve
-from microbench.measure.summary import Summary, trial_of_process
+from microbench.platform import writing
+from microbench.plan.spec import resolve
+from microbench.output.summary import Summary, trial_of_process
 
 HARNESS = {"llama_tiny": 8, "llama_medium": 16}            # network: batch size
 PHASES = {"resnet50": ["--batch-size", "128", "--amp", "--nhwc"],

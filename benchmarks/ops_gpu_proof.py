@@ -40,7 +40,7 @@ from microbench.measure import flops
 from microbench.platform.device import clock_name, synchronize
 from microbench.platform.errors import BenchmarkError, MissingEnvironment
 from microbench.ops import report, runner
-from microbench.output import writing
+from microbench.platform import writing
 from microbench.measure.timing import time_calls
 
 COPY_ELEMENTS = 256 * 1024 * 1024  # fp32: 1 GiB per tensor, the same as each add operand

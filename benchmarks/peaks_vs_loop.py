@@ -4,7 +4,7 @@ short, and does it leave the timed run alone?
 
 In one job, on one GPU:
 
-1. **The probe** (``microbench.measure.peaks.measure``, what ``--measure-peaks 1`` runs before a model's
+1. **The probe** (``microbench.ops.peaks.measure``, what ``--measure-peaks 1`` runs before a model's
    timed region): bf16 GEMM 8192^3 and a 1 GiB device copy, with the clocks and power limit read
    by the telemetry source meanwhile; its wall time, inputs and warm-up included.
 2. **A tight loop** written here, not the tool's code: ``torch.matmul`` of two 8192 x 8192 bf16
@@ -34,10 +34,11 @@ import time
 
 import torch
 
-from microbench.measure import peaks, telemetry
+from microbench.ops import peaks
+from microbench.measure import telemetry
 from microbench.platform.device import device_name, synchronize
 from microbench.platform.errors import BenchmarkError, MissingEnvironment
-from microbench.output import writing
+from microbench.platform import writing
 
 N = 8192
 COPY_ELEMENTS = 1 << 28            # fp32: 1 GiB, as the probe's copy

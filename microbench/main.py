@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 import traceback
 
-from microbench.settings import cli
+from microbench.plan import cli
 from microbench.platform import distributed, process
 from microbench.models import registry as models
 from microbench.drivers import runner

@@ -61,7 +61,7 @@ def summary_is_read_by_the_report_and_rerun(capfd, folder):
     """The A/B summary is one of the tool's documents: it carries schema_version and matches
     the published schema; the report shows a row per side (each side's own file counted once)
     with the verdict; --rerun of it replays side A and says how to replay B."""
-    from microbench.settings import rerun
+    from microbench.plan import rerun
     from microbench.report import command
     from microbench.store import schema
     [path] = folder.glob("ab_*.json")

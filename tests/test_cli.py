@@ -1,7 +1,8 @@
 """Flag parsing and validation into a Plan of BenchConfigs."""
 import pytest
 
-from microbench.settings import cli, compile_options
+from microbench.plan import cli
+from microbench.settings import compile_options
 from microbench.platform.errors import UsageError
 
 

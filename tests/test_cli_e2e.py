@@ -10,7 +10,8 @@ import multiprocessing
 import pytest
 
 from conftest import TINY, assert_one_line_error, run_cli
-from microbench.output import files, writing
+from microbench.output import files
+from microbench.platform import writing
 
 LEGACY_LINES = ("Microbenchmark for network : ", "Num devices: ", "Dtype: ",
                 "Mini batch size [img] : ", "Time per mini-batch : ", "Throughput [img/sec] : ")

@@ -21,7 +21,8 @@ from torch.utils import collect_env
 
 from conftest import run_main
 from microbench.platform import device, environment
-from microbench.output import table, text_table as tables
+from microbench.output import table
+from microbench.platform import text_table as tables
 from microbench.ops import cli as ops_cli
 from microbench.report import command
 from microbench.store.entry import MODEL, Entry
@@ -271,12 +272,12 @@ def test_a_checkout_without_rich_says_what_to_install(monkeypatch, capsys):
     from microbench.platform import process
     for name in [name for name in sys.modules
                  if name == "rich" or name.startswith("rich.")
-                 or name in ("microbench.report.command", "microbench.output.progress",
-                             "microbench.output.text_table")]:
+                 or name in ("microbench.report.command", "microbench.platform.progress",
+                             "microbench.platform.text_table")]:
         monkeypatch.delitem(sys.modules, name)
-    import microbench.output
+    import microbench.platform
     import microbench.report
-    for package, name in ((microbench.output, "progress"), (microbench.output, "text_table"),
+    for package, name in ((microbench.platform, "progress"), (microbench.platform, "text_table"),
                           (microbench.report, "command")):
         monkeypatch.delattr(package, name, raising=False)   # else `from .. import` finds it
     monkeypatch.setitem(sys.modules, "rich", None)      # import rich raises ModuleNotFoundError
@@ -331,7 +332,7 @@ def test_an_error_outside_torchvision_at_import_is_not_called_a_broken_pair():
 
 def test_the_op_bench_line_on_a_terminal_is_never_redrawn_while_an_op_is_timed(monkeypatch):
     """An op's phase holds its timed calls: its line is drawn once, no thread ticks."""
-    from microbench.output import progress
+    from microbench.platform import progress
     threads = []
     original = progress.Activity.start
 

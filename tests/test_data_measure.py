@@ -1,6 +1,6 @@
-"""The pipeline's measurements (microbench.data.input_bound) from a fake clock: the wait share from
-the samples it names, the loader alone, the model alone and the pipeline through the run's own
-timed loop, worker CPU, and the verdict and data block they make."""
+"""The pipeline's measurements (microbench.measure.input_bound) from a fake clock: the wait share
+from the samples it names, the loader alone, the model alone and the pipeline through the run's
+own timed loop, worker CPU, and the verdict and data block they make."""
 from __future__ import annotations
 
 import math
@@ -11,8 +11,8 @@ import torch
 
 from microbench.scenarios.base import timed_loop
 from microbench.data import DataSettings, ModelInput, WaitTimes, open_pipeline, report, verdict
-from microbench.data.input_bound import (CpuMeter, CpuUse, LoaderRun, PipelineRun,
-                                         cpu_seconds_from_stat, proc_cpu_seconds)
+from microbench.measure.input_bound import (CpuMeter, CpuUse, LoaderRun, PipelineRun,
+                                            cpu_seconds_from_stat, proc_cpu_seconds)
 from microbench.data.pipeline import FedStep
 
 CPU = torch.device("cpu")

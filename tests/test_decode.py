@@ -5,7 +5,8 @@ import torch
 
 import llama_reference
 from conftest import LANGUAGE_MODEL, requires_gpu, run_main
-from microbench.settings import cli, precision, spec as spec_mod
+from microbench.plan import cli, spec as spec_mod
+from microbench.settings import precision
 from microbench.models.archs import llama
 from microbench.scenarios import decoding
 
@@ -236,7 +237,7 @@ def test_a_decode_step_reads_the_embeddings_batch_rows_unless_the_output_reads_a
 @pytest.mark.parametrize("bf16_units, weights", [(True, "bf16"), (False, "fp16")])
 def test_preset_fast_generates_from_half_weights_with_a_captured_decode_step_on_gpus(
         monkeypatch, bf16_units, weights):
-    from microbench.settings import preset
+    from microbench.plan import preset
     monkeypatch.setattr(preset, "_bf16_matrix_units", lambda device: bf16_units)
     plan = cli.to_plan(cli.parse_args([*TINY_LM, "--preset", "fast"]))
     effective = preset.apply(plan.configs[0], LANGUAGE_MODEL, torch.device("cuda"), 1, False,

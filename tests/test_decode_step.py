@@ -215,7 +215,7 @@ HF_TINY = ["--network", "hf:llama", "--model-kwargs", "hidden_size=64", "interme
 
 
 def test_hf_generation_gives_transformers_greedy_tokens_through_its_static_cache():
-    from microbench.settings import cli, spec as spec_mod
+    from microbench.plan import cli, spec as spec_mod
     from microbench.steps import workload as workload_mod
     spec = spec_mod.resolve(cli.to_plan(cli.parse_args([*HF_TINY, "--no-files"])).configs[0])
     model = workload_mod.prepare_model(spec)

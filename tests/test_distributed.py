@@ -14,7 +14,7 @@ from test_schema import check_document
 from microbench.platform import distributed
 from microbench.platform.errors import UsageError
 from microbench.measure.results import RankRecord, Trial
-from microbench.measure.summary import Summary
+from microbench.output.summary import Summary
 
 RUN = ["--network", "resnet18", "--image-size", "32", "--iterations", "3", "--warmup", "1",
        "--device", "cpu"]

@@ -8,7 +8,8 @@ import torch
 from torch import nn
 
 from conftest import IMAGE_MODEL, LANGUAGE_MODEL, TINY, run_main
-from microbench.settings import cli, config as config_mod, preset, spec as spec_mod
+from microbench.plan import cli, preset, spec as spec_mod
+from microbench.settings import config as config_mod
 from microbench.steps import workload
 from microbench.platform.errors import UsageError
 

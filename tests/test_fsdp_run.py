@@ -12,7 +12,7 @@ import torch
 from conftest import LANGUAGE_MODEL, ROOT, assert_one_line_error, requires_gpu, run_main
 from test_distributed import TIMEOUT, free_port, torchrun
 from test_schema import check_document
-from microbench.settings import cli, spec as spec_mod
+from microbench.plan import cli, spec as spec_mod
 from microbench.steps import workload
 from microbench.settings.config import BenchConfig
 from microbench.scenarios import parallel
@@ -180,7 +180,7 @@ def test_fsdp_on_one_gpu_reports_memory_and_both_mfus(tmp_path, capfd):
 def test_the_fast_preset_under_fsdp_chooses_only_what_takes_effect(monkeypatch):
     """On a GPU --preset fast would choose fused SGD (no DTensor kernel), the DDP options (no
     DDP) and CUDA graphs; under fsdp it leaves them out, and keeps fused AdamW."""
-    from microbench.settings import preset
+    from microbench.plan import preset
     gpu = {"compile": True, "compile_options": {"mode": "reduce-overhead"},
            "precision": "amp-bf16", "cudnn_benchmark": True, "optimizer_impl": "fused",
            "ddp_gradient_as_bucket_view": True, "ddp_static_graph": True}

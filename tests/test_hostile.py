@@ -40,7 +40,8 @@ from microbench.platform import inputs, process, safe_text
 from microbench.platform.errors import CannotWrite, Terminated
 from microbench.data import cache
 from microbench.store import collection
-from microbench.output import files, writing
+from microbench.output import files
+from microbench.platform import writing
 
 RUN = ["--network", "resnet18", *TINY, "--device", "cpu"]
 CHILD_ENV = {"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
@@ -590,7 +591,7 @@ def test_a_lost_terminal_does_not_hide_a_failure_nor_a_reader_that_left():
 
 
 def test_the_progress_line_takes_a_closed_stdout():
-    from microbench.output import progress
+    from microbench.platform import progress
     activity = progress.Activity(None)
     activity.start("Building")
     activity.finish("done")
@@ -1564,8 +1565,8 @@ def test_images_reached_through_links_out_of_the_data_dir_are_named(tmp_path):
 
 
 def spec_of(*argv: str):
-    from microbench.settings import cli
-    from microbench.settings.spec import resolve
+    from microbench.plan import cli
+    from microbench.plan.spec import resolve
     return resolve(cli.to_plan(cli.parse_args([*RUN, *argv])).configs[0])
 
 

@@ -8,7 +8,7 @@ from microbench.models import registry as models
 from microbench.steps import workload
 from microbench.settings.config import BenchConfig
 from microbench.platform.errors import UsageError
-from microbench.settings.spec import resolve
+from microbench.plan.spec import resolve
 
 CPU = torch.device("cpu")
 

@@ -9,11 +9,13 @@ import pytest
 import torch
 
 from conftest import TINY, requires_gpu, run_main, stored_result
-from microbench.measure import flops, peaks, timing
+from microbench.measure import flops, timing
+from microbench.ops import peaks
 from microbench.ops import catalog
 from microbench.ops.report import OpResult
 from microbench.store import entry
-from microbench.output import files, writing
+from microbench.output import files
+from microbench.platform import writing
 from microbench.store.schema import validate_result
 from microbench.measure.timing import Measurement
 

@@ -13,9 +13,9 @@ from microbench.platform import device as device_layer
 from microbench.settings.config import BenchConfig
 from microbench.platform.environment import DeviceInfo
 from microbench.measure.results import ProcessResult, RankRecord, Trial
-from microbench.settings.spec import resolve
+from microbench.plan.spec import resolve
 from microbench.output import sweep_plot as plot
-from microbench.measure.summary import Summary
+from microbench.output.summary import Summary
 from microbench.drivers.sweep import Row
 from microbench.measure.timing import Measurement
 

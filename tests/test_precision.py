@@ -42,7 +42,7 @@ def test_bf16_needs_no_scaler_and_fp16_amp_does():
 
 
 def test_one_table_drives_the_cli_choices_and_the_mfu_peak():
-    from microbench.settings import cli
+    from microbench.plan import cli
     from microbench.measure import flops
     assert set(precision.PRECISIONS) <= set(precision.CHOICES)
     for row in precision.TABLE:

@@ -10,7 +10,7 @@ import torchvision
 
 from conftest import TINY, assert_one_line_error, run_cli
 from microbench.drivers import benchmark
-from microbench.settings import cli
+from microbench.plan import cli
 from microbench.measure import flops, profilers
 from microbench.models import registry as models
 from microbench.scenarios.training import Training

@@ -20,7 +20,7 @@ from conftest import ROOT, assert_one_line_error, run_main
 from microbench.output import chart, table
 from microbench.report import command
 from microbench.store import collection
-from microbench.output import units
+from microbench.platform import units
 from microbench.store.entry import entries_of
 from microbench.output.table import file_line
 

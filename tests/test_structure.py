@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from conftest import IMAGE_MODEL, ROOT, stored_result
-from microbench.settings import cli, config, preset, rerun
+from microbench.plan import cli, preset, rerun
+from microbench.settings import config
 
 PACKAGE = ROOT / "microbench"
 
@@ -98,6 +99,46 @@ def test_no_module_of_the_package_imports_itself_in_a_circle():
     assert find_cycle(import_graph()) is None, " -> ".join(find_cycle(import_graph()))
 
 
+# The layers, bottom first: a module imports from its own folder and the folders below it.
+LAYERS = ("platform", "settings", "models", "measure", "store", "steps", "data", "ops",
+          "scenarios", "plan", "output", "drivers", "report")
+
+
+def _layer(module: str) -> str | None:
+    """The layer folder of a package module; None for the package's root modules."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and (PACKAGE / parts[1]).is_dir() else None
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    return [f"{module} -> {target}" for module, targets in sorted(graph.items())
+            for target in sorted(targets)
+            if _layer(module) and _layer(target)
+            and LAYERS.index(_layer(target)) > LAYERS.index(_layer(module))]
+
+
+def test_every_layer_imports_only_itself_and_the_layers_below():
+    """Folders are layers, not a grouping: no folder reaches up (type-checker and
+    function-level imports included), so each can be read, and tested, from the bottom up."""
+    assert upward_imports(import_graph()) == []
+
+
+def test_the_layer_order_is_the_folders_and_the_documents():
+    """Every folder has its place in LAYERS, and docs/architecture.md lists them top first."""
+    folders = {path.name for path in PACKAGE.iterdir() if (path / "__init__.py").exists()}
+    assert folders == set(LAYERS)
+    documented = (ROOT / "docs" / "architecture.md").read_text()
+    listing = documented[documented.index("The layers, top first:"):]
+    places = [listing.index(f"\n{layer}/") for layer in LAYERS]
+    assert places == sorted(places, reverse=True)
+
+
+def test_the_layer_check_finds_an_upward_import():
+    graph = {"microbench.settings.config": {"microbench.drivers.runner"},
+             "microbench.drivers.runner": {"microbench.settings.config", "microbench"}}
+    assert upward_imports(graph) == ["microbench.settings.config -> microbench.drivers.runner"]
+
+
 def test_the_type_checker_imports_count_as_imports():
     graph = import_graph()
     assert "microbench.models.registry" in graph["microbench.steps.workload"]   # TYPE_CHECKING
@@ -176,9 +217,9 @@ def test_the_sweeps_plot_and_tables_read_results_as_the_report_does():
 
 
 def test_one_table_module_lays_out_results():
-    """Tables are laid out by output/text_table.py alone (rich's tables included)."""
+    """Tables are laid out by platform/text_table.py alone (rich's tables included)."""
     assert {hit.split(":")[0] for hit in _hits(r"^\s*from rich\.table|^\s*import rich")} <= {
-        "microbench/output/text_table.py", "microbench/output/progress.py"}
+        "microbench/platform/text_table.py", "microbench/platform/progress.py"}
 
 
 def test_the_cycle_finder_finds_one():
@@ -205,8 +246,8 @@ def test_only_the_device_layer_reads_the_vendor_of_the_build():
 def test_the_op_bench_parses_its_flags_without_the_model_benchmark():
     probe = ("import sys\nfrom microbench.ops.cli import main\n"
              "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
-             "loaded = sorted(m for m in ('torchvision', 'microbench.models.registry', 'microbench.settings.cli')"
-             " if m in sys.modules)\nprint('LOADED', loaded)\n")
+             "loaded = sorted(m for m in ('torchvision', 'microbench.models.registry',"
+             " 'microbench.plan.cli') if m in sys.modules)\nprint('LOADED', loaded)\n")
     ran = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True,
                          text=True, timeout=120)
     assert "LOADED []" in ran.stdout, ran.stdout[-2000:] + ran.stderr[-2000:]

@@ -6,7 +6,7 @@ import pytest
 
 from conftest import assert_one_line_error, run_main
 from microbench.drivers import capacity
-from microbench.settings import cli
+from microbench.plan import cli
 from microbench.platform.errors import UsageError
 
 QUICK = ["--image-size", "32", "--iterations", "2", "--warmup", "1"]

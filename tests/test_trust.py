@@ -11,7 +11,8 @@ from torch import nn
 import fp16util
 from conftest import TINY, assert_one_line_error, run_main
 from microbench.drivers import benchmark
-from microbench.settings import cli, precision, spec as spec_mod
+from microbench.plan import cli, spec as spec_mod
+from microbench.settings import precision
 from microbench.platform import device as device_layer
 from microbench.measure import telemetry
 from microbench.settings.config import BenchConfig
@@ -19,7 +20,7 @@ from microbench.measure.flops import PeakChoice
 from microbench.store import baseline as stored_baseline
 from microbench.measure.results import ProcessResult, RankRecord, Trial
 from microbench.scenarios.training import Training
-from microbench.measure.summary import Summary
+from microbench.output.summary import Summary
 from microbench.measure import stats
 from microbench.measure.stats import TrialStats
 from microbench.measure.timing import Measurement

@@ -13,10 +13,10 @@ from types import SimpleNamespace
 import pytest
 
 from conftest import TINY, assert_one_line_error, run_cli, stored_result
-from microbench.settings import cli
+from microbench.plan import cli
 from microbench.platform import noise
-from microbench.output import progress
-from microbench.output import units
+from microbench.platform import progress
+from microbench.platform import units
 
 
 # ---------------------------------------------------------------- units
@@ -278,7 +278,8 @@ def test_an_explicit_output_file_is_replaced_with_a_note(cli):
 
 
 def test_default_names_tell_profiled_compiled_and_language_runs_apart():
-    from microbench.settings import config as config_mod, precision, spec as spec_mod
+    from microbench.settings import config as config_mod, precision
+    from microbench.plan import spec as spec_mod
     from microbench.models import registry as models
     from microbench.scenarios import parallel
 

@@ -14,14 +14,15 @@ or compute-bound, and by how much.
 Modules, one concern each:
 
 * ``settings``   DataSettings (the flags' values), ModelInput (what the model takes)
-* ``files``      checked reads: directories, regular files of bounded size, format sniffing
+* ``image_files`` an image's bound and format (read through platform/inputs.py)
 * ``codecs``     the one place that calls an image codec (torchvision.io)
 * ``cache``      generated sets made once, whole or not at all, safe under concurrent ranks
 * ``folder``     the user's tree scanned and checked before the run
 * ``datasets``   what a worker runs; the Batch type and its collate
 * ``transforms`` transforms.v2 on the host, and the device stage after the copy
 * ``loader``     the DataLoader of one rank's shard, endless batches, the copy to the device
-* ``measure``    WaitTimes, worker CPU, loader/pipeline runs, the verdict and the data block
+* measure/input_bound.py (a layer below): WaitTimes, worker CPU, loader/pipeline runs, the
+  verdict and the data block, re-exported here
 * ``pipeline``   open_pipeline: checks, source, loader; loader-alone; the fed step
 
 Example::
@@ -38,8 +39,9 @@ Example::
                       pipeline.skipped(), pipeline.unit)
     print("\\n".join(data.lines()))
 """
-from microbench.data.input_bound import (CpuUse, DataReport, DataTrial, LoaderRun, ModelAloneRun,
-                                         PipelineRun, Verdict, WaitTimes, combine, report, verdict)
+from microbench.measure.input_bound import (CpuUse, DataReport, DataTrial, LoaderRun, ModelAloneRun,
+                                            PipelineRun, Verdict, WaitTimes, combine, report,
+                                            verdict)
 from microbench.data.pipeline import FedStep, Pipeline, open_pipeline
 from microbench.data.settings import DataSettings, ModelInput, default_cache_root
 

@@ -38,7 +38,7 @@ from typing import Callable, Iterator
 import torch
 
 from microbench.platform.errors import CannotWrite, UsageError
-from microbench.output import writing
+from microbench.platform import writing
 from microbench.store import schema
 from microbench.data import codecs
 from microbench.data.image_files import FileRefused, read_checked

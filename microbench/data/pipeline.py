@@ -45,8 +45,8 @@ from microbench.data.image_files import FileRefused
 from microbench.data.folder import scan_folder
 from microbench.data.loader import (EndlessBatches, batches_per_epoch, check_shared_memory,
                                     make_loader, to_device)
-from microbench.data.input_bound import (CpuMeter, CpuUse, LoaderRun, PipelineRun, WaitTimes,
-                                         proc_cpu_seconds)
+from microbench.measure.input_bound import (CpuMeter, CpuUse, LoaderRun, PipelineRun, WaitTimes,
+                                            proc_cpu_seconds)
 from microbench.data.settings import DataSettings, ModelInput, default_cache_root
 from microbench.data.transforms import DeviceStage, host_transform
 

@@ -28,7 +28,8 @@ from typing import TextIO
 from microbench.measure import stats
 from microbench.settings.config import ABPlan
 from microbench.platform.errors import Regression
-from microbench.output import files, units, writing
+from microbench.output import files
+from microbench.platform import units, writing
 
 
 def verdict_of(rows, tolerance_pct: float = stats.DEFAULT_TOLERANCE_PCT) -> stats.ABResult:

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Callable
 
 import torch
 
-from microbench.measure import compile_watch, peaks as peaks_mod
+from microbench.measure import compile_watch
+from microbench.ops import peaks as peaks_mod
 from microbench.platform import device as device_layer, noise
 from microbench.settings import precision as precision_mod
 from microbench.measure import profilers
@@ -24,7 +25,7 @@ from microbench.platform.errors import OutOfMemory, UsageError
 from microbench.measure.results import ProcessResult, Timed
 
 if TYPE_CHECKING:
-    from microbench.settings.spec import RunSpec
+    from microbench.plan.spec import RunSpec
 
 
 def _compile_wrapper(config) -> Callable[[torch.nn.Module], torch.nn.Module] | None:

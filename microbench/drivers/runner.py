@@ -1,7 +1,7 @@
 """One invocation: resolve the plan, set up the devices and ranks, run, report.
 
 Single device, torchrun, SLURM and the older manual launch all go through :func:`run_worker`
-with a resolved :class:`~microbench.settings.config.RunSpec`; only global rank 0 prints the summary and
+with a resolved :class:`~microbench.plan.spec.RunSpec`; only global rank 0 prints the summary and
 writes files, once, from every rank's raw samples. Sweeps and the largest-batch search run in
 one process on one device.
 """
@@ -15,15 +15,15 @@ import sys
 from microbench.drivers import capacity
 from microbench.platform import device as device_layer, distributed, environment, process
 from microbench.measure import profilers
-from microbench.output import progress
+from microbench.platform import progress
 from microbench.drivers import ab, sweep, trials
 from microbench.platform import safe_text
 from microbench.settings.config import Plan
 from microbench.platform.errors import (EXIT_INTERRUPTED, EXPECTED_EXIT_CODES, BenchmarkError,
                                         OutOfMemory, ReportedFailure, Terminated, UsageError)
 from microbench.output import compare, console, files, sweep_plot as plot, table
-from microbench.settings.spec import RunSpec, resolve
-from microbench.measure.summary import Summary
+from microbench.plan.spec import RunSpec, resolve
+from microbench.output.summary import Summary
 from microbench.store import baseline as baseline_store
 
 

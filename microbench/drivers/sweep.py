@@ -15,10 +15,11 @@ from typing import TextIO
 
 from microbench.drivers import benchmark, trials as trials_mod
 from microbench.steps import lowp
-from microbench.output import progress
+from microbench.platform import progress
 from microbench.platform.errors import EXIT_UNEXPECTED, BenchmarkError, OutOfMemory, SweepFailed
-from microbench.output import files, units, writing
-from microbench.measure.summary import Summary
+from microbench.output import files
+from microbench.platform import units, writing
+from microbench.output.summary import Summary
 from microbench.store import entry as entry_mod
 
 

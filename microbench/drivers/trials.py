@@ -40,14 +40,15 @@ from typing import TYPE_CHECKING, Callable
 from microbench.drivers import benchmark
 from microbench.drivers.trial_count import TrialCount
 from microbench.platform import device as device_layer, distributed, environment, process
-from microbench.output import console, progress
+from microbench.output import console
+from microbench.platform import progress
 from microbench.platform.errors import BenchmarkError, ReportedFailure, Terminated
 from microbench.measure.results import Trial
-from microbench.measure.summary import Summary, record_of, trial_of_process
+from microbench.output.summary import Summary, record_of, trial_of_process
 from microbench.settings.config import min_noise_trials
 
 if TYPE_CHECKING:
-    from microbench.settings.spec import RunSpec
+    from microbench.plan.spec import RunSpec
 
 MODES = ("processes", "in-process")
 

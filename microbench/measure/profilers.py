@@ -28,7 +28,7 @@ from torch.profiler import ProfilerActivity, profile, schedule
 
 from microbench.platform import device as device_layer, noise
 from microbench.platform.errors import MissingEnvironment, UsageError
-from microbench.output import writing
+from microbench.platform import writing
 
 TABLE_ROWS = 15
 # Iterations of the separate pass that --autograd_profiler's operator tables come from.

@@ -26,7 +26,7 @@ from microbench.measure.telemetry import TelemetryReport
 from microbench.measure.timing import Measurement
 
 if TYPE_CHECKING:
-    from microbench.data.input_bound import DataTrial
+    from microbench.measure.input_bound import DataTrial
     from microbench.measure.compile_watch import CompileReport
 
 
@@ -105,7 +105,8 @@ class Timed:
 
 @dataclass
 class ProcessResult:
-    """What one process measured in one trial; :class:`microbench.measure.summary.Summary` reads it."""
+    """What one process measured in one trial; :class:`microbench.output.summary.Summary`
+    reads it."""
 
     times: Measurement
     losses: list[float]
@@ -123,7 +124,7 @@ class ProcessResult:
     data: DataTrial | None = None        # --data loader|folder: the input pipeline's
     compiler: CompileReport | None = None    # --compile: what the compiler did
     sharded: "ShardedState | None" = None   # --parallel fsdp: what this rank holds
-    peaks: Any = None                    # --measure-peaks: microbench.measure.peaks.MeasuredPeaks
+    peaks: Any = None                    # --measure-peaks: microbench.ops.peaks.MeasuredPeaks
     lowp: Any = None                     # --precision fp8, --quantize: microbench.steps.lowp.LowPrecision
 
 

@@ -468,7 +468,7 @@ _SPECS: tuple[OpSpec, ...] = (
     _binary("eq", output_element_size=1),  # writes torch.bool
     *(_unary(name) for name in UNARY_OPS),
     *(_reduction(name) for name in REDUCTION_OPS),
-    # The device-memory bandwidth probe's kernel (microbench.measure.peaks), 1 GiB of fp32 by default:
+    # The device-memory bandwidth probe's kernel (microbench.ops.peaks), 1 GiB of fp32 by default:
     # far beyond any last-level cache, so the copy runs at the memory's rate.
     OpSpec("copy", "unary", MEMORY_BOUND, takes_input2=False, supports_inplace=False,
            default_input1="268435456", default_input2=None, check=_no_check,

@@ -32,12 +32,12 @@ import torch
 from microbench import __version__
 from microbench.platform import device as device_layer, process
 from microbench.measure import flops
-from microbench.output import progress, text_table as tables, units
+from microbench.platform import progress, text_table as tables, units
 from microbench.settings.argtypes import (MAX_ITERATIONS, MAX_PEAK_TFLOPS, MAX_WARMUP,
                                           OneLineParser, bounded_int, finite_float, path_text)
 from microbench.platform.device import clock_name
 from microbench.platform.errors import UsageError
-from microbench.output import writing
+from microbench.platform import writing
 from microbench.store.schema import SCHEMA_VERSION
 from microbench.ops import catalog as ops, report, runner
 
@@ -289,7 +289,8 @@ PEAK_DTYPES = ("fp32", "fp16", "bf16")   # and fp8 once the catalog has its GEMM
 
 def run_peaks(args: argparse.Namespace, device: torch.device) -> int:
     """--peaks: the probe alone, as a table; one row per dtype and the bandwidth row."""
-    from microbench.measure import peaks, telemetry
+    from microbench.ops import peaks
+    from microbench.measure import telemetry
     source, note = (telemetry.open_source(device) if device_layer.is_gpu(device)
                     else (None, "no telemetry on the CPU"))
     try:

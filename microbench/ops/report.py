@@ -2,7 +2,7 @@
 
 A row is an :class:`OpResult`: measured, skipped (did not fit in memory) or failed (bad input,
 unsupported dtype, out of memory). Files are written whole or not at all: into a temporary file
-beside the target, then ``os.replace`` (:mod:`microbench.output.writing`, shared with the model
+beside the target, then ``os.replace`` (:mod:`microbench.platform.writing`, shared with the model
 benchmark).
 """
 from __future__ import annotations
@@ -15,11 +15,11 @@ import sys
 from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
-from microbench.output import text_table as tables
+from microbench.platform import text_table as tables
 from microbench.platform import safe_text
 from microbench.platform.errors import BenchmarkError
-from microbench.output import writing
-from microbench.output.units import duration_ms, flops, significant
+from microbench.platform import writing
+from microbench.platform.units import duration_ms, flops, significant
 from microbench.measure.timing import NOISY_CV_THRESHOLD, Measurement
 
 BYTES_NOTE = "bytes moved = each input read once + output written once; FLOPs from the shapes"

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 
 from microbench.platform import safe_text
 from microbench.platform.errors import BenchmarkError, MissingEnvironment, UsageError
-from microbench.output import writing
+from microbench.platform import writing
 from microbench.store.collection import FILE, HEADLINE_SETTINGS, RUN_AT, setting_value
 from microbench.store.entry import MODEL, OP, Entry
 from microbench.output.table import Table, format_setting

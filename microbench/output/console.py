@@ -13,8 +13,8 @@ from typing import TextIO
 
 from microbench import __version__
 from microbench.platform.device import clock_name, conv_autotuner_name
-from microbench.measure.summary import Summary
-from microbench.output import units
+from microbench.output.summary import Summary
+from microbench.platform import units
 
 RULE = "=" * 60
 

@@ -4,7 +4,7 @@ The JSON keeps the older tool's keys (``Name``, ``GPUs``, ``Mini batch size [img
 ``Mini batch size [img/gpu]``, ``Throughput [img/sec]``, ``Time per mini-batch``) beside the
 richer fields. Files are written whole or not at all; CSV rows are appended under an exclusive
 lock, so concurrent runs never interleave, a failed append is cut back, and a file with another
-header is refused before the run (:mod:`microbench.output.writing`).
+header is refused before the run (:mod:`microbench.platform.writing`).
 """
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ from microbench.store import stored
 from microbench.platform import safe_text
 from microbench.platform.device import clock_name
 from microbench.platform.errors import UsageError
-from microbench.measure.summary import Summary
-from microbench.output import writing
+from microbench.output.summary import Summary
+from microbench.platform import writing
 
 SCHEMA_VERSION = 2
 CSV_COLUMNS = (
@@ -303,7 +303,7 @@ def check_csv(path: str, directory_made: bool = False) -> None:
 
 def append_csv(row: dict, path: str) -> None:
     """Append one row (and the header to a new file): one write under an exclusive lock, cut
-    back if it fails (output.writing.append_csv_rows). A file with an older header of ours
+    back if it fails (platform.writing.append_csv_rows). A file with an older header of ours
     takes the row in its own columns (the newer columns left out)."""
     writing.append_csv_rows(path, CSV_COLUMNS,
                             [[_guarded(row.get(column, "")) for column in CSV_COLUMNS]],

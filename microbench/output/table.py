@@ -10,16 +10,17 @@ says so. Rows are numbered across tables, so ``--baseline 3`` names one row.
 
 Against a baseline each row gets its speed ratio (throughput over the baseline's; for ops, the
 baseline's median time over the row's). :func:`versus` is the one place where a row meets its
-baseline: where both have trials, the comparison gate's verdict (:func:`microbench.measure.stats.gate`,
-both ways, at --compare's default tolerance) and the ratio's interval; otherwise the ratio of the
-headlines alone, called that.
+baseline: where both have trials, the comparison gate's verdict
+(:func:`microbench.measure.stats.gate`, both ways, at --compare's default tolerance) and the
+ratio's interval; otherwise the ratio of the headlines alone, called that. A sweep's comparison
+table takes its speedup from it too.
 
 Renderings: aligned text for the terminal, GitHub markdown (pastes into an issue or pull request),
 CSV and JSON with raw numbers in fixed units.
 
 A sweep's own closing tables (:func:`print_comparison`: each row's rate, speedup and memory
-against the first measured row, and the input pipeline's figures where rows were fed by one) are
-laid out here too, from the sweep's rows as they were measured.
+against the first measured row, the generation and input pipeline figures where rows have them)
+are laid out here too, from each row's stored result (``row.entry``), as the report reads it.
 
 Example::
 
@@ -38,9 +39,9 @@ from typing import TextIO
 
 from microbench.measure import stats
 from microbench.platform import safe_text
-from microbench.output import text_table as console_tables
+from microbench.platform import text_table
 from microbench.platform.errors import UsageError
-from microbench.output import progress, units, writing
+from microbench.platform import progress, units, writing
 from microbench.store.collection import FILE, HEADLINE_SETTINGS, RUN_AT, Group, setting_value
 from microbench.store.entry import MODEL, Entry
 
@@ -438,11 +439,11 @@ def title_of(table: Table) -> str:
 
 
 def _aligned(table: Table, terminal: bool) -> list[str]:
-    columns = [console_tables.Column(safe_text.terminal(column.heading), numeric=column.numeric)
+    columns = [text_table.Column(safe_text.terminal(column.heading), numeric=column.numeric)
                for column in table.columns]
     cells = [[safe_text.terminal(cell(table, index, entry, column)) for column in table.columns]
              for index, entry in table.rows]
-    return console_tables.render(columns, cells, terminal).splitlines()
+    return text_table.render(columns, cells, terminal).splitlines()
 
 
 def render_text(tables: list[Table], terminal: bool = False) -> str:
@@ -555,6 +556,11 @@ def render(tables: list[Table], format_: str, terminal: bool = False) -> str:
 
 # ---------------------------------------------------------------- a sweep's closing tables
 
+def _numeric(heading: str, width: int = 0) -> text_table.Column:
+    """A right-aligned column of a sweep's closing tables."""
+    return text_table.Column(heading, numeric=True, width=width)
+
+
 def _rate_heading(entries: list[Entry]) -> str:
     """The rate column's heading: the unit the rows count in (img/s as the older tool printed
     it for images), or ``rate`` with the unit in each cell where the rows count in different
@@ -586,22 +592,18 @@ def _memory_cells(entry: Entry, reference: Entry) -> tuple[str, str]:
     return f"{memory:.0f}", change
 
 
-def comparison_cells(rows: list) -> tuple[list[console_tables.Column], list[tuple[str, ...]]]:
+def comparison_cells(rows: list) -> tuple[list[text_table.Column], list[tuple[str, ...]]]:
     """The sweep table, from each row's stored result (``row.entry``, as the report reads it):
     each row's rate in its unit, its speedup and its peak memory against the first successful
     row (a failed row shows its status where the rate would be)."""
     measured = [row.entry for row in rows if row.entry is not None]
     reference = measured[0] if measured else None
     heading = _rate_heading(measured)
-    columns = [console_tables.Column("#", numeric=True, width=3),
-               console_tables.Column("configuration"),
-               console_tables.Column(heading, numeric=True, width=10),
-               console_tables.Column("speedup", numeric=True, width=8),
-               console_tables.Column("peak MB", numeric=True, width=9),
-               console_tables.Column("memory", numeric=True, width=8)]
+    columns = [_numeric("#", 3), text_table.Column("configuration"), _numeric(heading, 10),
+               _numeric("speedup", 8), _numeric("peak MB", 9), _numeric("memory", 8)]
     accuracy = any(entry.accuracy_kind for entry in measured)
     if accuracy:
-        columns.append(console_tables.Column("accuracy vs BF16"))
+        columns.append(text_table.Column("accuracy vs BF16"))
     cells = []
     for index, row in enumerate(rows, 1):
         entry = row.entry
@@ -620,7 +622,7 @@ def print_comparison(rows: list, out: TextIO) -> None:
     print("", file=out)
     print(f"Sweep comparison (speedup and memory change against row {reference})", file=out)
     columns, cells = comparison_cells(rows)
-    out.write(console_tables.render(columns, cells, terminal=progress.is_terminal(out)))
+    out.write(text_table.render(columns, cells, terminal=progress.is_terminal(out)))
     out.flush()
     for line in slower_than_bf16(rows):
         print(line, file=out)
@@ -628,13 +630,12 @@ def print_comparison(rows: list, out: TextIO) -> None:
     print_generation_table(rows, out)
 
 
-def generation_cells(rows: list) -> tuple[list[console_tables.Column], list[tuple[str, ...]]]:
+def generation_cells(rows: list) -> tuple[list[text_table.Column], list[tuple[str, ...]]]:
     """Generate rows: decode tokens/s of the whole batch, inter-token latency p50 and p99, time
     to first token and MBU, each from that row's own timed samples."""
-    columns = [console_tables.Column("#", numeric=True, width=3), console_tables.Column("batch", numeric=True),
-               console_tables.Column("decode tok/s", numeric=True, width=12),
-               console_tables.Column("ITL p50 ms", numeric=True), console_tables.Column("ITL p99 ms", numeric=True),
-               console_tables.Column("TTFT p50 ms", numeric=True), console_tables.Column("MBU", numeric=True)]
+    columns = [_numeric("#", 3), _numeric("batch"), _numeric("decode tok/s", 12),
+               _numeric("ITL p50 ms"), _numeric("ITL p99 ms"), _numeric("TTFT p50 ms"),
+               _numeric("MBU")]
     cells = []
     for index, row in enumerate(rows, 1):
         # The row's result as its file holds it and the report reads it (drivers.sweep.Row).
@@ -656,7 +657,7 @@ def print_generation_table(rows: list, out: TextIO) -> None:
     print("", file=out)
     print("Generation (decode tok/s: tokens the decode steps generated per second, the whole "
           "batch; ITL: inter-token latency; TTFT: time to first token)", file=out)
-    out.write(console_tables.render(columns, cells, terminal=progress.is_terminal(out)))
+    out.write(text_table.render(columns, cells, terminal=progress.is_terminal(out)))
     out.flush()
 
 
@@ -712,13 +713,10 @@ def print_data_table(rows: list, out: TextIO) -> None:
     print(f"Input pipeline ({first.data_unit}{' per device' if per_device else ''}"
           f"; wait: share of a step spent waiting for the batch, median and p99, and of the "
           f"whole run)", file=out)
-    columns = [console_tables.Column("#", numeric=True, width=3),
-               console_tables.Column("workers", numeric=True), console_tables.Column("decode", numeric=True),
-               console_tables.Column("pipeline", numeric=True, width=10),
-               console_tables.Column("loader", numeric=True, width=10),
-               console_tables.Column("model", numeric=True, width=10), console_tables.Column("kept", numeric=True),
-               console_tables.Column("wait p50", numeric=True), console_tables.Column("wait p99", numeric=True),
-               console_tables.Column("wait run", numeric=True), console_tables.Column("verdict")]
+    columns = [_numeric("#", 3), _numeric("workers"), _numeric("decode"),
+               _numeric("pipeline", 10), _numeric("loader", 10), _numeric("model", 10),
+               _numeric("kept"), _numeric("wait p50"), _numeric("wait p99"), _numeric("wait run"),
+               text_table.Column("verdict")]
     cells = []
     for index, entry in fed:
         data = entry.figures
@@ -729,7 +727,7 @@ def print_data_table(rows: list, out: TextIO) -> None:
                        _share(data["wait_share_median"], ".1%"),
                        _share(data["wait_share_p99"], ".1%"),
                        _share(data["wait_share"], ".1%"), entry.data_verdict))
-    out.write(console_tables.render(columns, cells, terminal=progress.is_terminal(out)))
+    out.write(text_table.render(columns, cells, terminal=progress.is_terminal(out)))
     out.flush()
 
 

@@ -28,20 +28,21 @@ import sys
 
 from microbench import __version__
 from microbench.platform import process, safe_text
-from microbench.output import progress
+from microbench.platform import progress
 from microbench.settings.argtypes import path_text
 from microbench.platform.errors import EXIT_USAGE, BenchmarkError, UsageError
 from microbench.output import chart, table
 from microbench.report import page
 from microbench.store import collection
-from microbench.output import writing
+from microbench.platform import writing
 
 
 DEFAULT_TITLE = "Benchmark results"
 
 
 class _Parser(argparse.ArgumentParser):
-    """Usage errors as one line, exit 2 (as microbench.settings.cli.OneLineParser, which imports torch)."""
+    """Usage errors as one line, exit 2 (as microbench.plan.cli.OneLineParser, which imports
+    torch)."""
 
     def error(self, message: str):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")

@@ -43,7 +43,7 @@ from microbench.platform import device as device_layer, process
 from microbench.settings.config import SCHEMA
 from microbench.data import pipeline as pipeline_mod
 from microbench.data.folder import list_images
-from microbench.data.input_bound import DataTrial, LoaderRun, ModelAloneRun
+from microbench.measure.input_bound import DataTrial, LoaderRun, ModelAloneRun
 from microbench.data.settings import DataSettings, ModelInput
 from microbench.platform.errors import UsageError
 from microbench.steps.workload import Workload

@@ -17,7 +17,7 @@ import dataclasses
 from microbench.measure import attribution, flops
 from microbench.steps import workload
 from microbench.platform.errors import UsageError
-from microbench.output import units
+from microbench.platform import units
 from microbench.measure.results import Timed
 from microbench.measure.telemetry import ENERGY_COUNTER
 from microbench.scenarios import decoding

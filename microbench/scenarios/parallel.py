@@ -35,7 +35,7 @@ from microbench.steps import activation_checkpointing, lowp, sharding, workload
 from microbench.measure import flops, token_flops
 from microbench.models.archs import llama
 from microbench.platform.errors import UsageError
-from microbench.output import units
+from microbench.platform import units
 from microbench.measure.results import ShardedState
 
 FSDP = "fsdp"

@@ -10,7 +10,7 @@ Example::
 """
 from __future__ import annotations
 
-from microbench.output import units
+from microbench.platform import units
 from microbench.scenarios import parallel
 from microbench.scenarios.base import Scenario
 from microbench.scenarios.feeding import PipelineFed

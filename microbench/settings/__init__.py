@@ -1,2 +1,3 @@
-"""What a run asks for: the flags declared once (:mod:`.config`), parsed (:mod:`.cli`), checked and
-resolved once into a :class:`~.spec.RunSpec`."""
+"""What a run asks for, declared once: each setting's schema and the frozen configuration
+(:mod:`.config`), precision modes, compile options, model options, argument types and the
+identity of a configuration. Parsed and resolved one layer up, in :mod:`microbench.plan`."""

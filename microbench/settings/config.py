@@ -4,12 +4,12 @@ A config says what the user asked for: it is what a result file stores and what 
 replays. Each field declares, once, how it is spelled on the command line and how it behaves
 (:func:`setting`): its flag, whether it is a switch, whether ``--rerun`` replays it, whether the
 ranks of a job may differ in it, whether ``--preset`` may choose it, and whether it is a sweep
-axis. The command line (``cli.to_config``), ``--rerun`` (:mod:`microbench.settings.rerun`), the preset's
+axis. The command line (``cli.to_config``), ``--rerun`` (:mod:`microbench.plan.rerun`), the preset's
 reproduce-it line (``preset.as_flags``), rank agreement and result identity all read that
 declaration, so adding a flag touches its field here and its ``add_argument`` line in ``cli.py``.
 
 Everything derived from a config (the model spec, precision policy, launch, device, paths) is
-resolved once into a :class:`~microbench.settings.spec.RunSpec` by :func:`microbench.settings.spec.resolve`.
+resolved once into a :class:`~microbench.plan.spec.RunSpec` by :func:`microbench.plan.spec.resolve`.
 
 Example::
 

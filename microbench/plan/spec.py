@@ -25,7 +25,8 @@ from microbench.measure import flops
 from microbench.steps import lowp
 from microbench.settings import identity
 from microbench.models import registry as models
-from microbench.settings import precision as precision_table, preset
+from microbench.settings import precision as precision_table
+from microbench.plan import preset
 from microbench import scenarios
 from microbench.scenarios import parallel
 from microbench.settings.config import CSV_NAME, BenchConfig, validate
@@ -61,7 +62,7 @@ class RunSpec:
     # choice (report.files.claim_result_path) reaches the other ranks through distributed.agree.
     result_name: str = ""
     # --measure-peaks resolved: probe this device's GEMM and copy rates before timing
-    # (microbench.measure.peaks), on by default on GPUs, off on the CPU.
+    # (microbench.ops.peaks), on by default on GPUs, off on the CPU.
     measure_peaks: bool = False
     # The second peak MFU is shown against (--precision fp8: the BF16 peak); None: no second.
     second_peak: flops.PeakChoice | None = None

@@ -6,7 +6,8 @@ every rank's, gathered on rank 0. Every figure is derived here, once, on a basis
 * a trial's throughput is the images (tokens) of all ranks over the timed total of its slowest
   rank (the job is done only when its slowest rank is);
 * the run's headline throughput is the geometric mean of its trials' throughputs (with one
-  trial, that trial's; :class:`~microbench.measure.stats.TrialStats` says why), and time per batch and per sample, achieved TFLOP/s and MFU all derive from it;
+  trial, that trial's; :class:`~microbench.measure.stats.TrialStats` says why), and time per
+  batch and per sample, achieved TFLOP/s and MFU all derive from it;
 * iteration-time statistics pool the basis samples (the slowest rank's) of every trial; the
   spread between trials (:class:`~microbench.measure.stats.TrialStats`) is reported apart, because
   spread within a run is not spread between runs.
@@ -25,7 +26,8 @@ import socket
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from microbench.measure import compile_watch, peaks as peaks_mod, telemetry as telemetry_mod
+from microbench.measure import compile_watch, input_bound, telemetry as telemetry_mod
+from microbench.ops import peaks as peaks_mod
 from microbench.settings.config import CUDA_GRAPH_MODES
 from microbench.measure.flops import BandwidthPeak, PeakChoice, Utilization
 from microbench.measure.results import ProcessResult, RankRecord, Trial, merge_detail
@@ -34,7 +36,7 @@ from microbench.measure.timing import NOISY_CV_THRESHOLD, Measurement
 
 if TYPE_CHECKING:
     from microbench.platform.environment import DeviceInfo
-    from microbench.settings.spec import RunSpec
+    from microbench.plan.spec import RunSpec
 
 
 def record_of(spec, env, result: ProcessResult) -> RankRecord:
@@ -226,7 +228,8 @@ class Summary:
     @property
     def lowp(self):
         """What --precision fp8 or --quantize did, with how far it moved the numbers
-        (microbench.steps.lowp.LowPrecision, measured by the representative trial); None otherwise."""
+        (microbench.steps.lowp.LowPrecision, measured by the representative trial); None
+        otherwise."""
         return self.result.lowp
 
     @property
@@ -257,13 +260,12 @@ class Summary:
     @property
     def data(self):
         """The input pipeline's figures (``--data loader|folder``) on the headline's basis, per
-        device (microbench.data.combine); None with synthetic inputs."""
+        device (measure.input_bound.combine); None with synthetic inputs."""
         parts = [[r.data for r in trial.ranks if r.data is not None] for trial in self.trials]
         parts = [trial_parts for trial_parts in parts if trial_parts]
         if not parts:
             return None
-        from microbench.data.input_bound import combine        # the data package loads torchvision
-        return combine(parts, self.per_device_throughput)
+        return input_bound.combine(parts, self.per_device_throughput)
 
     # ------------------------------------------------------------ the rest
 

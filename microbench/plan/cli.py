@@ -20,7 +20,8 @@ from typing import Any, Sequence
 
 from microbench import __version__, scenarios
 from microbench.steps import lowp
-from microbench.settings import precision as precision_table, rerun
+from microbench.settings import precision as precision_table
+from microbench.plan import rerun
 from microbench.settings.argtypes import (MAX_BATCH, MAX_BUCKET_CAP_MB, MAX_DEVICE_INDEX,
                                           MAX_DIST_TIMEOUT_S, MAX_IMAGE_SIZE, MAX_ITERATIONS,
                                           MAX_MEMORY_GB, MAX_PEAK_TFLOPS, MAX_PEAK_BANDWIDTH,
@@ -34,7 +35,7 @@ from microbench.settings.config import (AB_ROUNDS, DERIVED, INVERSE, SCHEMA, SWI
                                         BenchConfig, Plan, as_command_line, field_of_dest,
                                         replayed_fields, spelled, validate)
 from microbench.platform.errors import UsageError
-from microbench.settings.preset import PRESETS
+from microbench.plan.preset import PRESETS
 
 MODES = scenarios.MODES
 
