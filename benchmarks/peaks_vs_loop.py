@@ -14,7 +14,9 @@ In one job, on one GPU:
    (A: the default, probe on; B: off), alternating fresh processes, paired verdict at 95%.
 
 Targets (issue 35): probe GEMM and bandwidth >= 0.95x the tight loop's; probe <= 5 s; the A/B
-says "no difference detected". Prints PASS or FAIL for each and writes everything as JSON.
+finds no difference ("no difference detected", or "same within N%": the ratio's interval inside
+the tolerance, which says it more strongly). Prints PASS or FAIL for each and writes everything
+as JSON.
 
 Usage (from the repository root)::
 
@@ -35,7 +37,7 @@ import time
 import torch
 
 from microbench.ops import peaks
-from microbench.measure import telemetry
+from microbench.measure import stats, telemetry
 from microbench.platform.device import device_name, synchronize
 from microbench.platform.errors import BenchmarkError, MissingEnvironment
 from microbench.platform import writing
@@ -85,10 +87,23 @@ def ab_run(output_dir: str) -> dict:
     ran = subprocess.run(command, capture_output=True, text=True, timeout=540)
     text = ran.stdout + ran.stderr
     print(text[-6000:])
-    verdict = re.search(r"^A/B: .*?: (no difference detected|faster|slower)", text, re.M)
     return {"command": " ".join(command[1:]), "returncode": ran.returncode,
             "seconds": time.perf_counter() - started,
-            "verdict": verdict.group(1) if verdict else None, "output_tail": text[-4000:]}
+            "verdict": ab_verdict(text), "output_tail": text[-4000:]}
+
+
+def ab_verdict(text: str) -> str | None:
+    """The verdict of the tool's ``A/B:`` line, in the shared words (stats.VERDICTS): faster,
+    slower, "same within N%" or "no difference detected"; None where there is no such line."""
+    found = re.search(r"^A/B: .*?: (no difference detected|same within [\d.]+%|faster|slower)",
+                      text, re.M)
+    return found.group(1) if found else None
+
+
+def probe_left_alone(verdict_text: str | None) -> bool:
+    """The target: turning the probe off changes nothing that can be seen. "same within N%"
+    (the interval inside the tolerance) says it more strongly than "no difference detected"."""
+    return verdict_text == stats.NO_DIFFERENCE or (verdict_text or "").startswith("same within")
 
 
 def verdict(ok: bool) -> str:
@@ -132,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
                            "probe_seconds": probe_wall <= PROBE_SECONDS_TARGET}}
     if not args.skip_ab:
         ab = ab_run(os.path.join(os.path.dirname(os.path.abspath(args.output)), "ab_results"))
-        same = ab["returncode"] == 0 and ab["verdict"] == "no difference detected"
+        same = ab["returncode"] == 0 and probe_left_alone(ab["verdict"])
         print(f"resnet50 A/B (probe on vs --measure-peaks 0): {ab['verdict']}  {verdict(same)}")
         result["ab"], result["verdicts"]["ab"] = ab, same
     writing.write_json(args.output, result)

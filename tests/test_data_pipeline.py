@@ -149,7 +149,8 @@ def test_a_file_over_the_bound_or_not_regular_is_left_out(tmp_path):
     listing = scan_folder(str(tmp_path / "d"), max_file_bytes=4000)
     reasons = {os.path.basename(p): why for p, why in listing.rejected}
     assert [os.path.basename(p) for p in listing.paths] == ["small.jpg"]
-    assert "larger than" in reasons["big.jpg"] and reasons["pipe.jpg"] == "not a regular file"
+    assert "more than the" in reasons["big.jpg"] and "an image can have" in reasons["big.jpg"]
+    assert reasons["pipe.jpg"] == "is a FIFO, not a regular file"
 
 
 def test_gpu_decoding_of_a_folder_with_png_files_is_refused_before_the_run(classes_tree):

@@ -18,10 +18,9 @@ Example::
 from __future__ import annotations
 
 import os
-import stat
 
 from microbench.platform.errors import UsageError
-from microbench.platform.inputs import ShortRead, open_unblocked, read_exactly
+from microbench.platform.inputs import ShortRead, open_unblocked, read_exactly, status_problem
 
 # The first bytes of each format torchvision.io.decode_image reads as a still image
 # (JPEG: SOI marker and the next marker's FF, ITU-T T.81 B.1.1.3; PNG: the 8-byte signature,
@@ -56,13 +55,11 @@ def open_checked(path: str, limit: int) -> tuple[int, int]:
         raise FileRefused(f"cannot open: {error.strerror or error}") from None
     try:
         info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise FileRefused("not a regular file")
+        problem = status_problem(info, limit, what="an image")
+        if problem:
+            raise FileRefused(problem)
         if info.st_size == 0:
             raise FileRefused("empty")
-        if info.st_size > limit:
-            raise FileRefused(f"{info.st_size / 2**20:.1f} MiB, larger than the "
-                              f"{limit / 2**20:.0f} MiB an image may be")
     except BaseException:
         os.close(fd)
         raise

@@ -76,17 +76,17 @@ def kind_of(mode: int) -> str:
 
 
 def status_problem(status: os.stat_result, limit: int | None = None,
-                   directory_ok: bool = False) -> str | None:
+                   directory_ok: bool = False, what: str = "a result file") -> str | None:
     """Why a file of this status cannot be read as an input, or None (``limit``: bytes, by
-    default :data:`MAX_RESULT_BYTES`)."""
+    default :data:`MAX_RESULT_BYTES`; ``what`` the file is meant to be, for the message). The
+    one check of a file's status, before the open and again on the descriptor."""
     limit = MAX_RESULT_BYTES if limit is None else limit
     if directory_ok and stat.S_ISDIR(status.st_mode):
         return None
     if not stat.S_ISREG(status.st_mode):
         return f"is {kind_of(status.st_mode)}, not a regular file"
     if status.st_size > limit:
-        return (f"holds {status.st_size:,} bytes, more than the {limit:,} a result file can "
-                f"have")
+        return f"holds {status.st_size:,} bytes, more than the {limit:,} {what} can have"
     return None
 
 
