@@ -27,6 +27,7 @@ from microbench.measure.timing import Measurement
 
 if TYPE_CHECKING:
     from microbench.measure.input_bound import DataTrial
+    from microbench.measure.reduced_precision import LowPrecision
     from microbench.measure.compile_watch import CompileReport
 
 
@@ -125,7 +126,7 @@ class ProcessResult:
     compiler: CompileReport | None = None    # --compile: what the compiler did
     sharded: "ShardedState | None" = None   # --parallel fsdp: what this rank holds
     peaks: Any = None                    # --measure-peaks: microbench.ops.peaks.MeasuredPeaks
-    lowp: Any = None                     # --precision fp8, --quantize: microbench.steps.lowp.LowPrecision
+    lowp: LowPrecision | None = None     # --precision fp8, --quantize: what they did
 
 
 @dataclass(frozen=True)

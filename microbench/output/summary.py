@@ -228,7 +228,7 @@ class Summary:
     @property
     def lowp(self):
         """What --precision fp8 or --quantize did, with how far it moved the numbers
-        (microbench.steps.lowp.LowPrecision, measured by the representative trial); None
+        (measure.reduced_precision.LowPrecision, measured by the representative trial); None
         otherwise."""
         return self.result.lowp
 

@@ -240,7 +240,7 @@ class GenerationWorkload:
     """The model, prompt and cache of a generation run, and its prefill and decode steps."""
 
     phases = None               # no forward/backward split in generation
-    lowp = None                 # --quantize: what it did (microbench.steps.lowp.LowPrecision)
+    lowp = None                 # --quantize: what it did (measure.reduced_precision.LowPrecision)
 
     def __init__(self, state: GenerationState, shape: GenerationShape, autocast,
                  compile_options: dict | None):

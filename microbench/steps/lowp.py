@@ -12,9 +12,10 @@ numbers from BF16.
   configuration its name stands for in torchao's and gpt-fast's benchmarks (:data:`QUANTIZE`).
 
 Every such run measures, in the same process, on the same fixed input, its distance from the
-model it came from (:class:`Drift`): for training, the losses of the first steps from the same
-weights with and without FP8; for inference and generate, the relative error of the logits and
-the share of greedy (argmax) tokens that agree. Weight bytes are counted as stored
+model it came from (a :class:`~microbench.measure.reduced_precision.Drift`, in the
+``LowPrecision`` record a process hands up): for training, the losses of the first steps from
+the same weights with and without FP8; for inference and generate, the relative error of the
+logits and the share of greedy (argmax) tokens that agree. Weight bytes are counted as stored
 (:func:`stored_bytes`: a quantized tensor's integer data and its scales), so MBU stays honest.
 
 torchao is an optional dependency (``pip install ".[quant]"``); a run that needs it without it
@@ -30,11 +31,10 @@ Example::
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass, field
-
 import torch
 from torch import nn
 
+from microbench.measure.reduced_precision import Drift, LowPrecision
 from microbench.platform import device as device_layer
 from microbench.platform.errors import MissingEnvironment, UsageError
 
@@ -217,100 +217,6 @@ def weight_bytes(model: nn.Module) -> int:
     return sum(stored_bytes(p) for p in unique)
 
 
-# ---------------------------------------------------------------- how far the numbers moved
-
-@dataclass(frozen=True)
-class Drift:
-    """The distance of a reduced-precision run from its BF16 model, measured in this process on
-    one fixed input. ``kind`` is "logits" (inference, generate) or "loss" (training)."""
-
-    kind: str
-    reference: str                                 # what it is compared with, e.g. "BF16"
-    relative_error: float | None = None            # ||logits - ref|| / ||ref||
-    top1_agreement: float | None = None            # share of positions whose argmax agrees
-    positions: int = 0                             # positions compared
-    losses: tuple[float, ...] = ()                 # training: the first steps' losses
-    reference_losses: tuple[float, ...] = ()
-    note: str | None = None                        # why nothing was measured
-
-    @property
-    def loss_difference(self) -> float | None:
-        """The largest relative difference between the two runs' losses, step by step."""
-        pairs = list(zip(self.losses, self.reference_losses))
-        if not pairs:
-            return None
-        return max(abs(a - b) / abs(b) if b else abs(a - b) for a, b in pairs)
-
-    def line(self) -> str:
-        if self.note is not None:
-            return self.note
-        if self.kind == "loss":
-            mine = ", ".join(f"{value:.4f}" for value in self.losses)
-            ref = ", ".join(f"{value:.4f}" for value in self.reference_losses)
-            return (f"loss of the first {len(self.losses)} steps {mine} vs {self.reference} "
-                    f"{ref} (same seed, weights and batch; largest difference "
-                    f"{self.loss_difference:.2%})")
-        return (f"logits rel. error {self.relative_error:.2%}; greedy tokens agree "
-                f"{self.top1_agreement:.1%} ({self.positions:,} positions, vs {self.reference} "
-                f"on the same input)")
-
-    def figure(self) -> float | None:
-        """The one number a table or a plot shows: the logits' relative error, or the largest
-        relative difference between the losses (0 is no change)."""
-        return self.relative_error if self.kind == "logits" else self.loss_difference
-
-    def to_dict(self) -> dict:
-        return {"kind": self.kind, "reference": self.reference,
-                "relative_error": self.relative_error, "top1_agreement": self.top1_agreement,
-                "positions": self.positions, "losses": list(self.losses),
-                "reference_losses": list(self.reference_losses),
-                "max_loss_difference": self.loss_difference, "note": self.note,
-                "basis": ("measured in this process on the run's first input rows, against the "
-                          "same model before conversion")}
-
-
-@dataclass(frozen=True)
-class LowPrecision:
-    """What ``--precision fp8`` or ``--quantize`` did to one run's model, and its drift."""
-
-    drift: Drift
-    fp8_recipe: str | None = None
-    fp8_format: str | None = None                  # the device's E4M3 encoding
-    fp8_layers: tuple[str, ...] = ()
-    linear_layers: int = 0                         # every nn.Linear of the model
-    fp8_flops_share: float | None = None           # of one iteration's counted FLOPs
-    fp8_all_gather: bool = False
-    quantize: str | None = None
-    weight_bytes: int | None = None                # as stored, after quantization
-    weight_bytes_before: int | None = None
-    notes: tuple[str, ...] = field(default_factory=tuple)
-
-    def rows(self) -> list[tuple[str, str]]:
-        rows = []
-        if self.fp8_recipe is not None:
-            share = ("unknown share" if self.fp8_flops_share is None
-                     else f"{self.fp8_flops_share:.1%} of the counted FLOPs")
-            gather = "; FP8 all-gather under FSDP" if self.fp8_all_gather else ""
-            rows.append(("FP8 layers", f"{len(self.fp8_layers)} of {self.linear_layers} linear "
-                                       f"layers ({share}), {self.fp8_recipe} scaling, "
-                                       f"{self.fp8_format}{gather}; the rest in BF16"))
-        if self.quantize is not None:
-            rows.append(("Quantized", f"{self.quantize}: {QUANTIZE[self.quantize]}; weights "
-                                      f"{self.weight_bytes / 1e6:,.1f} MB as stored (BF16: "
-                                      f"{self.weight_bytes_before / 1e6:,.1f} MB)"))
-        rows.append((f"Accuracy vs {self.drift.reference}", self.drift.line()))
-        rows += [("Note", note) for note in self.notes]
-        return rows
-
-    def to_dict(self) -> dict:
-        return {"fp8_recipe": self.fp8_recipe, "fp8_format": self.fp8_format,
-                "fp8_layers": list(self.fp8_layers), "linear_layers": self.linear_layers,
-                "fp8_flops_share": self.fp8_flops_share, "fp8_all_gather": self.fp8_all_gather,
-                "quantize": self.quantize, "weight_bytes": self.weight_bytes,
-                "weight_bytes_before": self.weight_bytes_before,
-                "torchao_version": torchao_version(), "notes": list(self.notes)}
-
-
 def label(config) -> str:
     """What a sweep row's label adds for FP8 and quantization ('' for neither)."""
     parts = [f" {config.fp8_recipe}" if config.precision == "fp8" else "",
@@ -349,8 +255,9 @@ def quantize_measured(model: nn.Module, name: str, probe: torch.Tensor,
     before_bytes, before = weight_bytes(model), _logits(model, probe)
     quantize_(model, config)
     drift = compare_logits(_logits(model, probe), before, reference)
-    return LowPrecision(drift, quantize=name, weight_bytes=weight_bytes(model),
-                        weight_bytes_before=before_bytes)
+    return LowPrecision(drift, quantize=name, quantize_description=QUANTIZE[name],
+                        weight_bytes=weight_bytes(model), weight_bytes_before=before_bytes,
+                        torchao_version=torchao_version())
 
 
 def probe_rows(inputs: torch.Tensor) -> torch.Tensor:
@@ -392,7 +299,8 @@ def fp8_measured(model: nn.Module, recipe: str, device: torch.device, make_step,
     share = fp8_flops / total_flops if fp8_flops is not None and total_flops else None
     return LowPrecision(drift, fp8_recipe=recipe, fp8_format=formats[0] if formats else None,
                         fp8_layers=tuple(names), linear_layers=linears, fp8_flops_share=share,
-                        fp8_all_gather=fp8_all_gather(recipe, fsdp))
+                        fp8_all_gather=fp8_all_gather(recipe, fsdp),
+                        torchao_version=torchao_version())
 
 
 def _restore(model: nn.Module, saved: dict) -> None:

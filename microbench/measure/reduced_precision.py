@@ -1,0 +1,106 @@
+"""What ``--precision fp8`` or ``--quantize`` did to one run's model, and how far it moved the
+numbers: value types a process measures (:mod:`microbench.steps.lowp` makes them) and every
+layer above reads (the summary, the console, the result document).
+
+Example::
+
+    drift = Drift("logits", "BF16", relative_error=0.004, top1_agreement=0.99, positions=256)
+    LowPrecision(drift, quantize="int8wo").rows()       # the console's rows
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Drift:
+    """The distance of a reduced-precision run from its BF16 model, measured in this process on
+    one fixed input. ``kind`` is "logits" (inference, generate) or "loss" (training)."""
+
+    kind: str
+    reference: str                                 # what it is compared with, e.g. "BF16"
+    relative_error: float | None = None            # ||logits - ref|| / ||ref||
+    top1_agreement: float | None = None            # share of positions whose argmax agrees
+    positions: int = 0                             # positions compared
+    losses: tuple[float, ...] = ()                 # training: the first steps' losses
+    reference_losses: tuple[float, ...] = ()
+    note: str | None = None                        # why nothing was measured
+
+    @property
+    def loss_difference(self) -> float | None:
+        """The largest relative difference between the two runs' losses, step by step."""
+        pairs = list(zip(self.losses, self.reference_losses))
+        if not pairs:
+            return None
+        return max(abs(a - b) / abs(b) if b else abs(a - b) for a, b in pairs)
+
+    def line(self) -> str:
+        if self.note is not None:
+            return self.note
+        if self.kind == "loss":
+            mine = ", ".join(f"{value:.4f}" for value in self.losses)
+            ref = ", ".join(f"{value:.4f}" for value in self.reference_losses)
+            return (f"loss of the first {len(self.losses)} steps {mine} vs {self.reference} "
+                    f"{ref} (same seed, weights and batch; largest difference "
+                    f"{self.loss_difference:.2%})")
+        return (f"logits rel. error {self.relative_error:.2%}; greedy tokens agree "
+                f"{self.top1_agreement:.1%} ({self.positions:,} positions, vs {self.reference} "
+                f"on the same input)")
+
+    def figure(self) -> float | None:
+        """The one number a table or a plot shows: the logits' relative error, or the largest
+        relative difference between the losses (0 is no change)."""
+        return self.relative_error if self.kind == "logits" else self.loss_difference
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "reference": self.reference,
+                "relative_error": self.relative_error, "top1_agreement": self.top1_agreement,
+                "positions": self.positions, "losses": list(self.losses),
+                "reference_losses": list(self.reference_losses),
+                "max_loss_difference": self.loss_difference, "note": self.note,
+                "basis": ("measured in this process on the run's first input rows, against the "
+                          "same model before conversion")}
+
+
+@dataclass(frozen=True)
+class LowPrecision:
+    """What ``--precision fp8`` or ``--quantize`` did to one run's model, and its drift."""
+
+    drift: Drift
+    fp8_recipe: str | None = None
+    fp8_format: str | None = None                  # the device's E4M3 encoding
+    fp8_layers: tuple[str, ...] = ()
+    linear_layers: int = 0                         # every nn.Linear of the model
+    fp8_flops_share: float | None = None           # of one iteration's counted FLOPs
+    fp8_all_gather: bool = False
+    quantize: str | None = None
+    quantize_description: str | None = None        # what --quantize NAME runs, in words
+    weight_bytes: int | None = None                # as stored, after quantization
+    weight_bytes_before: int | None = None
+    notes: tuple[str, ...] = field(default_factory=tuple)
+    torchao_version: str | None = None
+
+    def rows(self) -> list[tuple[str, str]]:
+        rows = []
+        if self.fp8_recipe is not None:
+            share = ("unknown share" if self.fp8_flops_share is None
+                     else f"{self.fp8_flops_share:.1%} of the counted FLOPs")
+            gather = "; FP8 all-gather under FSDP" if self.fp8_all_gather else ""
+            rows.append(("FP8 layers", f"{len(self.fp8_layers)} of {self.linear_layers} linear "
+                                       f"layers ({share}), {self.fp8_recipe} scaling, "
+                                       f"{self.fp8_format}{gather}; the rest in BF16"))
+        if self.quantize is not None:
+            rows.append(("Quantized", f"{self.quantize}: {self.quantize_description}; weights "
+                                      f"{self.weight_bytes / 1e6:,.1f} MB as stored (BF16: "
+                                      f"{self.weight_bytes_before / 1e6:,.1f} MB)"))
+        rows.append((f"Accuracy vs {self.drift.reference}", self.drift.line()))
+        rows += [("Note", note) for note in self.notes]
+        return rows
+
+    def to_dict(self) -> dict:
+        return {"fp8_recipe": self.fp8_recipe, "fp8_format": self.fp8_format,
+                "fp8_layers": list(self.fp8_layers), "linear_layers": self.linear_layers,
+                "fp8_flops_share": self.fp8_flops_share, "fp8_all_gather": self.fp8_all_gather,
+                "quantize": self.quantize, "weight_bytes": self.weight_bytes,
+                "weight_bytes_before": self.weight_bytes_before,
+                "torchao_version": self.torchao_version, "notes": list(self.notes)}
