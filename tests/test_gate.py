@@ -124,3 +124,24 @@ def test_the_gate_refuses_each_identity_field(field, value):
     with pytest.raises(UsageError, match=f"another configuration: {field} "):
         baseline.check_same_configuration(ours, document, "b.json")
     assert baseline.check_same_configuration(ours, document, "b.json", any_config=True)
+
+
+def test_the_gate_reads_both_sides_through_the_reports_model():
+    """--compare reads the baseline as microbench-report does (store.entry): a language model's
+    trials in tokens/s on both sides, so the verdict's ratio is the items' ratio, and the
+    table's throughput row keeps the older tool's items/s."""
+    from pathlib import Path
+    from microbench.measure import stats
+    from microbench.store.baseline import metrics, trial_values
+    from microbench.store.entry import entries_of
+    document = json.loads((Path(__file__).parent / "data" / "history" /
+                           "v2_1e1a09d_generate.json").read_text())
+    entry = entries_of(document, "base.json")[0]
+    tokens_per_item = document["Throughput [tokens/sec]"] / document["Throughput [img/sec]"]
+    assert trial_values(entry) == pytest.approx((document["Throughput [tokens/sec]"],))
+    assert metrics(entry)["Throughput [img/sec]"] == document["Throughput [img/sec]"]
+    slower = entries_of({**document, "trials": {"values": [9.0, 10.0, 11.0]}}, "run.json")[0]
+    faster = entries_of({**document, "trials": {"values": [18.0, 20.0, 22.0]}}, "run.json")[0]
+    assert trial_values(slower) == pytest.approx(tuple(v * tokens_per_item for v in (9, 10, 11)))
+    assert stats.gate(trial_values(slower), trial_values(faster), 5.0).ratio == \
+        pytest.approx(stats.gate((9.0, 10.0, 11.0), (18.0, 20.0, 22.0), 5.0).ratio)

@@ -1,12 +1,14 @@
 """``--compare BASELINE.json`` printed: this run against the baseline, and the gate's verdict.
 
 The baseline itself is read (and another configuration refused) by
-:mod:`microbench.store.baseline`, before the run. ``--compare`` is a gate for CI pipelines: every metric is printed with its change, and the
-verdict comes from :func:`microbench.measure.stats.gate` on both sides' trials (Welch's t test on log
-throughput where each side has two trials or more; the point ratio, said so, where a side has
-one): a drop beyond ``--tolerance`` percent that is also significant raises
-:class:`~microbench.platform.errors.Regression` (exit 5). A baseline of another configuration is refused
-(exit 2): comparing resnet50 with resnet18, or batch 64 with batch 128, measures nothing
+:mod:`microbench.store.baseline`, before the run; both sides' figures are read through
+:mod:`microbench.store.entry`, as the report reads them. ``--compare`` is a gate for CI
+pipelines: every metric is printed with its change, and the verdict comes from
+:func:`microbench.measure.stats.gate` on both sides' trials (Welch's t test on log throughput
+where each side has two trials or more; the point ratio, said so, where a side has one): a drop
+beyond ``--tolerance`` percent that is also significant raises
+:class:`~microbench.platform.errors.Regression` (exit 5). A baseline of another configuration is
+refused (exit 2): comparing resnet50 with resnet18, or batch 64 with batch 128, measures nothing
 (:mod:`microbench.settings.identity` says which settings must agree); ``--compare-any-config``
 compares anyway and prints what differs.
 
@@ -25,13 +27,19 @@ from microbench.platform import safe_text
 from microbench.platform.errors import Regression
 from microbench.settings import identity
 from microbench.store.baseline import CV_METRIC, check_same_configuration, metrics, trial_values
+from microbench.store.entry import Entry, entries_of
+
+
+def _entry(document: dict) -> Entry:
+    """This run as the baseline is read: its result document through store.entry."""
+    return entries_of(document, "this run")[0]
 
 
 def judge(summary, gate) -> stats.GateVerdict:
     """The gate's verdict on this run against ``gate.baseline``, known before anything is
     written (a failed gate must not replace the baseline it failed against)."""
-    ours = tuple(trial.throughput for trial in summary.trials)
-    return stats.gate(trial_values(gate.baseline), ours, gate.tolerance_pct)
+    ours = trial_values(_entry(result_document(summary)))
+    return stats.gate(trial_values(gate.entry), ours, gate.tolerance_pct)
 
 
 def compare(summary, gate, out: TextIO, verdict: stats.GateVerdict | None = None) -> None:
@@ -41,7 +49,7 @@ def compare(summary, gate, out: TextIO, verdict: stats.GateVerdict | None = None
     check_same_configuration(identity.of_document(current), baseline, gate.path,
                              gate.any_config)
     verdict = verdict or judge(summary, gate)
-    ours, theirs = metrics(current), metrics(baseline)
+    ours, theirs = metrics(_entry(current)), metrics(gate.entry)
     print(f"Comparison with {safe_text.terminal(gate.path)} "
           f"(tolerance {gate.tolerance_pct:g}% on throughput)",
           file=out)

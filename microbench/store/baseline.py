@@ -4,7 +4,8 @@ FILE.json``, each refused (exit 2) when it is another configuration, before anyt
 Below both the drivers (the runner reads the baselines right after resolving the run) and the
 output (``--compare`` prints against the gate), so neither reaches into the other. What counts
 as the same configuration is :mod:`microbench.settings.identity`'s; reading a result file is
-:mod:`microbench.store.stored`'s.
+:mod:`microbench.store.stored`'s; its figures are read through :mod:`microbench.store.entry`, the
+one model of a stored result (the report's, the sweep's and ``--compare``'s).
 
 Example::
 
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from microbench.platform import safe_text
 from microbench.platform.errors import UsageError
 from microbench.settings import identity
+from microbench.store.entry import Entry, entries_of
 from microbench.store.stored import load_result
 
 
@@ -27,10 +29,14 @@ class Gate:
 
     path: str
     tolerance_pct: float
-    baseline: dict
+    baseline: dict                     # the document (its configuration: settings.identity)
     any_config: bool = False           # --compare-any-config: another configuration, said so
     fail: bool = True                  # --fail-if never: report a regression, exit 0
 
+    @property
+    def entry(self) -> Entry:
+        """The baseline's figures, read as every reader of a stored result reads them."""
+        return entries_of(self.baseline, self.path)[0]
 
 
 def read_gate(path: str, tolerance_pct: float, spec, any_config: bool = False,
@@ -61,41 +67,36 @@ def scaling_baseline(path: str, spec) -> float:
     work per device: network, mode, precision, per-device batch, input size, layout, compile
     setting, device model...), or the efficiency would compare different work."""
     document = load_result(path, "--scaling-baseline")
-    if document.get("GPUs") != 1:
-        raise UsageError(f"--scaling-baseline {path} is a {document.get('GPUs')}-device result; "
+    entry = entries_of(document, path)[0]
+    devices = entry.settings.get("devices")
+    if devices != 1:
+        raise UsageError(f"--scaling-baseline {path} is a {devices}-device result; "
                          f"give a single-device run of the same configuration")
     differ = identity.differences(identity.of_spec(spec), identity.of_document(document),
                                   identity.WORK)
     if differ:
         raise UsageError(f"--scaling-baseline {path} differs in {'; '.join(differ)}")
-    return float(document["Throughput [img/sec]"])
-
-
-def _metric(document: dict, *keys: str) -> float | None:
-    value = document
-    for key in keys:
-        value = value.get(key) if isinstance(value, dict) else None
-    return value if isinstance(value, (int, float)) else None
+    return entry.figures["items_per_s"]
 
 
 CV_METRIC = "Coefficient of variation"
 
 
-def metrics(document: dict) -> dict[str, float | None]:
+def metrics(entry: Entry) -> dict[str, float | None]:
+    """--compare's table: a result's figures as store.entry reads them (None: not recorded)."""
+    figures = entry.figures
     return {
-        "Throughput [img/sec]": _metric(document, "Throughput [img/sec]"),
-        "Median iteration [ms]": _metric(document, "timing", "stats", "median_ms"),
-        "p99 iteration [ms]": _metric(document, "timing", "stats", "p99_ms"),
-        CV_METRIC: _metric(document, "timing", "stats", "cv"),
-        "Peak memory allocated [MB]": _metric(document, "memory", "peak_allocated_mb"),
+        "Throughput [img/sec]": figures.get("items_per_s"),
+        "Median iteration [ms]": figures.get("p50_ms"),
+        "p99 iteration [ms]": figures.get("p99_ms"),
+        CV_METRIC: figures.get("cv"),
+        "Peak memory allocated [MB]": figures.get("peak_allocated_mb"),
     }
 
 
-def trial_values(document: dict) -> tuple[float, ...]:
-    """A result's trial throughputs (items/s) where it has two or more, else its headline."""
-    trials = document.get("trials")
-    values = trials.get("values") if isinstance(trials, dict) else None
-    if isinstance(values, list) and len(values) >= 2 and all(
-            isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in values):
-        return tuple(float(v) for v in values)
-    return (float(document["Throughput [img/sec]"]),)
+def trial_values(entry: Entry) -> tuple[float, ...]:
+    """A result's trial throughputs where it has two or more, else its headline; in the
+    entry's unit (tokens/s for a language model), which both sides of a gate share."""
+    if len(entry.trial_values) >= 2:
+        return entry.trial_values
+    return (entry.figures["throughput"],)

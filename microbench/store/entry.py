@@ -272,6 +272,7 @@ def result_entry(document: dict, source: str) -> Entry:
     energy, estimated = _energy_per_unit(document)
     figures = {
         "throughput": _number(document["Throughput [img/sec]"]) * scale,
+        "items_per_s": _number(document["Throughput [img/sec]"]),     # the older tool's key
         "ci95_low": low, "ci95_high": high,
         "trial_count": len(trial_values) or 1,
         "p50_ms": _number(stats.get("median_ms")),
@@ -327,7 +328,8 @@ def older_tool_entry(document: dict, source: str) -> Entry:
     time per mini-batch was a mean, not a percentile, so no latency column takes it)."""
     settings = {"network": document.get("Name"), "devices": document.get("GPUs"),
                 "batch": document.get("Mini batch size [img]"), "tool": "older tool"}
-    figures = {"throughput": _number(document["Throughput [img/sec]"]), "trial_count": 1}
+    throughput = _number(document["Throughput [img/sec]"])
+    figures = {"throughput": throughput, "items_per_s": throughput, "trial_count": 1}
     return Entry(MODEL, source, settings, figures, "images/s",
                  identity=json.dumps([source, document.get("Throughput [img/sec]")]))
 
