@@ -26,6 +26,7 @@ from typing import Callable, TextIO
 
 from microbench.settings.config import min_noise_trials
 from microbench.platform.errors import UsageError
+from microbench.measure.results import Trial
 from microbench.measure.stats import DiscardPolicy, StoppingRule, throttle_reason
 
 # --discard-throttled measures at most this many trials again in one run; later throttled
@@ -42,7 +43,7 @@ class Discarded:
 
     index: int
     reason: str
-    trial: object                      # the Trial
+    trial: Trial
 
 
 @dataclass

@@ -26,6 +26,7 @@ from microbench.measure.telemetry import TelemetryReport
 from microbench.measure.timing import Measurement
 
 if TYPE_CHECKING:
+    from microbench.measure.attribution import Attribution
     from microbench.measure.input_bound import DataTrial
     from microbench.measure.reduced_precision import LowPrecision
     from microbench.measure.compile_watch import CompileReport
@@ -67,7 +68,7 @@ class GenerationTimes:
     e2e: Measurement            # one sample per iteration: prefill + all its decode steps
     decode_bytes: int = 0       # bytes the timed decode steps had to read, all of them summed
     prefill_flops: int | None = None    # FLOPs of one prefill, counted once (None: not counted)
-    attribution: Any = None     # a decode step profiled after the timed loop (attribution.py)
+    attribution: Attribution | None = None  # a decode step profiled after the timed loop
 
     @classmethod
     def merge(cls, parts) -> "GenerationTimes":
@@ -156,7 +157,7 @@ class RankRecord:
     peak_allocated_mb: float | None
     peak_reserved_mb: float | None
     telemetry: TelemetryReport | None = None
-    data: Any = None                     # this rank's input pipeline (microbench.data.DataTrial)
+    data: DataTrial | None = None        # this rank's input pipeline (--data loader|folder)
     sharded: ShardedState | None = None  # --parallel fsdp: this rank's shards
 
     @property

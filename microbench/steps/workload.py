@@ -25,6 +25,7 @@ from microbench.settings.precision import Precision
 
 if TYPE_CHECKING:
     from microbench.models.language import LanguageModelSpec
+    from microbench.steps.sharding import ShardPlan
     from microbench.models.registry import ModelSpec
     from microbench.settings.config import BenchConfig
 
@@ -51,7 +52,7 @@ class Workload:
     phases: "PhaseMarks | None" = None          # training: forward / backward / optimizer marks
     target: torch.Tensor | None = None          # training's labels (the input pipeline fills them)
     optimizer: torch.optim.Optimizer | None = None   # training: what steps (its state measured)
-    sharding: object | None = None              # --parallel fsdp: sharding.ShardPlan
+    sharding: ShardPlan | None = None           # --parallel fsdp: how it is sharded
     lowp: "lowp.LowPrecision | None" = None      # --precision fp8, --quantize: what changed
 
 
