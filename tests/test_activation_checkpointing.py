@@ -3,7 +3,7 @@
 
 Memory is measured with PyTorch's own MemTracker (torch.distributed._tools.mem_tracker), which
 follows every tensor's storage through the dispatcher, so it works on the CPU; recomputation is
-counted with FlopCounterMode.
+counted with FlopCounterMode (measure/flops.py's counting()).
 """
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pytest
 import torch
 import torchvision
 from torch.distributed._tools.mem_tracker import MemTracker
-from torch.utils.flop_counter import FlopCounterMode
 
+from microbench.measure import flops
 from microbench.steps import activation_checkpointing
 from microbench.models.archs.llama import LlamaConfig, build, initialize
 from microbench.steps.blocks import transformer_blocks
@@ -44,7 +44,7 @@ def peak_bytes(model) -> int:
 
 
 def training_flops(model) -> int:
-    with FlopCounterMode(display=False) as counter:
+    with flops.counting() as counter:
         forward_backward(model)
     return counter.get_total_flops()
 

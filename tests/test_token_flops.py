@@ -3,6 +3,7 @@ by hand and against torchtitan's published Llama 3.1 8B throughput and MFU."""
 from __future__ import annotations
 
 import pytest
+import torch
 
 from microbench.models.archs import llama
 from microbench.measure.flops import H100_SXM, PeakChoice
@@ -54,3 +55,31 @@ def test_counting_a_built_model_agrees_with_the_closed_form(tied):
     embedding = 300 * 64
     total = llama.parameter_count(config)
     assert counted.matmul_parameters == (total if tied else total - embedding)
+
+
+# ---------------------------------------------------------------- fused attention, counted
+
+def test_grouped_query_attention_counts_as_its_kv_heads_repeated():
+    """An hf: Llama runs SDPA with enable_gqa (8 query heads on 2 kv heads): the count is the
+    multiply-adds of the kv heads repeated for each query head, forward and backward, on a
+    torch whose own formula asserts equal head counts as on one that takes GQA."""
+    from torch.utils import flop_counter
+    from microbench.measure import flops
+    query, kv, grad = (2, 8, 16, 32), (2, 2, 16, 32), (2, 8, 16, 32)
+    repeated = (2, 8, 16, 32)
+    assert flops._attention_forward(query, kv, kv) == \
+        flop_counter.sdpa_flop_count(query, repeated, repeated) == 2 * 2 * (2 * 8 * 16 * 16 * 32)
+    assert flops._attention_backward(grad, query, kv, kv) == \
+        flop_counter.sdpa_backward_flop_count(grad, query, repeated, repeated)
+
+
+def test_the_counter_counts_attention_on_the_cpu_with_grouped_heads():
+    from microbench.measure import flops
+    q = torch.randn(1, 4, 8, 16, requires_grad=True)
+    k, v = (torch.randn(1, 2, 8, 16, requires_grad=True) for _ in range(2))
+    with flops.counting() as counter:
+        torch.nn.functional.scaled_dot_product_attention(q, k, v, enable_gqa=True).sum().backward()
+    forward = 2 * 2 * (1 * 4 * 8 * 8 * 16)                    # two products of 4 query heads
+    counts = {str(op): count for op, count in counter.get_flop_counts()["Global"].items()}
+    assert counts.get("aten._scaled_dot_product_flash_attention_for_cpu") == forward
+    assert counter.get_total_flops() >= 3 * forward           # backward: more than twice that

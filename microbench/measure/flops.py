@@ -280,28 +280,53 @@ def peak_tflops(peak: DevicePeak | None, precision: str) -> float | None:
 # FLOP counting and MFU
 # ----------------------------------------------------------------------------------------------
 
-def _count_cpu_fused_attention() -> None:
-    """FlopCounterMode has formulas for the GPU's fused attention kernels but none for the CPU's
-    (``_scaled_dot_product_flash_attention_for_cpu`` and its backward), so on the CPU a language
-    model's attention counted nothing. The CPU kernel does the same matmuls: give it the same
-    formulas, so that FLOPs per iteration are on one basis on every device."""
-    forward = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
-    backward = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward
-    if forward in flop_counter.flop_registry:          # a later torch counts it itself
-        return
-
-    @flop_counter.register_flop_formula(forward)
-    def _forward(query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
-        return flop_counter.sdpa_flop_count(query_shape, key_shape, value_shape)
-
-    @flop_counter.register_flop_formula(backward)
-    def _backward(grad_out_shape, query_shape, key_shape, value_shape, *args, out_shape=None,
-                  **kwargs) -> int:
-        return flop_counter.sdpa_backward_flop_count(grad_out_shape, query_shape, key_shape,
-                                                     value_shape)
+def _as_query_heads(query_shape, shape) -> tuple:
+    """A key or value shape with the query's head count. Grouped-query attention (fewer key/value
+    heads than query heads) does the multiply-adds of each kv head repeated for its query heads;
+    torch's formula takes that shape on every release (older ones, 2.11 among them, assert equal
+    head counts: an ``hf:`` Llama's SDPA with ``enable_gqa`` stopped the run)."""
+    batch, _, length, width = shape
+    return (batch, query_shape[1], length, width)
 
 
-_count_cpu_fused_attention()
+def _attention_forward(query_shape, key_shape, value_shape, *args, out_shape=None,
+                       **kwargs) -> int:
+    return flop_counter.sdpa_flop_count(query_shape, _as_query_heads(query_shape, key_shape),
+                                        _as_query_heads(query_shape, value_shape))
+
+
+def _attention_backward(grad_out_shape, query_shape, key_shape, value_shape, *args,
+                        out_shape=None, **kwargs) -> int:
+    return flop_counter.sdpa_backward_flop_count(
+        grad_out_shape, query_shape, _as_query_heads(query_shape, key_shape),
+        _as_query_heads(query_shape, value_shape))
+
+
+# The fused attention kernels SDPA dispatches to (the CPU's among them: torch's counter had no
+# formula for it, so on the CPU a language model's attention counted nothing).
+_FUSED_ATTENTION = ("_scaled_dot_product_efficient_attention",
+                    "_scaled_dot_product_flash_attention",
+                    "_scaled_dot_product_cudnn_attention",
+                    "_scaled_dot_product_flash_attention_for_cpu")
+
+
+def _attention_formulas() -> dict:
+    formulas = {}
+    for name in _FUSED_ATTENTION:
+        for suffix, formula in (("", _attention_forward), ("_backward", _attention_backward)):
+            op = getattr(torch.ops.aten, name + suffix, None)
+            if op is not None:                       # this build has the kernel
+                formulas[op] = formula
+    return formulas
+
+
+ATTENTION_FORMULAS = _attention_formulas()
+
+
+def counting() -> FlopCounterMode:
+    """torch's FlopCounterMode with one formula for every fused attention kernel, on every
+    device and for grouped-query shapes, so FLOPs per iteration are on one basis everywhere."""
+    return FlopCounterMode(display=False, custom_mapping=ATTENTION_FORMULAS)
 
 
 def count_iteration_flops(model: torch.nn.Module, inputs: torch.Tensor, target: torch.Tensor,
@@ -311,7 +336,7 @@ def count_iteration_flops(model: torch.nn.Module, inputs: torch.Tensor, target: 
     update is not counted, as in the usual MFU convention). Gradients it leaves are cleared.
     ``loss(output, target)`` is the model family's loss."""
     grad_mode = contextlib.nullcontext() if training else torch.inference_mode()
-    with FlopCounterMode(display=False) as counter:
+    with counting() as counter:
         with grad_mode, autocast:
             output = model(inputs)
             value = loss(output, target) if training else None
@@ -324,7 +349,7 @@ def count_iteration_flops(model: torch.nn.Module, inputs: torch.Tensor, target: 
 
 def count_step_flops(step: Callable[[], object]) -> int:
     """FLOPs of one call of ``step`` (a whole generation: prefill and every decode step)."""
-    with FlopCounterMode(display=False) as counter:
+    with counting() as counter:
         step()
     return counter.get_total_flops()
 
