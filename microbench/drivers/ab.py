@@ -54,8 +54,8 @@ def print_verdict(result: stats.ABResult, plan: ABPlan, rows, out: TextIO) -> No
 def document(result: stats.ABResult, plan: ABPlan, rows) -> dict:
     return {"schema_version": files.SCHEMA_VERSION, "ab": {**result.to_dict(), "flags_b": plan.flags,
                    "a_result": rows[0].spec.json_path, "b_result": rows[1].spec.json_path,
-                   "a_trials": files.result_document(rows[0].summary)["trials"],
-                   "b_trials": files.result_document(rows[1].summary)["trials"]}}
+                   "a_trials": rows[0].document["trials"],
+                   "b_trials": rows[1].document["trials"]}}
 
 
 def write(result: stats.ABResult, plan: ABPlan, rows) -> str | None:
@@ -64,7 +64,7 @@ def write(result: stats.ABResult, plan: ABPlan, rows) -> str | None:
     if first.json_path is None:
         return None
     for row in rows:
-        files.write_files(row.summary)
+        files.write_files(row.summary, row.document)     # built once (sweep.Row.record)
     path = os.path.join(os.path.dirname(first.json_path),
                         f"ab_{os.path.basename(first.json_path)}")
     text = writing.json_text(document(result, plan, rows)).encode("utf-8")

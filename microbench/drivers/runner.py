@@ -118,17 +118,18 @@ def report(summary: Summary, out) -> None:
     """Everything rank 0 shows and writes after a run, and the --compare gate last (judged
     first: a run that fails the gate never replaces the baseline it failed against)."""
     gate = summary.spec.compare
-    verdict = compare.judge(summary, gate) if gate is not None else None
+    document = files.result_document(summary)       # once: judged, written, compared
+    verdict = compare.judge(document, gate) if gate is not None else None
     if verdict is not None and verdict.regression:      # written beside the baseline
         summary = dataclasses.replace(summary, spec=_keeping_baseline(summary.spec, gate))
     if not summary.spec.config.quiet:
         console.print_iterations(summary, out)
     console.print_summary(summary, out)
     console.print_profiles(summary, out)
-    files.write_files(summary)
+    files.write_files(summary, document)
     console.print_files(summary, out)
     if gate is not None:
-        compare.compare(summary, gate, out, verdict)
+        compare.compare(document, gate, out, verdict)
 
 
 def _keeping_baseline(spec: RunSpec, gate) -> RunSpec:

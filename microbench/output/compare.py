@@ -14,15 +14,15 @@ compares anyway and prints what differs.
 
 Example::
 
-    verdict = judge(summary, gate)          # before the result is written (runner.report)
-    compare(summary, gate, sys.stdout, verdict)
+    document = files.result_document(summary)   # built once: judged, written, compared
+    verdict = judge(document, gate)           # before the result is written (runner.report)
+    compare(document, gate, sys.stdout, verdict)
 """
 from __future__ import annotations
 
 from typing import TextIO
 
 from microbench.measure import stats
-from microbench.output.files import result_document
 from microbench.platform import safe_text
 from microbench.platform.errors import Regression
 from microbench.settings import identity
@@ -35,20 +35,21 @@ def _entry(document: dict) -> Entry:
     return entries_of(document, "this run")[0]
 
 
-def judge(summary, gate) -> stats.GateVerdict:
-    """The gate's verdict on this run against ``gate.baseline``, known before anything is
-    written (a failed gate must not replace the baseline it failed against)."""
-    ours = trial_values(_entry(result_document(summary)))
+def judge(current: dict, gate) -> stats.GateVerdict:
+    """The gate's verdict on this run (its result document, ``current``) against
+    ``gate.baseline``, known before anything is written (a failed gate must not replace the
+    baseline it failed against)."""
+    ours = trial_values(_entry(current))
     return stats.gate(trial_values(gate.entry), ours, gate.tolerance_pct)
 
 
-def compare(summary, gate, out: TextIO, verdict: stats.GateVerdict | None = None) -> None:
-    """Print this run against ``gate.baseline`` and the verdict; raise Regression when the gate
-    finds a significant drop beyond the tolerance."""
-    current, baseline = result_document(summary), gate.baseline
-    check_same_configuration(identity.of_document(current), baseline, gate.path,
+def compare(current: dict, gate, out: TextIO, verdict: stats.GateVerdict | None = None) -> None:
+    """Print this run (its result document, the one its file holds) against ``gate.baseline``
+    and the verdict; raise Regression when the gate finds a significant drop beyond the
+    tolerance."""
+    check_same_configuration(identity.of_document(current), gate.baseline, gate.path,
                              gate.any_config)
-    verdict = verdict or judge(summary, gate)
+    verdict = verdict or judge(current, gate)
     ours, theirs = metrics(_entry(current)), metrics(gate.entry)
     print(f"Comparison with {safe_text.terminal(gate.path)} "
           f"(tolerance {gate.tolerance_pct:g}% on throughput)",
