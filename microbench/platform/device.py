@@ -35,7 +35,8 @@ from microbench.platform.errors import MissingEnvironment, UsageError
 # torch.cuda (which HIP builds implement too) serves instead.
 _ACCELERATOR_FUNCTIONS = ("synchronize", "empty_cache", "max_memory_allocated",
                           "max_memory_reserved", "reset_peak_memory_stats", "get_memory_info",
-                          "memory_reserved", "memory_allocated", "set_device_index")
+                          "memory_reserved", "memory_allocated", "set_device_index",
+                          "current_device_index")
 
 
 @functools.lru_cache(maxsize=1)
@@ -51,7 +52,14 @@ def _gpu_api():
         max_memory_reserved=cuda.max_memory_reserved,
         reset_peak_memory_stats=cuda.reset_peak_memory_stats, get_memory_info=cuda.mem_get_info,
         memory_reserved=cuda.memory_reserved, memory_allocated=cuda.memory_allocated,
-        set_device_index=cuda.set_device)
+        set_device_index=cuda.set_device, current_device_index=cuda.current_device)
+
+
+def _gpu_runtime_started() -> bool:
+    """Whether this process has started its GPU runtime (HIP builds answer through torch.cuda
+    too). Asking a thread's current device would start it: a process that only coordinates
+    others, or runs on the CPU, must not create a GPU context for that."""
+    return torch.cuda.is_initialized()
 
 
 def is_gpu(device: torch.device) -> bool:
@@ -123,15 +131,33 @@ def collective_backend(device: torch.device) -> str:
     return "nccl" if is_gpu(device) else "gloo"
 
 
+def collective_library() -> str:
+    """The library behind the "nccl" backend: RCCL on ROCm builds, NCCL otherwise."""
+    return "RCCL" if torch.version.hip else "NCCL"
+
+
 def rank_device_ids(device: torch.device) -> list[int] | None:
     """The ``device_ids`` DDP and NCCL barriers take for this rank's GPU; None on the CPU."""
     return [device.index] if is_gpu(device) else None
 
 
 def activate(device: torch.device) -> None:
-    """Make ``device`` this process's current device (events and kernels go to its stream)."""
+    """Make ``device`` the calling thread's current device (its events and kernels go to that
+    device's stream; other threads keep theirs: see ``current_gpu``)."""
     if is_gpu(device):
         _gpu_api().set_device_index(device)
+
+
+def current_gpu() -> torch.device | None:
+    """The GPU the calling thread's kernels and collectives go to; None where this process has
+    not started its GPU runtime (the CPU; a process that only coordinates its workers).
+
+    A current device belongs to a thread, not a process, in CUDA and HIP alike: a thread the
+    process starts later begins on GPU 0 whatever the main thread chose. Work handed to another
+    thread takes this value with it (``activate`` it there), or NCCL sees every rank on GPU 0."""
+    if not _gpu_runtime_started():
+        return None
+    return torch.device("cuda", _gpu_api().current_device_index())
 
 
 # ---------------------------------------------------------------- operations

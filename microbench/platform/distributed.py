@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import os
+import re
 import threading
 import urllib.parse
 from dataclasses import dataclass, replace
@@ -203,13 +204,20 @@ def interruptible(call: Callable[[], T]) -> T:
     Python runs signal handlers between bytecodes of the main thread, so a main thread blocked
     inside torch.distributed's C++ (a rendezvous whose peers died, a gather one rank never
     reaches) would ignore torchrun's SIGTERM until torchrun kills it. The call runs in a helper
-    thread instead, and the main thread waits for it in short slices."""
+    thread instead, and the main thread waits for it in short slices.
+
+    The helper runs on the caller's GPU: a current device belongs to a thread, and a new one
+    starts on GPU 0, where NCCL would see every rank of the node ("Duplicate GPU") and object
+    collectives would stage their tensors."""
     if threading.current_thread() is not threading.main_thread():
         return call()
+    device = device_layer.current_gpu()
     outcome: dict = {}
 
     def target() -> None:
         try:
+            if device is not None:
+                device_layer.activate(device)
             outcome["value"] = call()
         except BaseException as error:             # noqa: BLE001 (re-raised in the caller)
             outcome["error"] = error
@@ -223,6 +231,16 @@ def interruptible(call: Callable[[], T]) -> T:
     return outcome.get("value")
 
 
+def _new_group(backend: str, device: torch.device, timeout_s: float, **kwargs) -> None:
+    """``dist.init_process_group`` bound to this rank's GPU where the backend drives GPUs: the
+    group then knows its device (barriers and object collectives use it, and NCCL forms its
+    communicator for it at once) instead of guessing it from the calling thread."""
+    if backend != "gloo" and device_layer.is_gpu(device):
+        kwargs["device_id"] = device
+    interruptible(lambda: dist.init_process_group(
+        backend=backend, timeout=datetime.timedelta(seconds=timeout_s), **kwargs))
+
+
 def init_process_group(launch: Launch, device: torch.device, timeout_s: float,
                        coordination_only: bool = False) -> None:
     """The job's process group. ``coordination_only``: this process only meets the others and
@@ -233,18 +251,14 @@ def init_process_group(launch: Launch, device: torch.device, timeout_s: float,
     kwargs = {}
     if launch.launcher != "torchrun":      # torchrun's env:// carries rank and world size
         kwargs.update(rank=launch.rank, world_size=launch.world_size)
-    interruptible(lambda: dist.init_process_group(
-        backend=backend, init_method=launch.init_method,
-        timeout=datetime.timedelta(seconds=timeout_s), **kwargs))
+    _new_group(backend, device, timeout_s, init_method=launch.init_method, **kwargs)
 
 
 def init_trial_group(launch: Launch, device: torch.device, timeout_s: float,
                      rendezvous: str) -> None:
     """A trial worker's process group, at the rendezvous rank 0 chose for this trial."""
-    backend = launch.backend or device_layer.collective_backend(device)
-    interruptible(lambda: dist.init_process_group(
-        backend=backend, init_method=rendezvous, rank=launch.rank,
-        world_size=launch.world_size, timeout=datetime.timedelta(seconds=timeout_s)))
+    _new_group(launch.backend or device_layer.collective_backend(device), device, timeout_s,
+               init_method=rendezvous, rank=launch.rank, world_size=launch.world_size)
 
 
 def rendezvous_host(launch: Launch) -> str:
@@ -255,9 +269,11 @@ def rendezvous_host(launch: Launch) -> str:
     return urllib.parse.urlsplit(launch.init_method).hostname or "127.0.0.1"
 
 
-def broadcast_from_main(objects: list) -> None:
-    """Replace ``objects`` on every rank by rank 0's, in place."""
-    interruptible(lambda: dist.broadcast_object_list(objects, src=0))
+def broadcast_from_main(objects: list, device: torch.device) -> None:
+    """Replace ``objects`` on every rank by rank 0's, in place (staged on ``device`` where the
+    backend needs a GPU tensor)."""
+    staging = device if dist.get_backend() == "nccl" else None
+    interruptible(lambda: dist.broadcast_object_list(objects, src=0, device=staging))
 
 
 # --------------------------------------------------------------- ranks agree, or fail together
@@ -312,6 +328,26 @@ _PEER_FAILURE_WORDS = ("timed out", "timeout", "connection closed", "connection 
                        "connection refused", "broken pipe", "peer", "socket", "aborted",
                        "watchdog", "heartbeat")
 
+# Words that say the rendezvous address was never reached: only these get the address advice.
+_UNREACHED_WORDS = ("timed out", "timeout", "connection refused")
+
+# NCCL's (and RCCL's, which keeps its names) own reasons, most specific first, and what to do.
+_BACKEND_ADVICE = (
+    ("duplicate gpu", "two ranks of one node are on the same GPU: start at most one rank per "
+                      "visible GPU (torchrun --nproc-per-node, --device_ids) and check "
+                      "CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES on every rank"),
+    ("unhandled cuda error", "the GPU runtime failed inside the collective: check the GPUs and "
+                             "the driver, and rerun with NCCL_DEBUG=WARN for its reason"),
+    ("unhandled system error", "a system call failed inside the collective (shared memory, "
+                               "network interfaces, peer access): rerun with NCCL_DEBUG=INFO; "
+                               "in a container, enlarge /dev/shm"),
+    ("remote process exited", "another rank failed or was killed: see its error line"),
+    ("invalid usage", "the collective library refused the call: rerun with NCCL_DEBUG=WARN "
+                      "for its reason"),
+    ("internal error", "the collective library failed: rerun with NCCL_DEBUG=INFO for its "
+                       "reason"),
+)
+
 
 def is_peer_failure(error: BaseException) -> bool:
     if isinstance(error, dist.DistError):
@@ -320,11 +356,50 @@ def is_peer_failure(error: BaseException) -> bool:
     return isinstance(error, RuntimeError) and any(word in text for word in _PEER_FAILURE_WORDS)
 
 
+def backend_reason(text: str) -> tuple[str, str] | None:
+    """(what NCCL said, advice that fits it) where an error carries NCCL's own reason: its
+    "Last error:" line where it gave one, else its error class ("invalid usage")."""
+    library = re.search(r"[NR]CCL error[^,\n]*, ([^(\n]+)", text)
+    if library is None:
+        return None
+    last = re.search(r"Last error:\s*(\S[^\n]*)", text)
+    said = " ".join((last.group(1) if last else library.group(1)).split())
+    lowered = text.lower()
+    for words, advice in _BACKEND_ADVICE:
+        if words in lowered:
+            return said, advice
+    return said, "rerun with NCCL_DEBUG=WARN for the collective library's reason"
+
+
+def _failure_line(launch: Launch, timeout_s: float, phase: str, error: BaseException) -> str:
+    """One line for a failed rendezvous or collective: the backend's own reason first where it
+    gave one; the rendezvous address only where it was never reached."""
+    text = str(error)
+    what = "rendezvous failed" if phase == "rendezvous" else "lost the other ranks"
+    kind = type(error).__name__
+    reason = backend_reason(text)
+    if reason is not None:
+        said, advice = reason
+        return f"{what}: {device_layer.collective_library()} says '{said[:200]}' ({kind}): {advice}"
+    shown = " ".join(text.split())[:240]
+    if phase == "rendezvous" and any(word in text.lower() for word in _UNREACHED_WORDS):
+        address = launch.init_method
+        if address == "env://":
+            address = f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"
+        advice = (f"not every rank joined within --dist-timeout {timeout_s:g} s: check that "
+                  f"all {launch.world_size} ranks were started with the same world size and "
+                  f"rendezvous address ({address}) and that its port is reachable")
+    else:
+        advice = ("another rank failed or was killed (see its error line) or the network "
+                  f"between ranks failed; --dist-timeout {timeout_s:g} s bounds the wait")
+    return f"{what} ({kind}: {shown}): {advice}"
+
+
 @contextlib.contextmanager
 def failures_reported(launch: Launch, timeout_s: float, phase: str) -> Iterator[None]:
-    """Turn a rendezvous timeout (``phase`` "rendezvous"), a dead peer or a collective that timed
-    out ("run") into one line that says what happened and what to check (exit 1), instead of a
-    traceback."""
+    """Turn a failed rendezvous (``phase`` "rendezvous"), a dead peer, a collective that timed
+    out ("run") or the collective library's own refusal into one line that says what happened
+    and what to check (exit 1), instead of a traceback."""
     try:
         yield
     except BenchmarkError:
@@ -332,19 +407,7 @@ def failures_reported(launch: Launch, timeout_s: float, phase: str) -> Iterator[
     except Exception as error:                       # noqa: BLE001 (re-raised unless a peer's)
         if not (launch.distributed and is_peer_failure(error)):
             raise
-        text = " ".join(str(error).split())[:240]
-        if phase == "rendezvous":
-            address = launch.init_method
-            if address == "env://":
-                address = f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"
-            advice = (f"not every rank joined within --dist-timeout {timeout_s:g} s: check that "
-                      f"all {launch.world_size} ranks were started with the same world size and "
-                      f"rendezvous address ({address}) and that its port is reachable")
-        else:
-            advice = ("another rank failed or was killed (see its error line) or the network "
-                      f"between ranks failed; --dist-timeout {timeout_s:g} s bounds the wait")
-        what = "rendezvous failed" if phase == "rendezvous" else "lost the other ranks"
-        raise DistributedFailure(f"{what} ({type(error).__name__}: {text}): {advice}") from None
+        raise DistributedFailure(_failure_line(launch, timeout_s, phase, error)) from None
 
 
 def barrier(device: torch.device) -> None:

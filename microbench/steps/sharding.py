@@ -203,9 +203,11 @@ def process_group(device: torch.device, timeout_s: float = 600.0) -> Iterator[No
     if dist.is_initialized():
         yield
         return
-    # NCCL (RCCL on ROCm) binds to the current device, which device.py has set for the run.
+    # NCCL (RCCL on ROCm) is bound to the run's GPU, whichever thread calls it later.
+    gpu = {"device_id": device} if is_gpu(device) else {}
     dist.init_process_group("nccl" if is_gpu(device) else "gloo", store=dist.HashStore(),
-                            rank=0, world_size=1, timeout=datetime.timedelta(seconds=timeout_s))
+                            rank=0, world_size=1, timeout=datetime.timedelta(seconds=timeout_s),
+                            **gpu)
     try:
         yield
     finally:

@@ -1,0 +1,141 @@
+"""What every GPU run of the suite must show, whatever the GPU: exit 0, no traceback, device
+events as the clock, memory tracked, a throughput above zero, its result document.
+
+The GPU suite (``python3 -m pytest -m gpu``) runs every feature on a real GPU and, with two or
+more, under torchrun. It asserts what a run must show, never a machine-dependent number, and
+every test skips cleanly on a machine without the GPUs it needs.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import ROOT, SCRIPT, requires_gpu
+
+# Small enough for seconds a run, large enough to launch real kernels on every path.
+IMAGES = ["--network", "resnet18", "--image-size", "64", "--batch-size", "8", "--iterations",
+          "3", "--warmup", "1", "--device", "cuda"]
+TOKENS = ["--network", "llama_tiny", "--seq-len", "128", "--batch-size", "2", "--iterations",
+          "3", "--warmup", "1", "--device", "cuda"]
+GENERATE = ["--network", "llama_tiny", "--mode", "generate", "--prompt-len", "32", "--gen-len",
+            "16", "--iterations", "3", "--warmup", "3", "--device", "cuda"]
+CLOCKS = ("CUDA events", "HIP events")
+TIMEOUT = 420
+
+needs_two_gpus = pytest.mark.skipif(
+    not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs 2 GPUs")
+gpu_suite = [requires_gpu, pytest.mark.gpu]
+
+
+def results(out_dir: Path) -> list[dict]:
+    """The run result documents a run wrote (traces, sweep and A/B summaries aside)."""
+    return [json.loads(path.read_text()) for path in sorted(out_dir.glob("*.json"))
+            if "_trace" not in path.name and not path.name.startswith(("ab_", "sweep_"))]
+
+
+def check_run(ran, out_dir: Path) -> dict:
+    """The run's one result document, after the checks every GPU run must pass."""
+    assert ran.returncode == 0, (ran.stdout[-3000:], ran.stderr[-3000:])
+    assert "Traceback" not in ran.stderr and "Traceback" not in ran.stdout, ran.stderr[-3000:]
+    [doc] = results(out_dir)
+    check_document(doc)
+    return doc
+
+
+def check_document(doc: dict) -> None:
+    assert doc["env"]["device_type"] == "cuda", doc["env"]
+    assert doc["env"]["gpu_runtime"] == ("ROCm" if torch.version.hip else "CUDA")
+    assert doc["timing"]["clock"] in CLOCKS
+    assert doc["memory"]["peak_allocated_mb"] > 0
+    assert doc["memory"]["peak_reserved_mb"] >= doc["memory"]["peak_allocated_mb"]
+    assert doc["Throughput [img/sec]"] > 0 and doc["Time per mini-batch"] > 0
+    assert all(sample > 0 for sample in doc["timing"]["samples_ms"])
+
+
+# ---------------------------------------------------------------- processes of several ranks
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def child_env(**extra) -> dict:
+    """The suite's environment without any launcher's variables (pytest may run under one)."""
+    env = {key: value for key, value in os.environ.items()
+           if key not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
+                          "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID")}
+    return {**env, "PYTHONUNBUFFERED": "1", **extra}
+
+
+def torchrun_command(nproc: int, *args: str) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
+            "--master-port", str(free_port()), str(SCRIPT), *args]
+
+
+def run_torchrun(nproc: int, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(torchrun_command(nproc, *args), cwd=ROOT, env=child_env(),
+                          capture_output=True, text=True, timeout=TIMEOUT)
+
+
+def check_job(process: subprocess.CompletedProcess, out_dir: Path, world: int) -> dict:
+    """A torchrun job's one result (rank 0 writes it), every rank on a GPU of its own."""
+    assert process.returncode == 0, (process.stdout[-3000:], process.stderr[-3000:])
+    assert "Traceback" not in process.stderr, process.stderr[-3000:]
+    assert process.stdout.count("--------------------SUMMARY") == 1
+    assert f"Num devices: {world}" in process.stdout
+    [doc] = results(out_dir)
+    check_document(doc)
+    job = doc["distributed"]
+    assert job["world_size"] == world and job["backend"] == "nccl"
+    assert [r["rank"] for r in job["per_rank"]] == list(range(world))
+    assert sorted(r["local_rank"] for r in job["per_rank"]) == list(range(world))
+    assert all(r["peak_allocated_mb"] > 0 for r in job["per_rank"])
+    return doc
+
+
+def children(pid: int) -> list[int]:
+    """The live processes whose parent is ``pid``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except (FileNotFoundError, ProcessLookupError, IndexError):
+                continue
+            if int(fields[1]) == pid and fields[0] != "Z":
+                found.append(int(entry.name))
+    return found
+
+
+def rank_of(pid: int) -> int | None:
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    for item in environ:
+        if item.startswith(b"RANK="):
+            return int(item[5:])
+    return None
+
+
+def wait_for_line(process: subprocess.Popen, text: str, lines: list[str], limit_s: float) -> None:
+    """Read the process's stdout until a line holds ``text`` (a condition, not a duration)."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        line = process.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+        if text in line:
+            return
+    pytest.fail(f"no line with {text!r}: {''.join(lines)[-3000:]}")
+

@@ -1,0 +1,93 @@
+"""Several GPUs under torchrun (``python3 -m pytest -m gpu`` on a machine with 2+ GPUs).
+
+Each rank on its own GPU in every thread it uses: NCCL refuses two ranks on one GPU, so a job
+that runs proves it; the records say which rank ran where. Skipped with fewer than 2 GPUs.
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import ROOT, SCRIPT, alive, run_main, spawn
+from gpu_checks import (IMAGES, TIMEOUT, check_job, child_env, children, free_port, gpu_suite,
+                        needs_two_gpus, rank_of, results, run_torchrun, torchrun_command,
+                        wait_for_line)
+
+pytestmark = [*gpu_suite, needs_two_gpus]
+
+DDP = ["--network", "resnet18", "--image-size", "64", "--iterations", "5", "--warmup", "2",
+       "--device", "cuda"]
+
+
+def test_ddp_on_two_gpus_records_every_rank_and_its_scaling(capfd, tmp_path):
+    one = tmp_path / "one"
+    ran = run_main(capfd, *DDP, "--batch-size", "16", "--output-dir", str(one))
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    [baseline] = one.glob("*.json")
+    two = tmp_path / "two"
+    process = run_torchrun(2, *DDP, "--batch-size", "32", "--output-dir", str(two),
+                           "--scaling-baseline", str(baseline))
+    doc = check_job(process, two, 2)
+    job = doc["distributed"]
+    assert job["launcher"] == "torchrun" and job["local_batch_size"] == 16
+    assert job["skew"] is not None and job["skew"] >= 0
+    assert job["scaling_efficiency"] == pytest.approx(
+        doc["Throughput [img/sec]"] / (2 * json.loads(baseline.read_text())["Throughput [img/sec]"]))
+    assert "Skew between ranks" in process.stdout and "Scaling efficiency : " in process.stdout
+
+
+def test_fsdp_shards_a_llama_preset_over_two_gpus(tmp_path):
+    process = run_torchrun(2, "--network", "llama3_1b", "--parallel", "fsdp", "--precision",
+                           "amp-bf16", "--optimizer", "adamw", "--seq-len", "256",
+                           "--batch-size", "4", "--iterations", "3", "--warmup", "1",
+                           "--device", "cuda", "--output-dir", str(tmp_path))
+    doc = check_job(process, tmp_path, 2)
+    parallel = doc["parallel"]
+    assert parallel["mode"] == "fsdp" and parallel["world_size"] == 2
+    assert parallel["tokens_per_s"] > 0 and parallel["sharding"]
+    assert "Throughput [tokens/sec] :" in process.stdout
+
+
+def test_a_rank_started_with_other_flags_is_refused_on_every_rank(tmp_path):
+    port = free_port()
+    ranks = []
+    for rank, iterations in ((0, "3"), (1, "4")):
+        env = child_env(RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank),
+                        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        ranks.append(spawn([sys.executable, str(SCRIPT), *DDP, "--batch-size", "16",
+                            "--iterations", iterations, "--output-dir", str(tmp_path)],
+                           cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True))
+    for rank, process in enumerate(ranks):
+        _, err = process.communicate(timeout=TIMEOUT)
+        assert process.returncode == 2, err[-3000:]
+        [line] = err.strip().splitlines()
+        assert line.startswith(f"[rank {rank}] error: ranks were started with different "
+                               f"settings: --iterations is 3 on rank 0, 4 on rank 1"), line
+    assert results(tmp_path) == []
+
+
+def test_sigterm_to_one_rank_ends_every_rank(tmp_path):
+    launcher = spawn(torchrun_command(2, *DDP, "--batch-size", "32", "--iterations", "100000",
+                                      "--output-dir", str(tmp_path)),
+                     cwd=ROOT, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                     text=True, start_new_session=True)
+    lines: list[str] = []
+    wait_for_line(launcher, "Timing", lines, TIMEOUT)            # every rank is in the loop
+    ranks = {rank_of(pid): pid for pid in children(launcher.pid)}
+    assert set(ranks) == {0, 1}, ranks
+    started = time.monotonic()
+    os.kill(ranks[1], signal.SIGTERM)
+    try:
+        _, err = launcher.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the job did not end within 120 s of SIGTERM to rank 1")
+    assert launcher.returncode != 0
+    assert "[rank 1] error: terminated (SIGTERM)" in err, err[-3000:]
+    assert time.monotonic() - started < 120
+    assert not any(alive(pid) for pid in ranks.values())
+    assert results(tmp_path) == []
