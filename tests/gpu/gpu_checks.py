@@ -51,7 +51,7 @@ def check_run(ran, out_dir: Path) -> dict:
 
 
 def check_document(doc: dict) -> None:
-    assert doc["env"]["device_type"] == "cuda", doc["env"]
+    assert doc["env"]["device_type"] == "gpu", doc["env"]
     assert doc["env"]["gpu_runtime"] == ("ROCm" if torch.version.hip else "CUDA")
     assert doc["timing"]["clock"] in CLOCKS
     assert doc["memory"]["peak_allocated_mb"] > 0

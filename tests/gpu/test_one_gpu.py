@@ -58,19 +58,15 @@ def test_eager_training(cli, flags, precision):
     assert all(loss == loss for loss in doc["losses"])           # no NaN from the precision
 
 
-def test_compiled_training_reports_its_compiler(cli):
-    ran, out_dir = cli(*IMAGES, "--compile")
-    doc = check_run(ran, out_dir)
-    assert doc["compiler"]["graphs"] >= 1 and doc["compiler"]["timed_recompiles"] == 0
-    assert doc["timing"]["compile_s"] > 0 and "Compile" in ran.stdout
-
-
-def test_fast_preset_picks_the_gpu_levers_and_says_so(cli):
-    ran, out_dir = cli(*IMAGES, "--preset", "fast")
+def test_fast_preset_trains_compiled_and_says_what_it_chose(cli):
+    """--preset fast is the compiled training path (with channels-last and AMP): one compile
+    of a training step covers both, the suite's time being a budget."""
+    ran, out_dir = cli(*IMAGES, "--preset", "fast", "--warmup", "3")
     doc = check_run(ran, out_dir)
     assert doc["config"]["preset"] == "fast" and doc["config"]["nhwc"] is True
     assert doc["config"]["compile"] is True and doc["precision"]["name"].startswith("amp-")
-    assert doc["compiler"]["graphs"] >= 1
+    assert doc["compiler"]["graphs"] >= 1 and doc["compiler"]["timed_recompiles"] == 0
+    assert doc["timing"]["compile_s"] > 0
 
 
 def test_inference_in_bf16(cli):
