@@ -12,7 +12,10 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+# The checkout: the first folder above this file with the project file (the tests may move into
+# folders of their own).
+ROOT = next(folder for folder in Path(__file__).resolve().parents
+            if (folder / "pyproject.toml").is_file())
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"
 FLAGS = DOCS / "flags.md"
