@@ -11,6 +11,7 @@ import sys
 import time
 
 import pytest
+import torch
 
 from conftest import ROOT, SCRIPT, alive, run_main, spawn
 from gpu_checks import (IMAGES, TIMEOUT, check_job, child_env, children, free_port, gpu_suite,
@@ -21,6 +22,17 @@ pytestmark = [*gpu_suite, needs_two_gpus]
 
 DDP = ["--network", "resnet18", "--image-size", "64", "--iterations", "5", "--warmup", "2",
        "--device", "cuda"]
+
+
+def test_the_collective_thread_runs_on_the_callers_gpu():
+    """The real runtime, not a fake: a thread starts on GPU 0, the helper takes the caller's."""
+    from microbench.platform import device as device_layer, distributed
+    device_layer.activate(torch.device("cuda", 1))
+    try:
+        assert distributed.interruptible(torch.cuda.current_device) == 1
+        assert torch.cuda.current_device() == 1
+    finally:
+        device_layer.activate(torch.device("cuda", 0))
 
 
 def test_ddp_on_two_gpus_records_every_rank_and_its_scaling(capfd, tmp_path):
