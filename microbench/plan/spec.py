@@ -59,7 +59,7 @@ class RunSpec:
     # job: raised when the ranks meet, so that the others stop too instead of waiting for it.
     problem: BenchmarkError | None = None
     # The result's name without .json, --no-files too (traces are named after it); rank 0's
-    # choice (report.files.claim_result_path) reaches the other ranks through distributed.agree.
+    # choice (output.files.claim_result_path) reaches the other ranks through distributed.agree.
     result_name: str = ""
     # --measure-peaks resolved: probe this device's GEMM and copy rates before timing
     # (microbench.ops.peaks), on by default on GPUs, off on the CPU.
@@ -192,7 +192,7 @@ def _json_name(config: BenchConfig, model, policy: precision_table.Precision,
     """``--output-file NAME`` gets ``.json`` appended as the older tool did (scripts then read
     NAME.json). The default is built from what usually tells configurations apart: model, mode,
     precision, layout, compile mode, sequence and attention, profilers, the batch and the world
-    size. Settings it leaves out are told apart by report.files.claim_result_path, which never
+    size. Settings it leaves out are told apart by output.files.claim_result_path, which never
     lets one configuration's result replace another's."""
     if config.output_file:
         name = config.output_file

@@ -3,6 +3,6 @@
 The results are found, read and modelled by :mod:`microbench.store` (``collection``, ``entry``);
 here they are laid out:
 
-* :mod:`.table` -- the text, markdown, CSV and JSON table of a collection;
-* :mod:`.chart` -- its chart (matplotlib); :mod:`.page` -- the HTML page.
+* :mod:`microbench.output.table` -- the text, markdown, CSV and JSON table of a collection;
+* :mod:`microbench.output.chart` -- its chart (matplotlib); :mod:`.page` -- the HTML page.
 """
