@@ -1311,7 +1311,9 @@ def test_a_token_corpus_on_a_full_disk_is_exit_4_and_leaves_nothing(small_disk, 
 
 def test_a_language_run_whose_corpus_does_not_fit_is_one_line(small_disk, tmp_path, capfd):
     root, fill = small_disk
-    ran = run_main(capfd, "--network", "llama_tiny", "--batch-size", "2", "--seq-len", "4096",
+    # 4,096 sequences of 256 tokens: a 4 MB corpus against a 1 MiB disk (a longer sequence
+    # only made the model-alone warm-up before it minutes longer on 2 cores).
+    ran = run_main(capfd, "--network", "llama_tiny", "--batch-size", "2", "--seq-len", "256",
                    "--iterations", "1", "--warmup", "1", "--device", "cpu", "--data", "loader",
                    "--data-cache", str(root), "--output-dir", str(tmp_path / "out"))
     assert_one_line_error(ran, 4, "cannot make a corpus of")
