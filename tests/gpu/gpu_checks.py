@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import ROOT, SCRIPT, requires_gpu
+from conftest import ROOT, SCRIPT, requires_gpu, spawn
 
 # Small enough for seconds a run, large enough to launch real kernels on every path.
 IMAGES = ["--network", "resnet18", "--image-size", "64", "--batch-size", "8", "--iterations",
@@ -102,17 +102,31 @@ def check_job(process: subprocess.CompletedProcess, out_dir: Path, world: int) -
     return doc
 
 
+def _stat_fields(entry: Path) -> list[str] | None:
+    try:
+        return (entry / "stat").read_text().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return None
+
+
 def children(pid: int) -> list[int]:
     """The live processes whose parent is ``pid``."""
     found = []
     for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except (FileNotFoundError, ProcessLookupError, IndexError):
-                continue
-            if int(fields[1]) == pid and fields[0] != "Z":
-                found.append(int(entry.name))
+        fields = _stat_fields(entry) if entry.name.isdigit() else None
+        if fields and int(fields[1]) == pid and fields[0] != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+def session_members(session: int) -> list[int]:
+    """The live processes of a session (a run started with ``start_new_session``, and every
+    process it started: ranks, loader workers, the compiler's workers)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        fields = _stat_fields(entry) if entry.name.isdigit() else None
+        if fields and int(fields[4]) == session and fields[0] != "Z":
+            found.append(int(entry.name))
     return found
 
 
@@ -127,15 +141,39 @@ def rank_of(pid: int) -> int | None:
     return None
 
 
-def wait_for_line(process: subprocess.Popen, text: str, lines: list[str], limit_s: float) -> None:
-    """Read the process's stdout until a line holds ``text`` (a condition, not a duration)."""
+def start_logged(argv: list[str], logs: Path) -> subprocess.Popen:
+    """A run in a session of its own, its output in files (a pipe would stay open for as long
+    as any process it started lives, and a read of it would wait for that)."""
+    logs.mkdir(parents=True, exist_ok=True)
+    with open(logs / "out", "w") as out, open(logs / "err", "w") as err:
+        return spawn(argv, cwd=ROOT, env=child_env(), stdout=out, stderr=err,
+                     start_new_session=True)
+
+
+def wait_for_text(process: subprocess.Popen, path: Path, text: str, limit_s: float) -> None:
+    """Until ``path`` holds ``text`` (a condition, not a duration; the wait between looks is
+    the process's own wait, so an early exit ends it at once)."""
     deadline = time.monotonic() + limit_s
     while time.monotonic() < deadline:
-        line = process.stdout.readline()
-        if not line:
-            break
-        lines.append(line)
-        if text in line:
+        if text in path.read_text():
             return
-    pytest.fail(f"no line with {text!r}: {''.join(lines)[-3000:]}")
+        try:
+            process.wait(timeout=0.2)
+            break
+        except subprocess.TimeoutExpired:
+            pass
+    pytest.fail(f"no {text!r} (exit {process.poll()}): {path.read_text()[-3000:]}")
 
+
+def ended_within(process: subprocess.Popen, limit_s: float) -> bool:
+    """Whether the run and every process of its session ended within ``limit_s``."""
+    deadline = time.monotonic() + limit_s
+    try:
+        process.wait(timeout=limit_s)
+    except subprocess.TimeoutExpired:
+        return False
+    while session_members(process.pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)           # a condition polled, not a duration waited for
+    return True

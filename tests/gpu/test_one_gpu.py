@@ -6,7 +6,6 @@ asserts what a GPU run of that feature must show, never a machine-dependent numb
 import json
 import os
 import signal
-import subprocess
 import sys
 
 import pytest
@@ -15,9 +14,9 @@ from torch import nn
 
 import fp16util
 from microbench.measure.stats import NO_DIFFERENCE
-from conftest import ROOT, SCRIPT, TINY, run_main, spawn
+from conftest import SCRIPT, TINY, run_main
 from gpu_checks import (GENERATE, IMAGES, TIMEOUT, TOKENS, check_document, check_run,
-                        child_env, gpu_suite, results, wait_for_line)
+                        ended_within, gpu_suite, results, start_logged, wait_for_text)
 
 pytestmark = gpu_suite
 
@@ -39,7 +38,7 @@ def _fp8_device() -> bool:
 
 def test_gpu_run_uses_device_events_and_tracks_memory(cli):
     ran, out_dir = cli("--network", "resnet18", "--device", "cuda", *TINY)
-    doc = check_run(ran, out_dir)
+    check_run(ran, out_dir)
     assert "Throughput [img/sec] :" in ran.stdout and "Peak memory" in ran.stdout
     assert "not tracked" not in ran.stdout
 
@@ -263,16 +262,13 @@ def test_report_reads_the_gpu_results(cli, capfd, tmp_path):
 def test_sigterm_during_gpu_compilation_ends_the_run(tmp_path):
     """Inductor compiles in worker processes on a GPU: SIGTERM must still end the run within
     seconds, with its one line and 143, and leave no process behind."""
-    process = spawn([sys.executable, str(SCRIPT), *IMAGES, "--compile", "--output-dir",
-                     str(tmp_path)], cwd=ROOT, env=child_env(), stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE, text=True, start_new_session=True)
-    lines: list[str] = []
-    wait_for_line(process, "Warming up", lines, TIMEOUT)       # compilation starts here
+    logs = tmp_path / "logs"
+    process = start_logged([sys.executable, str(SCRIPT), *IMAGES, "--compile",
+                            "--output-dir", str(tmp_path / "out")], logs)
+    wait_for_text(process, logs / "out", "Compiling", TIMEOUT)     # compilation starts here
     process.send_signal(signal.SIGTERM)
-    try:
-        _, err = process.communicate(timeout=30)
-    except subprocess.TimeoutExpired:
-        pytest.fail("the run did not end within 30 s of SIGTERM during compilation")
+    assert ended_within(process, 30), "the run (or a process it started) outlived SIGTERM by 30 s"
+    err = (logs / "err").read_text()
     assert process.returncode == 143, err[-3000:]
     assert err.strip().splitlines()[-1] == "error: terminated (SIGTERM)", err[-3000:]
-    assert results(tmp_path) == []
+    assert not (tmp_path / "out").exists() or results(tmp_path / "out") == []
