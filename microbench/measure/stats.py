@@ -46,7 +46,6 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from scipy import stats as scipy_stats
 
 LEVEL = 0.95
 ALPHA = 1 - LEVEL
@@ -70,7 +69,14 @@ def _exp(x: float) -> float:
 
 def _t(dof: int) -> float:
     """Two-sided 95% quantile of Student's t with ``dof`` degrees of freedom."""
-    return float(scipy_stats.t.ppf(1 - ALPHA / 2, dof))
+    return float(_scipy_stats().t.ppf(1 - ALPHA / 2, dof))
+
+
+def _scipy_stats():
+    """scipy.stats, imported when an interval or a test is computed: it takes most of a second,
+    which microbench-report --help and the model benchmark's refusals need not wait for."""
+    from scipy import stats
+    return stats
 
 
 def _logs(values: Sequence[float]) -> list[float]:
@@ -339,7 +345,7 @@ def gate(baseline: Sequence[float], current: Sequence[float],
                            f"trial{'s' if ours.count > 1 else ''}")
     with warnings.catch_warnings():     # near-identical trials: scipy warns, the test holds
         warnings.simplefilter("ignore", RuntimeWarning)
-        both = scipy_stats.ttest_ind(_logs(ours.values), _logs(theirs.values), equal_var=False)
+        both = _scipy_stats().ttest_ind(_logs(ours.values), _logs(theirs.values), equal_var=False)
         interval = both.confidence_interval(LEVEL)
     p_value = float(both.pvalue)
     if math.isnan(p_value):             # no spread on either side and equal: nothing differs

@@ -37,18 +37,8 @@ from torch import nn
 from microbench.measure.reduced_precision import Drift, LowPrecision
 from microbench.platform import device as device_layer
 from microbench.platform.errors import MissingEnvironment, UsageError
+from microbench.settings.precision import FP8_RECIPES, QUANTIZE, QUANTIZE_CHOICES  # noqa: F401
 
-FP8_RECIPES = ("tensorwise", "rowwise")
-# --quantize NAME: what it runs, as torchao's benchmarks (and gpt-fast's) name them.
-QUANTIZE = {
-    "none": "no quantization",
-    "int8wo": "int8 weight-only, per output channel (Int8WeightOnlyConfig)",
-    "int4wo": "int4 weight-only, groups of 128, tinygemm layout (Int4WeightOnlyConfig)",
-    "float8wo": "float8 weight-only, per output channel (Float8WeightOnlyConfig)",
-    "float8dq": "float8 dynamic activations and weights, per tensor "
-                "(Float8DynamicActivationFloat8WeightConfig)",
-}
-QUANTIZE_CHOICES = tuple(QUANTIZE)
 INSTALL = 'pip install "torchao>=0.18" (or pip install ".[quant]")'
 # Training steps the FP8 and the BF16 losses are compared over (from the same weights and input).
 DRIFT_STEPS = 4
