@@ -3,6 +3,7 @@ cache, the decode compile settings) keeps the tokens, and its attribution adds u
 import contextlib
 import dataclasses
 import json
+import re
 
 import pytest
 import torch
@@ -97,11 +98,22 @@ def test_attribution_cuts_the_window_into_kernels_and_gaps_from_the_same_samples
     assert sum(row["share"] for row in classes.values()) == pytest.approx(1.0)
     assert found.top[0]["name"] == "triton_red_fused_mm_rsqrt_0"
     line = found.line()
-    assert "0.086 ms = kernels 0.057 + gaps 0.029 (4 kernels/step)" in line
     assert found.implied_gap_ms == pytest.approx(0.090 - 0.057)
-    assert "kernels 63% of it, gaps 0.033 ms by difference" in line
-    assert "roofline 0.030 ms (fake)" in line and "2 steps, 0.25 s, not timed" in line
+    assert line == "measured 90.0 us: kernels 63%, gaps 33.0 us; roofline 30.0 us; " \
+                   "4 kernels/step, matmul 70%"
+    assert len(f"  Decode step (profiled): {line}") <= 120
     json.dumps(found.to_dict())                              # JSON-ready
+
+
+def test_profiled_kernels_longer_than_the_measured_step_are_said_so():
+    """The profiler stretches each kernel: where the kernels alone outlast the timed step, the
+    line says so, not "kernels 134%" and "gaps 0.000 ms"."""
+    found = attribution.attribute(fake_profile(), measured_step_ms=0.042)
+    line = found.line()
+    assert line.startswith("measured 42.0 us, but kernels 57.0 us profiled: gaps unknown;")
+    assert "%" not in line.split(";")[0] and "0.000" not in line
+    unmeasured = attribution.attribute(fake_profile()).line()
+    assert unmeasured.startswith("profiled 86.0 us: kernels 66%, gaps 29.0 us;")
 
 
 def test_overlapping_kernels_are_busy_once():
@@ -133,6 +145,9 @@ def test_a_cpu_generate_run_prints_and_stores_the_attribution(cli):
                        "--gen-len", "4", "--iterations", "2", "--warmup", "1")
     assert ran.returncode == 0, ran.stderr
     assert "Decode step (profiled): " in ran.stdout and "operators/step" in ran.stdout
+    lines = {line.split(":")[0].strip(): line for line in ran.stdout.splitlines()}
+    assert len(lines["Decode step (profiled)"]) <= 120
+    assert re.search(r"Decode bandwidth +: [1-9][\d.]* (MB|GB|TB)/s ", ran.stdout), ran.stdout
     assert "[img" not in ran.stdout
     assert "Mini batch size [seq] : 2" in ran.stdout and "Throughput [seq/sec] : " in ran.stdout
     document = json.loads(next(out_dir.glob("*.json")).read_text())

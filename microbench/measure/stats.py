@@ -46,6 +46,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
+from microbench.platform import units
 
 LEVEL = 0.95
 ALPHA = 1 - LEVEL
@@ -190,7 +191,11 @@ VERDICTS = ("faster", "slower", "same within N%", NO_DIFFERENCE)
 POINT_RATIO = "one trial on a side: the point ratio, noise not tested"
 
 
-def _ratio_text(value: float) -> str:
+def ratio_text(value: float) -> str:
+    """Three decimals where they hold two significant digits (``0.760``, ``0.010``); below
+    0.01, two significant digits (``0.00042``), never ``0.000`` for a bound that is positive."""
+    if value < 0.01:
+        return units.significant(value, 2)
     return f"{value:.3f}" if value < 10 else f"{value:,.1f}" if value < 1000 else f"{value:,.0f}"
 
 
@@ -228,7 +233,7 @@ class Comparison:
         if self.interval is None:
             return f"{self.verdict} ({POINT_RATIO})"
         low, high = self.interval
-        return f"{self.verdict} (interval {_ratio_text(low)}-{_ratio_text(high)})"
+        return f"{self.verdict} (interval {ratio_text(low)}-{ratio_text(high)})"
 
 
 def compared(ratio: float, interval: tuple[float, float] | None,
