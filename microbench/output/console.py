@@ -259,6 +259,7 @@ def _summary_rows(summary: Summary) -> list[tuple[str, str]]:
         ("Warm-up", _warmup(summary)),
     ]
     rows += _compiler_rows(summary)
+    rows += _library_log_rows(summary)
     rows += summary.lowp.rows() if summary.lowp is not None else []
     rows += summary.scenario.console_rows(summary)
     rows += _flops_rows(summary) + _peaks_rows(summary) + _trial_rows(summary)
@@ -283,6 +284,18 @@ def _compiler_rows(summary: Summary) -> list[tuple[str, str]]:
                                           f"compiler.warnings); first: "
                                           f"{first[:160]}{'...' if len(first) > 160 else ''}"))
     return rows
+
+
+def _library_log_rows(summary: Summary) -> list[tuple[str, str]]:
+    """torch's and torchao's log records, counted, as the compiler's warnings are: the
+    records themselves are in the JSON."""
+    kept = summary.library_log
+    if not kept.count:
+        return []
+    first = kept.lines[0]
+    return [("Library log", f"{kept.count} record{'s' * (kept.count != 1)} (all in the "
+                            f"results JSON, library_log); first: "
+                            f"{first[:160]}{'...' if len(first) > 160 else ''}")]
 
 
 def _trial_rows(summary: Summary) -> list[tuple[str, str]]:

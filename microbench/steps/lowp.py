@@ -60,6 +60,17 @@ def torchao():
     return module
 
 
+def torchao_installed() -> bool:
+    """Whether torchao can be found, without importing it: its import logs (an Enum
+    registration warning) and takes seconds, which belong inside the run, where
+    measure/library_log.py keeps them off the console."""
+    import importlib.util
+    try:
+        return importlib.util.find_spec("torchao") is not None
+    except (ImportError, ValueError):
+        return False
+
+
 def torchao_version() -> str | None:
     try:
         from importlib.metadata import version
@@ -101,8 +112,8 @@ def check(config, device: torch.device) -> None:
         raise UsageError("--quantize int4wo runs torch's tinygemm int4 kernel, which needs a GPU "
                          "(the CPU's int4 path needs another weight layout): use --quantize "
                          "int8wo on the CPU")
-    if config.precision == "fp8" or name != "none":
-        torchao()
+    if (config.precision == "fp8" or name != "none") and not torchao_installed():
+        raise MissingEnvironment(f"--precision fp8 and --quantize need torchao: {INSTALL}")
 
 
 # ---------------------------------------------------------------- which layers run in FP8
