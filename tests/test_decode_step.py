@@ -199,26 +199,91 @@ def test_a_generate_sweep_prints_its_generation_table_and_plots_rate_against_lat
     assert "[img" not in ran.stdout
 
 
-def test_the_generation_figure_puts_one_labelled_point_per_batch():
+def generate_row(batch, itl_ms, rate, quantize="none"):
+    """A generate sweep's row as the sweep leaves it: its spec and its result read back as an
+    entry (the figure and the table read only the entry and the spec)."""
     from types import SimpleNamespace
-    from microbench.output import sweep_plot as plot_mod
+    from microbench.drivers import sweep
+    from microbench.settings import precision
+    from microbench.settings.config import BenchConfig
+    from microbench.store.entry import MODEL, Entry
+    config = BenchConfig(network="llama_1b", mode="generate", precision="bf16",
+                         quantize=quantize, batch_size=batch)
+    spec = SimpleNamespace(config=config, batch_size=batch, precision=precision.lookup("bf16"),
+                           model=SimpleNamespace(attention="sdpa", seq_len=32, reads_tokens=True,
+                                                 item="sequence"),
+                           parallel=SimpleNamespace(name="single", shards=False),
+                           scenario=SimpleNamespace(decodes_tokens=True),
+                           device=torch.device("cpu"))
+    settings = {"network": "llama_1b", "precision": "bf16", "quantize": quantize,
+                "batch": batch, "attention": "sdpa", "seq len": 32}
+    figures = {"itl_ms": itl_ms, "itl_p99_ms": itl_ms * 1.1, "ttft_ms": 3 * itl_ms,
+               "decode_tokens_per_s": rate, "throughput": rate}
+    return sweep.Row(spec, entry=Entry(MODEL, "row", settings, figures, "tokens/s"))
 
-    def row(batch, itl_ms, rate):
-        # The figure reads the row's result as the report does (its entry).
-        entry = SimpleNamespace(figures={"itl_ms": itl_ms, "decode_tokens_per_s": rate})
-        spec = SimpleNamespace(batch_size=batch,
-                               scenario=SimpleNamespace(decodes_tokens=True))
-        return SimpleNamespace(spec=spec, entry=entry, failed=False)
 
-    rows = [row(4, 2.0, 2000.0), row(1, 1.5, 650.0)]
+def _inside(figure, axis) -> bool:
+    """Whether every text drawn in the axes (the points' labels) lies within them."""
+    figure.canvas.draw()
+    box = axis.get_window_extent()
+    return all(box.x0 <= text.get_window_extent().x0 and text.get_window_extent().x1 <= box.x1
+               and box.y0 <= text.get_window_extent().y0
+               and text.get_window_extent().y1 <= box.y1 for text in axis.texts)
+
+
+def test_the_generation_figure_puts_one_labelled_point_per_batch_inside_the_axes():
+    """The top point sat on the frame and the rightmost 'batch 2' ran past the axes."""
     import unittest.mock as mock
-    with mock.patch.object(plot_mod, "subtitle", return_value="device"), \
-            mock.patch.object(plot_mod, "_common_label", return_value="llama_1b"):
+    from microbench.output import sweep_plot as plot_mod
+    rows = [generate_row(4, 2.0, 2000.0), generate_row(1, 1.5, 650.0)]
+    with mock.patch.object(plot_mod, "subtitle", return_value="device"):
         figure = plot_mod.build_generation_figure(rows)
     axis = figure.axes[0]
     x, y = axis.lines[0].get_data()
     assert list(x) == [1.5, 2.0] and list(y) == [650.0, 2000.0]      # in batch order
     assert [text.get_text() for text in axis.texts] == ["batch 1", "batch 4"]
+    assert axis.get_ylim()[1] >= 2000.0 * 1.1 and axis.get_xlim()[1] >= 2.0 * 1.1
+    assert _inside(figure, axis)
+
+
+def test_a_quantize_sweep_tells_its_rows_apart_in_the_generation_table_and_figure():
+    """Two rows of one batch (none and int8wo) read alike in the table and the figure."""
+    import unittest.mock as mock
+    from microbench.output import sweep_plot as plot_mod, table
+    rows = [generate_row(b, itl, rate, q) for q, itl, rate in
+            (("none", 2.0, 1000.0), ("int8wo", 1.5, 1300.0)) for b in (1, 2)]
+    columns, cells = table.generation_cells(rows)
+    assert [column.heading for column in columns][:3] == ["#", "quantize", "batch"]
+    assert [cell[1:3] for cell in cells] == [("none", "1"), ("none", "2"), ("int8wo", "1"),
+                                             ("int8wo", "2")]
+    with mock.patch.object(plot_mod, "subtitle", return_value="device"):
+        figure = plot_mod.build_generation_figure(rows)
+    axis = figure.axes[0]
+    assert len(axis.lines) == 2
+    assert [text.get_text() for text in axis.get_legend().get_texts()] == ["bf16",
+                                                                           "bf16 int8wo"]
+    assert _inside(figure, axis)
+
+
+def test_the_workers_legend_covers_no_point():
+    """Inside the axes (centre right) the legend covered the workers=1 point."""
+    from types import SimpleNamespace
+    from microbench.output import sweep_plot as plot_mod
+    from microbench.settings.config import BenchConfig
+    from microbench.store.entry import MODEL, Entry
+
+    def row(workers, pipeline, wait):
+        config = BenchConfig(data="loader", workers=workers)
+        figures = {"pipeline_per_s": pipeline, "wait_share": wait, "model_alone_per_s": 120.0}
+        return SimpleNamespace(spec=SimpleNamespace(config=config, device=torch.device("cpu")),
+                               entry=Entry(MODEL, "row", {"devices": 1}, figures, "images/s",
+                                           data_unit="images/s"), failed=False)
+    figure = plot_mod.build_workers_figure([row(0, 60.0, 0.5), row(1, 110.0, 0.45)], "device")
+    figure.canvas.draw()
+    left = figure.axes[0]
+    legend = left.get_legend().get_window_extent()
+    plotted = left.get_window_extent()
+    assert legend.y1 <= plotted.y0 or legend.x0 >= plotted.x1         # outside the axes
 
 
 # ---------------------------------------------------------------- Hugging Face decoders
