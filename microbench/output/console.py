@@ -239,8 +239,9 @@ def _warmup(summary: Summary) -> str:
     first = "compile + first iteration" if config.compile else "first iteration"
     trials = len(summary.trials)
     which = f" (first of {trials} trials)" if trials > 1 else ""
-    return (f"{config.warmup} iterations in {result.warmup_s:.2f} s{which}; {first} "
-            f"{result.first_iteration_s:.2f} s")
+    seconds = units.duration_ms
+    return (f"{config.warmup} iterations in {seconds(result.warmup_s * 1e3)}{which}; {first} "
+            f"{seconds(result.first_iteration_s * 1e3)}")
 
 
 def _summary_rows(summary: Summary) -> list[tuple[str, str]]:
@@ -394,7 +395,8 @@ def _peaks_rows(summary: Summary) -> list[tuple[str, str]]:
         parts.append(f"the probe of median GEMM rate of {probes} trials' processes")
     rows = [("Measured peaks", "; ".join(parts)),
             ("During the probe", f"{measured.clocks.describe()}; the probe took "
-                                 f"{measured.seconds:.2f} s, before and outside the timed "
+                                 f"{units.duration_ms(measured.seconds * 1e3)}, before and "
+                                 f"outside the timed "
                                  f"region, once per process")]
     rows += [("Peaks", line) for line in summary.peak_warnings]
     return rows
