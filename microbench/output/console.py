@@ -294,9 +294,14 @@ def _library_log_rows(summary: Summary) -> list[tuple[str, str]]:
     if not kept.count:
         return []
     first = kept.lines[0]
-    return [("Library log", f"{kept.count} record{'s' * (kept.count != 1)} (all in the "
-                            f"results JSON, library_log); first: "
-                            f"{first[:160]}{'...' if len(first) > 160 else ''}")]
+    return [("Library log", f"{kept.count} record{'s' * (kept.count != 1)} (in the JSON, "
+                            f"library_log); first: "
+                            f"{first[:LIBRARY_LINE_SHOWN]}"
+                            f"{'...' if len(first) > LIBRARY_LINE_SHOWN else ''}")]
+
+
+# Characters of the first library record the summary shows: the row stays about one line wide.
+LIBRARY_LINE_SHOWN = 70
 
 
 def _trial_rows(summary: Summary) -> list[tuple[str, str]]:
