@@ -30,6 +30,17 @@ def test_a_watch_takes_torchs_and_torchaos_records_off_the_console(capfd, monkey
     assert both.count == 4 and both.lines == report.lines
 
 
+def test_a_warning_from_cpp_or_python_during_the_run_is_kept_too(capfd):
+    """TORCH_WARN reaches Python as a warning: kept with the records, not printed raw."""
+    import warnings
+    watch = library_log.LibraryLogWatch()
+    capfd.readouterr()
+    with watch.during():
+        warnings.warn("TypedStorage is deprecated", RuntimeWarning)   # UserWarning: ignored here
+    assert capfd.readouterr().err == ""
+    assert watch.report().lines == ("RuntimeWarning: TypedStorage is deprecated",)
+
+
 def test_torch_logs_asked_for_are_shown_and_still_counted(capfd, monkeypatch):
     monkeypatch.setenv("TORCH_LOGS", "+dynamo")
     import torch  # noqa: F401

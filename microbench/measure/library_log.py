@@ -12,6 +12,9 @@ torch's logging (``torch._logging``) gives ``torch`` and several of its children
 their own that write to stderr; a filter on each of those handlers takes the records.
 torchao logs through the root logger's last resort: a handler on ``torchao`` takes them.
 ``TORCH_LOGS`` set means the user asked for torch's logs: they are counted and still shown.
+PyTorch's C++ warnings (``TORCH_WARN``) reach Python as warnings, attributed to the line that
+called into C++ (often ours): every Python warning the filters would show during the run is
+kept the same way (``compile_watch`` takes those of a compiled run's phases first).
 
 Example::
 
@@ -25,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import warnings
 from dataclasses import dataclass, field
 from typing import Iterator
 
@@ -39,7 +43,8 @@ class LibraryLog:
     """The library log records of one process's run (or several, combined)."""
 
     count: int = 0                          # records, repeats included
-    lines: tuple[str, ...] = ()             # 'logger LEVEL: message', once each
+    lines: tuple[str, ...] = ()             # 'logger LEVEL: message' or 'Category: message',
+                                            # once each
 
     def to_dict(self) -> dict:
         return {"count": self.count, "lines": list(self.lines)}
@@ -71,8 +76,10 @@ class LibraryLogWatch:
         return bool(os.environ.get("TORCH_LOGS"))
 
     def _take(self, record: logging.LogRecord) -> None:
+        self._keep(_line(record))
+
+    def _keep(self, line: str) -> None:
         self.count += 1
-        line = _line(record)
         if line not in self.lines:
             self.lines.append(line)
 
@@ -87,7 +94,14 @@ class LibraryLogWatch:
         torchao.addHandler(keeper)
         torchao.propagate = False
         try:
-            yield
+            # record=True keeps the filters as they are: what they would show is kept instead.
+            with warnings.catch_warnings(record=True) as caught:
+                try:
+                    yield
+                finally:
+                    for warning in caught:
+                        self._keep(f"{warning.category.__name__}: "
+                                   f"{' '.join(str(warning.message).split())}"[:LINE_CHARS])
         finally:
             for handler in handlers:
                 handler.removeFilter(self)
