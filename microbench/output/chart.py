@@ -396,14 +396,13 @@ def build_figure(table: Table, metric: str, wanted_x: str | None = None):
     panels = []
     for unit in units_ or [None]:
         members = [(index, entry) for index, entry in table.rows
-                   if unit is None or entry.unit == unit or not entry.measured]
+                   if unit is None or entry.unit == unit]
         mine = [entry for _, entry in members if _drawn(table, entry, metric)]
         others = [name for name in table.group.varying
                   if name not in (x, FILE) and len(_known(mine, name)) > 1]
         series: dict[str, list[tuple[int, Entry]]] = {}
         for index, entry in members:
-            if unit is None or entry.unit == unit:
-                series.setdefault(_series_label(entry, others), []).append((index, entry))
+            series.setdefault(_series_label(entry, others), []).append((index, entry))
         panels.append((unit, series))
     notes = [_bars_note(table, metric), _missing_note(table, metric)]
     # Wide enough for the legend beside the axes (characters of its longest label).
