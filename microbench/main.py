@@ -15,15 +15,28 @@ import sys
 import traceback
 
 from microbench.plan import cli
-from microbench.platform import distributed, process
-from microbench.models import registry as models
-from microbench.drivers import runner
+from microbench.platform import process
+from microbench.models import names as model_names
 from microbench.platform.errors import BenchmarkError
+
+# What --help, --version, --list-networks and a refused flag need is imported above, and none of
+# it imports torch: they answer in a fraction of a second, where torch's imports take seconds
+# (tens on a loaded machine; issue 45). The run's modules are imported once the plan is made.
+_DISTRIBUTED = "microbench.platform.distributed"
 
 
 def main(argv: list[str] | None = None) -> int:
-    distributed.forget()
-    return process.command(lambda: _run(argv), prefix=distributed.rank_prefix)
+    if _DISTRIBUTED in sys.modules:       # a new invocation in this process (tests, scripts)
+        sys.modules[_DISTRIBUTED].forget()
+    return process.command(lambda: _run(argv), prefix=_rank_prefix)
+
+
+def _rank_prefix() -> str:
+    """'[rank N] ' for an error line: the detected launch's once the run has imported the
+    distributed layer (which imports torch), the launcher's variables before."""
+    if _DISTRIBUTED in sys.modules:
+        return sys.modules[_DISTRIBUTED].rank_prefix()
+    return process.env_rank_prefix()
 
 
 def _run(argv: list[str] | None) -> int:
@@ -31,14 +44,17 @@ def _run(argv: list[str] | None) -> int:
     line; anything else is a bug, shown whole."""
     try:
         args = cli.parse_args(argv)
-        if args.list_networks:
-            print("\n".join(models.listing()))
-            return 0
-        return runner.run_plan(cli.to_plan(args))
+        with process.imports_checked():             # torch and torchvision, from here on
+            if args.list_networks:
+                print("\n".join(model_names.listing()))
+                return 0
+            plan = cli.to_plan(args)
+            from microbench.drivers import runner
+        return runner.run_plan(plan)
     except (BenchmarkError, BrokenPipeError):
         raise
     except Exception as error:                      # noqa: BLE001 (a bug: show everything)
         traceback.print_exc()
-        print(f"{distributed.rank_prefix()}error: unexpected {type(error).__name__}: "
+        print(f"{_rank_prefix()}error: unexpected {type(error).__name__}: "
               f"{error}", file=sys.stderr, flush=True)
         return 1

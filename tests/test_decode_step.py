@@ -3,6 +3,7 @@ cache, the decode compile settings) keeps the tokens, and its attribution adds u
 import contextlib
 import dataclasses
 import json
+import re
 
 import pytest
 import torch
@@ -97,11 +98,22 @@ def test_attribution_cuts_the_window_into_kernels_and_gaps_from_the_same_samples
     assert sum(row["share"] for row in classes.values()) == pytest.approx(1.0)
     assert found.top[0]["name"] == "triton_red_fused_mm_rsqrt_0"
     line = found.line()
-    assert "0.086 ms = kernels 0.057 + gaps 0.029 (4 kernels/step)" in line
     assert found.implied_gap_ms == pytest.approx(0.090 - 0.057)
-    assert "kernels 63% of it, gaps 0.033 ms by difference" in line
-    assert "roofline 0.030 ms (fake)" in line and "2 steps, 0.25 s, not timed" in line
+    assert line == "measured 90.0 us: kernels 63%, gaps 33.0 us; roofline 30.0 us; " \
+                   "4 kernels/step, matmul 70%"
+    assert len(f"  Decode step (profiled): {line}") <= 120
     json.dumps(found.to_dict())                              # JSON-ready
+
+
+def test_profiled_kernels_longer_than_the_measured_step_are_said_so():
+    """The profiler stretches each kernel: where the kernels alone outlast the timed step, the
+    line says so, not "kernels 134%" and "gaps 0.000 ms"."""
+    found = attribution.attribute(fake_profile(), measured_step_ms=0.042)
+    line = found.line()
+    assert line.startswith("measured 42.0 us, but kernels 57.0 us profiled: gaps unknown;")
+    assert "%" not in line.split(";")[0] and "0.000" not in line
+    unmeasured = attribution.attribute(fake_profile()).line()
+    assert unmeasured.startswith("profiled 86.0 us: kernels 66%, gaps 29.0 us;")
 
 
 def test_overlapping_kernels_are_busy_once():
@@ -133,6 +145,9 @@ def test_a_cpu_generate_run_prints_and_stores_the_attribution(cli):
                        "--gen-len", "4", "--iterations", "2", "--warmup", "1")
     assert ran.returncode == 0, ran.stderr
     assert "Decode step (profiled): " in ran.stdout and "operators/step" in ran.stdout
+    lines = {line.split(":")[0].strip(): line for line in ran.stdout.splitlines()}
+    assert len(lines["Decode step (profiled)"]) <= 120
+    assert re.search(r"Decode bandwidth +: [1-9][\d.]* (MB|GB|TB)/s ", ran.stdout), ran.stdout
     assert "[img" not in ran.stdout
     assert "Mini batch size [seq] : 2" in ran.stdout and "Throughput [seq/sec] : " in ran.stdout
     document = json.loads(next(out_dir.glob("*.json")).read_text())
@@ -184,26 +199,91 @@ def test_a_generate_sweep_prints_its_generation_table_and_plots_rate_against_lat
     assert "[img" not in ran.stdout
 
 
-def test_the_generation_figure_puts_one_labelled_point_per_batch():
+def generate_row(batch, itl_ms, rate, quantize="none"):
+    """A generate sweep's row as the sweep leaves it: its spec and its result read back as an
+    entry (the figure and the table read only the entry and the spec)."""
     from types import SimpleNamespace
-    from microbench.output import sweep_plot as plot_mod
+    from microbench.drivers import sweep
+    from microbench.settings import precision
+    from microbench.settings.config import BenchConfig
+    from microbench.store.entry import MODEL, Entry
+    config = BenchConfig(network="llama_1b", mode="generate", precision="bf16",
+                         quantize=quantize, batch_size=batch)
+    spec = SimpleNamespace(config=config, batch_size=batch, precision=precision.lookup("bf16"),
+                           model=SimpleNamespace(attention="sdpa", seq_len=32, reads_tokens=True,
+                                                 item="sequence"),
+                           parallel=SimpleNamespace(name="single", shards=False),
+                           scenario=SimpleNamespace(decodes_tokens=True),
+                           device=torch.device("cpu"))
+    settings = {"network": "llama_1b", "precision": "bf16", "quantize": quantize,
+                "batch": batch, "attention": "sdpa", "seq len": 32}
+    figures = {"itl_ms": itl_ms, "itl_p99_ms": itl_ms * 1.1, "ttft_ms": 3 * itl_ms,
+               "decode_tokens_per_s": rate, "throughput": rate}
+    return sweep.Row(spec, entry=Entry(MODEL, "row", settings, figures, "tokens/s"))
 
-    def row(batch, itl_ms, rate):
-        # The figure reads the row's result as the report does (its entry).
-        entry = SimpleNamespace(figures={"itl_ms": itl_ms, "decode_tokens_per_s": rate})
-        spec = SimpleNamespace(batch_size=batch,
-                               scenario=SimpleNamespace(decodes_tokens=True))
-        return SimpleNamespace(spec=spec, entry=entry, failed=False)
 
-    rows = [row(4, 2.0, 2000.0), row(1, 1.5, 650.0)]
+def _inside(figure, axis) -> bool:
+    """Whether every text drawn in the axes (the points' labels) lies within them."""
+    figure.canvas.draw()
+    box = axis.get_window_extent()
+    return all(box.x0 <= text.get_window_extent().x0 and text.get_window_extent().x1 <= box.x1
+               and box.y0 <= text.get_window_extent().y0
+               and text.get_window_extent().y1 <= box.y1 for text in axis.texts)
+
+
+def test_the_generation_figure_puts_one_labelled_point_per_batch_inside_the_axes():
+    """The top point sat on the frame and the rightmost 'batch 2' ran past the axes."""
     import unittest.mock as mock
-    with mock.patch.object(plot_mod, "subtitle", return_value="device"), \
-            mock.patch.object(plot_mod, "_common_label", return_value="llama_1b"):
+    from microbench.output import sweep_plot as plot_mod
+    rows = [generate_row(4, 2.0, 2000.0), generate_row(1, 1.5, 650.0)]
+    with mock.patch.object(plot_mod, "subtitle", return_value="device"):
         figure = plot_mod.build_generation_figure(rows)
     axis = figure.axes[0]
     x, y = axis.lines[0].get_data()
     assert list(x) == [1.5, 2.0] and list(y) == [650.0, 2000.0]      # in batch order
     assert [text.get_text() for text in axis.texts] == ["batch 1", "batch 4"]
+    assert axis.get_ylim()[1] >= 2000.0 * 1.1 and axis.get_xlim()[1] >= 2.0 * 1.1
+    assert _inside(figure, axis)
+
+
+def test_a_quantize_sweep_tells_its_rows_apart_in_the_generation_table_and_figure():
+    """Two rows of one batch (none and int8wo) read alike in the table and the figure."""
+    import unittest.mock as mock
+    from microbench.output import sweep_plot as plot_mod, table
+    rows = [generate_row(b, itl, rate, q) for q, itl, rate in
+            (("none", 2.0, 1000.0), ("int8wo", 1.5, 1300.0)) for b in (1, 2)]
+    columns, cells = table.generation_cells(rows)
+    assert [column.heading for column in columns][:3] == ["#", "quantize", "batch"]
+    assert [cell[1:3] for cell in cells] == [("none", "1"), ("none", "2"), ("int8wo", "1"),
+                                             ("int8wo", "2")]
+    with mock.patch.object(plot_mod, "subtitle", return_value="device"):
+        figure = plot_mod.build_generation_figure(rows)
+    axis = figure.axes[0]
+    assert len(axis.lines) == 2
+    assert [text.get_text() for text in axis.get_legend().get_texts()] == ["bf16",
+                                                                           "bf16 int8wo"]
+    assert _inside(figure, axis)
+
+
+def test_the_workers_legend_covers_no_point():
+    """Inside the axes (centre right) the legend covered the workers=1 point."""
+    from types import SimpleNamespace
+    from microbench.output import sweep_plot as plot_mod
+    from microbench.settings.config import BenchConfig
+    from microbench.store.entry import MODEL, Entry
+
+    def row(workers, pipeline, wait):
+        config = BenchConfig(data="loader", workers=workers)
+        figures = {"pipeline_per_s": pipeline, "wait_share": wait, "model_alone_per_s": 120.0}
+        return SimpleNamespace(spec=SimpleNamespace(config=config, device=torch.device("cpu")),
+                               entry=Entry(MODEL, "row", {"devices": 1}, figures, "images/s",
+                                           data_unit="images/s"), failed=False)
+    figure = plot_mod.build_workers_figure([row(0, 60.0, 0.5), row(1, 110.0, 0.45)], "device")
+    figure.canvas.draw()
+    left = figure.axes[0]
+    legend = left.get_legend().get_window_extent()
+    plotted = left.get_window_extent()
+    assert legend.y1 <= plotted.y0 or legend.x0 >= plotted.x1         # outside the axes
 
 
 # ---------------------------------------------------------------- Hugging Face decoders

@@ -46,6 +46,37 @@ def test_unknown_name_suggests_the_closest():
         models.resolve("resnet05")
 
 
+def test_the_names_known_without_torchvision_are_the_registrys(monkeypatch):
+    """--list-networks and the refusal of a typo read models/names.py, not torchvision: its
+    table is the installed torchvision's (regenerate it when the release changes), and a
+    release other than the table's is asked instead."""
+    import torchvision.models as tvm
+    from microbench.models import names
+    installed = {family: tuple(tvm.list_models(module=module)) for family, module in
+                 (("classification", tvm), ("segmentation", tvm.segmentation),
+                  ("video", tvm.video))}
+    if names.installed_torchvision_release() == names.TORCHVISION_RELEASE:
+        assert names.TORCHVISION_MODELS == installed
+    assert names.model_names() == sorted(models.registry())
+    monkeypatch.setattr(names, "TORCHVISION_RELEASE", "0.1")       # another release: asked
+    assert names.torchvision_models() == installed
+    listed = names.listing()
+    assert "resnet50" in listed and any(line.startswith("llama_tiny ") and "M parameters"
+                                        in line for line in listed)
+    assert listed[-1].startswith("hf:<model_type>")
+
+
+def test_an_unknown_name_is_refused_on_the_command_line_as_the_registry_does():
+    from microbench.models import names
+    names.check(["resnet50", "SqueezeNet", "RESNET18", "hf:gpt2", "llama_tiny"])
+    with pytest.raises(UsageError) as from_names:
+        names.check(["resnet50", "resnet81"])
+    with pytest.raises(UsageError) as from_registry:
+        models.lookup("resnet81")
+    assert str(from_names.value) == str(from_registry.value)
+    assert "did you mean resnet18" in str(from_names.value)
+
+
 def test_inputs_and_targets_per_family():
     seg, video, inception = (models.resolve(n) for n in ("fcn_resnet50", "r3d_18", "inception_v3"))
     assert inception.image_size == 299

@@ -33,10 +33,12 @@ GPU_ENV = fake_env(device_type="gpu", device="cuda:0", device_name="AMD Instinct
 
 
 def measured_row(batch, samples_ms=(10.0, 20.0, 30.0, 40.0, 50.0), precision="fp32",
-                 network="resnet18", env=CPU_ENV, memory_mb=None, trials=None):
-    """A row as a sweep leaves it, with the given per-iteration samples (one trial each)."""
+                 network="resnet18", env=CPU_ENV, memory_mb=None, trials=None, **settings):
+    """A row as a sweep leaves it, with the given per-iteration samples (one trial each);
+    ``settings``: other BenchConfig fields (image_size=None, seq_len=16 for a language model)."""
+    settings = {"image_size": 32, **settings}
     spec = resolve(BenchConfig(network=network, batch_size=batch, precision=precision,
-                               image_size=32, write_files=False), check=False)
+                               write_files=False, **settings), check=False)
     row = Row(spec)
     for samples in trials or [samples_ms]:
         result = ProcessResult(

@@ -316,6 +316,54 @@ def test_chart_series_by_precision_and_a_subtitle_of_what_is_shared():
     assert latency.get_ylabel() == "median iteration time [ms]"
 
 
+def test_the_default_axis_is_a_setting_of_the_work_never_how_it_was_measured():
+    """A mixed folder charted "throughput by repeat" (issue 45): repeat, iterations and the
+    like are how a result was measured; the axis is the setting of the work that splits the
+    rows, a number first."""
+    from test_plot import measured_row
+    rows = [measured_row(2, repeat=3), measured_row(2, repeat=3, network="resnet34"),
+            measured_row(2, network="alexnet", image_size=64), measured_row(4, iterations=7)]
+    built = _table(_entries_of_rows(rows))
+    assert {"repeat", "iterations", "batch", "network"} <= set(built.group.varying)
+    assert chart.choose_x(built, None) == "batch"
+    same_batch = _table(_entries_of_rows(rows[:3]))
+    assert chart.choose_x(same_batch, None) == "image size"
+    assert chart.choose_x(_table(_entries_of_rows([rows[0], measured_row(2, seed=5)])),
+                          None) not in ("repeat", "seed")
+    assert chart.choose_x(built, "repeat") == "repeat"           # asked for: drawn
+
+
+def test_language_rows_are_drawn_in_their_own_unit_in_a_panel_of_their_own():
+    from test_plot import measured_row
+    rows = [measured_row(b) for b in (2, 4)] + [
+        measured_row(b, network="llama_tiny", image_size=None, seq_len=16, vocab_size=128,
+                     mode="inference") for b in (1, 2)]
+    figure = chart.build_figure(_table(_entries_of_rows(rows)), "throughput")
+    assert sorted(axis.get_ylabel() for axis in figure.axes) == ["throughput [images/s]",
+                                                                 "throughput [tokens/s]"]
+    assert all(axis.lines for axis in figure.axes)
+    assert "Not drawn" not in " ".join(text.get_text() for text in figure.texts)
+    for axis in figure.axes:                       # no point on the frame
+        top = max(max(line.get_ydata()) for line in axis.lines)
+        assert axis.get_ylim()[1] >= top * 1.05
+
+
+def test_the_page_shows_the_name_and_headline_columns_first_and_pins_them(tmp_path):
+    """A 26-column table kept TTFT and ITL off a 1,400 px screen: on the page the row number
+    and the name stay pinned and the headline figures follow them."""
+    from test_plot import measured_row
+    from microbench.report import page
+    rows = [measured_row(2, network=name, precision=p) for name in ("resnet18", "alexnet")
+            for p in ("fp32", "tf32")]
+    built = _table(_entries_of_rows(rows))
+    keys = [column.key for column in page.page_columns(built)]
+    assert keys[:3] == ["#", "network", "throughput"]
+    assert keys.index("precision") > keys.index("throughput")
+    text = page.html_page([built], [])
+    assert '<th class="number pin0">#</th><th class="pin1">network</th>' in text
+    assert "position: sticky" in text
+
+
 def test_plot_file_from_the_command(results, capfd, tmp_path):
     path = tmp_path / "batch.png"
     sweep = next(results.glob("sweep_*.json"))
@@ -561,14 +609,17 @@ def _mixed_folder(results: Path, folder: Path) -> Path:
 
 
 def _headline_edge(page: Path, profile: Path) -> tuple[float, float]:
-    """The right edge of the first table's headline column and the window's width, in CSS
-    pixels, as headless Chromium lays the page out at 1,400 px (a copy of the page with a
-    script that writes them into its title: the page itself has no script)."""
+    """The right edge of the first table's headline columns (name, throughput, TTFT, ITL) and
+    the window's width, in CSS pixels, as headless Chromium lays the page out at 1,400 px (a
+    copy of the page with a script that writes them into its title: the page itself has no
+    script)."""
     probe = page.with_name("probe.html")
     probe.write_text(page.read_text().replace("</body>", (
-        "<script>const th = document.querySelectorAll('table th')[1];"
-        "document.title = 'EDGE ' + th.getBoundingClientRect().right + ' ' + "
-        "document.documentElement.clientWidth + ' ' + th.textContent;</script></body>")))
+        "<script>const ths = [...document.querySelector('table').querySelectorAll('th')]"
+        ".filter(th => /^(network|throughput|TTFT|ITL)/.test(th.textContent));"
+        "document.title = 'EDGE ' + Math.max(...ths.map(th => th.getBoundingClientRect()"
+        ".right)) + ' ' + document.documentElement.clientWidth + ' ' + "
+        "ths.map(th => th.textContent).join(',');</script></body>")))
     done = subprocess.run(
         [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
@@ -577,7 +628,8 @@ def _headline_edge(page: Path, profile: Path) -> tuple[float, float]:
     assert done.returncode == 0, done.stderr[-2000:]
     found = re.search(r"<title>EDGE ([\d.]+) ([\d.]+) ([^<]*)</title>", done.stdout)
     assert found, done.stdout[:2000]
-    assert found.group(3).startswith("throughput"), found.group(3)
+    assert found.group(3).startswith("network,throughput") and "TTFT" in found.group(3) \
+        and "ITL" in found.group(3), found.group(3)
     return float(found.group(1)), float(found.group(2))
 
 

@@ -138,6 +138,7 @@ def test_gate_on_one_sample_a_side_uses_the_point_ratio_and_says_so():
     (1.01, (0.97, 1.04), "same within 5% (interval 0.970-1.040)"),
     # 400x wide: not "the same", whatever its centre.
     (0.22, (0.01, 4.07), "no difference detected (interval 0.010-4.070)"),
+    (0.05, (0.00042, 6.2), "no difference detected (interval 0.00042-6.200)"),
     (24.46, (0.21, 2910.51), "no difference detected (interval 0.210-2,911)"),
     # Real but smaller than the tolerance, the interval reaching beyond it: not called faster.
     (1.04, (1.01, 1.08), "no difference detected (interval 1.010-1.080)"),

@@ -253,6 +253,42 @@ def test_the_op_bench_parses_its_flags_without_the_model_benchmark():
     assert "LOADED []" in ran.stdout, ran.stdout[-2000:] + ran.stderr[-2000:]
 
 
+def test_answers_that_need_no_run_import_no_torch():
+    """--help, --version, --list-networks, a refused flag and an unknown network answer before
+    torch is imported (seconds, tens on a loaded machine: issue 45), and so do
+    microbench-report --help and microbench-ops --help and its refusals; one fresh interpreter
+    runs them all in-process."""
+    probe = (
+        "import contextlib, io, sys\n"
+        "from microbench.main import main\n"
+        "from microbench.report.command import main as report\n"
+        "from microbench.ops.cli import main as ops\n"
+        "codes = []\n"
+        "for command, argv in ((main, ['--help']), (main, ['--version']),\n"
+        "                      (main, ['--list-networks']), (main, ['--network', 'resnet81']),\n"
+        "                      (main, ['--bogus']), (main, ['--batch-size', '0']),\n"
+        "                      (report, ['--help']), (ops, ['--help']),\n"
+        "                      (ops, ['--op-type', 'x'])):\n"
+        "    with contextlib.redirect_stdout(io.StringIO()), \\\n"
+        "            contextlib.redirect_stderr(io.StringIO()):\n"
+        "        try:\n"
+        "            codes.append(command(argv))\n"
+        "        except SystemExit as stop:\n"
+        "            codes.append(stop.code)\n"
+        "heavy = sorted(m for m in ('torch', 'torchvision', 'scipy', 'matplotlib')\n"
+        "               if m in sys.modules)\n"
+        "print('CODES', codes, 'LOADED', heavy)\n")
+    ran = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120)
+    assert "CODES [0, 0, 0, 2, 2, 2, 0, 0, 2] LOADED []" in ran.stdout, \
+        ran.stdout[-2000:] + ran.stderr[-2000:]
+
+
+def test_the_modes_named_below_torch_are_the_scenarios():
+    from microbench import scenarios
+    assert scenarios.MODES == config.MODES
+
+
 # A value other than the default for every setting --rerun replays. A new setting must be added
 # here (the test below fails until it is), which proves it replays.
 REPLAYED_SAMPLES = {

@@ -22,6 +22,7 @@ from microbench.platform import device as device_layer
 from microbench.measure import flops
 from microbench.platform.errors import UsageError
 from microbench.ops import catalog as ops, cli as ops_cli, report, runner
+from microbench.ops import command as ops_command
 from microbench.ops.cli import main as ops_main
 from microbench.measure.timing import Measurement, time_calls
 
@@ -60,6 +61,12 @@ def cpu_config(dtype="fp32", **overrides):
 # ---------------------------------------------------------------------------------------------
 # Every op runs
 # ---------------------------------------------------------------------------------------------
+
+def test_the_flags_choices_known_without_torch_are_the_catalogs():
+    from microbench.ops import choices
+    assert choices.OP_NAMES == tuple(ops.known_op_names())
+    assert choices.DTYPE_NAMES == tuple(ops.DTYPES)
+
 
 def test_each_predefined_op_runs_through_the_cli(tmp_path, run_cli):
     output = tmp_path / "predefined.json"
@@ -445,10 +452,10 @@ def test_the_cpu_cache_is_unknown_and_never_flushed(run_cli):
     plan = runner.TimingPlan.build(CPU, flush=True)
     assert (plan.flusher, plan.delay, plan.dispatch_hidden) == (None, None, None)
     parser = ops_cli.build_parser()
-    assert ops_cli.flush_wanted(parser.parse_args([]), GPU) is True       # the GPU default
-    assert ops_cli.flush_wanted(parser.parse_args(["--no-flush-l2"]), GPU) is False
-    assert ops_cli.flush_wanted(parser.parse_args([]), CPU) is False
-    assert ops_cli.flush_wanted(parser.parse_args(["--flush-l2"]), CPU) is False
+    assert ops_command.flush_wanted(parser.parse_args([]), GPU) is True       # the GPU default
+    assert ops_command.flush_wanted(parser.parse_args(["--no-flush-l2"]), GPU) is False
+    assert ops_command.flush_wanted(parser.parse_args([]), CPU) is False
+    assert ops_command.flush_wanted(parser.parse_args(["--flush-l2"]), CPU) is False
     result = run_cli("--op", "add", "--input1-dim", "8", "--device", "cpu", "--flush-l2", *QUICK)
     assert result.returncode == 0 and "note: --flush-l2 has no effect on the CPU" in result.stdout
 

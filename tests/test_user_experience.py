@@ -36,6 +36,15 @@ def test_flops_memory_and_rates_scale():
     assert units.rate(5163.72) == "5,164" and units.rate(34.969) == "34.97"
 
 
+@pytest.mark.parametrize("gbs, text", [(0.0123, "12.3 MB/s"), (0.32, "320 MB/s"), (1.0, "1 GB/s"),
+                                       (41.27, "41.3 GB/s"), (412.4, "412 GB/s"),
+                                       (3350.0, "3.35 TB/s"), (0.0000004, "0.0004 MB/s")])
+def test_a_bandwidth_scales_to_its_unit_and_is_never_zero(gbs, text):
+    """Decode bandwidth once printed "0.0 GB/s" on the CPU: one helper scales every bandwidth
+    (a peak's too) to MB/s, GB/s or TB/s."""
+    assert units.bandwidth(gbs) == text and units.gbs_rate(gbs) == text
+
+
 # ---------------------------------------------------------------- progress
 
 class FakeTerminal(io.StringIO):

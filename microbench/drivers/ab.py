@@ -47,7 +47,8 @@ def print_verdict(result: stats.ABResult, plan: ABPlan, rows, out: TextIO) -> No
                     f" ({stats.ONE_TRIAL})")
         print(f"  {side}: {units.rate(spread.headline)} {row.spec.model.item}s/s (geometric "
               f"mean of {spread.count} trials{interval})", file=out)
-    print(f"A/B: B ({plan.flags}) / A = {result.ratio:.3f}: {result.comparison.text} "
+    print(f"A/B: B ({plan.flags}) / A = {stats.ratio_text(result.ratio)}: "
+          f"{result.comparison.text} "
           f"[{result.method}]", file=out, flush=True)
 
 
@@ -75,5 +76,6 @@ def write(result: stats.ABResult, plan: ABPlan, rows) -> str | None:
 
 def fail_if_slower(result: stats.ABResult, plan: ABPlan) -> None:
     if plan.fail_if_slower and result.verdict == "slower":
-        raise Regression(f"--ab: B ({plan.flags}) is slower than A: ratio {result.ratio:.3f}, "
+        raise Regression(f"--ab: B ({plan.flags}) is slower than A: ratio "
+                         f"{stats.ratio_text(result.ratio)}, "
                          f"{result.comparison.text}")

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Callable
 
 import torch
 
-from microbench.measure import compile_watch
+from microbench.measure import compile_watch, library_log
 from microbench.ops import peaks as peaks_mod
 from microbench.platform import device as device_layer, noise
 from microbench.settings import precision as precision_mod
@@ -139,37 +139,41 @@ def run(spec: "RunSpec", on_phase: Callable[..., None] = lambda phase, timed=Fal
     precision_mod.apply_tf32(spec.precision.tf32)
     device_layer.set_conv_autotuner(config.cudnn_benchmark)
     work = None
+    # torch's and torchao's log records (torchao's import logs one) go into the result, not
+    # onto the console (issue 45), from the peak probe to the profiled passes.
+    library = library_log.LibraryLogWatch()
     try:
-        measured = measure_peaks(spec, monitor, on_phase)
-        work = build_workload(spec, wrap)
-        watch = compile_watch.CompileWatch(device, config.compile_options)
-        watching = watch.during if config.compile else lambda phase: contextlib.nullcontext()
-        on_phase("compiling and warming up" if config.compile else "warming up")
-        with noise.captured() if config.compile else contextlib.nullcontext(), \
-                watching("warm-up"):
-            warmup_s, first_s = warm_up(work.step, config.warmup, device)
-        # With an input pipeline: the model alone and the loader alone, then the fed step.
-        work = spec.scenario.before_timing(spec, work, on_phase)
-        device_layer.reset_peak_memory(device)
-        on_phase(f"timing {config.iterations} iterations", timed=True)
-        before_timing()
-        sampler = monitor.start() if monitor is not None else None
-        try:
-            with watching("timed"):
-                timed = measure(config, spec.scenario, work, device, launch.is_main,
-                                rejoin=rejoin)
-        finally:
-            samples = sampler.stop() if sampler is not None else None
-        units = spec.scenario.units_per_iteration(spec.batch_size) * timed.times.count
-        report = monitor.report(samples, units, timed.times.total_ms / 1e3) \
-            if monitor is not None else None
-        allocated, reserved = device_layer.peak_memory_mb(device)
-        with noise.captured():                     # Kineto's tracepoints and probes
-            reports = profiled_passes(config, work, device, launch.is_main, launch.rank,
-                                      launch.world_size, trace_stem(spec))
-        detail = spec.scenario.after_timing(spec, work, timed.detail)
-        if timed.deepspeed_profile:
-            reports.insert(0, timed.deepspeed_profile)
+        with library.during():
+            measured = measure_peaks(spec, monitor, on_phase)
+            work = build_workload(spec, wrap)
+            watch = compile_watch.CompileWatch(device, config.compile_options)
+            watching = watch.during if config.compile else lambda phase: contextlib.nullcontext()
+            on_phase("compiling and warming up" if config.compile else "warming up")
+            with noise.captured() if config.compile else contextlib.nullcontext(), \
+                    watching("warm-up"):
+                warmup_s, first_s = warm_up(work.step, config.warmup, device)
+            # With an input pipeline: the model alone and the loader alone, then the fed step.
+            work = spec.scenario.before_timing(spec, work, on_phase)
+            device_layer.reset_peak_memory(device)
+            on_phase(f"timing {config.iterations} iterations", timed=True)
+            before_timing()
+            sampler = monitor.start() if monitor is not None else None
+            try:
+                with watching("timed"):
+                    timed = measure(config, spec.scenario, work, device, launch.is_main,
+                                    rejoin=rejoin)
+            finally:
+                samples = sampler.stop() if sampler is not None else None
+            units = spec.scenario.units_per_iteration(spec.batch_size) * timed.times.count
+            report = monitor.report(samples, units, timed.times.total_ms / 1e3) \
+                if monitor is not None else None
+            allocated, reserved = device_layer.peak_memory_mb(device)
+            with noise.captured():                     # Kineto's tracepoints and probes
+                reports = profiled_passes(config, work, device, launch.is_main, launch.rank,
+                                          launch.world_size, trace_stem(spec))
+            detail = spec.scenario.after_timing(spec, work, timed.detail)
+            if timed.deepspeed_profile:
+                reports.insert(0, timed.deepspeed_profile)
     except Exception as error:                       # noqa: BLE001 (re-raised unless expected)
         if not _is_expected(error):
             raise
@@ -185,7 +189,8 @@ def run(spec: "RunSpec", on_phase: Callable[..., None] = lambda phase, timed=Fal
                          seed=config.seed, data=spec.scenario.input_measured(work),
                          sharded=spec.scenario.sharded_state(work),
                          lowp=getattr(work, "lowp", None), peaks=measured,
-                         compiler=watch.report() if config.compile else None)
+                         compiler=watch.report() if config.compile else None,
+                         library_log=library.report())
 
 
 def measure_peaks(spec: "RunSpec", monitor: "Monitor | None",

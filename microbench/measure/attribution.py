@@ -23,6 +23,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
+from microbench.platform import units
+
 CLASSES = ("matmul", "attention", "elementwise+norms", "sampling", "copies", "compiled")
 TOP_KERNELS = 10
 
@@ -118,21 +120,24 @@ class Attribution:
         return max(self.measured_step_ms - self.busy_ms, 0.0)
 
     def line(self) -> str:
-        """The one-line summary."""
+        """One line short enough to read (about 90 characters): the step the figures are
+        cut from (the timed mean where there is one), kernels and gaps, the roofline and the
+        heaviest class. The profiled step, coverage and the heaviest kernels are in the JSON.
+        Where the profiled kernels alone outlast the measured step (the profiler stretches each
+        kernel a little), it says so instead of a share above 100% and no gaps."""
+        ms = units.duration_ms
         noun = "kernels" if self.unit == "kernel" else "operators"
-        parts = [f"{self.step_ms:.3f} ms = {noun} {self.busy_ms:.3f} + gaps {self.gap_ms:.3f} "
-                 f"({self.per_step:.0f} {noun}/step)"]
-        if self.measured_step_ms:
-            parts.append(f"measured {self.measured_step_ms:.3f} ms (timed mean; profiled/"
-                         f"measured {self.coverage:.3f}; {noun} "
-                         f"{self.busy_ms / self.measured_step_ms:.0%} of it, gaps "
-                         f"{self.implied_gap_ms:.3f} ms by difference)")
+        step, basis = ((self.measured_step_ms, "measured") if self.measured_step_ms
+                       else (self.step_ms, "profiled"))
+        if self.busy_ms > step:
+            parts = [f"{basis} {ms(step)}, but {noun} {ms(self.busy_ms)} profiled: gaps unknown"]
+        else:
+            parts = [f"{basis} {ms(step)}: {noun} {self.busy_ms / step:.0%}, gaps "
+                     f"{ms(step - self.busy_ms)}"]
         if self.roofline_ms:
-            parts.append(f"roofline {self.roofline_ms:.3f} ms ({self.roofline_basis})")
-        shares = " ".join(f"{name} {row['share']:.0%}" for name, row in self.classes.items()
-                          if row["ms"] > 0)
-        parts.append(shares)
-        parts.append(f"profiled pass: {self.steps} steps, {self.pass_s:.2f} s, not timed")
+            parts.append(f"roofline {ms(self.roofline_ms)}")
+        share, heaviest = max((row["share"], name) for name, row in self.classes.items())
+        parts.append(f"{self.per_step:.0f} {noun}/step, {heaviest} {share:.0%}")
         return "; ".join(parts)
 
     def to_dict(self) -> dict:

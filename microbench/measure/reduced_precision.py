@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from microbench.platform import units
+
 
 @dataclass(frozen=True)
 class Drift:
@@ -91,8 +93,8 @@ class LowPrecision:
                                        f"{self.fp8_format}{gather}; the rest in BF16"))
         if self.quantize is not None:
             rows.append(("Quantized", f"{self.quantize}: {self.quantize_description}; weights "
-                                      f"{self.weight_bytes / 1e6:,.1f} MB as stored (BF16: "
-                                      f"{self.weight_bytes_before / 1e6:,.1f} MB)"))
+                                      f"{units.megabytes(self.weight_bytes / 1e6)} as stored "
+                                      f"(BF16: {units.megabytes(self.weight_bytes_before / 1e6)})"))
         rows.append((f"Accuracy vs {self.drift.reference}", self.drift.line()))
         rows += [("Note", note) for note in self.notes]
         return rows

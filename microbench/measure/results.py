@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from microbench.measure.input_bound import DataTrial
     from microbench.measure.reduced_precision import LowPrecision
     from microbench.measure.compile_watch import CompileReport
+    from microbench.measure.library_log import LibraryLog
 
 
 def _merged(measurements) -> Measurement:
@@ -128,6 +129,7 @@ class ProcessResult:
     sharded: "ShardedState | None" = None   # --parallel fsdp: what this rank holds
     peaks: Any = None                    # --measure-peaks: microbench.ops.peaks.MeasuredPeaks
     lowp: LowPrecision | None = None     # --precision fp8, --quantize: what they did
+    library_log: "LibraryLog | None" = None  # torch's and torchao's log records, kept
 
 
 @dataclass(frozen=True)

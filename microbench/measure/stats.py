@@ -46,7 +46,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from scipy import stats as scipy_stats
+from microbench.platform import units
 
 LEVEL = 0.95
 ALPHA = 1 - LEVEL
@@ -70,7 +70,14 @@ def _exp(x: float) -> float:
 
 def _t(dof: int) -> float:
     """Two-sided 95% quantile of Student's t with ``dof`` degrees of freedom."""
-    return float(scipy_stats.t.ppf(1 - ALPHA / 2, dof))
+    return float(_scipy_stats().t.ppf(1 - ALPHA / 2, dof))
+
+
+def _scipy_stats():
+    """scipy.stats, imported when an interval or a test is computed: it takes most of a second,
+    which microbench-report --help and the model benchmark's refusals need not wait for."""
+    from scipy import stats
+    return stats
 
 
 def _logs(values: Sequence[float]) -> list[float]:
@@ -184,7 +191,11 @@ VERDICTS = ("faster", "slower", "same within N%", NO_DIFFERENCE)
 POINT_RATIO = "one trial on a side: the point ratio, noise not tested"
 
 
-def _ratio_text(value: float) -> str:
+def ratio_text(value: float) -> str:
+    """Three decimals where they hold two significant digits (``0.760``, ``0.010``); below
+    0.01, two significant digits (``0.00042``), never ``0.000`` for a bound that is positive."""
+    if value < 0.01:
+        return units.significant(value, 2)
     return f"{value:.3f}" if value < 10 else f"{value:,.1f}" if value < 1000 else f"{value:,.0f}"
 
 
@@ -222,7 +233,7 @@ class Comparison:
         if self.interval is None:
             return f"{self.verdict} ({POINT_RATIO})"
         low, high = self.interval
-        return f"{self.verdict} (interval {_ratio_text(low)}-{_ratio_text(high)})"
+        return f"{self.verdict} (interval {ratio_text(low)}-{ratio_text(high)})"
 
 
 def compared(ratio: float, interval: tuple[float, float] | None,
@@ -339,7 +350,7 @@ def gate(baseline: Sequence[float], current: Sequence[float],
                            f"trial{'s' if ours.count > 1 else ''}")
     with warnings.catch_warnings():     # near-identical trials: scipy warns, the test holds
         warnings.simplefilter("ignore", RuntimeWarning)
-        both = scipy_stats.ttest_ind(_logs(ours.values), _logs(theirs.values), equal_var=False)
+        both = _scipy_stats().ttest_ind(_logs(ours.values), _logs(theirs.values), equal_var=False)
         interval = both.confidence_interval(LEVEL)
     p_value = float(both.pvalue)
     if math.isnan(p_value):             # no spread on either side and equal: nothing differs

@@ -25,11 +25,12 @@ from dataclasses import dataclass, replace
 import torch
 from torch import nn
 
+from microbench.models import llama_config
 from microbench.models.archs import llama
 from microbench.platform.errors import UsageError
 from microbench.settings.model_options import ModelOptions
+from microbench.models.names import HF_PREFIX
 
-HF_PREFIX = "hf:"
 DEFAULT_ATTENTION = "sdpa"
 # A Hugging Face config's own context can be 128k tokens; a benchmark's default is a short one.
 HF_DEFAULT_SEQ_LEN = 512
@@ -186,10 +187,7 @@ class LanguageModelSpec:
 
     def summary(self) -> str:
         """One line for --list-networks."""
-        arch = self.llama_config
-        return (f"{self.parameter_count() / 1e6:,.1f}M parameters: {arch.num_layers} layers, "
-                f"hidden {arch.hidden_size}, {arch.num_heads} heads / {arch.num_kv_heads} kv, "
-                f"sequence {arch.max_seq_len}, vocab {arch.vocab_size}")
+        return llama_config.summary(self.llama_config)
 
 
 def _configured(name: str, options: ModelOptions) -> LanguageModelSpec:

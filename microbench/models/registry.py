@@ -17,7 +17,6 @@ Example::
 """
 from __future__ import annotations
 
-import difflib
 import warnings
 from dataclasses import dataclass, replace
 from functools import lru_cache
@@ -27,26 +26,14 @@ import torch
 import torchvision.models as tvm
 from torchvision.models import get_model, list_models
 
-from microbench.models import archs, language
+from microbench.models import archs, language, names
+from microbench.models.names import LEGACY_ALIASES
 from microbench.settings.model_options import LANGUAGE_OPTIONS, ModelOptions
 from microbench.platform.errors import UsageError
 
 IMAGENET_CLASSES = 1000
 VOC_CLASSES = 21          # torchvision's segmentation models are defined on Pascal VOC's 21 classes
 KINETICS_CLASSES = 400    # torchvision's video models are defined on Kinetics-400
-
-# The older tool's names for models torchvision spells differently.
-LEGACY_ALIASES = {
-    "SqueezeNet": "squeezenet1_0",
-    "SqueezeNet1.1": "squeezenet1_1",
-    "resnext50": "resnext50_32x4d",
-    "resnext101": "resnext101_32x8d",
-    "inception": "inception_v3",
-    "shufflenet_v2_x05": "shufflenet_v2_x0_5",
-    "shufflenet_v2_x10": "shufflenet_v2_x1_0",
-    "shufflenet_v2_x15": "shufflenet_v2_x1_5",
-    "shufflenet_v2_x20": "shufflenet_v2_x2_0",
-}
 
 # Native input sizes that differ from the family default (the resolution each was designed for).
 NATIVE_IMAGE_SIZE = {"inception_v3": 299, "xception": 299}
@@ -214,15 +201,8 @@ def available_names() -> list[str]:
 
 
 def listing() -> list[str]:
-    """``--list-networks``: one name a line; language presets with their size."""
-    lines = []
-    for name in available_names():
-        spec = registry().get(name)
-        lines.append(f"{name:<24} {spec.summary()}" if hasattr(spec, "summary") else name)
-    lines.append(f"{language.HF_PREFIX}<model_type>{'':<12} any causal language model of "
-                 f"Hugging Face transformers, built from its default config "
-                 f"(--model-kwargs key=value ...)")
-    return lines
+    """``--list-networks`` (names.listing: the same names, known without torchvision)."""
+    return names.listing()
 
 
 def lookup(name: str):
@@ -236,9 +216,7 @@ def lookup(name: str):
     lowered = {n.lower(): n for n in specs}
     if canonical.lower() in lowered:
         return specs[lowered[canonical.lower()]]
-    close = difflib.get_close_matches(name, available_names(), n=3, cutoff=0.5)
-    hint = f"did you mean {', '.join(close)}?" if close else "see --list-networks"
-    raise UsageError(f"unknown network '{name}': {hint}")
+    raise names.unknown(name)
 
 
 def resolve(name: str, options: ModelOptions | None = None):

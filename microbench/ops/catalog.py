@@ -26,18 +26,16 @@ from typing import Callable, Sequence
 import torch
 import torch.nn.functional as F
 
+from microbench.ops.choices import GENERIC_SHAPE, OP_TYPES  # noqa: F401 (named there)
 from microbench.platform.errors import UsageError
 
 Shape = tuple[int, ...]
 
-OP_TYPES = ("binary", "unary", "reduction", "sparse", "compute")
 MEMORY_BOUND = "memory"
 COMPUTE_BOUND = "compute"
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
-# The old tool's generic shape for binary, unary and reduction ops.
-GENERIC_SHAPE = "64-1024-1024"
 INDEX_BYTES = 8  # torch indices are int64
 
 

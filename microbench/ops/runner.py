@@ -42,20 +42,13 @@ from microbench.platform.errors import BenchmarkError, OutOfMemory, UsageError
 from microbench.measure.timing import Measurement, time_calls
 from microbench.ops import catalog as ops
 from microbench.ops.report import OpResult
+# The flush floor and the queued delay are named in choices.py (the flags' help reads them).
+from microbench.ops.choices import DEFAULT_QUEUED_DELAY_MS, FLUSH_FLOOR_BYTES, MIB  # noqa: F401
 
-MIB = 1 << 20
 # Headroom kept free beyond an op's own tensors: library workspaces (cuBLAS, cuDNN/MIOpen,
 # attention kernels) and allocator rounding.
 MEMORY_HEADROOM_FRACTION = 0.05
 MEMORY_HEADROOM_BYTES = 256 * MIB
-# The flush buffer: twice the last-level cache, and never less than this floor, which covers a
-# cache that the device does not report (MI300's 256 MB Infinity Cache, twice over). Zeroing
-# 512 MiB takes 0.17 ms on an H100 (measured), untimed.
-FLUSH_FLOOR_BYTES = 512 * MIB
-# Without the flush, a spin of this long is queued before each timed call: far above the host
-# dispatch of one eager op (7-9 us on the H100 host we measured), so the call is queued before
-# its start event fires. The host then runs ahead of the GPU and the margin grows.
-DEFAULT_QUEUED_DELAY_MS = 0.5
 # Cycles of torch.cuda._sleep timed once to convert the delay into cycles: the counter runs at
 # the shader clock on NVIDIA (1e6 cycles = 0.51 ms on an H100) and may run at a fixed clock on
 # AMD, so it is measured rather than assumed.

@@ -7,10 +7,13 @@ The report's chart: one metric of the report's rows across the setting that vari
 bars that say what they are.
 
 The x axis is ``--x SETTING`` or, by default, for op bench rows the op (then its shapes or
-dtype) where it varies, else the first varying setting that is a number (batch, sequence length,
-image size, devices), else the first varying setting, else when the rows ran.
+dtype) where it varies, else the setting of the work that splits the most rows: a number (batch,
+sequence length, image size, devices, workers) before a name (precision, quantize, network), each
+in the order of how many rows it sets apart; never how the work was measured (repeat,
+iterations, warm-up, seed: a chart "by repeat" says nothing); else when the rows ran.
 Rows that differ in other settings too become separate series (lines over a numeric axis,
-grouped bars over names). Metrics and their error bars:
+grouped bars over names). Throughput is drawn in each row's own unit: rows in images/s and
+rows in tokens/s get a panel each. Metrics and their error bars:
 
 * ``throughput`` (model results; the default): the headline; bars from the lowest to the
   highest trial where a result has trials (``--repeat``), else from the 10th to the 90th
@@ -59,6 +62,12 @@ SUBTITLE_CHARS_PER_INCH = 13
 INCH_PER_LINE = 0.19         # height of one line of small text
 # An op bench chart is drawn per op: these before any number (iterations, warm-up...).
 _OP_AXES = ("op", "shapes", "dtype")
+# How the work was measured, not what it was: never a default x axis (--x may name one).
+_PROCEDURE = frozenset({
+    "repeat", "iterations", "warmup", "seed", "trials", "max-noise", "max-trials", "time-limit",
+    "discard-throttled", "telemetry-interval", "autograd-profiler", "kineto", "profiler-schedule",
+    "flops-prof-step", "peak-tflops", "peak-bandwidth", "measure-peaks", "capture-range",
+    "no-phases", "dist-timeout", "host", "tool", "measured peak", RUN_AT, FILE})
 # Past the ten colours of matplotlib's cycle, series take tab20's twenty, then a marker each.
 _MARKERS = ("o", "s", "^", "D", "v", "P", "X")
 
@@ -88,6 +97,15 @@ def new_figure(width: float, height: float):
     require_matplotlib()
     from matplotlib.figure import Figure
     return Figure(figsize=(width, height))
+
+
+def from_zero(axis, headroom: float = 0.1) -> None:
+    """The y axis from 0 to the top of what is drawn (error bars included) plus ``headroom``
+    of it, so that no point or bar sits on the frame."""
+    axis.relim()
+    axis.autoscale_view()
+    top = axis.get_ylim()[1]
+    axis.set_ylim(0, top * (1 + headroom) if top > 0 else 1)
 
 
 def fixed_ticks(axis, values, text, log2: bool = False) -> None:
@@ -222,8 +240,8 @@ def point_of(entry: Entry, metric: str) -> Point | None:
 
 # ---------------------------------------------------------------- axis, series, labels
 
-def _label(metric: str, table: Table) -> str:
-    return {"throughput": f"throughput [{_main_unit(table)}]",
+def _label(metric: str, table: Table, unit: str | None = None) -> str:
+    return {"throughput": f"throughput [{unit or _main_unit(table)}]",
             "latency": "median iteration time [ms]" if table.group.table == MODEL
             else "median time per call [ms]",
             "mfu": "MFU [%]", "gbs": "GB/s", "tflops": "TFLOP/s"}[metric]
@@ -245,13 +263,14 @@ def choose_x(table: Table, wanted: str | None) -> str:
             raise UsageError(f"--x {wanted}: not a setting that varies across these results "
                              f"(they vary in: {', '.join(varying) or 'nothing'})")
         return name
-    settings = [name for name in varying if name != RUN_AT]
+    settings = [name for name in varying if name not in _PROCEDURE]
     if table.group.table == OP:
         per_op = [name for name in _OP_AXES if name in settings]
         if per_op:
             return per_op[0]
+    # varying is ordered by the rows each setting sets apart (collection._group).
     numeric = [name for name in settings if _numeric(table.group.entries, name)]
-    return (numeric or settings or varying or ["#"])[0]
+    return (numeric or settings or [name for name in varying if name == RUN_AT] or ["#"])[0]
 
 
 def _style(number: int, count: int) -> dict:
@@ -281,15 +300,18 @@ def _series_label(entry: Entry, names) -> str:
     return " · ".join(parts)
 
 
+def _units(table: Table) -> list[str | None]:
+    """The throughput units of the measured rows (images/s, tokens/s), most rows' first: each
+    gets a panel of its own, so that no row is left out for its unit."""
+    units_ = [entry.unit for entry in table.group.entries if entry.measured]
+    return sorted(dict.fromkeys(units_), key=lambda unit: -units_.count(unit)) or [None]
+
+
 def _main_unit(table: Table) -> str | None:
-    """Throughput is drawn in one unit: the one most rows have (images/s, tokens/s)."""
-    units_ = [entry.unit for entry in table.group.entries if entry.measured and entry.unit]
-    return max(dict.fromkeys(units_), key=units_.count) if units_ else None
+    return _units(table)[0]
 
 
 def _drawn(table: Table, entry: Entry, metric: str) -> bool:
-    if metric == "throughput" and entry.unit != _main_unit(table):
-        return False
     return point_of(entry, metric) is not None
 
 
@@ -341,9 +363,7 @@ def _bars_note(table: Table, metric: str) -> str:
 def _why_not_drawn(table: Table, entry: Entry, metric: str) -> str:
     if not entry.measured:
         return entry.status
-    if point_of(entry, metric) is None:
-        return f"{metric} unknown"
-    return f"in {entry.unit}"
+    return f"{metric} unknown"
 
 
 def _missing_note(table: Table, metric: str) -> str:
@@ -363,39 +383,57 @@ def nothing_drawn(table: Table, metric: str) -> str | None:
 # ---------------------------------------------------------------- the figure
 
 def build_figure(table: Table, metric: str, wanted_x: str | None = None):
-    """The figure of ``metric`` across the varying setting (a matplotlib Figure)."""
+    """The figure of ``metric`` across the varying setting (a matplotlib Figure): one panel,
+    or for throughput one per unit (images/s above tokens/s), over the same x setting."""
     require_matplotlib()
     if table.group.table not in METRICS[metric]:
         raise UsageError(f"--metric {metric} applies to "
                          f"{' and '.join(METRICS[metric])} results, not to these")
     x = choose_x(table, wanted_x)
     drawn = [entry for entry in table.group.entries if _drawn(table, entry, metric)]
-    others = [name for name in table.group.varying
-              if name not in (x, FILE) and len(_known(drawn, name)) > 1]
-    series: dict[str, list[tuple[int, Entry]]] = {}
-    for index, entry in table.rows:
-        series.setdefault(_series_label(entry, others), []).append((index, entry))
+    units_ = [unit for unit in _units(table) if any(e.unit == unit for e in drawn)] \
+        if metric == "throughput" else [None]
+    panels = []
+    for unit in units_ or [None]:
+        members = [(index, entry) for index, entry in table.rows
+                   if unit is None or entry.unit == unit]
+        mine = [entry for _, entry in members if _drawn(table, entry, metric)]
+        others = [name for name in table.group.varying
+                  if name not in (x, FILE) and len(_known(mine, name)) > 1]
+        series: dict[str, list[tuple[int, Entry]]] = {}
+        for index, entry in members:
+            series.setdefault(_series_label(entry, others), []).append((index, entry))
+        panels.append((unit, series))
     notes = [_bars_note(table, metric), _missing_note(table, metric)]
     # Wide enough for the legend beside the axes (characters of its longest label).
-    longest = max(map(len, series)) if len(series) > 1 else 0
+    labels = [label for _, series in panels if len(series) > 1 for label in series]
+    longest = max(map(len, labels)) if labels else 0
     width = 7.0 + (0.065 * longest + 0.6 if longest else 0)
     footnote = "\n".join(textwrap.fill(text, int(width * FOOTNOTE_CHARS_PER_INCH))
                          for text in notes if text)
-    height = 4.8 + 0.19 * (footnote.count("\n") + 1)
+    panel_height = 4.0 if len(panels) == 1 else 3.2
+    height = 0.8 + panel_height * len(panels) + 0.19 * (footnote.count("\n") + 1)
     subtitle = textwrap.fill(_subtitle(drawn), int(width * SUBTITLE_CHARS_PER_INCH))
     height += 0.2 * subtitle.count("\n")
     figure = new_figure(width, height)
-    axis = figure.subplots()
-    if x != "#" and _numeric(table.group.entries, x):
-        _draw_lines(axis, table, series, metric, x)
-    else:
-        _draw_bars(axis, table, series, metric, x)
-    axis.set_ylabel(_label(metric, table))
-    axis.set_ylim(bottom=0)
-    axis.set_title(f"{_label(metric, table).split(' [')[0]} by {x}", fontsize="medium")
-    if len(series) > 1:                 # beside the axes, so that it hides no point
-        axis.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.02, 1.0),
-                    borderaxespad=0)
+    axes = figure.subplots(len(panels), 1, squeeze=False)[:, 0]
+    for axis, (unit, series) in zip(axes, panels):
+        entries = [entry for members in series.values() for _, entry in members]
+        if x != "#" and _numeric(entries, x):
+            _draw_lines(axis, table, series, metric, x)
+        else:
+            _draw_bars(axis, table, series, metric, x)
+        axis.set_ylabel(_label(metric, table, unit))
+        from_zero(axis)
+        title = f"{_label(metric, table, unit).split(' [')[0]} by {x}"
+        if len(panels) > 1:                 # the panel's unit, and what its rows share
+            shared = [part for part in _subtitle(entries).split(" · ")
+                      if part and part not in _subtitle(drawn).split(" · ")]
+            title += f" ({unit})" + (f"\n{' · '.join(shared)}" if shared else "")
+        axis.set_title(title, fontsize="medium")
+        if len(series) > 1:                 # beside the axes, so that it hides no point
+            axis.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.02, 1.0),
+                        borderaxespad=0)
     figure.suptitle(subtitle, fontsize="small")
     figure.text(0.01, 0.01, footnote, fontsize="x-small", ha="left", va="bottom", color="0.25")
     top = 0.97 - 0.2 * subtitle.count("\n") / height      # room for each wrapped line
@@ -413,7 +451,8 @@ def _scale(metric: str) -> float:
 
 
 def _draw_lines(axis, table: Table, series, metric: str, x: str) -> None:
-    values = sorted({setting_value(e, x) for e in table.group.entries if e.measured})
+    values = sorted({setting_value(e, x) for members in series.values() for _, e in members
+                     if e.measured})
     for number, (label, members) in enumerate(series.items()):
         drawn = sorted(_points(table, members, metric), key=lambda item: setting_value(item[1], x))
         if not drawn:
@@ -433,7 +472,9 @@ def _draw_lines(axis, table: Table, series, metric: str, x: str) -> None:
 def _draw_bars(axis, table: Table, series, metric: str, x: str) -> None:
     def category(index, entry):
         return f"#{index}" if x == "#" else _drawn_setting(setting_value(entry, x))
-    categories = list(dict.fromkeys(category(i, e) for i, e in table.rows))
+    rows = sorted((item for members in series.values() for item in members),
+                  key=lambda item: item[0])
+    categories = list(dict.fromkeys(category(i, e) for i, e in rows))
     width = 0.8 / max(1, len(series))
     for number, (label, members) in enumerate(series.items()):
         drawn = _points(table, members, metric)

@@ -83,7 +83,8 @@ def _verdict_line(verdict: stats.GateVerdict) -> str:
     """``ratio 0.800 (this run / baseline): slower (interval 0.781-0.822) [Welch's ...]``:
     each fact once (the interval or the point-ratio basis in the verdict, the test in the
     brackets)."""
-    return (f"ratio {verdict.ratio:.3f} (this run / baseline): {verdict.comparison.text} "
+    return (f"ratio {stats.ratio_text(verdict.ratio)} (this run / baseline): "
+            f"{verdict.comparison.text} "
             f"[{verdict.method}]")
 
 

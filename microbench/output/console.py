@@ -239,8 +239,9 @@ def _warmup(summary: Summary) -> str:
     first = "compile + first iteration" if config.compile else "first iteration"
     trials = len(summary.trials)
     which = f" (first of {trials} trials)" if trials > 1 else ""
-    return (f"{config.warmup} iterations in {result.warmup_s:.2f} s{which}; {first} "
-            f"{result.first_iteration_s:.2f} s")
+    seconds = units.duration_ms
+    return (f"{config.warmup} iterations in {seconds(result.warmup_s * 1e3)}{which}; {first} "
+            f"{seconds(result.first_iteration_s * 1e3)}")
 
 
 def _summary_rows(summary: Summary) -> list[tuple[str, str]]:
@@ -259,6 +260,7 @@ def _summary_rows(summary: Summary) -> list[tuple[str, str]]:
         ("Warm-up", _warmup(summary)),
     ]
     rows += _compiler_rows(summary)
+    rows += _library_log_rows(summary)
     rows += summary.lowp.rows() if summary.lowp is not None else []
     rows += summary.scenario.console_rows(summary)
     rows += _flops_rows(summary) + _peaks_rows(summary) + _trial_rows(summary)
@@ -283,6 +285,23 @@ def _compiler_rows(summary: Summary) -> list[tuple[str, str]]:
                                           f"compiler.warnings); first: "
                                           f"{first[:160]}{'...' if len(first) > 160 else ''}"))
     return rows
+
+
+def _library_log_rows(summary: Summary) -> list[tuple[str, str]]:
+    """torch's and torchao's log records, counted, as the compiler's warnings are: the
+    records themselves are in the JSON."""
+    kept = summary.library_log
+    if not kept.count:
+        return []
+    first = kept.lines[0]
+    return [("Library log", f"{kept.count} record{'s' * (kept.count != 1)} (in the JSON, "
+                            f"library_log); first: "
+                            f"{first[:LIBRARY_LINE_SHOWN]}"
+                            f"{'...' if len(first) > LIBRARY_LINE_SHOWN else ''}")]
+
+
+# Characters of the first library record the summary shows: the row stays about one line wide.
+LIBRARY_LINE_SHOWN = 70
 
 
 def _trial_rows(summary: Summary) -> list[tuple[str, str]]:
@@ -381,7 +400,8 @@ def _peaks_rows(summary: Summary) -> list[tuple[str, str]]:
         parts.append(f"the probe of median GEMM rate of {probes} trials' processes")
     rows = [("Measured peaks", "; ".join(parts)),
             ("During the probe", f"{measured.clocks.describe()}; the probe took "
-                                 f"{measured.seconds:.2f} s, before and outside the timed "
+                                 f"{units.duration_ms(measured.seconds * 1e3)}, before and "
+                                 f"outside the timed "
                                  f"region, once per process")]
     rows += [("Peaks", line) for line in summary.peak_warnings]
     return rows

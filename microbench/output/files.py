@@ -83,6 +83,7 @@ def result_document(summary: Summary) -> dict:
         "flops": _flops_document(summary),
         "peaks": _peaks_document(summary),
         "compiler": summary.compiler.to_dict() if summary.compiler is not None else None,
+        "library_log": summary.library_log.to_dict(),
     }
     reduced = summary.lowp
     if reduced is not None:         # --precision fp8, --quantize: what changed, how far it moved

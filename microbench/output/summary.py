@@ -26,7 +26,8 @@ import socket
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from microbench.measure import compile_watch, input_bound, telemetry as telemetry_mod
+from microbench.measure import (compile_watch, input_bound, library_log,
+                               telemetry as telemetry_mod)
 from microbench.ops import peaks as peaks_mod
 from microbench.settings.config import CUDA_GRAPH_MODES
 from microbench.measure.flops import BandwidthPeak, PeakChoice, Utilization
@@ -296,6 +297,12 @@ class Summary:
     def compiler(self):
         """What the compiler did (a ``compile_watch.CompileReport``), None without --compile."""
         return compile_watch.combine([trial.result.compiler for trial in self.trials])
+
+    @property
+    def library_log(self):
+        """torch's and torchao's log records in every trial of this process (rank 0's under
+        DDP), kept off the console (a ``library_log.LibraryLog``)."""
+        return library_log.combine([trial.result.library_log for trial in self.trials])
 
     @property
     def compile_s(self) -> float | None:

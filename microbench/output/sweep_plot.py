@@ -343,6 +343,7 @@ def accuracy_figure(rows):
                   else "distance from BF16 [%]")
     figure = new_figure(7.5, 5.0)
     speed = figure.subplots()
+    labelled = []
     for row in measured:
         reduced = bool(row.entry.accuracy_kind)     # no figure of its own: the reference
         figure_value = row.entry.figures.get("accuracy") if reduced else 0.0
@@ -351,16 +352,18 @@ def accuracy_figure(rows):
         point = point_of(row.entry, per_token)
         speed.errorbar([100 * figure_value], [point.value], yerr=[[point.below], [point.above]],
                        marker="o", capsize=3)
-        speed.annotate(_label(row, names) + ("" if reduced else " (reference)"),
-                       (100 * figure_value, point.value), textcoords="offset points",
-                       xytext=(5, 5), fontsize="small")
+        labelled.append((_label(row, names) + ("" if reduced else " (reference)"),
+                         100 * figure_value, point.value))
     speed.set_xlabel(axis_label)
     speed.set_ylabel(f"throughput [{unit}]")
-    speed.set_ylim(bottom=0)
-    speed.set_xlim(left=0)
+    chart.from_zero(speed, headroom=0.12)
+    right = max((x for _, x, _ in labelled), default=0.0)
+    speed.set_xlim(0, right * 1.15 if right > 0 else 1)
+    _label_points(speed, labelled)
     speed.set_title(f"Throughput against accuracy: {_common_label(rows, tuple(names))}",
                     fontsize="medium")
-    figure.suptitle(subtitle(rows), fontsize="small")
+    figure.suptitle(textwrap.fill(subtitle(rows), 110, break_on_hyphens=False),
+                    fontsize="small")
     figure.tight_layout()
     return figure
 
@@ -371,29 +374,54 @@ def _is_generation(rows) -> bool:
 
 def build_generation_figure(rows):
     """Aggregate decode tokens/s against the inter-token latency (p50), one labelled point per
-    batch size, joined in batch order: the throughput-latency curve serving engines report."""
+    batch size, joined in batch order: the throughput-latency curve serving engines report. Rows
+    that differ in more than the batch (a quantization, a precision, an attention kernel) get a
+    curve each, named in the legend."""
     figure = new_figure(7.5, 5.2)
     axis = figure.subplots()
     done = [row for row in rows
             if row.entry is not None and row.entry.figures.get("itl_ms") is not None]
-    done.sort(key=lambda row: row.spec.batch_size)
-    latency = [row.entry.figures["itl_ms"] for row in done]
-    rate = [row.entry.figures.get("decode_tokens_per_s") or 0.0 for row in done]
-    axis.plot(latency, rate, marker="o")
-    for row, x, y in zip(done, latency, rate):
-        axis.annotate(f"batch {row.spec.batch_size}", (x, y), textcoords="offset points",
-                      xytext=(5, -12), fontsize="small")
+    names = [name for name in _varying(done or rows, _FACETS) if name != "batch"]
+    series: dict[str, list] = {}
+    for row in sorted(done, key=lambda row: row.spec.batch_size):
+        series.setdefault(_label(row, names), []).append(row)
+    for label, members in series.items():
+        axis.plot([row.entry.figures["itl_ms"] for row in members],
+                  [_decode_rate(row) for row in members], marker="o", label=label or None)
     axis.set_xlabel("inter-token latency p50 [ms]")
     axis.set_ylabel("decode throughput, whole batch [tokens/s]")
-    axis.set_xlim(left=0)
-    axis.set_ylim(bottom=0)
-    axis.set_title(f"Generation: {_common_label(rows, excluded=('batch',))}", fontsize="medium")
+    chart.from_zero(axis, headroom=0.12)
+    right = max((row.entry.figures["itl_ms"] for row in done), default=1.0)
+    axis.set_xlim(0, right * 1.12 if right > 0 else 1)
+    _label_points(axis, [(f"batch {row.spec.batch_size}", row.entry.figures["itl_ms"],
+                          _decode_rate(row)) for members in series.values() for row in members])
+    if len(series) > 1:
+        axis.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.02, 1.0),
+                    borderaxespad=0)
+    axis.set_title(f"Generation: {_common_label(rows, excluded=('batch', *names))}",
+                   fontsize="medium")
     failed = _failures_note(rows, "point")
     heading = "\n".join(textwrap.fill(text, 110, break_on_hyphens=False)
                         for text in (subtitle(rows), failed) if text)
     figure.suptitle(heading, fontsize="small")
     figure.tight_layout()
     return figure
+
+
+def _decode_rate(row) -> float:
+    return row.entry.figures.get("decode_tokens_per_s") or 0.0
+
+
+def _label_points(axis, points) -> None:
+    """Each (text, x, y) beside its point, on the side that faces the middle of the axes: a
+    label of the rightmost point written to its right ran past the axes ('batch 2')."""
+    (left, right), (bottom, top) = axis.get_xlim(), axis.get_ylim()
+    for text, x, y in points:
+        east = x <= (left + right) / 2
+        north = y <= (bottom + top) / 2
+        axis.annotate(text, (x, y), textcoords="offset points",
+                      xytext=(6 if east else -6, 6 if north else -12),
+                      ha="left" if east else "right", fontsize="small")
 
 
 def plot_rows(rows, path: str) -> None:
@@ -466,10 +494,11 @@ def build_workers_figure(rows, heading: str):
     handles, labels = left.get_legend_handles_labels()
     more_handles, more_labels = right.get_legend_handles_labels()
     if handles:
-        # Throughput climbs to the top right and the wait falls to the bottom right as workers
-        # are added: the middle of the right edge is where neither curve usually is.
+        # Below the axes: inside them it covered a point (the middle of the right edge is
+        # where the last worker count's point is when there are two).
         left.legend(handles + more_handles, labels + more_labels, fontsize="x-small",
-                    loc="center right")
+                    loc="upper center", bbox_to_anchor=(0.5, -0.13), frameon=False,
+                    ncol=min(3, len(handles + more_handles)))
     figure.suptitle(heading, fontsize="small")
     failed = [f"{row.label()} ({row.status})" for row in rows if row.failed]
     bottom = 0.0

@@ -630,20 +630,31 @@ def print_comparison(rows: list, out: TextIO) -> None:
     print_generation_table(rows, out)
 
 
+# The settings a generate sweep may vary besides the batch (its stored names, store.entry):
+# each that differs among the rows gets a column, so that two rows of one batch (a quantize
+# sweep's none and int8wo) can be told apart.
+GENERATION_SETTINGS = ("network", "precision", "quantize", "attention", "seq len", "compile",
+                       "prompt", "generated")
+
+
 def generation_cells(rows: list) -> tuple[list[text_table.Column], list[tuple[str, ...]]]:
-    """Generate rows: decode tokens/s of the whole batch, inter-token latency p50 and p99, time
-    to first token and MBU, each from that row's own timed samples."""
-    columns = [_numeric("#", 3), _numeric("batch"), _numeric("decode tok/s", 12),
-               _numeric("ITL p50 ms"), _numeric("ITL p99 ms"), _numeric("TTFT p50 ms"),
-               _numeric("MBU")]
+    """Generate rows: what differs between them, decode tokens/s of the whole batch,
+    inter-token latency p50 and p99, time to first token and MBU, each from that row's own
+    timed samples."""
+    # The row's result as its file holds it and the report reads it (drivers.sweep.Row).
+    generated = [(index, row.entry) for index, row in enumerate(rows, 1)
+                 if row.entry is not None and row.entry.figures.get("itl_ms") is not None]
+    shown = [name for name in GENERATION_SETTINGS
+             if len({format_setting(entry.settings.get(name)) for _, entry in generated}) > 1]
+    columns = [_numeric("#", 3), *(text_table.Column(name) for name in shown),
+               _numeric("batch"), _numeric("decode tok/s", 12), _numeric("ITL p50 ms"),
+               _numeric("ITL p99 ms"), _numeric("TTFT p50 ms"), _numeric("MBU")]
     cells = []
-    for index, row in enumerate(rows, 1):
-        # The row's result as its file holds it and the report reads it (drivers.sweep.Row).
-        figures = row.entry.figures if row.entry is not None else {}
-        if figures.get("itl_ms") is None:
-            continue
+    for index, entry in generated:
+        figures = entry.figures
         rate, mbu = figures.get("decode_tokens_per_s"), figures.get("decode_mbu")
-        cells.append((str(index), str(row.spec.batch_size),
+        cells.append((str(index), *(format_setting(entry.settings.get(name)) for name in shown),
+                      format_setting(entry.settings.get("batch")),
                       "-" if rate is None else f"{rate:,.1f}", f"{figures['itl_ms']:.3f}",
                       f"{figures['itl_p99_ms']:.3f}", f"{figures['ttft_ms']:.3f}",
                       "-" if mbu is None else units.percent(mbu)))

@@ -18,8 +18,9 @@ import sys
 from dataclasses import replace
 from typing import Any, Sequence
 
-from microbench import __version__, scenarios
-from microbench.steps import lowp
+from microbench import __version__
+from microbench.models import names as model_names
+from microbench.models.llama_config import ATTENTION_IMPLS
 from microbench.settings import precision as precision_table
 from microbench.plan import rerun
 from microbench.settings.argtypes import (MAX_BATCH, MAX_BUCKET_CAP_MB, MAX_DEVICE_INDEX,
@@ -31,13 +32,10 @@ from microbench.settings.argtypes import (MAX_BATCH, MAX_BUCKET_CAP_MB, MAX_DEVI
                                           finite_float, list_of, names, positive_int, dist_url,
                                           path_text, positive_ints, zero_or_one)
 from microbench.settings.compile_options import COMPILE_MODES, parse_compile_context
-from microbench.settings.config import (AB_ROUNDS, DERIVED, INVERSE, SCHEMA, SWITCH, ABPlan,
-                                        BenchConfig, Plan, as_command_line, field_of_dest,
-                                        replayed_fields, spelled, validate)
+from microbench.settings.config import (AB_ROUNDS, DERIVED, INVERSE, MODES, PRESETS, SCHEMA,
+                                        SWITCH, ABPlan, BenchConfig, Plan, as_command_line,
+                                        field_of_dest, replayed_fields, spelled, validate)
 from microbench.platform.errors import UsageError
-from microbench.plan.preset import PRESETS
-
-MODES = scenarios.MODES
 
 
 def _setting(group, name: str, *aliases: str, **kwargs: Any) -> None:
@@ -144,12 +142,12 @@ def build_parser() -> argparse.ArgumentParser:
     precision.add_argument("--tf32", type=int, choices=(0, 1), default=0,
                            help="1: allow TF32 for FP32 matmuls and convolutions; 0 keeps IEEE "
                                 "FP32")
-    _setting(precision, "fp8_recipe", choices=lowp.FP8_RECIPES,
+    _setting(precision, "fp8_recipe", choices=precision_table.FP8_RECIPES,
              help="with --precision fp8: torchao's scaling recipe, tensorwise (one scale per "
                   "tensor; FP8 all-gather under --parallel fsdp) or rowwise (one per row)")
-    _setting(precision, "quantize", type=choices(lowp.QUANTIZE_CHOICES), metavar="Q[,Q]",
+    _setting(precision, "quantize", type=choices(precision_table.QUANTIZE_CHOICES), metavar="Q[,Q]",
              help="inference and generate: quantize the BF16 weights with torchao's quantize_: "
-                  + "; ".join(f"{name} ({text})" for name, text in lowp.QUANTIZE.items())
+                  + "; ".join(f"{name} ({text})" for name, text in precision_table.QUANTIZE.items())
                   + ". Picks --precision bf16 unless given; a list sweeps; needs torchao")
 
     fast = parser.add_argument_group("the fast path")
@@ -209,7 +207,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_language_args(parser: argparse.ArgumentParser) -> None:
-    from microbench.models.archs.llama import ATTENTION_IMPLS
     group = parser.add_argument_group(
         "language models (llama_tiny, llama_medium, llama_1b, hf:<model_type>)")
     _setting(group, "seq_len", type=list_of(bounded_int(1, MAX_SEQ_LEN)), metavar="N[,N]",
@@ -450,6 +447,9 @@ def _add_distributed_args(parser: argparse.ArgumentParser) -> None:
 def _check(config: BenchConfig) -> BenchConfig:
     """Rules that hold for every configuration, swept or not, and those of its kind of run."""
     validate(config)
+    # The kinds of run import torch: here, once the flags are known to be good, and not at the
+    # top, so that --help, --version and a refused flag answer without it (issue 45).
+    from microbench import scenarios
     scenarios.check(config)
     return config
 
@@ -477,6 +477,7 @@ def _from_args(args: argparse.Namespace) -> dict:
 
 def to_config(args: argparse.Namespace) -> BenchConfig:
     """The configuration of a single run (the first value of any list flag)."""
+    model_names.check(args.network)          # a typo refused before torch is imported
     compile_options, compile_notes = parse_compile_context(args.compile_context)
     if args.compile_context and not args.compile:
         raise UsageError("--compileContext needs --compile")

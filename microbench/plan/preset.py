@@ -45,14 +45,14 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from microbench.settings.config import PRESET_FIELDS, as_command_line, spelled
+from microbench.settings.config import (PRESET_FIELDS, PRESETS,  # noqa: F401 (PRESETS: here too)
+                                        as_command_line, spelled)
 from microbench.platform.device import is_gpu
 from microbench.scenarios import parallel
 
 if TYPE_CHECKING:
     from microbench.models.family import ModelFamily
 
-PRESETS = ("fast",)
 
 
 def _bf16_matrix_units(device: torch.device) -> bool:

@@ -245,24 +245,38 @@ def entry(module: str) -> int:
     _install()                                          # for the whole life of this process
     _fill_closed_descriptors()                          # before any file is opened
     try:
-        main = importlib.import_module(module).main
+        with imports_checked():
+            main = importlib.import_module(module).main
     except KeyboardInterrupt:
         return stopped(INTERRUPTED, EXIT_INTERRUPTED, env_rank_prefix())
     except Terminated as error:
         return terminated(error, env_rank_prefix())
+    except MissingEnvironment as error:
+        return stopped(f"error: {error}", error.exit_code, env_rank_prefix())
+    return main()
+
+
+@contextlib.contextmanager
+def imports_checked() -> Iterator[None]:
+    """The imports of a bad install as one line (MissingEnvironment, exit 4): a runtime
+    dependency missing, or a torchvision that fails inside its own import beside this torch.
+    Around an entry point's imports, and around the imports a command makes once it knows it
+    will run (the model benchmark imports torch only then: issue 45)."""
+    try:
+        yield
     except ModuleNotFoundError as error:
         missing = (error.name or "").partition(".")[0]
         if missing not in _IMPORTED_AT_START:
             raise
-        return stopped(f"error: {missing} is not installed: pip install -r requirements.txt "
-                       f"(or pip install . from the checkout)", EXIT_MISSING_ENVIRONMENT,
-                       env_rank_prefix())
+        raise MissingEnvironment(f"{missing} is not installed: pip install -r requirements.txt "
+                                 f"(or pip install . from the checkout)") from None
+    except BenchmarkError:
+        raise
     except Exception as error:                          # noqa: BLE001 - re-raised unless ours
         line = broken_pair(error)
         if line is None:
             raise
-        return stopped(line, EXIT_MISSING_ENVIRONMENT, env_rank_prefix())
-    return main()
+        raise MissingEnvironment(line.removeprefix("error: ")) from None
 
 
 def _installed_version(name: str) -> str:

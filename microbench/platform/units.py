@@ -68,8 +68,18 @@ def tflops_rate(tflops: float) -> str:
             else flops(tflops * 1e12, per_second=True))
 
 
-def gbs_rate(gbs: float) -> str:
-    return f"{gbs:,.0f} GB/s" if gbs >= 100 else f"{float(significant(gbs)):g} GB/s"
+def bandwidth(gbs: float) -> str:
+    """A bandwidth given in GB/s (10^9 bytes a second, as the JSON stores it), in MB/s, GB/s or
+    TB/s by its size: ``412 MB/s``, ``41.3 GB/s``, ``3.35 TB/s`` (never ``0.0 GB/s``). Every
+    bandwidth on the console goes through here, a peak's too."""
+    for scale, unit in ((1e3, "TB/s"), (1.0, "GB/s"), (1e-3, "MB/s")):
+        if abs(gbs) >= scale:
+            return f"{float(significant(gbs / scale)):g} {unit}"
+    return f"{float(significant(gbs * 1e3)):g} MB/s" if gbs else "0 MB/s"
+
+
+# A peak bandwidth is a bandwidth, printed alike (MBU's denominators, the peak probe).
+gbs_rate = bandwidth
 
 
 def two_denominators(share: float | None, peak: float | None, source: str,

@@ -26,6 +26,10 @@ h1 { font-size: 1.4em; margin-bottom: 0.2em; }
 h2 { font-size: 1.1em; margin-top: 1.6em; }
 p.meta, p.common { color: #555; margin: 0.3em 0; }
 div.wide { overflow-x: auto; }
+th.pin0, td.pin0, th.pin1, td.pin1 { position: sticky; background: #fff; z-index: 1; }
+th.pin0, th.pin1 { background: #f3f3f3; }
+th.pin0, td.pin0 { left: 0; min-width: 3.2em; max-width: 3.2em; box-sizing: border-box; }
+th.pin1, td.pin1 { left: 3.2em; box-shadow: 1px 0 0 #ccc; }
 table { border-collapse: collapse; font-size: 0.9em; margin: 0.6em 0; }
 th, td { border-bottom: 1px solid #ddd; padding: 0.25em 0.7em; white-space: nowrap; }
 th { background: #f3f3f3; text-align: left; }
@@ -37,20 +41,45 @@ details { margin-top: 1.2em; color: #444; font-size: 0.9em; }
 """
 
 
+# What a reader looks for first in a row: its name, its throughput (and interval), and a
+# language model's latencies. On the page they come first and the row number and name stay
+# pinned while the rest scrolls sideways: a 26-column table at 1,400 px kept TTFT and ITL off
+# screen (issue 45).
+_NAME = "network"
+_HEADLINE = ("throughput", "ci95", "ttft_ms", "itl_ms", "median_ms")
+
+
+def page_columns(table: Table) -> list:
+    """The table's columns in the page's order: the row number, the name, the headline
+    figures, then the rest in the table's own order."""
+    first = [column for key in ("#", _NAME, *_HEADLINE)
+             for column in table.columns if column.key == key]
+    return first + [column for column in table.columns if column not in first]
+
+
+def _classes(column, position: int, pinned: int) -> str:
+    names = (["number"] if column.numeric else []) + \
+        ([f"pin{position}"] if position < pinned else [])
+    return f' class="{" ".join(names)}"' if names else ""
+
+
 def _table_html(table: Table) -> list[str]:
     out = [f"<h2>{html.escape(title_of(table))}</h2>"]
     common = common_line(table)
     if common:
         out.append(f'<p class="common">Same in every row: {html.escape(common)}</p>')
+    columns = page_columns(table)
+    pinned = 2 if len(columns) > 1 and columns[1].key == _NAME else 1
     out.append('<div class="wide"><table>')
     out.append("<thead><tr>" + "".join(
-        f'<th{" class=number" if c.numeric else ""}>{html.escape(c.heading)}</th>'
-        for c in table.columns) + "</tr></thead>")
+        f'<th{_classes(c, position, pinned)}>{html.escape(c.heading)}</th>'
+        for position, c in enumerate(columns)) + "</tr></thead>")
     out.append("<tbody>")
     for index, entry in table.rows:
         cells = "".join(
-            f'<td{" class=number" if c.numeric else ""}>'
-            f'{html.escape(cell(table, index, entry, c))}</td>' for c in table.columns)
+            f'<td{_classes(c, position, pinned)}>'
+            f'{html.escape(cell(table, index, entry, c))}</td>'
+            for position, c in enumerate(columns))
         row_class = "" if entry.measured else ' class="failed"'
         out.append(f"<tr{row_class} title=\"{html.escape(entry.source, quote=True)}\">"
                    f"{cells}</tr>")

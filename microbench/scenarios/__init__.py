@@ -29,7 +29,7 @@ from microbench.scenarios.training import Training
 
 SCENARIOS: dict[str, type[Scenario]] = {kind.mode: kind for kind in (Training, Inference,
                                                                      Generate)}
-MODES = tuple(SCENARIOS)
+MODES = tuple(SCENARIOS)       # settings/config.py's MODES, in order (tests/test_structure.py)
 
 
 def kind_of(mode: str) -> type[Scenario]:

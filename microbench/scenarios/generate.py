@@ -50,7 +50,8 @@ def _bandwidth_rows(use: flops.BandwidthUtilization | None, times, batch: int,
         use.mbu, use.peak.gbs, use.peak.source, measured.mbu if measured else None,
         measured.peak.gbs if measured else None, measured.peak.source if measured else "",
         units.gbs_rate)
-    return [("Decode bandwidth", f"{use.achieved_gbs:,.1f} GB/s  ({units.megabytes(per_step / 1e6)}"
+    return [("Decode bandwidth", f"{units.bandwidth(use.achieved_gbs)}  "
+                                 f"({units.megabytes(per_step / 1e6)}"
                                  f" read per decode step: weights and the KV cache up to the "
                                  f"step's position, batch {batch})"),
             ("MBU (decode)", mbu)]
@@ -154,7 +155,8 @@ class Generate(Scenario):
         found = attribution.attribute(
             profile, measured_step_ms=times.decode.mean,
             roofline_ms=per_step / (peak * 1e9) * 1e3 if peak else None,
-            roofline_basis=f"{per_step / 1e9:.3f} GB a step / {peak:,.0f} GB/s "
+            roofline_basis=f"{units.megabytes(per_step / 1e6)} a step / "
+                           f"{units.bandwidth(peak)} "
                            f"({spec.bandwidth.source})" if peak else "")
         return dataclasses.replace(times, attribution=found)
 

@@ -314,8 +314,8 @@ def _titan_text(summary, titan: token_flops.TokenUtilization) -> str:
     counted = summary.utilization
     beside = ("; counted MFU unknown" if counted is None or counted.mfu is None
               else f"; counted MFU {counted.mfu:.1%}")
-    return (f"{mfu}, {titan.achieved_tflops:.2f} TFLOP/s per device at "
-            f"{titan.flops.per_token / 1e9:.3f} GFLOP/token{beside} (the MFU line uses the "
+    return (f"{mfu}, {units.flops(titan.achieved_tflops * 1e12, per_second=True)} per device "
+            f"at {units.flops(titan.flops.per_token)}/token{beside} (the MFU line uses the "
             f"counted FLOPs)")
 
 

@@ -198,6 +198,11 @@ def _read_schema() -> dict[str, Setting]:
 SCHEMA: dict[str, Setting] = _read_schema()
 PER_RANK_FIELDS = tuple(name for name, item in SCHEMA.items() if item.per_rank)
 PRESET_FIELDS = tuple(name for name, item in SCHEMA.items() if item.preset)
+# --preset's names (plan/preset.py says what each chooses) and --mode's kinds of run (one
+# scenario each, microbench/scenarios: SCENARIOS holds them in this order): named here, below
+# torch, for the command line's choices (issue 45).
+PRESETS = ("fast",)
+MODES = ("training", "inference", "generate")
 
 
 def replayed_fields() -> tuple[str, ...]:

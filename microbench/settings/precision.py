@@ -36,18 +36,24 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, replace
-
-import torch
+from typing import TYPE_CHECKING
 
 from microbench.platform.errors import UsageError
+
+if TYPE_CHECKING:
+    import torch
+
+# torch is imported where a dtype is asked for, not here: the command line reads this table
+# for --precision's choices and help, and answers --help and refusals before torch is imported
+# (issue 45). The dtypes are named as torch names them (torch.float16).
 
 
 @dataclass(frozen=True)
 class Precision:
     name: str                           # the table key, e.g. "amp-bf16"
     label: str                          # what the "Dtype:" summary line prints
-    model_dtype: torch.dtype            # parameters and inputs
-    autocast_dtype: torch.dtype | None  # None: no autocast
+    model_dtype_name: str               # parameters and inputs: "float32", "bfloat16"...
+    autocast_dtype_name: str | None     # None: no autocast
     master_weights: bool                # FP32 master copies of a half model (training only)
     grad_scaling: bool                  # torch.amp.GradScaler
     peak_key: str                       # the column of the datasheet peak table MFU divides by
@@ -57,18 +63,30 @@ class Precision:
     # The peak MFU is also shown against (fp8: the BF16 peak the rest of the model runs at).
     second_peak_key: str | None = None
 
+    @property
+    def model_dtype(self) -> torch.dtype:
+        import torch
+        return getattr(torch, self.model_dtype_name)
+
+    @property
+    def autocast_dtype(self) -> torch.dtype | None:
+        import torch
+        return None if self.autocast_dtype_name is None else getattr(torch,
+                                                                     self.autocast_dtype_name)
+
     def autocast(self, device: torch.device):
         if self.autocast_dtype is None:
             return contextlib.nullcontext()
+        import torch
         return torch.autocast(device_type=device.type, dtype=self.autocast_dtype)
 
     @property
     def is_half(self) -> bool:
         """FP16 or BF16 does the bulk of the arithmetic."""
-        return self.model_dtype != torch.float32 or self.autocast_dtype is not None
+        return self.model_dtype_name != "float32" or self.autocast_dtype_name is not None
 
 
-_HALF, _BF16, _FP32 = torch.float16, torch.bfloat16, torch.float32
+_HALF, _BF16, _FP32 = "float16", "bfloat16", "float32"
 
 # FP32 convolutions and GEMMs run on AMD's matrix cores (MFMA) where they exist, so "fp32"
 # divides by the FP32 matrix rate, which falls back to the vector rate on NVIDIA (no FP32
@@ -92,6 +110,20 @@ TABLE = (
 PRECISIONS = {row.name: row for row in TABLE}
 ALIASES = {"amp": "amp-fp16"}
 CHOICES = tuple(PRECISIONS) + tuple(ALIASES)
+
+# torchao's recipes and quantizations (microbench/steps/lowp.py runs them): --fp8-recipe's and
+# --quantize's choices.
+FP8_RECIPES = ("tensorwise", "rowwise")
+# --quantize NAME: what it runs, as torchao's benchmarks (and gpt-fast's) name them.
+QUANTIZE = {
+    "none": "no quantization",
+    "int8wo": "int8 weight-only, per output channel (Int8WeightOnlyConfig)",
+    "int4wo": "int4 weight-only, groups of 128, tinygemm layout (Int4WeightOnlyConfig)",
+    "float8wo": "float8 weight-only, per output channel (Float8WeightOnlyConfig)",
+    "float8dq": "float8 dynamic activations and weights, per tensor "
+                "(Float8DynamicActivationFloat8WeightConfig)",
+}
+QUANTIZE_CHOICES = tuple(QUANTIZE)
 
 # APEX's opt levels (O0..O3) mapped onto native modes. O2 ("almost FP16": FP16 model, FP32 norm
 # layers and master weights) is exactly --fp16 1. O3 (pure FP16, norms too) is mapped to the same,
@@ -134,6 +166,7 @@ def from_older_flags(fp16: int, amp: bool, amp_dtype: str, amp_opt_level: int | 
 
 def apply_tf32(enabled: bool) -> None:
     """Allow or forbid TF32 for GPU matmuls and cuDNN/MIOpen convolutions, process-wide."""
+    import torch
     if hasattr(torch.backends, "fp32_precision"):        # PyTorch >= 2.9
         mode = "tf32" if enabled else "ieee"
         torch.backends.cuda.matmul.fp32_precision = mode
@@ -149,6 +182,7 @@ def tf32_allowed(kind: str) -> bool:
     Reads the API that :func:`apply_tf32` writes: PyTorch 2.9 refuses to read the older
     ``allow_tf32`` flags once the newer ``fp32_precision`` ones have been set.
     """
+    import torch
     if hasattr(torch.backends, "fp32_precision"):
         node = torch.backends.cuda.matmul if kind == "matmul" else torch.backends.cudnn.conv
         if node.fp32_precision in ("tf32", "ieee"):

@@ -37,18 +37,8 @@ from torch import nn
 from microbench.measure.reduced_precision import Drift, LowPrecision
 from microbench.platform import device as device_layer
 from microbench.platform.errors import MissingEnvironment, UsageError
+from microbench.settings.precision import FP8_RECIPES, QUANTIZE, QUANTIZE_CHOICES  # noqa: F401
 
-FP8_RECIPES = ("tensorwise", "rowwise")
-# --quantize NAME: what it runs, as torchao's benchmarks (and gpt-fast's) name them.
-QUANTIZE = {
-    "none": "no quantization",
-    "int8wo": "int8 weight-only, per output channel (Int8WeightOnlyConfig)",
-    "int4wo": "int4 weight-only, groups of 128, tinygemm layout (Int4WeightOnlyConfig)",
-    "float8wo": "float8 weight-only, per output channel (Float8WeightOnlyConfig)",
-    "float8dq": "float8 dynamic activations and weights, per tensor "
-                "(Float8DynamicActivationFloat8WeightConfig)",
-}
-QUANTIZE_CHOICES = tuple(QUANTIZE)
 INSTALL = 'pip install "torchao>=0.18" (or pip install ".[quant]")'
 # Training steps the FP8 and the BF16 losses are compared over (from the same weights and input).
 DRIFT_STEPS = 4
@@ -68,6 +58,17 @@ def torchao():
         raise MissingEnvironment(f"--precision fp8 and --quantize need torchao: {INSTALL}") \
             from None
     return module
+
+
+def torchao_installed() -> bool:
+    """Whether torchao can be found, without importing it: its import logs (an Enum
+    registration warning) and takes seconds, which belong inside the run, where
+    measure/library_log.py keeps them off the console."""
+    import importlib.util
+    try:
+        return importlib.util.find_spec("torchao") is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def torchao_version() -> str | None:
@@ -111,8 +112,8 @@ def check(config, device: torch.device) -> None:
         raise UsageError("--quantize int4wo runs torch's tinygemm int4 kernel, which needs a GPU "
                          "(the CPU's int4 path needs another weight layout): use --quantize "
                          "int8wo on the CPU")
-    if config.precision == "fp8" or name != "none":
-        torchao()
+    if (config.precision == "fp8" or name != "none") and not torchao_installed():
+        raise MissingEnvironment(f"--precision fp8 and --quantize need torchao: {INSTALL}")
 
 
 # ---------------------------------------------------------------- which layers run in FP8
