@@ -176,3 +176,33 @@ def test_only_an_unreached_rendezvous_gets_the_address_advice():
     assert "rendezvous address" in timeout and "port is reachable" in timeout
     closed = _line(RuntimeError("Connection closed by peer"))
     assert "port" not in closed and "another rank failed" in closed
+
+
+# ------------------------------------------------------------------ leaving the process group
+
+@pytest.fixture
+def teardown(monkeypatch):
+    """A formed NCCL group whose destroy and abort are recorded."""
+    seen = []
+    monkeypatch.setattr(distributed.dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(distributed.dist, "get_backend", lambda: "nccl")
+    monkeypatch.setattr(distributed.dist, "destroy_process_group", lambda: seen.append("destroy"))
+    monkeypatch.setattr(distributed.dist.distributed_c10d, "_abort_process_group",
+                        lambda: seen.append("abort"), raising=False)
+    return seen
+
+
+def test_a_rank_that_succeeded_destroys_its_group(teardown):
+    with distributed.leaving_group():
+        pass
+    assert teardown == ["destroy"]
+
+
+@pytest.mark.parametrize("error", [KeyboardInterrupt(), RuntimeError("lost a peer")])
+def test_a_rank_that_fails_aborts_its_group_instead_of_waiting_for_its_peers(teardown, error):
+    """Destroying an NCCL communicator can wait for peers still inside the collective this rank
+    left: on a GPU, SIGTERM to one rank then ended neither it nor the job."""
+    with pytest.raises(type(error)):
+        with distributed.leaving_group():
+            raise error
+    assert teardown == ["abort"]

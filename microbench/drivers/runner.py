@@ -98,7 +98,7 @@ def run_worker(spec: RunSpec, problem: BenchmarkError | None = None) -> int:
     if not workers:
         device_layer.activate(spec.device)      # trial workers take the device themselves
     launch, timeout = spec.launch, spec.config.dist_timeout
-    try:
+    with distributed.leaving_group():
         if launch.distributed:
             with distributed.failures_reported(launch, timeout, "rendezvous"):
                 distributed.init_process_group(launch, spec.device, timeout,
@@ -109,8 +109,6 @@ def run_worker(spec: RunSpec, problem: BenchmarkError | None = None) -> int:
             summary = trials.measure(spec, out)
             if summary is not None:
                 report(summary, out)
-    finally:
-        distributed.shutdown()
     return 0
 
 

@@ -375,16 +375,16 @@ def _measure_here(spec, rendezvous: str | None, label: str | None) -> Trial | No
     monitor = benchmark.Monitor(spec.device, spec.config.telemetry_interval_ms / 1e3)
     launch = spec.launch
     try:
-        if launch.distributed:
-            distributed.init_trial_group(launch, spec.device, spec.config.dist_timeout,
-                                         rendezvous)
-        with shown_phases(label if launch.is_main else None) as activity:
-            activity.start(f"{label or ''}Building {spec.model.name}")
-            return measure_trial(spec, env, monitor, rank_hooks(spec),
-                                 on_phase=phase_line(activity, label))
+        with distributed.leaving_group():
+            if launch.distributed:
+                distributed.init_trial_group(launch, spec.device, spec.config.dist_timeout,
+                                             rendezvous)
+            with shown_phases(label if launch.is_main else None) as activity:
+                activity.start(f"{label or ''}Building {spec.model.name}")
+                return measure_trial(spec, env, monitor, rank_hooks(spec),
+                                     on_phase=phase_line(activity, label))
     finally:
         monitor.close()
-        distributed.shutdown()
 
 
 def shown_phases(label: str | None, out=None) -> progress.Activity:

@@ -429,8 +429,29 @@ def fail_if_asked(launch: Launch) -> None:
         raise RuntimeError(f"failure injected on rank {launch.rank} by {FAIL_RANK_VARIABLE}")
 
 
-def shutdown() -> None:
-    if dist.is_available() and dist.is_initialized():
+@contextlib.contextmanager
+def leaving_group() -> Iterator[None]:
+    """Run the body, then leave the process group: destroyed after success, aborted after an
+    error (see ``shutdown``)."""
+    try:
+        yield
+    except BaseException:
+        shutdown(failed=True)
+        raise
+    shutdown()
+
+
+def shutdown(failed: bool = False) -> None:
+    """Leave the job's process group. A rank leaving on an error (a signal, a dead peer, a
+    refusal) aborts its NCCL communicators instead of destroying them: destroying one can wait
+    for peers that are still running the collective this rank left, and the rank would then
+    never end (torchrun waits for it, so neither would the job)."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    abort = getattr(dist.distributed_c10d, "_abort_process_group", None)   # PyTorch 2.6+
+    if failed and abort is not None and dist.get_backend() == "nccl":
+        abort()
+    else:
         dist.destroy_process_group()
 
 

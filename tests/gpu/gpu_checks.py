@@ -165,15 +165,22 @@ def wait_for_text(process: subprocess.Popen, path: Path, text: str, limit_s: flo
     pytest.fail(f"no {text!r} (exit {process.poll()}): {path.read_text()[-3000:]}")
 
 
-def ended_within(process: subprocess.Popen, limit_s: float) -> bool:
-    """Whether the run and every process of its session ended within ``limit_s``."""
+def left_after(process: subprocess.Popen, limit_s: float) -> list[str]:
+    """What of the run (its session: the run and every process it started) is still alive
+    ``limit_s`` after now: empty when everything ended; else each process's pid, rank and
+    command line, for the failure message."""
     deadline = time.monotonic() + limit_s
     try:
         process.wait(timeout=limit_s)
     except subprocess.TimeoutExpired:
-        return False
-    while session_members(process.pid):
-        if time.monotonic() > deadline:
-            return False
+        pass
+    while session_members(process.pid) and time.monotonic() < deadline:
         time.sleep(0.2)           # a condition polled, not a duration waited for
-    return True
+    left = []
+    for pid in session_members(process.pid):
+        try:
+            command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")[:200]
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        left.append(f"pid {pid} rank {rank_of(pid)}: {command.decode(errors='replace')}")
+    return left

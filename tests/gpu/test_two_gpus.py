@@ -13,9 +13,9 @@ import pytest
 import torch
 
 from conftest import ROOT, SCRIPT, run_main, spawn
-from gpu_checks import (TIMEOUT, check_job, child_env, children, ended_within, free_port,
-                        gpu_suite, needs_two_gpus, rank_of, results, run_torchrun, start_logged,
-                        torchrun_command, wait_for_text)
+from gpu_checks import (TIMEOUT, check_job, child_env, children, free_port, gpu_suite,
+                        left_after, needs_two_gpus, rank_of, results, run_torchrun,
+                        start_logged, torchrun_command, wait_for_text)
 
 pytestmark = [*gpu_suite, needs_two_gpus]
 
@@ -92,8 +92,9 @@ def test_sigterm_to_one_rank_ends_every_rank(tmp_path):
     assert set(ranks) == {0, 1}, ranks
     os.kill(ranks[1], signal.SIGTERM)
     # torchrun ends the other rank (SIGTERM, then SIGKILL after its own 30 s grace).
-    assert ended_within(launcher, 90), "a rank or the launcher outlived SIGTERM to rank 1"
+    left = left_after(launcher, 90)
     err = (logs / "err").read_text()
+    assert left == [], (left, err[-3000:], (logs / "out").read_text()[-1500:])
     assert launcher.returncode != 0
     assert "[rank 1] error: terminated (SIGTERM)" in err, err[-3000:]
     assert results(tmp_path / "out") == [] if (tmp_path / "out").exists() else True
