@@ -10,6 +10,7 @@ import itertools
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -43,6 +44,13 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 _SPAWNED: list[subprocess.Popen] = []
+
+
+def free_port() -> int:
+    """A TCP port free on this machine now (for a rendezvous)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def alive(pid: int) -> bool:

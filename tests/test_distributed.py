@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from conftest import ROOT, SCRIPT, run_main, spawn
+from conftest import ROOT, SCRIPT, free_port, run_main, spawn
 from test_schema import check_document
 from microbench.platform import distributed
 from microbench.platform.errors import UsageError
@@ -19,12 +19,6 @@ from microbench.output.summary import Summary
 RUN = ["--network", "resnet18", "--image-size", "32", "--iterations", "3", "--warmup", "1",
        "--device", "cpu"]
 TIMEOUT = 240
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def child_env(**extra) -> dict:

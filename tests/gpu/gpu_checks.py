@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -18,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import ROOT, SCRIPT, requires_gpu, spawn
+from conftest import ROOT, SCRIPT, free_port, requires_gpu, spawn
 
 # Small enough for seconds a run, large enough to launch real kernels on every path.
 IMAGES = ["--network", "resnet18", "--image-size", "64", "--batch-size", "8", "--iterations",
@@ -62,12 +61,6 @@ def check_document(doc: dict) -> None:
 
 # ---------------------------------------------------------------- processes of several ranks
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def child_env(**extra) -> dict:
     """The suite's environment without any launcher's variables (pytest may run under one)."""
     env = {key: value for key, value in os.environ.items()
@@ -102,32 +95,34 @@ def check_job(process: subprocess.CompletedProcess, out_dir: Path, world: int) -
     return doc
 
 
-def _stat_fields(entry: Path) -> list[str] | None:
-    try:
-        return (entry / "stat").read_text().rsplit(")", 1)[1].split()
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return None
+# Fields of /proc/PID/stat after the command name: state, parent, group, session.
+_PARENT, _SESSION = 1, 4
+
+
+def _live(field: int, value: int) -> list[int]:
+    """The live (not zombie) processes whose stat ``field`` is ``value``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError, IndexError):
+            continue
+        if int(fields[field]) == value and fields[0] != "Z":
+            found.append(int(entry.name))
+    return found
 
 
 def children(pid: int) -> list[int]:
     """The live processes whose parent is ``pid``."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        fields = _stat_fields(entry) if entry.name.isdigit() else None
-        if fields and int(fields[1]) == pid and fields[0] != "Z":
-            found.append(int(entry.name))
-    return found
+    return _live(_PARENT, pid)
 
 
 def session_members(session: int) -> list[int]:
     """The live processes of a session (a run started with ``start_new_session``, and every
     process it started: ranks, loader workers, the compiler's workers)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        fields = _stat_fields(entry) if entry.name.isdigit() else None
-        if fields and int(fields[4]) == session and fields[0] != "Z":
-            found.append(int(entry.name))
-    return found
+    return _live(_SESSION, session)
 
 
 def rank_of(pid: int) -> int | None:

@@ -12,10 +12,10 @@ import sys
 import pytest
 import torch
 
-from conftest import ROOT, SCRIPT, run_main, spawn
-from gpu_checks import (TIMEOUT, check_job, child_env, children, free_port, gpu_suite,
-                        left_after, needs_two_gpus, rank_of, results, run_torchrun,
-                        start_logged, torchrun_command, wait_for_text)
+from conftest import ROOT, SCRIPT, free_port, run_main, spawn
+from gpu_checks import (TIMEOUT, check_job, child_env, children, gpu_suite, left_after,
+                        needs_two_gpus, rank_of, results, run_torchrun, start_logged,
+                        torchrun_command, wait_for_text)
 
 pytestmark = [*gpu_suite, needs_two_gpus]
 
