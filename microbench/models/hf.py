@@ -130,17 +130,36 @@ def check_runs(config: object, overrides: dict[str, str]) -> None:
         return
     transformers = _import_transformers()
     model_type = getattr(config, "model_type", "?")
+    error = _meta_failure(transformers, config)
+    if error is None:
+        return
+    # Some models cannot run on the meta device at all (a mixture of experts' grouped matmul
+    # wants BF16, a hybrid's cache): only a failure the same model without the overrides does
+    # not have is the overrides' doing.
+    try:
+        defaults = transformers.AutoConfig.for_model(model_type, num_hidden_layers=1)
+    except Exception:                   # noqa: BLE001 - no default to compare with: say nothing
+        return
+    if _meta_failure(transformers, defaults) is not None:
+        return
+    reason = " ".join(str(error).split())[:300] or type(error).__name__
+    raise UsageError(f"transformers cannot run the {model_type} model these config overrides "
+                     f"make ({', '.join(f'{k}={v}' for k, v in overrides.items())}): {reason}; "
+                     f"fix or drop those model arguments.")
+
+
+def _meta_failure(transformers: ModuleType, config: object) -> BaseException | None:
+    """What the model of ``config``, made on the meta device, raises on two tokens (None when
+    it runs, or fails only for want of a meta kernel)."""
     try:
         with _quiet_imports(), torch.device("meta"):
             model = transformers.AutoModelForCausalLM.from_config(config)
             model(torch.zeros(1, 2, dtype=torch.long))
     except NotImplementedError:
-        return
+        return None
     except _CONFIG_FAILURES as error:
-        reason = " ".join(str(error).split())[:300] or type(error).__name__
-        raise UsageError(f"transformers cannot run the {model_type} model these config "
-                         f"overrides make ({', '.join(f'{k}={v}' for k, v in overrides.items())}"
-                         f"): {reason}; fix or drop those model arguments.") from None
+        return error
+    return None
 
 
 def hf_model(config: object, attention: str | None = None) -> nn.Module:
