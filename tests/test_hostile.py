@@ -1092,7 +1092,11 @@ def test_report_csv_cells_never_start_a_formula(name, tmp_path, capfd):
     cells = [value for row in rows for value in row.values()]
     assert not [value for value in cells if value[:1] in ("=", "+", "@", "\t", "\r")]
     assert not [value for value in cells if value.startswith("-") and not is_number(value)]
-    assert safe_text.csv_cell(name) in cells and safe_text.csv_cell(name).startswith("'")
+    # A TAB or CR of the file is escaped where the file is read (issue 46: no control leaves
+    # the tool), so that cell starts with a backslash, not a formula; the others are guarded.
+    shown = safe_text.csv_cell(safe_text.terminal(name))
+    assert shown in cells
+    assert shown.startswith("'") or (shown.startswith("\\x") and name[:1] in "\t\r")
     assert all(is_number(row["throughput"]) for row in rows)     # numbers stay numbers
 
 

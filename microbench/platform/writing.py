@@ -292,8 +292,9 @@ def claim_new(path: str) -> str:
 def release_claims() -> None:
     """Remove this process's claims (at the end of a run, written or not), and the directories
     made for them that stayed empty (a run refused or failed leaves no --output-dir behind)."""
-    for claim_file, made in list(_claims.items()):
-        _remove(claim_file)
+    for claim_file in _claims:             # every claim first: a directory made for one
+        _remove(claim_file)                # holds the others' claims too
+    for made in _claims.values():
         remove_made(made)
     _claims.clear()
 
