@@ -703,7 +703,11 @@ def die_with_parent(parent_pid: int) -> None:
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(5)                   # cleanup after SIGTERM; then without it
         os._exit(0)
-    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+    try:
+        threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+    except RuntimeError as error:       # a thread limit (pids.max): PR_SET_PDEATHSIG still holds,
+        if not cannot_start(error):     # and the trial meets the limit itself, as one line
+            raise
 
 
 def orphan_safe_worker(parent_pid: int, target: str, arguments: bytes, *channels) -> None:
