@@ -54,6 +54,9 @@ def _run(argv: list[str] | None) -> int:
     except (BenchmarkError, BrokenPipeError):
         raise
     except Exception as error:                      # noqa: BLE001 (a bug: show everything)
+        limit = process.limit_reached(error)        # not a bug: the system's limit
+        if limit is not None:
+            raise limit from None
         traceback.print_exc()
         print(f"{_rank_prefix()}error: unexpected {type(error).__name__}: "
               f"{error}", file=sys.stderr, flush=True)

@@ -76,7 +76,7 @@ def summary_is_read_by_the_report_and_rerun(capfd, folder):
                for note in model["notes"])
     flags, notes = rerun.flags_of(str(path))
     assert "--nhwc" not in flags and "--network=resnet18" in flags
-    assert "replaying side A" in notes[0] and '--ab "--nhwc"' in notes[0]
+    assert "replaying side A" in notes[0] and "--ab --nhwc" in notes[0]   # shell-quoted where needed (issue 46)
     # Side B's own file gone: its row comes from the summary's trials, and a line says so.
     side_b = folder / os.path.basename(summary["ab"]["b_result"])
     side_b.unlink()

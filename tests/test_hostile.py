@@ -1092,7 +1092,11 @@ def test_report_csv_cells_never_start_a_formula(name, tmp_path, capfd):
     cells = [value for row in rows for value in row.values()]
     assert not [value for value in cells if value[:1] in ("=", "+", "@", "\t", "\r")]
     assert not [value for value in cells if value.startswith("-") and not is_number(value)]
-    assert safe_text.csv_cell(name) in cells and safe_text.csv_cell(name).startswith("'")
+    # A TAB or CR of the file is escaped where the file is read (issue 46: no control leaves
+    # the tool), so that cell starts with a backslash, not a formula; the others are guarded.
+    shown = safe_text.csv_cell(safe_text.terminal(name))
+    assert shown in cells
+    assert shown.startswith("'") or (shown.startswith("\\x") and name[:1] in "\t\r")
     assert all(is_number(row["throughput"]) for row in rows)     # numbers stay numbers
 
 
@@ -1530,8 +1534,10 @@ def test_one_bad_entry_in_a_report_folder_is_skipped_with_a_line(bad, tmp_path, 
 
 @pytest.mark.parametrize("b, text", [
     ("'--nhwc", "cannot split it into flags"),
-    ("--output-fil x.json", "B may not change"), ("--rer x.json", "B may not change"),
-    ("--comp x.json", "ambiguous option"), ("--rep 3", "B may not change"),
+    # Inside --ab no abbreviation is taken at all (issue 46), a refused flag's included.
+    ("--output-fil x.json", "abbreviations are not taken"),
+    ("--rer x.json", "abbreviations are not taken"),
+    ("--comp x.json", "abbreviations are not taken"), ("--rep 3", "abbreviations are not taken"),
     ("--repeat=3", "B may not change")])
 def test_ab_flags_that_cannot_be_split_or_abbreviate_a_refused_flag_are_one_line(b, text,
                                                                                  tmp_path, capfd):

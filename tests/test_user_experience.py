@@ -394,15 +394,13 @@ def test_clear_leaves_no_line_of_its_own():
     assert plain.getvalue() == ""
 
 
-def test_two_rows_of_one_sweep_never_share_a_name(cli):
-    """SqueezeNet is the older name of squeezenet1_0: both rows would be squeezenet1_0_..."""
+def test_a_sweep_naming_one_model_twice_is_refused_before_it_runs(cli):
+    """SqueezeNet is the older name of squeezenet1_0: the two rows would be one configuration
+    measured twice, shown as two (issue 46: refused, one line, nothing written)."""
     process, out = cli("--network", "SqueezeNet,squeezenet1_0", "--image-size", "64",
                        "--batch-size", "2", "--iterations", "2", "--warmup", "1", "--quiet")
-    assert process.returncode == 0, process.stderr
-    names = sorted(p.name for p in out.glob("squeezenet*.json"))
-    assert names == ["squeezenet1_0_training_fp32_b2-2.json", "squeezenet1_0_training_fp32_b2.json"]
-    networks = {json.loads((out / n).read_text())["config"]["network"] for n in names}
-    assert networks == {"SqueezeNet", "squeezenet1_0"}
+    assert_one_line_error(process, 2, "the sweep lists one configuration twice")
+    assert not out.exists()
 
 
 def test_a_result_from_another_device_model_is_not_replaced(cli):

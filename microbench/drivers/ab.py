@@ -11,7 +11,8 @@ cancel it: the ratio is
 the verdict is :class:`microbench.measure.stats.Comparison`'s (``faster``, ``slower``, ``same
 within N%`` at ``--tolerance`` or ``no difference detected``), as ``--compare`` and the report
 word it. Each side's result is
-written as any run's (JSON and CSV row), and one more file, ``ab_<A's name>.json``, holds the
+written as any run's (JSON and CSV row), and one more file, ``ab_<A's name>_vs_<B's
+name>.json``, holds the
 verdict (``ab.ratio``, ``ab.ci95``, ``ab.verdict``), both sides' trials and their result files.
 ``--fail-if slower`` exits 5 when the verdict is ``slower`` (for CI).
 
@@ -27,9 +28,30 @@ from typing import TextIO
 
 from microbench.measure import stats
 from microbench.settings.config import ABPlan
-from microbench.platform.errors import Regression
+from microbench.platform.errors import Regression, UsageError
 from microbench.output import files
 from microbench.platform import units, writing
+
+
+def unit_of(spec) -> str:
+    """What one side's trial throughputs count, per second: its items (images, sequences,
+    clips), each of ``units_per_item`` units of work (tokens of a sequence)."""
+    scenario = spec.scenario
+    if scenario.unit == spec.model.item:
+        return f"{spec.model.item}s/s"
+    return f"{spec.model.item}s/s of {scenario.units_per_item} {scenario.unit}s"
+
+
+def check_same_unit(specs) -> None:
+    """Refuse, before anything is built, an A/B whose sides measure different things: images/s
+    against sequences/s (``--ab "--network llama_tiny"`` from an image model), tokens against
+    generated tokens, or sequences of different lengths: their ratio is of no quantity, and
+    "B is faster (2.088)" would be a lie."""
+    a, b = (unit_of(spec) for spec in specs)
+    if a != b:
+        raise UsageError(f"--ab: A measures {a} and B {b}: a ratio of different units says "
+                         f"nothing; compare runs that measure the same unit of work (run them "
+                         f"apart and read both with microbench-report)")
 
 
 def verdict_of(rows, tolerance_pct: float = stats.DEFAULT_TOLERANCE_PCT) -> stats.ABResult:
@@ -45,7 +67,7 @@ def print_verdict(result: stats.ABResult, plan: ABPlan, rows, out: TextIO) -> No
         ci = spread.ci95
         interval = (f", 95% CI {units.rate(ci[0])} to {units.rate(ci[1])}" if ci else
                     f" ({stats.ONE_TRIAL})")
-        print(f"  {side}: {units.rate(spread.headline)} {row.spec.model.item}s/s (geometric "
+        print(f"  {side}: {units.rate(spread.headline)} {unit_of(row.spec)} (geometric "
               f"mean of {spread.count} trials{interval})", file=out)
     print(f"A/B: B ({plan.flags}) / A = {stats.ratio_text(result.ratio)}: "
           f"{result.comparison.text} "
@@ -59,6 +81,14 @@ def document(result: stats.ABResult, plan: ABPlan, rows) -> dict:
                    "b_trials": rows[1].document["trials"]}}
 
 
+def summary_path(a, b) -> str:
+    """``ab_<A's name>_vs_<B's name>.json`` beside A's result: named by both sides, so that an
+    A/B with another B never replaces this one, while the same A/B again refreshes it (both
+    sides' names are claimed by this run: files.claim_result_path)."""
+    return os.path.join(os.path.dirname(a.json_path),
+                        f"ab_{a.result_name}_vs_{b.result_name}.json")
+
+
 def write(result: stats.ABResult, plan: ABPlan, rows) -> str | None:
     """Each side's result files, then the A/B file beside A's; its path (None: --no-files)."""
     first = rows[0].spec
@@ -66,8 +96,7 @@ def write(result: stats.ABResult, plan: ABPlan, rows) -> str | None:
         return None
     for row in rows:
         files.write_files(row.summary, row.document)     # built once (sweep.Row.record)
-    path = os.path.join(os.path.dirname(first.json_path),
-                        f"ab_{os.path.basename(first.json_path)}")
+    path = summary_path(first, rows[1].spec)
     text = writing.json_text(document(result, plan, rows)).encode("utf-8")
     with writing.replacing(path) as temporary:
         writing.fill(temporary, text, path)

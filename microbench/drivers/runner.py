@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import os
+import json
 import sys
 
 from microbench.drivers import capacity
@@ -17,7 +18,8 @@ from microbench.platform import device as device_layer, distributed, environment
 from microbench.measure import profilers
 from microbench.platform import progress
 from microbench.drivers import ab, sweep, trials
-from microbench.platform import safe_text
+from microbench.platform import safe_text, writing
+from microbench.settings import identity
 from microbench.settings.config import Plan
 from microbench.platform.errors import (EXIT_INTERRUPTED, EXPECTED_EXIT_CODES, BenchmarkError,
                                         OutOfMemory, ReportedFailure, Terminated, UsageError)
@@ -28,7 +30,15 @@ from microbench.store import baseline as baseline_store
 
 
 def run_plan(plan: Plan) -> int:
-    """A sweep, a largest-batch search followed by its run, or one configuration."""
+    """A sweep, a largest-batch search followed by its run, or one configuration; the names
+    its results claimed (files.claim_result_path) are given back when it ends, however."""
+    try:
+        return _run_plan(plan)
+    finally:
+        writing.release_claims()
+
+
+def _run_plan(plan: Plan) -> int:
     if any(config.flops_prof_step is not None for config in plan.configs):
         profilers.require_deepspeed()          # once, before anything runs, sweeps included
     if plan.ab is not None:
@@ -216,16 +226,36 @@ def _single_device(plan: Plan, what: str, print_notes: bool = True) -> list[RunS
     if specs[0].launch.distributed:
         raise UsageError(f"{what} runs in one process on one device; launch it without "
                          f"torchrun, srun or --distributed_dataparallel")
+    _refuse_repeated_rows(specs)
     device_layer.activate(specs[0].device)
     for note in specs[0].notes if print_notes else ():
-        print(f"Note: {note}")
+        print(safe_text.terminal(f"Note: {note}"))
     return specs
+
+
+def _refuse_repeated_rows(specs: list[RunSpec]) -> None:
+    """A sweep whose lists name one configuration twice (``--batch-size 8,8``, or a model by
+    its name and by an alias) would run it twice without a word, as two rows that look like
+    two configurations: refused before anything is built. Rows are the same configuration
+    when every setting that names a result agrees (the model as resolved, not as spelled)."""
+    fields = tuple(name for name in identity.naming_fields() if name != "network")
+    seen: dict[str, RunSpec] = {}
+    for spec in specs:
+        ours = identity.of_spec(spec)
+        key = json.dumps([ours.get(name) for name in fields], sort_keys=True, default=str)
+        if key in seen:
+            first = seen[key]
+            raise UsageError(f"the sweep lists one configuration twice ({first.config.network} "
+                             f"{first.config.mode}, batch {first.config.batch_size}: "
+                             f"{first.result_name or 'the same settings'}); give each value "
+                             f"once (--repeat N measures one configuration N times)")
+        seen[key] = spec
 
 
 def _claimed(spec: RunSpec, taken: set[str] | None = None) -> RunSpec:
     spec, note = files.claim_result_path(spec, taken)
     if note:
-        print(f"Note: {note}", flush=True)
+        print(safe_text.terminal(f"Note: {note}"), flush=True)
     return spec
 
 
@@ -253,6 +283,7 @@ def run_ab(plan: Plan) -> int:
     """``--ab``: A (the command as given) and B, alternating by round in one process on one
     device (each trial in a fresh worker by default), then the paired verdict."""
     specs = [resolve(plan.configs[0]), resolve(plan.ab.config)]
+    ab.check_same_unit(specs)
     if specs[0].launch.distributed:
         raise UsageError("--ab runs in one process on one device; launch it without torchrun, "
                          "srun or --distributed_dataparallel")
@@ -304,7 +335,7 @@ def run_largest_batch(spec: RunSpec, plan: Plan) -> int:
     files.prepare_output(spec)
     note = capacity.apply_memory_budget(spec.device, plan.memory_budget_gb)
     if note:
-        print(f"Note: {note}")
+        print(safe_text.terminal(f"Note: {note}"))
     config = spec.config
     print(f"Searching the largest batch for {config.network} ({config.mode}, "
           f"{spec.precision.name}) from {config.batch_size} up to {plan.max_batch_limit}, "

@@ -172,8 +172,12 @@ def write_files(rows: list[Row], output_dir: str, env) -> str:
                              spec.csv_path)
             documents.append({"status": row.status, "error": row.error,
                               "config": dataclasses.asdict(spec.config)})
+    # Named by what it holds (its first and last rows' result names) and when, and claimed
+    # exclusively: two sweeps started in the same second never share a file.
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    path = os.path.join(output_dir, f"sweep_{stamp}.json")
+    names = list(dict.fromkeys(row.spec.result_name for row in (rows[0], rows[-1])))
+    path = writing.claim_new(os.path.join(output_dir,
+                                          f"sweep_{stamp}_{'_to_'.join(names)}"[:200] + ".json"))
     writing.write_json(path, {"schema_version": files.SCHEMA_VERSION, "env": env.to_dict(),
                               "rows": documents})
     return path

@@ -344,6 +344,10 @@ def _worker_main(spec, rendezvous: str | None, label: str | None, connection) ->
         except (KeyboardInterrupt, Terminated):
             pass                                # the parent says what stopped the run
         except Exception as error:              # noqa: BLE001 (a bug: its traceback, then one line)
+            limit = process.limit_reached(error)    # the system's limit: one line, exit 4
+            if limit is not None:
+                _send(connection, ("error", limit))
+                return
             traceback.print_exc()
             _send(connection, ("error", ReportedFailure(
                 f"unexpected {type(error).__name__} in the worker of a trial: {error}", 1)))

@@ -20,12 +20,16 @@ Usage::
 
 from __future__ import annotations
 
+import contextlib
 import difflib
+import logging
 from types import ModuleType
 
+import torch
 from torch import nn
 
-from microbench.platform.errors import MissingEnvironment, UsageError
+from microbench.platform import process
+from microbench.platform.errors import UsageError
 from microbench.models.hf_overrides import checked_overrides, parse_literal
 
 __all__ = ["build_hf_model", "hf_max_positions", "hf_vocab_size", "parse_model_kwargs",
@@ -57,12 +61,10 @@ def parse_model_kwargs(items: list[str]) -> dict[str, str]:
 
 
 def _import_transformers() -> ModuleType:
-    try:
-        import transformers
-    except ImportError as error:
-        raise MissingEnvironment(f"Hugging Face models need the transformers package ({error}); "
-                                 "install it with: pip install transformers") from error
-    return transformers
+    """transformers, or one line, exit 4: not installed, or failing inside its own import
+    (process.import_optional)."""
+    return process.import_optional("transformers", "Hugging Face models (hf:)",
+                                   "install it with: pip install transformers")
 
 
 def _check_model_type(transformers: ModuleType, model_type: str) -> None:
@@ -89,9 +91,75 @@ def hf_config(model_type: str, overrides: dict[str, str]) -> object:
     kwargs = checked_overrides(transformers, model_type, overrides)   # nothing evaluated
     try:
         return transformers.AutoConfig.for_model(model_type, **kwargs)
-    except (TypeError, ValueError) as error:
+    except Exception as error:          # noqa: BLE001 - whatever transformers refuses with
+        # Building a config computes nothing heavy: any error it raises is its refusal of the
+        # values (TypeError, ValueError, or huggingface_hub's StrictDataclass validation
+        # errors, which subclass neither: "hidden size (65) is not a multiple of the number
+        # of attention heads (2)"), so it is a usage error of those values, in one line.
+        reason = " ".join(str(error).split()) or type(error).__name__
         raise UsageError(f"transformers rejected the {model_type} config overrides {kwargs}: "
-                         f"{error}; fix or drop those model arguments.") from error
+                         f"{reason}; fix or drop those model arguments.") from None
+
+
+# What a model's forward raises on a config its layers cannot run (shapes that do not fit:
+# num_key_value_heads=3 beside 4 heads); NotImplementedError (an op with no meta kernel) is
+# not among them: that says nothing of the config, and the real run decides.
+_CONFIG_FAILURES = (RuntimeError, ValueError, TypeError, IndexError, KeyError, AssertionError)
+
+
+@contextlib.contextmanager
+def _quiet_imports():
+    """The model classes' first import (torchao's integration, where it is installed) makes
+    torch log a deprecation per enum it registers ("... is an Enum subclass ..."): library
+    noise that would turn this check's one-line refusal into three lines."""
+    logger = logging.getLogger("torch.utils._pytree")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def check_runs(config: object, overrides: dict[str, str]) -> None:
+    """Refuse, before anything is built, overrides that transformers accepts in the config but
+    whose model cannot run (``num_key_value_heads=3`` with 4 heads fails in its first
+    attention): the model is made on the meta device (no memory, no compute) and given two
+    tokens. Only configs with overrides are checked: transformers' own defaults run."""
+    if not overrides:
+        return
+    transformers = _import_transformers()
+    model_type = getattr(config, "model_type", "?")
+    error = _meta_failure(transformers, config)
+    if error is None:
+        return
+    # Some models cannot run on the meta device at all (a mixture of experts' grouped matmul
+    # wants BF16, a hybrid's cache): only a failure the same model without the overrides does
+    # not have is the overrides' doing.
+    try:
+        defaults = transformers.AutoConfig.for_model(model_type, num_hidden_layers=1)
+    except Exception:                   # noqa: BLE001 - no default to compare with: say nothing
+        return
+    if _meta_failure(transformers, defaults) is not None:
+        return
+    reason = " ".join(str(error).split())[:300] or type(error).__name__
+    raise UsageError(f"transformers cannot run the {model_type} model these config overrides "
+                     f"make ({', '.join(f'{k}={v}' for k, v in overrides.items())}): {reason}; "
+                     f"fix or drop those model arguments.")
+
+
+def _meta_failure(transformers: ModuleType, config: object) -> BaseException | None:
+    """What the model of ``config``, made on the meta device, raises on two tokens (None when
+    it runs, or fails only for want of a meta kernel)."""
+    try:
+        with _quiet_imports(), torch.device("meta"):
+            model = transformers.AutoModelForCausalLM.from_config(config)
+            model(torch.zeros(1, 2, dtype=torch.long))
+    except NotImplementedError:
+        return None
+    except _CONFIG_FAILURES as error:
+        return error
+    return None
 
 
 def hf_model(config: object, attention: str | None = None) -> nn.Module:

@@ -118,6 +118,7 @@ class LanguageModelSpec:
         if options.vocab_size is not None:
             overrides["vocab_size"] = str(options.vocab_size)
         config = hf.hf_config(self.hf_type, overrides)          # checks the overrides now
+        hf.check_runs(config, overrides)
         limit = hf.hf_max_positions(config)
         seq_len = options.seq_len or min(HF_DEFAULT_SEQ_LEN, limit or HF_DEFAULT_SEQ_LEN)
         if limit is not None and seq_len > limit:

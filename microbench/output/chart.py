@@ -44,8 +44,8 @@ import statistics
 import textwrap
 from dataclasses import dataclass
 
-from microbench.platform import safe_text
-from microbench.platform.errors import BenchmarkError, MissingEnvironment, UsageError
+from microbench.platform import process, safe_text
+from microbench.platform.errors import BenchmarkError, UsageError
 from microbench.platform import writing
 from microbench.store.collection import FILE, HEADLINE_SETTINGS, RUN_AT, setting_value
 from microbench.store.entry import MODEL, OP, Entry
@@ -73,10 +73,9 @@ _MARKERS = ("o", "s", "^", "D", "v", "P", "X")
 
 
 def require_matplotlib() -> None:
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        raise MissingEnvironment("--plot needs matplotlib: pip install matplotlib") from None
+    """matplotlib importable, or one line, exit 4 (not installed, or broken inside its import:
+    process.import_optional)."""
+    process.import_optional("matplotlib", "--plot", "pip install matplotlib")
 
 
 def check_path(path: str, flag: str = "--plot") -> None:

@@ -14,7 +14,7 @@ from typing import TextIO
 from microbench import __version__
 from microbench.platform.device import clock_name, conv_autotuner_name
 from microbench.output.summary import Summary
-from microbench.platform import units
+from microbench.platform import safe_text, units
 
 RULE = "=" * 60
 
@@ -86,7 +86,7 @@ def print_config(spec, env, out: TextIO, notes=None) -> None:
     for label, value in lines:
         print(f"  {label:<14}: {value}", file=out)
     for note in spec.notes if notes is None else notes:
-        print(f"Note: {note}", file=out)
+        print(safe_text.terminal(f"Note: {note}"), file=out)
 
 
 def compile_text(config) -> str:
@@ -202,7 +202,9 @@ def _headline_rate(summary: Summary) -> str:
 
 
 def _headline_spread(summary: Summary) -> str:
-    spread = summary.trial_spread
+    """The headline's spread, in the headline's unit (the unit of work: tokens/s for a
+    language model, never its sequences/s)."""
+    spread = summary.unit_trial_spread
     if spread.count > 1:
         low, high = spread.ci95
         return (f"geometric mean of {spread.count} trials, 95% CI {units.rate(low)} to "
@@ -305,17 +307,19 @@ LIBRARY_LINE_SHOWN = 70
 
 
 def _trial_rows(summary: Summary) -> list[tuple[str, str]]:
-    spread = summary.trial_spread
+    # In the headline's unit (tokens/s for a language model), as the headline's interval.
+    spread = summary.unit_trial_spread
     if spread.count < 2:
         return []
     (low, high), (next_low, next_high) = spread.ci95, spread.prediction95
-    unit = f"{summary.spec.model.item}s/s"
+    unit = f"{summary.scenario.unit}s/s"
     values = "  ".join(units.rate(value) for value in spread.values)
     within = statistics.median(trial.slowest.times.cv for trial in summary.trials)
     return [("Trials", f"{spread.count}: {values} {unit}"),
-            ("Across trials", f"geometric mean {units.rate(spread.headline)}; 95% CI of the "
-                              f"geometric mean {units.rate(low)} to {units.rate(high)}; next "
-                              f"run likely in {units.rate(next_low)} to {units.rate(next_high)} "
+            ("Across trials", f"geometric mean {units.rate(spread.headline)} {unit}; 95% CI "
+                              f"of the geometric mean {units.rate(low)} to {units.rate(high)}; "
+                              f"next run likely in {units.rate(next_low)} to "
+                              f"{units.rate(next_high)} "
                               f"(95% prediction interval; both Student t on log throughput)"),
             ("Trial CV", f"{units.percent(spread.cv)} between trials; within a trial "
                          f"{units.percent(within)} (median of the trials' own CVs)")]

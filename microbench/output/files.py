@@ -379,8 +379,10 @@ def claim_result_path(spec, taken: set[str] | None = None):
     A result of the same configuration is replaced (a re-run refreshes it). A result of another
     configuration is never replaced silently: under a default name this run takes the next free
     one (``NAME-2.json``, ...); under an explicit ``--output-file`` it replaces the file, as
-    the older tool did, with a note. ``taken``: paths earlier rows of this invocation claimed
-    (added to), which are never shared even before they are written."""
+    the older tool did, with a note. A name is claimed atomically (``writing.claim``: an
+    exclusive create beside it), so that of runs started at once into one directory no two
+    take one name, whatever they differ in. ``taken``: paths earlier rows of this invocation
+    claimed (added to), which are never shared even before they are written."""
     path = spec.json_path
     if path is None or not spec.launch.is_main:
         return spec, None
@@ -391,9 +393,11 @@ def claim_result_path(spec, taken: set[str] | None = None):
         return theirs is None or identity.same(ours, theirs, fields)
 
     def free(candidate: str) -> bool:
-        return os.path.abspath(candidate) not in taken and same(_identity_on_disk(candidate))
+        return (os.path.abspath(candidate) not in taken
+                and same(_identity_on_disk(candidate)) and writing.claim(candidate))
 
     if free(path) or spec.config.output_file:
+        writing.claim(path)
         taken.add(os.path.abspath(path))
         theirs = _identity_on_disk(path)
         if same(theirs):
@@ -407,9 +411,13 @@ def claim_result_path(spec, taken: set[str] | None = None):
     candidate = f"{stem}-{number}.json"
     taken.add(os.path.abspath(candidate))
     theirs = _identity_on_disk(path)
-    why = (f"holds a result of another configuration (differing in "
-           f"{_differences(ours, theirs)})" if not same(theirs)
-           else "is another row's of this invocation")
+    if os.path.abspath(path) in taken:
+        why = "is another row's of this invocation"
+    elif not same(theirs):
+        why = (f"holds a result of another configuration (differing in "
+               f"{_differences(ours, theirs)})")
+    else:
+        why = "is claimed by another run writing into this directory now"
     name = os.path.basename(candidate).removesuffix(".json")
     return dataclasses.replace(spec, json_path=candidate, result_name=name), (
         f"{path} {why}; this run's result goes to {candidate}")

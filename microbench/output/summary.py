@@ -132,6 +132,14 @@ class Summary:
         return TrialStats(tuple(trial.throughput for trial in self.trials))
 
     @property
+    def unit_trial_spread(self) -> TrialStats:
+        """The trials in the unit of work (tokens/s for a language model, images/s for an
+        image model): the spread a headline in that unit is shown with, so that an interval
+        is always in its headline's unit."""
+        per_item = self.scenario.units_per_item
+        return TrialStats(tuple(trial.throughput * per_item for trial in self.trials))
+
+    @property
     def throughput(self) -> float:
         """The headline: the geometric mean of the trials' throughputs."""
         return self.trial_spread.headline

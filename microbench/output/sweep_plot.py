@@ -42,6 +42,7 @@ import statistics
 import textwrap
 
 from microbench.output import chart
+from microbench.store import entry as entry_mod
 from microbench.output.chart import (FOOTNOTE_CHARS_PER_INCH, HIGH_PERCENTILE, INCH_PER_LINE,
                                      LOW_PERCENTILE, SUBTITLE_CHARS_PER_INCH, Point, fixed_ticks,
                                      new_figure, write_figure)
@@ -338,9 +339,16 @@ def accuracy_figure(rows):
     unit = _unit(rows, per_token)
     names = _varying(rows, _FACETS) or ["precision"]
     kinds = {row.entry.accuracy_kind for row in measured} - {""}
-    axis_label = ("logits' relative error vs BF16 [%]" if kinds == {"logits"} else
-                  "largest difference of the first losses vs BF16 [%]" if kinds == {"loss"}
-                  else "distance from BF16 [%]")
+    # Against what the rows measured it (BF16, or FP16 for FP16 weights quantized); a row of
+    # no reduced precision stands at 0 only where it is that reference (an FP16 row beside
+    # BF16-based ones is not: it has no distance to show, so no point).
+    reference = entry_mod.accuracy_reference([row.entry for row in measured])
+    versus = reference or "each row's reference"
+    axis_label = (f"logits' relative error vs {versus} [%]" if kinds == {"logits"} else
+                  f"largest difference of the first losses vs {versus} [%]"
+                  if kinds == {"loss"} else f"distance from {versus} [%]")
+    measured = [row for row in measured if row.entry.accuracy_kind
+                or entry_mod.is_accuracy_reference(row.entry, reference)]
     figure = new_figure(7.5, 5.0)
     speed = figure.subplots()
     labelled = []

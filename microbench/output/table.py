@@ -43,7 +43,7 @@ from microbench.platform import text_table
 from microbench.platform.errors import UsageError
 from microbench.platform import progress, units, writing
 from microbench.store.collection import FILE, HEADLINE_SETTINGS, RUN_AT, Group, setting_value
-from microbench.store.entry import MODEL, Entry
+from microbench.store.entry import MODEL, Entry, accuracy_reference
 
 FORMATS = ("text", "markdown", "csv", "json")
 # --compare's default tolerance, for the verdict between rows with trials.
@@ -208,6 +208,8 @@ def _columns(group: Group) -> tuple[list[Column], list[str]]:
         if key not in HEADLINE_FIGURES and settings is not None:
             columns += settings                     # after the headline and its interval
             settings = None
+        if key == "accuracy":
+            heading = f"vs {accuracy_reference(entries) or 'its reference'} (error)"
         if _figure_known(entries, key) or key in ("throughput", "median_ms"):
             columns.append(Column(key, heading.format(unit=unit, item=item),
                                   numeric=key != "flags"))
@@ -349,6 +351,9 @@ def _figure_cell(table: Table, entry: Entry, key: str) -> str:
         value = figures.get(key)
         if value is None:
             return "-"
+        if key == "accuracy" and accuracy_reference(table.group.entries) is None \
+                and entry.accuracy_reference:          # the heading names no one reference
+            return f"{units.percent(value)} vs {entry.accuracy_reference}"
         return f"{value:.1f}%" if key == "pct_of_peak" else units.percent(value)
     if key == "flags":
         return " ".join(entry.flags)
@@ -603,7 +608,8 @@ def comparison_cells(rows: list) -> tuple[list[text_table.Column], list[tuple[st
                _numeric("speedup", 8), _numeric("peak MB", 9), _numeric("memory", 8)]
     accuracy = any(entry.accuracy_kind for entry in measured)
     if accuracy:
-        columns.append(text_table.Column("accuracy vs BF16"))
+        versus = accuracy_reference(measured)
+        columns.append(text_table.Column(f"accuracy vs {versus or 'its reference'}"))
     cells = []
     for index, row in enumerate(rows, 1):
         entry = row.entry
@@ -613,7 +619,7 @@ def comparison_cells(rows: list) -> tuple[list[text_table.Column], list[tuple[st
             continue
         cells.append((str(index), row.label(), _rate_cell(entry, heading),
                       _speedup_cell(entry, reference), *_memory_cells(entry, reference))
-                     + ((accuracy_cell(entry),) if accuracy else ()))
+                     + ((accuracy_cell(entry, versus is not None),) if accuracy else ()))
     return columns, cells
 
 
@@ -672,7 +678,7 @@ def print_generation_table(rows: list, out: TextIO) -> None:
     out.flush()
 
 
-def accuracy_cell(entry: Entry) -> str:
+def accuracy_cell(entry: Entry, named_in_heading: bool = True) -> str:
     """A reduced-precision row's distance from BF16, short, for a table's cell ("-" for a row
     without one, the BF16 reference among them)."""
     if not entry.accuracy_kind:
@@ -680,10 +686,12 @@ def accuracy_cell(entry: Entry) -> str:
     value = entry.figures.get("accuracy")
     if value is None:
         return "not measured"
+    versus = f" vs {entry.accuracy_reference}" if entry.accuracy_reference else ""
     if entry.accuracy_kind == "loss":
-        return f"loss diff {value:.2%}"
+        return f"loss diff {value:.2%}" + ("" if named_in_heading else versus)
     agreement = entry.figures.get("accuracy_agreement")
-    return f"err {value:.2%}" + ("" if agreement is None else f", agree {agreement:.1%}")
+    return (f"err {value:.2%}" + ("" if agreement is None else f", agree {agreement:.1%}")
+            + ("" if named_in_heading else versus))
 
 
 def slower_than_bf16(rows: list) -> list[str]:

@@ -656,8 +656,7 @@ def _ab_plan(args: argparse.Namespace, configs: tuple[BenchConfig, ...]):
     if len(configs) > 1 or args.compare or args.find_max_batch or args.output_file:
         raise UsageError("--ab takes one configuration: no sweep, --compare, "
                          "--find-max-batch or --output-file")
-    # What B's words set, as argparse reads them: an abbreviation (--output-fil, --rer) is
-    # the flag it stands for.
+    _refuse_abbreviations(words, args.ab)
     if _AB_REFUSED & set(_given(build_parser(), words)):
         raise UsageError(f"--ab {args.ab!r}: B may not change --repeat, --rerun, --compare, "
                          f"--output-file or --ab")
@@ -671,6 +670,22 @@ def _ab_plan(args: argparse.Namespace, configs: tuple[BenchConfig, ...]):
     if configs[0].max_noise_pct is not None:
         raise UsageError("--ab measures --repeat rounds: drop --max-noise")
     return ABPlan(args.ab, b_config, fail_if_slower=args.fail_if == "slower")
+
+
+def _refuse_abbreviations(words: list[str], flags: str) -> None:
+    """B's flags spelled whole: argparse would take ``--output-d X`` for ``--output-dir X`` (or
+    ``--rer`` for ``--rerun``), and B would run as something its author did not write; inside
+    --ab a word that only starts a flag's name is refused, naming the flags it could be."""
+    known = build_parser()._option_string_actions
+    for word in words:
+        flag = word.partition("=")[0]
+        if not flag.startswith("--") or flag == "--" or flag in known:
+            continue
+        candidates = sorted(name for name in known if name.startswith(flag))
+        if candidates:
+            raise UsageError(f"--ab {flags!r}: {flag} is not a flag (abbreviations are not "
+                             f"taken inside --ab): spell it whole, e.g. "
+                             f"{', '.join(candidates[:3])}")
 
 
 def _joined_ab(argv: list[str]) -> list[str]:

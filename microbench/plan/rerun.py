@@ -20,6 +20,8 @@ Example::
 """
 from __future__ import annotations
 
+import shlex
+
 from microbench.settings.config import SCHEMA, replayed_fields, spelled
 from microbench.platform.errors import UsageError
 from microbench.store import schema
@@ -36,9 +38,13 @@ def _replayed(path: str) -> tuple[dict, list[str]]:
     side_a, side_b = ab_side(path, ab["a_result"]), ab_side(path, ab["b_result"])
     if side_a is None:
         raise UsageError(f"--rerun {path}: an A/B summary that names no result of side A")
+    # A command the user may paste: every path and string in it is shell-quoted, since they
+    # come from a file (flags_b '"; touch PWNED; echo "' must stay one word of --ab).
+    quoted_a, flags_b = shlex.quote(side_a), shlex.quote(str(ab["flags_b"]))
+    side_b_text = (f"--rerun {shlex.quote(side_b)}" if side_b is not None
+                   else "its result was not named")
     note = (f"--rerun {path}: an A/B summary; replaying side A ({side_a}). Side B "
-            f"({ab['flags_b']}): --rerun {side_b}; both again: --rerun {side_a} "
-            f"--ab \"{ab['flags_b']}\"")
+            f"(--ab {flags_b}): {side_b_text}; both again: --rerun {quoted_a} --ab {flags_b}")
     return load_result(side_a, "--rerun"), [note]
 
 
@@ -57,7 +63,7 @@ def flags_of(path: str) -> tuple[list[str], list[str]]:
     if isinstance(devices, int) and devices > 1:
         notes.append(f"--rerun {path}: that result ran on {devices} ranks; this invocation's "
                      f"launch decides how many run now (torchrun --nproc-per-node {devices} "
-                     f"... --rerun {path} repeats it on one node)")
+                     f"... --rerun {shlex.quote(path)} repeats it on one node)")
     try:
         return spelled(stored, replayed_fields()), notes
     except UsageError as error:

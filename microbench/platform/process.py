@@ -33,6 +33,7 @@ import sys
 import threading
 import time
 import traceback
+from types import ModuleType
 from typing import Callable, Iterator, Mapping
 
 from microbench.platform import safe_text
@@ -94,6 +95,7 @@ def env_rank_prefix(environ: Mapping[str, str] | None = None) -> str:
 def stopped(line: str, code: int, prefix: str = "") -> int:
     """Report a signal as one line; the exit code a shell gives for it."""
     print(f"{prefix}{line}", file=sys.stderr, flush=True)
+    _reported_stop.set()
     return code
 
 
@@ -125,7 +127,13 @@ def command(body: Callable[[], int], prefix: Callable[[], str] = lambda: "") -> 
     stopping signals raising Terminated while it runs."""
     with sigterm_raises(), guarded_stdout() as output:
         try:
-            code = body()
+            try:
+                code = body()
+            except (OSError, RuntimeError) as error:   # a limit reached is no bug of ours
+                limit = limit_reached(error)
+                if limit is None:
+                    raise
+                raise limit from None
         except BenchmarkError as error:
             # One line, whatever the message holds (a torch error quoted in it may not), and
             # nothing a terminal would act on (a name from a result file may hold ESC ]52;).
@@ -134,11 +142,131 @@ def command(body: Callable[[], int], prefix: Callable[[], str] = lambda: "") -> 
             code = error.exit_code
         except KeyboardInterrupt:
             code = stopped(INTERRUPTED, EXIT_INTERRUPTED, prefix())
+            stop_descendants()
         except Terminated as error:
             code = terminated(error, prefix())
+            stop_descendants()
         except BrokenPipeError:                          # | head: the reader left
             code = reader_gone()
         return ended(code, output, prefix())
+
+
+# ---------------------------------------------------------------- a stop that ends the process
+
+# Set by entry(): this process is a command of its own (not main() called by a test or a
+# script), so a stop may end every process below it, and the process itself.
+_OWNS_PROCESS = False
+# After a stopping signal: how long the run's own handling may take before every descendant
+# is killed, and before the process ends itself with the signal's code (the main thread stuck
+# in native code, or an exit handler waiting without end: inductor's compile-worker pool
+# waits up to 300 s for a sidecar busy compiling a kernel, issue 46).
+STOP_GRACE_S = 3.0
+STOP_DEADLINE_S = 8.0
+_reported_stop = threading.Event()
+
+
+def _descendants(root: int, proc: str = "/proc") -> list[int]:
+    """Every process below ``root`` (children, their children...), from /proc; [] where there
+    is no /proc (then multiprocessing's own children are stopped by _no_child_left)."""
+    parents: dict[int, list[int]] = {}
+    try:
+        names = os.listdir(proc)
+    except OSError:
+        return []
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(os.path.join(proc, name, "stat"), encoding="ascii",
+                      errors="replace") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 1 and fields[1].isdigit():
+            parents.setdefault(int(fields[1]), []).append(int(name))
+    found, stack = [], [root]
+    while stack:
+        for child in parents.get(stack.pop(), ()):
+            if child not in found:
+                found.append(child)
+                stack.append(child)
+    return found
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def stop_descendants(grace_s: float = 1.0) -> None:
+    """In a process of its own (entry()): SIGTERM to every process below this one (trial and
+    loader workers, ranks, inductor's compile-worker sidecar and its pool, which are
+    subprocesses that multiprocessing does not know), up to ``grace_s`` for them to end,
+    SIGKILL to the rest. Called when a stopping signal or Ctrl-C ends the run: nothing below
+    may keep the process (an exit handler waiting for them) or outlive it."""
+    if not _OWNS_PROCESS:
+        return
+    with contextlib.suppress(Exception), _child_deaths_expected():
+        pids = _descendants(os.getpid())
+        for number in (signal.SIGTERM, signal.SIGKILL):
+            for pid in pids:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, number)
+            deadline = time.monotonic() + (grace_s if number == signal.SIGTERM else 2.0)
+            while time.monotonic() < deadline:
+                pids = [pid for pid in pids if _running(pid)]
+                if not pids:
+                    return
+                time.sleep(0.05)
+
+
+def _watch_stopping_signals() -> None:
+    """A thread that hears every stopping signal and Ctrl-C the moment it arrives
+    (``signal.set_wakeup_fd``: written by the C-level handler, even while the main thread is in
+    native code and cannot run Python's handler), and makes sure the process ends: after
+    STOP_GRACE_S every descendant is killed; after STOP_DEADLINE_S the process ends with the
+    signal's code, with its one line if the main thread could not print it."""
+    if (not hasattr(signal, "set_wakeup_fd")
+            or threading.current_thread() is not threading.main_thread()):
+        return
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    try:
+        signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+    except (ValueError, OSError):
+        os.close(read_fd)
+        os.close(write_fd)
+        return
+    threading.Thread(target=_stop_watch, args=(read_fd,), name="microbench-stop-watch",
+                     daemon=True).start()
+
+
+def _stop_watch(read_fd: int) -> None:
+    codes = {number: code for number, (_, code) in STOPPING.items()}
+    codes[signal.SIGINT] = EXIT_INTERRUPTED
+    while True:
+        try:
+            data = os.read(read_fd, 64)
+        except OSError:
+            return
+        if not data:
+            return
+        heard = [number for number in data if number in codes]
+        if heard:
+            break
+    number = heard[0]
+    time.sleep(STOP_GRACE_S)
+    stop_descendants(grace_s=0.5)
+    time.sleep(STOP_DEADLINE_S - STOP_GRACE_S)
+    if not _reported_stop.is_set():
+        name = STOPPING.get(number, ("", 0))[0]
+        line = INTERRUPTED if number == signal.SIGINT else f"error: terminated ({name})"
+        with contextlib.suppress(Exception):
+            os.write(2, f"{env_rank_prefix()}{line}\n".encode())
+    os._exit(codes[number])
 
 
 # ---------------------------------------------------------------- a terminal that takes no writes
@@ -242,7 +370,10 @@ def ended(code: int, output: GuardedOutput, prefix: str = "") -> int:
 def entry(module: str) -> int:
     """Import ``module`` and run its ``main()``; Ctrl-C or SIGTERM during the imports prints
     the same one line as later, instead of a traceback."""
+    global _OWNS_PROCESS
+    _OWNS_PROCESS = True
     _install()                                          # for the whole life of this process
+    _watch_stopping_signals()
     _fill_closed_descriptors()                          # before any file is opened
     try:
         with imports_checked():
@@ -252,7 +383,7 @@ def entry(module: str) -> int:
     except Terminated as error:
         return terminated(error, env_rank_prefix())
     except MissingEnvironment as error:
-        return stopped(f"error: {error}", error.exit_code, env_rank_prefix())
+        return stopped(safe_text.terminal(f"error: {error}"), error.exit_code, env_rank_prefix())
     return main()
 
 
@@ -273,10 +404,30 @@ def imports_checked() -> Iterator[None]:
     except BenchmarkError:
         raise
     except Exception as error:                          # noqa: BLE001 - re-raised unless ours
-        line = broken_pair(error)
+        line = broken_pair(error) or torch_refused(error)
         if line is None:
             raise
         raise MissingEnvironment(line.removeprefix("error: ")) from None
+
+
+def _raised_inside(error: BaseException, package: str) -> bool:
+    marker = f"{os.sep}{package}{os.sep}"
+    return any(marker in frame.filename for frame in traceback.extract_tb(error.__traceback__))
+
+
+def torch_refused(error: BaseException) -> str | None:
+    """The one line for torch failing inside its own import, or None when ``error`` was not
+    raised there. What torch refuses at import is its environment: a TORCH_* variable it
+    parses then (``TORCH_LOGS=nonsense``: "Invalid log settings"), or a broken install; the
+    line names the variables set, which are the usual cause."""
+    if not _raised_inside(error, "torch"):
+        return None
+    cause = " ".join(str(error).split())[:240] or type(error).__name__
+    settings = sorted(f"{name}={value}" for name, value in os.environ.items()
+                      if name.startswith(("TORCH_", "PYTORCH_")))
+    where = (f"; set: {', '.join(settings)[:200]} (unset or correct them: TORCH_LOGS=help lists "
+             f"its names)" if settings else "; reinstall torch")
+    return f"error: torch refuses this environment at import ({type(error).__name__}: {cause}){where}"
 
 
 def _installed_version(name: str) -> str:
@@ -307,6 +458,26 @@ def broken_pair(error: BaseException) -> str | None:
     return (f"error: torchvision {vision_version} does not work with torch {torch_version} "
             f"({cause}): they come from different builds; install the pair from one index in "
             f"one command, e.g. pip install --force-reinstall {pair} (README: Install)")
+
+
+def import_optional(name: str, needed_for: str, install: str) -> ModuleType:
+    """The optional module ``name`` (torchao, matplotlib, transformers, a telemetry library),
+    imported when a flag needs it; otherwise one line, exit 4 (MissingEnvironment), whatever
+    the import raised: not installed (ImportError), or installed and failing inside its own
+    import (an OSError loading its shared library, a RuntimeError or AttributeError against
+    this torch): the user fixes that environment, not us, and a traceback helps no one."""
+    top = name.partition(".")[0]
+    try:
+        return importlib.import_module(name)
+    except Exception as error:          # noqa: BLE001 (a broken install is not our bug)
+        if (isinstance(error, ModuleNotFoundError)
+                and (error.name or "").partition(".")[0] == top):
+            raise MissingEnvironment(f"{needed_for} needs {top}, which is not installed: "
+                                     f"{install}") from None
+        text = " ".join(str(error).split())[:300] or type(error).__name__
+        raise MissingEnvironment(f"{needed_for}: {top} is installed but fails to import "
+                                 f"({type(error).__name__}: {text}); fix or reinstall it "
+                                 f"({install})") from None
 
 
 def microbench() -> int:
@@ -406,6 +577,40 @@ def cannot_start(error: BaseException) -> bool:
     if isinstance(error, OSError):
         return error.errno in _CANNOT_START
     return isinstance(error, RuntimeError) and "can't start new thread" in str(error)
+
+
+# Where a start is made: an EAGAIN or ENOMEM raised in one of these is a start refused (the
+# same errno from a read of a non-blocking pipe is not, and stays a bug with its traceback).
+_STARTERS = tuple(os.sep + name for name in (
+    os.path.join("multiprocessing", "popen_fork.py"),
+    os.path.join("multiprocessing", "popen_spawn_posix.py"),
+    os.path.join("multiprocessing", "popen_forkserver.py"), "subprocess.py", "threading.py"))
+
+
+def _raised_starting(error: BaseException) -> bool:
+    return any(frame.filename.endswith(_STARTERS)
+               for frame in traceback.extract_tb(error.__traceback__))
+
+
+def limit_reached(error: BaseException) -> MissingEnvironment | None:
+    """The one line (exit 4) for ``error`` when it, or an error it was raised from, is a start
+    the system refused (a thread or process limit: a cgroup's ``pids.max``, ``ulimit -u``; no
+    memory), wherever it happened: a DataLoader's pin-memory thread, a loader worker (whose
+    error the loader raises again with the worker's traceback as text), the progress line's
+    thread, a trial worker. None for any other error (a bug keeps its traceback)."""
+    seen, current = set(), error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if cannot_start(current) and (not isinstance(current, OSError)
+                                      or _raised_starting(current)):
+            reason = (current.strerror if isinstance(current, OSError) and current.strerror
+                      else "can't start new thread")
+            return MissingEnvironment(f"a thread or process could not start: {reason} (a "
+                                      f"process limit: ulimit -u, a container's pids limit; "
+                                      f"or no memory); raise the limit, or use fewer --workers "
+                                      f"or --trials in-process")
+        current = current.__cause__ or current.__context__
+    return None
 
 
 @contextlib.contextmanager
@@ -512,7 +717,11 @@ def die_with_parent(parent_pid: int) -> None:
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(5)                   # cleanup after SIGTERM; then without it
         os._exit(0)
-    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+    try:
+        threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+    except RuntimeError as error:       # a thread limit (pids.max): PR_SET_PDEATHSIG still holds,
+        if not cannot_start(error):     # and the trial meets the limit itself, as one line
+            raise
 
 
 def orphan_safe_worker(parent_pid: int, target: str, arguments: bytes, *channels) -> None:

@@ -10,7 +10,13 @@ through this one module, a leaf that imports nothing of the tool:
   separators and the bidirectional overrides shown as ``\\x1b``, ``\\u202e``;
 * :func:`csv_cell` -- a CSV cell a spreadsheet opens: text starting with ``= + - @``, TAB or
   CR gets a leading ``'`` (OWASP's advice against CSV injection); numbers stay numbers;
-* :func:`markdown` -- a cell or note of a GitHub markdown table: text, never markup.
+* :func:`markdown` -- a cell or note of a GitHub markdown table: text, never markup;
+* :func:`html` -- text of the report's HTML page: entities, and controls escaped as above;
+* :func:`neutralised` -- every string of a document just read from a file (keys included),
+  with its controls escaped as :func:`terminal` escapes them, at the one place result files
+  are parsed (``store.stored.parse``): whatever path a string then takes (a table, a note, an
+  error line, a suggested command), it carries no control character to any of the places
+  above (issue 46), and each place adds only its own escapes.
 
 Example::
 
@@ -19,6 +25,7 @@ Example::
 """
 from __future__ import annotations
 
+import html as _html
 import re
 
 # C0 (U+0000-U+001F), DEL, C1 (U+0080-U+009F); U+2028/U+2029 (line breaks to some terminals and
@@ -52,7 +59,8 @@ def csv_cell(text: str) -> str:
     readers), with a leading ``'`` where a spreadsheet would read a formula (also behind the
     spaces a line break became), except for a plain number (``-3.5``, ``+1e-3``), which must
     stay a number."""
-    flat = " ".join(text.splitlines())
+    flat = terminal(" ".join(str(text).splitlines()))
+    text = str(text)
     formula = text.startswith(_FORMULA_STARTS) or flat.lstrip(" ").startswith(_FORMULA_STARTS)
     return "'" + flat if formula and not _NUMBER.fullmatch(text) else flat
 
@@ -71,3 +79,35 @@ def markdown(text: str) -> str:
     text = _BREAKS.sub(" ", str(text))
     text = terminal(_MARKDOWN_SPECIAL.sub(r"\\\1", text))
     return text.replace("&", "&amp;").replace("<", "&lt;") or " "
+
+
+def html(text: object, quote: bool = True) -> str:
+    """``text`` as HTML shows it, literally: ``< > & "`` as entities and controls escaped as
+    for the terminal (a page saved and shown with ``cat`` must not act on a terminal either)."""
+    return _html.escape(terminal(text), quote=quote)
+
+
+def neutralised(document: object) -> object:
+    """``document`` (parsed JSON: dicts, lists, strings, numbers) with every string, keys
+    included, passed through :func:`terminal`; changed in place where it is a container, and
+    returned. Iterative: a document nested 900 deep is no crash."""
+    if isinstance(document, str):
+        return terminal(document)
+    stack = [document] if isinstance(document, (dict, list)) else []
+    while stack:
+        container = stack.pop()
+        if isinstance(container, dict):
+            if any(_UNSAFE.search(key) for key in container if isinstance(key, str)):
+                items = list(container.items())
+                container.clear()
+                container.update((terminal(key), value) for key, value in items)
+            slots = list(container.items())
+        else:
+            slots = list(enumerate(container))
+        for slot, value in slots:
+            if isinstance(value, str):
+                if _UNSAFE.search(value):
+                    container[slot] = terminal(value)
+            elif isinstance(value, (dict, list)):
+                stack.append(value)
+    return document

@@ -23,6 +23,7 @@
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 import csv
 import hashlib
@@ -208,6 +209,97 @@ def sweep_stale(directory: str) -> list[str]:
                 os.unlink(entry.path)
                 removed.append(entry.path)
     return removed
+
+
+# ---------------------------------------------------------------- names claimed
+
+# A name a run will write is claimed before the run, by creating ``.<name>.claim`` beside it
+# exclusively (O_EXCL: of runs started at once into one directory, one gets the name and the
+# others see it taken and choose another), holding "<pid> <host>". A claim of a process of this
+# host that is gone is stale and taken over; the claim is removed when the run ends.
+_CLAIM_SUFFIX = ".claim"
+_claims: dict[str, list[str]] = {}          # claim file -> the directories made for it
+
+
+def _claim_file(path: str) -> str:
+    directory, base = os.path.split(os.path.abspath(path))
+    return os.path.join(directory, f".{base}{_CLAIM_SUFFIX}")
+
+
+def _stale_claim(claim_file: str) -> bool:
+    """Whether the claim at ``claim_file`` was left by a process of this host that is gone (or
+    by this process in an earlier, finished run: main() is called in-process too)."""
+    try:
+        with open(claim_file, encoding="ascii", errors="replace") as held:
+            pid_text, _, host = held.read(64).strip().partition(" ")
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    if host != _HOST or not pid_text.isdigit():
+        return host == _HOST and not pid_text                 # ours, cut short while written
+    pid = int(pid_text)
+    return pid == os.getpid() or not _alive(pid)
+
+
+def claim(path: str) -> bool:
+    """Claim the name ``path`` for this process's run: True when it is this process's now
+    (claimed here, or already), False when another live run holds it. A directory that cannot
+    be made or written claims nothing and returns True: the checks before the run, and the
+    write, say why in one line."""
+    claim_file = _claim_file(path)
+    if claim_file in _claims:
+        return True
+    try:
+        made = ensure_directory(path)
+    except CannotWrite:
+        return True
+    for _ in range(3):
+        try:
+            fd = os.open(claim_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        except FileExistsError:
+            if not _stale_claim(claim_file):
+                remove_made(made)
+                return False
+            _remove(claim_file)
+            continue
+        except OSError:
+            remove_made(made)
+            return True
+        try:
+            _write_all(fd, f"{os.getpid()} {_HOST}".encode("ascii"))
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+        _claims[claim_file] = made
+        return True
+    remove_made(made)
+    return False
+
+
+def claim_new(path: str) -> str:
+    """``path``, or ``STEM-2.EXT``, ``STEM-3.EXT``...: the first name that no file has and no
+    other run claimed, claimed for this process (a file that never replaces another)."""
+    stem, extension = os.path.splitext(path)
+    candidate, number = path, 2
+    while (os.path.lexists(candidate) or _claim_file(candidate) in _claims
+           or not claim(candidate)):
+        candidate, number = f"{stem}-{number}{extension}", number + 1
+    return candidate
+
+
+def release_claims() -> None:
+    """Remove this process's claims (at the end of a run, written or not), and the directories
+    made for them that stayed empty (a run refused or failed leaves no --output-dir behind)."""
+    for claim_file in _claims:             # every claim first: a directory made for one
+        _remove(claim_file)                # holds the others' claims too
+    for made in _claims.values():
+        remove_made(made)
+    _claims.clear()
+
+
+atexit.register(release_claims)            # a run that ended by an exception or a signal
 
 
 def _temporary_name(path: str) -> str:

@@ -100,6 +100,27 @@ def _check_outputs(args: argparse.Namespace) -> None:
         raise UsageError("--plot and --html name the same file: name two")
 
 
+def _same_file(one: str, other: str) -> bool:
+    if os.path.realpath(one) == os.path.realpath(other):
+        return True
+    try:
+        return os.path.samefile(one, other)                  # a hard link
+    except OSError:
+        return False
+
+
+def _check_outputs_are_not_inputs(args: argparse.Namespace, files: list[str]) -> None:
+    """No output replaces a file this report reads (``microbench-report d --html d/a.json``
+    would overwrite one of its own inputs): refused before anything is read or written."""
+    for flag, path in (("--html", args.html), ("--plot", args.plot)):
+        if path is None:
+            continue
+        for read in files:
+            if _same_file(path, read):
+                raise UsageError(f"{flag} {path} is one of the result files this report "
+                                 f"reads ({read}): name another file")
+
+
 def _page_chart(tables, args) -> tuple[bytes | None, str | None]:
     """The page's chart as PNG, or why there is none."""
     try:
@@ -125,6 +146,7 @@ DrawingFailed = chart.DrawingFailed
 def run(args: argparse.Namespace) -> int:
     _check_outputs(args)
     inputs = collection.input_files(args.paths)
+    _check_outputs_are_not_inputs(args, inputs.files)
     found = collection.read(inputs)
     for line in found.lines:
         print(safe_text.terminal(line), file=sys.stderr)

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import base64
 import datetime
-import html
 
 from microbench import __version__
+from microbench.platform import safe_text
 from microbench.output.table import Table, cell, common_line, file_line, notes, title_of
 
 _STYLE = """
@@ -64,29 +64,29 @@ def _classes(column, position: int, pinned: int) -> str:
 
 
 def _table_html(table: Table) -> list[str]:
-    out = [f"<h2>{html.escape(title_of(table))}</h2>"]
+    out = [f"<h2>{safe_text.html(title_of(table))}</h2>"]
     common = common_line(table)
     if common:
-        out.append(f'<p class="common">Same in every row: {html.escape(common)}</p>')
+        out.append(f'<p class="common">Same in every row: {safe_text.html(common)}</p>')
     columns = page_columns(table)
     pinned = 2 if len(columns) > 1 and columns[1].key == _NAME else 1
     out.append('<div class="wide"><table>')
     out.append("<thead><tr>" + "".join(
-        f'<th{_classes(c, position, pinned)}>{html.escape(c.heading)}</th>'
+        f'<th{_classes(c, position, pinned)}>{safe_text.html(c.heading)}</th>'
         for position, c in enumerate(columns)) + "</tr></thead>")
     out.append("<tbody>")
     for index, entry in table.rows:
         cells = "".join(
             f'<td{_classes(c, position, pinned)}>'
-            f'{html.escape(cell(table, index, entry, c))}</td>'
+            f'{safe_text.html(cell(table, index, entry, c))}</td>'
             for position, c in enumerate(columns))
         row_class = "" if entry.measured else ' class="failed"'
-        out.append(f"<tr{row_class} title=\"{html.escape(entry.source, quote=True)}\">"
+        out.append(f"<tr{row_class} title=\"{safe_text.html(entry.source, quote=True)}\">"
                    f"{cells}</tr>")
     out.append("</tbody></table></div>")
     lines = notes(table)
     if lines:
-        out.append('<ul class="notes">' + "".join(f"<li>{html.escape(line)}</li>"
+        out.append('<ul class="notes">' + "".join(f"<li>{safe_text.html(line)}</li>"
                                                   for line in lines) + "</ul>")
     return out
 
@@ -99,10 +99,10 @@ def html_page(tables: list[Table], read_lines: list[str], chart_png: bytes | Non
     rows = sum(len(table.rows) for table in tables)
     out = ["<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
            '<meta name="viewport" content="width=device-width, initial-scale=1">',
-           f"<title>{html.escape(title)}</title>", f"<style>{_STYLE}</style>", "</head>",
-           "<body>", f"<h1>{html.escape(title)}</h1>",
+           f"<title>{safe_text.html(title)}</title>", f"<style>{_STYLE}</style>", "</head>",
+           "<body>", f"<h1>{safe_text.html(title)}</h1>",
            f'<p class="meta">{rows} row{"s" if rows != 1 else ""}; made by microbench-report '
-           f"{html.escape(__version__)} on {stamp}</p>"]
+           f"{safe_text.html(__version__)} on {stamp}</p>"]
     for table in tables:
         out += _table_html(table)
     if chart_png is not None:
@@ -110,9 +110,9 @@ def html_page(tables: list[Table], read_lines: list[str], chart_png: bytes | Non
         out.append(f'<img class="chart" alt="chart of the results" '
                    f'src="data:image/png;base64,{encoded}">')
     elif chart_note:
-        out.append(f'<p class="meta">{html.escape(chart_note)}</p>')
+        out.append(f'<p class="meta">{safe_text.html(chart_note)}</p>')
     files = [file_line(table, index, entry) for table in tables for index, entry in table.rows]
     out.append("<details><summary>Files</summary><ul>" + "".join(
-        f"<li>{html.escape(line)}</li>" for line in files + read_lines) + "</ul></details>")
+        f"<li>{safe_text.html(line)}</li>" for line in files + read_lines) + "</ul></details>")
     out += ["</body>", "</html>", ""]
     return "\n".join(out)

@@ -31,11 +31,12 @@ Example::
 from __future__ import annotations
 
 import contextlib
+
 import torch
 from torch import nn
 
 from microbench.measure.reduced_precision import Drift, LowPrecision
-from microbench.platform import device as device_layer
+from microbench.platform import device as device_layer, process
 from microbench.platform.errors import MissingEnvironment, UsageError
 from microbench.settings.precision import FP8_RECIPES, QUANTIZE, QUANTIZE_CHOICES  # noqa: F401
 
@@ -51,12 +52,10 @@ _HEADS = ("output", "lm_head", "head", "heads.head", "classifier", "fc")
 
 
 def torchao():
-    """torchao, or one line that says how to install it (exit 4)."""
-    try:
-        import torchao as module
-    except ImportError:
-        raise MissingEnvironment(f"--precision fp8 and --quantize need torchao: {INSTALL}") \
-            from None
+    """torchao with the parts this module uses, or one line (exit 4) that says how to install
+    it: not installed, or failing inside its import (an OSError loading its C++ extension)."""
+    for name in ("torchao.float8", "torchao.quantization", "torchao"):
+        module = process.import_optional(name, "--precision fp8 and --quantize", INSTALL)
     return module
 
 

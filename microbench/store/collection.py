@@ -199,7 +199,15 @@ def _ab_rows(summary: dict, path: str, found: Found) -> list[Entry]:
                                f"summary's trials only")
             document = None
         results[side] = document
-    return ab_entries(summary, path, results)
+    rows = ab_entries(summary, path, results)
+    # Both sides read alike (from their results, or both from the summary's trials) must
+    # measure one unit (schema.ab_problem checks the summary's own record of them).
+    if (results["a"] is None) == (results["b"] is None) and rows[0].unit != rows[1].unit:
+        found.lines.append(f"skipped {path}: an A/B summary whose sides measure different "
+                           f"units (A {rows[0].unit}, B {rows[1].unit}): their ratio says "
+                           f"nothing")
+        return []
+    return rows
 
 
 def _keep_the_ab_side(entries: list[Entry], entry: Entry) -> None:

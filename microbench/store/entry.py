@@ -60,6 +60,8 @@ class Entry:
     note: str = ""                      # a footnote of its own (an A/B side B: the verdict)
     accuracy_kind: str = ""             # logits | loss: what figures["accuracy"] measures;
                                         # "" where the run measured none (BF16, the reference)
+    accuracy_reference: str = ""        # what figures["accuracy"] is measured against, as the
+                                        # run names it (BF16, FP16, AMP-BF16); "" without one
     data_unit: str = ""                 # the input pipeline's unit (--data loader|folder);
                                         # "" for synthetic input
     data_verdict: str = ""              # input-bound, compute-bound, ... ("" without a pipeline)
@@ -318,9 +320,33 @@ def result_entry(document: dict, source: str) -> Entry:
                  work_per_iteration=batch * scale if batch else None,
                  time_utc=_get(document, "env", "time_utc"), identity=_identity(document),
                  flags=flags, accuracy_kind=str(_get(document, "accuracy", "kind") or ""),
+                 accuracy_reference=str(_get(document, "accuracy", "reference") or ""),
                  data_unit=str(_get(document, "data", "unit") or "") if isinstance(
                      _get(document, "data"), dict) else "",
                  data_verdict=str(_get(document, "data", "verdict", "kind") or ""))
+
+
+def _precision_name(name: str) -> str:
+    """A precision as a reference of accuracy names it: AMP-BF16 (FP8 training's reference,
+    the same BF16 arithmetic under autocast) is BF16; ``bf16``, ``fp16`` upper case."""
+    return name.upper().removeprefix("AMP-")
+
+
+def accuracy_reference(entries) -> str | None:
+    """What every reduced-precision row among ``entries`` measured its distance from (``BF16``,
+    ``FP16``), or None when they name different references (then each cell names its own) or
+    no row measured one. A label says "vs BF16" only where that is what was measured."""
+    references = {_precision_name(entry.accuracy_reference or "BF16") for entry in entries
+                  if entry.accuracy_kind}
+    return references.pop() if len(references) == 1 else None
+
+
+def is_accuracy_reference(entry: Entry, reference: str | None) -> bool:
+    """Whether a row without a distance of its own is the reference the others were measured
+    against (its precision is that reference): only then does it stand at distance 0."""
+    precision = entry.settings.get("precision")
+    return (not entry.accuracy_kind and reference is not None and isinstance(precision, str)
+            and _precision_name(precision) == reference)
 
 
 def older_tool_entry(document: dict, source: str) -> Entry:

@@ -119,7 +119,16 @@ _SMALLEST_NORMAL = sys.float_info.min
 MAX_DEPTH = 64
 
 
-def _value_problem(value: float, key: str, inside: str) -> str | None:
+# An integer no document of the tool holds: its largest are seeds (below 2**63) and nanosecond
+# clocks. A longer one overflows float() in every reader (a 400-digit integer: OverflowError),
+# and one beyond 64 bits no other JSON reader (a spreadsheet, jq, numpy) keeps exactly.
+MAX_INTEGER = 2**64 - 1
+
+
+def _value_problem(value: int | float, key: str, inside: str) -> str | None:
+    if isinstance(value, int) and not -MAX_INTEGER <= value <= MAX_INTEGER:
+        return "is out of range (an integer beyond 64 bits)"
+    value = float(value)
     if not math.isfinite(value):
         return "is not a finite number"
     positive_normal = value >= _SMALLEST_NORMAL
@@ -129,6 +138,12 @@ def _value_problem(value: float, key: str, inside: str) -> str | None:
     if key in _SAMPLES and value != 0 and not positive_normal:
         return "is not zero or a positive normal number (a time sample)"
     return None
+
+
+def _shown(value: int | float) -> str:
+    """A number as the one line quotes it: a 400-digit integer by its first digits and length."""
+    text = json.dumps(value)
+    return text if len(text) <= 24 else f"{text[:12]}... ({len(text)} digits)"
 
 
 def number_problem(document: object, numbers: bool = True) -> str | None:
@@ -148,9 +163,9 @@ def number_problem(document: object, numbers: bool = True) -> str | None:
             stack += [(item, f"{path}[{index}]", key, inside, depth + 1)
                       for index, item in reversed(list(enumerate(value)))]
         elif numbers and isinstance(value, (int, float)) and not isinstance(value, bool):
-            problem = _value_problem(float(value), key, inside)
+            problem = _value_problem(value, key, inside)
             if problem is not None:
-                return f"{path} {problem} ({json.dumps(value)})"
+                return f"{path} {problem} ({_shown(value)})"
     return None
 
 
@@ -174,3 +189,74 @@ def validate_result(document: object, source: str) -> None:
     problem = number_problem(document)
     if problem is not None:
         raise UsageError(f"{source}: not a result of this tool: {problem}")
+    problem = ab_problem(document) if kind == AB else None
+    if problem is not None:
+        raise UsageError(f"{source}: an A/B summary that contradicts itself: {problem}")
+
+
+# How far a stored figure of an A/B summary may be from the same figure computed again from its
+# rounds: JSON keeps a float's shortest repr, so a summary the tool wrote agrees to ~1e-15.
+_AB_RELATIVE = 1e-6
+
+
+def _close(stored: object, computed: float) -> bool:
+    return (isinstance(stored, (int, float)) and not isinstance(stored, bool)
+            and math.isfinite(computed) and math.isclose(stored, computed, rel_tol=_AB_RELATIVE))
+
+
+def ab_problem(document: dict) -> str | None:
+    """What in an A/B summary disagrees with the rest of it, or None: its ratio, interval and
+    verdict are computed again from its per-round values (``ab.a``, ``ab.b``; their count is
+    ``rounds``) as ``--ab`` computed them (``stats.paired_ab``), and each side's trials block
+    must hold the same values. A summary is a stranger's file: a ratio of 5e-324 with an
+    interval [1e308, -5] must not be reported as "slower", nor crafted rounds as "infx
+    faster"."""
+    from microbench.measure import stats          # scipy: only for an A/B summary
+    ab = document["ab"]
+    a, b, rounds = ab.get("a"), ab.get("b"), ab.get("rounds")
+    if not (isinstance(a, list) and isinstance(b, list) and a and len(a) == len(b) == rounds):
+        return (f"rounds {json.dumps(rounds)[:24]} but {len(a) if isinstance(a, list) else 0} "
+                f"A and {len(b) if isinstance(b, list) else 0} B values")
+    values = a + b
+    if any(isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
+           or v < _SMALLEST_NORMAL for v in values):
+        return "a round's throughput is not a positive normal number"
+    tolerance = ab.get("tolerance_pct", stats.DEFAULT_TOLERANCE_PCT)
+    if (isinstance(tolerance, bool) or not isinstance(tolerance, (int, float))
+            or not 0 <= tolerance < 100):
+        return f"tolerance_pct {json.dumps(tolerance)[:24]} is not a percentage below 100"
+    computed = stats.paired_ab(a, b, tolerance)
+    if not (math.isfinite(computed.ratio) and computed.ratio >= _SMALLEST_NORMAL):
+        return (f"its rounds give a ratio B/A out of range ({computed.ratio:g}): not a "
+                f"measurement")
+    if not _close(ab.get("ratio"), computed.ratio):
+        return (f"ratio {json.dumps(ab.get('ratio'))[:24]}, but its {rounds} rounds give "
+                f"{computed.ratio:.6g}")
+    stored_ci, computed_ci = ab.get("ci95"), computed.ci95
+    if computed_ci is None:
+        consistent = stored_ci is None
+    else:
+        consistent = (isinstance(stored_ci, list) and len(stored_ci) == 2
+                      and all(_close(s, c) for s, c in zip(stored_ci, computed_ci)))
+    if not consistent:
+        shown = "none" if computed_ci is None else f"{computed_ci[0]:.6g} to {computed_ci[1]:.6g}"
+        return f"ci95 {json.dumps(stored_ci)[:48]}, but its rounds give {shown}"
+    if ab.get("verdict") != computed.verdict:
+        return (f"verdict {json.dumps(ab.get('verdict'))[:40]}, but its rounds give "
+                f"{computed.verdict!r}")
+    units = [trials.get("unit") for trials in (ab.get("a_trials"), ab.get("b_trials"))
+             if isinstance(trials, dict)]
+    if len(units) == 2 and units[0] != units[1]:
+        return (f"A measured {json.dumps(units[0])[:40]} and B {json.dumps(units[1])[:40]}: "
+                f"a ratio of different units")
+    for side, own in (("a", a), ("b", b)):
+        trials = ab.get(f"{side}_trials")
+        stored_values = trials.get("values") if isinstance(trials, dict) else None
+        if stored_values is not None and not (
+                isinstance(stored_values, list) and len(stored_values) == len(own)
+                and all(_close(s, c) for s, c in zip(stored_values, own))):
+            return f"{side}_trials.values are not the rounds' {side.upper()} values"
+        headline = trials.get("headline") if isinstance(trials, dict) else None
+        if headline is not None and not _close(headline, stats.TrialStats(tuple(own)).headline):
+            return f"{side}_trials.headline is not the geometric mean of its rounds"
+    return None

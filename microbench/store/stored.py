@@ -16,6 +16,7 @@ import json
 import math
 import os
 
+from microbench.platform import safe_text
 from microbench.platform.errors import UsageError
 from microbench.platform.inputs import InputRefused, read_bounded
 from microbench.store import schema
@@ -24,8 +25,11 @@ from microbench.store import schema
 def parse(path: str, label: str, limit: int | None = None) -> object:
     """The JSON document at ``path``, read through the input checks (a regular file of at most
     ``limit`` bytes, opened without blocking); InputRefused or ValueError otherwise. The one
-    place a stored result's text becomes a document (the report's collection reads here too)."""
-    return json.loads(read_bounded(path, label, limit).decode("utf-8"))
+    place a stored result's text becomes a document (the report's collection reads here too),
+    and so the one place its strings are made safe (:func:`safe_text.neutralised`: no control
+    character of a file reaches a terminal, a CSV, a page or a suggested command)."""
+    text = read_bounded(path, label, limit).decode("utf-8")
+    return safe_text.neutralised(json.loads(text))
 
 
 def load_document(path: str, flag: str) -> dict:
@@ -44,13 +48,17 @@ def load_document(path: str, flag: str) -> dict:
     return document
 
 
-def ab_side(path: str, named: str | None) -> str | None:
-    """Where an A/B summary's side result is: beside the summary (where --ab writes both),
-    else as the summary names it (relative to the directory --ab ran in)."""
-    if not named:
+def ab_side(path: str, named: object) -> str | None:
+    """Where an A/B summary's side result is: beside the summary, under the base name the
+    summary gives (where --ab writes both), and nowhere else. A summary is a stranger's file
+    like any other: an absolute or ``../`` name must not make a reader open, show or replay a
+    file the user did not name. None where it names no file."""
+    if not isinstance(named, str) or not named:
         return None
-    beside = os.path.join(os.path.dirname(path), os.path.basename(named))
-    return beside if os.path.exists(beside) else named
+    base = os.path.basename(named.replace("\\", "/"))
+    if base in ("", ".", "..") or "\x00" in base:
+        return None
+    return os.path.join(os.path.dirname(path), base)
 
 
 def load_result(path: str, flag: str = "--compare") -> dict:

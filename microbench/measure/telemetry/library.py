@@ -34,8 +34,8 @@ def import_library(name: str, missing: str) -> ModuleType:
     """The module ``name``; MissingEnvironment(``missing``) when it is not installed."""
     try:
         return importlib.import_module(name)
-    except ImportError as error:
-        raise MissingEnvironment(missing) from error
+    except Exception as error:          # noqa: BLE001 - not installed, or broken inside its
+        raise MissingEnvironment(missing) from error         # import: unavailable either way
 
 
 class LibrarySource:
