@@ -82,6 +82,27 @@ def test_a_set_that_cannot_be_trusted_is_rebuilt(tmp_path, damage):
     assert leftovers(tmp_path) == []
 
 
+@pytest.mark.parametrize("entry", ["../outside.jpg", "/etc/hostname", "sub/0000000.jpg", "..",
+                                   "size as text", "size as float", "huge size"])
+def test_a_manifest_naming_files_outside_the_set_or_odd_sizes_is_rebuilt(tmp_path, entry):
+    """A cache is a shared folder: its manifest is a stranger's file. A name that leaves the
+    set, or a size that is no count, makes it a damaged set (rebuilt), never a file read."""
+    made = make(tmp_path)
+    (tmp_path / "outside.jpg").write_bytes(b"x" * 10)
+    manifest_path = os.path.join(made.path, cache.MANIFEST)
+    manifest = json.load(open(manifest_path))
+    name, size = manifest["files"][1]
+    manifest["files"][1] = {"size as text": [name, str(size)],
+                            "size as float": [name, float(size)],
+                            "huge size": [name, 10**400]}.get(entry, [entry, 10])
+    manifest["mean_file_bytes"] = float("inf")
+    open(manifest_path, "w").write(json.dumps(manifest))
+    again = make(tmp_path)
+    assert again.built and again.manifest["files"] == made.manifest["files"]
+    assert all(path.startswith(again.path + os.sep) for path in again.file_paths())
+    assert again.mean_file_bytes == sum(size for _, size in again.manifest["files"]) / COUNT
+
+
 def test_a_killed_build_leaves_nothing_and_its_leftovers_go_next_time(tmp_path, monkeypatch):
     """A real SIGINT in the middle of making the set: no set, no temporary directory. A
     temporary directory a SIGKILLed build left is removed by the next build."""

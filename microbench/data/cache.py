@@ -19,7 +19,7 @@ process is removed by the next build.
 Example::
 
     made = ensure_image_set(default_cache_root(), "jpeg", count=4096, side=384)
-    made.path, made.built, made.manifest["mean_file_bytes"]
+    made.path, made.built, made.mean_file_bytes
 """
 from __future__ import annotations
 
@@ -70,6 +70,13 @@ class CachedSet:
 
     def file_paths(self) -> list[str]:
         return [os.path.join(self.path, name) for name, _ in self.manifest["files"]]
+
+    @property
+    def mean_file_bytes(self) -> float:
+        """From the files' sizes, which were checked against the disk (the manifest's own
+        figure is a number from a file, and the files are the set)."""
+        sizes = [size for _, size in self.manifest["files"]]
+        return sum(sizes) / len(sizes) if sizes else 0.0
 
 
 # ---------------------------------------------------------------- made once
@@ -150,12 +157,21 @@ def _valid_manifest(directory: str, wanted: dict) -> dict | None:
         return None
     try:
         for file_name, size in manifest["files"]:
+            if not _own_file(file_name) or type(size) is not int:
+                return None             # a name outside the set, or a size that is no count
             info = os.stat(os.path.join(directory, file_name))
             if not stat.S_ISREG(info.st_mode) or info.st_size != size:
                 return None
     except (OSError, KeyError, TypeError, ValueError):
         return None
     return manifest
+
+
+def _own_file(name: object) -> bool:
+    """A manifest's file name names a file of the set itself: a plain name, never a path (a
+    cache is a shared folder, and its manifest as untrusted as any file another user wrote)."""
+    return (isinstance(name, str) and name not in ("", ".", "..") and os.sep not in name
+            and (os.altsep is None or os.altsep not in name) and "\0" not in name)
 
 
 def _remove_leftovers(root: str, name: str) -> None:

@@ -312,7 +312,7 @@ def _image_source(settings: DataSettings, model_input: ModelInput, notify):
         rejected: tuple = ()
         description = {"source": "loader", "format": settings.image_format,
                        "items": len(paths), "image_side": settings.image_side,
-                       "mean_file_bytes": made.manifest.get("mean_file_bytes"),
+                       "mean_file_bytes": made.mean_file_bytes,
                        "location": made.path, "cache_built": made.built}
     else:
         listing = scan_folder(settings.data_dir, settings.max_file_bytes)
