@@ -358,6 +358,14 @@ def test_an_ab_summary_is_named_by_both_sides():
     other_b = ab.summary_path(a, side("resnet18_inference_fp32_b4"))
     assert first != other_b and os.path.dirname(first) == "/r"
     assert first == ab.summary_path(a, side("resnet18_inference_fp32_b2-2"))   # refreshed
+    # Two names near NAME_MAX each: the summary's name still fits, and still tells Bs apart.
+    long_a = side("a" * 200 + "\u00e9" * 20)
+    names = {os.path.basename(ab.summary_path(long_a, side(f"{'b' * 240}{tail}")))
+             for tail in ("x", "y", "\u00e9")}
+    assert len(names) == 3 and all(len(name.encode()) <= ab.NAME_MAX for name in names)
+    assert all(name.startswith("ab_aaa") and name.endswith(".json") for name in names)
+    for name in names:
+        name.encode().decode()                       # never cut inside a character
 
 
 @pytest.mark.parametrize("flag", ["--html", "--plot"])

@@ -23,6 +23,7 @@ Example::
 """
 from __future__ import annotations
 
+import hashlib
 import os
 from typing import TextIO
 
@@ -81,12 +82,27 @@ def document(result: stats.ABResult, plan: ABPlan, rows) -> dict:
                    "b_trials": rows[1].document["trials"]}}
 
 
+# The longest file name most file systems take (NAME_MAX), in bytes.
+NAME_MAX = 255
+
+
 def summary_path(a, b) -> str:
     """``ab_<A's name>_vs_<B's name>.json`` beside A's result: named by both sides, so that an
     A/B with another B never replaces this one, while the same A/B again refreshes it (both
-    sides' names are claimed by this run: files.claim_result_path)."""
-    return os.path.join(os.path.dirname(a.json_path),
-                        f"ab_{a.result_name}_vs_{b.result_name}.json")
+    sides' names are claimed by this run: files.claim_result_path). Two long names are cut to
+    fit NAME_MAX, with a digest of the whole name that keeps them apart: a name too long to
+    create would lose the summary after both sides had run."""
+    name = f"ab_{a.result_name}_vs_{b.result_name}.json"
+    if len(name.encode()) > NAME_MAX:
+        digest = hashlib.sha256(name.encode()).hexdigest()[:16]
+        keep = (NAME_MAX - len(f"ab__vs___{digest}.json")) // 2
+        name = f"ab_{_cut(a.result_name, keep)}_vs_{_cut(b.result_name, keep)}_{digest}.json"
+    return os.path.join(os.path.dirname(a.json_path), name)
+
+
+def _cut(text: str, size: int) -> str:
+    """``text`` cut to at most ``size`` bytes of UTF-8, never inside a character."""
+    return text.encode()[:size].decode(errors="ignore")
 
 
 def write(result: stats.ABResult, plan: ABPlan, rows) -> str | None:
