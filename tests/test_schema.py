@@ -83,6 +83,28 @@ def test_the_schema_is_a_valid_draft_2020_12_schema_of_the_version_written():
         list(schema.READABLE_VERSIONS)
 
 
+def test_every_closed_setting_of_the_parser_is_in_the_schemas_enum():
+    """A new mode, parallel strategy, quantization or recipe is a choice of its flag: the
+    schema's enum of the same setting must take it, or results of the new kind would be refused
+    by --compare, --rerun and the report (issue 43). Checked for every flag with a closed set
+    of values whose setting the schema enumerates."""
+    from microbench.plan import cli
+    definitions = schema.schema()["$defs"]
+    checked = []
+    for action in cli.build_parser()._actions:
+        allowed = action.choices or getattr(action.type, "allowed", None)
+        field = definitions["config"]["properties"].get(action.dest)
+        if allowed is None or field is None or "enum" not in field:
+            continue
+        checked.append(action.dest)
+        missing = set(allowed) - set(field["enum"])
+        assert not missing, f"$defs.config.{action.dest} lacks {sorted(missing)}"
+    # The parallel block names the strategy that ran: the same values as --parallel.
+    [parallel] = [a for a in cli.build_parser()._actions if a.dest == "parallel"]
+    assert set(parallel.type.allowed) <= set(definitions["parallel"]["properties"]["mode"]["enum"])
+    assert {"mode", "parallel", "quantize", "fp8_recipe", "data", "optimizer"} <= set(checked)
+
+
 @pytest.mark.parametrize("name", RUNS)
 def test_every_document_a_run_writes_validates(name, tmp_path, capfd):
     process = run_main(capfd, "--output-dir", str(tmp_path), *RUNS[name])

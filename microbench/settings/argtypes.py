@@ -107,6 +107,7 @@ def choices(allowed: Sequence[str]) -> Callable[[str], list[str]]:
                 raise argparse.ArgumentTypeError(f"invalid choice '{value}' (choose from "
                                                  f"{', '.join(allowed)})")
         return values
+    parse.allowed = tuple(allowed)        # what the parser takes, for checks against the schema
     return parse
 
 
