@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import os
 import json
+import os
 import sys
 
 from microbench.drivers import capacity

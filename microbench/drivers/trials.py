@@ -197,7 +197,7 @@ class _InWorkers:
         self.spec, self.out, self.notes = spec, out, []
 
     def once(self, index: int, label: str) -> Trial | None:
-        trial = in_worker(self.spec, index, trial_rendezvous(self.spec.launch, self.spec.device), label)
+        trial = in_worker(self.spec, index, trial_rendezvous(self.spec), label)
         if self.spec.launch.distributed:
             distributed.barrier(self.spec.device)
         return trial
@@ -259,9 +259,10 @@ def _trial_notes(spec) -> list[str]:
 
 # ---------------------------------------------------------------- trials in worker processes
 
-def trial_rendezvous(launch, device) -> str | None:
+def trial_rendezvous(spec) -> str | None:
     """Where the workers of this trial meet (multi-process jobs only): rank 0's host, as the job
     reaches it, at a port rank 0 finds free now, told to every rank."""
+    launch = spec.launch
     if not launch.distributed:
         return None
     chosen = [None]
@@ -269,7 +270,7 @@ def trial_rendezvous(launch, device) -> str | None:
         with socket.socket() as probe:
             probe.bind(("", 0))
             chosen = [probe.getsockname()[1]]
-    distributed.broadcast_from_main(chosen, device)
+    distributed.broadcast_from_main(chosen, spec.device)
     return f"tcp://{distributed.rendezvous_host(launch)}:{chosen[0]}"
 
 

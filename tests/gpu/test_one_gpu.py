@@ -274,4 +274,4 @@ def test_sigterm_during_gpu_compilation_ends_the_run(tmp_path):
     assert left == [], (left, err[-3000:])
     assert process.returncode == 143, err[-3000:]
     assert err.strip().splitlines()[-1] == "error: terminated (SIGTERM)", err[-3000:]
-    assert not (tmp_path / "out").exists() or results(tmp_path / "out") == []
+    assert results(tmp_path / "out") == []        # none written (a missing folder has none)
