@@ -18,11 +18,13 @@ What `shard` does, following the FSDP2 documentation and torchtitan's Llama 3 re
   :mod:`microbench.settings.precision` (`mixed_precision`): ``amp-bf16`` computes with BF16 copies of the
   parameters and reduces gradients in FP32 (or BF16, ``reduce_dtype="bf16"``), while the sharded
   master weights and the optimizer stay FP32; ``fp32`` and ``tf32`` keep FP32 parameters. The
-  row's autocast stays on, so norms, softmax, RoPE and the loss run in FP32 as in a plain
-  ``amp-bf16`` run; unlike it, the residual stream is BF16 (the embedding's output). The FP16
-  modes are refused: FSDP's FP16 gradients would need a sharded gradient scaler. Keep autocast
-  on for the LLaMA written here: without it, RoPE's FP32 tables turn BF16 queries and keys into
-  FP32 while values stay BF16, and attention refuses the mix.
+  row's autocast stays on, so the loss runs in FP32 as in a plain ``amp-bf16`` run (the norms
+  accumulate in FP32 inside their fused kernel either way); unlike it, the residual stream is
+  BF16 (the embedding's output). Autocast over parameters FSDP already cast costs nothing the
+  tight loop of ``benchmarks/fsdp_tight_loop.py`` does not pay (issue 44: with the model's
+  fused RMSNorm, BF16 rotary embeddings and grouped heads in the attention kernel, the eager
+  step ran at 1.02-1.03x that loop with autocast, 1.02x without). The FP16 modes are refused:
+  FSDP's FP16 gradients would need a sharded gradient scaler.
 
 The model is built on the meta device, sharded, and only then given memory (`materialize`), so no
 rank ever holds the whole model.

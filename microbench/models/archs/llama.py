@@ -89,6 +89,9 @@ INIT_STD = 0.02
 # Building blocks
 # ----------------------------------------------------------------------------------------------
 
+_FUSED_RMS_NORM = hasattr(F, "rms_norm")
+
+
 class RMSNorm(nn.Module):
     """x / sqrt(mean(x^2) + eps) * g, without centering or bias (Zhang & Sennrich 2019, eq. 4)."""
 
@@ -98,6 +101,10 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if _FUSED_RMS_NORM and x.dtype == self.weight.dtype:
+            # One kernel each way (PyTorch 2.4+) instead of six elementwise passes over the
+            # activations, each saved for the backward; it also accumulates in float32.
+            return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
         # The mean of squares is taken in float32: in fp16/bf16 it loses precision (and fp16 can
         # overflow), as the LLaMA reference implementation also avoids.
         x32 = x.float()
@@ -227,12 +234,57 @@ def eager_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 
 
 def attend(impl: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-           mask: torch.Tensor | None) -> torch.Tensor:
-    """Causal attention with the chosen implementation; mask None means causal over q's own keys."""
+           mask: torch.Tensor | None, grouped: bool = False) -> torch.Tensor:
+    """Causal attention with the chosen implementation; mask None means causal over q's own keys.
+
+    `grouped`: k and v have fewer heads than q, and the kernel repeats them itself (see
+    `grouped_in_kernel`)."""
     if impl == "eager":
         return eager_attention(q, k, v, mask)
+    extra = {"enable_gqa": True} if grouped else {}
     with _backend_context(impl, masked=mask is not None):
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None,
+                                              **extra)
+
+
+# (impl, device, dtype, head_dim) -> whether a fused kernel takes grouped k/v heads there.
+_GROUPED_KERNEL: dict[tuple, bool] = {}
+
+
+def grouped_in_kernel(impl: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
+    """Whether causal attention may hand k and v with their own (fewer) heads to the kernel.
+
+    With `enable_gqa` (PyTorch 2.5+) a fused GPU kernel reads each kv head for its group of
+    query heads, so `expand_kv`'s copies (written, read, and summed back in the backward: at
+    llama3_3b, seq 4096, twice the keys' and values' bytes per layer) are never made. Only where
+    PyTorch's own checks say a fused kernel takes these tensors: the math form would repeat the
+    heads itself, and a backend that refuses grouped heads must not make PyTorch fall back to
+    it. The checks read shapes and dtypes and run nothing, so nothing is recorded by a
+    checkpoint's policy or a FLOP counter around the forward. Asked once per implementation,
+    device and dtype outside torch.compile; a compiled forward reuses the eager answer, or
+    copies.
+    """
+    if impl in ("eager", "math") or q.device.type != "cuda":   # torch.backends.cuda's checks:
+        return False                                               # CUDA and ROCm GPUs
+    key = (impl, q.device, q.dtype, q.shape[-1])
+    if key not in _GROUPED_KERNEL and not torch.compiler.is_compiling():
+        _GROUPED_KERNEL[key] = _fused_takes_groups(impl, q, k, v)
+    return _GROUPED_KERNEL.get(key, False)
+
+
+def _fused_takes_groups(impl: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
+    checks = torch.backends.cuda
+    try:
+        params = checks.SDPAParams(q, k, v, None, 0.0, True, True)
+    except TypeError:                   # PyTorch < 2.5: no enable_gqa
+        return False
+    fused = {"flash": [checks.can_use_flash_attention],
+             "efficient": [checks.can_use_efficient_attention],
+             "sdpa": [checks.can_use_flash_attention, checks.can_use_efficient_attention,
+                      getattr(checks, "can_use_cudnn_attention", None)]}[impl]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")     # each refusal is also a UserWarning
+        return any(check(params, False) for check in fused if check is not None)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -362,6 +414,9 @@ class Attention(nn.Module):
                 input_pos: torch.Tensor, cache: KVCache | None,
                 mask: torch.Tensor | None) -> torch.Tensor:
         q, k, v = self._project(x)
+        # The rotation in the activations' dtype (autocast's, or FSDP's BF16): FP32 tables would
+        # make BF16 queries and keys FP32, twice the bytes, cast back before attention.
+        cos, sin = cos.to(q.dtype), sin.to(q.dtype)
         q = apply_rope(self._heads(q, self.num_heads), cos, sin)
         k = apply_rope(self._heads(k, self.num_kv_heads), cos, sin)
         v = self._heads(v, self.num_kv_heads)
@@ -372,6 +427,8 @@ class Attention(nn.Module):
                 if _groups_as_rows(self.impl):
                     return self._output(attend_grouped(self.impl, q, k, v, mask))
         groups = self.num_heads // self.num_kv_heads
+        if groups > 1 and grouped_in_kernel(self.impl, q, k, v):
+            return self._output(attend(self.impl, q, k, v, mask, grouped=True))
         return self._output(attend(self.impl, q, expand_kv(k, groups), expand_kv(v, groups),
                                    mask))
 
