@@ -111,7 +111,9 @@ class Ran:
 
 # A real result of schema version 2: documents that --compare, --rerun and --scaling-baseline
 # read must match the published schema, so tests edit one of these instead of writing a few keys.
-STORED_RESULT = ROOT / "tests" / "data" / "history" / "v2_62b9ba6_training.json"
+# Result files of earlier versions (and the older tool), read by the schema, report and gate tests.
+HISTORY = ROOT / "tests" / "fixtures" / "history"
+STORED_RESULT = HISTORY / "v2_62b9ba6_training.json"
 _REQUIRED_SETTINGS = ("network", "batch_size", "mode", "iterations", "warmup", "nhwc", "compile",
                       "compile_options", "seed")
 

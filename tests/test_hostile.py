@@ -34,7 +34,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (ROOT, SCRIPT, TINY, alive, assert_one_line_error, run_main, spawn,
+from conftest import (HISTORY, ROOT, SCRIPT, TINY, alive, assert_one_line_error, run_main, spawn,
                       stored_result)
 from microbench.platform import inputs, process, safe_text
 from microbench.platform.errors import CannotWrite, Terminated
@@ -315,7 +315,7 @@ CASES = [
          files={"base.json": stored(schema_version=99)}),
     Case("compare-sweep-document", ["--compare", "{tmp}/base.json"], 2,
          "is a sweep document, not one run's result",
-         files={"base.json": (ROOT / "tests/data/history/v1_8aa20e1_sweep.json").read_bytes()}),
+         files={"base.json": (HISTORY / "v1_8aa20e1_sweep.json").read_bytes()}),
     # Names that are not valid text (non-UTF-8 bytes arrive as lone surrogates): every path
     # flag refused before the run (argtypes.path_text), the bytes shown as escapes.
     *[Case(f"{flag[2:]}-not-utf8", [*before, flag, "{tmp}/r\udce9sults" + suffix], 2,
@@ -502,9 +502,9 @@ def test_hostile_model_kwargs_one_line_before_building(kwargs, text, tmp_path, c
 REPORT_CASES = [
     Case("report-input-not-utf8", ["{tmp}/r\udcffsults"], 2,
          "'{tmp}/r\\xffsults': the name is not valid UTF-8 text"),
-    Case("report-plot-not-utf8", [str(ROOT / "tests/data/history"), "--plot", "{tmp}/\udce9.png"],
+    Case("report-plot-not-utf8", [str(HISTORY), "--plot", "{tmp}/\udce9.png"],
          2, "argument --plot: '{tmp}/\\xe9.png': the name is not valid UTF-8"),
-    Case("report-html-not-utf8", [str(ROOT / "tests/data/history"), "--html", "{tmp}/\udce9"],
+    Case("report-html-not-utf8", [str(HISTORY), "--html", "{tmp}/\udce9"],
          2, "argument --html"),
     Case("report-fifo", ["{tmp}/pipe.json"], 2, "is a FIFO, not a regular file",
          layout=lambda tmp: os.mkfifo(tmp / "pipe.json")),
@@ -1366,7 +1366,7 @@ def test_report_outputs_on_a_full_disk_are_exit_4_with_no_temporary(small_disk, 
 def with_trials(values: list) -> dict:
     """A schema-valid result whose trials block holds ``values``."""
     document = stored_result()
-    trials = json.loads((ROOT / "tests/data/history/v2_17ac068_training.json").read_text())[
+    trials = json.loads((HISTORY / "v2_17ac068_training.json").read_text())[
         "trials"]
     trials.update(trials=len(values), values=values, per_trial=trials["per_trial"] * len(values))
     document["trials"] = trials

@@ -472,7 +472,7 @@ def test_a_sweep_row_line_uses_the_summarys_scaled_units(cli):
 
 
 def test_the_plot_subtitle_names_settings_that_differ_from_the_defaults():
-    from test_plot import measured_row
+    from support.rows import measured_row
     from microbench.output import sweep_plot as plot
     text = plot.subtitle([measured_row(2), measured_row(4)])
     assert "image size 32" in text

@@ -5,19 +5,15 @@ validate; anything else is refused with one line.
 The tool runs in-process on tiny configurations: training with trials, inference, generation on
 a shrunk llama_tiny, a two-row sweep and the op bench."""
 import json
-from pathlib import Path
 
 import jsonschema
 import pytest
 
-from conftest import TINY, run_main
+from conftest import HISTORY, TINY, run_main
 from microbench.platform.errors import UsageError
 from microbench.store import schema
 from microbench.store.entry import NOT_SETTINGS
-
-HISTORY = Path(__file__).parent / "data" / "history"
-DEFINITION = {schema.RESULT: "result", schema.SWEEP: "sweep", schema.OP_BENCH: "op_bench",
-              schema.OLDER_TOOL: "older_tool_result"}
+from support.documents import check_document, undeclared_keys
 
 RUNS = {
     # In this process: a worker process a trial would cost seconds of imports each.
@@ -30,40 +26,6 @@ RUNS = {
     "two-row-sweep": ["--network", "resnet18", "--image-size", "32", "--batch-size", "2,4",
                       "--iterations", "2", "--warmup", "1"],
 }
-
-
-def _resolve(subschema: dict) -> dict:
-    while "$ref" in subschema:
-        subschema = schema.schema()["$defs"][subschema["$ref"].rsplit("/", 1)[1]]
-    return subschema
-
-
-def undeclared_keys(document, subschema, path="$"):
-    """Keys of the document that the schema does not name where it lists an object's keys."""
-    subschema = _resolve(subschema)
-    if isinstance(document, dict):
-        properties = subschema.get("properties")
-        extra = subschema.get("additionalProperties")
-        for key, value in document.items():
-            if properties is not None and key in properties:
-                yield from undeclared_keys(value, properties[key], f"{path}.{key}")
-            elif properties is not None:
-                yield f"{path}.{key}"
-            elif isinstance(extra, dict):
-                yield from undeclared_keys(value, extra, f"{path}.{key}")
-    elif isinstance(document, list) and "items" in subschema:
-        for index, item in enumerate(document):
-            yield from undeclared_keys(item, subschema["items"], f"{path}[{index}]")
-
-
-def check_document(path: Path) -> dict:
-    document = json.loads(path.read_text())
-    schema.validate_result(document, str(path))
-    kind = schema.document_kind(document)
-    definition = {"$ref": f"#/$defs/{DEFINITION[kind]}"}
-    missing = list(undeclared_keys(document, definition))
-    assert not missing, f"{path.name}: keys the schema does not declare: {missing[:10]}"
-    return document
 
 
 def test_a_key_the_schema_does_not_declare_is_found():

@@ -13,7 +13,7 @@ from microbench.models.archs.llama import (INIT_STD, PRESETS, LlamaConfig, RopeS
                                            build_on_meta, initialize, parameter_count,
                                            rope_frequencies, rope_tables)
 from microbench.platform.errors import UsageError
-from test_llama import hand_count
+from support.llama_reference import hand_count
 
 # What Meta's config.json files say (meta-llama/Llama-3.2-1B, Llama-3.2-3B, Llama-3.1-8B).
 PUBLISHED = {

@@ -19,7 +19,7 @@ import pytest
 import torch
 from torch.utils import collect_env
 
-from conftest import run_main
+from conftest import HISTORY, run_main
 from microbench.platform import device, environment
 from microbench.output import table
 from microbench.platform import text_table as tables
@@ -27,7 +27,6 @@ from microbench.ops import cli as ops_cli
 from microbench.report import command
 from microbench.store.entry import MODEL, Entry
 
-HISTORY = Path(__file__).parent / "data" / "history"
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from microbench.platform.errors import UsageError
 from microbench.measure.telemetry import Sampler
-from telemetry_fakes import ScriptedSource
+from support.telemetry_fakes import ScriptedSource
 
 
 class FakeTime:

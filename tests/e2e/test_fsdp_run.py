@@ -9,9 +9,9 @@ import subprocess
 import pytest
 import torch
 
-from conftest import LANGUAGE_MODEL, ROOT, assert_one_line_error, requires_gpu, run_main
-from test_distributed import TIMEOUT, free_port, torchrun
-from test_schema import check_document
+from conftest import LANGUAGE_MODEL, ROOT, assert_one_line_error, free_port, requires_gpu, run_main
+from support.documents import check_document
+from support.launch import TIMEOUT, torchrun
 from microbench.plan import cli, spec as spec_mod
 from microbench.steps import workload
 from microbench.settings.config import BenchConfig

@@ -12,7 +12,8 @@ from microbench.platform import device as device_layer
 from microbench.measure import telemetry
 from microbench.platform.device import GpuIdentity
 from microbench.measure.telemetry import AmdSmiSource, NvmlSource, TelemetryReport, open_source
-from telemetry_fakes import BDFS, UUIDS, NVMLError, fake_amdsmi, fake_pynvml, raiser
+from conftest import ROOT
+from support.telemetry_fakes import BDFS, UUIDS, NVMLError, fake_amdsmi, fake_pynvml, raiser
 
 
 def test_the_cpu_gives_an_unavailable_report():
@@ -142,9 +143,8 @@ def test_the_telemetry_package_asks_the_device_layer_about_devices():
 
 def test_nvidia_ml_py_is_installed_with_the_tool_not_by_an_extra():
     tomllib = pytest.importorskip("tomllib")                  # Python 3.11 and newer
-    root = Path(__file__).resolve().parent.parent
-    project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert "nvidia-ml-py" in project["dependencies"]
     assert project["optional-dependencies"]["telemetry"] == []   # kept for scripts that name it
-    requirements = (root / "requirements.txt").read_text().splitlines()
+    requirements = (ROOT / "requirements.txt").read_text().splitlines()
     assert "nvidia-ml-py" in [line.split("#")[0].strip() for line in requirements]

@@ -1,10 +1,10 @@
-"""One rank of the two-process FSDP check in tests/test_sharding.py (run under torchrun, gloo).
+"""One rank of the two-process FSDP check in tests/steps/test_sharding.py (run under torchrun, gloo).
 
 Trains a shrunk llama_tiny (2 layers, 32 tokens, vocabulary 999) for a few steps twice from the same seeded
 weights and the same data: sharded with microbench.steps.sharding (built on meta, selective activation
 checkpointing) and replicated with DDP. Writes what it saw to OUT_DIR/rank<R>.json.
 
-    PYTHONPATH=. python -m torch.distributed.run --nproc-per-node 2 tests/fsdp_worker.py OUT_DIR \
+    PYTHONPATH=. python -m torch.distributed.run --nproc-per-node 2 tests/support/fsdp_worker.py OUT_DIR \
         [FAIL_RANK]
 
 With FAIL_RANK, that rank raises in its second sharded step, as a rank that dies mid-run.

@@ -192,7 +192,7 @@ def test_hugging_face_without_transformers_exits_4(tmp_path):
 
 
 def test_torchrun_trains_a_language_model_on_two_ranks(tmp_path):
-    from test_distributed import run_torchrun
+    from support.launch import run_torchrun
     process = run_torchrun(2, "--network", "llama_tiny", "--seq-len", "8", "--batch-size", "4",
                            "--iterations", "2", "--warmup", "1", "--device", "cpu",
                            "--output-dir", str(tmp_path))

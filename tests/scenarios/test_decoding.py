@@ -3,7 +3,7 @@ step, and what the compiler did, on tiny llama_tiny shapes on the CPU."""
 import pytest
 import torch
 
-import llama_reference
+from support import llama_reference
 from conftest import LANGUAGE_MODEL, requires_gpu, run_main
 from microbench.plan import cli, spec as spec_mod
 from microbench.settings import precision

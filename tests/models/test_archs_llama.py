@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from llama_reference import generate, generate_without_cache
+from support.llama_reference import generate, generate_without_cache, hand_count
 from microbench.models.archs.llama import (ATTENTION_IMPLS, PRESETS, KVCache, LlamaConfig, build,
                                            check_attention, decode_step, parameter_count, prefill)
 from microbench.platform.errors import MissingEnvironment, UsageError
@@ -30,24 +30,6 @@ def tiny_config(**changes) -> LlamaConfig:
 def tiny_model(attention: str = "sdpa", **changes):
     torch.manual_seed(0)
     return build(tiny_config(**changes), attention).eval()
-
-
-def hand_count(vocab, hidden, layers, heads, kv_heads, ffn, tied) -> int:
-    """Parameter count written out matrix by matrix, independently of parameter_count."""
-    head_dim = hidden // heads
-    matrices = [
-        (vocab, hidden),                    # token embedding
-        *[(hidden, heads * head_dim),       # wq
-          (hidden, kv_heads * head_dim),    # wk
-          (hidden, kv_heads * head_dim),    # wv
-          (heads * head_dim, hidden),       # wo
-          (hidden, ffn), (hidden, ffn),     # SwiGLU gate and up
-          (ffn, hidden)] * layers,          # SwiGLU down
-    ]
-    if not tied:
-        matrices.append((hidden, vocab))    # output head
-    vectors = (2 * layers + 1) * hidden     # two RMSNorms per layer and the final one
-    return sum(rows * cols for rows, cols in matrices) + vectors
 
 
 # --- configuration and parameter counts ------------------------------------------------------

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, assert_one_line_error, run_main
+from conftest import HISTORY, ROOT, assert_one_line_error, run_main
 from microbench.output import chart, table
 from microbench.report import command
 from microbench.store import collection
@@ -24,7 +24,6 @@ from microbench.platform import units
 from microbench.store.entry import entries_of
 from microbench.output.table import file_line
 
-HISTORY = Path(__file__).parent / "data" / "history"
 QUICK = ["--network", "resnet18", "--image-size", "32", "--iterations", "3", "--warmup", "1",
          "--quiet"]
 OLDER_TOOL = {"Name": "resnet18", "GPUs": 1, "Mini batch size [img]": 2,
@@ -286,7 +285,7 @@ def _table(entries):
 def test_chart_bars_are_those_of_a_sweeps_plot():
     """The same summaries through a sweep's --plot and through a result file: the same points
     and the same bars (p10-p90 of the per-iteration rate; the lowest and highest trial)."""
-    from test_plot import measured_row
+    from support.rows import measured_row
     from microbench.output import sweep_plot as plot
     rows = [measured_row(2), measured_row(4, trials=[[10.0, 10.0], [20.0, 20.0]])]
     entries = _entries_of_rows(rows)
@@ -304,7 +303,7 @@ def test_chart_bars_are_those_of_a_sweeps_plot():
 
 
 def test_chart_series_by_precision_and_a_subtitle_of_what_is_shared():
-    from test_plot import measured_row
+    from support.rows import measured_row
     rows = [measured_row(b, precision=p) for p in ("fp32", "amp-bf16") for b in (2, 4, 8)]
     figure = chart.build_figure(_table(_entries_of_rows(rows)), "throughput")
     [axis] = figure.axes
@@ -320,7 +319,7 @@ def test_the_default_axis_is_a_setting_of_the_work_never_how_it_was_measured():
     """A mixed folder charted "throughput by repeat" (issue 45): repeat, iterations and the
     like are how a result was measured; the axis is the setting of the work that splits the
     rows, a number first."""
-    from test_plot import measured_row
+    from support.rows import measured_row
     rows = [measured_row(2, repeat=3), measured_row(2, repeat=3, network="resnet34"),
             measured_row(2, network="alexnet", image_size=64), measured_row(4, iterations=7)]
     built = _table(_entries_of_rows(rows))
@@ -334,7 +333,7 @@ def test_the_default_axis_is_a_setting_of_the_work_never_how_it_was_measured():
 
 
 def test_language_rows_are_drawn_in_their_own_unit_in_a_panel_of_their_own():
-    from test_plot import measured_row
+    from support.rows import measured_row
     rows = [measured_row(b) for b in (2, 4)] + [
         measured_row(b, network="llama_tiny", image_size=None, seq_len=16, vocab_size=128,
                      mode="inference") for b in (1, 2)]
@@ -351,7 +350,7 @@ def test_language_rows_are_drawn_in_their_own_unit_in_a_panel_of_their_own():
 def test_the_page_shows_the_name_and_headline_columns_first_and_pins_them(tmp_path):
     """A 26-column table kept TTFT and ITL off a 1,400 px screen: on the page the row number
     and the name stay pinned and the headline figures follow them."""
-    from test_plot import measured_row
+    from support.rows import measured_row
     from microbench.report import page
     rows = [measured_row(2, network=name, precision=p) for name in ("resnet18", "alexnet")
             for p in ("fp32", "tf32")]

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from conftest import TINY, assert_one_line_error, run_main
+from conftest import HISTORY, TINY, assert_one_line_error, run_main
 
 RUN = ["--network", "resnet18", *TINY, "--device", "cpu", "--mode", "inference"]
 
@@ -130,12 +130,10 @@ def test_the_gate_reads_both_sides_through_the_reports_model():
     """--compare reads the baseline as microbench-report does (store.entry): a language model's
     trials in tokens/s on both sides, so the verdict's ratio is the items' ratio, and the
     table's throughput row keeps the older tool's items/s."""
-    from pathlib import Path
     from microbench.measure import stats
     from microbench.store.baseline import metrics, trial_values
     from microbench.store.entry import entries_of
-    document = json.loads((Path(__file__).parent / "data" / "history" /
-                           "v2_1e1a09d_generate.json").read_text())
+    document = json.loads((HISTORY / "v2_1e1a09d_generate.json").read_text())
     entry = entries_of(document, "base.json")[0]
     tokens_per_item = document["Throughput [tokens/sec]"] / document["Throughput [img/sec]"]
     assert trial_values(entry) == pytest.approx((document["Throughput [tokens/sec]"],))

@@ -9,7 +9,7 @@ import pytest
 from microbench.measure.telemetry import (ENERGY_COUNTER, ENERGY_TRAPEZOID, SM_CLOCK_DROP_WARN,
                                           Sample, TelemetryReport, combine, energy_counter_vs_power,
                                           summarize)
-from telemetry_fakes import ScriptedSource
+from support.telemetry_fakes import ScriptedSource
 
 
 def _series(clocks=(), powers=(), energies=(), reasons=(), step=1.0):

@@ -1,5 +1,5 @@
 """FSDP2 sharding (microbench/steps/sharding.py) on the CPU with gloo: one process in this interpreter,
-and two ranks under torchrun (tests/fsdp_worker.py) against DDP."""
+and two ranks under torchrun (tests/support/fsdp_worker.py) against DDP."""
 from __future__ import annotations
 
 import json
@@ -12,12 +12,12 @@ import torch
 import torchvision
 from torch.distributed.tensor import DTensor
 
-from conftest import ROOT
+from conftest import ROOT, free_port
 from microbench.steps import optim, sharding
 from microbench.settings import precision
 from microbench.models.archs import llama
 from microbench.platform.errors import UsageError
-from test_distributed import child_env, free_port
+from support.launch import child_env
 
 CPU = torch.device("cpu")
 CONFIG = llama.LlamaConfig(vocab_size=256, hidden_size=64, num_layers=2, num_heads=4,
@@ -125,7 +125,7 @@ def test_shard_without_a_process_group_says_how_to_get_one():
 
 def torchrun_worker(out_dir, *extra: str) -> subprocess.CompletedProcess:
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-               "--master-port", str(free_port()), str(ROOT / "tests" / "fsdp_worker.py"),
+               "--master-port", str(free_port()), str(ROOT / "tests" / "support" / "fsdp_worker.py"),
                str(out_dir), *extra]
     env = child_env(PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT),
                                                              os.environ.get("PYTHONPATH")])))

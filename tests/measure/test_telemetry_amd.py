@@ -7,7 +7,7 @@ import pytest
 from microbench.platform.device import GpuIdentity
 from microbench.platform.errors import MissingEnvironment
 from microbench.measure.telemetry import AmdSmiSource, decode_amd_throttle_bits
-from telemetry_fakes import AMD_DEFAULTS, BDFS, fake_amdsmi
+from support.telemetry_fakes import AMD_DEFAULTS, BDFS, fake_amdsmi
 
 
 def test_amdsmi_matches_by_pci_address_and_reads_every_field():

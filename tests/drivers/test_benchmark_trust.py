@@ -211,7 +211,7 @@ def test_ranks_rejoin_after_the_profiled_iteration_before_timing_goes_on(monkeyp
 
 def test_ddp_with_the_flops_profiler_gives_every_rank_the_same_samples(tmp_path):
     pytest.importorskip("deepspeed")
-    from test_distributed import RUN, run_torchrun
+    from support.launch import RUN, run_torchrun
     process = run_torchrun(2, *RUN, "--batch-size", "4", "--flops-prof-step", "1",
                            "--output-dir", str(tmp_path))
     assert process.returncode == 0, process.stderr[-3000:]

@@ -1,7 +1,6 @@
 """Multi-process runs on the CPU with gloo: torchrun, two "nodes", SLURM, the manual launch."""
 import csv
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -10,34 +9,12 @@ from types import SimpleNamespace
 import pytest
 
 from conftest import ROOT, SCRIPT, free_port, run_main, spawn
-from test_schema import check_document
+from support.documents import check_document
+from support.launch import RUN, TIMEOUT, child_env, run_torchrun, torchrun
 from microbench.platform import distributed
 from microbench.platform.errors import UsageError
 from microbench.measure.results import RankRecord, Trial
 from microbench.output.summary import Summary
-
-RUN = ["--network", "resnet18", "--image-size", "32", "--iterations", "3", "--warmup", "1",
-       "--device", "cpu"]
-TIMEOUT = 240
-
-
-def child_env(**extra) -> dict:
-    env = {key: value for key, value in os.environ.items()
-           if key not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_PROCID", "SLURM_NTASKS")}
-    return {**env, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", **extra}
-
-
-def torchrun(*args, env=None):
-    command = [sys.executable, "-m", "torch.distributed.run", *args, str(SCRIPT)]
-    return command, child_env(**(env or {}))
-
-
-def run_torchrun(nproc, *tool_args, env=None):
-    command, child = torchrun("--nproc-per-node", str(nproc), "--master-port", str(free_port()),
-                              env=env)
-    return subprocess.run(command + list(tool_args), cwd=ROOT, env=child, capture_output=True,
-                          text=True, timeout=TIMEOUT)
-
 
 def result_files(out_dir):
     return sorted(out_dir.glob("*.json"))

@@ -8,7 +8,7 @@ import re
 import pytest
 import torch
 
-import llama_reference
+from support import llama_reference
 from microbench.measure import attribution
 from microbench.models.archs import llama
 from microbench.scenarios import decoding

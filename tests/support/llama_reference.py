@@ -58,3 +58,21 @@ def generate_without_cache(model: Llama, prompt: torch.Tensor, gen_len: int) -> 
     for _ in range(gen_len):
         tokens = torch.cat([tokens, _greedy(model(tokens))], dim=1)
     return tokens[:, prompt.shape[1]:]
+
+
+def hand_count(vocab, hidden, layers, heads, kv_heads, ffn, tied) -> int:
+    """Parameter count written out matrix by matrix, independently of parameter_count."""
+    head_dim = hidden // heads
+    matrices = [
+        (vocab, hidden),                    # token embedding
+        *[(hidden, heads * head_dim),       # wq
+          (hidden, kv_heads * head_dim),    # wk
+          (hidden, kv_heads * head_dim),    # wv
+          (heads * head_dim, hidden),       # wo
+          (hidden, ffn), (hidden, ffn),     # SwiGLU gate and up
+          (ffn, hidden)] * layers,          # SwiGLU down
+    ]
+    if not tied:
+        matrices.append((hidden, vocab))    # output head
+    vectors = (2 * layers + 1) * hidden     # two RMSNorms per layer and the final one
+    return sum(rows * cols for rows, cols in matrices) + vectors

@@ -9,7 +9,7 @@ import pytest
 from microbench.platform.device import GpuIdentity
 from microbench.platform.errors import MissingEnvironment
 from microbench.measure.telemetry import NvmlSource, decode_nvml_reasons
-from telemetry_fakes import UNKNOWN_UUID, UUIDS, fake_pynvml
+from support.telemetry_fakes import UNKNOWN_UUID, UUIDS, fake_pynvml
 
 
 def test_nvml_finds_the_torch_device_by_uuid():
