@@ -1,6 +1,7 @@
 """The shape of the code holds: no import cycles, the kind of run known only to the scenarios,
 the vendor only to the device layer, one schema per setting (every flag replays through --rerun),
-and the op bench's command light enough not to load the model benchmark."""
+the op bench's command light enough not to load the model benchmark, and the tests in the folders
+of what they test."""
 from __future__ import annotations
 
 import ast
@@ -142,6 +143,67 @@ def test_the_layer_check_finds_an_upward_import():
 def test_the_type_checker_imports_count_as_imports():
     graph = import_graph()
     assert "microbench.models.registry" in graph["microbench.steps.workload"]   # TYPE_CHECKING
+
+
+# The tests follow the layers (issue 43): a unit test lives in tests/<layer>/ and is named after
+# the module it tests, test_<module>.py, or test_<module>_<aspect>.py where one module has
+# several (test_telemetry_amd.py: the telemetry package's AMD source). Tests of the commands as
+# a user runs them live in e2e/, hostile input in hostile/, GPU runs in gpu/, and the repo-wide
+# checks at the root. pytest imports test files by their base name (the default, prepend mode:
+# conftest.py's folder, tests/, is put on sys.path, so the helpers of tests/support/ import as
+# ``support.*``), so a base name may be used once in the whole tree. No __init__.py: a folder
+# named ``platform`` would be a package that hides the standard library's.
+TESTS = ROOT / "tests"
+OTHER_TEST_FOLDERS = ("e2e", "hostile", "gpu")
+REPO_WIDE_TESTS = ("test_docs.py", "test_packaging.py", "test_structure.py")
+
+
+def _modules_of(layer: str) -> set[str]:
+    """The module names of a layer: its files and its subpackages (telemetry, archs)."""
+    folder = PACKAGE / layer
+    return ({path.stem for path in folder.glob("*.py") if path.stem != "__init__"}
+            | {path.name for path in folder.iterdir() if (path / "__init__.py").is_file()})
+
+
+def layout_problems(test_files: list[str], modules_of=_modules_of) -> list[str]:
+    """What is out of place among test files given relative to tests/ ("measure/test_stats.py")."""
+    problems, seen = [], {}
+    for name in sorted(test_files):
+        *folders, base = name.split("/")
+        stem = base[len("test_"):-len(".py")]
+        if base in seen:
+            problems.append(f"{name}: base name also {seen[base]} (pytest imports by base name)")
+        seen.setdefault(base, name)
+        if not folders:
+            if base not in REPO_WIDE_TESTS:
+                problems.append(f"{name}: at the root, which holds only {REPO_WIDE_TESTS}")
+        elif len(folders) > 1 or folders[0] not in (*LAYERS, *OTHER_TEST_FOLDERS):
+            problems.append(f"{name}: not in a layer's folder nor in {OTHER_TEST_FOLDERS}")
+        elif folders[0] in LAYERS and not any(stem == module or stem.startswith(module + "_")
+                                              for module in modules_of(folders[0])):
+            problems.append(f"{name}: names no module of microbench/{folders[0]}/")
+    return problems
+
+
+def test_every_test_file_is_in_the_folder_of_what_it_tests():
+    found = [path.relative_to(TESTS).as_posix() for path in TESTS.rglob("test_*.py")]
+    assert len(found) > 50
+    assert layout_problems(found) == []
+    packages = {path.parent.relative_to(TESTS).as_posix() for path in TESTS.rglob("__init__.py")}
+    assert packages <= {"support"}, packages
+
+
+def test_the_layout_check_finds_a_file_out_of_place():
+    modules = {"measure": {"stats", "telemetry"}}.get
+    assert layout_problems(["measure/test_stats.py", "measure/test_telemetry_amd.py",
+                            "e2e/test_cli_e2e.py", "test_docs.py"], modules) == []
+    assert layout_problems(["measure/test_statistics.py", "misc/test_x.py", "e2e/test_stats.py",
+                            "measure/test_stats.py", "test_stats.py"], modules) == [
+        "measure/test_statistics.py: names no module of microbench/measure/",
+        "measure/test_stats.py: base name also e2e/test_stats.py (pytest imports by base name)",
+        "misc/test_x.py: not in a layer's folder nor in ('e2e', 'hostile', 'gpu')",
+        "test_stats.py: base name also e2e/test_stats.py (pytest imports by base name)",
+        f"test_stats.py: at the root, which holds only {REPO_WIDE_TESTS}"]
 
 
 def test_the_package_root_holds_only_the_entry_points():

@@ -1,6 +1,6 @@
 """Tests for microbench.models.archs: shapes, sizes against the papers, gradients, channel shuffle.
 
-Runs on the CPU in a few seconds: `python3 -m pytest tests/test_archs.py -q`.
+Runs on the CPU in a few seconds: `python3 -m pytest tests/models/test_archs.py -q`.
 """
 
 from __future__ import annotations

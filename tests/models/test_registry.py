@@ -90,7 +90,7 @@ def test_inputs_and_targets_per_family():
 
 # A language preset steps on the CPU at 16 tokens and a 512-word vocabulary when that leaves it
 # this small; the larger ones (llama_1b, llama3_*) are checked on the meta device instead, in
-# tests/test_llama3.py (shapes, published parameter counts), without allocating.
+# tests/models/test_archs_llama3.py (shapes, published parameter counts), without allocating.
 LANGUAGE_STEP_LIMIT = 300_000_000
 
 

@@ -1,4 +1,4 @@
-"""One rank of the two-process FSDP check in tests/steps/test_sharding.py (run under torchrun, gloo).
+"""One rank of the two-process FSDP check in tests/steps/test_sharding.py (torchrun, gloo).
 
 Trains a shrunk llama_tiny (2 layers, 32 tokens, vocabulary 999) for a few steps twice from the same seeded
 weights and the same data: sharded with microbench.steps.sharding (built on meta, selective activation

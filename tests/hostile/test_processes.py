@@ -1,0 +1,289 @@
+"""Hostile conditions that need a process of their own (issue 23 and 38): a file-size limit
+standing in for a full disk, signals in the timed loop and during the imports, ranks that
+disagree, workers that cannot start, and workers outliving their parent.
+
+(Part of the hostile-input tests, split from one file by what is attacked.)"""
+from __future__ import annotations
+
+import errno
+import importlib.abc
+import os
+import resource
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import ROOT, alive, assert_one_line_error, run_main, spawn
+from microbench.platform import process, writing
+from microbench.platform.errors import Terminated
+from support.hostile import (CHILD_ENV, DATA_RUN, FOREIGN_CSV, HEADER, RUN, assert_disk_unchanged,
+                             child, row, snapshot, temporaries)
+from support.hostile import no_launcher_environment  # noqa: F401 (autouse: this module's)
+
+
+def test_ctrl_c_or_sigterm_during_the_imports_prints_one_line(capfd, monkeypatch):
+    previous = {number: signal.getsignal(number) for number in process.STOPPING}
+    try:
+        for error, code, text in ((KeyboardInterrupt(), 130, "error: interrupted"),
+                                  (Terminated(), 143, "error: terminated (SIGTERM)"),
+                                  (Terminated("SIGHUP", 129), 129, "error: terminated (SIGHUP)")):
+            class Interrupting(importlib.abc.MetaPathFinder):
+                def find_spec(self, name, path=None, target=None):
+                    if name == "microbench.main":
+                        raise error
+                    return None
+            monkeypatch.delitem(sys.modules, "microbench.main", raising=False)
+            monkeypatch.setattr(sys, "meta_path", [Interrupting(), *sys.meta_path])
+            capfd.readouterr()
+            assert process.entry("microbench.main") == code
+            err = capfd.readouterr().err
+            assert err == text + "\n"
+            monkeypatch.undo()
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+
+
+# ---------------------------------------------------------------- processes of their own
+
+
+def file_size_limit(size: int):
+    """Run in the child before exec: writes past ``size`` bytes fail with EFBIG, like a full
+    disk (Python ignores SIGXFSZ, so the write returns the error)."""
+    return lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
+
+
+@pytest.mark.parametrize("where", ["json", "csv"])
+def test_a_full_disk_leaves_json_and_csv_as_they_were(tmp_path, where):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "r.json").write_bytes(b'{"previous": true}\n')
+    # A CSV of earlier rows; for the CSV case larger than the new JSON, so only its append
+    # crosses the limit.
+    rows = 1 if where == "json" else 200
+    lines = writing.csv_lines([list(row(f"old{n}").values()) for n in range(rows)], "\r\n")
+    (out / "benchmark_summary.csv").write_bytes(HEADER + lines.encode())
+    before = snapshot(tmp_path)
+    limit = 1500 if where == "json" else len(HEADER) + len(lines) + 100
+    proc = child([*RUN, "--mode", "inference", "--output-dir", str(out), "--output-file", "r"],
+                 preexec_fn=file_size_limit(limit))
+    stdout, stderr = proc.communicate(timeout=240)
+    ran = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+    assert_one_line_error(ran, 4, "File too large; the previous file is unchanged")
+    assert_disk_unchanged(tmp_path, before)
+
+
+@pytest.mark.parametrize("signal_number, code, text", [
+    (signal.SIGTERM, 143, "error: terminated (SIGTERM)"),
+    (signal.SIGINT, 130, "error: interrupted"),
+    (signal.SIGHUP, 129, "error: terminated (SIGHUP)"),
+    (signal.SIGQUIT, 131, "error: terminated (SIGQUIT)")],
+    ids=["sigterm", "sigint", "sighup", "sigquit"])
+def test_a_signal_in_the_timed_loop_ends_with_one_line_and_no_files(tmp_path, signal_number,
+                                                                   code, text):
+    proc = child([*RUN, "--iterations", str(10**6), "--output-dir", str(tmp_path)])
+    deadline = time.monotonic() + 180
+    for line in proc.stdout:                      # polling the output, no sleeps
+        if line.startswith("Timing") or time.monotonic() > deadline:
+            break
+    proc.send_signal(signal_number)
+    stdout, stderr = proc.communicate(timeout=60)
+    ran = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+    assert_one_line_error(ran, code, text)
+    assert snapshot(tmp_path) == {} and temporaries(tmp_path) == []
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_ranks_started_with_different_settings_exit_2_at_once(tmp_path):
+    """Two ranks as torchrun would start them, with different --iterations: both stop right
+    after the process group forms, naming the first difference. A rank that went on would
+    wait in a collective until --dist-timeout (600 s) and fail with a timeout instead, so the
+    message is the proof, not the wall clock (which a busy machine stretches)."""
+    port = str(free_port())
+    procs = [child([*RUN, "--batch-size", "4", "--iterations", str(iterations),
+                    "--output-dir", str(tmp_path)],
+                   env={"RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank),
+                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port})
+             for rank, iterations in enumerate((2, 3))]
+    outputs = [proc.communicate(timeout=300) for proc in procs]
+    for rank, (proc, (stdout, stderr)) in enumerate(zip(procs, outputs)):
+        ran = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+        assert_one_line_error(ran, 2, f"[rank {rank}] error: ranks were started with different "
+                                      f"settings: --iterations is 2 on rank 0, 3 on rank 1")
+    assert snapshot(tmp_path) == {}
+
+
+def test_ranks_may_name_different_output_dirs_and_only_rank_0_writes(tmp_path):
+    """The lead's rule: --output-dir (and --output-file, --csv-file) may differ across ranks;
+    only rank 0 writes results, so rank 1's directory is never created nor checked (here it
+    lies under a file, where no directory can be)."""
+    (tmp_path / "afile").write_bytes(b"x")
+    port = str(free_port())
+    procs = [child([*RUN, "--batch-size", "4", "--output-dir", str(tmp_path / directory)],
+                   env={"RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank),
+                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port})
+             for rank, directory in enumerate(("rank0", "afile/rank1"))]
+    outputs = [proc.communicate(timeout=240) for proc in procs]
+    for proc, (stdout, stderr) in zip(procs, outputs):
+        assert proc.returncode == 0, stderr[-3000:]
+    written = sorted(str(path.relative_to(tmp_path)) for path in tmp_path.rglob("*"))
+    assert written[0] == "afile" and all(name.startswith("rank0") for name in written[1:])
+    assert len(list((tmp_path / "rank0").glob("*.json"))) == 1
+
+
+def test_a_problem_only_rank_0_sees_stops_every_spawned_worker(tmp_path):
+    """The manual launch with two --device_ids: the CSV only rank 0 writes has another header;
+    both workers stop at once, each with its [rank N] line, and nothing is written."""
+    foreign = tmp_path / "f.csv"
+    foreign.write_bytes(FOREIGN_CSV)
+    proc = child([*RUN, "--batch-size", "4", "--output-dir", str(tmp_path / "out"),
+                  "--csv-file", str(foreign), "--distributed_dataparallel", "--rank", "0",
+                  "--world-size", "1", "--dist-backend", "gloo", "--dist-url",
+                  f"tcp://127.0.0.1:{free_port()}", "--device_ids", "0,1"])
+    stdout, stderr = proc.communicate(timeout=180)
+    assert proc.returncode == 2, stderr[-3000:]
+    lines = sorted(line for line in stderr.splitlines() if line)
+    assert len(lines) == 2 and "Traceback" not in stderr, stderr
+    assert lines[0].startswith("[rank 0] error: --csv-file") and "different CSV header" in lines[0]
+    assert lines[1].startswith("[rank 1] error: rank 0 cannot run")
+    assert foreign.read_bytes() == FOREIGN_CSV and not list(tmp_path.rglob("*.json"))
+
+
+# ---------------------------------------------------------------- issue 38: workers that cannot start
+
+def wait_gone(pid: int, timeout: float = 30) -> bool:
+    deadline = time.monotonic() + timeout
+    while alive(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+@pytest.mark.parametrize("layout", ["v1", "v2"])
+def test_the_cgroups_pids_limit_is_read(tmp_path, layout):
+    folder = tmp_path / ("pids/job" if layout == "v1" else "job")
+    folder.mkdir(parents=True)
+    (folder / "pids.max").write_text("400\n")
+    (folder / "pids.current").write_text("12\n")
+    (tmp_path / "cgroup").write_text("4:memory:/x\n8:pids:/job\n" if layout == "v1"
+                                     else "0::/job\n")
+    room, why = process.process_headroom(str(tmp_path / "cgroup"), str(tmp_path))
+    assert room == 388 and "pids.max is 400" in why
+    (folder / "pids.max").write_text("max\n")                # no limit
+    assert process.process_headroom(str(tmp_path / "cgroup"), str(tmp_path)) is None
+
+
+def test_more_loader_workers_than_the_process_limit_allows_are_refused_first(tmp_path, capfd,
+                                                                           monkeypatch):
+    monkeypatch.setattr(process, "process_headroom",
+                        lambda *a: (388, "the cgroup's pids.max is 400, 12 in use"))
+    ran = run_main(capfd, *DATA_RUN, "--workers", "1024", "--data-cache", str(tmp_path / "c"),
+                   "--output-dir", str(tmp_path / "out"))
+    assert_one_line_error(ran, 4, "1024 loader workers cannot start")
+    assert "pids.max is 400" in ran.stderr and "--workers" in ran.stderr
+    assert "Building" not in ran.stdout and not (tmp_path / "out").exists()
+
+
+def refuse_starts_after(monkeypatch, allowed: int, error: BaseException) -> list:
+    """Every multiprocessing start after the first ``allowed`` fails with ``error`` (a fork
+    refused by a process limit, which root's ``ulimit -u`` cannot show); the started ones."""
+    from multiprocessing.process import BaseProcess
+    real_start, started = BaseProcess.start, []
+
+    def start(self):
+        if len(started) >= allowed:
+            raise error
+        real_start(self)
+        started.append(self.pid)
+    monkeypatch.setattr(BaseProcess, "start", start)
+    return started
+
+
+@pytest.mark.parametrize("error", [BlockingIOError(errno.EAGAIN, "Resource temporarily "
+                                                   "unavailable"),
+                                   OSError(errno.ENOMEM, "Cannot allocate memory")],
+                         ids=["EAGAIN", "ENOMEM"])
+def test_a_loader_worker_that_cannot_start_ends_the_run_with_no_worker_left(tmp_path, capfd,
+                                                                          monkeypatch, error):
+    import multiprocessing
+    started = refuse_starts_after(monkeypatch, 2, error)
+    ran = run_main(capfd, *DATA_RUN, "--workers", "4", "--data-cache", str(tmp_path / "c"),
+                   "--output-dir", str(tmp_path / "out"))
+    assert_one_line_error(ran, 4, "cannot start 4 loader workers")
+    assert "use fewer --workers" in ran.stderr
+    assert len(started) == 2 and not [pid for pid in started if alive(pid)]
+    assert multiprocessing.active_children() == []
+
+
+def test_a_trial_worker_that_cannot_start_is_one_line(tmp_path, capfd, monkeypatch):
+    refuse_starts_after(monkeypatch, 0, BlockingIOError(errno.EAGAIN, "Resource temporarily "
+                                                        "unavailable"))
+    ran = run_main(capfd, *RUN, "--repeat", "2", "--output-dir", str(tmp_path / "out"))
+    assert_one_line_error(ran, 4, "cannot start the worker process of trial 1")
+
+
+LOADER_LEFT_OPEN = """
+import sys, torch
+from microbench.platform import process
+from microbench.data.loader import _worker_init       # the workers ignore SIGTERM
+data = torch.utils.data.TensorDataset(torch.zeros(64, 2), torch.zeros(64))
+batches = iter(torch.utils.data.DataLoader(data, batch_size=4, num_workers=2,
+                                           worker_init_fn=_worker_init))
+next(batches)
+print(*[worker.pid for worker in batches._workers], flush=True)
+raise SystemExit(7)         # a failure that leaves the loader open: the exit must not hang
+"""
+
+
+def test_a_run_that_ends_with_its_loader_open_leaves_no_worker_and_does_not_hang():
+    child_process = spawn([sys.executable, "-c", LOADER_LEFT_OPEN], cwd=ROOT,
+                          env={**os.environ, **CHILD_ENV}, stdout=subprocess.PIPE, text=True)
+    out, _ = child_process.communicate(timeout=120)
+    workers = [int(pid) for pid in out.split()]
+    assert child_process.returncode == 7 and len(workers) == 2
+    assert all(wait_gone(pid, 10) for pid in workers)
+
+
+# ---------------------------------------------------------------- issue 38: a worker outliving its parent
+
+ORPHANING_PARENT = """
+import os, pickle, signal, sys, multiprocessing
+from microbench.platform import process
+context = multiprocessing.get_context("spawn")
+worker = context.Process(target=process.orphan_safe_worker,
+                         args=(os.getpid(), "time:sleep", pickle.dumps((600,))))
+worker.start()
+print(worker.pid, flush=True)
+if sys.argv[1] == "later":              # the worker is past its start, sleeping
+    import time; time.sleep(3)
+os.kill(os.getpid(), signal.SIGKILL)    # the parent dies without stopping its worker
+"""
+
+
+@pytest.mark.parametrize("when", ["while-starting", "later"])
+def test_a_trial_worker_whose_parent_dies_exits_quietly(when):
+    parent = spawn([sys.executable, "-c", ORPHANING_PARENT, when], cwd=ROOT,
+                   env={**os.environ, **CHILD_ENV}, stdout=subprocess.PIPE,
+                   stderr=subprocess.PIPE, text=True)
+    out, err = parent.communicate(timeout=120)
+    [worker] = [int(pid) for pid in out.split()]
+    assert parent.returncode == -signal.SIGKILL, err
+    # A generous bound: a busy machine slows the worker's start, not its watch of the parent.
+    assert wait_gone(worker, 60), "the orphaned worker went on"
+
+
+def test_a_worker_started_after_its_parent_died_exits_at_once():
+    ran = subprocess.run([sys.executable, "-c", "from microbench.platform import process; "
+                          "process.die_with_parent(1); print('went on')"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert ran.returncode == 0 and ran.stdout == "" and ran.stderr == ""
