@@ -4,7 +4,7 @@ torchvision takes seconds (tens on a loaded machine).
 
 torchvision's names are a table read from the release named below (``list_models`` per
 family); where another release is installed, torchvision is asked instead, which is slower but
-never wrong. ``tests/test_models.py`` checks the table against the installed torchvision.
+never wrong. ``tests/models/test_registry.py`` checks the table against the installed torchvision.
 
 Example::
 

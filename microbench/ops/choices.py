@@ -1,6 +1,6 @@
 """What the op bench's flags accept, known without torch: ``microbench-ops --help`` and a
 refused flag answer in a fraction of a second (issue 45), where the catalog (the ops
-themselves) and the runner import torch. ``tests/test_tensor_ops_bench.py`` checks these names
+themselves) and the runner import torch. ``tests/ops/test_runner.py`` checks these names
 against the catalog.
 
 Example::

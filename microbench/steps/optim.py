@@ -97,7 +97,7 @@ def _fused_unsupported(name: str, tensors: list[torch.Tensor]) -> str | None:
     if name == "sgd" and _any_dtensor(tensors):
         # PyTorch registers no DTensor sharding strategy for the fused SGD kernel
         # (aten._fused_sgd_): FSDP2's parameters construct it, and its first step raises
-        # NotImplementedError. Fused AdamW steps them. tests/test_optim.py checks both against
+        # NotImplementedError. Fused AdamW steps them. tests/steps/test_optim.py checks both against
         # the installed PyTorch, so a release that adds the strategy shows up there.
         return ("PyTorch's fused SGD kernel has no DTensor support, so it cannot step FSDP's "
                 "sharded parameters")
