@@ -373,6 +373,7 @@ REPLAYED_SAMPLES = {
     "prefetch_factor": 4,
     "parallel": "fsdp", "reshard_after_forward": False, "activation_checkpointing": "full",
     "optimizer": "adamw", "fp8_recipe": "rowwise", "quantize": "int8wo",
+    "quant_layout": "tensorwise",
 }
 
 
@@ -385,7 +386,8 @@ NEEDS = {"prompt_len": {"mode": "generate"}, "gen_len": {"mode": "generate"},
          "data_dir": {"data": "folder"}, "decode": {"data": "loader", "transforms": "gpu"},
          "max_trials": {"max_noise_pct": 2.5}, "time_limit_s": {"max_noise_pct": 2.5},
          "reshard_after_forward": {"parallel": "fsdp"},
-         "fp8_recipe": {"precision": "fp8"}, "quantize": {"mode": "inference"}}
+         "fp8_recipe": {"precision": "fp8"}, "quantize": {"mode": "inference"},
+         "quant_layout": {"mode": "inference", "quantize": "int8wo"}}
 
 
 def _replay(tmp_path, stored: dict):

@@ -17,6 +17,7 @@ import torch
 
 from microbench.measure import compile_watch, library_log
 from microbench.ops import peaks as peaks_mod
+from microbench.steps import quant_layout
 from microbench.platform import device as device_layer, noise
 from microbench.settings import precision as precision_mod
 from microbench.measure import profilers
@@ -31,7 +32,10 @@ if TYPE_CHECKING:
 def _compile_wrapper(config) -> Callable[[torch.nn.Module], torch.nn.Module] | None:
     if not config.compile:
         return None
-    return lambda model: torch.compile(model, **config.compile_options)
+    options = config.compile_options
+    if config.quantize != "none":       # torchao's settings, for this run's graph only
+        options = quant_layout.quantized_compile_options(options)
+    return lambda model: torch.compile(model, **options)
 
 
 def warm_up(step: Callable[[], object], iterations: int, device: torch.device,

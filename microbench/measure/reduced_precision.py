@@ -65,6 +65,43 @@ class Drift:
 
 
 @dataclass(frozen=True)
+class WeightErrors:
+    """How far quantization moved the weights themselves, which a random model's logits and
+    greedy tokens cannot show: each quantized layer's weight, dequantized, against its BF16
+    weight (relative error, largest and mean over the layers), and one layer's output on the
+    run's own activations against its BF16 output."""
+
+    layers: int
+    max_error: float | None
+    mean_error: float | None
+    layer: str | None = None                       # the layer whose output is compared
+    layer_output_error: float | None = None
+
+    @classmethod
+    def of(cls, errors: list[float], layer_error: float | None,
+           layer: str | None) -> "WeightErrors":
+        return cls(len(errors), max(errors) if errors else None,
+                   sum(errors) / len(errors) if errors else None, layer, layer_error)
+
+    def line(self) -> str:
+        if not self.layers:
+            return "no layer quantized"
+        text = (f"weights rel. error max {self.max_error:.2%}, mean {self.mean_error:.2%} over "
+                f"{self.layers} layers")
+        if self.layer_output_error is not None:
+            text += f"; {self.layer}'s output on this input {self.layer_output_error:.2%}"
+        return text
+
+    def to_dict(self) -> dict:
+        return {"layers": self.layers, "max_relative_error": self.max_error,
+                "mean_relative_error": self.mean_error, "layer": self.layer,
+                "layer_output_relative_error": self.layer_output_error,
+                "basis": ("each quantized weight dequantized against its BF16 weight; the "
+                          "layer's output on the activations it had in BF16 on the run's "
+                          "first input rows")}
+
+
+@dataclass(frozen=True)
 class LowPrecision:
     """What ``--precision fp8`` or ``--quantize`` did to one run's model, and its drift."""
 
@@ -81,6 +118,19 @@ class LowPrecision:
     weight_bytes_before: int | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
     torchao_version: str | None = None
+    quant_layout: str | None = None                # the layout --quant-layout resolved to
+    # What ran, read from the weights after quantize_: {tensor, packing, kernel, layers} each.
+    quant_kernels: tuple[dict, ...] = ()
+    weight_errors: WeightErrors | None = None
+    # The quantized run's compile: the inductor settings applied, and a trade of compile time
+    # for speed where the options asked for one (microbench.steps.quant_layout).
+    compile_settings: dict | None = None
+    compile_note: str | None = None
+
+    def kernel_text(self) -> str:
+        """'Int8Tensor (rowwise: ...) on 112 layers; Tensor (bfloat16: not quantized) on 1'."""
+        return "; ".join(f"{k['tensor']} ({k['packing']}: {k['kernel']}) on {k['layers']} "
+                         f"layers" for k in self.quant_kernels)
 
     def rows(self) -> list[tuple[str, str]]:
         rows = []
@@ -95,7 +145,20 @@ class LowPrecision:
             rows.append(("Quantized", f"{self.quantize}: {self.quantize_description}; weights "
                                       f"{units.megabytes(self.weight_bytes / 1e6)} as stored "
                                       f"(BF16: {units.megabytes(self.weight_bytes_before / 1e6)})"))
+        if self.quant_kernels:
+            rows.append(("Quantized kernels", f"layout {self.quant_layout}: "
+                                              f"{self.kernel_text()}"))
+        if self.compile_settings is not None:
+            settings = ", ".join(f"{key}={value}" for key, value in
+                                 self.compile_settings.items())
+            rows.append(("Quantized compile", f"prefill and decode with {settings} (torchao's "
+                                              f"recommended inductor settings, this run's "
+                                              f"graphs only)"
+                                              + (f"; {self.compile_note}" if self.compile_note
+                                                 else "")))
         rows.append((f"Accuracy vs {self.drift.reference}", self.drift.line()))
+        if self.weight_errors is not None:
+            rows.append(("Weight error", self.weight_errors.line()))
         rows += [("Note", note) for note in self.notes]
         return rows
 
@@ -105,4 +168,9 @@ class LowPrecision:
                 "fp8_flops_share": self.fp8_flops_share, "fp8_all_gather": self.fp8_all_gather,
                 "quantize": self.quantize, "weight_bytes": self.weight_bytes,
                 "weight_bytes_before": self.weight_bytes_before,
-                "torchao_version": self.torchao_version, "notes": list(self.notes)}
+                "torchao_version": self.torchao_version, "notes": list(self.notes),
+                "quant_layout": self.quant_layout,
+                "quant_kernels": [dict(kernel) for kernel in self.quant_kernels],
+                "weight_error": (self.weight_errors.to_dict() if self.weight_errors is not None
+                                 else None),
+                "compile_settings": self.compile_settings, "compile_note": self.compile_note}

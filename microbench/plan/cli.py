@@ -149,6 +149,11 @@ def build_parser() -> argparse.ArgumentParser:
              help="inference and generate: quantize the BF16 weights with torchao's quantize_: "
                   + "; ".join(f"{name} ({text})" for name, text in precision_table.QUANTIZE.items())
                   + ". Picks --precision bf16 unless given; a list sweeps; needs torchao")
+    _setting(precision, "quant_layout", choices=precision_table.QUANT_LAYOUT_CHOICES,
+             help="with --quantize: the weights' packing, which picks the kernel: "
+                  + "; ".join(f"{name} ({text})" for name, text in
+                              precision_table.QUANT_LAYOUTS.items())
+                  + ". A layout a format does not have, or this device cannot run, is refused")
 
     fast = parser.add_argument_group("the fast path")
     _setting(fast, "preset", choices=PRESETS,

@@ -202,6 +202,8 @@ def _json_name(config: BenchConfig, model, policy: precision_table.Precision,
         parts.append(config.fp8_recipe)
     if config.quantize != "none":
         parts.append(config.quantize)
+        if config.quant_layout != "auto":
+            parts.append(config.quant_layout)
     if config.nhwc:
         parts.append("nhwc")
     if config.compile:

@@ -367,6 +367,21 @@ def fp8_formats(device: torch.device) -> tuple[str, ...]:
     return fp8_formats_of(False, capability=torch.cuda.get_device_capability(device))
 
 
+def fp8_e4m3_dtype(device: torch.device) -> torch.dtype | None:
+    """The E4M3 dtype ``device``'s FP8 matrix units take (float8_e4m3fnuz on MI300, the OCP
+    float8_e4m3fn elsewhere); None where it has none."""
+    formats = fp8_formats(device)
+    return getattr(torch, f"float8_{formats[0]}") if formats else None
+
+
+def compute_capability(device: torch.device) -> tuple[int, int] | None:
+    """An NVIDIA GPU's compute capability ((9, 0) for an H100); None on the CPU and on AMD,
+    whose kernels are chosen by architecture instead (:func:`architecture`)."""
+    if vendor(device) is not Vendor.NVIDIA:
+        return None
+    return tuple(torch.cuda.get_device_capability(device))
+
+
 def no_fp8_reason(device: torch.device) -> str | None:
     """Why ``device`` cannot run FP8 matmuls, or None when it can."""
     if fp8_formats(device):

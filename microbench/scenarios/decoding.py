@@ -34,7 +34,8 @@ import torch
 from torch import nn
 
 from microbench.measure import flops
-from microbench.steps import lowp
+from microbench.settings.compile_options import with_inductor_settings
+from microbench.steps import lowp, quant_layout
 from microbench.models.archs import llama
 from microbench.measure.results import GenerationTimes
 from microbench.measure.timing import Measurement, make_recorder
@@ -224,18 +225,6 @@ def compiled(step: nn.Module, options: dict, inductor: dict | None = None) -> nn
 DECODE_INDUCTOR = {"coordinate_descent_tuning": True}
 
 
-def with_inductor_settings(options: dict, settings: dict) -> dict:
-    """torch.compile's arguments with inductor ``settings`` added below the user's: a
-    ``mode`` becomes the inductor options it stands for (torch.compile takes a mode or
-    options, not both), then ``settings``, then the user's ``options`` over them."""
-    options = dict(options)
-    mode = options.pop("mode", None)
-    import torch._inductor
-    merged = {**(torch._inductor.list_mode_options(mode) if mode else {}), **settings,
-              **options.pop("options", {})}
-    return {**options, "options": merged}
-
-
 class GenerationWorkload:
     """The model, prompt and cache of a generation run, and its prefill and decode steps."""
 
@@ -243,7 +232,7 @@ class GenerationWorkload:
     lowp = None                 # --quantize: what it did (measure.reduced_precision.LowPrecision)
 
     def __init__(self, state: GenerationState, shape: GenerationShape, autocast,
-                 compile_options: dict | None):
+                 compile_options: dict | None, quantized: bool = False):
         self.state, self.eager_model, self.shape = state, state.model, shape
         self.autocast = autocast
         self.parameters = sum(p.numel() for p in state.model.parameters())
@@ -252,8 +241,13 @@ class GenerationWorkload:
         self.traffic = DecodeTraffic.of(state)
         self.prefill_step, self.decode_step = PrefillStep(state), DecodeStep(state)
         if compile_options is not None:
-            self.prefill_step = compiled(self.prefill_step, compile_options)
-            self.decode_step = compiled(self.decode_step, compile_options, DECODE_INDUCTOR)
+            # A quantized run's prefill and decode step both get torchao's inductor settings:
+            # the prefill is compiled the same way as the decode step, never left to a cast
+            # and a product inductor did not fuse (issue 48).
+            extra = quant_layout.QUANTIZED_INDUCTOR if quantized else {}
+            self.prefill_step = compiled(self.prefill_step, compile_options, extra)
+            self.decode_step = compiled(self.decode_step, compile_options,
+                                        {**DECODE_INDUCTOR, **extra})
 
     @property
     def cache(self) -> llama.KVCache:
@@ -289,7 +283,8 @@ def build(spec, model: nn.Module, compile_options: dict | None = None,
     reduced = None
     if spec.config.quantize != "none":      # on the prompt's first rows, before and after
         reduced = lowp.quantize_measured(model, spec.config.quantize, lowp.probe_rows(prompt),
-                                         spec.device, precision.label)
+                                         spec.device, precision.label,
+                                         spec.config.quant_layout)
     if isinstance(model, llama.Llama):
         cache_dtype = precision.autocast_dtype or precision.model_dtype
         cache = model.make_cache(spec.batch_size, shape.positions, device=spec.device,
@@ -301,7 +296,12 @@ def build(spec, model: nn.Module, compile_options: dict | None = None,
         eager = GenerationWorkload(state, shape, autocast, None)
         flops_per_iteration = flops.count_step_flops(eager.step)
         prefill_flops = flops.count_step_flops(eager.prefill)
-    work = GenerationWorkload(state, shape, autocast, compile_options)
+    work = GenerationWorkload(state, shape, autocast, compile_options,
+                              quantized=reduced is not None)
+    if reduced is not None and compile_options is not None:
+        reduced = dataclasses.replace(
+            reduced, compile_settings={**DECODE_INDUCTOR, **quant_layout.QUANTIZED_INDUCTOR},
+            compile_note=quant_layout.compile_note(compile_options))
     work.lowp = reduced
     if count_flops:
         work.flops_per_iteration, work.prefill_flops = flops_per_iteration, prefill_flops

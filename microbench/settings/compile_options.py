@@ -216,3 +216,15 @@ def parse_compile_context(text: str | None) -> tuple[dict, list[str]]:
     if "options" in context:
         context["options"] = _inductor_options(context["options"], notes)
     return context, notes
+
+
+def with_inductor_settings(options: dict, settings: dict) -> dict:
+    """torch.compile's arguments with inductor ``settings`` added below the user's: a
+    ``mode`` becomes the inductor options it stands for (torch.compile takes a mode or
+    options, not both), then ``settings``, then the user's ``options`` over them."""
+    options = dict(options)
+    mode = options.pop("mode", None)
+    import torch._inductor
+    merged = {**(torch._inductor.list_mode_options(mode) if mode else {}), **settings,
+              **options.pop("options", {})}
+    return {**options, "options": merged}

@@ -90,6 +90,7 @@ class BenchConfig:
     # generate, the weight quantization (torchao's quantize_): microbench.steps.lowp.
     fp8_recipe: str = setting("tensorwise")                       # tensorwise | rowwise
     quantize: str = setting("none", axis=True)                    # none | int8wo | int4wo | ...
+    quant_layout: str = setting("auto")                           # auto | tinygemm | ...
     nhwc: bool = setting(False, kind=SWITCH, preset=True)
     compile: bool = setting(False, kind=SWITCH, preset=True)
     compile_options: dict = setting(flag="--compileContext", kind=DERIVED,

@@ -36,7 +36,7 @@ WORK = ("model", "mode", "precision", "tf32", "nhwc", "compile", "compile_option
         # sharded or replicated, recomputed or not, and the optimizer: different work per step
         "parallel", "reshard_after_forward", "activation_checkpointing", "optimizer",
         # FP8's scaling recipe and the weights' quantization: other kernels, other bytes
-        "fp8_recipe", "quantize")
+        "fp8_recipe", "quantize", "quant_layout")
 GATE = WORK + ("world_size",)
 
 

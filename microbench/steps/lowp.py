@@ -35,9 +35,10 @@ import contextlib
 import torch
 from torch import nn
 
-from microbench.measure.reduced_precision import Drift, LowPrecision
+from microbench.measure.reduced_precision import Drift, LowPrecision, WeightErrors
 from microbench.platform import device as device_layer, process
 from microbench.platform.errors import MissingEnvironment, UsageError
+from microbench.steps import quant_layout
 from microbench.settings.precision import FP8_RECIPES, QUANTIZE, QUANTIZE_CHOICES  # noqa: F401
 
 INSTALL = 'pip install "torchao>=0.18" (or pip install ".[quant]")'
@@ -45,6 +46,8 @@ INSTALL = 'pip install "torchao>=0.18" (or pip install ".[quant]")'
 DRIFT_STEPS = 4
 # The rows of the batch the logits are compared on (a fixed input: the run's own first rows).
 PROBE_ROWS = 2
+# Columns of the identity one call pushes through an int4 kernel to dequantize its weight.
+DEQUANTIZE_SLICE = 1024
 # Layers whose sides are not multiples of this cannot feed torch._scaled_mm.
 FP8_ALIGNMENT = 16
 # Names of output heads, which stay in BF16 (llama's output, HF's lm_head, torchvision's heads).
@@ -111,6 +114,9 @@ def check(config, device: torch.device) -> None:
         raise UsageError("--quantize int4wo runs torch's tinygemm int4 kernel, which needs a GPU "
                          "(the CPU's int4 path needs another weight layout): use --quantize "
                          "int8wo on the CPU")
+    if name != "none":
+        quant_layout.choose_layout(name, getattr(config, "quant_layout", "auto"),
+                                   quant_layout.QuantDevice.of(device))
     if (config.precision == "fp8" or name != "none") and not torchao_installed():
         raise MissingEnvironment(f"--precision fp8 and --quantize need torchao: {INSTALL}")
 
@@ -181,24 +187,16 @@ def linear_flops(model: nn.Module, rows: dict[str, int], training: bool) -> int:
 
 # ---------------------------------------------------------------- quantized weights
 
-def quantize_config(name: str, device: torch.device):
-    """torchao's configuration for ``--quantize name`` on ``device``."""
+def quantize_config(name: str, device: torch.device, layout: str = "auto"):
+    """torchao's configuration for ``--quantize name`` on ``device`` in ``layout``
+    (``--quant-layout``; "auto": the fastest this device runs, :mod:`quant_layout`)."""
     torchao()
-    from torchao.quantization import (Float8DynamicActivationFloat8WeightConfig,
-                                      Float8WeightOnlyConfig, Int4WeightOnlyConfig,
-                                      Int8WeightOnlyConfig)
-    if name == "int8wo":
-        return Int8WeightOnlyConfig()
-    if name == "int4wo":
-        # torch's own tinygemm kernel (_weight_int4pack_mm): 8-wide tiles on NVIDIA, 16 on ROCm.
-        ntile = 16 if device_layer.vendor(device) is device_layer.Vendor.AMD else 8
-        return Int4WeightOnlyConfig(group_size=128, int4_packing_format="tile_packed_to_4d",
-                                    int4_tile_packed_ntile=ntile)
-    if name == "float8wo":
-        return Float8WeightOnlyConfig()
-    if name == "float8dq":
-        return Float8DynamicActivationFloat8WeightConfig()
-    raise UsageError(f"unknown --quantize {name!r} (choose from {', '.join(QUANTIZE_CHOICES)})")
+    if name not in quant_layout.LAYOUTS_OF:
+        raise UsageError(f"unknown --quantize {name!r} (choose from "
+                         f"{', '.join(QUANTIZE_CHOICES)})")
+    facts = quant_layout.QuantDevice.of(device)
+    return quant_layout.torchao_config(name, quant_layout.choose_layout(name, layout, facts),
+                                       facts)
 
 
 def stored_bytes(tensor: torch.Tensor) -> int:
@@ -247,17 +245,109 @@ def compare_logits(output: torch.Tensor, reference: torch.Tensor, name: str) -> 
 
 
 def quantize_measured(model: nn.Module, name: str, probe: torch.Tensor,
-                      device: torch.device, reference: str = "BF16") -> LowPrecision:
-    """``quantize_`` ``model`` in place with ``--quantize name``, its logits on ``probe``
-    compared before and after."""
-    config = quantize_config(name, device)
+                      device: torch.device, reference: str = "BF16",
+                      layout: str = "auto") -> LowPrecision:
+    """``quantize_`` ``model``'s linear layers in place with ``--quantize name`` in ``layout``,
+    with how far it moved the numbers: the logits on ``probe`` before and after, each layer's
+    weight as dequantized against its BF16 weight, and one layer's output on the probe's own
+    activations. What ran is read back from the weights (:func:`quant_layout.kernels`)."""
+    torchao()
+    facts = quant_layout.QuantDevice.of(device)
+    chosen = quant_layout.choose_layout(name, layout, facts)
+    config = quant_layout.torchao_config(name, chosen, facts)
     from torchao.quantization import quantize_
-    before_bytes, before = weight_bytes(model), _logits(model, probe)
-    quantize_(model, config)
+    before_bytes = weight_bytes(model)
+    watched = _watched_layer(model)
+    with _layer_io(model, watched) as layer_io:
+        before = _logits(model, probe)
+    errors = []
+    for _, module in _linears(model):
+        # One layer at a time: its BF16 weight is the only copy kept (an 8B model's 16 GB of
+        # weights are not doubled).
+        original = module.weight.detach().clone()
+        quantize_(module, config)
+        errors.append(weight_error(original, module.weight))
+        del original
     drift = compare_logits(_logits(model, probe), before, reference)
+    layer_error = _layer_error(model, watched, layer_io)
     return LowPrecision(drift, quantize=name, quantize_description=QUANTIZE[name],
                         weight_bytes=weight_bytes(model), weight_bytes_before=before_bytes,
-                        torchao_version=torchao_version())
+                        torchao_version=torchao_version(), quant_layout=chosen,
+                        quant_kernels=tuple(k.to_dict() for k in quant_layout.kernels(model)),
+                        weight_errors=WeightErrors.of(errors, layer_error, watched))
+
+
+def _linears(model: nn.Module) -> list[tuple[str, nn.Linear]]:
+    """The layers quantize_ converts (its default filter: every nn.Linear)."""
+    return [(name, module) for name, module in model.named_modules()
+            if isinstance(module, nn.Linear)]
+
+
+def _watched_layer(model: nn.Module) -> str | None:
+    """The layer whose output error is measured on the probe's activations: the first linear
+    layer that is not the output head (a layer of the first block), or the head alone."""
+    names = [name for name, _ in _linears(model)]
+    inner = [name for name in names if not any(name == head or name.endswith("." + head)
+                                               for head in _HEADS)]
+    return (inner or names or [None])[0]
+
+
+@contextlib.contextmanager
+def _layer_io(model: nn.Module, name: str | None):
+    """While the block runs, the input and output of layer ``name``'s first call (a dict)."""
+    seen: dict[str, torch.Tensor] = {}
+    if name is None:
+        yield seen
+        return
+
+    def hook(module, args, output):
+        if "input" not in seen:
+            seen["input"], seen["output"] = args[0].detach().clone(), output.detach().clone()
+
+    handle = dict(model.named_modules())[name].register_forward_hook(hook)
+    try:
+        yield seen
+    finally:
+        handle.remove()
+
+
+def _layer_error(model: nn.Module, name: str | None, seen: dict) -> float | None:
+    """The relative error of layer ``name``'s output, quantized, on the input it had in BF16."""
+    if name is None or "input" not in seen:
+        return None
+    with torch.inference_mode():
+        output = dict(model.named_modules())[name](seen["input"])
+    return relative_error(output.float(), seen["output"].float())
+
+
+def relative_error(value: torch.Tensor, reference: torch.Tensor) -> float:
+    """||value - reference|| / ||reference|| (Frobenius norms, in FP32)."""
+    return float(torch.linalg.vector_norm(value.float() - reference.float())
+                 / torch.linalg.vector_norm(reference.float()).clamp_min(1e-30))
+
+
+def dequantized(weight: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A quantized weight back in ``dtype``: its own ``dequantize()`` where it has one (int8,
+    float8), else the identity pushed through its kernel (torchao's int4 tensors have none),
+    in slices of rows so that a 14336-wide layer needs no 400 MB identity."""
+    if hasattr(weight, "dequantize"):
+        return weight.dequantize().to(dtype)
+    if type(weight) in (torch.Tensor, nn.Parameter):
+        return weight.detach().to(dtype)
+    columns = weight.shape[1]
+    slices = []
+    with torch.inference_mode():
+        for start in range(0, columns, DEQUANTIZE_SLICE):
+            stop = min(start + DEQUANTIZE_SLICE, columns)
+            eye = torch.zeros(stop - start, columns, dtype=dtype, device=weight.device)
+            eye[:, start:stop].fill_diagonal_(1)
+            slices.append(torch.nn.functional.linear(eye, weight))     # (rows, out) = W^T
+    return torch.cat(slices).t()
+
+
+def weight_error(original: torch.Tensor, quantized: torch.Tensor) -> float:
+    """The relative reconstruction error of one layer's weight."""
+    return relative_error(dequantized(quantized, original.dtype), original)
 
 
 def probe_rows(inputs: torch.Tensor) -> torch.Tensor:

@@ -238,5 +238,5 @@ def low_precision(spec: StepSettings, model: nn.Module, inputs: torch.Tensor, ta
                                  fp8_flops, iteration_flops)
     if config.quantize != "none":
         return lowp.quantize_measured(model, config.quantize, lowp.probe_rows(inputs), device,
-                                      precision.label)
+                                      precision.label, config.quant_layout)
     return None

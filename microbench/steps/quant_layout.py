@@ -1,0 +1,231 @@
+"""Which kernel a ``--quantize`` format runs on this device: the layout (torchao's packing or
+scale granularity) chosen by ``--quant-layout`` or, by default, the fastest this device and the
+installed libraries can run; then, after ``quantize_``, what actually ran, read from the model's
+weights (their tensor subclass and its attributes), never assumed.
+
+The layouts (torchao 0.18, ``torchao/quantization/quant_api.py``):
+
+* int4wo: ``preshuffled`` (``Int4PreshuffledTensor``: mslk's ``bf16i4bf16_rowwise``, the
+  former FBGEMM GenAI kernels, built for sm_90 and newer; needs the ``mslk`` package, as
+  torchao's ``_is_mslk_available`` finds it), ``tinygemm`` (``Int4TilePackedTo4dTensor``:
+  torch's own ``_weight_int4pack_mm``, 8-wide tiles on NVIDIA and 16 on ROCm), ``plain``
+  (``Int4Tensor``: mslk's kernel on plain packing). torchao 0.18 has no Marlin int4 layout.
+* int8wo, float8wo: ``rowwise`` (one scale per output row, torchao's default) or
+  ``tensorwise``; the weight is cast to BF16 inside the product, which inductor fuses when it
+  writes the product as a reduction (one token's decode step: coordinate-descent tuning,
+  :data:`QUANTIZED_INDUCTOR`).
+* float8dq: ``rowwise`` (``torch._scaled_mm`` with a scale per row of each side: sm_90 and newer
+  on NVIDIA, MI300 on ROCm) or ``tensorwise`` (sm_89 too).
+
+Example::
+
+    facts = QuantDevice.of(device)
+    layout = choose_layout("int4wo", "auto", facts)          # 'preshuffled' on an H100 with mslk
+    config = torchao_config("int4wo", layout, facts)
+    quantize_(model, config)
+    kernels(model)        # [Kernel('Int4PreshuffledTensor', 'preshuffled', 'mslk ...', 113)]
+"""
+from __future__ import annotations
+
+import importlib.util
+from collections import Counter
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from microbench.platform import device as device_layer
+from microbench.platform.errors import UsageError
+from microbench.settings.compile_options import with_inductor_settings
+from microbench.settings.precision import LAYOUTS_OF, QUANT_LAYOUT_CHOICES
+
+# torchao's recommended inductor settings for quantized models
+# (torchao.quantization.utils.recommended_inductor_config_setter), applied to the compiled
+# prefill and decode steps of a quantized run only, as torch.compile options, instead of by
+# quantize_ to the whole process (every config here is built with set_inductor_config=False).
+# Left out: coordinate_descent_check_all_directions, which doubles the coordinate-descent
+# search of every kernel (minutes of compile on llama_1b's int8 products) for little speed;
+# a user who wants it gives it in --compileContext's options, which win.
+QUANTIZED_INDUCTOR = {"coordinate_descent_tuning": True, "force_fuse_int_mm_with_mul": True}
+# The exhaustive searches that trade compile time for speed, named in the summary when asked for.
+EXHAUSTIVE_SEARCHES = ("max_autotune", "max_autotune_gemm", "coordinate_descent_check_all_directions")
+
+MSLK_INSTALL = "pip install mslk-cuda (FBGEMM GenAI's kernels, which torchao 0.18 calls mslk)"
+
+
+@dataclass(frozen=True)
+class QuantDevice:
+    """What the layout choice reads of the device and of the installed libraries."""
+
+    vendor: device_layer.Vendor
+    capability: tuple[int, int] | None      # NVIDIA's compute capability; None elsewhere
+    fp8: bool                               # FP8 matrix units
+    mslk: bool                              # the mslk package can be imported
+
+    @classmethod
+    def of(cls, device: torch.device) -> "QuantDevice":
+        return cls(vendor=device_layer.vendor(device),
+                   capability=device_layer.compute_capability(device),
+                   fp8=bool(device_layer.fp8_formats(device)), mslk=mslk_installed())
+
+    @property
+    def gpu(self) -> bool:
+        return self.vendor in (device_layer.Vendor.NVIDIA, device_layer.Vendor.AMD)
+
+    def at_least(self, capability: tuple[int, int]) -> bool:
+        return self.capability is not None and self.capability >= capability
+
+
+def mslk_installed() -> bool:
+    try:
+        return importlib.util.find_spec("mslk") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def why_not(quantize: str, layout: str, facts: QuantDevice) -> str | None:
+    """Why ``facts``' device cannot run ``quantize`` in ``layout``; None when it can."""
+    if quantize == "int4wo":
+        if not facts.gpu:
+            return "int4 weight-only kernels need a GPU"
+        if layout == "preshuffled" and facts.vendor is not device_layer.Vendor.NVIDIA:
+            return "mslk's preshuffled int4 kernel is built for NVIDIA GPUs"
+        if layout == "preshuffled" and not facts.at_least((9, 0)):
+            return "mslk's preshuffled int4 kernel needs sm_90 (H100) or newer"
+        if layout in ("preshuffled", "plain") and not facts.mslk:
+            return f"the {layout} int4 layout runs mslk's kernels: {MSLK_INSTALL}"
+    if quantize == "float8dq" and layout == "rowwise":
+        if facts.vendor is device_layer.Vendor.NVIDIA and not facts.at_least((9, 0)):
+            return "torch._scaled_mm with rowwise scales needs sm_90 (H100) or newer"
+    return None
+
+
+def choose_layout(quantize: str, requested: str, facts: QuantDevice) -> str:
+    """The layout ``quantize`` runs: ``requested``, or for "auto" the first of the format's
+    layouts (fastest first) this device runs. A layout the format does not have, or the device
+    cannot run, is refused in one line (exit 2)."""
+    layouts = LAYOUTS_OF[quantize]
+    if requested == "auto":
+        reasons = [why_not(quantize, layout, facts) for layout in layouts]
+        for layout, reason in zip(layouts, reasons):
+            if reason is None:
+                return layout
+        raise UsageError(f"--quantize {quantize} cannot run on this device: {reasons[-1]}")
+    if requested not in layouts:
+        known = "" if requested in QUANT_LAYOUT_CHOICES else " (unknown layout)"
+        raise UsageError(f"--quant-layout {requested}{known} is not a layout of --quantize "
+                         f"{quantize}: choose from auto, {', '.join(layouts)}")
+    reason = why_not(quantize, requested, facts)
+    if reason is not None:
+        raise UsageError(f"--quant-layout {requested} for --quantize {quantize}: {reason}; "
+                         f"--quant-layout auto picks one this device runs")
+    return requested
+
+
+def torchao_config(quantize: str, layout: str, facts: QuantDevice):
+    """torchao's configuration for ``quantize`` in ``layout`` (torchao imported by the caller).
+    None of them changes inductor's settings (set_inductor_config=False): the compile step
+    applies :data:`QUANTIZED_INDUCTOR` to the quantized run's own graphs."""
+    from torchao.quantization import (Float8DynamicActivationFloat8WeightConfig,
+                                      Float8WeightOnlyConfig, Int4WeightOnlyConfig,
+                                      Int8WeightOnlyConfig, PerRow, PerTensor)
+    granularity = PerTensor() if layout == "tensorwise" else PerRow()
+    if quantize == "int4wo":
+        packing = {"preshuffled": "preshuffled", "tinygemm": "tile_packed_to_4d",
+                   "plain": "plain"}[layout]
+        # tinygemm's tiles: 8 wide on NVIDIA, 16 on ROCm (torchao's int4_tile_packed_ntile).
+        ntile = 16 if facts.vendor is device_layer.Vendor.AMD else 8
+        return Int4WeightOnlyConfig(group_size=128, int4_packing_format=packing,
+                                    int4_tile_packed_ntile=ntile, set_inductor_config=False)
+    if quantize == "int8wo":
+        return Int8WeightOnlyConfig(granularity=granularity, set_inductor_config=False)
+    if quantize == "float8wo":
+        return Float8WeightOnlyConfig(granularity=granularity, set_inductor_config=False)
+    if quantize == "float8dq":
+        return Float8DynamicActivationFloat8WeightConfig(granularity=granularity,
+                                                         set_inductor_config=False)
+    raise UsageError(f"unknown --quantize {quantize!r}")
+
+
+# ---------------------------------------------------------------- what ran, read from the model
+
+@dataclass(frozen=True)
+class Kernel:
+    """The kernel behind a group of linear layers, read from their weights."""
+
+    tensor: str             # the weight's class: 'Int4TilePackedTo4dTensor', 'Tensor'
+    packing: str            # the layout the weight is in: 'tile_packed_to_4d', 'rowwise'...
+    kernel: str             # what multiplies it, in words
+    layers: int
+
+    def text(self) -> str:
+        return f"{self.tensor} ({self.packing}: {self.kernel}) on {self.layers} layers"
+
+    def to_dict(self) -> dict:
+        return {"tensor": self.tensor, "packing": self.packing, "kernel": self.kernel,
+                "layers": self.layers}
+
+
+def _scales(weight) -> str:
+    """rowwise or tensorwise, from the weight's block size (a row of the weight per scale, or
+    the whole weight)."""
+    block = list(getattr(weight, "block_size", []) or [])
+    if block and block[0] == 1:
+        return "rowwise"
+    return "tensorwise" if block else "unknown scales"
+
+
+def describe(weight: torch.Tensor) -> tuple[str, str, str]:
+    """(class, packing, kernel) of one linear layer's weight."""
+    name = type(weight).__name__
+    if name == "Int4TilePackedTo4dTensor":
+        return name, "tile_packed_to_4d", "torch's tinygemm _weight_int4pack_mm"
+    if name == "Int4PreshuffledTensor":
+        fp8 = getattr(weight, "activation_dtype", None) == getattr(torch, "float8_e4m3fn", None)
+        return name, "preshuffled", ("mslk f8i4bf16_rowwise" if fp8 else
+                                     "mslk bf16i4bf16_rowwise")
+    if name == "Int4Tensor":
+        return name, "plain", "mslk bf16i4bf16_rowwise"
+    if name in ("Int8Tensor", "Float8Tensor"):
+        dynamic = getattr(weight, "act_quant_kwargs", None) is not None
+        if not dynamic:
+            return name, _scales(weight), "weight cast to BF16 inside the product (inductor)"
+        preference = getattr(weight, "kernel_preference", None)
+        preference = getattr(preference, "value", preference)
+        what = "torch._int_mm" if name == "Int8Tensor" else \
+            f"FP8 product (torch._scaled_mm or mslk, kernel preference {preference})"
+        return name, _scales(weight), what
+    if name in ("Parameter", "Tensor"):
+        return "Tensor", str(weight.dtype).replace("torch.", ""), "not quantized"
+    return name, "unknown", "unknown to this tool"
+
+
+def kernels(model: nn.Module) -> tuple[Kernel, ...]:
+    """Every linear layer's kernel, grouped: the quantized groups first, largest first."""
+    seen = Counter(describe(module.weight) for module in model.modules()
+                   if isinstance(module, nn.Linear))
+    ordered = sorted(seen.items(), key=lambda item: (item[0][2] == "not quantized", -item[1]))
+    return tuple(Kernel(*key, layers) for key, layers in ordered)
+
+
+def quantized_compile_options(options: dict) -> dict:
+    """torch.compile's arguments for a quantized model: :data:`QUANTIZED_INDUCTOR` under the
+    user's own options (inductor's backend only)."""
+    if options.get("backend", "inductor") != "inductor":
+        return options
+    return with_inductor_settings(options, QUANTIZED_INDUCTOR)
+
+
+def compile_note(options: dict | None) -> str | None:
+    """A line naming the exhaustive searches a quantized run's compile options ask for (they
+    trade compile time for speed); None when there are none."""
+    if not options:
+        return None
+    inductor = dict(options.get("options") or {})
+    asked = [name for name in EXHAUSTIVE_SEARCHES if inductor.get(name)]
+    if options.get("mode") in ("max-autotune", "max-autotune-no-cudagraphs"):
+        asked.insert(0, f"mode {options['mode']}")
+    if not asked:
+        return None
+    return (f"{', '.join(asked)} asked for: inductor searches every product's kernels, which "
+            f"trades minutes of compile time for speed")
