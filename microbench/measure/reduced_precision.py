@@ -152,8 +152,8 @@ class LowPrecision:
             settings = ", ".join(f"{key}={value}" for key, value in
                                  self.compile_settings.items())
             rows.append(("Quantized compile", f"prefill and decode with {settings} (torchao's "
-                                              f"recommended inductor settings, this run's "
-                                              f"graphs only)"
+                                              f"recommended inductor settings without the "
+                                              f"exhaustive search, this run's graphs only)"
                                               + (f"; {self.compile_note}" if self.compile_note
                                                  else "")))
         rows.append((f"Accuracy vs {self.drift.reference}", self.drift.line()))

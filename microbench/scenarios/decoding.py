@@ -244,7 +244,7 @@ class GenerationWorkload:
             # A quantized run's prefill and decode step both get torchao's inductor settings:
             # the prefill is compiled the same way as the decode step, never left to a cast
             # and a product inductor did not fuse (issue 48).
-            extra = quant_layout.QUANTIZED_INDUCTOR if quantized else {}
+            extra = quant_layout.compile_extras() if quantized else {}
             self.prefill_step = compiled(self.prefill_step, compile_options, extra)
             self.decode_step = compiled(self.decode_step, compile_options,
                                         {**DECODE_INDUCTOR, **extra})
@@ -300,7 +300,7 @@ def build(spec, model: nn.Module, compile_options: dict | None = None,
                               quantized=reduced is not None)
     if reduced is not None and compile_options is not None:
         reduced = dataclasses.replace(
-            reduced, compile_settings={**DECODE_INDUCTOR, **quant_layout.QUANTIZED_INDUCTOR},
+            reduced, compile_settings=quant_layout.compile_settings(DECODE_INDUCTOR),
             compile_note=quant_layout.compile_note(compile_options))
     work.lowp = reduced
     if count_flops:

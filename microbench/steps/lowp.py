@@ -330,10 +330,12 @@ def dequantized(weight: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """A quantized weight back in ``dtype``: its own ``dequantize()`` where it has one (int8,
     float8), else the identity pushed through its kernel (torchao's int4 tensors have none),
     in slices of rows so that a 14336-wide layer needs no 400 MB identity."""
-    if hasattr(weight, "dequantize"):
-        return weight.dequantize().to(dtype)
     if type(weight) in (torch.Tensor, nn.Parameter):
         return weight.detach().to(dtype)
+    # Every tensor has torch's dequantize (for torch's own quantized tensors); a subclass that
+    # can dequantize itself overrides it.
+    if type(weight).dequantize is not torch.Tensor.dequantize:
+        return weight.dequantize().to(dtype)
     columns = weight.shape[1]
     slices = []
     with torch.inference_mode():

@@ -208,12 +208,45 @@ def kernels(model: nn.Module) -> tuple[Kernel, ...]:
     return tuple(Kernel(*key, layers) for key, layers in ordered)
 
 
+# Dynamo guards a tensor subclass's metadata with a Python call per weight per call of the
+# compiled step (``x.__tensor_flatten__()[1] == saved``, torch/_dynamo/guards.py): 100-odd
+# quantized weights cost a millisecond or more of host time on every decode step, more than
+# a CUDA-graph replay of a 1B model's step takes on the GPU, so the step waits on the host.
+# The weights do not change during a run, so a quantized run's graphs leave that guard out.
+WEIGHT_METADATA_GUARD = "TENSOR_SUBCLASS_METADATA_MATCH"
+
+
+def skip_weight_metadata_guards(entries) -> list[bool]:
+    """torch.compile's ``guard_filter_fn``: keep every guard but the subclass-metadata ones."""
+    return [entry.guard_type != WEIGHT_METADATA_GUARD for entry in entries]
+
+
+def guard_filter_supported() -> bool:
+    """torch.compile takes ``options={'guard_filter_fn': ...}`` (PyTorch 2.7 and newer, which
+    also brought torch.compiler's ready-made filters)."""
+    return hasattr(torch.compiler, "skip_guard_on_all_nn_modules_unsafe")
+
+
+def compile_extras() -> dict:
+    """What a quantized run adds to its graphs' torch.compile options."""
+    guards = ({"guard_filter_fn": skip_weight_metadata_guards} if guard_filter_supported()
+              else {})
+    return {**QUANTIZED_INDUCTOR, **guards}
+
+
+def compile_settings(decode_settings: dict) -> dict:
+    """The settings a compiled quantized run applied, as the result file records them."""
+    return {**decode_settings, **QUANTIZED_INDUCTOR,
+            "weight_metadata_guards": ("skipped" if guard_filter_supported() else
+                                       "kept (this torch.compile takes no guard_filter_fn)")}
+
+
 def quantized_compile_options(options: dict) -> dict:
-    """torch.compile's arguments for a quantized model: :data:`QUANTIZED_INDUCTOR` under the
+    """torch.compile's arguments for a quantized model: :func:`compile_extras` under the
     user's own options (inductor's backend only)."""
     if options.get("backend", "inductor") != "inductor":
         return options
-    return with_inductor_settings(options, QUANTIZED_INDUCTOR)
+    return with_inductor_settings(options, compile_extras())
 
 
 def compile_note(options: dict | None) -> str | None:

@@ -1,0 +1,48 @@
+"""--quant-layout end to end on the CPU (issue 48): the layout asked for runs, the summary and
+the result file name the kernel read back from the weights, the weight errors are stored (and
+valid against the schema), and a layout the format or the device does not have is refused in
+one line before anything is built."""
+import json
+
+import pytest
+
+from conftest import assert_one_line_error, run_main
+from microbench.store import schema
+
+TINY = ["--network", "llama_tiny", "--mode", "generate", "--seq-len", "32", "--prompt-len", "8",
+        "--gen-len", "4", "--batch-size", "1", "--iterations", "1", "--warmup", "1",
+        "--telemetry-interval", "0", "--device", "cpu", "--quantize", "int8wo"]
+
+
+@pytest.fixture
+def run(capfd, tmp_path):
+    def invoke(*args):
+        return run_main(capfd, "--output-dir", str(tmp_path / "out"), *args)
+    return invoke
+
+
+def test_the_layout_asked_for_runs_and_is_named_from_the_model(run, tmp_path):
+    pytest.importorskip("torchao")
+    ran = run(*TINY, "--quant-layout", "tensorwise")
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    [kernels] = [line for line in ran.stdout.splitlines() if "Quantized kernels" in line]
+    assert "layout tensorwise: Int8Tensor (tensorwise" in kernels
+    assert "Weight error" in ran.stdout and "weights rel. error max" in ran.stdout
+    [path] = (tmp_path / "out").glob("llama_tiny_generate_*int8wo_tensorwise*.json")
+    document = json.loads(path.read_text())
+    schema.validate_result(document, str(path))
+    block = document["low_precision"]
+    assert document["config"]["quant_layout"] == "tensorwise"
+    assert block["quant_layout"] == "tensorwise"
+    assert {k["tensor"] for k in block["quant_kernels"]} == {"Int8Tensor"}
+    assert 0 < block["weight_error"]["max_relative_error"] < 0.05
+    assert block["compile_settings"] is None                  # eager: nothing compiled
+
+
+@pytest.mark.parametrize("layout, words", [
+    ("preshuffled", "--quant-layout preshuffled is not a layout of --quantize int8wo"),
+    ("sideways", "invalid choice"),
+])
+def test_a_layout_the_format_does_not_have_is_one_line(run, layout, words):
+    ran = run(*TINY, "--quant-layout", layout)
+    assert_one_line_error(ran, 2, words)

@@ -1,0 +1,163 @@
+"""Which kernel a --quantize format runs (microbench.steps.quant_layout, issue 48): the layout
+chosen from the device's facts (faked here: an H100 with and without mslk, an A100, an L4,
+an MI300, the CPU), the torchao configuration it makes, what ran read back from the weights,
+the weight errors, and the compile settings of a quantized run."""
+import pytest
+import torch
+from torch import nn
+
+from microbench.platform.device import Vendor
+from microbench.platform.errors import UsageError
+from microbench.steps import lowp, quant_layout
+from microbench.steps.quant_layout import QuantDevice, choose_layout
+
+H100 = QuantDevice(Vendor.NVIDIA, (9, 0), fp8=True, mslk=True)
+H100_BARE = QuantDevice(Vendor.NVIDIA, (9, 0), fp8=True, mslk=False)
+A100 = QuantDevice(Vendor.NVIDIA, (8, 0), fp8=False, mslk=True)
+L4 = QuantDevice(Vendor.NVIDIA, (8, 9), fp8=True, mslk=False)
+MI300 = QuantDevice(Vendor.AMD, None, fp8=True, mslk=False)
+CPU = QuantDevice(Vendor.CPU, None, fp8=False, mslk=False)
+
+
+@pytest.mark.parametrize("facts, expected", [
+    (H100, "preshuffled"), (H100_BARE, "tinygemm"), (A100, "tinygemm"), (MI300, "tinygemm")])
+def test_auto_takes_the_fastest_int4_layout_the_device_runs(facts, expected):
+    assert choose_layout("int4wo", "auto", facts) == expected
+
+
+@pytest.mark.parametrize("facts, expected", [(H100, "rowwise"), (MI300, "rowwise"),
+                                             (L4, "tensorwise")])
+def test_float8_dynamic_is_rowwise_where_scaled_mm_takes_row_scales(facts, expected):
+    assert choose_layout("float8dq", "auto", facts) == expected
+
+
+def test_int8_defaults_to_rowwise_everywhere():
+    assert choose_layout("int8wo", "auto", CPU) == "rowwise"
+    assert choose_layout("int8wo", "tensorwise", CPU) == "tensorwise"
+
+
+@pytest.mark.parametrize("quantize, layout, facts, words", [
+    ("int4wo", "preshuffled", A100, "sm_90"),
+    ("int4wo", "preshuffled", H100_BARE, "pip install mslk"),
+    ("int4wo", "plain", MI300, "pip install mslk"),
+    ("int8wo", "tinygemm", H100, "not a layout of --quantize int8wo"),
+    ("float8dq", "rowwise", L4, "sm_90"),
+    ("int4wo", "auto", CPU, "need a GPU"),
+])
+def test_a_layout_the_device_cannot_run_is_refused_in_words(quantize, layout, facts, words):
+    with pytest.raises(UsageError, match=words):
+        choose_layout(quantize, layout, facts)
+
+
+def test_the_torchao_configs_leave_inductor_alone_and_carry_the_layout():
+    pytest.importorskip("torchao")
+    from torchao.quantization import PerTensor
+    tinygemm = quant_layout.torchao_config("int4wo", "tinygemm", MI300)
+    assert tinygemm.int4_packing_format == "tile_packed_to_4d"
+    assert tinygemm.int4_tile_packed_ntile == 16            # ROCm's tiles
+    assert quant_layout.torchao_config("int4wo", "preshuffled", H100).int4_packing_format == \
+        "preshuffled"
+    int8 = quant_layout.torchao_config("int8wo", "tensorwise", CPU)
+    assert isinstance(int8.granularity, PerTensor)
+    for name in ("int4wo", "int8wo", "float8wo", "float8dq"):
+        layout = choose_layout(name, "auto", H100)
+        assert quant_layout.torchao_config(name, layout, H100).set_inductor_config is False
+
+
+def _tiny(out_features: int = 32) -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(64, 64, bias=False), nn.ReLU(),
+                         nn.Linear(64, out_features, bias=False)).to(torch.bfloat16)
+
+
+@pytest.mark.parametrize("layout", ["rowwise", "tensorwise"])
+def test_what_ran_is_read_from_the_weights(layout):
+    pytest.importorskip("torchao")
+    from torchao.quantization import quantize_
+    model = _tiny()
+    quantize_(model[0], quant_layout.torchao_config("int8wo", layout, CPU))
+    kernels = quant_layout.kernels(model)
+    assert [(k.tensor, k.packing, k.layers) for k in kernels] == \
+        [("Int8Tensor", layout, 1), ("Tensor", "bfloat16", 1)]
+    assert "cast to BF16" in kernels[0].kernel and kernels[1].kernel == "not quantized"
+
+
+def test_quantize_measured_reports_layout_kernels_and_weight_errors():
+    pytest.importorskip("torchao")
+
+    class Probe(nn.Module):              # tokens -> logits, as a language model's forward
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Embedding(50, 64)
+            self.body = _tiny(out_features=64)
+            self.output = nn.Linear(64, 50, bias=False)
+
+        def forward(self, tokens):
+            return self.output(self.body(self.embed(tokens)))
+
+    model = Probe().to(torch.bfloat16)
+    tokens = torch.randint(0, 50, (2, 8))
+    report = lowp.quantize_measured(model, "int8wo", tokens, torch.device("cpu"))
+    assert report.quant_layout == "rowwise"
+    assert [k["tensor"] for k in report.quant_kernels] == ["Int8Tensor"]
+    assert report.quant_kernels[0]["layers"] == 3
+    errors = report.weight_errors
+    assert errors.layers == 3 and 0 < errors.mean_error <= errors.max_error < 0.02
+    assert errors.layer == "body.0" and 0 < errors.layer_output_error < 0.05
+    labels = [label for label, _ in report.rows()]
+    assert "Quantized kernels" in labels and "Weight error" in labels
+    stored = report.to_dict()
+    assert stored["quant_kernels"][0]["packing"] == "rowwise"
+    assert stored["weight_error"]["layers"] == 3
+
+
+def test_a_weight_without_its_own_dequantize_goes_through_its_kernel():
+    class Packed(torch.Tensor):          # like torchao's int4 tensors: no dequantize of its own
+        pass
+
+    weight = torch.randn(24, 2100, dtype=torch.float32)
+    packed = torch.Tensor._make_subclass(Packed, weight)
+    assert torch.equal(lowp.dequantized(packed, torch.float32), weight)   # in slices of 1024
+
+
+def test_compile_note_names_the_exhaustive_searches_only():
+    assert quant_layout.compile_note({"mode": "reduce-overhead"}) is None
+    assert quant_layout.compile_note(None) is None
+    note = quant_layout.compile_note({"mode": "max-autotune"})
+    assert "mode max-autotune" in note and "compile time" in note
+    note = quant_layout.compile_note({"options": {"coordinate_descent_check_all_directions": 1}})
+    assert "coordinate_descent_check_all_directions" in note
+
+
+def test_quantized_compile_options_keep_the_users_over_torchaos():
+    options = quant_layout.quantized_compile_options(
+        {"mode": "reduce-overhead", "options": {"coordinate_descent_tuning": False}})
+    inductor = options["options"]
+    assert inductor["triton.cudagraphs"] is True               # the mode, as options
+    assert inductor["coordinate_descent_tuning"] is False       # the user's word wins
+    assert inductor["force_fuse_int_mm_with_mul"] is True
+    assert "coordinate_descent_check_all_directions" not in inductor
+    assert quant_layout.quantized_compile_options({"backend": "eager"}) == {"backend": "eager"}
+
+
+def test_the_guard_filter_drops_only_the_weights_metadata_guards():
+    pytest.importorskip("torchao")
+    if not quant_layout.guard_filter_supported():
+        pytest.skip("this torch.compile takes no guard_filter_fn")
+    from torchao.quantization import quantize_
+    model = _tiny()
+    quantize_(model, quant_layout.torchao_config("int8wo", "rowwise", CPU))
+    kept: dict[str, list[bool]] = {}
+
+    def record(entries):
+        verdicts = quant_layout.skip_weight_metadata_guards(entries)
+        for entry, keep in zip(entries, verdicts):
+            kept.setdefault(entry.guard_type, []).append(keep)
+        return verdicts
+
+    compiled = torch.compile(model, backend="eager", fullgraph=True,
+                             options={"guard_filter_fn": record})
+    inputs = torch.randn(2, 64, dtype=torch.bfloat16)
+    assert torch.equal(compiled(inputs), model(inputs))
+    assert kept[quant_layout.WEIGHT_METADATA_GUARD] == [False, False]     # two weights
+    assert all(kept["TENSOR_MATCH"])
