@@ -205,7 +205,7 @@ def measure_peaks(spec: "RunSpec", monitor: "Monitor | None",
     if not spec.measure_peaks:
         return None
     on_phase("measuring peaks: a matrix product and a device copy")
-    compute = spec.precision.autocast_dtype or spec.precision.model_dtype
+    compute = peaks_mod.probe_dtype(spec.precision, spec.device)    # FP8 for --precision fp8
     source = monitor.source if monitor is not None else None
     return peaks_mod.once(spec.device, compute, spec.precision.peak_key, source)
 

@@ -35,6 +35,15 @@ MEMORY_BOUND = "memory"
 COMPUTE_BOUND = "compute"
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+# FP8 operands, which only the scaled_mm GEMM takes (no other op has FP8 kernels): E4M3 in the
+# OCP encoding (NVIDIA from sm_89, AMD gfx950) and in MI300's fnuz encoding. The device layer
+# says which one a GPU's matrix units take (platform.device.fp8_e4m3_dtype).
+FP8_DTYPES = {"fp8_e4m3fn": torch.float8_e4m3fn, "fp8_e4m3fnuz": torch.float8_e4m3fnuz}
+
+
+def dtype_of(name: str) -> torch.dtype:
+    """The torch dtype of a catalog dtype name, FP8 ones included."""
+    return DTYPES[name] if name in DTYPES else FP8_DTYPES[name]
 
 INDEX_BYTES = 8  # torch indices are int64
 
@@ -337,6 +346,43 @@ def _two_input_build(function: Callable[[torch.Tensor, torch.Tensor], torch.Tens
     return build
 
 
+# torch._scaled_mm's operands: 2-D, K and N multiples of 16 (its FP8 GEMMs' alignment).
+SCALED_MM_ALIGNMENT = 16
+
+
+def _scaled_mm_check(shapes: Shapes, inplace: bool) -> None:
+    batch, _, n, k = _matmul_dims(shapes)
+    if batch or len(shapes.input1) != 2 or len(shapes.input2) != 2:
+        raise UsageError("scaled_mm multiplies two 2-d matrices (M-K and K-N)")
+    if k % SCALED_MM_ALIGNMENT or n % SCALED_MM_ALIGNMENT:
+        raise UsageError(f"scaled_mm needs K and N multiples of {SCALED_MM_ALIGNMENT} "
+                         f"(torch._scaled_mm's alignment), got K={k}, N={n}")
+
+
+def _scaled_mm_cost(shapes: Shapes, element_size: int, inplace: bool) -> OpCost:
+    """FP8 operands read (``element_size`` 1), a BF16 product written."""
+    _, m, n, k = _matmul_dims(shapes)
+    read = (m * k + k * n) * element_size
+    written = m * n * torch.bfloat16.itemsize
+    return OpCost(bytes_read=read, bytes_written=written, flops=2 * m * n * k,
+                  bytes_allocated=read + written)
+
+
+def _scaled_mm_build(shapes: Shapes, dtype: torch.dtype, device: torch.device, inplace: bool):
+    """torch._scaled_mm of two FP8 matrices with one scale each (tensorwise, FP32 scalars),
+    into BF16: the GEMM of torchao's tensorwise FP8 training recipe. The second operand is
+    column-major, as the FP8 GEMMs (cuBLASLt, hipBLASLt) take it."""
+    if dtype not in FP8_DTYPES.values():
+        raise UsageError(f"scaled_mm multiplies FP8 matrices ({', '.join(FP8_DTYPES)}), "
+                         f"not {dtype}")
+    (m, k), (_, n) = shapes.input1, shapes.input2
+    first = _random_input((m, k), torch.bfloat16, device).to(dtype)
+    second = _random_input((n, k), torch.bfloat16, device).to(dtype).t()
+    scale = torch.ones((), dtype=torch.float32, device=device)
+    return lambda: torch._scaled_mm(first, second, scale_a=scale, scale_b=scale,
+                                    out_dtype=torch.bfloat16)
+
+
 def _bmm_check(shapes: Shapes, inplace: bool) -> None:
     _require_rank(shapes.input1, 3, "bmm's input1 (B-M-K)")
     _require_rank(shapes.input2, 3, "bmm's input2 (B-K-N)")
@@ -478,6 +524,10 @@ _SPECS: tuple[OpSpec, ...] = (
     OpSpec("matmul", "compute", COMPUTE_BOUND, takes_input2=True, supports_inplace=False,
            default_input1="8192-8192", default_input2="8192-8192", check=_matmul_check,
            cost=_matmul_cost, build=_two_input_build(torch.matmul), compute_path="matmul"),
+    # The FP8 GEMM (tensorwise scales), the measured peak of --precision fp8 runs; FP8 dtypes only.
+    OpSpec("scaled_mm", "compute", COMPUTE_BOUND, takes_input2=True, supports_inplace=False,
+           default_input1="8192-8192", default_input2="8192-8192", check=_scaled_mm_check,
+           cost=_scaled_mm_cost, build=_scaled_mm_build, compute_path="matmul"),
     # Attention-score sized batched products.
     OpSpec("bmm", "compute", COMPUTE_BOUND, takes_input2=True, supports_inplace=False,
            default_input1="64-2048-2048", default_input2="64-2048-2048", check=_bmm_check,

@@ -145,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
     return outcome.exit_code
 
 
-PEAK_DTYPES = ("fp32", "fp16", "bf16")   # and fp8 once the catalog has its GEMM
+PEAK_DTYPES = ("fp32", "fp16", "bf16")   # and the device's FP8 E4M3 where it has FP8 units
 
 
 def run_peaks(args: argparse.Namespace, device: torch.device) -> int:
@@ -156,6 +156,8 @@ def run_peaks(args: argparse.Namespace, device: torch.device) -> int:
                     else (None, "no telemetry on the CPU"))
     try:
         dtypes = [dtype for dtype in PEAK_DTYPES if dtype in ops.DTYPES]
+        fp8 = device_layer.fp8_e4m3_dtype(device)          # torch._scaled_mm's GEMM
+        dtypes += [peaks.gemm_dtype(fp8)] if fp8 is not None else []
         rows, clocks, seconds = peaks.probe_table(device, dtypes, source)
     finally:
         if source is not None:
@@ -163,7 +165,7 @@ def run_peaks(args: argparse.Namespace, device: torch.device) -> int:
     name = device_name(device)
     datasheet = flops.peak_for_device(device)
     size = peaks.default_size(device)
-    print(f"Peak probe on {device} ({name}): torch.matmul {size.gemm_n}^3 per dtype and a "
+    print(f"Peak probe on {device} ({name}): torch.matmul {size.gemm_n}^3 per dtype (FP8: torch._scaled_mm) and a "
           f"device copy, {size.warmup} warm-up calls apart, median of {size.iterations} calls "
           f"timed one by one with {clock_name(device)}")
     print("datasheet: " + (f"{datasheet.name} ({datasheet.source})" if datasheet

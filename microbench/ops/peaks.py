@@ -7,7 +7,10 @@ measured here by a short probe before the timed region and outside it, once per 
 
 * **GEMM**: ``torch.matmul`` of two N x N matrices (8192 on a GPU) in the run's compute dtype
   (the precision table's: bf16 for bf16 and amp-bf16, fp32 for fp32 and tf32, with TF32 as the
-  run set it), 2*N^3 FLOPs per call;
+  run set it), 2*N^3 FLOPs per call; for ``--precision fp8`` on a device with FP8 matrix units,
+  ``torch._scaled_mm`` of two E4M3 matrices with tensorwise scales into BF16 (e4m3fnuz on
+  MI300, as the device layer says), so that the measured MFU of an FP8 run is against an FP8
+  product, as its datasheet MFU is;
 * **bandwidth**: a device-to-device copy of 1 GiB (64 MiB on the CPU), counting the bytes read
   and the bytes written (2 GiB per call), the basis of every GB/s the tool prints.
 
@@ -17,8 +20,8 @@ with device events, the L2 flushed before each outside its interval; the rate is
 median call). While it runs, the telemetry source (NVML, amdsmi) is read for the clocks, power,
 the power limit and any throttle reason, which say why a measured peak is low.
 
-The probe takes the dtype as a name of the catalog's ``DTYPES``; a precision whose compute dtype
-is not there yet (FP8) gets no GEMM probe and says so, until the catalog can build its GEMM.
+The probe takes the dtype as a name of the catalog's ``DTYPES`` or ``FP8_DTYPES``; a compute
+dtype the catalog has no GEMM of gets no GEMM probe and says so.
 
 Example::
 
@@ -168,7 +171,8 @@ class MeasuredPeaks:
 
     def to_dict(self) -> dict:
         return {
-            "method": ("microbench.ops: torch.matmul N x N x N and a device-to-device copy, "
+            "method": ("microbench.ops: torch.matmul N x N x N (FP8: torch._scaled_mm, "
+                       "tensorwise scales, into BF16) and a device-to-device copy, "
                        "each call timed alone with device events after warm-up calls, L2 "
                        "flushed before each on a GPU; rate = work / median call"),
             "device_name": self.device_name, "dtype": self.dtype,
@@ -210,10 +214,28 @@ def _row_dict(row: OpResult | None, key: str) -> dict | None:
 
 def gemm_dtype(compute: torch.dtype) -> str | None:
     """The catalog's name of a run's compute dtype; None where the catalog has no GEMM of it."""
-    for name, dtype in catalog.DTYPES.items():
+    for name, dtype in {**catalog.DTYPES, **catalog.FP8_DTYPES}.items():
         if dtype == compute:
             return name
     return None
+
+
+def probe_dtype(precision, device: torch.device) -> torch.dtype:
+    """The dtype the GEMM probe multiplies in for a run of ``precision`` (a precision-table
+    row): --precision fp8 on a device with FP8 matrix units probes an FP8 GEMM in the E4M3
+    encoding those units take (so both of MFU's denominators are FP8); every other run its
+    compute dtype (the autocast dtype, else the model's)."""
+    if precision.fp8:
+        fp8 = device_layer.fp8_e4m3_dtype(device)
+        if fp8 is not None:
+            return fp8
+    return precision.autocast_dtype or precision.model_dtype
+
+
+def gemm_op(dtype_name: str) -> str:
+    """The catalog's GEMM for a dtype: torch._scaled_mm (tensorwise scales) for FP8,
+    torch.matmul otherwise."""
+    return "scaled_mm" if dtype_name in catalog.FP8_DTYPES else "matmul"
 
 
 class _Prober:
@@ -242,7 +264,7 @@ class _Prober:
 
     def gemm(self, dtype_name: str) -> OpResult:
         n = f"{self.size.gemm_n}-{self.size.gemm_n}"
-        return self.row("matmul", dtype_name, n, n)
+        return self.row(gemm_op(dtype_name), dtype_name, n, n)
 
     def copy(self) -> OpResult:
         return self.row("copy", COPY_DTYPE, str(self.size.copy_elements), None)

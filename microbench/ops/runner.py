@@ -91,7 +91,7 @@ class RunConfig:
 
     @property
     def dtype(self) -> torch.dtype:
-        return ops.DTYPES[self.dtype_name]
+        return ops.dtype_of(self.dtype_name)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -218,6 +218,8 @@ def peak_precision(spec: ops.OpSpec, dtype_name: str) -> str:
     convolutions through cuDNN: on by default), on AMD's FP32 matrix cores otherwise
     (``fp32_matrix`` is the vector rate on NVIDIA, which has no FP32 matrix path).
     """
+    if dtype_name in ops.FP8_DTYPES:
+        return "fp8"                     # the datasheet's dense FP8 rate, either encoding
     if dtype_name != "fp32" or spec.compute_path == "vector":
         return dtype_name
     if spec.compute_path == "matmul" and tf32_allowed("matmul"):
