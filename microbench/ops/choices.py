@@ -15,8 +15,8 @@ DTYPE_NAMES = ("fp32", "fp16", "bf16")
 GENERIC_SHAPE = "64-1024-1024"
 # Every op of the catalog (catalog.known_op_names()).
 OP_NAMES = ("add", "argmax", "argmin", "bmm", "conv2d", "copy", "div", "eq", "exp", "layer_norm",
-            "matmul", "max", "mean", "mul", "norm", "prod", "relu", "sdpa", "softmax", "sqrt",
-            "std", "sub", "sum", "tanh", "var")
+            "matmul", "max", "mean", "mul", "norm", "prod", "relu", "scaled_mm", "sdpa",
+            "softmax", "sqrt", "std", "sub", "sum", "tanh", "var")
 
 MIB = 1 << 20
 # The flush buffer: twice the last-level cache, and never less than this floor, which covers a
