@@ -1,0 +1,113 @@
+"""benchmarks/quant_decode.py (issue 48) on the CPU: its tool command is one the command line
+takes, it reads the figures the tool writes, and it judges every target of the issue from them
+(PASS, FAIL, or not run with the reason)."""
+from pathlib import Path
+
+import pytest
+
+from benchmarks import quant_decode
+from microbench.plan import cli
+
+
+def test_the_tool_command_parses_with_the_tools_own_flags(tmp_path):
+    command = quant_decode.tool_command("llama3_8b", "int4wo", quant_decode.FULL, tmp_path,
+                                        "llama3_8b_int4wo")
+    assert command[1:3] == ["-m", "microbench"]
+    args = cli.parse_args(command[3:])
+    [config] = cli.to_plan(args).configs
+    assert (config.network, config.mode, config.quantize, config.batch_size) == \
+        ("llama3_8b", "generate", "int4wo", 1)
+    assert config.compile and config.compile_options.get("mode") == "reduce-overhead"
+    assert config.warmup >= 3                      # the tool asks it of reduce-overhead
+    bf16 = quant_decode.tool_command("llama_1b", "bf16", quant_decode.FULL, tmp_path, "x")
+    assert bf16[bf16.index("--quantize") + 1] == "none"
+
+
+def test_figures_are_read_from_the_result_document():
+    document = {"generation": {"decode_tokens_per_s": 250.0,
+                               "time_to_first_token": {"stats": {"median_ms": 3.0}}},
+                "timing": {"first_iteration_s": 80.0},
+                "low_precision": {"quant_layout": "tinygemm",
+                                  "quant_kernels": [{"tensor": "Int4TilePackedTo4dTensor",
+                                                     "packing": "tile_packed_to_4d",
+                                                     "kernel": "k", "layers": 155}]}}
+    figures = quant_decode.tool_figures(document)
+    assert (figures["decode_tokens_per_s"], figures["ttft_ms"], figures["first_iteration_s"],
+            figures["layout"]) == (250.0, 3.0, 80.0, "tinygemm")
+
+
+def _row(model, fmt, tool_rate, loop_rate, ttft=2.0, first=60.0):
+    return {"model": model, "format": fmt,
+            "tool": {"decode_tokens_per_s": tool_rate, "ttft_ms": ttft,
+                     "first_iteration_s": first, "kernels": []},
+            "loop": {"decode_tokens_per_s": loop_rate}}
+
+
+def test_every_target_is_judged():
+    rows = [_row("llama3_8b", "bf16", 100.0, 100.0),
+            _row("llama3_8b", "int4wo", 180.0, 182.0),          # 1.8x: PASS; 0.989 of loop
+            _row("llama3_8b", "int8wo", 130.0, 150.0, ttft=5.0),  # 1.3x < 1.4x; TTFT 2.5x
+            _row("llama_1b", "bf16", 800.0, 790.0),
+            _row("llama_1b", "float8wo", 700.0, 690.0, first=150.0)]
+    lines = quant_decode.verdicts(rows)
+    text = "\n".join(lines)
+    assert "PASS     llama3_8b int4wo decode vs BF16 >= 1.70x: 1.800x" in text
+    assert "FAIL     llama3_8b int8wo decode vs BF16 >= 1.40x: 1.300x" in text
+    assert "FAIL     llama3_8b int8wo TTFT vs BF16 <= 2.0x: 2.500x" in text
+    assert "FAIL     llama3_8b int8wo tool vs tight loop >= 0.97x: 0.867x" in text
+    assert "FAIL     llama_1b float8wo decode vs BF16 >= 1.00x: 0.875x" in text
+    assert "FAIL     llama_1b float8wo compile + first iteration <= 120 s: 150.000 s" in text
+    assert "PASS     llama_1b bf16 compile + first iteration <= 120 s: 60.000 s" in text
+    assert not any(line.startswith("not run") for line in lines)
+    assert "| llama3_8b | int4wo | 180.0 | 182.0 | 0.989 |" in quant_decode.table(rows)
+
+
+def test_a_run_without_figures_says_why():
+    rows = [_row("llama_1b", "bf16", 800.0, 790.0),
+            {"model": "llama_1b", "format": "int8wo",
+             "tool": {"error": "exit 1, see tool_llama_1b_int8wo.log"}, "loop": {}}]
+    lines = [line for line in quant_decode.verdicts(rows) if "int8wo" in line]
+    assert lines and all(line.startswith("not run") and "tool_llama_1b_int8wo.log" in line
+                         for line in lines)
+
+
+def test_bf16_always_runs_first_and_unknown_names_are_refused(tmp_path):
+    args = quant_decode.parse([str(tmp_path), "--models", "llama_1b",
+                               "--formats", "int8wo,bf16"])
+    assert args.formats == ["bf16", "int8wo"] and args.models == ["llama_1b"]
+    with pytest.raises(SystemExit):
+        quant_decode.parse([str(tmp_path), "--formats", "int3wo"])
+    assert Path(quant_decode.__file__).parent.name == "benchmarks"
+
+
+def test_the_tight_loop_quantizes_and_times_the_same_model(monkeypatch, tmp_path):
+    """The loop's logic on the CPU: compile left out and CUDA events read from the host clock
+    (the GPU run compiles and records real events)."""
+    pytest.importorskip("torchao")
+    import itertools
+    import json
+
+    import torch
+    ticks = itertools.count()
+
+    class Event:
+        def __init__(self, **_):
+            self.at = None
+
+        def record(self):
+            self.at = next(ticks)          # 1 ms apart
+
+        def elapsed_time(self, other):
+            return float(other.at - self.at)
+
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *args: None)
+    monkeypatch.setattr(torch, "compile", lambda function, **_: function)
+    out = tmp_path / "loop.json"
+    quant_decode.loop_worker("llama_tiny", "int8wo", "tensorwise",
+                             dict(prompt=8, gen=4, iterations=2, warmup=2), str(out), "cpu")
+    result = json.loads(out.read_text())
+    assert result["weights"] == ["Int8Tensor"]
+    # Each generation: prefill 1 tick, 3 decode steps in 1 tick (events only around them).
+    assert result["decode_tokens_per_s"] == pytest.approx(2 * 3 / (2 * 1e-3))
+    assert result["ttft_ms"] == 1.0
