@@ -117,17 +117,23 @@ def loop_worker(model_name: str, fmt: str, layout: str, shape: dict, out: str,
 
 # ------------------------------------------------------------------ the driver
 
-def _environment() -> dict:
-    """This checkout first on the path, beside whatever the caller put there (carried wheels)."""
+def _environment(cache: Path) -> dict:
+    """This checkout first on the path, beside whatever the caller put there (carried wheels);
+    inductor's and Triton's caches of this run's own (every run compiles cold, and a graph one
+    side compiled is never the other side's: the tool keeps a lowering out of its int8 graphs
+    that the loop leaves in)."""
     paths = [str(REPO), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(paths), "PYTHONUNBUFFERED": "1"}
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(paths), "PYTHONUNBUFFERED": "1",
+            "TORCHINDUCTOR_CACHE_DIR": str(cache), "TRITON_CACHE_DIR": str(cache / "triton")}
 
 
 def _run(command: list[str], log: Path, timeout: float) -> int:
+    cache = log.parent / "cache" / log.stem
     with log.open("w") as stream:
         try:
             return subprocess.run(command, stdout=stream, stderr=subprocess.STDOUT, cwd=REPO,
-                                  timeout=max(timeout, 1.0), env=_environment()).returncode
+                                  timeout=max(timeout, 1.0),
+                                  env=_environment(cache)).returncode
         except subprocess.TimeoutExpired:
             return 124
 

@@ -29,12 +29,15 @@ if TYPE_CHECKING:
     from microbench.plan.spec import RunSpec
 
 
-def _compile_wrapper(config) -> Callable[[torch.nn.Module], torch.nn.Module] | None:
+def _compile_wrapper(config, device: torch.device
+                     ) -> Callable[[torch.nn.Module], torch.nn.Module] | None:
     if not config.compile:
         return None
     options = config.compile_options
     if config.quantize != "none":       # torchao's settings, for this run's graph only
         options = quant_layout.quantized_compile_options(options)
+    if config.quantize == "int8wo":     # the CPU's int8 lowering out of a GPU's graphs
+        quant_layout.keep_out_cpu_int8_lowering(quant_layout.QuantDevice.of(device))
     return lambda model: torch.compile(model, **options)
 
 
@@ -125,7 +128,8 @@ def build_workload(spec: "RunSpec",
                    wrap: Callable[[torch.nn.Module], torch.nn.Module] | None = None,
                    count_flops: bool = True):
     """The work of ``spec``'s scenario, compiled when asked, inside ``wrap`` (DDP) if given."""
-    return spec.scenario.build(spec, _compose(wrap, _compile_wrapper(spec.config)), count_flops)
+    return spec.scenario.build(spec, _compose(wrap, _compile_wrapper(spec.config, spec.device)),
+                               count_flops)
 
 
 def run(spec: "RunSpec", on_phase: Callable[..., None] = lambda phase, timed=False: None,

@@ -227,6 +227,45 @@ def guard_filter_supported() -> bool:
     return hasattr(torch.compiler, "skip_guard_on_all_nn_modules_unsafe")
 
 
+def keep_out_cpu_int8_lowering(facts: QuantDevice) -> str | None:
+    """Keep inductor from rewriting int8 weight-only products into ``aten._weight_int8pack_mm``
+    on a GPU; what happened, in words (None where it does not apply: the CPU, whose kernel it
+    is).
+
+    Inductor registers, with its oneDNN (mkldnn) fusions, a lowering meant for the CPU
+    (torch/_inductor/fx_passes/quantization.py, ``_register_woq_mm_int8_pattern4``) whose
+    check also admits CUDA tensors: ``mm(x, int8_weight.t().to(bf16)) * scale``, exactly
+    torchao's Int8Tensor weight-only product, becomes ``_weight_int8pack_mm``, whose CUDA kernel
+    is written for a few rows. A decode step's one-row products escape it (coordinate-descent
+    tuning decomposes them first), a 128-token prefill's do not: that is the 282 ms time to
+    first token of issue 48 (BF16: 1.6 ms). The patterns are registered once per process, at
+    the first compile, only while oneDNN is enabled: registering them once with oneDNN off
+    leaves them out for the process (oneDNN's fusions are for CPU tensors; a GPU run has none).
+    The product is then the cast and the BF16 GEMM inductor writes by itself."""
+    if not facts.gpu:
+        return None
+    if not torch._C._has_mkldnn:
+        return "in use (this build registers it without oneDNN)"
+    from torch._inductor.fx_passes import mkldnn_fusion
+    register = getattr(mkldnn_fusion, "_mkldnn_fusion_init", None)
+    if register is None or not hasattr(register, "cache_info"):
+        return "not found in this torch"
+    if register.cache_info().currsize:
+        return ("kept out" if _KEPT_OUT else
+                "in use (a graph compiled earlier in this process registered it)")
+    enabled = torch._C._get_mkldnn_enabled()
+    torch._C._set_mkldnn_enabled(False)
+    try:
+        register()
+    finally:
+        torch._C._set_mkldnn_enabled(enabled)
+    _KEPT_OUT.append(True)
+    return "kept out"
+
+
+_KEPT_OUT: list[bool] = []          # this process registered inductor's patterns without it
+
+
 def compile_extras() -> dict:
     """What a quantized run adds to its graphs' torch.compile options."""
     guards = ({"guard_filter_fn": skip_weight_metadata_guards} if guard_filter_supported()
@@ -234,11 +273,14 @@ def compile_extras() -> dict:
     return {**QUANTIZED_INDUCTOR, **guards}
 
 
-def compile_settings(decode_settings: dict) -> dict:
+def compile_settings(decode_settings: dict, int8_lowering: str | None = None) -> dict:
     """The settings a compiled quantized run applied, as the result file records them."""
-    return {**decode_settings, **QUANTIZED_INDUCTOR,
-            "weight_metadata_guards": ("skipped" if guard_filter_supported() else
-                                       "kept (this torch.compile takes no guard_filter_fn)")}
+    settings = {**decode_settings, **QUANTIZED_INDUCTOR,
+                "weight_metadata_guards": ("skipped" if guard_filter_supported() else
+                                           "kept (this torch.compile takes no guard_filter_fn)")}
+    if int8_lowering is not None:
+        settings["int8pack_mm_lowering"] = int8_lowering
+    return settings
 
 
 def quantized_compile_options(options: dict) -> dict:

@@ -161,3 +161,48 @@ def test_the_guard_filter_drops_only_the_weights_metadata_guards():
     assert torch.equal(compiled(inputs), model(inputs))
     assert kept[quant_layout.WEIGHT_METADATA_GUARD] == [False, False]     # two weights
     assert all(kept["TENSOR_MATCH"])
+
+
+WOQ_PROBE = r"""
+import sys, torch
+from torch import nn
+from torch._dynamo.utils import counters
+from microbench.platform.device import Vendor
+from microbench.steps import quant_layout
+from torchao.quantization import quantize_
+gpu = quant_layout.QuantDevice(Vendor.NVIDIA, (9, 0), fp8=True, mslk=False)
+if sys.argv[1] == "keep-out":
+    print("status:", quant_layout.keep_out_cpu_int8_lowering(gpu))
+model = nn.Sequential(nn.Linear(64, 32, bias=False)).to(torch.bfloat16)
+quantize_(model, quant_layout.torchao_config("int8wo", "rowwise", gpu))
+compiled = torch.compile(model, fullgraph=True, dynamic=False)
+with torch.inference_mode():
+    compiled(torch.randn(16, 64, dtype=torch.bfloat16))
+print("woq:", counters["inductor"].get("woq_matcher_count", 0))
+print("again:", quant_layout.keep_out_cpu_int8_lowering(gpu))
+"""
+
+
+@pytest.mark.parametrize("mode, woq, again", [
+    ("keep-out", 0, "again: kept out"),
+    # The control: inductor's own rewrite of a 16-row product, then too late to keep it out.
+    ("as-is", 1, "again: in use (a graph compiled earlier in this process registered it)")])
+def test_the_cpu_int8_lowering_is_kept_out_of_a_quantized_gpu_run(tmp_path, mode, woq, again):
+    """Process-wide state (inductor registers its patterns once): each case in its own
+    process, with its own cold inductor cache. Inductor's pattern admits CPU tensors too, so
+    the CPU shows what it does to a GPU's graph."""
+    pytest.importorskip("torchao")
+    import os
+    import subprocess
+    import sys
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache"),
+           "TORCHINDUCTOR_FX_GRAPH_CACHE": "0", "OMP_NUM_THREADS": "1"}
+    ran = subprocess.run([sys.executable, "-c", WOQ_PROBE, mode], capture_output=True,
+                         text=True, timeout=600, env=env)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert f"woq: {woq}" in ran.stdout and again in ran.stdout
+    assert ("status: kept out" in ran.stdout) is (mode == "keep-out")
+
+
+def test_the_cpu_keeps_its_own_int8_kernel():
+    assert quant_layout.keep_out_cpu_int8_lowering(CPU) is None
