@@ -237,7 +237,7 @@ def keep_out_cpu_int8_lowering(facts: QuantDevice) -> str | None:
     check also admits CUDA tensors: ``mm(x, int8_weight.t().to(bf16)) * scale``, exactly
     torchao's Int8Tensor weight-only product, becomes ``_weight_int8pack_mm``, whose CUDA kernel
     is written for a few rows. A decode step's one-row products escape it (coordinate-descent
-    tuning decomposes them first), a 128-token prefill's do not: that is the 282 ms time to
+    tuning decomposes them first), a 128-token prefill's do not, which explains the 282 ms time to
     first token of issue 48 (BF16: 1.6 ms). The patterns are registered once per process, at
     the first compile, only while oneDNN is enabled: registering them once with oneDNN off
     leaves them out for the process (oneDNN's fusions are for CPU tensors; a GPU run has none).
