@@ -151,9 +151,10 @@ class LowPrecision:
         if self.compile_settings is not None:
             settings = ", ".join(f"{key}={value}" for key, value in
                                  self.compile_settings.items())
-            rows.append(("Quantized compile", f"prefill and decode with {settings} (torchao's "
-                                              f"recommended inductor settings without the "
-                                              f"exhaustive search, this run's graphs only)"
+            rows.append(("Quantized compile", f"{settings} (torchao's recommended inductor "
+                                              f"settings without the exhaustive search, on "
+                                              f"this run's graphs only: prefill and decode "
+                                              f"alike)"
                                               + (f"; {self.compile_note}" if self.compile_note
                                                  else "")))
         rows.append((f"Accuracy vs {self.drift.reference}", self.drift.line()))

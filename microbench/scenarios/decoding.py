@@ -296,17 +296,11 @@ def build(spec, model: nn.Module, compile_options: dict | None = None,
         eager = GenerationWorkload(state, shape, autocast, None)
         flops_per_iteration = flops.count_step_flops(eager.step)
         prefill_flops = flops.count_step_flops(eager.prefill)
-    int8_lowering = None
-    if spec.config.quantize == "int8wo" and compile_options is not None:
-        int8_lowering = quant_layout.keep_out_cpu_int8_lowering(
-            quant_layout.QuantDevice.of(spec.device))
+    if reduced is not None and compile_options is not None:
+        # Before the first compile: on a GPU, int8 weight-only keeps inductor's CPU lowering out.
+        reduced = lowp.with_compile_record(reduced, spec.config, spec.device, DECODE_INDUCTOR)
     work = GenerationWorkload(state, shape, autocast, compile_options,
                               quantized=reduced is not None)
-    if reduced is not None and compile_options is not None:
-        reduced = dataclasses.replace(
-            reduced, compile_settings=quant_layout.compile_settings(DECODE_INDUCTOR,
-                                                                    int8_lowering),
-            compile_note=quant_layout.compile_note(compile_options))
     work.lowp = reduced
     if count_flops:
         work.flops_per_iteration, work.prefill_flops = flops_per_iteration, prefill_flops

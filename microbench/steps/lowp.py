@@ -31,6 +31,7 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 
 import torch
 from torch import nn
@@ -266,7 +267,8 @@ def quantize_measured(model: nn.Module, name: str, probe: torch.Tensor,
         # weights are not doubled).
         original = module.weight.detach().clone()
         quantize_(module, config)
-        errors.append(weight_error(original, module.weight))
+        if type(module.weight) is not nn.Parameter:    # left in BF16: a shape the format skips
+            errors.append(weight_error(original, module.weight))
         del original
     drift = compare_logits(_logits(model, probe), before, reference)
     layer_error = _layer_error(model, watched, layer_io)
@@ -275,6 +277,20 @@ def quantize_measured(model: nn.Module, name: str, probe: torch.Tensor,
                         torchao_version=torchao_version(), quant_layout=chosen,
                         quant_kernels=tuple(k.to_dict() for k in quant_layout.kernels(model)),
                         weight_errors=WeightErrors.of(errors, layer_error, watched))
+
+
+def with_compile_record(report: LowPrecision, config, device: torch.device,
+                        step_settings: dict | None = None) -> LowPrecision:
+    """``report`` with what a compiled quantized run applied to its graphs (the settings of
+    :func:`quant_layout.compile_extras`, and whether inductor's CPU int8 lowering was kept out),
+    and a note where its compile options trade compile time for speed; as it was uncompiled."""
+    if not config.compile:
+        return report
+    lowering = (quant_layout.keep_out_cpu_int8_lowering(quant_layout.QuantDevice.of(device))
+                if config.quantize == "int8wo" else None)
+    return dataclasses.replace(
+        report, compile_settings=quant_layout.compile_settings(step_settings or {}, lowering),
+        compile_note=quant_layout.compile_note(config.compile_options))
 
 
 def _linears(model: nn.Module) -> list[tuple[str, nn.Linear]]:

@@ -237,6 +237,7 @@ def low_precision(spec: StepSettings, model: nn.Module, inputs: torch.Tensor, ta
         return lowp.fp8_measured(model, config.fp8_recipe, device, make_step, config.seed,
                                  fp8_flops, iteration_flops)
     if config.quantize != "none":
-        return lowp.quantize_measured(model, config.quantize, lowp.probe_rows(inputs), device,
-                                      precision.label, config.quant_layout)
+        report = lowp.quantize_measured(model, config.quantize, lowp.probe_rows(inputs),
+                                        device, precision.label, config.quant_layout)
+        return lowp.with_compile_record(report, config, device)
     return None

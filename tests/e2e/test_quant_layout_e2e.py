@@ -46,3 +46,19 @@ def test_the_layout_asked_for_runs_and_is_named_from_the_model(run, tmp_path):
 def test_a_layout_the_format_does_not_have_is_one_line(run, layout, words):
     ran = run(*TINY, "--quant-layout", layout)
     assert_one_line_error(ran, 2, words)
+
+
+def test_a_compiled_quantized_run_records_its_compile_settings(run, tmp_path):
+    """The eager backend keeps the CPU test short: the record is written all the same."""
+    pytest.importorskip("torchao")
+    ran = run(*TINY, "--compile", "--compileContext", "{'backend': 'eager'}")
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    [line] = [line for line in ran.stdout.splitlines() if "Quantized compile" in line]
+    assert "coordinate_descent_tuning=True" in line and "weight_metadata_guards" in line
+    [path] = (tmp_path / "out").glob("llama_tiny_generate_*int8wo*.json")
+    document = json.loads(path.read_text())
+    schema.validate_result(document, str(path))
+    settings = document["low_precision"]["compile_settings"]
+    assert settings["force_fuse_int_mm_with_mul"] is True
+    assert "coordinate_descent_check_all_directions" not in settings
+    assert "int8pack_mm_lowering" not in settings          # the CPU keeps its own kernel
