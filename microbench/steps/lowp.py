@@ -238,11 +238,9 @@ def _logits(model: nn.Module, inputs: torch.Tensor) -> torch.Tensor:
 def compare_logits(output: torch.Tensor, reference: torch.Tensor, name: str) -> Drift:
     """The relative error of ``output`` against ``reference`` and their argmax agreement over
     the last dimension (the vocabulary, or the classes)."""
-    error = (torch.linalg.vector_norm(output - reference)
-             / torch.linalg.vector_norm(reference).clamp_min(1e-30))
     agree = (output.argmax(-1) == reference.argmax(-1)).float()
-    return Drift("logits", name, relative_error=float(error), top1_agreement=float(agree.mean()),
-                 positions=agree.numel())
+    return Drift("logits", name, relative_error=relative_error(output, reference),
+                 top1_agreement=float(agree.mean()), positions=agree.numel())
 
 
 def quantize_measured(model: nn.Module, name: str, probe: torch.Tensor,
@@ -269,7 +267,6 @@ def quantize_measured(model: nn.Module, name: str, probe: torch.Tensor,
         quantize_(module, config)
         if type(module.weight) is not nn.Parameter:    # left in BF16: a shape the format skips
             errors.append(weight_error(original, module.weight))
-        del original
     drift = compare_logits(_logits(model, probe), before, reference)
     layer_error = _layer_error(model, watched, layer_io)
     return LowPrecision(drift, quantize=name, quantize_description=QUANTIZE[name],
