@@ -36,8 +36,8 @@ def _compile_wrapper(config, device: torch.device
     options = config.compile_options
     if config.quantize != "none":       # torchao's settings, for this run's graph only
         options = quant_layout.quantized_compile_options(options)
-    if config.quantize == "int8wo":     # the CPU's int8 lowering out of a GPU's graphs
-        quant_layout.keep_out_cpu_int8_lowering(quant_layout.QuantDevice.of(device))
+    # Before this process's first compile: the CPU's int8 lowering out of a GPU's graphs.
+    quant_layout.keep_out_cpu_int8_lowering(device_layer.is_gpu(device))
     return lambda model: torch.compile(model, **options)
 
 

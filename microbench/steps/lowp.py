@@ -283,7 +283,7 @@ def with_compile_record(report: LowPrecision, config, device: torch.device,
     and a note where its compile options trade compile time for speed; as it was uncompiled."""
     if not config.compile:
         return report
-    lowering = (quant_layout.keep_out_cpu_int8_lowering(quant_layout.QuantDevice.of(device))
+    lowering = (quant_layout.keep_out_cpu_int8_lowering(device_layer.is_gpu(device))
                 if config.quantize == "int8wo" else None)
     return dataclasses.replace(
         report, compile_settings=quant_layout.compile_settings(step_settings or {}, lowering),

@@ -227,10 +227,11 @@ def guard_filter_supported() -> bool:
     return hasattr(torch.compiler, "skip_guard_on_all_nn_modules_unsafe")
 
 
-def keep_out_cpu_int8_lowering(facts: QuantDevice) -> str | None:
+def keep_out_cpu_int8_lowering(gpu: bool) -> str | None:
     """Keep inductor from rewriting int8 weight-only products into ``aten._weight_int8pack_mm``
-    on a GPU; what happened, in words (None where it does not apply: the CPU, whose kernel it
-    is).
+    in a process that compiles for a GPU (``gpu``); what happened, in words (None where it does
+    not apply: the CPU, whose kernel it is). Called before every compile of a GPU run, int8 or
+    not: a sweep's BF16 row compiles first in the process that then runs its int8 row.
 
     Inductor registers, with its oneDNN (mkldnn) fusions, a lowering meant for the CPU
     (torch/_inductor/fx_passes/quantization.py, ``_register_woq_mm_int8_pattern4``) whose
@@ -242,7 +243,7 @@ def keep_out_cpu_int8_lowering(facts: QuantDevice) -> str | None:
     the first compile, only while oneDNN is enabled: registering them once with oneDNN off
     leaves them out for the process (oneDNN's fusions are for CPU tensors; a GPU run has none).
     The product is then the cast and the BF16 GEMM inductor writes by itself."""
-    if not facts.gpu:
+    if not gpu:
         return None
     if not torch._C._has_mkldnn:
         return "in use (this build registers it without oneDNN)"

@@ -172,14 +172,14 @@ from microbench.steps import quant_layout
 from torchao.quantization import quantize_
 gpu = quant_layout.QuantDevice(Vendor.NVIDIA, (9, 0), fp8=True, mslk=False)
 if sys.argv[1] == "keep-out":
-    print("status:", quant_layout.keep_out_cpu_int8_lowering(gpu))
+    print("status:", quant_layout.keep_out_cpu_int8_lowering(gpu=True))
 model = nn.Sequential(nn.Linear(64, 32, bias=False)).to(torch.bfloat16)
 quantize_(model, quant_layout.torchao_config("int8wo", "rowwise", gpu))
 compiled = torch.compile(model, fullgraph=True, dynamic=False)
 with torch.inference_mode():
     compiled(torch.randn(16, 64, dtype=torch.bfloat16))
 print("woq:", counters["inductor"].get("woq_matcher_count", 0))
-print("again:", quant_layout.keep_out_cpu_int8_lowering(gpu))
+print("again:", quant_layout.keep_out_cpu_int8_lowering(gpu=True))
 """
 
 
@@ -205,4 +205,4 @@ def test_the_cpu_int8_lowering_is_kept_out_of_a_quantized_gpu_run(tmp_path, mode
 
 
 def test_the_cpu_keeps_its_own_int8_kernel():
-    assert quant_layout.keep_out_cpu_int8_lowering(CPU) is None
+    assert quant_layout.keep_out_cpu_int8_lowering(gpu=False) is None
