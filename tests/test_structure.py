@@ -5,6 +5,7 @@ of what they test."""
 from __future__ import annotations
 
 import ast
+import importlib
 import json
 import re
 import subprocess
@@ -346,9 +347,19 @@ def test_answers_that_need_no_run_import_no_torch():
         ran.stdout[-2000:] + ran.stderr[-2000:]
 
 
-def test_the_modes_named_below_torch_are_the_scenarios():
+def test_the_names_below_torch_are_the_scenarios_and_the_strategies():
+    """--mode and --parallel's choices and the schema's enums read config's names: each names
+    a scenario (of the module of its name) and a strategy, and nothing else is one."""
     from microbench import scenarios
-    assert scenarios.MODES == config.MODES
+    from microbench.scenarios import base, parallel
+    assert tuple(scenarios.SCENARIOS) == config.MODES
+    assert all(kind.mode == mode for mode, kind in scenarios.SCENARIOS.items())
+    written = {cls.mode for path in (PACKAGE / "scenarios").glob("[!_]*.py")
+               for cls in vars(importlib.import_module(f"microbench.scenarios.{path.stem}")).values()
+               if isinstance(cls, type) and issubclass(cls, base.Scenario) and cls.mode}
+    assert written == set(config.MODES)
+    assert set(parallel.STRATEGIES) == {config.ONE_PROCESS, *config.PARALLEL}
+    assert all(name == strategy.name for name, strategy in parallel.STRATEGIES.items())
 
 
 # A value other than the default for every setting --rerun replays. A new setting must be added

@@ -32,8 +32,8 @@ from microbench.settings.argtypes import (MAX_BATCH, MAX_BUCKET_CAP_MB, MAX_DEVI
                                           finite_float, list_of, names, positive_int, dist_url,
                                           path_text, positive_ints, zero_or_one)
 from microbench.settings.compile_options import COMPILE_MODES, parse_compile_context
-from microbench.settings.config import (AB_ROUNDS, DERIVED, INVERSE, MODES, PRESETS, SCHEMA,
-                                        SWITCH, ABPlan, BenchConfig, Plan, as_command_line,
+from microbench.settings.config import (AB_ROUNDS, DERIVED, INVERSE, MODES, PARALLEL, PRESETS,
+                                        SCHEMA, SWITCH, ABPlan, BenchConfig, Plan, as_command_line,
                                         field_of_dest, replayed_fields, spelled, validate)
 from microbench.platform.errors import UsageError
 
@@ -396,7 +396,7 @@ def _device_ids(text: str) -> tuple[int, ...]:
 def _add_sharding_args(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group(
         "sharded training (FSDP2), activation checkpointing and the optimizer")
-    _setting(group, "parallel", type=choices(("ddp", "fsdp")), metavar="MODE[,MODE]",
+    _setting(group, "parallel", type=choices(PARALLEL), metavar="MODE[,MODE]",
              help="training with several processes (or fsdp with one): ddp replicates the "
                   "model on every rank; fsdp shards parameters, gradients and optimizer "
                   "state over the ranks with FSDP2 (fully_shard per transformer block and "

@@ -10,8 +10,9 @@ branches on the mode; they ask the run's scenario (``spec.scenario``).
 * :mod:`.generate`  -- prefill a prompt, then decode token by token with a KV cache
   (:mod:`.decoding` is its engine).
 
-A new kind of run is a module here with a :class:`~.base.Scenario` subclass, added to
-:data:`SCENARIOS`.
+A new kind of run is a module here, named after its mode, with a :class:`~.base.Scenario`
+subclass whose ``mode`` is that name, and the name in :data:`microbench.settings.config.MODES`
+(where the command line's choices and the result schema's enum read it, below torch).
 
 Example::
 
@@ -20,16 +21,24 @@ Example::
 """
 from __future__ import annotations
 
+import importlib
+
 from microbench.steps import lowp
 from microbench.scenarios import feeding, parallel
 from microbench.scenarios.base import Scenario
-from microbench.scenarios.generate import Generate
-from microbench.scenarios.inference import Inference
-from microbench.scenarios.training import Training
+from microbench.settings.config import MODES
 
-SCENARIOS: dict[str, type[Scenario]] = {kind.mode: kind for kind in (Training, Inference,
-                                                                     Generate)}
-MODES = tuple(SCENARIOS)       # settings/config.py's MODES, in order (tests/test_structure.py)
+
+def _scenario_of(mode: str) -> type[Scenario]:
+    """The Scenario of ``mode``: the class of that mode in the module of that name."""
+    module = importlib.import_module(f"{__name__}.{mode}")
+    [kind] = [value for value in vars(module).values()
+              if isinstance(value, type) and issubclass(value, Scenario)
+              and value.__module__ == module.__name__ and value.mode == mode]
+    return kind
+
+
+SCENARIOS: dict[str, type[Scenario]] = {mode: _scenario_of(mode) for mode in MODES}
 
 
 def kind_of(mode: str) -> type[Scenario]:

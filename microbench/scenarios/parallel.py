@@ -36,6 +36,7 @@ from microbench.measure import flops, token_flops
 from microbench.models.archs import llama
 from microbench.platform.errors import UsageError
 from microbench.platform import units
+from microbench.settings.config import ONE_PROCESS
 from microbench.measure.results import ShardedState
 
 FSDP = "fsdp"
@@ -73,7 +74,7 @@ class Strategy:
     (:func:`strategy_of`): one process (``single``), a replica per rank (``ddp``), or shards
     (``fsdp``). It owns its rules, its process group, how it builds the work and its rows."""
 
-    name = "single"                # the result's parallel.mode
+    name = ONE_PROCESS             # the result's parallel.mode
     replicates = False             # a DDP wrapper around the model of a training run
     shards = False                 # each rank holds a shard of the model
 
@@ -168,19 +169,21 @@ class Sharded(Strategy):
 
 
 SINGLE, DDP, SHARDED = Strategy(), Replicated(), Sharded()
+# Every strategy by the name a result gives it: ONE_PROCESS and --parallel's PARALLEL
+# (microbench.settings.config, where the command line and the schema read them).
+STRATEGIES: dict[str, Strategy] = {strategy.name: strategy for strategy in (SINGLE, DDP, SHARDED)}
 
 
 def named(flag: str) -> Strategy:
     """The strategy ``--parallel`` names (ddp: DDP where there are ranks, else one process)."""
-    return SHARDED if flag == FSDP else DDP
+    return STRATEGIES[flag]
 
 
 def strategy_of(config, launch) -> Strategy:
     """The run's strategy: --parallel fsdp shards; otherwise DDP across a launcher's ranks, and
     a single process with no wrapper alone."""
-    if config.parallel == FSDP:
-        return SHARDED
-    return DDP if launch.distributed else SINGLE
+    strategy = named(config.parallel)
+    return SINGLE if strategy is DDP and not launch.distributed else strategy
 
 
 # ---------------------------------------------------------------- the sharded work
@@ -265,7 +268,6 @@ def token_utilization(summary) -> token_flops.TokenUtilization | None:
 
 def console_rows(summary) -> list[tuple[str, str]]:
     config, strategy = summary.spec.config, summary.spec.parallel
-    mode = strategy.name
     ranks = sorted((r for r in summary.ranks), key=lambda r: r.rank)
     rows = strategy.console_rows(summary)
     if config.activation_checkpointing != "none":
@@ -273,14 +275,14 @@ def console_rows(summary) -> list[tuple[str, str]]:
                      f"{config.activation_checkpointing} (recomputation is not counted as "
                      f"model FLOPs)"))
     tokens = summary.token_throughput
-    if tokens is not None and mode != "single":
+    if tokens is not None and strategy is not SINGLE:
         devices = f"{summary.world_size} device{'s' if summary.world_size > 1 else ''}"
         rows.append(("Tokens/s", f"{tokens / summary.world_size:,.0f} per device, "
                                  f"{tokens:,.0f} total over {devices}"))
     titan = token_utilization(summary)
     if titan is not None:
         rows.append(("MFU (torchtitan basis)", _titan_text(summary, titan)))
-    if mode == FSDP:
+    if strategy.shards:
         rows += _memory_rows(ranks)
     return rows
 

@@ -68,7 +68,7 @@ class BenchConfig:
     kv_heads: int | None = setting()
     attention: str | None = setting(axis=True)
     model_kwargs: tuple[str, ...] = setting((), nargs=True)
-    mode: str = setting("training", axis=True)        # a scenario: microbench.scenarios
+    mode: str = setting("training", axis=True)        # MODES: microbench.scenarios
     prompt_len: int | None = setting()                # generate
     gen_len: int | None = setting()
     opt_step: int = setting(1)
@@ -143,7 +143,7 @@ class BenchConfig:
     prefetch_factor: int = setting(2)
     # Training beyond one device's memory (issue 24): sharding, recomputation and the optimizer
     # (microbench.steps.sharding, activation_checkpointing, optim; scenarios/training.py checks them).
-    parallel: str = setting("ddp", axis=True)                 # ddp | fsdp (FSDP2 fully_shard)
+    parallel: str = setting("ddp", axis=True)                 # PARALLEL: ddp | fsdp (FSDP2)
     reshard_after_forward: bool = setting(True)               # fsdp: free block params after fwd
     activation_checkpointing: str = setting("none", axis=True)   # none | full | selective
     optimizer: str = setting("sgd")                           # sgd | adamw (optim.RECIPES)
@@ -199,11 +199,18 @@ def _read_schema() -> dict[str, Setting]:
 SCHEMA: dict[str, Setting] = _read_schema()
 PER_RANK_FIELDS = tuple(name for name, item in SCHEMA.items() if item.per_rank)
 PRESET_FIELDS = tuple(name for name, item in SCHEMA.items() if item.preset)
-# --preset's names (plan/preset.py says what each chooses) and --mode's kinds of run (one
-# scenario each, microbench/scenarios: SCENARIOS holds them in this order): named here, below
-# torch, for the command line's choices (issue 45).
+# --preset's names (plan/preset.py says what each chooses), --mode's kinds of run and
+# --parallel's strategies: named here, once, below torch, so that the command line's choices
+# (and its --help, which must answer without torch: issue 45) and the result schema's enums
+# (store/schema.py, read by microbench-report without torch) read the same names as the code
+# that runs them. Each mode is the scenario of the module of its name in microbench/scenarios
+# (SCENARIOS, built from this tuple, in its order); each strategy a Strategy of
+# scenarios/parallel.py (STRATEGIES; tests/test_structure.py checks both).
 PRESETS = ("fast",)
 MODES = ("training", "inference", "generate")
+PARALLEL = ("ddp", "fsdp")
+# The strategy a result names for a training run of one process without --parallel fsdp.
+ONE_PROCESS = "single"
 
 
 def replayed_fields() -> tuple[str, ...]:

@@ -7,8 +7,9 @@ keys, no ``schema_version``), which is read but never written. Its version is th
 version, or one that does not match, with one line (:class:`~microbench.platform.errors.UsageError`,
 exit 2), through ``jsonschema`` rather than checks written by hand.
 
-This module imports neither torch nor the rest of the benchmark, so readers of results (the
-``microbench-report`` command) start in a fraction of a second.
+This module imports neither torch nor the rest of the benchmark (only the settings' names of the
+kinds of run and strategies, which fill the schema's ``x-enum-of`` enums), so readers of results
+(the ``microbench-report`` command) start in a fraction of a second.
 
 Example::
 
@@ -25,6 +26,7 @@ import sys
 from importlib import resources
 
 from microbench.platform.errors import MissingEnvironment, UsageError
+from microbench.settings import config
 
 SCHEMA_FILE = "result.schema.json"
 # The longest validation message quoted in the one line (jsonschema quotes the offending value,
@@ -38,9 +40,29 @@ OP_BENCH_TOOL = "TorchTensorOpsBench"
 
 @functools.lru_cache(maxsize=1)
 def schema() -> dict:
-    """The schema document, as shipped in the package."""
+    """The schema document, as shipped in the package, with the enums it leaves to the
+    settings (``x-enum-of``) filled in."""
     text = resources.files(__package__).joinpath(SCHEMA_FILE).read_text(encoding="utf-8")
-    return json.loads(text)
+    return _with_enums(json.loads(text))
+
+
+def enums() -> dict[str, tuple]:
+    """The closed sets of values the schema takes from the settings, which the command line's
+    choices read too (a new kind of run or strategy is named once: microbench.settings.config)."""
+    return {"MODES": config.MODES, "PARALLEL": config.PARALLEL,
+            "STRATEGIES": (config.ONE_PROCESS, *config.PARALLEL)}
+
+
+def _with_enums(node):
+    """``node`` with every ``{"x-enum-of": NAME}`` given the enum of that name."""
+    if isinstance(node, list):
+        return [_with_enums(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    filled = {key: _with_enums(value) for key, value in node.items()}
+    if "x-enum-of" in filled:
+        filled["enum"] = list(enums()[filled["x-enum-of"]])
+    return filled
 
 
 # The version this tool writes: the schema file says which it describes.
