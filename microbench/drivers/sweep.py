@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from typing import TextIO
 
 from microbench.drivers import benchmark, trials as trials_mod
-from microbench.steps import lowp
 from microbench.platform import progress
 from microbench.platform.errors import EXIT_UNEXPECTED, BenchmarkError, OutOfMemory, SweepFailed
 from microbench.output import files
 from microbench.platform import units, writing
 from microbench.output.summary import Summary
+from microbench.plan import naming
 from microbench.store import entry as entry_mod
 
 
@@ -46,31 +46,7 @@ class Row(trials_mod.Job):
         return self.summary.env if self.summary is not None else None
 
     def label(self) -> str:
-        config, model = self.spec.config, self.spec.model
-        compiled = (f" compile={config.compile_options.get('mode', 'default')}"
-                    if config.compile else "")
-        language = (f" {model.attention} s{model.seq_len}"
-                    if model.reads_tokens else "")
-        return (f"{config.network} {config.mode} {self.spec.precision.name}"
-                f"{lowp.label(config)}{' nhwc' if config.nhwc else ''}{compiled}{language}"
-                f"{training_label(config, self.spec.parallel)} b{config.batch_size}"
-                f"{data_label(config)}")
-
-
-def training_label(config, strategy) -> str:
-    """Sharding and checkpointing in a row's label ('' for the defaults)."""
-    parts = [f" {strategy.name}" if strategy.shards else "",
-             "" if config.activation_checkpointing == "none"
-             else f" ac={config.activation_checkpointing}"]
-    return "".join(parts)
-
-
-def data_label(config) -> str:
-    """The input pipeline in a row's label ('' for synthetic inputs)."""
-    if config.data == "synthetic":
-        return ""
-    workers = "auto" if config.workers is None else config.workers
-    return f" {config.data} workers={workers} decode={config.decode}"
+        return naming.row_label(naming.Described.of(self.spec))
 
 
 class Progress:

@@ -42,6 +42,7 @@ import statistics
 import textwrap
 
 from microbench.output import chart
+from microbench.plan import naming
 from microbench.store import entry as entry_mod
 from microbench.output.chart import (FOOTNOTE_CHARS_PER_INCH, HIGH_PERCENTILE, INCH_PER_LINE,
                                      LOW_PERCENTILE, SUBTITLE_CHARS_PER_INCH, Point, fixed_ticks,
@@ -93,41 +94,17 @@ def bars_note(rows, subject: str, noun: str) -> str:
 
 # ---------------------------------------------------------------- labels
 
-# The facets that tell configurations apart, in the order labels list them.
-_FACETS = ("network", "mode", "precision", "layout", "compile", "language", "parallel",
-           "checkpointing", "batch", "data", "workers", "decode")
 # Facet values that go unsaid when every row has them.
 _DEFAULTS = {"nchw", "eager mode"}
 
 
 def _facets(row) -> dict[str, str]:
-    config, model = row.spec.config, row.spec.model
-    language = (f"{model.attention} s{model.seq_len}"
-                if model.reads_tokens else "")
-    return {
-        "network": config.network,
-        "mode": config.mode,
-        "precision": row.spec.precision.name + lowp_label(config),
-        "layout": "nhwc" if config.nhwc else "nchw",
-        "compile": (f"compile {config.compile_options.get('mode', 'default')}"
-                    if config.compile else "eager mode"),
-        "language": language,
-        "parallel": row.spec.parallel.name if row.spec.parallel.shards else "",
-        "checkpointing": ("" if config.activation_checkpointing == "none"
-                          else f"checkpointing {config.activation_checkpointing}"),
-        "batch": f"batch {row.spec.batch_size}",
-        "data": "" if config.data == "synthetic" else f"data {config.data}",
-        "workers": ("" if config.data == "synthetic" else
-                    f"workers {'auto' if config.workers is None else config.workers}"),
-        "decode": "" if config.data == "synthetic" else f"decode {config.decode}",
-    }
+    """The facets that tell configurations apart, in the order labels list them."""
+    return naming.facets(naming.Described.of(row.spec))
 
 
-def lowp_label(config) -> str:
-    """--precision fp8's recipe and --quantize, as microbench.steps.lowp.label spells them (not
-    imported: that module needs torch, and this one is read where torch may be absent)."""
-    return ((f" {config.fp8_recipe}" if config.precision == "fp8" else "")
-            + (f" {config.quantize}" if config.quantize != "none" else ""))
+def _all_facets(rows) -> list[str]:
+    return list(_facets(rows[0]))
 
 
 def _varying(rows, facets) -> list[str]:
@@ -141,8 +118,8 @@ def _label(row, names) -> str:
 
 def _common_label(rows, excluded) -> str:
     facets = _facets(rows[0])
-    varying = set(_varying(rows, _FACETS)) | set(excluded)
-    return " ".join(facets[name] for name in _FACETS
+    varying = set(_varying(rows, facets)) | set(excluded)
+    return " ".join(facets[name] for name in facets
                     if name not in varying and facets[name] and facets[name] not in _DEFAULTS)
 
 
@@ -153,10 +130,9 @@ def _unit(rows, per_token: bool) -> str:
     return f"{min(items)}s/s" if len(items) == 1 else "items/s"
 
 
-# Settings the title's facets already show, or that do not change what was measured.
-_NOT_IN_SUBTITLE = {"network", "mode", "precision", "tf32", "nhwc", "compile", "compile_options",
-                    "attention", "seq_len", "batch_size", "device", "preset", "data", "workers",
-                    "decode", "parallel", "activation_checkpointing"}
+# Settings that do not change what was measured (the title's facets show the others it leaves
+# out: naming.shown_settings).
+_NOT_MEASURED = {"device", "preset"}
 
 
 def changed_settings(rows) -> list[str]:
@@ -164,11 +140,12 @@ def changed_settings(rows) -> list[str]:
     so that a 64-pixel run is not read as a 224-pixel one."""
     from microbench.settings.config import SCHEMA
     configs = [row.spec.config for row in rows]
+    hidden = naming.shown_settings() | _NOT_MEASURED
     shown = []
     for name, item in SCHEMA.items():
         values = {repr(getattr(config, name)) for config in configs}
         value = getattr(configs[0], name)
-        if (item.replayed and name not in _NOT_IN_SUBTITLE and len(values) == 1
+        if (item.replayed and name not in hidden and len(values) == 1
                 and value != item.default):
             shown.append(f"{name.replace('_', ' ')} {_as_text(value)}")
     return shown
@@ -262,7 +239,7 @@ def build_figure(rows):
 
 def _draw_lines(rows, speed, memory, per_token: bool) -> None:
     series: dict[str, list] = {}
-    names = [name for name in _varying(rows, _FACETS) if name != "batch"]
+    names = [name for name in _varying(rows, _all_facets(rows)) if name != "batch"]
     for row in rows:
         series.setdefault(_label(row, names), []).append(row)
     for label, members in series.items():
@@ -295,8 +272,8 @@ def _batch_axis(axis, batches, items: str) -> None:
 
 
 def _draw_bars(rows, speed, memory, per_token: bool) -> None:
-    names = _varying(rows, _FACETS)
-    labels = [_label(row, names) or _label(row, _FACETS) for row in rows]
+    names = _varying(rows, _all_facets(rows))
+    labels = [_label(row, names) or _label(row, _all_facets(rows)) for row in rows]
     positions = list(range(len(rows)))
     done = [(position, row) for position, row in zip(positions, rows) if row.entry is not None]
     # A failed row gets no bar (not a zero bar): nothing was measured. Its place says why.
@@ -337,7 +314,7 @@ def accuracy_figure(rows):
     measured = [row for row in rows if row.entry is not None]
     per_token = _per_token(rows)
     unit = _unit(rows, per_token)
-    names = _varying(rows, _FACETS) or ["precision"]
+    names = _varying(rows, _all_facets(rows)) or ["precision"]
     kinds = {row.entry.accuracy_kind for row in measured} - {""}
     # Against what the rows measured it (BF16, or FP16 for FP16 weights quantized); a row of
     # no reduced precision stands at 0 only where it is that reference (an FP16 row beside
@@ -389,7 +366,7 @@ def build_generation_figure(rows):
     axis = figure.subplots()
     done = [row for row in rows
             if row.entry is not None and row.entry.figures.get("itl_ms") is not None]
-    names = [name for name in _varying(done or rows, _FACETS) if name != "batch"]
+    names = [name for name in _varying(done or rows, _all_facets(rows)) if name != "batch"]
     series: dict[str, list] = {}
     for row in sorted(done, key=lambda row: row.spec.batch_size):
         series.setdefault(_label(row, names), []).append(row)

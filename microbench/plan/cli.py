@@ -33,20 +33,24 @@ from microbench.settings.argtypes import (MAX_BATCH, MAX_BUCKET_CAP_MB, MAX_DEVI
                                           path_text, positive_ints, zero_or_one)
 from microbench.settings.compile_options import COMPILE_MODES, parse_compile_context
 from microbench.settings.config import (AB_ROUNDS, DERIVED, INVERSE, MODES, PARALLEL, PRESETS,
-                                        SCHEMA, SWITCH, ABPlan, BenchConfig, Plan, as_command_line,
-                                        field_of_dest, replayed_fields, spelled, validate)
+                                        SCHEMA, SWITCH, VALUE, ABPlan, BenchConfig, Plan,
+                                        as_command_line, field_of_dest, replayed_fields, spelled,
+                                        sweep_axes, validate)
 from microbench.platform.errors import UsageError
 
 
 def _setting(group, name: str, *aliases: str, **kwargs: Any) -> None:
     """Add the flag of config field ``name`` as its schema declares it: spelling, destination,
-    default (a list for a sweep axis), and ``store_true`` for switches."""
+    default (a list for a sweep axis, whose ``choices`` are a comma-separated list's), and
+    ``store_true`` for switches."""
     item = SCHEMA[name]
     if item.kind in (SWITCH, INVERSE):
         kwargs["action"] = "store_true"
     else:
         axis_list = item.axis and item.default is not None
         kwargs["default"] = [item.default] if axis_list else item.default
+        if item.axis and "choices" in kwargs:
+            kwargs["type"] = choices(kwargs.pop("choices"))
     group.add_argument(item.flag, *aliases, dest=item.dest, **kwargs)
 
 
@@ -470,7 +474,7 @@ def _from_args(args: argparse.Namespace) -> dict:
         if item.kind == DERIVED:
             continue
         value = getattr(args, item.dest)
-        if item.axis:
+        if item.axis and item.kind == VALUE:
             value = value[0] if value else None
         elif item.kind == INVERSE:
             value = not value
@@ -540,23 +544,11 @@ MAX_SWEEP_CONFIGURATIONS = 1000
 
 
 def _sweep_values(args: argparse.Namespace) -> list[dict]:
-    """One dict of changes per configuration: network x mode x precision x compile x batch."""
+    """One dict of changes per configuration: the product of the sweep axes' lists, in the
+    order the schema nests them (network outermost, the batch size innermost)."""
     if args.compile_mode and (args.compile or args.compile_context):
         raise UsageError("--compile-mode replaces --compile and --compileContext: use one")
-    axes = [
-        [dict(network=network) for network in args.network],
-        [dict(mode=mode) for mode in args.mode],
-        [_precision_change(name) for name in args.precision or [None]],
-        [_compile_change(mode) for mode in args.compile_mode or [None]],
-        [dict(attention=name) for name in args.attention or [None]],
-        [dict(seq_len=length) for length in args.seq_len or [None]],
-        [dict(decode=place) for place in args.decode],
-        [dict(workers=count) for count in args.workers or [None]],
-        [dict(parallel=mode) for mode in args.parallel],
-        [dict(activation_checkpointing=mode) for mode in args.activation_checkpointing],
-        [dict(quantize=name) for name in args.quantize],
-        [dict(batch_size=batch) for batch in args.batch_size],
-    ]
+    axes = [_axis_changes(args, name) for name in sweep_axes()]
     count = math.prod(len(axis) for axis in axes)
     if count > MAX_SWEEP_CONFIGURATIONS:
         raise UsageError(f"the lists given make a sweep of {count:,} configurations, more than "
@@ -564,6 +556,15 @@ def _sweep_values(args: argparse.Namespace) -> list[dict]:
                          f"several invocations")
     return [{key: value for part in combination for key, value in part.items()}
             for combination in itertools.product(*axes)]
+
+
+def _axis_changes(args: argparse.Namespace, name: str) -> list[dict]:
+    """The changes one sweep axis makes, one per value of its list (None: not given)."""
+    if name == "precision":
+        return [_precision_change(value) for value in args.precision or [None]]
+    if name == "compile":
+        return [_compile_change(mode) for mode in args.compile_mode or [None]]
+    return [{name: value} for value in getattr(args, SCHEMA[name].dest) or [None]]
 
 
 def _precision_change(name: str | None) -> dict:

@@ -26,7 +26,7 @@ from microbench.steps import lowp
 from microbench.settings import identity
 from microbench.models import registry as models
 from microbench.settings import precision as precision_table
-from microbench.plan import preset
+from microbench.plan import naming, preset
 from microbench import scenarios
 from microbench.scenarios import parallel
 from microbench.settings.config import CSV_NAME, BenchConfig, validate
@@ -190,38 +190,13 @@ def _slow_precision_notes(policy: precision_table.Precision, device: torch.devic
 def _json_name(config: BenchConfig, model, policy: precision_table.Precision,
                world_size: int, strategy: parallel.Strategy) -> str:
     """``--output-file NAME`` gets ``.json`` appended as the older tool did (scripts then read
-    NAME.json). The default is built from what usually tells configurations apart: model, mode,
-    precision, layout, compile mode, sequence and attention, profilers, the batch and the world
-    size. Settings it leaves out are told apart by output.files.claim_result_path, which never
-    lets one configuration's result replace another's."""
+    NAME.json). The default is built from what usually tells configurations apart
+    (:func:`microbench.plan.naming.run_name`: model, mode, precision, layout, compile mode,
+    sequence and attention, profilers, the batch and the world size). Settings it leaves out
+    are told apart by output.files.claim_result_path, which never lets one configuration's
+    result replace another's."""
     if config.output_file:
         name = config.output_file
         return name if name.endswith(".json") else name + ".json"
-    parts = [model.name.replace(":", "-"), config.mode, policy.name]
-    if policy.fp8 and config.fp8_recipe != "tensorwise":
-        parts.append(config.fp8_recipe)
-    if config.quantize != "none":
-        parts.append(config.quantize)
-        if config.quant_layout != "auto":
-            parts.append(config.quant_layout)
-    if config.nhwc:
-        parts.append("nhwc")
-    if config.compile:
-        mode = config.compile_options.get("mode")
-        parts.append(f"compile-{mode}" if mode else "compile")
-    if model.reads_tokens:
-        parts.append(f"{model.attention}-s{model.seq_len}")
-    parts += [tag for flag, tag in ((config.autograd_profiler, "autograd"),
-                                    (config.kineto, "kineto"),
-                                    (config.flops_prof_step is not None, "flops")) if flag]
-    if strategy.shards:
-        parts.append(strategy.name)
-    if config.activation_checkpointing != "none":
-        parts.append(f"ac-{config.activation_checkpointing}")
-    parts.append(f"b{config.batch_size}")
-    if config.data != "synthetic":            # the input pipeline: where from, and how read
-        workers = "auto" if config.workers is None else config.workers
-        parts.append(f"{config.data}-w{workers}-decode-{config.decode}")
-    if world_size > 1:
-        parts.append(f"w{world_size}")
-    return "_".join(parts) + ".json"
+    return naming.run_name(naming.Described(config, model, policy, strategy, world_size)) \
+        + ".json"

@@ -38,19 +38,28 @@ DERIVED = "derived"         # computed from other flags by cli.to_config (precis
 
 def setting(default: Any = None, *, flag: str | None = None, kind: str = VALUE,
             dest: str | None = None, replayed: bool = True, per_rank: bool = False,
-            preset: bool = False, axis: bool = False, nargs: bool = False,
-            factory: Callable[[], Any] | None = None) -> Any:
+            preset: bool = False, axis: int = 0, label: str | None = None,
+            nargs: bool = False, factory: Callable[[], Any] | None = None) -> Any:
     """A :class:`BenchConfig` field and its command-line schema.
 
     ``flag``: its canonical spelling (default ``--`` + the field name in kebab case); ``dest``:
     the argparse destination that holds it (default: the field name); ``replayed``: whether
     ``--rerun`` repeats it (output locations and the launch belong to each invocation);
     ``per_rank``: whether the ranks of one job may differ in it; ``preset``: whether ``--preset``
-    may choose it; ``axis``: the flag takes a comma-separated list and sweeps it (the config holds
-    one value); ``nargs``: the flag takes several words (``--model-kwargs a=1 b=2``).
+    may choose it; ``axis``: a sweep axis, its place in a sweep's nesting (lowest outermost; the
+    batch size, last, varies fastest; 0: not an axis): its flag takes a comma-separated list
+    and sweeps it (the config holds one value; precision's list flag is --precision,
+    compile's --compile-mode, both read by ``cli``); ``label``: how a labelled axis is shown in
+    run names, sweep labels and figures (``label-value``, ``label=value``, ``label value``;
+    :mod:`microbench.plan.naming` spells the older axes by hand); ``nargs``: the flag takes
+    several words (``--model-kwargs a=1 b=2``).
+
+    A new sweep axis is its field here, ``setting(default, axis=N, label="word")``, and its
+    flag in ``cli.py`` (a list type: ``argtypes.choices``, ``list_of``, or ``choices=``).
     """
     metadata = {"flag": flag, "kind": kind, "dest": dest, "replayed": replayed,
-                "per_rank": per_rank, "preset": preset, "axis": axis, "nargs": nargs}
+                "per_rank": per_rank, "preset": preset, "axis": axis, "label": label,
+                "nargs": nargs}
     if factory is not None:
         return field(default_factory=factory, metadata=metadata)
     return field(default=default, metadata=metadata)
@@ -60,15 +69,15 @@ def setting(default: Any = None, *, flag: str | None = None, kind: str = VALUE,
 class BenchConfig:
     """One configuration as the user asked for it, validated. Passed whole; never mutated."""
 
-    network: str = setting(DEFAULT_NETWORK, axis=True)
-    batch_size: int = setting(64, axis=True)
+    network: str = setting(DEFAULT_NETWORK, axis=10)
+    batch_size: int = setting(64, axis=120)
     image_size: int | None = setting()
-    seq_len: int | None = setting(axis=True)          # language models
+    seq_len: int | None = setting(axis=60)            # language models
     vocab_size: int | None = setting()
     kv_heads: int | None = setting()
-    attention: str | None = setting(axis=True)
+    attention: str | None = setting(axis=50)
     model_kwargs: tuple[str, ...] = setting((), nargs=True)
-    mode: str = setting("training", axis=True)        # MODES: microbench.scenarios
+    mode: str = setting("training", axis=20)          # MODES: microbench.scenarios
     prompt_len: int | None = setting()                # generate
     gen_len: int | None = setting()
     opt_step: int = setting(1)
@@ -84,15 +93,16 @@ class BenchConfig:
     discard_throttled: bool = setting(False, kind=SWITCH)
     telemetry_interval_ms: float = setting(100.0, flag="--telemetry-interval",
                                            dest="telemetry_interval")   # 0: no telemetry
-    precision: str = setting("fp32", kind=DERIVED, preset=True)   # microbench.settings.precision.TABLE
+    precision: str = setting("fp32", kind=DERIVED, preset=True,   # settings.precision.TABLE
+                             axis=30)
     tf32: bool = setting(False, kind=DERIVED, preset=True)        # TF32 also outside autocast
     # --precision fp8's scaling recipe (torchao's Float8 training) and, for inference and
     # generate, the weight quantization (torchao's quantize_): microbench.steps.lowp.
     fp8_recipe: str = setting("tensorwise")                       # tensorwise | rowwise
-    quantize: str = setting("none", axis=True)                    # none | int8wo | int4wo | ...
+    quantize: str = setting("none", axis=110)                     # none | int8wo | int4wo | ...
     quant_layout: str = setting("auto")                           # auto | tinygemm | ...
     nhwc: bool = setting(False, kind=SWITCH, preset=True)
-    compile: bool = setting(False, kind=SWITCH, preset=True)
+    compile: bool = setting(False, kind=SWITCH, preset=True, axis=40)   # --compile-mode's list
     compile_options: dict = setting(flag="--compileContext", kind=DERIVED,
                                     dest="compile_context", preset=True, factory=dict)
     device: str = setting("auto", per_rank=True)
@@ -136,16 +146,16 @@ class BenchConfig:
     data_cache: str | None = setting(replayed=False, per_rank=True)   # None: the user's cache
     data_images: int = setting(4096)                          # the generated set's size
     data_dir: str | None = setting()                          # --data folder
-    decode: str = setting("cpu", axis=True)                   # cpu | gpu
+    decode: str = setting("cpu", axis=70)                     # cpu | gpu
     transforms: str = setting("cpu")                          # normalise and cast: cpu | gpu
-    workers: int | None = setting(axis=True)                  # None: the cores available
+    workers: int | None = setting(axis=80)                    # None: the cores available
     pin_memory: bool = setting(True)
     prefetch_factor: int = setting(2)
     # Training beyond one device's memory (issue 24): sharding, recomputation and the optimizer
     # (microbench.steps.sharding, activation_checkpointing, optim; scenarios/training.py checks them).
-    parallel: str = setting("ddp", axis=True)                 # PARALLEL: ddp | fsdp (FSDP2)
+    parallel: str = setting("ddp", axis=90)                   # PARALLEL: ddp | fsdp (FSDP2)
     reshard_after_forward: bool = setting(True)               # fsdp: free block params after fwd
-    activation_checkpointing: str = setting("none", axis=True)   # none | full | selective
+    activation_checkpointing: str = setting("none", axis=100)    # none | full | selective
     optimizer: str = setting("sgd")                           # sgd | adamw (optim.RECIPES)
     # Settings given on the command line (they win over a preset's choices), and notes on how
     # older or workshop spellings were read.
@@ -177,7 +187,8 @@ class Setting:
     replayed: bool
     per_rank: bool
     preset: bool
-    axis: bool
+    axis: int
+    label: str | None
     nargs: bool
 
 
@@ -192,13 +203,19 @@ def _read_schema() -> dict[str, Setting]:
             flag=meta["flag"] or "--" + item.name.replace("_", "-"), kind=meta["kind"],
             dest=meta["dest"] or item.name, replayed=meta["replayed"],
             per_rank=meta["per_rank"], preset=meta["preset"], axis=meta["axis"],
-            nargs=meta["nargs"])
+            label=meta["label"], nargs=meta["nargs"])
     return schema
 
 
 SCHEMA: dict[str, Setting] = _read_schema()
 PER_RANK_FIELDS = tuple(name for name, item in SCHEMA.items() if item.per_rank)
 PRESET_FIELDS = tuple(name for name, item in SCHEMA.items() if item.preset)
+
+
+def sweep_axes() -> tuple[str, ...]:
+    """The settings a sweep varies, outermost first (read on each call: a test may add one)."""
+    return tuple(sorted((name for name, item in SCHEMA.items() if item.axis),
+                        key=lambda name: SCHEMA[name].axis))
 # --preset's names (plan/preset.py says what each chooses), --mode's kinds of run and
 # --parallel's strategies: named here, once, below torch, so that the command line's choices
 # (and its --help, which must answer without torch: issue 45) and the result schema's enums

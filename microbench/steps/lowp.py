@@ -216,13 +216,6 @@ def weight_bytes(model: nn.Module) -> int:
     return sum(stored_bytes(p) for p in unique)
 
 
-def label(config) -> str:
-    """What a sweep row's label adds for FP8 and quantization ('' for neither)."""
-    parts = [f" {config.fp8_recipe}" if config.precision == "fp8" else "",
-             f" {config.quantize}" if config.quantize != "none" else ""]
-    return "".join(parts)
-
-
 def linear_count(model: nn.Module) -> int:
     return sum(isinstance(module, nn.Linear) for module in model.modules())
 

@@ -151,12 +151,14 @@ def test_compare_gate_tells_sharded_from_replicated_work():
 
 
 def test_sweep_rows_name_sharding_and_checkpointing():
-    from microbench.drivers.sweep import training_label
-    from microbench.scenarios import parallel
-    assert training_label(BenchConfig(), parallel.SINGLE) == ""
-    assert training_label(BenchConfig(network="llama_tiny", parallel="fsdp",
-                                      activation_checkpointing="full"),
-                          parallel.SHARDED) == " fsdp ac=full"
+    from dataclasses import replace
+    from microbench.plan import naming
+    sharded = BenchConfig(network="llama_tiny", parallel="fsdp", activation_checkpointing="full",
+                          batch_size=2, precision="amp-bf16")
+    assert naming.row_label(naming.Described.of(spec_mod.resolve(replace(sharded, parallel="ddp",
+                            activation_checkpointing="none")))).endswith(" sdpa s128 b2")
+    assert naming.row_label(naming.Described.of(spec_mod.resolve(sharded))).endswith(
+        " sdpa s128 fsdp ac=full b2")
 
 
 @requires_gpu
