@@ -46,7 +46,9 @@ class Row(trials_mod.Job):
         return self.summary.env if self.summary is not None else None
 
     def label(self) -> str:
-        return naming.row_label(naming.Described.of(self.spec))
+        spec = self.spec            # a label reads neither the launch nor the local batch
+        return naming.row_label(naming.Described(spec.config, spec.model, spec.precision,
+                                                 spec.parallel))
 
 
 class Progress:

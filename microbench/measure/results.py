@@ -28,7 +28,7 @@ from microbench.measure.timing import Measurement
 if TYPE_CHECKING:
     from microbench.measure.attribution import Attribution
     from microbench.measure.input_bound import DataTrial
-    from microbench.measure.reduced_precision import LowPrecision
+    from microbench.measure.drift import LowPrecision
     from microbench.measure.compile_watch import CompileReport
     from microbench.measure.library_log import LibraryLog
 

@@ -237,7 +237,7 @@ class Summary:
     @property
     def lowp(self):
         """What --precision fp8 or --quantize did, with how far it moved the numbers
-        (measure.reduced_precision.LowPrecision, measured by the representative trial); None
+        (measure.drift.LowPrecision, measured by the representative trial); None
         otherwise."""
         return self.result.lowp
 

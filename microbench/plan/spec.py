@@ -22,7 +22,7 @@ import torch
 
 from microbench.platform import device as device_layer, distributed
 from microbench.measure import flops
-from microbench.steps import lowp
+from microbench.steps import low_precision
 from microbench.settings import identity
 from microbench.models import registry as models
 from microbench.settings import precision as precision_table
@@ -125,7 +125,7 @@ def _derive(config: BenchConfig, launch: Launch) -> RunSpec:
         preset_notes.append(f"--preset {config.preset} chose: {preset.as_flags(config)} (explicit "
                             f"flags win; these flags reproduce the run without the preset)")
         validate(config)
-    lowp.check(config, device)          # FP8 and quantization: refused before anything is built
+    low_precision.check(config, device)          # FP8 and quantization: refused before anything is built
     if config.nhwc and model.channels_last is None:
         raise UsageError(f"--nhwc (channels-last) applies to image models; {model.name} reads "
                          f"token ids")

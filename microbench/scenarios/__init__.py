@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import importlib
 
-from microbench.steps import lowp
+from microbench.steps import low_precision
 from microbench.scenarios import feeding, parallel
 from microbench.scenarios.base import Scenario
 from microbench.settings.config import MODES
@@ -52,7 +52,7 @@ def check(config) -> None:
     kind.check_config(config)
     feeding.check_flags(config, kind.mode, kind.feeds_input_pipeline)
     parallel.check_flags(config, kind.updates_weights)
-    lowp.check_flags(config, kind.updates_weights)
+    low_precision.check_flags(config, kind.updates_weights)
 
 
 def for_config(config, model) -> Scenario:

@@ -36,7 +36,7 @@ from torch import nn
 from microbench.measure import flops
 from microbench.platform import device as device_layer
 from microbench.settings.compile_options import with_inductor_settings
-from microbench.steps import lowp, quant_layout
+from microbench.steps import low_precision, quant_layout
 from microbench.models.archs import llama
 from microbench.measure.results import GenerationTimes
 from microbench.measure.timing import Measurement, make_recorder
@@ -69,7 +69,7 @@ class DecodeTraffic:
     def of(cls, state: "GenerationState") -> "DecodeTraffic":
         model = state.model
         # As stored: a quantized weight is its integer data and its scales, tied weights once.
-        weights = lowp.weight_bytes(model)
+        weights = low_precision.weight_bytes(model)
         embed, output = _embedding_weights(model)
         if embed is not output:
             weights -= (embed.shape[0] - state.batch) * embed.shape[1] * embed.element_size()
@@ -230,7 +230,7 @@ class GenerationWorkload:
     """The model, prompt and cache of a generation run, and its prefill and decode steps."""
 
     phases = None               # no forward/backward split in generation
-    lowp = None                 # --quantize: what it did (measure.reduced_precision.LowPrecision)
+    lowp = None                 # --quantize: what it did (measure.drift.LowPrecision)
 
     def __init__(self, state: GenerationState, shape: GenerationShape, autocast,
                  compile_options: dict | None, quantized: bool = False):
@@ -283,7 +283,7 @@ def build(spec, model: nn.Module, compile_options: dict | None = None,
     autocast = precision.autocast(spec.device)
     reduced = None
     if spec.config.quantize != "none":      # on the prompt's first rows, before and after
-        reduced = lowp.quantize_measured(model, spec.config.quantize, lowp.probe_rows(prompt),
+        reduced = low_precision.quantize_measured(model, spec.config.quantize, low_precision.probe_rows(prompt),
                                          spec.device, precision.label,
                                          spec.config.quant_layout)
     if isinstance(model, llama.Llama):
@@ -300,7 +300,7 @@ def build(spec, model: nn.Module, compile_options: dict | None = None,
     if compile_options is not None:     # before this process's first compile (any row)
         quant_layout.keep_out_cpu_int8_lowering(device_layer.is_gpu(spec.device))
     if reduced is not None and compile_options is not None:
-        reduced = lowp.with_compile_record(reduced, spec.config, spec.device, DECODE_INDUCTOR)
+        reduced = low_precision.with_compile_record(reduced, spec.config, spec.device, DECODE_INDUCTOR)
     work = GenerationWorkload(state, shape, autocast, compile_options,
                               quantized=reduced is not None)
     work.lowp = reduced

@@ -31,7 +31,7 @@ import contextlib
 
 import torch
 
-from microbench.steps import activation_checkpointing, lowp, sharding, workload
+from microbench.steps import activation_checkpointing, low_precision, sharding, workload
 from microbench.measure import flops, token_flops
 from microbench.models.archs import llama
 from microbench.platform.errors import UsageError
@@ -198,7 +198,7 @@ def build_sharded(spec, wrap, count_flops: bool) -> workload.Workload:
     iteration_flops = _count_on_meta(model, spec) if count_flops else None
     reduced = None
     if precision.fp8:           # before sharding, as torchtitan does; no weights to compare yet
-        reduced = lowp.fp8_measured(model, config.fp8_recipe, device, None, config.seed, None,
+        reduced = low_precision.fp8_measured(model, config.fp8_recipe, device, None, config.seed, None,
                                     None, fsdp=True)
     activation_checkpointing.apply(model, config.activation_checkpointing, spec.model.name)
     plan = sharding.shard(model, device, precision,

@@ -97,7 +97,7 @@ class BenchConfig:
                              axis=30)
     tf32: bool = setting(False, kind=DERIVED, preset=True)        # TF32 also outside autocast
     # --precision fp8's scaling recipe (torchao's Float8 training) and, for inference and
-    # generate, the weight quantization (torchao's quantize_): microbench.steps.lowp.
+    # generate, the weight quantization (torchao's quantize_): microbench.steps.low_precision.
     fp8_recipe: str = setting("tensorwise")                       # tensorwise | rowwise
     quantize: str = setting("none", axis=110)                     # none | int8wo | int4wo | ...
     quant_layout: str = setting("auto")                           # auto | tinygemm | ...

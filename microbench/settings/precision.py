@@ -17,7 +17,7 @@ weights) and the MFU peak lookup (``peak_key``, a column of :mod:`microbench.mea
 * ``amp-fp16``  autocast to FP16 with dynamic gradient scaling.
 * ``amp-bf16``  autocast to BF16 over FP32 weights; BF16 has FP32's range and needs no scaler.
 * ``fp8``       ``amp-bf16`` with the linear layers' matmuls in FP8 (torchao's Float8 training,
-                ``--fp8-recipe``: :mod:`microbench.steps.lowp`); convolutions, norms and attention stay
+                ``--fp8-recipe``: :mod:`microbench.steps.low_precision`); convolutions, norms and attention stay
                 in BF16. MFU divides by the FP8 peak, and by the BF16 peak beside it.
 
 timm's spellings ``--precision float16|bfloat16|float32`` are read as ``fp16``, ``bf16`` and
@@ -111,7 +111,7 @@ PRECISIONS = {row.name: row for row in TABLE}
 ALIASES = {"amp": "amp-fp16"}
 CHOICES = tuple(PRECISIONS) + tuple(ALIASES)
 
-# torchao's recipes and quantizations (microbench/steps/lowp.py runs them): --fp8-recipe's and
+# torchao's recipes and quantizations (microbench/steps/low_precision.py runs them): --fp8-recipe's and
 # --quantize's choices.
 FP8_RECIPES = ("tensorwise", "rowwise")
 # --quantize NAME: what it runs, as torchao's benchmarks (and gpt-fast's) name them.
@@ -128,7 +128,7 @@ QUANTIZE_CHOICES = tuple(QUANTIZE)
 # --quant-layout NAME: how a --quantize format's weights are packed, which picks the kernel that
 # multiplies them (torchao 0.18's packing formats and granularities). "auto" takes, for each
 # format, the first of its LAYOUTS_OF row this device and the installed libraries can run
-# (microbench.steps.lowp.choose_layout): the fastest first.
+# (microbench.steps.low_precision.choose_layout): the fastest first.
 QUANT_LAYOUTS = {
     "auto": "the fastest layout this device and the installed libraries run",
     "preshuffled": "int4wo: mslk's (FBGEMM GenAI's) bf16i4bf16 kernel on preshuffled weights; "

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 import fp16util
-from microbench.steps import activation_checkpointing, lowp, optim
+from microbench.steps import activation_checkpointing, low_precision, optim
 from microbench.measure import flops
 from microbench.settings.precision import Precision
 
@@ -53,7 +53,7 @@ class Workload:
     target: torch.Tensor | None = None          # training's labels (the input pipeline fills them)
     optimizer: torch.optim.Optimizer | None = None   # training: what steps (its state measured)
     sharding: ShardPlan | None = None           # --parallel fsdp: how it is sharded
-    lowp: "lowp.LowPrecision | None" = None      # --precision fp8, --quantize: what changed
+    lowp: "low_precision.LowPrecision | None" = None      # --precision fp8, --quantize: what changed
 
 
 def make_sgd(params, impl: str = "foreach") -> torch.optim.Optimizer:
@@ -196,13 +196,13 @@ def build(spec: StepSettings, wrap: Callable[[nn.Module], nn.Module] | None = No
     model.train(training)
     iteration_flops = fp8_flops = None
     if count_flops:         # before FP8 (torch counts no FLOPs for its FP8 matmul, _scaled_mm)
-        selected = lowp.fp8_layers(model) if precision.fp8 else []
-        with lowp.linear_rows(model, selected) as rows:
+        selected = low_precision.fp8_layers(model) if precision.fp8 else []
+        with low_precision.linear_rows(model, selected) as rows:
             iteration_flops = flops.count_iteration_flops(
                 model, inputs, target, spec.model.loss, precision.autocast(device),
                 training=training)
-        fp8_flops = lowp.linear_flops(model, rows, training) if precision.fp8 else None
-    reduced = low_precision(spec, model, inputs, target, fp8_flops, iteration_flops)
+        fp8_flops = low_precision.linear_flops(model, rows, training) if precision.fp8 else None
+    reduced = _measured_low_precision(spec, model, inputs, target, fp8_flops, iteration_flops)
     if training:        # after counting: recomputation is not the model's work
         activation_checkpointing.apply(model, spec.config.activation_checkpointing,
                                        spec.model.name)
@@ -222,11 +222,11 @@ def build(spec: StepSettings, wrap: Callable[[nn.Module], nn.Module] | None = No
                     target=target if training else None, lowp=reduced)
 
 
-def low_precision(spec: StepSettings, model: nn.Module, inputs: torch.Tensor, target,
-                  fp8_flops: int | None,
-                  iteration_flops: int | None) -> "lowp.LowPrecision | None":
+def _measured_low_precision(spec: StepSettings, model: nn.Module, inputs: torch.Tensor, target,
+                            fp8_flops: int | None,
+                            iteration_flops: int | None) -> "low_precision.LowPrecision | None":
     """``--precision fp8`` or ``--quantize`` applied to the ready model, with how far each moved
-    the numbers (:mod:`microbench.steps.lowp`); None for the other precisions."""
+    the numbers (:mod:`microbench.steps.low_precision`); None for the other precisions."""
     config, device, precision = spec.config, spec.device, spec.precision
     if precision.fp8:
         def make_step():
@@ -234,10 +234,10 @@ def low_precision(spec: StepSettings, model: nn.Module, inputs: torch.Tensor, ta
                                  config.optimizer)
             return training_step(model, spec.model, inputs, target, precision, device, 1,
                                  PhaseMarks(), update=update)
-        return lowp.fp8_measured(model, config.fp8_recipe, device, make_step, config.seed,
+        return low_precision.fp8_measured(model, config.fp8_recipe, device, make_step, config.seed,
                                  fp8_flops, iteration_flops)
     if config.quantize != "none":
-        report = lowp.quantize_measured(model, config.quantize, lowp.probe_rows(inputs),
+        report = low_precision.quantize_measured(model, config.quantize, low_precision.probe_rows(inputs),
                                         device, precision.label, config.quant_layout)
-        return lowp.with_compile_record(report, config, device)
+        return low_precision.with_compile_record(report, config, device)
     return None

@@ -1,4 +1,4 @@
-"""FP8 training and quantized weights (microbench.steps.lowp, issue 36), on the CPU: the precision
+"""FP8 training and quantized weights (microbench.steps.low_precision, issue 36), on the CPU: the precision
 row and its refusals, int8 weight-only generation with its bytes and accuracy line, which layers
 FP8 converts, MFU against two peaks, and --quantize's choices."""
 import json
@@ -11,7 +11,7 @@ import torch
 from conftest import assert_one_line_error, run_main
 from microbench.platform import device as device_layer
 from microbench.measure import flops
-from microbench.steps import lowp
+from microbench.steps import low_precision
 from microbench.settings import precision
 from microbench.models.archs import llama
 from microbench.output import console
@@ -95,7 +95,7 @@ def test_a_gpu_without_fp8_is_refused_with_its_architecture(monkeypatch):
 def test_fp8_converts_every_aligned_linear_but_the_output_head_on_a_meta_model():
     with torch.device("meta"):
         model = llama.build("llama_tiny")
-    names = lowp.fp8_layers(model)
+    names = low_precision.fp8_layers(model)
     layers = model.config.num_layers
     assert "output" not in names
     assert len(names) == 7 * layers                    # wq wk wv wo, w1 w2 w3 per block
@@ -107,8 +107,8 @@ def test_the_conversion_swaps_exactly_the_selected_layers_on_a_meta_model():
     from torchao.float8.float8_linear import Float8Linear
     with torch.device("meta"):
         model = llama.build("llama_tiny")
-    selected = lowp.fp8_layers(model)
-    converted = lowp.convert_fp8(model, "rowwise", fsdp=False)
+    selected = low_precision.fp8_layers(model)
+    converted = low_precision.convert_fp8(model, "rowwise", fsdp=False)
     assert converted == sorted(selected)
     swapped = sorted(name for name, module in model.named_modules()
                      if isinstance(module, Float8Linear))
@@ -119,7 +119,7 @@ def test_fp8_leaves_attention_projections_read_through_their_weight_and_the_head
     torchvision = pytest.importorskip("torchvision")
     with torch.device("meta"):
         model = torchvision.models.vit_b_16()
-    names = lowp.fp8_layers(model)
+    names = low_precision.fp8_layers(model)
     assert "heads.head" not in names
     assert not any("out_proj" in name for name in names)       # MultiheadAttention's
     assert len(names) == 2 * 12                                 # the MLP's two linears a block
@@ -129,12 +129,12 @@ def test_the_fp8_share_of_flops_counts_three_gemms_a_linear_in_training():
     model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(),
                                 torch.nn.Linear(64, 16))
     inputs = torch.randn(5, 32)
-    with lowp.linear_rows(model, ["0"]) as rows:
+    with low_precision.linear_rows(model, ["0"]) as rows:
         with flops.FlopCounterMode(display=False) as counter:
             model(inputs).sum().backward()
     assert rows == {"0": 5}
-    assert lowp.linear_flops(model, rows, training=True) == 3 * 2 * 5 * 32 * 64
-    assert lowp.linear_flops(model, rows, training=True) <= counter.get_total_flops()
+    assert low_precision.linear_flops(model, rows, training=True) == 3 * 2 * 5 * 32 * 64
+    assert low_precision.linear_flops(model, rows, training=True) <= counter.get_total_flops()
 
 
 # ---------------------------------------------------------------- quantized weights
@@ -143,9 +143,9 @@ def test_stored_bytes_of_a_quantized_weight_are_its_integers_and_scales():
     pytest.importorskip("torchao")
     from torchao.quantization import Int8WeightOnlyConfig, quantize_
     model = torch.nn.Sequential(torch.nn.Linear(64, 32, bias=False)).to(torch.bfloat16)
-    before = lowp.weight_bytes(model)
+    before = low_precision.weight_bytes(model)
     quantize_(model, Int8WeightOnlyConfig())
-    after = lowp.weight_bytes(model)
+    after = low_precision.weight_bytes(model)
     assert before == 64 * 32 * 2
     assert 64 * 32 <= after < before * 0.6             # int8 data, plus a scale per row
 
@@ -186,7 +186,7 @@ def test_a_quantized_run_prints_its_accuracy_line(run):
 
 
 def test_the_drift_line_of_training_shows_both_losses():
-    drift = lowp.Drift("loss", "AMP-BF16", losses=(2.0, 1.5), reference_losses=(2.0, 1.6))
+    drift = low_precision.Drift("loss", "AMP-BF16", losses=(2.0, 1.5), reference_losses=(2.0, 1.6))
     assert drift.loss_difference == pytest.approx(0.1 / 1.6)
     assert "2.0000, 1.5000 vs AMP-BF16 2.0000, 1.6000" in drift.line()
 
@@ -198,7 +198,7 @@ def _entry(figures, accuracy_kind=""):
 
 def test_the_sweep_tables_accuracy_cell_reads_the_stored_drift():
     from microbench.output import table
-    loss = lowp.Drift("loss", "AMP-BF16", losses=(2.0, 1.5), reference_losses=(2.0, 1.6))
+    loss = low_precision.Drift("loss", "AMP-BF16", losses=(2.0, 1.5), reference_losses=(2.0, 1.6))
     assert table.accuracy_cell(_entry({"accuracy": loss.loss_difference}, "loss")) \
         == "loss diff 6.25%"
     assert table.accuracy_cell(_entry({"accuracy": 0.0123, "accuracy_agreement": 0.9375},

@@ -8,7 +8,7 @@ from torch import nn
 
 from microbench.platform.device import Vendor
 from microbench.platform.errors import UsageError
-from microbench.steps import lowp, quant_layout
+from microbench.steps import low_precision, quant_layout
 from microbench.steps.quant_layout import QuantDevice, choose_layout
 
 H100 = QuantDevice(Vendor.NVIDIA, (9, 0), fp8=True, mslk=True)
@@ -97,7 +97,7 @@ def test_quantize_measured_reports_layout_kernels_and_weight_errors():
 
     model = Probe().to(torch.bfloat16)
     tokens = torch.randint(0, 50, (2, 8))
-    report = lowp.quantize_measured(model, "int8wo", tokens, torch.device("cpu"))
+    report = low_precision.quantize_measured(model, "int8wo", tokens, torch.device("cpu"))
     assert report.quant_layout == "rowwise"
     assert [k["tensor"] for k in report.quant_kernels] == ["Int8Tensor"]
     assert report.quant_kernels[0]["layers"] == 3
@@ -117,7 +117,7 @@ def test_a_weight_without_its_own_dequantize_goes_through_its_kernel():
 
     weight = torch.randn(24, 2100, dtype=torch.float32)
     packed = torch.Tensor._make_subclass(Packed, weight)
-    assert torch.equal(lowp.dequantized(packed, torch.float32), weight)   # in slices of 1024
+    assert torch.equal(low_precision.dequantized(packed, torch.float32), weight)   # in slices of 1024
 
 
 def test_compile_note_names_the_exhaustive_searches_only():

@@ -1,5 +1,5 @@
 """What ``--precision fp8`` or ``--quantize`` did to one run's model, and how far it moved the
-numbers: value types a process measures (:mod:`microbench.steps.lowp` makes them) and every
+numbers: value types a process measures (:mod:`microbench.steps.low_precision` makes them) and every
 layer above reads (the summary, the console, the result document).
 
 Example::

@@ -12,7 +12,7 @@ numbers from BF16.
   configuration its name stands for in torchao's and gpt-fast's benchmarks (:data:`QUANTIZE`).
 
 Every such run measures, in the same process, on the same fixed input, its distance from the
-model it came from (a :class:`~microbench.measure.reduced_precision.Drift`, in the
+model it came from (a :class:`~microbench.measure.drift.Drift`, in the
 ``LowPrecision`` record a process hands up): for training, the losses of the first steps from
 the same weights with and without FP8; for inference and generate, the relative error of the
 logits and the share of greedy (argmax) tokens that agree. Weight bytes are counted as stored
@@ -36,7 +36,7 @@ import dataclasses
 import torch
 from torch import nn
 
-from microbench.measure.reduced_precision import Drift, LowPrecision, WeightErrors
+from microbench.measure.drift import Drift, LowPrecision, WeightErrors
 from microbench.platform import device as device_layer, process
 from microbench.platform.errors import MissingEnvironment, UsageError
 from microbench.steps import quant_layout
