@@ -11,7 +11,7 @@ The older tool's entry point, kept where users and workshop guides call it; it r
 """
 import sys
 
-from microbench.platform.process import microbench
+from microbench.commands import microbench
 
 if __name__ == "__main__":
     sys.exit(microbench())

@@ -10,7 +10,7 @@ script runs from anywhere without installing and without touching ``sys.path``.
 """
 import sys
 
-from microbench.platform.process import microbench_ops
+from microbench.commands import microbench_ops
 
 if __name__ == "__main__":
     sys.exit(microbench_ops())

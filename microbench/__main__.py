@@ -1,6 +1,6 @@
 """``python3 -m microbench``: the model benchmark (the same as the ``microbench`` command)."""
 import sys
 
-from microbench.platform.process import microbench
+from microbench.commands import microbench
 
 sys.exit(microbench())

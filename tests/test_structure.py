@@ -27,6 +27,7 @@ def _module_name(path: Path) -> str:
 
 
 MODULES = {_module_name(path): path for path in PACKAGE.rglob("*.py")}
+_NAMED_MODULE = re.compile(r"microbench(\.\w+)+(:\w+)?")
 
 
 class _Imports(ast.NodeVisitor):
@@ -47,6 +48,12 @@ class _Imports(ast.NodeVisitor):
         for alias in node.names:
             if alias.name.split(".")[0] == "microbench":
                 self._add(alias.name)
+
+    def visit_Constant(self, node: ast.Constant) -> None:
+        """A module named by a string (``importlib.import_module("microbench.x")``, an entry
+        point's ``"microbench.x"``, a worker's ``"microbench.x:function"``) is imported too."""
+        if isinstance(node.value, str) and _NAMED_MODULE.fullmatch(node.value):
+            self._add(node.value.partition(":")[0])
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
         if node.level:
@@ -139,6 +146,15 @@ def test_the_layer_check_finds_an_upward_import():
     graph = {"microbench.settings.config": {"microbench.drivers.runner"},
              "microbench.drivers.runner": {"microbench.settings.config", "microbench"}}
     assert upward_imports(graph) == ["microbench.settings.config -> microbench.drivers.runner"]
+
+
+def test_a_module_named_by_a_string_counts_as_an_import():
+    visitor = _Imports("microbench.platform.process", is_package=False)
+    visitor.visit(ast.parse('importlib.import_module("microbench.report.command")\n'
+                            'spawn("microbench.drivers.trials:worker")\n'
+                            'print("microbench.ops: torch.matmul")'))
+    assert visitor.found == {"microbench.report.command", "microbench.drivers.trials"}
+    assert "microbench.main" in import_graph()["microbench.commands"]
 
 
 def test_the_type_checker_imports_count_as_imports():

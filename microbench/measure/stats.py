@@ -136,10 +136,6 @@ class TrialStats:
     def cv(self) -> float:
         return self.std / self.mean if self.count > 1 else math.nan
 
-    @property
-    def log_sd(self) -> float:
-        return _mean_sd(_logs(self.values))[1]
-
     def _interval(self, scale: float) -> tuple[float, float] | None:
         if self.count < 2:
             return None

@@ -550,7 +550,6 @@ _SPECS: tuple[OpSpec, ...] = (
            cost=_last_dim_cost(5, parameters_per_channel=0), build=_softmax_build),
 )
 
-REGISTRY: dict[tuple[str, str], OpSpec] = {(spec.name, spec.op_type): spec for spec in _SPECS}
 ALIASES = {"scaled_dot_product_attention": "sdpa", "layernorm": "layer_norm"}
 
 PREDEFINED_OPS = BINARY_OPS + UNARY_OPS + REDUCTION_OPS

@@ -1,4 +1,5 @@
-"""How a process of this tool starts and ends: the entry points, SIGTERM, the rank prefix.
+"""How a process of this tool starts and ends: :func:`entry` (which the commands of
+:mod:`microbench.commands` call), SIGTERM, the rank prefix.
 
 SIGTERM (what SLURM, Kubernetes and torchrun send to stop a job) is handled like Ctrl-C: it
 raises :class:`~microbench.platform.errors.Terminated`, so ``finally`` blocks run and temporary files go,
@@ -478,21 +479,6 @@ def import_optional(name: str, needed_for: str, install: str) -> ModuleType:
         raise MissingEnvironment(f"{needed_for}: {top} is installed but fails to import "
                                  f"({type(error).__name__}: {text}); fix or reinstall it "
                                  f"({install})") from None
-
-
-def microbench() -> int:
-    """The ``microbench`` command."""
-    return entry("microbench.main")
-
-
-def microbench_ops() -> int:
-    """The ``microbench-ops`` command."""
-    return entry("microbench.ops.cli")
-
-
-def microbench_report() -> int:
-    """The ``microbench-report`` command."""
-    return entry("microbench.report.command")
 
 
 # ---------------------------------------------------------------- child processes

@@ -2,6 +2,6 @@
 ``microbench-report`` command)."""
 import sys
 
-from microbench.platform.process import microbench_report
+from microbench.commands import microbench_report
 
 sys.exit(microbench_report())

@@ -79,7 +79,6 @@ def finite_float(low: float, high: float, low_inclusive: bool = False) -> Callab
 
 
 positive_int = bounded_int(1, MAX_BATCH)
-non_negative_int = bounded_int(0, MAX_ITERATIONS)
 
 
 def names(text: str) -> list[str]:

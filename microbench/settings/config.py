@@ -208,7 +208,6 @@ def _read_schema() -> dict[str, Setting]:
 
 
 SCHEMA: dict[str, Setting] = _read_schema()
-PER_RANK_FIELDS = tuple(name for name, item in SCHEMA.items() if item.per_rank)
 PRESET_FIELDS = tuple(name for name, item in SCHEMA.items() if item.preset)
 
 
