@@ -46,7 +46,7 @@ class Row(trials_mod.Job):
         return self.summary.env if self.summary is not None else None
 
     def label(self) -> str:
-        spec = self.spec            # a label reads neither the launch nor the local batch
+        spec = self.spec            # a label reads the configuration, not this process's batch
         return naming.row_label(naming.Described(spec.config, spec.model, spec.precision,
                                                  spec.parallel))
 

@@ -43,6 +43,7 @@ import os
 import statistics
 import textwrap
 from dataclasses import dataclass
+from typing import Any
 
 from microbench.platform import process, safe_text
 from microbench.platform.errors import BenchmarkError, UsageError
@@ -96,6 +97,56 @@ def new_figure(width: float, height: float):
     require_matplotlib()
     from matplotlib.figure import Figure
     return Figure(figsize=(width, height))
+
+
+@dataclass(frozen=True)
+class Frame:
+    """A figure laid out as every chart of this tool is (:func:`frame`, then :func:`finish`):
+    its panels, the subtitle above them, the footnote below them."""
+
+    figure: Any
+    axes: list
+    subtitle: str               # wrapped to the figure's width
+    footnote: str
+
+
+def _lines(text: str) -> int:
+    return text.count("\n") + 1 if text else 0
+
+
+def frame(panels: int, width: float, panel_height: float, subtitle: str, notes=(),
+          side_by_side: bool = False) -> Frame:
+    """A figure ``width`` inches wide of ``panels`` axes, one above the other (or side by side),
+    each ``panel_height`` high, with room above for ``subtitle`` (what every point shares) and
+    below for the footnote of ``notes`` (what the points and bars are, what was not drawn), both
+    wrapped to the width. Draw on ``.axes``; then :func:`finish` places the texts."""
+    wrapped = textwrap.fill(subtitle, int(width * SUBTITLE_CHARS_PER_INCH),
+                            break_on_hyphens=False)
+    footnote = "\n".join(textwrap.fill(text, int(width * FOOTNOTE_CHARS_PER_INCH),
+                                       break_on_hyphens=False) for text in notes if text)
+    rows, columns = (1, panels) if side_by_side else (panels, 1)
+    height = panel_height * rows + INCH_PER_LINE * (_lines(wrapped) + _lines(footnote) + 2)
+    figure = new_figure(width, height)
+    axes = figure.subplots(rows, columns, squeeze=False)
+    return Frame(figure, list(axes.flat), wrapped, footnote)
+
+
+def finish(drawn: Frame):
+    """The subtitle at the top and the footnote at the bottom of the frame's figure, and the
+    panels laid out between them; returns the figure."""
+    figure = drawn.figure
+    height = figure.get_figheight()
+    title = figure.suptitle(drawn.subtitle, fontsize="small",
+                            y=1 - 0.5 * INCH_PER_LINE / height, va="top")
+    title.set_in_layout(False)       # its room is kept below (matplotlib versions differ)
+    if drawn.footnote:
+        figure.text(0.01, 0.4 * INCH_PER_LINE / height, drawn.footnote, fontsize="x-small",
+                    ha="left", va="bottom", color="0.25")
+    top = 1 - (_lines(drawn.subtitle) + 0.4) * INCH_PER_LINE / height
+    foot = _lines(drawn.footnote)
+    bottom = (foot + 0.8) * INCH_PER_LINE / height if foot else 0
+    figure.tight_layout(rect=(0, bottom, 1, top))
+    return figure
 
 
 def from_zero(axis, headroom: float = 0.1) -> None:
@@ -408,15 +459,9 @@ def build_figure(table: Table, metric: str, wanted_x: str | None = None):
     labels = [label for _, series in panels if len(series) > 1 for label in series]
     longest = max(map(len, labels)) if labels else 0
     width = 7.0 + (0.065 * longest + 0.6 if longest else 0)
-    footnote = "\n".join(textwrap.fill(text, int(width * FOOTNOTE_CHARS_PER_INCH))
-                         for text in notes if text)
-    panel_height = 4.0 if len(panels) == 1 else 3.2
-    height = 0.8 + panel_height * len(panels) + 0.19 * (footnote.count("\n") + 1)
-    subtitle = textwrap.fill(_subtitle(drawn), int(width * SUBTITLE_CHARS_PER_INCH))
-    height += 0.2 * subtitle.count("\n")
-    figure = new_figure(width, height)
-    axes = figure.subplots(len(panels), 1, squeeze=False)[:, 0]
-    for axis, (unit, series) in zip(axes, panels):
+    drawn_frame = frame(len(panels), width, 4.0 if len(panels) == 1 else 3.2, _subtitle(drawn),
+                        notes)
+    for axis, (unit, series) in zip(drawn_frame.axes, panels):
         entries = [entry for members in series.values() for _, entry in members]
         if x != "#" and _numeric(entries, x):
             _draw_lines(axis, table, series, metric, x)
@@ -433,11 +478,7 @@ def build_figure(table: Table, metric: str, wanted_x: str | None = None):
         if len(series) > 1:                 # beside the axes, so that it hides no point
             axis.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.02, 1.0),
                         borderaxespad=0)
-    figure.suptitle(subtitle, fontsize="small")
-    figure.text(0.01, 0.01, footnote, fontsize="x-small", ha="left", va="bottom", color="0.25")
-    top = 0.97 - 0.2 * subtitle.count("\n") / height      # room for each wrapped line
-    figure.tight_layout(rect=(0, 0.19 * (footnote.count("\n") + 2) / height, 1, top))
-    return figure
+    return finish(drawn_frame)
 
 
 def _points(table: Table, members, metric):

@@ -39,14 +39,12 @@ Example::
 from __future__ import annotations
 
 import statistics
-import textwrap
 
 from microbench.output import chart
 from microbench.plan import naming
 from microbench.store import entry as entry_mod
-from microbench.output.chart import (FOOTNOTE_CHARS_PER_INCH, HIGH_PERCENTILE, INCH_PER_LINE,
-                                     LOW_PERCENTILE, SUBTITLE_CHARS_PER_INCH, Point, fixed_ticks,
-                                     new_figure, write_figure)
+from microbench.output.chart import (HIGH_PERCENTILE, LOW_PERCENTILE, SUBTITLE_CHARS_PER_INCH,
+                                     Point, fixed_ticks, write_figure)
 
 
 # ---------------------------------------------------------------- what a point and its bar are
@@ -111,7 +109,7 @@ def _varying(rows, facets) -> list[str]:
     return [name for name in facets if len({_facets(row)[name] for row in rows}) > 1]
 
 
-def _label(row, names) -> str:
+def _row_label(row, names) -> str:
     facets = _facets(row)
     return " ".join(facets[name] for name in names if facets[name])
 
@@ -193,24 +191,18 @@ def build_figure(rows):
     by_batch = len({row.spec.batch_size for row in rows}) > 1
     panels = 2 if with_memory else 1
     heading = subtitle(rows)
+    # Wide enough for the subtitle on one line.
     width = max((6.5 if by_batch else max(5.0, 1.0 + 0.9 * len(rows))) * panels + 0.5,
                 len(heading) / SUBTITLE_CHARS_PER_INCH + 0.5)
     unit = _unit(rows, per_token)
     notes = [bars_note(rows, "Points" if by_batch else "Bar heights", unit.split("/")[0]),
              _failures_note(rows, "point" if by_batch else "bar")]
-    notes = [text for text in notes if text]
-    footnote = "\n".join(textwrap.fill(text, int(width * FOOTNOTE_CHARS_PER_INCH),
-                                       break_on_hyphens=False) for text in notes)
-    foot_lines = footnote.count("\n") + 1 if footnote else 0
-    height = 4.6 + INCH_PER_LINE * (foot_lines + 3)
-
-    figure = new_figure(width, height)
-    axes = figure.subplots(1, panels, squeeze=False)[0]
-    speed, memory = axes[0], (axes[1] if with_memory else None)
+    drawn = chart.frame(panels, width, 4.6, heading, notes, side_by_side=True)
+    speed, memory = drawn.axes[0], (drawn.axes[1] if with_memory else None)
     if by_batch:
-        _draw_lines(rows, speed, memory, per_token)
+        _lines_by_batch(rows, speed, memory, per_token)
     else:
-        _draw_bars(rows, speed, memory, per_token)
+        _bars_by_configuration(rows, speed, memory, per_token)
 
     speed.set_ylabel(f"throughput [{unit}]")
     speed.set_ylim(bottom=0)
@@ -224,24 +216,14 @@ def build_figure(rows):
         memory.set_ylabel("peak memory allocated [MB]")
         memory.set_ylim(bottom=0)
         memory.set_title("Peak memory allocated", fontsize="medium")
-
-    top = 1 - 1.4 * INCH_PER_LINE / height
-    bottom = (foot_lines + 0.8) * INCH_PER_LINE / height if foot_lines else 0
-    title = figure.suptitle(heading, fontsize="small",
-                            y=1 - 0.5 * INCH_PER_LINE / height, va="top")
-    title.set_in_layout(False)     # its space is reserved above (matplotlib versions differ)
-    if footnote:
-        figure.text(0.01, 0.4 * INCH_PER_LINE / height, footnote, fontsize="x-small",
-                    ha="left", va="bottom", color="0.25")
-    figure.tight_layout(rect=(0, bottom, 1, top))
-    return figure
+    return chart.finish(drawn)
 
 
-def _draw_lines(rows, speed, memory, per_token: bool) -> None:
+def _lines_by_batch(rows, speed, memory, per_token: bool) -> None:
     series: dict[str, list] = {}
     names = [name for name in _varying(rows, _all_facets(rows)) if name != "batch"]
     for row in rows:
-        series.setdefault(_label(row, names), []).append(row)
+        series.setdefault(_row_label(row, names), []).append(row)
     for label, members in series.items():
         done = [row for row in members if row.entry is not None]
         points = [point_of(row.entry, per_token) for row in done]
@@ -271,9 +253,9 @@ def _batch_axis(axis, batches, items: str) -> None:
         axis.tick_params(axis="x", labelrotation=45)
 
 
-def _draw_bars(rows, speed, memory, per_token: bool) -> None:
+def _bars_by_configuration(rows, speed, memory, per_token: bool) -> None:
     names = _varying(rows, _all_facets(rows))
-    labels = [_label(row, names) or _label(row, _all_facets(rows)) for row in rows]
+    labels = [_row_label(row, names) or _row_label(row, _all_facets(rows)) for row in rows]
     positions = list(range(len(rows)))
     done = [(position, row) for position, row in zip(positions, rows) if row.entry is not None]
     # A failed row gets no bar (not a zero bar): nothing was measured. Its place says why.
@@ -326,8 +308,8 @@ def accuracy_figure(rows):
                   if kinds == {"loss"} else f"distance from {versus} [%]")
     measured = [row for row in measured if row.entry.accuracy_kind
                 or entry_mod.is_accuracy_reference(row.entry, reference)]
-    figure = new_figure(7.5, 5.0)
-    speed = figure.subplots()
+    drawn = chart.frame(1, 7.5, 4.4, subtitle(rows))
+    speed = drawn.axes[0]
     labelled = []
     for row in measured:
         reduced = bool(row.entry.accuracy_kind)     # no figure of its own: the reference
@@ -337,7 +319,7 @@ def accuracy_figure(rows):
         point = point_of(row.entry, per_token)
         speed.errorbar([100 * figure_value], [point.value], yerr=[[point.below], [point.above]],
                        marker="o", capsize=3)
-        labelled.append((_label(row, names) + ("" if reduced else " (reference)"),
+        labelled.append((_row_label(row, names) + ("" if reduced else " (reference)"),
                          100 * figure_value, point.value))
     speed.set_xlabel(axis_label)
     speed.set_ylabel(f"throughput [{unit}]")
@@ -347,10 +329,7 @@ def accuracy_figure(rows):
     _label_points(speed, labelled)
     speed.set_title(f"Throughput against accuracy: {_common_label(rows, tuple(names))}",
                     fontsize="medium")
-    figure.suptitle(textwrap.fill(subtitle(rows), 110, break_on_hyphens=False),
-                    fontsize="small")
-    figure.tight_layout()
-    return figure
+    return chart.finish(drawn)
 
 
 def _is_generation(rows) -> bool:
@@ -362,14 +341,14 @@ def build_generation_figure(rows):
     batch size, joined in batch order: the throughput-latency curve serving engines report. Rows
     that differ in more than the batch (a quantization, a precision, an attention kernel) get a
     curve each, named in the legend."""
-    figure = new_figure(7.5, 5.2)
-    axis = figure.subplots()
+    drawn = chart.frame(1, 7.5, 4.4, subtitle(rows), [_failures_note(rows, "point")])
+    axis = drawn.axes[0]
     done = [row for row in rows
             if row.entry is not None and row.entry.figures.get("itl_ms") is not None]
     names = [name for name in _varying(done or rows, _all_facets(rows)) if name != "batch"]
     series: dict[str, list] = {}
     for row in sorted(done, key=lambda row: row.spec.batch_size):
-        series.setdefault(_label(row, names), []).append(row)
+        series.setdefault(_row_label(row, names), []).append(row)
     for label, members in series.items():
         axis.plot([row.entry.figures["itl_ms"] for row in members],
                   [_decode_rate(row) for row in members], marker="o", label=label or None)
@@ -385,12 +364,7 @@ def build_generation_figure(rows):
                     borderaxespad=0)
     axis.set_title(f"Generation: {_common_label(rows, excluded=('batch', *names))}",
                    fontsize="medium")
-    failed = _failures_note(rows, "point")
-    heading = "\n".join(textwrap.fill(text, 110, break_on_hyphens=False)
-                        for text in (subtitle(rows), failed) if text)
-    figure.suptitle(heading, fontsize="small")
-    figure.tight_layout()
-    return figure
+    return chart.finish(drawn)
 
 
 def _decode_rate(row) -> float:
@@ -448,8 +422,9 @@ def build_workers_figure(rows, heading: str):
     """The figure (a matplotlib Figure, not yet saved); ``heading``: the sweep's subtitle."""
     measured = [row for row in rows if row.entry is not None and row.entry.data_unit]
     unit = measured[0].entry.data_unit if measured else "images/s"
-    figure = new_figure(max(7.5, len(heading) / 13 + 0.5), 5.0)
-    left = figure.subplots()
+    drawn = chart.frame(1, max(7.5, len(heading) / SUBTITLE_CHARS_PER_INCH + 0.5), 4.4, heading,
+                        [_failures_note(rows, "point")])
+    left = drawn.axes[0]
     right = left.twinx()
     series: dict[str, list] = {}
     highest = 0.0
@@ -484,12 +459,4 @@ def build_workers_figure(rows, heading: str):
         left.legend(handles + more_handles, labels + more_labels, fontsize="x-small",
                     loc="upper center", bbox_to_anchor=(0.5, -0.13), frameon=False,
                     ncol=min(3, len(handles + more_handles)))
-    figure.suptitle(heading, fontsize="small")
-    failed = [f"{row.label()} ({row.status})" for row in rows if row.failed]
-    bottom = 0.0
-    if failed:
-        note = textwrap.fill("Not measured (no point): " + "; ".join(failed) + ".", 110)
-        figure.text(0.01, 0.01, note, fontsize="x-small", color="0.25", va="bottom")
-        bottom = 0.04 + 0.03 * note.count("\n")
-    figure.tight_layout(rect=(0, bottom, 1, 0.95))
-    return figure
+    return chart.finish(drawn)

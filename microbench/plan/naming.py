@@ -16,7 +16,7 @@ This module imports no torch: the sweep's figures read it where torch may be abs
 Example::
 
     described = Described.of(spec)
-    run_name(described)          # 'llama_tiny_training_amp-bf16_sdpa-s64_b8'
+    run_name(described, 1)       # 'llama_tiny_training_amp-bf16_sdpa-s64_b8'
     row_label(described)         # 'llama_tiny training amp-bf16 sdpa s64 b8'
     facets(described)["batch"]   # 'batch 8'
 """
@@ -36,13 +36,11 @@ class Described:
     model: Any                  # the configured ModelFamily (its name, attention, seq_len)
     precision: Any              # the precision row (settings.precision.Precision)
     strategy: Any               # scenarios.parallel.Strategy
-    world_size: int = 1
     batch: int | None = None    # this process's batch (the facet); None: the config's
 
     @classmethod
     def of(cls, spec) -> "Described":
-        return cls(spec.config, spec.model, spec.precision, spec.parallel,
-                   spec.launch.world_size, spec.batch_size)
+        return cls(spec.config, spec.model, spec.precision, spec.parallel, spec.batch_size)
 
 
 Spelling = Callable[[Described], str]
@@ -155,7 +153,6 @@ LAST: tuple[Part, ...] = (
          figure=lambda d: _fed(d, lambda d: f"data {d.config.data}")),
     Part("workers", ("workers",), figure=lambda d: _fed(d, lambda d: f"workers {_workers(d)}")),
     Part("decode", ("decode",), figure=lambda d: _fed(d, lambda d: f"decode {d.config.decode}")),
-    Part(None, (), name=lambda d: f"w{d.world_size}" if d.world_size > 1 else ""),
 )
 
 
@@ -182,9 +179,11 @@ def parts() -> tuple[Part, ...]:
     return SPELLED + declared + LAST
 
 
-def run_name(d: Described) -> str:
-    """The result file's default name, without ``.json``."""
-    return "_".join(text for text in (part.name(d) for part in parts()) if text)
+def run_name(d: Described, world_size: int) -> str:
+    """The result file's default name, without ``.json``: the configuration's parts, then the
+    processes of the job (``w4``) when there are several."""
+    names = [part.name(d) for part in parts()] + [f"w{world_size}" if world_size > 1 else ""]
+    return "_".join(text for text in names if text)
 
 
 def row_label(d: Described) -> str:

@@ -198,5 +198,4 @@ def _json_name(config: BenchConfig, model, policy: precision_table.Precision,
     if config.output_file:
         name = config.output_file
         return name if name.endswith(".json") else name + ".json"
-    return naming.run_name(naming.Described(config, model, policy, strategy, world_size)) \
-        + ".json"
+    return naming.run_name(naming.Described(config, model, policy, strategy), world_size) + ".json"

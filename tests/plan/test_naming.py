@@ -22,7 +22,7 @@ def scratch_axis(monkeypatch):
 
 def names_of(plan_config) -> tuple[str, str, dict]:
     described = naming.Described.of(spec.resolve(plan_config))
-    return (naming.run_name(described), naming.row_label(described),
+    return (naming.run_name(described, 1), naming.row_label(described),
             naming.facets(described))
 
 
