@@ -8,8 +8,9 @@ version, or one that does not match, with one line (:class:`~microbench.platform
 exit 2), through ``jsonschema`` rather than checks written by hand.
 
 This module imports neither torch nor the rest of the benchmark (only the settings' names of the
-kinds of run and strategies, which fill the schema's ``x-enum-of`` enums), so readers of results
-(the ``microbench-report`` command) start in a fraction of a second.
+kinds of run, strategies, quantizations and FP8 recipes, which fill the schema's ``x-enum-of``
+enums: :func:`enums`), so readers of results (the ``microbench-report`` command) start in a
+fraction of a second.
 
 Example::
 
@@ -26,7 +27,7 @@ import sys
 from importlib import resources
 
 from microbench.platform.errors import MissingEnvironment, UsageError
-from microbench.settings import config
+from microbench.settings import config, precision
 
 SCHEMA_FILE = "result.schema.json"
 # The longest validation message quoted in the one line (jsonschema quotes the offending value,
@@ -48,9 +49,11 @@ def schema() -> dict:
 
 def enums() -> dict[str, tuple]:
     """The closed sets of values the schema takes from the settings, which the command line's
-    choices read too (a new kind of run or strategy is named once: microbench.settings.config)."""
+    choices read too: a new kind of run, strategy, quantization or FP8 recipe is named once
+    (microbench.settings.config, microbench.settings.precision)."""
     return {"MODES": config.MODES, "PARALLEL": config.PARALLEL,
-            "STRATEGIES": (config.ONE_PROCESS, *config.PARALLEL)}
+            "STRATEGIES": (config.ONE_PROCESS, *config.PARALLEL),
+            "QUANTIZE": precision.QUANTIZE_CHOICES, "FP8_RECIPES": precision.FP8_RECIPES}
 
 
 def _with_enums(node):
