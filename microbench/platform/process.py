@@ -495,6 +495,11 @@ def microbench_report() -> int:
     return entry("microbench.report.command")
 
 
+def microbench_node() -> int:
+    """The ``microbench-node`` command."""
+    return entry("microbench.node.arguments")
+
+
 # ---------------------------------------------------------------- child processes
 
 # A start refused for lack of processes or memory: fork's EAGAIN (RLIMIT_NPROC, a cgroup's

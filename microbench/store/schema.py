@@ -14,7 +14,8 @@ Example::
 
     document = json.loads(text)
     validate_result(document, "results/resnet50_training_fp32_b64.json")
-    kind = document_kind(document)   # "result", "sweep", "A/B", "op bench" or "older tool"
+    kind = document_kind(document)   # "result", "sweep", "A/B", "op bench", "node check" or
+                                     # "older tool"
 """
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ _MESSAGE_CHARS = 160
 
 RESULT, SWEEP, OP_BENCH, OLDER_TOOL, AB = "result", "sweep", "op bench", "older tool", "A/B"
 DATA_CACHE = "data cache manifest"
+NODE = "node check"
 OP_BENCH_TOOL = "TorchTensorOpsBench"
 
 
@@ -64,6 +66,8 @@ def document_kind(document: object) -> str | None:
         return SWEEP
     if document.get("tool") == OP_BENCH_TOOL and "results" in document:
         return OP_BENCH
+    if "node_check" in document and "schema_version" in document:
+        return NODE
     if "schema_version" in document:
         return RESULT
     if "Throughput [img/sec]" in document and "Name" in document:
