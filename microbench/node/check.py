@@ -127,46 +127,60 @@ def _spawned(count: int, options: Options) -> Outcome:
                 send.close()
                 workers.append(worker)
                 channels.append(receive)
-        replies = [_reply(channel, worker, index)
-                   for index, (channel, worker) in enumerate(zip(channels, workers))]
+        replies = _replies(channels, workers)
     except BaseException:
-        for worker in workers:
-            if worker.is_alive():
-                worker.terminate()
+        _stop_all(workers)
         raise
     finally:
         for worker in workers:
             worker.join(30)
-    errors = [payload for kind, payload in replies if kind == "error"]
-    if errors:
-        raise min(errors, key=lambda e: getattr(e, "exit_code", 1) == 1)
     return replies[0][1]
 
 
-def _reply(channel, worker, index: int):
-    try:
-        return distributed.interruptible(channel.recv)
-    except EOFError:
-        worker.join()
-        return ("error", BenchmarkError(f"node check process {index} ended (exit code "
-                                        f"{worker.exitcode}) before it reported"))
-    finally:
-        channel.close()
+def _replies(channels, workers) -> list:
+    """Every process's reply, in rank order. The first failure ends the others at once (they
+    would wait in a collective for the failed one until --dist-timeout) and is raised."""
+    from multiprocessing.connection import wait
+    replies: dict[int, tuple] = {}
+    waiting = dict(enumerate(channels))
+    while waiting:
+        ready = distributed.interruptible(lambda: wait(list(waiting.values())))
+        for index in [i for i, channel in waiting.items() if channel in ready]:
+            channel = waiting.pop(index)
+            try:
+                replies[index] = channel.recv()
+            except EOFError:
+                workers[index].join()
+                replies[index] = ("error", BenchmarkError(
+                    f"node check process {index} ended (exit code {workers[index].exitcode}) "
+                    f"before it reported"))
+            finally:
+                channel.close()
+            if replies[index][0] == "error":
+                workers[index].join(10)         # it ends by itself once it has reported
+                _stop_all(workers)
+                raise replies[index][1]
+    return [replies[index] for index in range(len(channels))]
+
+
+def _stop_all(workers) -> None:
+    for worker in workers:
+        if worker.is_alive():
+            worker.terminate()
 
 
 def _worker_main(index: int, count: int, port: int, options: Options, connection) -> None:
     launch = distributed.Launch(launcher="manual", rank=index, local_rank=index,
                                 world_size=count, init_method=f"tcp://127.0.0.1:{port}",
                                 device_index=index)
-    with process.sigterm_raises():
+    with process.sigterm_raises(), contextlib.suppress(KeyboardInterrupt, Terminated):
+        # Stopped (by the parent, once another process failed): the parent says what happened.
         try:
             _send(connection, ("ok", _measure_rank(launch, options)))
         except BenchmarkError as error:
             _send(connection, ("error", ReportedFailure(str(error), error.exit_code)))
-        except (KeyboardInterrupt, Terminated):
-            pass
-        except Exception as error:                  # noqa: BLE001 (a bug: one line, exit 1)
-            import traceback
+        except Exception as error:                  # noqa: BLE001 (a bug: its traceback, then
+            import traceback                        # one line from the parent, exit 1)
             traceback.print_exc()
             _send(connection, ("error", ReportedFailure(
                 f"unexpected {type(error).__name__} in node check process {index}: "
@@ -189,13 +203,16 @@ def _measure_rank(launch: distributed.Launch, options: Options) -> Outcome | Non
     device = (torch.device("cuda", launch.local_rank) if options.device_type == "cuda"
               else torch.device("cpu"))
     device_layer.activate(device)
-    if not device_layer.is_gpu(device):
+    if device_layer.is_gpu(device):
+        _bind_near(device)
+    else:
         # The CPU's processes share its cores: each takes its share, or their threads contend.
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // launch.world_size))
     source, note = open_source(device)
     try:
         with distributed.failures_reported(launch, options.timeout_s, "rendezvous"):
             distributed.init_process_group(launch, device, options.timeout_s)
+        distributed.fail_if_asked(launch)         # the test hook: this rank dies here
         with distributed.leaving_group(), \
                 distributed.failures_reported(launch, options.timeout_s, "run"):
             record = program.run(device, launch.rank, launch.local_rank, options.samples,
@@ -204,6 +221,17 @@ def _measure_rank(launch: distributed.Launch, options: Options) -> Outcome | Non
     finally:
         if source is not None:
             source.close()
+
+
+def _bind_near(device: torch.device) -> None:
+    """Run on the CPUs of the GPU's own NUMA node: its pinned host buffers are then allocated
+    there, and a GPU on the far socket of a healthy two-socket node is not flagged for host
+    copies that cross the sockets (the process's own placement, not the GPU's health)."""
+    near = device_layer.local_cpus(device)
+    allowed = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    if near and allowed and near & allowed:
+        with contextlib.suppress(OSError):
+            os.sched_setaffinity(0, near & allowed)
 
 
 def _links_and_gather(launch, device: torch.device, options: Options,
@@ -229,10 +257,9 @@ def _links_and_gather(launch, device: torch.device, options: Options,
         copies = links.pair_copies(node_groups[record.host], mine, record.host, launch.rank,
                                    device, options.samples)
     # Each node's all-reduce once (its first rank's), the job's once (rank 0's).
-    shared = [c for c in collectives if c.scope == "all nodes"] if launch.rank else []
+    shared = [c for c in collectives if c.scope == "all nodes"] if launch.rank == 0 else []
     own = [c for c in collectives if c.scope != "all nodes"] if launch.rank == mine[0] else []
-    gathered = distributed.gather_to_main((record, own + shared if launch.rank == 0 else own,
-                                           copies))
+    gathered = distributed.gather_to_main((record, own + shared, copies))
     if gathered is None:
         return None
     outcome = Outcome(p2p_note=p2p_note, backend=distributed.backend_name())

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -42,6 +43,16 @@ def test_a_slow_process_is_flagged_alone_end_to_end(tmp_path):
     report = subprocess.run([sys.executable, "-m", "microbench.report", str(result_path)],
                             cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert report.returncode == 0 and "node check" in report.stdout, report.stderr
+
+
+def test_a_process_that_dies_ends_the_check_at_once():
+    """Rank 1 fails after the rendezvous (the test hook): the parent stops rank 0, which would
+    otherwise wait for it in a collective until --dist-timeout, and exits 1."""
+    started = time.monotonic()
+    ran = _node("--device", "cpu", "--quick", "--samples", "3", "--no-files",
+                env={"MICROBENCH_FAIL_RANK": "1"})
+    assert ran.returncode == 1 and "failure injected on rank 1" in ran.stderr, ran.stderr
+    assert time.monotonic() - started < 90
 
 
 @pytest.mark.parametrize("args, text", [
