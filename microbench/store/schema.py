@@ -1,7 +1,8 @@
 """The published schema of the tool's JSON documents, and validation of a document read back.
 
 ``result.schema.json`` beside this module (shipped in the package) describes every document the
-tool writes: a run's result, a sweep, an A/B summary, the op bench's results, and the older tool's result (its six
+tool writes: a run's result, a sweep, an A/B summary, the op bench's results, a node check
+(``microbench-node``), and the older tool's result (its six
 keys, no ``schema_version``), which is read but never written. Its version is the
 ``schema_version`` key of every document; :func:`validate_result` refuses a document of another
 version, or one that does not match, with one line (:class:`~microbench.platform.errors.UsageError`,

@@ -87,3 +87,12 @@ def test_the_console_table_puts_each_figure_beside_the_median():
     assert header[:3] == ["GPU", "device", "GEMM [TFLOP/s]"]
     assert rows[2][2] == "50.1 (-50%) !" and rows[2][-1] == "FLAGGED"
     assert rows[-1][0] == "median" and rows[-1][2] == "100"
+
+
+def test_the_plot_draws_every_gpu_against_the_median(tmp_path):
+    pytest.importorskip("matplotlib")
+    from microbench.node import plot
+    verdict, _ = _verdict_and_document()
+    path = tmp_path / "node.png"
+    plot.write(verdict, str(path))
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
