@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 
 from microbench.node.figures import DEFAULT_TOLERANCE_PCT
 from microbench.platform import process, writing
@@ -83,11 +84,13 @@ def validate(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return process.command(lambda: _run(build_parser().parse_args(argv)))
+    argv = sys.argv[1:] if argv is None else list(argv)
+    return process.command(lambda: _run(build_parser().parse_args(argv), argv),
+                           prefix=process.env_rank_prefix)
 
 
-def _run(args: argparse.Namespace) -> int:
+def _run(args: argparse.Namespace, argv: list[str]) -> int:
     validate(args)
     with process.imports_checked():               # torch, from here on
         from microbench.node import check
-    return check.run(args)
+    return check.run(args, argv)

@@ -75,7 +75,8 @@ def _device_type(requested: str) -> str:
     return requested
 
 
-def run(args) -> int:
+def run(args, argv: list[str]) -> int:
+    """The check as ``argv`` (the command line, for the document) asked for it."""
     started = time.perf_counter()
     program.scale_of(os.environ)                # the test hook's value, checked first
     if args.plot is not None:
@@ -92,7 +93,7 @@ def run(args) -> int:
             return 0
     else:
         outcome = _spawned(_process_count(args.processes, options.device_type), options)
-    return _finish(outcome, args, options, time.perf_counter() - started)
+    return _finish(outcome, args, options, argv, time.perf_counter() - started)
 
 
 def _process_count(requested: int | None, device_type: str) -> int:
@@ -178,7 +179,8 @@ def _worker_main(index: int, count: int, port: int, options: Options, connection
         try:
             _send(connection, ("ok", _measure_rank(launch, options)))
         except BenchmarkError as error:
-            _send(connection, ("error", ReportedFailure(str(error), error.exit_code)))
+            _send(connection, ("error", ReportedFailure(f"[rank {index}] {error}",
+                                                        error.exit_code)))
         except Exception as error:                  # noqa: BLE001 (a bug: its traceback, then
             import traceback                        # one line from the parent, exit 1)
             traceback.print_exc()
@@ -216,7 +218,8 @@ def _measure_rank(launch: distributed.Launch, options: Options) -> Outcome | Non
         with distributed.leaving_group(), \
                 distributed.failures_reported(launch, options.timeout_s, "run"):
             record = program.run(device, launch.rank, launch.local_rank, options.samples,
-                                 options.quick, source, note)
+                                 options.quick, source, note,
+                                 align=lambda: distributed.barrier(device))
             return _links_and_gather(launch, device, options, record)
     finally:
         if source is not None:
@@ -272,12 +275,13 @@ def _links_and_gather(launch, device: torch.device, options: Options,
 
 # ---------------------------------------------------------------- the verdict
 
-def _finish(outcome: Outcome, args, options: Options, seconds: float) -> int:
+def _finish(outcome: Outcome, args, options: Options, argv: list[str],
+            seconds: float) -> int:
     verdict = judge(outcome.records, outcome.copies, outcome.collectives, args.tolerance)
     show.print_verdict(verdict, outcome.collectives, outcome.p2p_note, sys.stdout)
     document = document_module.build(
         verdict, outcome.collectives, outcome.copies, device_type=options.device_type,
-        quick=options.quick, samples=options.samples, command=["microbench-node", *sys.argv[1:]],
+        quick=options.quick, samples=options.samples, command=["microbench-node", *argv],
         seconds=seconds, backend=outcome.backend, p2p_note=outcome.p2p_note)
     validate_result(document, "the node check's own document")   # the schema holds
     if not args.no_files:

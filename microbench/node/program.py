@@ -117,9 +117,11 @@ def sizes_for(device: torch.device) -> Sizes:
 
 
 def run(device: torch.device, rank: int, local_rank: int, samples: int, quick: bool,
-        source=None, telemetry_note: str = "",
-        environ=None) -> GpuRecord:
-    """Every part on ``device``; ``source`` the telemetry source read meanwhile."""
+        source=None, telemetry_note: str = "", environ=None,
+        align: Callable[[], object] = lambda: None) -> GpuRecord:
+    """Every part on ``device``; ``source`` the telemetry source read meanwhile; ``align``
+    runs before each part (a barrier: every GPU starts each part together, so that the node
+    carries the load of a real job, every GPU busy at once)."""
     sizes = sizes_for(device)
     probe = replace(sizes.probe, iterations=samples)
     health: list[DeviceHealth] = []
@@ -139,6 +141,7 @@ def run(device: torch.device, rank: int, local_rank: int, samples: int, quick: b
     for figure in GPU_FIGURES:
         if quick and figure.key not in QUICK_PARTS:
             continue
+        align()
         with watched(source) as watch:
             part = _guarded(figure.key, measures[figure.key], device)
         parts[figure.key] = replace(part, telemetry=watch.telemetry)
