@@ -36,7 +36,7 @@ def test_a_slow_process_is_flagged_alone_end_to_end(tmp_path):
     schema.validate_result(document, str(result_path))
     check = document["node_check"]
     assert [g["flagged"] for g in check["gpus"]] == [False, True]
-    assert check["gpus"][1]["findings"][0].startswith("GEMM ")
+    assert any(finding.endswith("below the median") for finding in check["gpus"][1]["findings"])
     assert check["allreduce"][0]["backend"] == "gloo"
     assert len(check["allreduce"][0]["sizes"]) == 3
     assert check["p2p_note"] and check["quick"]
