@@ -50,11 +50,13 @@ class Sizes:
 
 # A GPU: the probe's own sizes (8192^3 GEMM, 1 GiB copy); 256 MiB host copies (PCIe 5 x16
 # moves it in ~5 ms); resnet50 at 64 images in BF16 autocast, channels-last (a data-parallel
-# job's per-GPU step); llama_tiny's eager decode, 4 sequences (the host's launch speed too).
+# job's per-GPU step); llama_tiny's eager decode in BF16, 4 sequences (the host's launch speed
+# too).
 GPU_SIZES = Sizes(peaks.GPU_SIZE, "bf16", 256 << 20,
                   ("--network", "resnet50", "--batch-size", "64", "--precision", "amp-bf16",
                    "--nhwc", "--warmup", "5"),
                   ("--network", "llama_tiny", "--mode", "generate", "--batch-size", "4",
+                   "--precision", "bf16",
                    "--seq-len", "128", "--prompt-len", "64", "--gen-len", "16",
                    "--warmup", "1"))
 # The CPU (CI): a second or two a part on two busy cores.
