@@ -27,8 +27,8 @@ from microbench.node import links, program, show
 from microbench.node.verdict import judge
 from microbench.platform import device as device_layer
 from microbench.platform import distributed, process, writing
-from microbench.platform.errors import (EXIT_FLAGGED, BenchmarkError, MissingEnvironment,
-                                        ReportedFailure, Terminated, UsageError)
+from microbench.platform.errors import (EXIT_FLAGGED, BenchmarkError, ReportedFailure,
+                                        Terminated, UsageError)
 from microbench.store.schema import validate_result
 
 

@@ -89,7 +89,6 @@ def all_reduce(group, ranks: list[int], device: torch.device, samples: int,
             seconds = float(elapsed.item()) / iterations
             values.append(size / seconds * bus_factor(len(ranks)) / 1e9)
         result.busbw_gbs[size] = tuple(values)
-        del tensor
     return result
 
 
@@ -108,7 +107,6 @@ def pair_copies(group, ranks: list[int], host: str, rank: int, device: torch.dev
                 copies.append(PairCopy(host, sender, receiver, values))
         interruptible(lambda: dist.barrier(group=group,
                                            device_ids=device_layer.rank_device_ids(device)))
-    del buffer
     return copies
 
 

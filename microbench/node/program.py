@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import socket
-import time
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
