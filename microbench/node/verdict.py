@@ -2,9 +2,10 @@
 
 A figure flags its GPU when it lies below the median of its peers' figures (every GPU of the
 same model in the job, itself included) by more than ``--tolerance`` AND by more than its
-measured noise: the 95% interval of its ratio to its peers, from the samples of both sides
-(``measure/stats.gate``: Welch's t on the logs), lies wholly below 1 - tolerance's side of 1,
-as ``--compare`` judges a regression. A difference inside the spread is not a finding.
+measured noise: its ratio to its peers' samples is beyond the tolerance and the 95% interval
+of that ratio (``measure/stats.gate``: Welch's t on the logs of both sides' samples) lies
+wholly below 1, as ``--compare`` judges a regression. A difference inside the spread is not
+a finding.
 A GPU is flagged too when it throttles (``watch.throttling``: idle and the rated power limit
 excluded), reports errors (uncorrectable ECC, retired pages), trained its PCIe link narrower
 or slower than its peers, or could not run a part. A link (a pair's copy, a node's all-reduce)
