@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from multiprocessing.reduction import ForkingPickler
 
 import torch
-import torch.distributed as dist
 
 from microbench.measure.telemetry.opening import open_source
 from microbench.node import document as document_module
@@ -239,11 +238,9 @@ def _bind_near(device: torch.device) -> None:
 
 def _links_and_gather(launch, device: torch.device, options: Options,
                       record: program.GpuRecord) -> Outcome | None:
-    hosts: list = [None] * launch.world_size
-    distributed.interruptible(lambda: dist.all_gather_object(hosts, record.host))
-    groups = links.node_groups(hosts)
+    groups = links.node_groups(distributed.all_gather_objects(record.host))
     # Every rank creates every node's group, in the same order (torch.distributed's rule).
-    node_groups = {host: (dist.new_group(ranks) if len(groups) > 1 else None)
+    node_groups = {host: (distributed.new_group(ranks) if len(groups) > 1 else None)
                    for host, ranks in groups.items()}
     mine = groups[record.host]
     collectives = [links.all_reduce(node_groups[record.host], mine, device, options.samples,

@@ -10,14 +10,12 @@ rank's time is reduced with MAX: the collective ends when its last rank does).
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 
 import torch
-import torch.distributed as dist
 
 from microbench.platform import device as device_layer
-from microbench.platform.distributed import interruptible
+from microbench.platform import distributed
 
 # Message sizes (bytes): a GPU's reach the NVLink/Infinity Fabric peak at the largest; gloo on
 # two CPU processes stays within a second.
@@ -61,10 +59,6 @@ def node_groups(hosts: list[str]) -> dict[str, list[int]]:
     return groups
 
 
-def _sync(device: torch.device) -> None:
-    device_layer.synchronize(device)
-
-
 def all_reduce(group, ranks: list[int], device: torch.device, samples: int,
                scope: str) -> Collective:
     """Bus bandwidth of ``group``'s all-reduce at each size, ``samples`` times each."""
@@ -75,18 +69,11 @@ def all_reduce(group, ranks: list[int], device: torch.device, samples: int,
         return result
     for size in sizes:
         tensor = torch.ones(size // 4, dtype=torch.float32, device=device)
-        interruptible(lambda: dist.all_reduce(tensor, group=group))          # warm-up
-        elapsed = torch.zeros(1, dtype=torch.float64, device=device)
+        distributed.timed_all_reduce(tensor, 1, device, group)               # warm-up
         values = []
         for _ in range(samples):
-            _sync(device)
-            started = time.perf_counter()
-            for _ in range(iterations):
-                dist.all_reduce(tensor, group=group)
-            _sync(device)
-            elapsed.fill_(time.perf_counter() - started)
-            interruptible(lambda: dist.all_reduce(elapsed, op=dist.ReduceOp.MAX, group=group))
-            seconds = float(elapsed.item()) / iterations
+            seconds = distributed.timed_all_reduce(tensor, iterations, device, group)
+            seconds = distributed.slowest(seconds, device, group) / iterations
             values.append(size / seconds * bus_factor(len(ranks)) / 1e9)
         result.busbw_gbs[size] = tuple(values)
     return result
@@ -100,33 +87,18 @@ def pair_copies(group, ranks: list[int], host: str, rank: int, device: torch.dev
     buffer = torch.empty(P2P_BYTES, dtype=torch.uint8, device=device)
     pairs = [(a, b) for a in ranks for b in ranks if a != b]
     for sender, receiver in pairs:
-        if rank in (sender, receiver):
-            values = _one_pair(buffer, rank == sender, receiver if rank == sender else sender,
-                               device, samples)
-            if rank == receiver:
-                copies.append(PairCopy(host, sender, receiver, values))
-        interruptible(lambda: dist.barrier(group=group,
-                                           device_ids=device_layer.rank_device_ids(device)))
+        if rank == sender:
+            _one_pair(buffer, distributed.timed_send, receiver, device, samples)
+        elif rank == receiver:
+            copies.append(PairCopy(host, sender, receiver, _one_pair(
+                buffer, distributed.timed_recv, sender, device, samples)))
+        distributed.barrier(device, group)
     return copies
 
 
-def _one_pair(buffer: torch.Tensor, sending: bool, peer: int, device: torch.device,
+def _one_pair(buffer: torch.Tensor, timed, peer: int, device: torch.device,
               samples: int) -> tuple[float, ...]:
-    def move() -> None:
-        if sending:
-            dist.send(buffer, dst=peer)
-        else:
-            dist.recv(buffer, src=peer)
-
-    move()                                   # warm-up: the pair's communicator forms here
-    _sync(device)
-    values = []
-    for _ in range(samples):
-        _sync(device)
-        started = time.perf_counter()
-        for _ in range(P2P_ITERATIONS):
-            move()
-        _sync(device)
-        seconds = (time.perf_counter() - started) / P2P_ITERATIONS
-        values.append(buffer.numel() / seconds / 1e9)
-    return tuple(values)
+    """GB/s of each sample of ``P2P_ITERATIONS`` copies (``timed``: the send or the receive)."""
+    timed(buffer, peer, 1, device)           # warm-up: the pair's communicator forms here
+    return tuple(buffer.numel() * P2P_ITERATIONS / timed(buffer, peer, P2P_ITERATIONS, device)
+                 / 1e9 for _ in range(samples))
