@@ -6,7 +6,7 @@ from __future__ import annotations
 from microbench.measure.telemetry import AmdSmiSource, NvmlSource
 from microbench.measure.telemetry.health import DeviceHealth, pcie_generation_of
 from microbench.platform.device import GpuIdentity
-from telemetry_fakes import BDFS, UUIDS, fake_amdsmi, fake_pynvml
+from support.telemetry_fakes import BDFS, UUIDS, fake_amdsmi, fake_pynvml
 
 
 def _nvml(**overrides):

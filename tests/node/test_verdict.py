@@ -15,7 +15,7 @@ from microbench.node.verdict import judge, judge_figure
 from microbench.node.watch import of_samples, throttling
 from microbench.platform.device import GpuIdentity
 from microbench.platform.errors import UsageError
-from telemetry_fakes import UUIDS, ScriptedSource, fake_pynvml
+from support.telemetry_fakes import UUIDS, ScriptedSource, fake_pynvml
 
 STEADY = (100.0, 101.0, 99.0, 100.5, 99.5, 100.2)
 
