@@ -28,6 +28,7 @@ class Figure:
 # Per GPU, in the order the program measures them.
 GPU_FIGURES = (
     Figure("gemm_tflops", "TFLOP/s", "GEMM", True, ",.0f"),
+    Figure("gemm_fp8_tflops", "TFLOP/s", "GEMM FP8", True, ",.0f"),
     Figure("memory_gbs", "GB/s", "memory", True, ",.0f"),
     Figure("h2d_gbs", "GB/s", "host->dev", True, ",.0f"),
     Figure("d2h_gbs", "GB/s", "dev->host", True, ",.0f"),
@@ -44,4 +45,4 @@ FIGURES = {figure.key: figure for figure in GPU_FIGURES + LINK_FIGURES}
 # noise): gpu-fryer's 10%, a data-parallel job's cost of one slow GPU made visible.
 DEFAULT_TOLERANCE_PCT = 10.0
 # --quick (a scheduler's prolog): GEMM, bandwidths and the all-reduce only.
-QUICK_PARTS = ("gemm_tflops", "memory_gbs", "h2d_gbs", "d2h_gbs")
+QUICK_PARTS = ("gemm_tflops", "gemm_fp8_tflops", "memory_gbs", "h2d_gbs", "d2h_gbs")

@@ -127,7 +127,8 @@ def run(device: torch.device, rank: int, local_rank: int, samples: int, quick: b
     probe = replace(sizes.probe, iterations=samples)
     health: list[DeviceHealth] = []
     measures: dict[str, Callable[[], Part]] = {
-        "gemm_tflops": lambda: _gemm(device, sizes.gemm_dtype, probe),
+        "gemm_tflops": lambda: _gemm("gemm_tflops", device, sizes.gemm_dtype, probe),
+        "gemm_fp8_tflops": lambda: _fp8_gemm(device, probe),
         "memory_gbs": lambda: _memory(device, probe),
         "h2d_gbs": lambda: _host_copy(device, sizes.host_copy_bytes, samples, True,
                                       source, health),
@@ -172,12 +173,21 @@ def _rates(samples_ms, work: float, scale: float) -> tuple[float, ...]:
     return tuple(work / (ms / 1e3) / scale for ms in samples_ms if ms > 0)
 
 
-def _gemm(device: torch.device, dtype: str, size: peaks.ProbeSize) -> Part:
+def _gemm(key: str, device: torch.device, dtype: str, size: peaks.ProbeSize) -> Part:
     row = peaks.gemm_row(device, dtype, size)
     if row.status != "ok" or row.measurement is None:
-        return Part("gemm_tflops", failure=row.message or row.status)
-    return Part("gemm_tflops", _rates(row.measurement.samples_ms, row.flops, 1e12),
-                basis=f"{dtype} GEMM {size.gemm_n}^3 (torch.matmul), per call")
+        return Part(key, failure=row.message or row.status)
+    return Part(key, _rates(row.measurement.samples_ms, row.flops, 1e12),
+                basis=f"{dtype} GEMM {size.gemm_n}^3 (torch.{peaks.gemm_op(dtype)}), per call")
+
+
+def _fp8_gemm(device: torch.device, size: peaks.ProbeSize) -> Part:
+    """The probe's FP8 GEMM (E4M3, tensorwise scales) where the device has FP8 matrix units."""
+    fp8 = device_layer.fp8_e4m3_dtype(device) if device_layer.is_gpu(device) else None
+    name = peaks.gemm_dtype(fp8) if fp8 is not None else None
+    if name is None:
+        return Part("gemm_fp8_tflops", skipped="no FP8 matrix units on this device")
+    return _gemm("gemm_fp8_tflops", device, name, size)
 
 
 def _memory(device: torch.device, size: peaks.ProbeSize) -> Part:

@@ -169,8 +169,10 @@ def test_the_program_reads_a_fake_source_in_every_part():
                              source=Source(), environ={}, align=lambda: aligned.append(1))
     finally:
         program.CPU_SIZES = original
-    assert set(record.parts) == {"gemm_tflops", "memory_gbs", "h2d_gbs", "d2h_gbs"}
-    assert len(aligned) == 4
+    assert set(record.parts) == {"gemm_tflops", "gemm_fp8_tflops", "memory_gbs", "h2d_gbs",
+                                 "d2h_gbs"}
+    assert len(aligned) == 5
+    assert record.parts["gemm_fp8_tflops"].skipped == "no FP8 matrix units on this device"
     assert record.parts["h2d_gbs"].skipped and not record.parts["h2d_gbs"].samples
     gemm = record.parts["gemm_tflops"]
     assert len(gemm.samples) == 3 and gemm.telemetry.samples >= 1
