@@ -89,6 +89,14 @@ def test_the_report_flags_match_the_reference_both_ways():
     assert sorted(documented - parser_flags) == [], "docs/flags.md names report flags not parsed"
 
 
+def test_the_node_check_flags_match_the_reference_both_ways():
+    from microbench.node.arguments import build_parser
+    parser_flags = _options(build_parser())
+    documented = _flags_in(_section("microbench-node"))
+    assert sorted(parser_flags - documented) == [], "node flags missing from docs/flags.md"
+    assert sorted(documented - parser_flags) == [], "docs/flags.md names node flags not parsed"
+
+
 def test_flags_once_only_in_prose_have_a_row_in_the_reference():
     """Issue 45: these were explained only in running text; a reference row each."""
     rows = "\n".join(line for line in FLAGS.read_text().splitlines() if line.startswith("| `"))

@@ -110,7 +110,7 @@ def test_no_module_of_the_package_imports_itself_in_a_circle():
 
 # The layers, bottom first: a module imports from its own folder and the folders below it.
 LAYERS = ("platform", "settings", "models", "measure", "store", "steps", "data", "ops",
-          "scenarios", "plan", "output", "drivers", "report")
+          "scenarios", "plan", "output", "drivers", "report", "node")
 
 
 def _layer(module: str) -> str | None:

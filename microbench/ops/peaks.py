@@ -287,6 +287,16 @@ def probe_rows(device: torch.device, dtype: str | None, peaks: runner.Peaks,
     return (prober.gemm(dtype) if dtype is not None else None), prober.copy()
 
 
+def gemm_row(device: torch.device, dtype: str, size: ProbeSize) -> OpResult:
+    """The probe's GEMM alone (the node check times each part under its own telemetry)."""
+    return _Prober(device, runner.Peaks(flops.peak_for_device(device)), size).gemm(dtype)
+
+
+def copy_row(device: torch.device, size: ProbeSize) -> OpResult:
+    """The probe's device copy alone."""
+    return _Prober(device, runner.Peaks(flops.peak_for_device(device)), size).copy()
+
+
 def probe_table(device: torch.device, dtypes: Sequence[str], source=None,
                 size: ProbeSize | None = None,
                 clock: Callable[[], float] = time.perf_counter

@@ -442,6 +442,29 @@ def gpu_identity(device: torch.device) -> GpuIdentity:
     return GpuIdentity(index, uuid_text, pci)
 
 
+def parse_cpu_list(text: str) -> set[int]:
+    """The CPUs of a Linux CPU list ("0-15,32-47"); ValueError when it is not one."""
+    cpus: set[int] = set()
+    for item in text.strip().split(","):
+        low, _, high = item.partition("-")
+        cpus.update(range(int(low), int(high or low) + 1))
+    return cpus
+
+
+def local_cpus(device: torch.device, sysfs: str = "/sys/bus/pci/devices") -> set[int] | None:
+    """The CPUs attached to the same NUMA node as the GPU ``device`` (the kernel's
+    ``local_cpulist`` of its PCI function), or None where that is unknown: a process bound
+    to them copies to and from the GPU without crossing sockets."""
+    pci = gpu_identity(device).pci_bus_id
+    if pci is None:
+        return None
+    try:
+        with open(f"{sysfs}/{pci}.0/local_cpulist", encoding="ascii") as listing:
+            return parse_cpu_list(listing.read()) or None
+    except (OSError, ValueError):
+        return None
+
+
 # ---------------------------------------------------------------- the CPU's name, through collect_env
 #
 # torch.utils.collect_env (what PyTorch's bug template runs) names the CPU model here, and the OS

@@ -20,6 +20,7 @@ import datetime
 import os
 import re
 import threading
+import time
 import urllib.parse
 from dataclasses import dataclass, replace
 from typing import Callable, Iterator, Mapping, TypeVar
@@ -410,12 +411,64 @@ def failures_reported(launch: Launch, timeout_s: float, phase: str) -> Iterator[
         raise DistributedFailure(_failure_line(launch, timeout_s, phase, error)) from None
 
 
-def barrier(device: torch.device) -> None:
+def barrier(device: torch.device, group=None) -> None:
+    """Every rank of ``group`` (None: the job) waits for the others."""
     ids = device_layer.rank_device_ids(device)
     if ids is not None and dist.get_backend() == "nccl":
-        interruptible(lambda: dist.barrier(device_ids=ids))
+        interruptible(lambda: dist.barrier(group=group, device_ids=ids))
     else:
-        interruptible(dist.barrier)
+        interruptible(lambda: dist.barrier(group=group))
+
+
+def all_gather_objects(item) -> list:
+    """Every rank's ``item``, on every rank, in rank order."""
+    gathered: list = [None] * dist.get_world_size()
+    interruptible(lambda: dist.all_gather_object(gathered, item))
+    return gathered
+
+
+def new_group(ranks: list[int]):
+    """A process group of ``ranks`` (every rank of the job must call this, in the same order)."""
+    return dist.new_group(ranks)
+
+
+# ---------------------------------------------------------------- timed collectives (node check)
+#
+# A timed loop of collectives runs whole inside one interruptible call: the helper thread
+# (on the caller's GPU) times it between two synchronisations of the device, as nccl-tests
+# does, so that no thread is started inside the timed region.
+
+def _timed(call: Callable[[], object], times: int, device: torch.device) -> float:
+    device_layer.synchronize(device)
+    started = time.perf_counter()
+    for _ in range(times):
+        call()
+    device_layer.synchronize(device)
+    return time.perf_counter() - started
+
+
+def timed_all_reduce(tensor: torch.Tensor, times: int, device: torch.device,
+                     group=None) -> float:
+    """Seconds for ``times`` back-to-back all-reduces (sum) of ``tensor`` over ``group``."""
+    return interruptible(lambda: _timed(lambda: dist.all_reduce(tensor, group=group), times, device))
+
+
+def timed_send(tensor: torch.Tensor, peer: int, times: int, device: torch.device) -> float:
+    """Seconds for ``times`` sends of ``tensor`` to global rank ``peer``."""
+    return interruptible(lambda: _timed(lambda: dist.send(tensor, dst=peer), times, device))
+
+
+def timed_recv(tensor: torch.Tensor, peer: int, times: int, device: torch.device) -> float:
+    """Seconds for ``times`` receives into ``tensor`` from global rank ``peer``."""
+    return interruptible(lambda: _timed(lambda: dist.recv(tensor, src=peer), times, device))
+
+
+def slowest(seconds: float, device: torch.device, group=None) -> float:
+    """The largest of every rank's ``seconds`` in ``group``: a collective ends with its last
+    rank."""
+    value = torch.tensor([seconds], dtype=torch.float64, device=device)
+    interruptible(lambda: dist.all_reduce(value, op=dist.ReduceOp.MAX, group=group))
+    return float(value.item())
 
 
 def _fail_rank(environ: Mapping[str, str]) -> int | None:

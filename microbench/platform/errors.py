@@ -10,6 +10,7 @@ EXIT_USAGE = 2
 EXIT_OUT_OF_MEMORY = 3
 EXIT_MISSING_ENVIRONMENT = 4
 EXIT_REGRESSION = 5
+EXIT_FLAGGED = 6                # microbench-node: a GPU or a link flagged (the check itself ran)
 EXIT_HANGUP = 129               # 128 + SIGHUP: the terminal or the SSH session went away
 EXIT_INTERRUPTED = 130          # 128 + SIGINT, what shells report for Ctrl-C
 EXIT_QUIT = 131                 # 128 + SIGQUIT, Ctrl-\ at a terminal

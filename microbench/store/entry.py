@@ -392,6 +392,24 @@ def op_entry(run: dict, row: dict, source: str) -> Entry:
                                       row.get("median_ms")]), flags=flags)
 
 
+def node_gpu_entry(check: dict, gpu: dict, source: str) -> Entry:
+    """One GPU of a node check (microbench-node), in the op table: its GEMM TFLOP/s and memory
+    GB/s (the figures the op bench's columns hold), its host and rank, and its verdict."""
+    figures = gpu.get("figures") or {}
+
+    def value(key: str) -> float | None:
+        return _number(_get(figures, key, "value"))
+
+    settings = {"op": "node check (GEMM, memory copy)", "host": gpu.get("host"),
+                "rank": gpu.get("rank"), "device": gpu.get("device_name"),
+                "verdict": "flagged" if gpu.get("flagged") else "ok",
+                "tool": check.get("version")}
+    return Entry(OP, source, settings, {"gbs": value("memory_gbs"), "tflops": value("gemm_tflops")},
+                 "ms", time_utc=check.get("time"),
+                 identity=json.dumps([check.get("time"), gpu.get("host"), gpu.get("rank")]),
+                 note="; ".join(gpu.get("findings") or ()))
+
+
 AB_SIDE = "A/B side"
 
 
@@ -442,6 +460,9 @@ def _entries(document: dict, source: str) -> list[Entry]:
     if kind == schema.OP_BENCH:
         return [op_entry(document, row, f"{source} op {index}")
                 for index, row in enumerate(document["results"], 1)]
+    if kind == schema.NODE:
+        return [node_gpu_entry(document["node_check"], gpu, f"{source} rank {gpu['rank']}")
+                for gpu in document["node_check"]["gpus"]]
     entries = []
     for index, row in enumerate(document["rows"], 1):
         where = f"{source} row {index}"

@@ -1,7 +1,8 @@
 """The published schema of the tool's JSON documents, and validation of a document read back.
 
 ``result.schema.json`` beside this module (shipped in the package) describes every document the
-tool writes: a run's result, a sweep, an A/B summary, the op bench's results, and the older tool's result (its six
+tool writes: a run's result, a sweep, an A/B summary, the op bench's results, a node check
+(``microbench-node``), and the older tool's result (its six
 keys, no ``schema_version``), which is read but never written. Its version is the
 ``schema_version`` key of every document; :func:`validate_result` refuses a document of another
 version, or one that does not match, with one line (:class:`~microbench.platform.errors.UsageError`,
@@ -16,7 +17,8 @@ Example::
 
     document = json.loads(text)
     validate_result(document, "results/resnet50_training_fp32_b64.json")
-    kind = document_kind(document)   # "result", "sweep", "A/B", "op bench" or "older tool"
+    kind = document_kind(document)   # "result", "sweep", "A/B", "op bench", "node check" or
+                                     # "older tool"
 """
 from __future__ import annotations
 
@@ -36,6 +38,7 @@ _MESSAGE_CHARS = 160
 
 RESULT, SWEEP, OP_BENCH, OLDER_TOOL, AB = "result", "sweep", "op bench", "older tool", "A/B"
 DATA_CACHE = "data cache manifest"
+NODE = "node check"
 OP_BENCH_TOOL = "TorchTensorOpsBench"
 
 
@@ -89,6 +92,8 @@ def document_kind(document: object) -> str | None:
         return SWEEP
     if document.get("tool") == OP_BENCH_TOOL and "results" in document:
         return OP_BENCH
+    if "node_check" in document and "schema_version" in document:
+        return NODE
     if "schema_version" in document:
         return RESULT
     if "Throughput [img/sec]" in document and "Name" in document:

@@ -131,6 +131,7 @@ def test_the_fake_pynvml_follows_the_real_module():
     for device in (GpuIdentity(0, UUIDS[0][4:]), GpuIdentity(0, UNKNOWN_UUID, "0000:0a:00"), 1):
         source = NvmlSource(device, recording, environ={})   # by UUID, by PCI address, by index
         source.read()
+        source.health()
         source.close()
     assert {"nvmlInit", "nvmlDeviceGetHandleByPciBusId", "nvmlDeviceGetTemperatureV",
             "nvmlDeviceGetCurrentClocksEventReasons"} <= recording.names

@@ -32,7 +32,8 @@ class NVMLError_FunctionNotFound(NVMLError):
 
 
 GPU_DEFAULTS = {"name": "Fake H100", "sm": 1980, "mem": 2619, "max_sm": 1980, "power_mw": 350_000,
-                "temp": 61, "util": 99, "reasons": 0, "energy_mj": 1_000_000, "pci": "0000:1b:00.0"}
+                "temp": 61, "util": 99, "reasons": 0, "energy_mj": 1_000_000, "pci": "0000:1b:00.0",
+                "ecc": (0, 0), "retired": ([], []), "pending": 0, "pcie": (5, 5, 16, 16)}
 
 
 class FakeHandle:
@@ -47,6 +48,10 @@ def fake_pynvml(uuids, *, unsupported=(), missing=(), not_found=(), **overrides)
     m = types.ModuleType("pynvml")
     m.NVML_CLOCK_SM, m.NVML_CLOCK_MEM, m.NVML_TEMPERATURE_GPU = 1, 2, 0
     m.NVML_ERROR_FUNCTION_NOT_FOUND = 13
+    m.NVML_MEMORY_ERROR_TYPE_CORRECTED, m.NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 0, 1
+    m.NVML_VOLATILE_ECC = 0
+    m.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS = 0
+    m.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR = 1
     m.NVMLError, m.NVMLError_NotSupported = NVMLError, NVMLError_NotSupported
     m.calls = []
 
@@ -79,6 +84,15 @@ def fake_pynvml(uuids, *, unsupported=(), missing=(), not_found=(), **overrides)
         "nvmlDeviceGetCurrentClocksEventReasons": lambda h: gpu(h)["reasons"],
         "nvmlDeviceGetCurrentClocksThrottleReasons": lambda h: gpu(h)["reasons"],
         "nvmlDeviceGetTotalEnergyConsumption": lambda h: gpu(h)["energy_mj"],
+        # "ecc": (corrected, uncorrected); "retired": pages per cause; "pcie": (generation,
+        # max generation, width, max width)
+        "nvmlDeviceGetTotalEccErrors": lambda h, kind, counter: gpu(h)["ecc"][kind],
+        "nvmlDeviceGetRetiredPages": lambda h, cause: gpu(h)["retired"][cause],
+        "nvmlDeviceGetRetiredPagesPendingStatus": lambda h: gpu(h)["pending"],
+        "nvmlDeviceGetCurrPcieLinkGeneration": lambda h: gpu(h)["pcie"][0],
+        "nvmlDeviceGetMaxPcieLinkGeneration": lambda h: gpu(h)["pcie"][1],
+        "nvmlDeviceGetCurrPcieLinkWidth": lambda h: gpu(h)["pcie"][2],
+        "nvmlDeviceGetMaxPcieLinkWidth": lambda h: gpu(h)["pcie"][3],
     }
     for name, function in functions.items():
         if name in missing:
@@ -136,7 +150,11 @@ AMD_DEFAULTS = {"gfx": 2100, "gfx_max": 2100, "mem": 1300, "power": {"current_so
                 "violation": {"active_ppt_pwr": False, "active_socket_thrm": False,
                               "active_prochot_thrm": False, "active_vr_thrm": False,
                               "active_hbm_thrm": False},
-                "metrics": {"throttle_status": "N/A", "indep_throttle_status": "N/A"}}
+                "metrics": {"throttle_status": "N/A", "indep_throttle_status": "N/A"},
+                "ecc": {"correctable_count": 0, "uncorrectable_count": 0, "deferred_count": 0},
+                "bad_pages": [],
+                "pcie": {"pcie_static": {"max_pcie_width": 16, "pcie_interface_version": 5},
+                         "pcie_metric": {"pcie_width": 16, "pcie_speed": 32000}}}
 
 
 def fake_amdsmi(bdfs, *, failing=(), missing=(), **overrides):
@@ -177,6 +195,9 @@ def fake_amdsmi(bdfs, *, failing=(), missing=(), **overrides):
         "amdsmi_get_energy_count": lambda h: gpu(h)["energy"],
         "amdsmi_get_violation_status": lambda h: gpu(h)["violation"],
         "amdsmi_get_gpu_metrics_info": lambda h: gpu(h)["metrics"],
+        "amdsmi_get_gpu_total_ecc_count": lambda h: gpu(h)["ecc"],
+        "amdsmi_get_gpu_bad_page_info": lambda h: gpu(h)["bad_pages"],
+        "amdsmi_get_pcie_info": lambda h: gpu(h)["pcie"],
     }
     for name, function in functions.items():
         if name in missing:

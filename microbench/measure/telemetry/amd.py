@@ -21,6 +21,7 @@ from typing import Any, Mapping
 
 from microbench.platform.device import GpuIdentity
 from microbench.platform.errors import MissingEnvironment
+from microbench.measure.telemetry.health import DeviceHealth, pcie_generation_of
 from microbench.measure.telemetry.library import LibrarySource, as_float, import_library
 from microbench.measure.telemetry.library import as_identity, parse_bdf, visible_entry
 from microbench.measure.telemetry.sampler import Sample
@@ -157,6 +158,31 @@ class AmdSmiSource(LibrarySource):
         info = self._query(getattr(self._smi, "amdsmi_get_power_cap_info", None))
         cap, default = _field(info, "power_cap"), _field(info, "default_power_cap")
         return (None if not cap else cap / 1e6, None if not default else default / 1e6)
+
+    def health(self) -> DeviceHealth:
+        """ECC counts (amdsmi_get_gpu_total_ecc_count: correctable_count, uncorrectable_count),
+        bad pages (amdsmi_get_gpu_bad_page_info: a list), and the PCIe link
+        (amdsmi_get_pcie_info: pcie_metric's pcie_width and pcie_speed in MT/s now,
+        pcie_static's max_pcie_width and pcie_interface_version); AMD SMI Python API reference."""
+        smi = self._smi
+        ecc = self._query(getattr(smi, "amdsmi_get_gpu_total_ecc_count", None))
+        pages = self._query(getattr(smi, "amdsmi_get_gpu_bad_page_info", None))
+        pcie = self._query(getattr(smi, "amdsmi_get_pcie_info", None))
+        metric = pcie.get("pcie_metric", {}) if isinstance(pcie, dict) else {}
+        static = pcie.get("pcie_static", {}) if isinstance(pcie, dict) else {}
+
+        def count(info: Any, key: str) -> int | None:
+            value = _field(info, key)
+            return None if value is None else int(value)
+
+        return DeviceHealth(
+            ecc_corrected=count(ecc, "correctable_count"),
+            ecc_uncorrected=count(ecc, "uncorrectable_count"),
+            retired_pages=len(pages) if isinstance(pages, list) else None,
+            pcie_generation=pcie_generation_of(_field(metric, "pcie_speed")),
+            pcie_max_generation=count(static, "pcie_interface_version"),
+            pcie_width=count(metric, "pcie_width"),
+            pcie_max_width=count(static, "max_pcie_width"))
 
     def close(self) -> None:
         if not self._closed:

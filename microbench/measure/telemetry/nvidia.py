@@ -20,6 +20,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from microbench.platform.device import GpuIdentity
 from microbench.platform.errors import MissingEnvironment
+from microbench.measure.telemetry.health import DeviceHealth
 from microbench.measure.telemetry.library import LibrarySource, as_float, as_text, import_library
 from microbench.measure.telemetry.library import as_identity, normalize_uuid, visible_entry
 from microbench.measure.telemetry.sampler import Sample
@@ -205,6 +206,44 @@ class NvmlSource(LibrarySource):
             getattr(nvml, "nvmlDeviceGetPowerManagementDefaultLimit", None)))
         return (None if enforced is None else enforced / 1000.0,
                 None if default is None else default / 1000.0)
+
+    def health(self) -> DeviceHealth:
+        """ECC counts since the driver loaded (volatile), retired pages of both causes, and the
+        PCIe link now and at most (NVML API reference: nvmlDeviceGetTotalEccErrors,
+        nvmlDeviceGetRetiredPages, nvmlDeviceGetCurrPcieLink*). A link trains down when idle,
+        so read it while the GPU copies."""
+        nvml = self._nvml
+
+        def ecc(kind_name: str) -> int | None:
+            kind = getattr(nvml, kind_name, None)
+            counter = getattr(nvml, "NVML_VOLATILE_ECC", None)
+            if kind is None or counter is None:
+                return None
+            value = self._query(getattr(nvml, "nvmlDeviceGetTotalEccErrors", None), kind, counter)
+            return None if value is None else int(value)
+
+        retired = None
+        for cause_name in ("NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS",
+                           "NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR"):
+            cause = getattr(nvml, cause_name, None)
+            pages = None if cause is None else self._query(
+                getattr(nvml, "nvmlDeviceGetRetiredPages", None), cause)
+            if pages is not None:
+                retired = (retired or 0) + len(pages)
+        pending = self._query(getattr(nvml, "nvmlDeviceGetRetiredPagesPendingStatus", None))
+
+        def link(name: str) -> int | None:
+            value = self._query(getattr(nvml, name, None))
+            return None if value is None else int(value)
+
+        return DeviceHealth(
+            ecc_corrected=ecc("NVML_MEMORY_ERROR_TYPE_CORRECTED"),
+            ecc_uncorrected=ecc("NVML_MEMORY_ERROR_TYPE_UNCORRECTED"),
+            retired_pages=retired, retirement_pending=None if pending is None else bool(pending),
+            pcie_generation=link("nvmlDeviceGetCurrPcieLinkGeneration"),
+            pcie_max_generation=link("nvmlDeviceGetMaxPcieLinkGeneration"),
+            pcie_width=link("nvmlDeviceGetCurrPcieLinkWidth"),
+            pcie_max_width=link("nvmlDeviceGetMaxPcieLinkWidth"))
 
     def close(self) -> None:
         if not self._closed:

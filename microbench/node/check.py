@@ -1,0 +1,293 @@
+"""``microbench-node``'s run: one process per GPU (spawned here, or the ranks torchrun or SLURM
+started), the program on each at once, the links between them, and on rank 0 (or the parent
+of the spawned processes) the verdict, its table, its document and its exit code.
+
+The processes meet in one process group (NCCL/RCCL on GPUs, gloo on the CPU) through
+``platform/distributed.py``; a spawned process starts through ``process.orphan_safe_worker``
+(it ends with its parent) inside ``process.starting`` (a refused start is one line, exit 4).
+"""
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import pickle
+import socket
+import sys
+import time
+from dataclasses import dataclass, field
+from multiprocessing.reduction import ForkingPickler
+
+import torch
+
+from microbench.measure.telemetry.opening import open_source
+from microbench.node import document as document_module
+from microbench.node import links, program, show
+from microbench.node.verdict import judge
+from microbench.platform import device as device_layer
+from microbench.platform import distributed, process, writing
+from microbench.platform.errors import (EXIT_FLAGGED, BenchmarkError, ReportedFailure,
+                                        Terminated, UsageError)
+from microbench.store.schema import validate_result
+
+
+@dataclass(frozen=True)
+class Options:
+    """What every process needs of the command line (picklable, for spawned processes)."""
+
+    device_type: str                  # "cuda" | "cpu"
+    samples: int
+    quick: bool
+    timeout_s: float
+
+
+@dataclass
+class Outcome:
+    """What rank 0 gathered: every GPU's record and every link's measurement."""
+
+    records: list = field(default_factory=list)
+    collectives: list = field(default_factory=list)
+    copies: list = field(default_factory=list)
+    p2p_note: str | None = None
+    backend: str | None = None
+
+
+@dataclass(frozen=True)
+class _LaunchAsk:
+    """What ``distributed.detect`` reads of a configuration: no manual-launch flags (the node
+    check starts its own processes), no batch to split."""
+
+    distributed_dataparallel: bool = False
+    rank: int | None = None
+    world_size: int | None = None
+    device_ids: tuple | None = None
+    batch_size: int = 0
+    dist_backend: str | None = None
+    dist_url: str | None = None
+
+
+def _device_type(requested: str) -> str:
+    if requested == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if requested == "cuda" and not torch.cuda.is_available():
+        device_layer.select("cuda")             # raises its one line (exit 4)
+    return requested
+
+
+def run(args, argv: list[str]) -> int:
+    """The check as ``argv`` (the command line, for the document) asked for it."""
+    started = time.perf_counter()
+    program.scale_of(os.environ)                # the test hook's value, checked first
+    if args.plot is not None:
+        from microbench.output import chart
+        chart.check_path(args.plot)
+    options = Options(_device_type(args.device), args.samples, args.quick, args.dist_timeout)
+    launch = distributed.detect(_LaunchAsk())
+    if launch.distributed:
+        if args.processes is not None:
+            raise UsageError(f"--processes: under {launch.launcher} the launcher started "
+                             f"the processes (one per GPU); drop --processes")
+        outcome = _measure_rank(launch, options)
+        if not launch.is_main:
+            return 0
+    else:
+        outcome = _spawned(_process_count(args.processes, options.device_type), options)
+    return _finish(outcome, args, options, argv, time.perf_counter() - started)
+
+
+def _process_count(requested: int | None, device_type: str) -> int:
+    if device_type == "cpu":
+        count = requested or 2
+        process.check_can_start(count, "processes", "--processes")
+        return count
+    visible = torch.cuda.device_count()
+    if requested is not None and requested > visible:
+        raise UsageError(f"--processes {requested}: only {visible} GPUs are visible")
+    return requested or visible
+
+
+# ---------------------------------------------------------------- spawned processes
+
+def _spawned(count: int, options: Options) -> Outcome:
+    """``count`` processes, one per GPU (or CPU process), at a rendezvous on this host."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    context = multiprocessing.get_context("spawn")
+    workers, channels = [], []
+    try:
+        with process.starting("the node check's processes", "use --processes with fewer"):
+            for index in range(count):
+                receive, send = context.Pipe(duplex=False)
+                arguments = bytes(ForkingPickler.dumps((index, count, port, options)))
+                worker = context.Process(
+                    target=process.orphan_safe_worker, name=f"microbench-node-{index}",
+                    args=(os.getpid(), f"{__name__}:_worker_main", arguments, send))
+                worker.start()
+                send.close()
+                workers.append(worker)
+                channels.append(receive)
+        replies = _replies(channels, workers)
+    except BaseException:
+        _stop_all(workers)
+        raise
+    finally:
+        for worker in workers:
+            worker.join(30)
+    return replies[0][1]
+
+
+def _replies(channels, workers) -> list:
+    """Every process's reply, in rank order. The first failure ends the others at once (they
+    would wait in a collective for the failed one until --dist-timeout) and is raised."""
+    from multiprocessing.connection import wait
+    replies: dict[int, tuple] = {}
+    waiting = dict(enumerate(channels))
+    while waiting:
+        ready = distributed.interruptible(lambda: wait(list(waiting.values())))
+        for index in [i for i, channel in waiting.items() if channel in ready]:
+            channel = waiting.pop(index)
+            try:
+                replies[index] = channel.recv()
+            except EOFError:
+                workers[index].join()
+                replies[index] = ("error", BenchmarkError(
+                    f"node check process {index} ended (exit code {workers[index].exitcode}) "
+                    f"before it reported"))
+            finally:
+                channel.close()
+            if replies[index][0] == "error":
+                workers[index].join(10)         # it ends by itself once it has reported
+                _stop_all(workers)
+                raise replies[index][1]
+    return [replies[index] for index in range(len(channels))]
+
+
+def _stop_all(workers) -> None:
+    for worker in workers:
+        if worker.is_alive():
+            worker.terminate()
+
+
+def _worker_main(index: int, count: int, port: int, options: Options, connection) -> None:
+    launch = distributed.Launch(launcher="manual", rank=index, local_rank=index,
+                                world_size=count, init_method=f"tcp://127.0.0.1:{port}",
+                                device_index=index)
+    with process.sigterm_raises(), contextlib.suppress(KeyboardInterrupt, Terminated):
+        # Stopped (by the parent, once another process failed): the parent says what happened.
+        try:
+            _send(connection, ("ok", _measure_rank(launch, options)))
+        except BenchmarkError as error:
+            _send(connection, ("error", ReportedFailure(f"[rank {index}] {error}",
+                                                        error.exit_code)))
+        except Exception as error:                  # noqa: BLE001 (a bug: its traceback, then
+            import traceback                        # one line from the parent, exit 1)
+            traceback.print_exc()
+            _send(connection, ("error", ReportedFailure(
+                f"unexpected {type(error).__name__} in node check process {index}: "
+                f"{error}", 1)))
+        finally:
+            connection.close()
+            with contextlib.suppress(OSError, ValueError):
+                sys.stdout.flush()
+
+
+def _send(connection, message) -> None:
+    with contextlib.suppress(OSError, EOFError, pickle.PicklingError):
+        connection.send(message)
+
+
+# ---------------------------------------------------------------- one rank
+
+def _measure_rank(launch: distributed.Launch, options: Options) -> Outcome | None:
+    """This rank's program and its part of the links; on rank 0 what every rank found."""
+    device = (torch.device("cuda", launch.local_rank) if options.device_type == "cuda"
+              else torch.device("cpu"))
+    device_layer.activate(device)
+    if device_layer.is_gpu(device):
+        _bind_near(device)
+    else:
+        # The CPU's processes share its cores: each takes its share, or their threads contend.
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // launch.world_size))
+    source, note = open_source(device)
+    try:
+        with distributed.failures_reported(launch, options.timeout_s, "rendezvous"):
+            distributed.init_process_group(launch, device, options.timeout_s)
+        distributed.fail_if_asked(launch)         # the test hook: this rank dies here
+        with distributed.leaving_group(), \
+                distributed.failures_reported(launch, options.timeout_s, "run"):
+            record = program.run(device, launch.rank, launch.local_rank, options.samples,
+                                 options.quick, source, note,
+                                 align=lambda: distributed.barrier(device))
+            return _links_and_gather(launch, device, options, record)
+    finally:
+        if source is not None:
+            source.close()
+
+
+def _bind_near(device: torch.device) -> None:
+    """Run on the CPUs of the GPU's own NUMA node: its pinned host buffers are then allocated
+    there, and a GPU on the far socket of a healthy two-socket node is not flagged for host
+    copies that cross the sockets (the process's own placement, not the GPU's health)."""
+    near = device_layer.local_cpus(device)
+    allowed = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    if near and allowed and near & allowed:
+        with contextlib.suppress(OSError):
+            os.sched_setaffinity(0, near & allowed)
+
+
+def _links_and_gather(launch, device: torch.device, options: Options,
+                      record: program.GpuRecord) -> Outcome | None:
+    groups = links.node_groups(distributed.all_gather_objects(record.host))
+    # Every rank creates every node's group, in the same order (torch.distributed's rule).
+    node_groups = {host: (distributed.new_group(ranks) if len(groups) > 1 else None)
+                   for host, ranks in groups.items()}
+    mine = groups[record.host]
+    collectives = [links.all_reduce(node_groups[record.host], mine, device, options.samples,
+                                    f"node {record.host}")]
+    if len(groups) > 1:
+        collectives.append(links.all_reduce(None, list(range(launch.world_size)), device,
+                                            options.samples, "all nodes"))
+    copies, p2p_note = [], None
+    if options.quick:
+        p2p_note = "peer-to-peer copies: not measured with --quick"
+    elif not device_layer.is_gpu(device):
+        p2p_note = links.NO_P2P_ON_CPU
+    else:
+        copies = links.pair_copies(node_groups[record.host], mine, record.host, launch.rank,
+                                   device, options.samples)
+    # Each node's all-reduce once (its first rank's), the job's once (rank 0's).
+    shared = [c for c in collectives if c.scope == "all nodes"] if launch.rank == 0 else []
+    own = [c for c in collectives if c.scope != "all nodes"] if launch.rank == mine[0] else []
+    gathered = distributed.gather_to_main((record, own + shared, copies))
+    if gathered is None:
+        return None
+    outcome = Outcome(p2p_note=p2p_note, backend=distributed.backend_name())
+    for record_, collectives_, copies_ in gathered:
+        outcome.records.append(record_)
+        outcome.collectives += collectives_
+        outcome.copies += copies_
+    return outcome
+
+
+# ---------------------------------------------------------------- the verdict
+
+def _finish(outcome: Outcome, args, options: Options, argv: list[str],
+            seconds: float) -> int:
+    verdict = judge(outcome.records, outcome.copies, outcome.collectives, args.tolerance)
+    show.print_verdict(verdict, outcome.collectives, outcome.p2p_note, sys.stdout)
+    document = document_module.build(
+        verdict, outcome.collectives, outcome.copies, device_type=options.device_type,
+        quick=options.quick, samples=options.samples, command=["microbench-node", *argv],
+        seconds=seconds, backend=outcome.backend, p2p_note=outcome.p2p_note)
+    validate_result(document, "the node check's own document")   # the schema holds
+    if not args.no_files:
+        import json
+        writing.write_whole(args.json, json.dumps(document, indent=1) + "\n")
+        print(f"Result: {args.json}")
+    if args.plot is not None:
+        from microbench.node import plot
+        plot.write(verdict, args.plot)
+        print(f"Plot: {args.plot}")
+    sys.stdout.flush()
+    return EXIT_FLAGGED if verdict.flagged else 0

@@ -1,0 +1,72 @@
+"""The node check's result document: what every GPU and link measured, each figure beside its
+peers' median, and the verdict; ``store/result.schema.json``'s ``node_check`` describes it and
+``microbench-report`` reads it (``store/entry.node_gpu_entry``)."""
+from __future__ import annotations
+
+import datetime
+import statistics
+from typing import Sequence
+
+from microbench import __version__
+from microbench.node.figures import FIGURES
+from microbench.node.links import Collective, PairCopy
+from microbench.node.verdict import Judged, Verdict
+from microbench.store.schema import SCHEMA_VERSION
+
+METHOD = ("each figure is the median of its samples; a GPU is flagged when a figure lies below "
+          "the median of its peers (the GPUs of its model) by more than tolerance_pct and its "
+          "95% interval against them (Welch's t on log samples) lies below 1, when it "
+          "throttles (idle and the rated power limit excluded), reports uncorrectable ECC "
+          "errors or retired pages, trained a narrower or slower PCIe link than its peers, or "
+          "failed a part; links are judged against the other links by the same rule")
+
+
+def _judged(judged: Judged) -> dict:
+    return {"value": judged.value, "median": judged.median, "diff_pct": judged.diff_pct,
+            "flagged": judged.flagged, "noise": judged.noise}
+
+
+def _gpu(verdict) -> dict:
+    record = verdict.record
+    figures = {}
+    for key, part in record.parts.items():
+        judged = verdict.figures.get(key, Judged(part.value, None, None))
+        figures[key] = {**_judged(judged), "samples": list(part.samples), "basis": part.basis,
+                        "failure": part.failure, "skipped": part.skipped,
+                        "telemetry": None if part.telemetry is None else part.telemetry.to_dict()}
+    return {"rank": record.rank, "host": record.host, "local_rank": record.local_rank,
+            "device": record.device, "device_name": record.device_name,
+            "flagged": verdict.flagged, "findings": list(verdict.findings),
+            "telemetry_note": record.telemetry_note, "power_limit_w": record.power_limit_w,
+            "default_power_limit_w": record.default_power_limit_w,
+            "health": None if record.health is None else record.health.to_dict(),
+            "figures": figures}
+
+
+def _collective(collective: Collective, backend: str | None) -> dict:
+    return {"scope": collective.scope, "ranks": list(collective.ranks), "backend": backend,
+            "sizes": [{"bytes": size, "busbw_gbs": list(values),
+                       "median_gbs": statistics.median(values) if values else None}
+                      for size, values in collective.busbw_gbs.items()]}
+
+
+def build(verdict: Verdict, collectives: Sequence[Collective], copies: Sequence[PairCopy],
+          *, device_type: str, quick: bool, samples: int, command: Sequence[str],
+          seconds: float, backend: str | None, p2p_note: str | None) -> dict:
+    return {"schema_version": SCHEMA_VERSION, "node_check": {
+        "version": __version__,
+        "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "command": list(command), "device_type": device_type,
+        "tolerance_pct": verdict.tolerance_pct, "quick": quick, "samples": samples,
+        "seconds": seconds, "flagged": verdict.flagged,
+        "flagged_hosts": verdict.flagged_hosts(), "notes": list(verdict.notes),
+        "method": METHOD,
+        "figures": [{"key": f.key, "unit": f.unit, "label": f.label} for f in FIGURES.values()],
+        "gpus": [_gpu(g) for g in verdict.gpus],
+        "links": [{"name": link.name, "kind": link.kind, **_judged(link.judged)}
+                  for link in verdict.links],
+        "allreduce": [_collective(c, backend) for c in collectives],
+        "p2p": [{"host": c.host, "source_rank": c.source_rank, "target_rank": c.target_rank,
+                 "gbs": list(c.gbs)} for c in copies],
+        "p2p_note": p2p_note,
+    }}

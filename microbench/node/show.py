@@ -1,0 +1,75 @@
+"""The node check on the console: one row per GPU, each figure beside the median with its
+difference, then the links, then one line of verdict."""
+from __future__ import annotations
+
+from typing import Sequence
+
+from microbench.node.figures import FIGURES, GPU_FIGURES
+from microbench.node.links import Collective
+from microbench.node.verdict import Judged, Verdict
+from microbench.platform import text_table
+from microbench.platform.safe_text import terminal
+
+
+def _cell(figure, judged: Judged | None) -> str:
+    if judged is None or judged.value is None:
+        return "-"
+    diff = "" if judged.diff_pct is None else f" ({judged.diff_pct:+.0f}%)"
+    return f"{figure.shown(judged.value)}{diff}{' !' if judged.flagged else ''}"
+
+
+def gpu_table(verdict: Verdict) -> tuple[list[str], list[list[str]]]:
+    shown = [f for f in GPU_FIGURES
+             if any(g.figures.get(f.key) and g.figures[f.key].value is not None
+                    for g in verdict.gpus)]
+    header = ["GPU", "device"] + [f"{f.label} [{f.unit}]" for f in shown] + ["verdict"]
+    rows = []
+    for gpu in verdict.gpus:
+        rows.append([f"{gpu.record.host} rank {gpu.record.rank}", gpu.record.device_name]
+                    + [_cell(f, gpu.figures.get(f.key)) for f in shown]
+                    + ["FLAGGED" if gpu.flagged else "ok"])
+    medians = []
+    for figure in shown:
+        values = [g.figures[figure.key].median for g in verdict.gpus
+                  if g.figures.get(figure.key) and g.figures[figure.key].median is not None]
+        medians.append(figure.shown(values[0]) if values else "-")
+    rows.append(["median", ""] + medians + [""])
+    return header, rows
+
+
+def print_verdict(verdict: Verdict, collectives: Sequence[Collective], p2p_note: str | None,
+                  out) -> None:
+    header, rows = gpu_table(verdict)
+    columns = [text_table.Column(h, numeric=2 <= i < len(header) - 1)
+               for i, h in enumerate(header)]
+    rows = [[terminal(cell) for cell in row] for row in rows]
+    print(text_table.render(columns, rows, terminal=out.isatty()), end="", file=out)
+    for gpu in verdict.gpus:
+        for finding in gpu.findings:
+            print(terminal(f"  {gpu.record.host} rank {gpu.record.rank}: {finding}"), file=out)
+    bus = FIGURES["allreduce_busbw_gbs"]
+    for collective in collectives:
+        if collective.busbw_gbs:
+            sizes = ", ".join(f"{size >> 20 or size >> 10}{' MiB' if size >> 20 else ' KiB'} "
+                              f"{bus.shown(sorted(v)[len(v) // 2])}"
+                              for size, v in collective.busbw_gbs.items() if v)
+            print(terminal(f"{bus.label} [{bus.unit}], {collective.scope} "
+                           f"({len(collective.ranks)} ranks): {sizes}"), file=out)
+    for link in verdict.links:
+        if link.kind == "p2p" or link.judged.flagged:
+            print(terminal(f"{link.name}: {_cell(FIGURES['p2p_gbs'], link.judged)} GB/s"
+                           f"{' FLAGGED ' + link.judged.why if link.judged.flagged else ''}"),
+                  file=out)
+    if p2p_note:
+        print(terminal(p2p_note), file=out)
+    for note in verdict.notes:
+        print(terminal(f"note: {note}"), file=out)
+    flagged = [g for g in verdict.gpus if g.flagged]
+    links = [l for l in verdict.links if l.judged.flagged]
+    if not flagged and not links:
+        print(f"Node check: PASS, {len(verdict.gpus)} GPUs, nothing flagged (tolerance "
+              f"{verdict.tolerance_pct:g}% and each figure's noise)", file=out)
+        return
+    names = ", ".join(f"{g.record.host} rank {g.record.rank}" for g in flagged) or "none"
+    print(terminal(f"Node check: FLAGGED GPUs: {names}; links: {len(links)}; hosts: "
+                   f"{', '.join(verdict.flagged_hosts())}"), file=out)

@@ -1,0 +1,76 @@
+"""microbench-node end to end on the CPU: two processes over gloo run the real command; one of
+them made slow by the test hook (MICROBENCH_NODE_SCALE) is flagged, alone, with exit 6, and
+its document validates and reads back; bad input is one line and its documented code."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from conftest import ROOT, assert_one_line_error
+from microbench.platform.errors import EXIT_FLAGGED
+from microbench.store import schema
+
+
+def _node(*args: str, env: dict | None = None, timeout: int = 120):
+    inherited = {k: v for k, v in os.environ.items() if k != "MICROBENCH_NODE_SCALE"}
+    child_env = {**inherited, "PYTHONUNBUFFERED": "1", **(env or {})}
+    return subprocess.run([sys.executable, "-m", "microbench.node", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout, env=child_env)
+
+
+def test_a_slow_process_is_flagged_alone_end_to_end(tmp_path):
+    """The real command, --quick (GEMM, memory, all-reduce over gloo) in under 30 s."""
+    result_path = tmp_path / "node.json"
+    ran = _node("--device", "cpu", "--quick", "--samples", "3", "--tolerance", "50",
+                "--json", str(result_path), env={"MICROBENCH_NODE_SCALE": "1:0.05"})
+    assert ran.returncode == EXIT_FLAGGED, (ran.stdout[-3000:], ran.stderr[-3000:])
+    assert "Node check: FLAGGED GPUs:" in ran.stdout and "rank 1" in ran.stdout
+    assert "all-reduce bus bandwidth [GB/s], node" in ran.stdout
+    document = json.loads(result_path.read_text())
+    schema.validate_result(document, str(result_path))
+    check = document["node_check"]
+    assert [g["flagged"] for g in check["gpus"]] == [False, True]
+    assert any(finding.endswith("below the median") for finding in check["gpus"][1]["findings"])
+    assert check["allreduce"][0]["backend"] == "gloo"
+    assert len(check["allreduce"][0]["sizes"]) == 3
+    assert check["p2p_note"] and check["quick"]
+    report = subprocess.run([sys.executable, "-m", "microbench.report", str(result_path)],
+                            cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert report.returncode == 0 and "node check" in report.stdout, report.stderr
+
+
+def test_a_process_that_dies_ends_the_check_at_once():
+    """Rank 1 fails after the rendezvous (the test hook): the parent stops rank 0, which would
+    otherwise wait for it in a collective until --dist-timeout, and exits 1."""
+    started = time.monotonic()
+    ran = _node("--device", "cpu", "--quick", "--samples", "3", "--no-files",
+                env={"MICROBENCH_FAIL_RANK": "1"})
+    assert ran.returncode == 1 and "failure injected on rank 1" in ran.stderr, ran.stderr
+    assert time.monotonic() - started < 90
+
+
+@pytest.mark.parametrize("args, text", [
+    (("--tolerance", "nan"), "--tolerance"),
+    (("--processes", "0"), "--processes"),
+    (("--samples", "2"), "--samples"),
+    (("--device", "tpu"), "--device"),
+    (("--json", ""), "--json must not be empty"),
+])
+def test_bad_flags_are_one_line_and_exit_2(args, text):
+    assert_one_line_error(_node(*args), 2, text)
+
+
+def test_a_bad_scale_hook_is_one_line_and_exit_2():
+    assert_one_line_error(_node("--device", "cpu", env={"MICROBENCH_NODE_SCALE": "one:half"}),
+                          2, "MICROBENCH_NODE_SCALE")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is present")
+def test_cuda_without_a_gpu_is_exit_4():
+    assert_one_line_error(_node("--device", "cuda"), 4, "asked for a GPU")

@@ -1,0 +1,98 @@
+"""The node check's result document: it validates against the published schema, a document
+that breaks it is refused in one line, and microbench-report reads one row per GPU."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from microbench.node import document, show
+from microbench.node.links import Collective, PairCopy
+from microbench.node.program import GpuRecord, Part
+from microbench.node.verdict import judge
+from microbench.node.watch import PartTelemetry
+from microbench.measure.telemetry.health import DeviceHealth
+from microbench.platform.errors import UsageError
+from microbench.report import command as report_command
+from microbench.store import schema
+from microbench.store.entry import entries_of
+
+STEADY = (100.0, 101.0, 99.0, 100.5)
+
+
+def _verdict_and_document():
+    records = []
+    for rank, scale in enumerate((1.0, 1.0, 0.5)):
+        parts = {"gemm_tflops": Part("gemm_tflops", tuple(s * scale for s in STEADY),
+                                     basis="bf16 GEMM",
+                                     telemetry=PartTelemetry(2, 1980.0, 2619.0, 600.0, 61.0,
+                                                             ())),
+                 "memory_gbs": Part("memory_gbs", STEADY),
+                 "h2d_gbs": Part("h2d_gbs", skipped="no host-device link on the CPU")}
+        records.append(GpuRecord(rank, "node1", rank, f"cuda:{rank}", "Fake H100", parts,
+                                 DeviceHealth(ecc_uncorrected=0, pcie_width=16)))
+    collectives = [Collective("node node1", (0, 1, 2), (1 << 20,), {1 << 20: STEADY})]
+    copies = [PairCopy("node1", 0, 1, STEADY), PairCopy("node1", 1, 0, STEADY)]
+    verdict = judge(records, copies, collectives)
+    built = document.build(verdict, collectives, copies, device_type="cuda", quick=False,
+                           samples=4, command=["microbench-node"], seconds=12.5,
+                           backend="nccl", p2p_note=None)
+    return verdict, json.loads(json.dumps(built))
+
+
+def test_the_document_validates_and_says_what_was_flagged():
+    verdict, built = _verdict_and_document()
+    schema.validate_result(built, "node.json")
+    assert schema.document_kind(built) == schema.NODE
+    check = built["node_check"]
+    assert check["flagged"] and check["flagged_hosts"] == ["node1"]
+    assert [g["flagged"] for g in check["gpus"]] == [False, False, True]
+    assert check["gpus"][2]["figures"]["gemm_tflops"]["diff_pct"] == pytest.approx(-50, abs=1)
+    assert check["allreduce"][0]["sizes"][0]["median_gbs"] == pytest.approx(100.25)
+    assert {f["key"] for f in check["figures"]} >= {"gemm_tflops", "allreduce_busbw_gbs"}
+
+
+@pytest.mark.parametrize("path, value", [
+    (("node_check", "gpus", 0, "figures", "gemm_tflops", "flagged"), "yes"),
+    (("node_check", "gpus", 0, "figures", "not_a_figure"), {}),
+    (("node_check", "tolerance_pct"), -1),
+    (("node_check", "links", 0, "kind"), "telepathy"),
+])
+def test_a_broken_document_is_refused_in_one_line(path, value):
+    _, built = _verdict_and_document()
+    target = built
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    with pytest.raises(UsageError, match="node.json: does not match the result schema"):
+        schema.validate_result(built, "node.json")
+
+
+def test_the_report_reads_one_row_per_gpu(tmp_path, capsys):
+    _, built = _verdict_and_document()
+    entries = entries_of(built, "node.json")
+    assert [e.settings["rank"] for e in entries] == [0, 1, 2]
+    assert [e.settings["verdict"] for e in entries] == ["ok", "ok", "flagged"]
+    assert entries[2].figures["tflops"] == pytest.approx(50.125)   # the median sample
+    path = tmp_path / "node_check.json"
+    path.write_text(json.dumps(built))
+    assert report_command.main([str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "node check" in out and "flagged" in out
+
+
+def test_the_console_table_puts_each_figure_beside_the_median():
+    verdict, _ = _verdict_and_document()
+    header, rows = show.gpu_table(verdict)
+    assert header[:3] == ["GPU", "device", "GEMM [TFLOP/s]"]
+    assert rows[2][2] == "50.1 (-50%) !" and rows[2][-1] == "FLAGGED"
+    assert rows[-1][0] == "median" and rows[-1][2] == "100"
+
+
+def test_the_plot_draws_every_gpu_against_the_median(tmp_path):
+    pytest.importorskip("matplotlib")
+    from microbench.node import plot
+    verdict, _ = _verdict_and_document()
+    path = tmp_path / "node.png"
+    plot.write(verdict, str(path))
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

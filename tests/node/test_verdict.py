@@ -1,0 +1,191 @@
+"""The node check's verdict: a slow GPU is flagged and a healthy one not, a difference inside
+the measured spread is not, throttling (but not the rated power limit) and reported errors
+flag a GPU, and links are judged against the other links."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from microbench.measure.telemetry import NvmlSource, Sample
+from microbench.measure.telemetry.health import DeviceHealth
+from microbench.node import program
+from microbench.node.links import Collective, PairCopy, bus_factor, node_groups
+from microbench.node.program import GpuRecord, Part
+from microbench.node.verdict import judge, judge_figure
+from microbench.node.watch import of_samples, throttling
+from microbench.platform.device import GpuIdentity
+from microbench.platform.errors import UsageError
+from support.telemetry_fakes import UUIDS, ScriptedSource, fake_pynvml
+
+STEADY = (100.0, 101.0, 99.0, 100.5, 99.5, 100.2)
+
+
+def _record(rank: int, scale: float = 1.0, samples=STEADY, **fields) -> GpuRecord:
+    parts = {key: Part(key, tuple(s * scale for s in samples))
+             for key in ("gemm_tflops", "memory_gbs")}
+    return GpuRecord(rank=rank, host="node1", local_rank=rank, device=f"cuda:{rank}",
+                     device_name="Fake H100", parts=parts, **fields)
+
+
+def test_a_slow_gpu_is_flagged_and_the_healthy_ones_are_not():
+    verdict = judge([_record(0), _record(1), _record(2, scale=0.8), _record(3)])
+    assert [g.flagged for g in verdict.gpus] == [False, False, True, False]
+    slow = verdict.gpus[2]
+    assert slow.figures["gemm_tflops"].diff_pct == pytest.approx(-20, abs=0.5)
+    assert slow.findings[0] == "GEMM 20% below the median"
+    assert verdict.flagged
+
+
+def test_a_healthy_node_passes():
+    verdict = judge([_record(r, scale=1 + 0.01 * r) for r in range(4)])
+    assert not verdict.flagged and verdict.notes == ()
+
+
+def test_the_noise_rule_keeps_a_difference_inside_the_spread_unflagged():
+    """20% below the median, but its own samples spread from 40 to 120: not a finding."""
+    noisy = (40.0, 120.0, 60.0, 110.0, 70.0, 90.0)
+    verdict = judge([_record(0), _record(1), _record(2, samples=noisy), _record(3)])
+    judged = verdict.gpus[2].figures["gemm_tflops"]
+    assert judged.diff_pct < -10 and not judged.flagged
+    assert judged.noise.startswith("within its noise")
+    assert not verdict.gpus[2].flagged
+
+
+def test_the_tolerance_keeps_a_small_but_steady_difference_unflagged():
+    verdict = judge([_record(0), _record(1), _record(2, scale=0.95)], tolerance_pct=10)
+    assert not verdict.flagged
+    assert judge([_record(0), _record(1), _record(2, scale=0.95)], tolerance_pct=2).flagged
+
+
+def test_one_gpu_has_no_peers_to_be_compared_with():
+    verdict = judge([_record(0, scale=0.1)])
+    assert not verdict.flagged and "no peers" in verdict.notes[0]
+
+
+def test_gpus_are_compared_with_their_own_model():
+    other = GpuRecord(**{**_record(2, scale=0.5).__dict__, "device_name": "Fake A100"})
+    verdict = judge([_record(0), _record(1), other])
+    assert not verdict.flagged and "2 device models" in verdict.notes[0]
+
+
+def _throttled(reasons, capped=False):
+    telemetry = of_samples([Sample(t_s=0, sm_clock_mhz=1500, throttle_reasons=reasons),
+                            Sample(t_s=1, sm_clock_mhz=1980, throttle_reasons=())])
+    record = _record(1)
+    parts = {k: Part(k, p.samples, telemetry=telemetry) for k, p in record.parts.items()}
+    limits = dict(power_limit_w=500.0 if capped else 700.0, default_power_limit_w=700.0)
+    return GpuRecord(**{**record.__dict__, "parts": parts, **limits})
+
+
+def test_a_throttling_gpu_is_flagged():
+    verdict = judge([_record(0), _throttled(("hw_thermal_slowdown",)), _record(2)])
+    assert [g.flagged for g in verdict.gpus] == [False, True, False]
+    assert verdict.gpus[1].findings == ("throttled: hw_thermal_slowdown",)
+
+
+def test_the_rated_power_limit_flags_only_a_capped_board():
+    assert not judge([_record(0), _throttled(("sw_power_cap",))]).gpus[1].flagged
+    capped = judge([_record(0), _throttled(("sw_power_cap",), capped=True)]).gpus[1]
+    assert capped.findings == ("throttled: sw_power_cap",
+                               "power limit 500 W, below its default 700 W")
+    assert throttling([None], capped=None) == ()
+
+
+def _health(**overrides):
+    """A GPU's health as NVML reports it, through the fake pynvml."""
+    nvml = fake_pynvml(UUIDS[:1], **overrides)
+    return NvmlSource(GpuIdentity(0, UUIDS[0][4:]), nvml, environ={}).health()
+
+
+def test_an_erroring_gpu_is_flagged():
+    records = [_record(0, health=_health()), _record(1, health=_health(ecc=(0, 2))),
+               _record(2, health=_health())]
+    verdict = judge(records)
+    assert [g.flagged for g in verdict.gpus] == [False, True, False]
+    assert verdict.gpus[1].findings == ("2 uncorrectable ECC errors",)
+
+
+def test_a_link_trained_narrower_than_its_peers_is_flagged():
+    records = [_record(0, health=_health()), _record(1, health=_health(pcie=(5, 5, 8, 16))),
+               _record(2, health=_health())]
+    verdict = judge(records)
+    assert verdict.gpus[1].findings == ("PCIe link width x8, its peers' width x16",)
+    assert not verdict.gpus[0].flagged
+
+
+def test_a_failed_part_flags_its_gpu():
+    record = _record(1)
+    parts = {**record.parts, "train_items_per_s": Part("train_items_per_s",
+                                                       failure="out of memory")}
+    verdict = judge([_record(0), GpuRecord(**{**record.__dict__, "parts": parts})])
+    assert verdict.gpus[1].findings == ("train step failed: out of memory",)
+
+
+def test_a_slow_pair_and_a_slow_node_all_reduce_are_flagged():
+    copies = [PairCopy("node1", a, b, tuple(s * (0.5 if (a, b) == (1, 0) else 1)
+                                            for s in STEADY))
+              for a in range(3) for b in range(3) if a != b]
+    collectives = [Collective(f"node n{i}", (0, 1), (1 << 20,),
+                              {1 << 20: tuple(s * (0.6 if i == 2 else 1) for s in STEADY)})
+                   for i in range(4)]
+    verdict = judge([_record(0), _record(1)], copies, collectives)
+    flagged = [link.name for link in verdict.links if link.judged.flagged]
+    assert flagged == ["rank 1 -> rank 0 (node1)", "all-reduce 1 MiB (n2)"]
+    assert verdict.flagged_hosts() == ["n2", "node1"]
+
+
+def test_judge_figure_without_samples_is_unknown():
+    judged = judge_figure((), [STEADY], 10)
+    assert judged.value is None and not judged.flagged
+
+
+def test_bus_bandwidth_factor_and_node_groups():
+    assert bus_factor(2) == 1.0 and bus_factor(8) == pytest.approx(1.75)
+    assert node_groups(["a", "a", "b", "b", "a"]) == {"a": [0, 1, 4], "b": [2, 3]}
+
+
+def test_the_program_reads_a_fake_source_in_every_part():
+    """The program on the CPU (--quick: GEMM and memory, tiny) with a scripted telemetry
+    source: each part carries its readings, its parts align first, and the source's health
+    and limits are kept."""
+    class Source(ScriptedSource):
+        def read(self):
+            self.reads += 1
+            return Sample(t_s=0, sm_clock_mhz=1900, throttle_reasons=())
+
+        def health(self):
+            return DeviceHealth(ecc_uncorrected=0, pcie_width=16)
+
+        def power_limits_w(self):
+            return 700.0, 700.0
+
+    size = program.CPU_SIZES.probe
+    small = program.Sizes(type(size)(gemm_n=64, copy_elements=1 << 12, warmup=1,
+                                     iterations=3), "fp32", 0, (), ())
+    aligned = []
+    original, program.CPU_SIZES = program.CPU_SIZES, small
+    try:
+        record = program.run(torch.device("cpu"), 0, 0, 3, True,
+                             source=Source(), environ={}, align=lambda: aligned.append(1))
+    finally:
+        program.CPU_SIZES = original
+    assert set(record.parts) == {"gemm_tflops", "gemm_fp8_tflops", "memory_gbs", "h2d_gbs",
+                                 "d2h_gbs"}
+    assert len(aligned) == 5
+    assert record.parts["gemm_fp8_tflops"].skipped == "no FP8 matrix units on this device"
+    assert record.parts["h2d_gbs"].skipped and not record.parts["h2d_gbs"].samples
+    gemm = record.parts["gemm_tflops"]
+    assert len(gemm.samples) == 3 and gemm.telemetry.samples >= 1
+    assert gemm.telemetry.sm_clock_mhz == 1900 and gemm.telemetry.throttle_reasons == ()
+    assert record.health.pcie_width == 16 and record.power_capped is False
+
+
+def test_the_scale_hook_scales_one_rank_only():
+    environ = {program.SCALE_VARIABLE: "1:0.5"}
+    assert program.scaled(_record(0), environ) == _record(0)
+    assert program.scaled(_record(1), environ).parts["gemm_tflops"].samples == \
+        tuple(s * 0.5 for s in STEADY)
+    assert program.scale_of({}) is None
+    for bad in ("1", "a:b", "-1:0.5", "1:0", "1:inf"):
+        with pytest.raises(UsageError, match="MICROBENCH_NODE_SCALE"):
+            program.scale_of({program.SCALE_VARIABLE: bad})
