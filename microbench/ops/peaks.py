@@ -66,6 +66,10 @@ class ProbeSize:
     warmup: int
     iterations: int
 
+    @property
+    def copy_bytes(self) -> int:
+        return self.copy_elements * 4
+
 
 # A GPU: 8192^3 is large enough for every vendor library to reach its best tile shapes and
 # small enough (3 x 128 MiB in bf16) to fit beside anything; 1 GiB copied is far beyond any
