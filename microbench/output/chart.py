@@ -26,6 +26,10 @@ rows in tokens/s get a panel each. Metrics and their error bars:
 * ``gbs`` and ``tflops`` (op bench rows): GB/s and TFLOP/s, bars from the 10th-90th percentile
   of the call times.
 
+Beyond throughput and latency, the metrics are the figures the registry charts
+(:mod:`microbench.store.figures`: ``chart``, the axis label, and ``bars``); a figure charted
+without bars is drawn as its points.
+
 A row that was not measured, or does not know the metric, gets no point; the footnote names it.
 The subtitle names what every row shares (network, precision, image size, device, PyTorch...).
 The file is written whole or not at all; its suffix names the format.

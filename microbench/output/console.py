@@ -282,7 +282,7 @@ def _registry_rows(summary: Summary) -> list[tuple[str, str]]:
     (store/figures.py), where this kind of run has it."""
     rows = []
     for figure in figures.written_by_summary():
-        if figure.console and summary.spec.scenario.mode in figure.kinds:
+        if figure.console and figure.applies_to(summary.spec.scenario.mode):
             value = figure.of_summary(summary)
             rows.append((figure.console, "unknown" if value is None else
                          f"{format(value, figure.console_format)} {figure.unit}"))

@@ -110,7 +110,7 @@ def result_document(summary: Summary) -> dict:
     if summary.distributed:
         document["distributed"] = _distributed_document(summary)
     for figure in figures.written_by_summary():
-        if summary.spec.scenario.mode in figure.kinds:
+        if figure.applies_to(summary.spec.scenario.mode):
             _place(document, figure.path, figure.of_summary(summary))
     return document
 

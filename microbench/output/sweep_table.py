@@ -5,7 +5,8 @@ generation's.
 Each row is read from its stored result (``row.entry``, :mod:`microbench.store.entry`), as
 ``microbench-report`` reads it, and its speedup is the report's (:func:`~.table.versus`), so a
 sweep and a report over its files never disagree. The figures are the registry's
-(:mod:`microbench.store.figures`), by key.
+(:mod:`microbench.store.figures`), by key; a figure the registry gives a ``sweep`` heading gets
+a column of the comparison table.
 
 Example::
 
@@ -17,6 +18,7 @@ import dataclasses
 from typing import TextIO
 
 from microbench.platform import progress, text_table, units
+from microbench.store import figures
 from microbench.store.entry import Entry, accuracy_reference
 from microbench.output.table import format_setting, versus
 
@@ -70,17 +72,27 @@ def comparison_cells(rows: list) -> tuple[list[text_table.Column], list[tuple[st
     if accuracy:
         versus = accuracy_reference(measured)
         columns.append(text_table.Column(f"accuracy vs {versus or 'its reference'}"))
+    # The registry's figures with a sweep column (figures.FIGURES: ``sweep``) some row knows.
+    swept = [figure for figure in figures.swept()
+             if any(entry.figures.get(figure.key) is not None for entry in measured)]
+    columns += [_numeric(figure.sweep) for figure in swept]
     cells = []
     for index, row in enumerate(rows, 1):
         entry = row.entry
         if entry is None:
             cells.append((str(index), row.label(), row.status, "", "", "")
-                         + (("",) if accuracy else ()))
+                         + (("",) if accuracy else ()) + ("",) * len(swept))
             continue
         cells.append((str(index), row.label(), _rate_cell(entry, heading),
                       _speedup_cell(entry, reference), *_memory_cells(entry, reference))
-                     + ((accuracy_cell(entry, versus is not None),) if accuracy else ()))
+                     + ((accuracy_cell(entry, versus is not None),) if accuracy else ())
+                     + tuple(_swept_cell(entry, figure) for figure in swept))
     return columns, cells
+
+
+def _swept_cell(entry: Entry, figure: figures.Figure) -> str:
+    value = entry.figures.get(figure.key)
+    return "-" if value is None else format(value, figure.console_format)
 
 
 def print_comparison(rows: list, out: TextIO) -> None:
@@ -117,12 +129,12 @@ def generation_cells(rows: list) -> tuple[list[text_table.Column], list[tuple[st
                _numeric("ITL p99 ms"), _numeric("TTFT p50 ms"), _numeric("MBU")]
     cells = []
     for index, entry in generated:
-        figures = entry.figures
-        rate, mbu = figures.get("decode_tokens_per_s"), figures.get("decode_mbu")
+        values = entry.figures
+        rate, mbu = values.get("decode_tokens_per_s"), values.get("decode_mbu")
         cells.append((str(index), *(format_setting(entry.settings.get(name)) for name in shown),
                       format_setting(entry.settings.get("batch")),
-                      "-" if rate is None else f"{rate:,.1f}", f"{figures['itl_ms']:.3f}",
-                      f"{figures['itl_p99_ms']:.3f}", f"{figures['ttft_ms']:.3f}",
+                      "-" if rate is None else f"{rate:,.1f}", f"{values['itl_ms']:.3f}",
+                      f"{values['itl_p99_ms']:.3f}", f"{values['ttft_ms']:.3f}",
                       "-" if mbu is None else units.percent(mbu)))
     return columns, cells
 

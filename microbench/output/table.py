@@ -44,7 +44,6 @@ from microbench.platform import units, writing
 from microbench.store import figures
 from microbench.store.collection import FILE, HEADLINE_SETTINGS, RUN_AT, Group, setting_value
 from microbench.store.entry import MODEL, Entry, accuracy_reference
-from microbench.store.figures import Figure
 
 FORMATS = ("text", "markdown", "csv", "json")
 # --compare's default tolerance, for the verdict between rows with trials.
@@ -108,7 +107,7 @@ class Column:
     heading: str
     setting: bool = False
     numeric: bool = True
-    figure: Figure | None = None       # the registry's row, for a figure's column
+    figure: figures.Figure | None = None       # the registry's row, for a figure's column
 
 
 # The op bench's marks (cache-resident, ...): a column of Entry.flags, after the figures.
@@ -118,17 +117,17 @@ FLAGS = "flags"
 PER_CELL_UNIT = {"throughput": "throughput", "energy_per_unit": "energy"}
 
 
-def column_key(figure: Figure) -> str:
+def column_key(figure: figures.Figure) -> str:
     """A figure's column: its key; an interval's (its low end's row) named without ``_low``."""
     return figure.key.removesuffix("_low") if figure.style == figures.INTERVAL else figure.key
 
 
-def shown_figures(table: str) -> tuple[Figure, ...]:
+def shown_figures(table: str) -> tuple[figures.Figure, ...]:
     """The registry's figures the report's table of ``table`` (MODEL, OP) can show, in order."""
     return tuple(figure for figure in figures.of_table(table) if figure.heading)
 
 
-def _figure_known(entries, figure: Figure) -> bool:
+def _figure_known(entries, figure: figures.Figure) -> bool:
     if figure.style == figures.COUNT:
         return any((e.figures.get(figure.key) or 1) > 1 for e in entries)
     return any(e.figures.get(figure.key) is not None for e in entries)

@@ -5,7 +5,9 @@ a sweep's failed configuration, the older tool's result, or one op of the op ben
 are what ran (network, precision, batch, device, PyTorch, ...: the columns a report may show when
 they differ); its figures are what was measured, each on the basis the document names, and None
 where the document does not know it (MFU without a datasheet peak, energy on the CPU, anything
-the older tool did not record). Nothing is estimated here.
+the older tool did not record). Nothing is estimated here. A result's figures, and an op's, are
+the registry's (:mod:`microbench.store.figures`), each read where it says the document holds
+it.
 
 Every version the tool has written is read (``schema.READABLE_VERSIONS``): version 1 stored the
 precision flags instead of a precision name and had no ``model.item`` or ``model.image_size``;

@@ -20,7 +20,8 @@ take their figures from :data:`FIGURES` and nothing else:
 * ``store/baseline.py``: ``--compare``'s metrics (``gate``);
 * ``output/chart.py``: the report chart's ``--metric`` choices beyond throughput and latency
   (``chart``);
-* ``output/console.py``: a row of the summary for a figure with ``of_summary`` and ``console``.
+* ``output/console.py``: a row of the summary for a figure with ``of_summary`` and ``console``;
+* ``output/sweep_table.py``: a column of a sweep's comparison table (``sweep``).
 
 A new figure is a row here and the code that measures it (a ``Summary`` property, given as
 ``of_summary``): the result document then holds it at ``path``, and the CSV row, the stored
@@ -46,9 +47,9 @@ from typing import Callable
 MODEL, OP = "model", "op"                  # the table a figure belongs to (store.entry's)
 HIGHER, LOWER = "higher", "lower"          # which direction is better
 FRACTION = "fraction"                      # the unit of a share (MFU, CV): 0.5 is 50%
-# The kinds of run (scenarios.SCENARIOS' modes; a test keeps them in step).
-TRAINING, INFERENCE, GENERATE = "training", "inference", "generate"
-EVERY_KIND = frozenset({TRAINING, INFERENCE, GENERATE})
+# Kinds of run a figure belongs to alone (scenarios.SCENARIOS' modes; a test keeps them in
+# step); a figure of every kind names none, so a new kind of run needs no edit here.
+TRAINING, GENERATE = "training", "generate"
 
 # How the report's table shows a figure's cell (output/table.py reads these).
 RATE = "rate"              # a number scaled for reading (1.23k): platform.units.rate
@@ -95,7 +96,8 @@ class Figure:
     path: tuple[str, ...] | None = None     # where a result document holds it
     reader: Reader | None = None            # where a path is not enough (a scale, a fallback)
     table: str = MODEL                      # MODEL: a run's result; OP: an op bench row
-    kinds: frozenset = EVERY_KIND           # the kinds of run whose results can have it
+    kinds: frozenset | None = None          # the kinds of run whose results can have it
+                                            # (None: every kind)
     csv: str | None = None                  # its column in the run's CSV row
     csv_format: str = ".3f"                 # that cell's format (empty where unknown)
     heading: str | None = None              # its column in the report's table ({unit}, {item})
@@ -111,7 +113,14 @@ class Figure:
     console: str | None = None              # its row in the console summary (with
                                             # ``of_summary``; the older figures' rows are
                                             # output/console.py's, verbatim for scripts)
-    console_format: str = ".4g"             # that row's number, followed by ``unit``
+    console_format: str = ".4g"             # that row's number, followed by ``unit`` (and
+                                            # the sweep column's number)
+    sweep: str | None = None                # its column in a sweep's comparison table (the
+                                            # older figures' are output/sweep_table.py's)
+
+    def applies_to(self, mode: str) -> bool:
+        """Whether a run of this kind (its --mode) can have this figure."""
+        return self.kinds is None or mode in self.kinds
 
     def read(self, document: dict):
         """This figure's value in a result document (an op bench row for OP figures); None
@@ -351,6 +360,11 @@ def charted(table: str | None = None) -> tuple[Figure, ...]:
     """The figures a report chart can draw as its --metric (of ``table``, or of either)."""
     return tuple(figure for figure in FIGURES if figure.chart
                  and (table is None or figure.table == table))
+
+
+def swept() -> tuple[Figure, ...]:
+    """The figures with a column of their own in a sweep's comparison table."""
+    return tuple(figure for figure in FIGURES if figure.sweep)
 
 
 def by_key(table: str = MODEL) -> dict[str, Figure]:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from microbench.output import chart, files, table
 from microbench.scenarios import MODES
-from microbench.store import baseline, figures, schema
+from microbench.store import figures, schema
 from microbench.store.figures import MODEL, OP
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -56,8 +56,11 @@ def test_keys_and_labels_are_declared_once():
 
 
 def test_the_kinds_of_run_are_the_scenarios():
-    assert figures.EVERY_KIND == set(MODES)
-    assert all(figure.kinds <= figures.EVERY_KIND for figure in figures.FIGURES)
+    assert {figures.TRAINING, figures.GENERATE} <= set(MODES)
+    assert all(figure.kinds is None or figure.kinds <= set(MODES) for figure in figures.FIGURES)
+    phase = figures.by_key()["forward_ms"]
+    assert phase.applies_to("training") and not phase.applies_to("generate")
+    assert figures.by_key()["p99_ms"].applies_to("a kind added later")
 
 
 def test_the_published_schema_gives_each_figure_path_it_names_a_number():
@@ -98,19 +101,19 @@ def test_a_figure_is_read_from_its_path_and_formatted_for_the_csv():
 
 
 # A scratch figure, registered before any writer is imported: iterations per second, with a
-# CSV column, a report column, a --compare line, a chart and a console row.
+# CSV column, a report column, a --compare line, a chart, a console row and a sweep column.
 SCRATCH = r'''
-import dataclasses, json, sys
+import json, sys, types
 from microbench.store import figures
 scratch = figures.Figure(
     "scratch_iterations_per_s", "it/s", figures.HIGHER, path=("scratch", "iterations_per_s"),
     of_summary=lambda summary: 1e3 / summary.times.median, csv="scratch_iterations_per_s",
     heading="iterations/s", gate="Iterations per second", chart="iterations/s",
-    console="Iterations per second")
+    console="Iterations per second", sweep="it/s")
 figures.FIGURES = figures.FIGURES + (scratch,)
 
 from microbench.main import main
-from microbench.output import chart, files, table
+from microbench.output import chart, files, sweep_table, table
 from microbench.store import baseline, collection, schema, stored
 from microbench.store.entry import entries_of
 
@@ -123,6 +126,8 @@ with open(f"{out}/benchmark_summary.csv") as handle:
     header, row = (line.rstrip("\n").split(",") for line in handle)
 [entry] = entries_of(document, "scratch.json")
 tables = table.build_tables(collection.group_entries([entry]))
+sweep_row = types.SimpleNamespace(entry=entry, status="ok", label=lambda: "resnet18 b2")
+sweep_columns, [sweep_cells] = sweep_table.comparison_cells([sweep_row])
 broken = {**document, "scratch": {"iterations_per_s": "fast"}}
 try:
     schema.validate_result(broken, "broken.json")
@@ -136,7 +141,8 @@ print(json.dumps({
     "report_columns": [column.heading for column in tables[0].columns],
     "report_csv": table.render(tables, "csv").splitlines()[0].split(","),
     "gate": baseline.metrics(entry).get("Iterations per second"),
-    "chart": "scratch_iterations_per_s" in chart.METRICS, "schema_refuses_text": refused}))
+    "chart": "scratch_iterations_per_s" in chart.METRICS, "schema_refuses_text": refused,
+    "sweep": dict(zip([column.heading for column in sweep_columns], sweep_cells)).get("it/s")}))
 '''
 
 
@@ -156,4 +162,5 @@ def test_a_figure_added_in_a_scratch_registry_reaches_every_writer(tmp_path):
     assert "scratch_iterations_per_s" in found["report_csv"]      # and its CSV
     assert found["gate"] == value                                 # --compare's metrics
     assert found["chart"] and found["schema_refuses_text"]        # --metric; the schema
+    assert found["sweep"] == f"{value:.4g}"                       # a sweep's closing table
     assert f"  Iterations per second : {value:.4g} it/s" in ran.stdout   # the console
