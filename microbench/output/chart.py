@@ -365,13 +365,13 @@ def _bars_note(table: Table, metric: str) -> str:
     if bars == figures.CALL_TIME_BARS:
         return (f"Error bars: the rate at the {HIGH_PERCENTILE}th and {LOW_PERCENTILE}th "
                 f"percentile of the call times.")
+    if bars == figures.NO_BARS:
+        return "Points: each result's figure, without error bars."
     parts = []
     if with_trials:
         parts.append("the lowest to the highest trial (results with --repeat)")
     if without:
         parts.append(spread + (" (results of one trial)" if with_trials else ""))
-    if bars == figures.NO_BARS:
-        return "Points: each result's figure, without error bars."
     scaled = f" scaled to {_label(metric, table).split(' [')[0]}" if metric in CHARTED else ""
     return f"Points: each result's headline; error bars{scaled}: {'; '.join(parts)}."
 

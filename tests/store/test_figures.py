@@ -164,3 +164,32 @@ def test_a_figure_added_in_a_scratch_registry_reaches_every_writer(tmp_path):
     assert found["chart"] and found["schema_refuses_text"]        # --metric; the schema
     assert found["sweep"] == f"{value:.4g}"                       # a sweep's closing table
     assert f"  Iterations per second : {value:.4g} it/s" in ran.stdout   # the console
+
+
+def test_the_telemetry_cells_are_the_reports_own_figures():
+    """The CSV's telemetry cells, read from the JSON's telemetry block, are what the report
+    measured (its csv_cells), in the row's formats."""
+    from microbench.measure.telemetry import Sample, summarize
+    from telemetry_fakes import ScriptedSource
+    samples = [Sample(t_s=10.0 + i, sm_clock_mhz=1980.0, memory_clock_mhz=2619.0,
+                      power_w=300.0 + i, temperature_c=60.0, utilization_pct=99.0,
+                      throttle_reasons=("sw_power_cap",), energy_j=100.0 + 300.0 * i)
+               for i in range(3)]
+    report = summarize(samples, ScriptedSource(), items=6, timed_s=2.0)
+    cells = files.figure_cells({"telemetry": report.to_dict()})
+    measured = report.csv_cells()
+    assert {key: cells[key] for key in measured} == {
+        "sm_clock_mhz_median": f"{measured['sm_clock_mhz_median']:.4f}",
+        "power_w_median": f"{measured['power_w_median']:.4f}",
+        "energy_j": f"{measured['energy_j']:.4f}", "j_per_item": f"{measured['j_per_item']:.4f}",
+        "throttled": "1"}
+
+
+def test_a_charted_figure_without_bars_is_drawn_as_its_points(monkeypatch):
+    from microbench.store.entry import Entry
+    scratch = figures.Figure("scratch", "it/s", figures.HIGHER, path=("scratch",),
+                             chart="iterations/s")
+    monkeypatch.setitem(chart.CHARTED, "scratch", scratch)
+    measured = Entry(MODEL, "a.json", {}, {"scratch": 3.0}, "images/s")
+    assert chart.point_of(measured, "scratch") == chart.Point(3.0)
+    assert chart.point_of(Entry(MODEL, "b.json", {}, {}, "images/s"), "scratch") is None
