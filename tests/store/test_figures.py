@@ -170,7 +170,7 @@ def test_the_telemetry_cells_are_the_reports_own_figures():
     """The CSV's telemetry cells, read from the JSON's telemetry block, are what the report
     measured (its csv_cells), in the row's formats."""
     from microbench.measure.telemetry import Sample, summarize
-    from telemetry_fakes import ScriptedSource
+    from support.telemetry_fakes import ScriptedSource
     samples = [Sample(t_s=10.0 + i, sm_clock_mhz=1980.0, memory_clock_mhz=2619.0,
                       power_w=300.0 + i, temperature_c=60.0, utilization_pct=99.0,
                       throttle_reasons=("sw_power_cap",), energy_j=100.0 + 300.0 * i)
