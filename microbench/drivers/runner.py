@@ -23,7 +23,7 @@ from microbench.settings import identity
 from microbench.settings.config import Plan
 from microbench.platform.errors import (EXIT_INTERRUPTED, EXPECTED_EXIT_CODES, BenchmarkError,
                                         OutOfMemory, ReportedFailure, Terminated, UsageError)
-from microbench.output import compare, console, files, sweep_plot as plot, table
+from microbench.output import compare, console, files, sweep_plot as plot, sweep_table
 from microbench.plan.spec import RunSpec, resolve
 from microbench.output.summary import Summary
 from microbench.store import baseline as baseline_store
@@ -268,7 +268,7 @@ def run_sweep(plan: Plan, specs: list[RunSpec]) -> int:
     print(f"Sweep of {len(specs)} configurations on {env.device} {env.device_name}, "
           f"{first.config.iterations} timed iterations each")
     rows = sweep.run_sweep(specs, env, sys.stdout)
-    table.print_comparison(rows, sys.stdout)
+    sweep_table.print_comparison(rows, sys.stdout)
     if first.json_path is not None:
         path = sweep.write_files(rows, first.config.output_dir, env)
         print(f"Results JSON : {path} (and one per successful row)")

@@ -3,7 +3,7 @@
 Each row gets a fresh model and emptied caches (and a reset compiler when it compiles). A row
 that runs out of memory or fails otherwise is recorded with its error and the sweep goes on
 (errors are data in a sweep). A comparison table against the first successful row closes it
-(:func:`microbench.output.table.print_comparison`).
+(:func:`microbench.output.sweep_table.print_comparison`).
 """
 from __future__ import annotations
 

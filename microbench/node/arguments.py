@@ -14,7 +14,7 @@ import argparse
 import os
 import sys
 
-from microbench.node.figures import DEFAULT_TOLERANCE_PCT
+from microbench.node.parts import DEFAULT_TOLERANCE_PCT
 from microbench.platform import process, writing
 from microbench.platform.errors import UsageError
 from microbench.settings.argtypes import (MAX_DIST_TIMEOUT_S, HelpFormatter, OneLineParser,

@@ -8,7 +8,7 @@ import statistics
 from typing import Sequence
 
 from microbench import __version__
-from microbench.node.figures import FIGURES
+from microbench.node.parts import FIGURES
 from microbench.node.links import Collective, PairCopy
 from microbench.node.verdict import Judged, Verdict
 from microbench.store.schema import SCHEMA_VERSION
@@ -61,7 +61,7 @@ def build(verdict: Verdict, collectives: Sequence[Collective], copies: Sequence[
         "seconds": seconds, "flagged": verdict.flagged,
         "flagged_hosts": verdict.flagged_hosts(), "notes": list(verdict.notes),
         "method": METHOD,
-        "figures": [{"key": f.key, "unit": f.unit, "label": f.label} for f in FIGURES.values()],
+        "figures": [{"key": f.key, "unit": f.unit, "label": f.console} for f in FIGURES.values()],
         "gpus": [_gpu(g) for g in verdict.gpus],
         "links": [{"name": link.name, "kind": link.kind, **_judged(link.judged)}
                   for link in verdict.links],

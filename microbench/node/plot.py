@@ -3,7 +3,7 @@ the tolerance drawn, flagged GPUs marked; drawn through ``output/chart.py`` (the
 that imports matplotlib)."""
 from __future__ import annotations
 
-from microbench.node.figures import GPU_FIGURES
+from microbench.node.parts import GPU_FIGURES
 from microbench.node.verdict import Verdict
 from microbench.output import chart
 
@@ -31,7 +31,7 @@ def write(verdict: Verdict, path: str) -> None:
             axis.axhline(100 - verdict.tolerance_pct, color="grey", linestyle="--",
                          linewidth=0.8)
             axis.set_ylabel("% of median")
-            axis.set_title(f"{fig.label} [{fig.unit}]", fontsize="small")
+            axis.set_title(f"{fig.console} [{fig.unit}]", fontsize="small")
             axis.set_xticks(range(len(names)))
             axis.set_xticklabels(names if row == len(shown) else [""] * len(names),
                                  fontsize="x-small")

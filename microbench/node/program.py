@@ -25,7 +25,7 @@ import torch
 
 from microbench.measure.telemetry.health import DeviceHealth
 from microbench.measure.timing import time_calls
-from microbench.node.figures import GPU_FIGURES, QUICK_PARTS
+from microbench.node.parts import GPU_FIGURES, QUICK_PARTS
 from microbench.node.watch import PartTelemetry, watched
 from microbench.ops import peaks
 from microbench.platform import device as device_layer

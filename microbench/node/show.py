@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from microbench.node.figures import FIGURES, GPU_FIGURES
+from microbench.node.parts import FIGURES, GPU_FIGURES, shown
 from microbench.node.links import Collective
 from microbench.node.verdict import Judged, Verdict
 from microbench.platform import text_table
@@ -15,24 +15,24 @@ def _cell(figure, judged: Judged | None) -> str:
     if judged is None or judged.value is None:
         return "-"
     diff = "" if judged.diff_pct is None else f" ({judged.diff_pct:+.0f}%)"
-    return f"{figure.shown(judged.value)}{diff}{' !' if judged.flagged else ''}"
+    return f"{shown(figure, judged.value)}{diff}{' !' if judged.flagged else ''}"
 
 
 def gpu_table(verdict: Verdict) -> tuple[list[str], list[list[str]]]:
-    shown = [f for f in GPU_FIGURES
+    known = [f for f in GPU_FIGURES
              if any(g.figures.get(f.key) and g.figures[f.key].value is not None
                     for g in verdict.gpus)]
-    header = ["GPU", "device"] + [f"{f.label} [{f.unit}]" for f in shown] + ["verdict"]
+    header = ["GPU", "device"] + [f"{f.console} [{f.unit}]" for f in known] + ["verdict"]
     rows = []
     for gpu in verdict.gpus:
         rows.append([f"{gpu.record.host} rank {gpu.record.rank}", gpu.record.device_name]
-                    + [_cell(f, gpu.figures.get(f.key)) for f in shown]
+                    + [_cell(f, gpu.figures.get(f.key)) for f in known]
                     + ["FLAGGED" if gpu.flagged else "ok"])
     medians = []
-    for figure in shown:
+    for figure in known:
         values = [g.figures[figure.key].median for g in verdict.gpus
                   if g.figures.get(figure.key) and g.figures[figure.key].median is not None]
-        medians.append(figure.shown(values[0]) if values else "-")
+        medians.append(shown(figure, values[0]) if values else "-")
     rows.append(["median", ""] + medians + [""])
     return header, rows
 
@@ -51,9 +51,9 @@ def print_verdict(verdict: Verdict, collectives: Sequence[Collective], p2p_note:
     for collective in collectives:
         if collective.busbw_gbs:
             sizes = ", ".join(f"{size >> 20 or size >> 10}{' MiB' if size >> 20 else ' KiB'} "
-                              f"{bus.shown(sorted(v)[len(v) // 2])}"
+                              f"{shown(bus, sorted(v)[len(v) // 2])}"
                               for size, v in collective.busbw_gbs.items() if v)
-            print(terminal(f"{bus.label} [{bus.unit}], {collective.scope} "
+            print(terminal(f"{bus.console} [{bus.unit}], {collective.scope} "
                            f"({len(collective.ranks)} ranks): {sizes}"), file=out)
     for link in verdict.links:
         if link.kind == "p2p" or link.judged.flagged:

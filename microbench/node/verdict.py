@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from microbench.measure import stats
-from microbench.node.figures import DEFAULT_TOLERANCE_PCT, GPU_FIGURES
+from microbench.node.parts import DEFAULT_TOLERANCE_PCT, GPU_FIGURES
 from microbench.node.links import Collective, PairCopy
 from microbench.node.program import GpuRecord
 from microbench.node.watch import throttling
@@ -128,11 +128,11 @@ def judge_gpu(record: GpuRecord, records: Sequence[GpuRecord],
         if part is None:
             continue
         if part.failure:
-            findings.append(f"{figure.label} failed: {part.failure}")
+            findings.append(f"{figure.console} failed: {part.failure}")
         theirs = [p.parts[figure.key].samples for p in peers if figure.key in p.parts]
         judged[figure.key] = judge_figure(part.samples, theirs, tolerance_pct)
         if judged[figure.key].flagged:
-            findings.append(f"{figure.label} {judged[figure.key].why}")
+            findings.append(f"{figure.console} {judged[figure.key].why}")
     reasons = throttling([p.telemetry for p in record.parts.values()], record.power_capped)
     if reasons:
         findings.append(f"throttled: {', '.join(reasons)}")

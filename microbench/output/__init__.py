@@ -8,6 +8,9 @@ sweep rows' stored results) and compute nothing.
 * :mod:`.compare` -- ``--compare`` (exit 5 on a regression) and ``--scaling-baseline``;
 * :mod:`.chart` -- the one chart stack (the only module importing matplotlib) and the report's
   chart; :mod:`.sweep_plot` -- a sweep's ``--plot``, drawn with it;
-* :mod:`.table` -- the report's tables of stored results (text, markdown, CSV, JSON) and a
-  sweep's closing tables, from its rows' stored results.
+* :mod:`.table` -- the report's tables of stored results (text, markdown, CSV, JSON);
+  :mod:`.sweep_table` -- a sweep's closing tables, from its rows' stored results.
+
+Every figure's CSV column, report column, ``--compare`` line and chart come from the registry,
+:mod:`microbench.store.figures`.
 """

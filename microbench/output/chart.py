@@ -26,6 +26,10 @@ rows in tokens/s get a panel each. Metrics and their error bars:
 * ``gbs`` and ``tflops`` (op bench rows): GB/s and TFLOP/s, bars from the 10th-90th percentile
   of the call times.
 
+Beyond throughput and latency, the metrics are the figures the registry charts
+(:mod:`microbench.store.figures`: ``chart``, the axis label, and ``bars``); a figure charted
+without bars is drawn as its points.
+
 A row that was not measured, or does not know the metric, gets no point; the footnote names it.
 The subtitle names what every row shares (network, precision, image size, device, PyTorch...).
 The file is written whole or not at all; its suffix names the format.
@@ -49,11 +53,16 @@ from microbench.platform import process, safe_text
 from microbench.platform.errors import BenchmarkError, UsageError
 from microbench.platform import writing
 from microbench.store.collection import FILE, HEADLINE_SETTINGS, RUN_AT, setting_value
+from microbench.store import figures
 from microbench.store.entry import MODEL, OP, Entry
 from microbench.output.table import Table, format_setting
 
-METRICS = {"throughput": (MODEL,), "latency": (MODEL, OP), "mfu": (MODEL,), "gbs": (OP,),
-           "tflops": (OP,)}
+# --metric: the headline and the median time, drawn here with their own bars, then every figure
+# the registry charts (figures.FIGURES' ``chart``: MFU, an op's GB/s and TFLOP/s), each for the
+# results of its table.
+CHARTED = {figure.key: figure for figure in figures.charted()}
+METRICS = {"throughput": (MODEL,), "latency": (MODEL, OP),
+           **{key: (figure.table,) for key, figure in CHARTED.items()}}
 DEFAULT_METRIC = {MODEL: "throughput", OP: "latency"}
 LOW_PERCENTILE, HIGH_PERCENTILE = 10, 90     # the per-iteration percentiles a one-trial bar spans
 # Characters per inch of figure width: where a footnote wraps, where a subtitle wraps or how wide
@@ -272,29 +281,34 @@ def point_of(entry: Entry, metric: str) -> Point | None:
     """The plotted value of an entry and its bar; None when the entry does not know it."""
     if not entry.measured:
         return None
-    figures = entry.figures
+    values = entry.figures
     if metric == "throughput":
         return _throughput_point(entry)
-    if metric == "mfu":
-        return _scaled(_throughput_point(entry), figures.get("mfu"), figures.get("throughput"))
-    median = figures.get("p50_ms" if entry.table == MODEL else "median_ms")
+    bars = CHARTED[metric].bars if metric in CHARTED else None
+    if bars == figures.THROUGHPUT_BARS:          # proportional to throughput (MFU)
+        return _scaled(_throughput_point(entry), values.get(metric), values.get("throughput"))
+    median = values.get("p50_ms" if entry.table == MODEL else "median_ms")
     times = _time_percentiles(entry.samples_ms)
     if metric == "latency":
         if median is None:
             return None
         return Point(median, *times) if times else Point(median)
-    # GB/s and TFLOP/s are work over the median time: their bars are the times' inverted.
-    rate = Point(1 / median, 1 / times[1], 1 / times[0]) if median and times else None
-    return _scaled(rate, figures.get(metric), 1 / median if median else None)
+    if bars == figures.CALL_TIME_BARS:
+        # Work over the median time (GB/s, TFLOP/s): the bars are the times' inverted.
+        rate = Point(1 / median, 1 / times[1], 1 / times[0]) if median and times else None
+        return _scaled(rate, values.get(metric), 1 / median if median else None)
+    value = values.get(metric)
+    return None if value is None else Point(value)
 
 
 # ---------------------------------------------------------------- axis, series, labels
 
 def _label(metric: str, table: Table, unit: str | None = None) -> str:
+    if metric in CHARTED:
+        return CHARTED[metric].chart
     return {"throughput": f"throughput [{unit or _main_unit(table)}]",
             "latency": "median iteration time [ms]" if table.group.table == MODEL
-            else "median time per call [ms]",
-            "mfu": "MFU [%]", "gbs": "GB/s", "tflops": "TFLOP/s"}[metric]
+            else "median time per call [ms]"}[metric]
 
 
 def _numeric(entries, name: str) -> bool:
@@ -398,15 +412,18 @@ def _bars_note(table: Table, metric: str) -> str:
     if metric == "latency":
         return (f"Error bars: the {LOW_PERCENTILE}th to {HIGH_PERCENTILE}th percentile of the "
                 f"iteration times.")
-    if metric in ("gbs", "tflops"):
+    bars = CHARTED[metric].bars if metric in CHARTED else None
+    if bars == figures.CALL_TIME_BARS:
         return (f"Error bars: the rate at the {HIGH_PERCENTILE}th and {LOW_PERCENTILE}th "
                 f"percentile of the call times.")
+    if bars == figures.NO_BARS:
+        return "Points: each result's figure, without error bars."
     parts = []
     if with_trials:
         parts.append("the lowest to the highest trial (results with --repeat)")
     if without:
         parts.append(spread + (" (results of one trial)" if with_trials else ""))
-    scaled = " scaled to MFU" if metric == "mfu" else ""
+    scaled = f" scaled to {_label(metric, table).split(' [')[0]}" if metric in CHARTED else ""
     return f"Points: each result's headline; error bars{scaled}: {'; '.join(parts)}."
 
 
@@ -487,7 +504,8 @@ def _points(table: Table, members, metric):
 
 
 def _scale(metric: str) -> float:
-    return 100.0 if metric == "mfu" else 1.0
+    """A fraction is drawn in percent."""
+    return 100.0 if metric in CHARTED and CHARTED[metric].unit == figures.FRACTION else 1.0
 
 
 def _draw_lines(axis, table: Table, series, metric: str, x: str) -> None:

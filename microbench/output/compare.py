@@ -26,8 +26,9 @@ from microbench.measure import stats
 from microbench.platform import safe_text
 from microbench.platform.errors import Regression
 from microbench.settings import identity
-from microbench.store.baseline import CV_METRIC, check_same_configuration, metrics, trial_values
+from microbench.store.baseline import check_same_configuration, metrics, trial_values
 from microbench.store.entry import Entry, entries_of
+from microbench.store.figures import FRACTION, gate_figures
 
 
 def _entry(document: dict) -> Entry:
@@ -55,11 +56,12 @@ def compare(current: dict, gate, out: TextIO, verdict: stats.GateVerdict | None 
           f"(tolerance {gate.tolerance_pct:g}% on throughput)",
           file=out)
     print(f"  {'metric':<28} {'baseline':>12} {'this run':>12} {'change':>9}", file=out)
+    fractions = {figure.gate for figure in gate_figures() if figure.unit == FRACTION}
     for name, value in ours.items():
-        before = theirs[name]
-        show = _percent if name == CV_METRIC else _show
+        before, fraction = theirs[name], name in fractions
+        show = _percent if fraction else _show
         print(f"  {name:<28} {show(before):>12} {show(value):>12} "
-              f"{_change(name, before, value):>9}", file=out)
+              f"{_change(fraction, before, value):>9}", file=out)
     print(f"  Gate: {_verdict_line(verdict)}", file=out)
     if verdict.regression and not gate.fail:
         print("  Gate failed; --fail-if never: exit 0", file=out)
@@ -96,10 +98,10 @@ def _percent(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.2%}"
 
 
-def _change(name: str, before: float | None, value: float | None) -> str:
-    """Relative change; for the CV, already a ratio, the difference in percentage points."""
+def _change(fraction: bool, before: float | None, value: float | None) -> str:
+    """Relative change; for a fraction (the CV), the difference in percentage points."""
     if value is None or not before:
         return "n/a"
-    if name == CV_METRIC:
+    if fraction:
         return f"{(value - before) * 100:+.2f} pt"
     return f"{(value / before - 1):+.1%}"

@@ -15,6 +15,7 @@ from microbench import __version__
 from microbench.platform.device import clock_name, conv_autotuner_name
 from microbench.output.summary import Summary
 from microbench.platform import safe_text, units
+from microbench.store import figures
 
 RULE = "=" * 60
 
@@ -267,11 +268,24 @@ def _summary_rows(summary: Summary) -> list[tuple[str, str]]:
     rows += summary.scenario.console_rows(summary)
     rows += _flops_rows(summary) + _peaks_rows(summary) + _trial_rows(summary)
     rows += _telemetry_rows(summary)
+    rows += _registry_rows(summary)
     per_rank = " per rank" if summary.distributed else ""
     trials = f" in {len(summary.trials)} trials" if len(summary.trials) > 1 else ""
     rows.append(("Timed with", f"{clock_name(summary.spec.device)}, {t.count} "
                                f"sample{'' if t.count == 1 else 's'}"
                                f"{per_rank}{trials}"))
+    return rows
+
+
+def _registry_rows(summary: Summary) -> list[tuple[str, str]]:
+    """A row for each figure the registry gives a console label and a Summary reader
+    (store/figures.py), where this kind of run has it."""
+    rows = []
+    for figure in figures.written_by_summary():
+        if figure.console and figure.applies_to(summary.spec.scenario.mode):
+            value = figure.of_summary(summary)
+            rows.append((figure.console, "unknown" if value is None else
+                         f"{format(value, figure.console_format)} {figure.unit}"))
     return rows
 
 

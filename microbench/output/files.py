@@ -15,7 +15,7 @@ import tempfile
 from microbench import __version__
 from microbench.settings import identity
 from microbench.measure import stats
-from microbench.store import stored
+from microbench.store import figures, stored
 from microbench.platform import safe_text
 from microbench.platform.device import clock_name
 from microbench.platform.errors import UsageError
@@ -23,7 +23,10 @@ from microbench.output.summary import Summary
 from microbench.platform import writing
 
 SCHEMA_VERSION = 2
-CSV_COLUMNS = (
+# The run's CSV header as the tool first wrote it: its order is the file format (files of it are
+# appended to), so it never changes. Its figure columns are cells of figures.FIGURES; the
+# others say what ran (_identity_cells) and how the row ended.
+CSV_COLUMNS_BEFORE_PEAKS = (
     "time_utc", "network", "mode", "precision", "nhwc", "compile", "batch_size",
     "global_batch_size", "world_size", "image_size", "seq_len", "attention", "iterations", "warmup",
     "device_name", "throughput_img_s", "throughput_tokens_s", "mean_ms", "median_ms", "std_ms",
@@ -34,17 +37,17 @@ CSV_COLUMNS = (
     "energy_j", "j_per_item", "throttled", "device_type", "torch", "gpu_runtime", "host",
     "json_file", "status", "error",
 )
-# Columns added by --measure-peaks (issue 35), just before status and error (which stay last): a
-# CSV written before them keeps its header and takes rows without them (append_csv), so no file
-# is refused or mixed.
-PEAK_COLUMNS = ("measured_peak_tflops", "measured_peak_gbs", "mfu_measured", "mbu_measured")
-CSV_COLUMNS_BEFORE_PEAKS = CSV_COLUMNS
-CSV_COLUMNS = CSV_COLUMNS_BEFORE_PEAKS[:-2] + PEAK_COLUMNS + CSV_COLUMNS_BEFORE_PEAKS[-2:]
-# Every header this tool has written, newest first; a new file gets the first.
-CSV_HEADERS = (CSV_COLUMNS, CSV_COLUMNS_BEFORE_PEAKS)
-# The columns only some kinds of run fill (microbench.scenarios: csv_cells).
-SCENARIO_COLUMNS = ("forward_ms", "backward_ms", "optimizer_ms", "ttft_median_ms",
-                    "itl_median_ms", "itl_p99_ms", "mbu_measured")
+_ENDING = CSV_COLUMNS_BEFORE_PEAKS[-2:]          # status and error stay last
+# Figure columns added since (--measure-peaks' first, issue 35), in the registry's order, just
+# before status and error: a figure's row in figures.FIGURES with a ``csv`` column adds it.
+NEWER_COLUMNS = tuple(figure.csv for figure in figures.csv_figures()
+                      if figure.csv not in CSV_COLUMNS_BEFORE_PEAKS)
+CSV_COLUMNS = CSV_COLUMNS_BEFORE_PEAKS[:-2] + NEWER_COLUMNS + _ENDING
+# Every header this tool may have written, newest first; a new file gets the first. A file
+# with an older one keeps it and takes rows in its own columns (append_csv), so adding a
+# figure's column never refuses or mixes a file.
+CSV_HEADERS = tuple(CSV_COLUMNS_BEFORE_PEAKS[:-2] + NEWER_COLUMNS[:count] + _ENDING
+                    for count in range(len(NEWER_COLUMNS), -1, -1))
 
 
 # ---------------------------------------------------------------- the JSON result
@@ -106,7 +109,21 @@ def result_document(summary: Summary) -> dict:
     document["telemetry"] = report.to_dict() if report is not None else None
     if summary.distributed:
         document["distributed"] = _distributed_document(summary)
+    for figure in figures.written_by_summary():
+        if figure.applies_to(summary.spec.scenario.mode):
+            _place(document, figure.path, figure.of_summary(summary))
     return document
+
+
+def _place(document: dict, path: tuple[str, ...], value) -> None:
+    """A figure of the registry at its path, the blocks above it made where missing; a block
+    that is null (not measured: no FLOP count, no telemetry) stays null, its figures unknown."""
+    *blocks, key = path
+    for block in blocks:
+        document = document.setdefault(block, {})
+        if not isinstance(document, dict):
+            return
+    document[key] = value
 
 
 def _trial_document(trial) -> dict:
@@ -194,45 +211,11 @@ def _distributed_document(summary: Summary) -> dict:
 
 # ---------------------------------------------------------------- the CSV row
 
-def _optional(value: float | None, digits: int = 3) -> str:
-    return "" if value is None else f"{value:.{digits}f}"
-
-
-def _timing_cells(times) -> dict:
-    return {"mean_ms": f"{times.mean:.4f}", "median_ms": f"{times.median:.4f}",
-            "std_ms": f"{times.std:.4f}", "min_ms": f"{times.min:.4f}",
-            "max_ms": f"{times.max:.4f}", "p90_ms": f"{times.p90:.4f}",
-            "p95_ms": f"{times.p95:.4f}", "p99_ms": f"{times.p99:.4f}", "cv": f"{times.cv:.5f}"}
-
-
-def _trust_cells(summary: Summary) -> dict:
-    spread, report = summary.trial_spread, summary.telemetry
-    ci = spread.ci95
-    cells = {"trials": spread.count, "trial_cv": _optional(spread.cv if ci else None, 5),
-             "ci95_low": _optional(ci[0] if ci else None), "ci95_high": _optional(ci[1] if ci
-                                                                                else None)}
-    telemetry = report.csv_cells() if report is not None and report.available else {}
-    for key in ("sm_clock_mhz_median", "power_w_median", "energy_j", "j_per_item"):
-        cells[key] = _optional(telemetry.get(key), 4)
-    throttled = telemetry.get("throttled")
-    cells["throttled"] = "" if throttled is None else int(throttled)
-    return cells
-
-
-def _flops_cells(summary: Summary) -> dict:
-    use = summary.utilization
-    if use is None:
-        return {"gflops_per_iteration": "", "achieved_tflops": "", "mfu": ""}
-    return {"gflops_per_iteration": f"{use.flops_per_iteration / 1e9:.3f}",
-            "achieved_tflops": f"{use.achieved_tflops:.4f}", "mfu": _optional(use.mfu, 5)}
-
-
-def _peak_cells(summary: Summary) -> dict:
-    """The probe's rates and MFU against them (MBU's measured share is generation's cell)."""
-    measured, use = summary.measured_peaks, summary.measured_utilization
-    return {"measured_peak_tflops": _optional(measured.tflops if measured else None, 4),
-            "measured_peak_gbs": _optional(measured.gbs if measured else None, 2),
-            "mfu_measured": _optional(use.mfu if use else None, 5)}
+def figure_cells(document: dict) -> dict:
+    """The CSV row's figure cells, each read from the result document where the registry says
+    it is (figures.FIGURES), in its format; empty where the run did not measure it (a phase
+    of another kind of run, MFU without a peak, energy on the CPU)."""
+    return {figure.csv: figure.csv_cell(document) for figure in figures.csv_figures()}
 
 
 def _identity_cells(spec, env) -> dict:
@@ -254,29 +237,14 @@ def _identity_cells(spec, env) -> dict:
 
 
 def csv_row(summary: Summary) -> dict:
-    """One row; under DDP the timing, batch and throughput cells describe the job."""
+    """One row; under DDP the timing, batch and throughput cells describe the job. Its figures
+    are the result document's, so the row and the JSON never disagree."""
     return {
         **_identity_cells(summary.spec, summary.env),
-        "throughput_img_s": f"{summary.throughput:.3f}",
-        "throughput_tokens_s": _optional(summary.token_throughput),
-        **_timing_cells(summary.times),
-        **_scenario_cells(summary),
-        "peak_allocated_mb": _optional(summary.peak_allocated_mb),
-        "peak_reserved_mb": _optional(summary.peak_reserved_mb),
-        "warmup_s": f"{summary.first.warmup_s:.3f}", "compile_s": _optional(summary.compile_s),
+        **figure_cells(result_document(summary)),
         "json_file": summary.spec.json_path or "",
-        **_flops_cells(summary),
-        **_trust_cells(summary),
-        **_peak_cells(summary),
         "status": "ok", "error": "",
     }
-
-
-def _scenario_cells(summary: Summary) -> dict:
-    """The cells of the kind of run (phases, token latencies); the others stay empty."""
-    cells = dict.fromkeys(SCENARIO_COLUMNS, "")
-    cells.update(summary.spec.scenario.csv_cells(summary))
-    return cells
 
 
 def failed_csv_row(spec, env, status: str, error: str) -> dict:

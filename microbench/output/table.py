@@ -18,9 +18,9 @@ table takes its speedup from it too.
 Renderings: aligned text for the terminal, GitHub markdown (pastes into an issue or pull request),
 CSV and JSON with raw numbers in fixed units.
 
-A sweep's own closing tables (:func:`print_comparison`: each row's rate, speedup and memory
-against the first measured row, the generation and input pipeline figures where rows have them)
-are laid out here too, from each row's stored result (``row.entry``), as the report reads it.
+The figure columns are the registry's (:mod:`microbench.store.figures`: each figure's heading,
+cell style and why none is known), in its order; a sweep's closing tables are
+:mod:`microbench.output.sweep_table`'s.
 
 Example::
 
@@ -35,13 +35,13 @@ import io
 import json
 import os
 from dataclasses import dataclass, field
-from typing import TextIO
 
 from microbench.measure import stats
 from microbench.platform import safe_text
 from microbench.platform import text_table
 from microbench.platform.errors import UsageError
-from microbench.platform import progress, units, writing
+from microbench.platform import units, writing
+from microbench.store import figures
 from microbench.store.collection import FILE, HEADLINE_SETTINGS, RUN_AT, Group, setting_value
 from microbench.store.entry import MODEL, Entry, accuracy_reference
 
@@ -102,51 +102,35 @@ def versus(entry: Entry, baseline: Entry) -> Versus:
 
 @dataclass(frozen=True)
 class Column:
-    key: str                   # a setting name, or a figure key (FIGURE_KEYS)
+    key: str                   # a setting name, a figure's column key (column_key), "#",
+                               # "versus" or FLAGS
     heading: str
     setting: bool = False
     numeric: bool = True
+    figure: figures.Figure | None = None       # the registry's row, for a figure's column
 
 
-# Model figures in column order: key, heading ({unit} and {item} filled in), why none is known.
-MODEL_FIGURES = (
-    ("throughput", "throughput [{unit}]", None),
-    ("ci95", "95% CI", None),
-    ("trial_count", "trial count", None),
-    ("p50_ms", "p50 [ms]", None),
-    ("p90_ms", "p90 [ms]", None),
-    ("p99_ms", "p99 [ms]", None),
-    ("ttft_ms", "TTFT p50 [ms]", None),
-    ("itl_ms", "ITL p50 [ms]", None),
-    ("mfu", "MFU", "MFU (no datasheet peak for the device, or no FLOP count; --peak-tflops "
-                   "gives a peak)"),
-    ("mbu", "MBU", None),
-    ("mfu_measured", "MFU (measured peak)", None),
-    ("mbu_measured", "MBU (measured peak)", None),
-    ("accuracy", "vs BF16 (error)", None),
-    ("decode_kernel_ms", "decode kernels [ms]", None),      # the profiled decode step
-    ("decode_gap_ms", "decode gaps [ms]", None),
-    ("energy_per_unit", "J/{item}", "energy (no telemetry for these devices)"),
-    ("peak_allocated_mb", "peak alloc [MB]", None),
-)
-OP_FIGURES = (
-    ("median_ms", "median", None),
-    ("cv", "CV", None),
-    ("gbs", "GB/s", None),
-    ("tflops", "FLOP/s", None),
-    ("pct_of_peak", "% of peak", "% of peak (no datasheet peak for the device)"),
-    ("flags", "flags", None),
-)
+# The op bench's marks (cache-resident, ...): a column of Entry.flags, after the figures.
+FLAGS = "flags"
+# Figures shown with their unit in each cell where the rows count in different units, and the
+# heading they then get.
+PER_CELL_UNIT = {"throughput": "throughput", "energy_per_unit": "energy"}
 
 
-def _figure_known(entries, key: str) -> bool:
-    if key == "ci95":
-        return any(e.figures.get("ci95_low") is not None for e in entries)
-    if key == "trial_count":
-        return any((e.figures.get("trial_count") or 1) > 1 for e in entries)
-    if key == "flags":
-        return any(e.flags for e in entries)
-    return any(e.figures.get(key) is not None for e in entries)
+def column_key(figure: figures.Figure) -> str:
+    """A figure's column: its key; an interval's (its low end's row) named without ``_low``."""
+    return figure.key.removesuffix("_low") if figure.style == figures.INTERVAL else figure.key
+
+
+def shown_figures(table: str) -> tuple[figures.Figure, ...]:
+    """The registry's figures the report's table of ``table`` (MODEL, OP) can show, in order."""
+    return tuple(figure for figure in figures.of_table(table) if figure.heading)
+
+
+def _figure_known(entries, figure: figures.Figure) -> bool:
+    if figure.style == figures.COUNT:
+        return any((e.figures.get(figure.key) or 1) > 1 for e in entries)
+    return any(e.figures.get(figure.key) is not None for e in entries)
 
 
 def _numeric_setting(entries, name: str) -> bool:
@@ -203,22 +187,24 @@ def _columns(group: Group) -> tuple[list[Column], list[str]]:
     units_ = _units(entries)
     unit = units_[0] if len(units_) == 1 else "unit"
     item = unit.split("/")[0].removesuffix("s") if len(units_) == 1 else "unit"
-    figures = MODEL_FIGURES if group.table == MODEL else OP_FIGURES
-    for key, heading, why_unknown in figures:
+    for figure in shown_figures(group.table):
+        key = column_key(figure)
         if key not in HEADLINE_FIGURES and settings is not None:
             columns += settings                     # after the headline and its interval
             settings = None
-        if key == "accuracy":
+        heading = figure.heading
+        if figure.key == "accuracy":
             heading = f"vs {accuracy_reference(entries) or 'its reference'} (error)"
-        if _figure_known(entries, key) or key in ("throughput", "median_ms"):
-            columns.append(Column(key, heading.format(unit=unit, item=item),
-                                  numeric=key != "flags"))
-        elif why_unknown and any(e.measured for e in entries):
-            unknown.append(why_unknown)
+        if _figure_known(entries, figure) or figure.always:
+            columns.append(Column(key, heading.format(unit=unit, item=item), figure=figure))
+        elif figure.unknown and any(e.measured for e in entries):
+            unknown.append(figure.unknown)
+    if group.table != MODEL and any(e.flags for e in entries):
+        columns.append(Column(FLAGS, FLAGS, numeric=False))
     columns += settings or []
     if len(units_) > 1 and group.table == MODEL:         # each cell then names its unit
-        renamed = {"throughput": "throughput", "energy_per_unit": "energy"}
-        columns = [Column(c.key, renamed[c.key]) if c.key in renamed else c for c in columns]
+        columns = [dataclasses.replace(c, heading=PER_CELL_UNIT[c.key])
+                   if c.key in PER_CELL_UNIT else c for c in columns]
     return columns, unknown
 
 
@@ -331,46 +317,47 @@ def _number(value: float | None) -> str:
     return "-" if value is None else units.rate(value)
 
 
-def _figure_cell(table: Table, entry: Entry, key: str) -> str:
-    figures = entry.figures
-    if key == "versus":
-        found = table.versus[id(entry)]
-        if found.is_baseline:
-            return BASELINE
-        if found.ratio is None:
-            return "-"
-        if found.text is None:
-            return f"{found.ratio:.2f}x"
-        return f"{found.ratio:.2f}x {found.text}"
-    if key == "ci95":
-        low, high = figures.get("ci95_low"), figures.get("ci95_high")
-        return "-" if low is None else f"[{units.rate(low)}, {units.rate(high)}]"
-    if key == "trial_count":
-        return str(figures.get("trial_count") or 1)
-    if key in ("mfu", "mbu", "mfu_measured", "mbu_measured", "cv", "pct_of_peak", "accuracy"):
-        value = figures.get(key)
+def _versus_cell(table: Table, entry: Entry) -> str:
+    found = table.versus[id(entry)]
+    if found.is_baseline:
+        return BASELINE
+    if found.ratio is None:
+        return "-"
+    if found.text is None:
+        return f"{found.ratio:.2f}x"
+    return f"{found.ratio:.2f}x {found.text}"
+
+
+def _figure_cell(table: Table, entry: Entry, column: Column) -> str:
+    if column.key == "versus":
+        return _versus_cell(table, entry)
+    if column.key == FLAGS:
+        return " ".join(entry.flags)
+    figure = column.figure
+    value, style = entry.figures.get(figure.key), figure.style
+    if style == figures.INTERVAL:
+        high = entry.figures.get(figure.key.removesuffix("_low") + "_high")
+        return "-" if value is None else f"[{units.rate(value)}, {units.rate(high)}]"
+    if style == figures.COUNT:
+        return str(value or 1)
+    if style in (figures.PERCENT, figures.PERCENT_POINTS):
         if value is None:
             return "-"
-        if key == "accuracy" and accuracy_reference(table.group.entries) is None \
+        if figure.key == "accuracy" and accuracy_reference(table.group.entries) is None \
                 and entry.accuracy_reference:          # the heading names no one reference
             return f"{units.percent(value)} vs {entry.accuracy_reference}"
-        return f"{value:.1f}%" if key == "pct_of_peak" else units.percent(value)
-    if key == "flags":
-        return " ".join(entry.flags)
-    if key in ("median_ms", "tflops") and figures.get(key):
+        return f"{value:.1f}%" if style == figures.PERCENT_POINTS else units.percent(value)
+    if style in (figures.DURATION, figures.FLOP_RATE) and value:
         # Each in the unit that reads best (5.60 us, 798 MFLOP/s); CSV and JSON keep ms, TFLOP/s.
-        value = figures[key]
-        return units.duration_ms(value) if key == "median_ms" else \
+        return units.duration_ms(value) if style == figures.DURATION else \
             units.flops(value * 1e12, per_second=True)
-    text = _number(figures.get(key))
-    if len(_units(table.group.entries)) > 1 and text != "-":
-        if key == "throughput":
-            text = f"{text} {entry.unit}"
-        elif key == "energy_per_unit":
-            text = f"{text} J/{entry.unit.split('/')[0].removesuffix('s')}"
-    if key == "p50_ms" and "noisy" in entry.flags and text != "-":
+    text = _number(value)
+    if len(_units(table.group.entries)) > 1 and text != "-" and figure.key in PER_CELL_UNIT:
+        item = entry.unit.split("/")[0].removesuffix("s")
+        text = f"{text} {figure.unit.format(unit=entry.unit, item=item)}"
+    if figure.key == "p50_ms" and "noisy" in entry.flags and text != "-":
         text += "*"
-    if key == "energy_per_unit" and "estimated energy" in entry.flags and text != "-":
+    if figure.key == "energy_per_unit" and "estimated energy" in entry.flags and text != "-":
         text = "~" + text
     return text
 
@@ -384,7 +371,7 @@ def cell(table: Table, index: int, entry: Entry, column: Column) -> str:
     if not entry.measured:
         first_figure = next(c for c in table.columns if not c.setting and c.key != "#")
         return entry.status if column is first_figure else ""
-    return _figure_cell(table, entry, column.key)
+    return _figure_cell(table, entry, column)
 
 
 # ---------------------------------------------------------------- notes
@@ -490,11 +477,16 @@ def render_markdown(tables: list[Table]) -> str:
     return "\n".join(out).rstrip("\n") + "\n"
 
 
-# Raw figures in fixed units, for CSV and JSON: model, then op bench.
-RAW_FIGURES = ("throughput", "ci95_low", "ci95_high", "trial_count", "p50_ms", "p90_ms", "p99_ms",
-               "cv", "ttft_ms", "itl_ms", "mfu", "mbu", "accuracy", "decode_kernel_ms",
-               "decode_gap_ms", "energy_per_unit", "peak_allocated_mb", "median_ms", "gbs",
-               "tflops", "pct_of_peak", "mfu_measured", "mbu_measured")
+# Raw figures in fixed units, for CSV and JSON, in the order the report's files first had (a
+# file format: never reordered), then every figure added to the table since, in the registry's
+# order.
+RAW_FIGURES_FIRST = ("throughput", "ci95_low", "ci95_high", "trial_count", "p50_ms", "p90_ms",
+                     "p99_ms", "cv", "ttft_ms", "itl_ms", "mfu", "mbu", "accuracy",
+                     "decode_kernel_ms", "decode_gap_ms", "energy_per_unit", "peak_allocated_mb",
+                     "median_ms", "gbs", "tflops", "pct_of_peak", "mfu_measured", "mbu_measured")
+RAW_FIGURES = RAW_FIGURES_FIRST + tuple(dict.fromkeys(
+    figure.key for table in (MODEL, figures.OP) for figure in shown_figures(table)
+    if figure.key not in RAW_FIGURES_FIRST))
 
 
 def _raw_row(table: Table, index: int, entry: Entry) -> dict:
@@ -557,204 +549,3 @@ def render(tables: list[Table], format_: str, terminal: bool = False) -> str:
     if format_ == "text":
         return render_text(tables, terminal)
     return {"markdown": render_markdown, "csv": render_csv, "json": render_json}[format_](tables)
-
-
-# ---------------------------------------------------------------- a sweep's closing tables
-
-def _numeric(heading: str, width: int = 0) -> text_table.Column:
-    """A right-aligned column of a sweep's closing tables."""
-    return text_table.Column(heading, numeric=True, width=width)
-
-
-def _rate_heading(entries: list[Entry]) -> str:
-    """The rate column's heading: the unit the rows count in (img/s as the older tool printed
-    it for images), or ``rate`` with the unit in each cell where the rows count in different
-    units (a sweep over an image and a language model)."""
-    units = {entry.unit for entry in entries}
-    if len(units) != 1:
-        return "rate"
-    unit = units.pop()
-    return "img/s" if unit == "images/s" else unit
-
-
-def _rate_cell(entry: Entry, heading: str) -> str:
-    rate = f"{entry.figures['throughput']:.2f}"
-    return f"{rate} {entry.unit}" if heading == "rate" else rate
-
-
-def _speedup_cell(entry: Entry, reference: Entry) -> str:
-    """The speedup as the report computes it (:func:`versus`): rows of different units are not
-    compared ("-")."""
-    ratio = versus(entry, reference).ratio
-    return "-" if ratio is None else f"{ratio:.2f}x"
-
-
-def _memory_cells(entry: Entry, reference: Entry) -> tuple[str, str]:
-    memory, base = (e.figures.get("peak_allocated_mb") for e in (entry, reference))
-    if memory is None:
-        return "n/a", ""
-    change = f"{memory / base - 1:+.0%}" if base else ""     # unknown or zero: no ratio
-    return f"{memory:.0f}", change
-
-
-def comparison_cells(rows: list) -> tuple[list[text_table.Column], list[tuple[str, ...]]]:
-    """The sweep table, from each row's stored result (``row.entry``, as the report reads it):
-    each row's rate in its unit, its speedup and its peak memory against the first successful
-    row (a failed row shows its status where the rate would be)."""
-    measured = [row.entry for row in rows if row.entry is not None]
-    reference = measured[0] if measured else None
-    heading = _rate_heading(measured)
-    columns = [_numeric("#", 3), text_table.Column("configuration"), _numeric(heading, 10),
-               _numeric("speedup", 8), _numeric("peak MB", 9), _numeric("memory", 8)]
-    accuracy = any(entry.accuracy_kind for entry in measured)
-    if accuracy:
-        versus = accuracy_reference(measured)
-        columns.append(text_table.Column(f"accuracy vs {versus or 'its reference'}"))
-    cells = []
-    for index, row in enumerate(rows, 1):
-        entry = row.entry
-        if entry is None:
-            cells.append((str(index), row.label(), row.status, "", "", "")
-                         + (("",) if accuracy else ()))
-            continue
-        cells.append((str(index), row.label(), _rate_cell(entry, heading),
-                      _speedup_cell(entry, reference), *_memory_cells(entry, reference))
-                     + ((accuracy_cell(entry, versus is not None),) if accuracy else ()))
-    return columns, cells
-
-
-def print_comparison(rows: list, out: TextIO) -> None:
-    reference = next((index for index, row in enumerate(rows, 1) if row.entry is not None), "-")
-    print("", file=out)
-    print(f"Sweep comparison (speedup and memory change against row {reference})", file=out)
-    columns, cells = comparison_cells(rows)
-    out.write(text_table.render(columns, cells, terminal=progress.is_terminal(out)))
-    out.flush()
-    for line in slower_than_bf16(rows):
-        print(line, file=out)
-    print_data_table(rows, out)
-    print_generation_table(rows, out)
-
-
-# The settings a generate sweep may vary besides the batch (its stored names, store.entry):
-# each that differs among the rows gets a column, so that two rows of one batch (a quantize
-# sweep's none and int8wo) can be told apart.
-GENERATION_SETTINGS = ("network", "precision", "quantize", "attention", "seq len", "compile",
-                       "prompt", "generated")
-
-
-def generation_cells(rows: list) -> tuple[list[text_table.Column], list[tuple[str, ...]]]:
-    """Generate rows: what differs between them, decode tokens/s of the whole batch,
-    inter-token latency p50 and p99, time to first token and MBU, each from that row's own
-    timed samples."""
-    # The row's result as its file holds it and the report reads it (drivers.sweep.Row).
-    generated = [(index, row.entry) for index, row in enumerate(rows, 1)
-                 if row.entry is not None and row.entry.figures.get("itl_ms") is not None]
-    shown = [name for name in GENERATION_SETTINGS
-             if len({format_setting(entry.settings.get(name)) for _, entry in generated}) > 1]
-    columns = [_numeric("#", 3), *(text_table.Column(name) for name in shown),
-               _numeric("batch"), _numeric("decode tok/s", 12), _numeric("ITL p50 ms"),
-               _numeric("ITL p99 ms"), _numeric("TTFT p50 ms"), _numeric("MBU")]
-    cells = []
-    for index, entry in generated:
-        figures = entry.figures
-        rate, mbu = figures.get("decode_tokens_per_s"), figures.get("decode_mbu")
-        cells.append((str(index), *(format_setting(entry.settings.get(name)) for name in shown),
-                      format_setting(entry.settings.get("batch")),
-                      "-" if rate is None else f"{rate:,.1f}", f"{figures['itl_ms']:.3f}",
-                      f"{figures['itl_p99_ms']:.3f}", f"{figures['ttft_ms']:.3f}",
-                      "-" if mbu is None else units.percent(mbu)))
-    return columns, cells
-
-
-def print_generation_table(rows: list, out: TextIO) -> None:
-    columns, cells = generation_cells(rows)
-    if not cells:
-        return
-    print("", file=out)
-    print("Generation (decode tok/s: tokens the decode steps generated per second, the whole "
-          "batch; ITL: inter-token latency; TTFT: time to first token)", file=out)
-    out.write(text_table.render(columns, cells, terminal=progress.is_terminal(out)))
-    out.flush()
-
-
-def accuracy_cell(entry: Entry, named_in_heading: bool = True) -> str:
-    """A reduced-precision row's distance from BF16, short, for a table's cell ("-" for a row
-    without one, the BF16 reference among them)."""
-    if not entry.accuracy_kind:
-        return "-"
-    value = entry.figures.get("accuracy")
-    if value is None:
-        return "not measured"
-    versus = f" vs {entry.accuracy_reference}" if entry.accuracy_reference else ""
-    if entry.accuracy_kind == "loss":
-        return f"loss diff {value:.2%}" + ("" if named_in_heading else versus)
-    agreement = entry.figures.get("accuracy_agreement")
-    return (f"err {value:.2%}" + ("" if agreement is None else f", agree {agreement:.1%}")
-            + ("" if named_in_heading else versus))
-
-
-def slower_than_bf16(rows: list) -> list[str]:
-    """A line for each quantized or FP8 row slower than the row without it (the same other
-    settings): torchao's kernels do not beat BF16 everywhere (int8 weight-only decode on an
-    H100, for one), and a reader should not have to spot that in the ratios."""
-    lines = []
-    for row in rows:
-        if row.entry is None or not row.entry.accuracy_kind:    # not FP8 or quantized
-            continue
-        config = row.spec.config
-        plain = dataclasses.replace(config, quantize="none") if config.quantize != "none" \
-            else dataclasses.replace(config, precision="amp-bf16")
-        base = next((other for other in rows if other.entry is not None
-                     and dataclasses.replace(other.spec.config, fp8_recipe=config.fp8_recipe)
-                     == plain), None)
-        if base is None:
-            continue
-        ratio = row.entry.figures["throughput"] / base.entry.figures["throughput"]
-        if ratio < 1:
-            lines.append(f"Note: {row.label()} ran slower than {base.label()} here "
-                         f"({ratio:.2f}x): torchao's "
-                         f"{config.quantize if config.quantize != 'none' else 'FP8'} kernels "
-                         f"did not beat BF16 on this device at this size")
-    return lines
-
-
-def print_data_table(rows: list, out: TextIO) -> None:
-    """Rows fed by an input pipeline: what it delivered beside what each side does alone."""
-    # Each row's result as its file holds it and the report reads it (drivers.sweep.Row).
-    fed = [(index, row.entry) for index, row in enumerate(rows, 1)
-           if row.entry is not None and row.entry.data_unit]
-    if not fed:
-        return
-    first = fed[0][1]
-    per_device = (first.settings.get("devices") or 1) > 1
-    print("", file=out)
-    print(f"Input pipeline ({first.data_unit}{' per device' if per_device else ''}"
-          f"; wait: share of a step spent waiting for the batch, median and p99, and of the "
-          f"whole run)", file=out)
-    columns = [_numeric("#", 3), _numeric("workers"), _numeric("decode"),
-               _numeric("pipeline", 10), _numeric("loader", 10), _numeric("model", 10),
-               _numeric("kept"), _numeric("wait p50"), _numeric("wait p99"), _numeric("wait run"),
-               text_table.Column("verdict")]
-    cells = []
-    for index, entry in fed:
-        data = entry.figures
-        cells.append((str(index), str(_whole(data["data_workers"])),
-                       str(entry.settings.get("decode")), _share(data["pipeline_per_s"], ".2f"),
-                       _share(data["loader_alone_per_s"], ".2f"),
-                       _share(data["model_alone_per_s"], ".2f"), _share(data["data_kept"], ".0%"),
-                       _share(data["wait_share_median"], ".1%"),
-                       _share(data["wait_share_p99"], ".1%"),
-                       _share(data["wait_share"], ".1%"), entry.data_verdict))
-    out.write(text_table.render(columns, cells, terminal=progress.is_terminal(out)))
-    out.flush()
-
-
-def _whole(value):
-    """A count the document stores as a number (4, not 4.0)."""
-    return int(value) if value is not None and float(value).is_integer() else value
-
-
-def _share(value, spec: str) -> str:
-    """A figure of the data table; n/a where the document does not know it."""
-    return "n/a" if value is None else format(value, spec)

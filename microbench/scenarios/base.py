@@ -132,10 +132,6 @@ class Scenario:
         """Keys this kind of run adds to the result JSON."""
         return {}
 
-    def csv_cells(self, summary) -> dict:
-        """CSV cells this kind of run fills (the columns are the CSV's own)."""
-        return {}
-
 
 def timed_loop(step: Callable[[], torch.Tensor | None], iterations: int, device: torch.device,
                time_fn: Callable[[], float] | None = None,

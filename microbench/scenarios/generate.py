@@ -33,10 +33,6 @@ MIN_GEN_LEN = 2
 ATTRIBUTION_STEPS = 32
 
 
-def _optional(value: float | None, digits: int = 4) -> str:
-    return "" if value is None else f"{value:.{digits}f}"
-
-
 def _latency(times) -> str:
     ms = units.duration_ms
     return f"median {ms(times.median)}  p90 {ms(times.p90)}  p99 {ms(times.p99)}"
@@ -276,11 +272,3 @@ class Generate(Scenario):
             "generated_tokens_per_s": summary.token_throughput,
             "decode_attribution": (times.attribution.to_dict()
                                    if times.attribution is not None else None)}}
-
-    def csv_cells(self, summary) -> dict:
-        times = summary.detail
-        measured = self.decode_bandwidth(summary, measured=True)
-        return {"ttft_median_ms": _optional(times.prefill.median if times else None),
-                "itl_median_ms": _optional(times.decode.median if times else None),
-                "itl_p99_ms": _optional(times.decode.p99 if times else None),
-                "mbu_measured": _optional(measured.mbu if measured else None)}

@@ -16,10 +16,6 @@ from microbench.scenarios.base import Scenario
 from microbench.scenarios.feeding import PipelineFed
 
 
-def _optional(value: float | None, digits: int = 4) -> str:
-    return "" if value is None else f"{value:.{digits}f}"
-
-
 class Training(PipelineFed, Scenario):
     mode = "training"
     updates_weights = True
@@ -60,9 +56,3 @@ class Training(PipelineFed, Scenario):
                                   "samples_ms": list(times.samples_ms)}
                            for name, times in phases.items()}, **super().document(summary),
                 **parallel.document(summary)}
-
-    def csv_cells(self, summary) -> dict:
-        means = summary.detail.means_ms() if summary.detail is not None else {}
-        return {"forward_ms": _optional(means.get("forward")),
-                "backward_ms": _optional(means.get("backward")),
-                "optimizer_ms": _optional(means.get("optimizer"))}

@@ -20,6 +20,7 @@ from microbench.platform import safe_text
 from microbench.platform.errors import UsageError
 from microbench.settings import identity
 from microbench.store.entry import Entry, entries_of
+from microbench.store.figures import gate_figures
 from microbench.store.stored import load_result
 
 
@@ -79,19 +80,10 @@ def scaling_baseline(path: str, spec) -> float:
     return entry.figures["items_per_s"]
 
 
-CV_METRIC = "Coefficient of variation"
-
-
 def metrics(entry: Entry) -> dict[str, float | None]:
-    """--compare's table: a result's figures as store.entry reads them (None: not recorded)."""
-    figures = entry.figures
-    return {
-        "Throughput [img/sec]": figures.get("items_per_s"),
-        "Median iteration [ms]": figures.get("p50_ms"),
-        "p99 iteration [ms]": figures.get("p99_ms"),
-        CV_METRIC: figures.get("cv"),
-        "Peak memory allocated [MB]": figures.get("peak_allocated_mb"),
-    }
+    """--compare's table: the figures the registry names for it (``gate``, in its order), as
+    store.entry reads them (None: not recorded)."""
+    return {figure.gate: entry.figures.get(figure.key) for figure in gate_figures()}
 
 
 def trial_values(entry: Entry) -> tuple[float, ...]:

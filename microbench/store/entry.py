@@ -5,7 +5,9 @@ a sweep's failed configuration, the older tool's result, or one op of the op ben
 are what ran (network, precision, batch, device, PyTorch, ...: the columns a report may show when
 they differ); its figures are what was measured, each on the basis the document names, and None
 where the document does not know it (MFU without a datasheet peak, energy on the CPU, anything
-the older tool did not record). Nothing is estimated here.
+the older tool did not record). Nothing is estimated here. A result's figures, and an op's, are
+the registry's (:mod:`microbench.store.figures`), each read where it says the document holds
+it.
 
 Every version the tool has written is read (``schema.READABLE_VERSIONS``): version 1 stored the
 precision flags instead of a precision name and had no ``model.item`` or ``model.image_size``;
@@ -25,8 +27,8 @@ from dataclasses import dataclass, field
 
 from microbench.settings import config as config_schema
 from microbench.store import schema
-
-MODEL, OP = "model", "op"
+from microbench.store.figures import (MODEL, NODE, OP, by_key, number, read_all, tokens_per_item,
+                                      value_at)
 
 # Config keys that are not settings of the measurement: those --rerun does not replay (where
 # results went, how the job was launched: config.SCHEMA says which), the device *request* (the
@@ -73,16 +75,8 @@ class Entry:
 
 def _get(document, *keys):
     """document[k1][k2]...; None where any level is missing or not an object."""
-    for key in keys:
-        if not isinstance(document, dict):
-            return None
-        document = document.get(key)
-    return document
+    return value_at(document, keys)
 
-
-def _number(value) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) \
-        else None
 
 
 # ---------------------------------------------------------------- settings
@@ -196,7 +190,7 @@ def measured_peak(document: dict) -> str | None:
     if not isinstance(measured, dict):
         return None
     parts = []
-    tflops, gbs = _number(measured.get("tflops")), _number(measured.get("gb_per_s"))
+    tflops, gbs = number(measured.get("tflops")), number(measured.get("gb_per_s"))
     if tflops:
         rate = _two_digits(tflops * 1e12, ((1e12, "TFLOP/s"), (1e9, "GFLOP/s")))
         parts.append(f"{rate} {measured.get('dtype', '')}".rstrip())
@@ -215,32 +209,10 @@ def _item(document: dict) -> str:
     return "clip" if model.get("family") == "video" else "image"
 
 
-def _tokens_per_item(document: dict) -> float | None:
-    """Tokens per item for language models (generated tokens for generation), as the document's
-    two headlines give it; None for images and clips."""
-    tokens, items = _number(document.get("Throughput [tokens/sec]")), \
-        _number(document.get("Throughput [img/sec]"))
-    return tokens / items if tokens and items else None
-
-
-def _energy_per_unit(document: dict) -> tuple[float | None, bool]:
-    """Joules per unit of the throughput, and whether the energy was estimated from power
-    samples rather than read from an energy counter. The telemetry block shares energy out over
-    the throughput's own unit already: images (clips), or tokens for language models (generated
-    tokens for generation; benchmark.items_timed)."""
-    telemetry = _get(document, "telemetry")
-    per_unit = _number(_get(telemetry, "joules_per_item"))
-    return per_unit, per_unit is not None and bool(_get(telemetry, "energy_estimated"))
-
-
-def _trials(document: dict, scale: float) -> tuple[tuple[float, ...], float | None,
-                                                   float | None]:
-    trials = _get(document, "trials") or {}
-    values = tuple(v * scale for v in trials.get("values") or () if _number(v) is not None)
-    low, high = _number(trials.get("ci95_low")), _number(trials.get("ci95_high"))
-    if low is None or high is None:
-        return values, None, None
-    return values, low * scale, high * scale
+def _trial_values(document: dict, scale: float) -> tuple[float, ...]:
+    """Each trial's throughput, in the result's unit."""
+    values = _get(document, "trials", "values") or ()
+    return tuple(v * scale for v in values if number(v) is not None)
 
 
 def _identity(document: dict) -> str:
@@ -251,71 +223,21 @@ def _identity(document: dict) -> str:
                        (_get(document, "timing", "samples_ms") or [])[:4]])
 
 
-def _accuracy(document: dict) -> float | None:
-    """--precision fp8 or --quantize: the distance from BF16 the run measured (the logits'
-    relative error, or the largest difference of the first losses); None for other runs."""
-    accuracy = document.get("accuracy")
-    if not isinstance(accuracy, dict):
-        return None
-    key = "relative_error" if accuracy.get("kind") == "logits" else "max_loss_difference"
-    return _number(accuracy.get(key))
-
-
 def result_entry(document: dict, source: str) -> Entry:
     """A run's result (version 1 or 2)."""
-    scale = _tokens_per_item(document) or 1.0
+    scale = tokens_per_item(document)
     unit = f"{_item(document)}s/s"
     if scale != 1.0 or _get(document, "model", "family") == "language":
         # Generation counts the tokens it generates, training and inference those processed:
         # two quantities, never compared with each other.
         unit = "generated tokens/s" if "generation" in document else "tokens/s"
-    stats = _get(document, "timing", "stats") or {}
-    trial_values, low, high = _trials(document, scale)
-    energy, estimated = _energy_per_unit(document)
-    figures = {
-        "throughput": _number(document["Throughput [img/sec]"]) * scale,
-        "items_per_s": _number(document["Throughput [img/sec]"]),     # the older tool's key
-        "ci95_low": low, "ci95_high": high,
-        "trial_count": len(trial_values) or 1,
-        "p50_ms": _number(stats.get("median_ms")),
-        "p90_ms": _number(stats.get("p90_ms")),
-        "p99_ms": _number(stats.get("p99_ms")),
-        "cv": _number(stats.get("cv")),
-        "ttft_ms": _number(_get(document, "generation", "time_to_first_token", "stats",
-                                "median_ms")),
-        "itl_ms": _number(_get(document, "generation", "inter_token_latency", "stats",
-                               "median_ms")),
-        "itl_p99_ms": _number(_get(document, "generation", "inter_token_latency", "stats",
-                                   "p99_ms")),
-        "decode_tokens_per_s": _number(_get(document, "generation", "decode_tokens_per_s")),
-        "decode_mbu": _number(_get(document, "generation", "mbu")),
-        "mfu": _number(_get(document, "flops", "mfu")),
-        "mbu": _number(_get(document, "flops", "mbu")) or _number(_get(document, "generation",
-                                                                        "mbu")),
-        "mfu_measured": _number(_get(document, "flops", "mfu_measured")),
-        "mbu_measured": _number(_get(document, "generation", "mbu_measured")),
-        "accuracy": _accuracy(document),
-        "accuracy_agreement": _number(_get(document, "accuracy", "top1_agreement")),
-        "decode_kernel_ms": _number(_get(document, "generation", "decode_attribution",
-                                         "busy_ms")),
-        "decode_gap_ms": _number(_get(document, "generation", "decode_attribution", "gap_ms")),
-        "energy_per_unit": energy,
-        "peak_allocated_mb": _number(_get(document, "memory", "peak_allocated_mb")),
-        # --data loader|folder: the pipeline's figures (per device on several), None otherwise.
-        "pipeline_per_s": _number(_get(document, "data", "pipeline_per_s")),
-        "loader_alone_per_s": _number(_get(document, "data", "loader_alone_per_s")),
-        "model_alone_per_s": _number(_get(document, "data", "model_alone_per_s")),
-        "wait_share": _number(_get(document, "data", "wait", "share_total")),
-        "wait_share_median": _number(_get(document, "data", "wait", "share_median")),
-        "wait_share_p99": _number(_get(document, "data", "wait", "share_p99")),
-        "data_kept": _number(_get(document, "data", "verdict", "kept")),
-        "data_workers": _number(_get(document, "data", "workers")),
-    }
+    figures = read_all(document)
     flags = (("noisy",) if _get(document, "timing", "noisy") else ()) + \
-        (("estimated energy",) if estimated else ())
-    batch = _number(document.get("Mini batch size [img]"))
+        (("estimated energy",) if figures["energy_per_unit"] is not None
+         and _get(document, "telemetry", "energy_estimated") else ())
+    batch = number(document.get("Mini batch size [img]"))
     return Entry(MODEL, source, model_settings(document), figures, unit,
-                 trial_values=trial_values,
+                 trial_values=_trial_values(document, scale),
                  samples_ms=tuple(_get(document, "timing", "samples_ms") or ()),
                  work_per_iteration=batch * scale if batch else None,
                  time_utc=_get(document, "env", "time_utc"), identity=_identity(document),
@@ -354,7 +276,7 @@ def older_tool_entry(document: dict, source: str) -> Entry:
     time per mini-batch was a mean, not a percentile, so no latency column takes it)."""
     settings = {"network": document.get("Name"), "devices": document.get("GPUs"),
                 "batch": document.get("Mini batch size [img]"), "tool": "older tool"}
-    throughput = _number(document["Throughput [img/sec]"])
+    throughput = number(document["Throughput [img/sec]"])
     figures = {"throughput": throughput, "items_per_s": throughput, "trial_count": 1}
     return Entry(MODEL, source, settings, figures, "images/s",
                  identity=json.dumps([source, document.get("Throughput [img/sec]")]))
@@ -380,10 +302,7 @@ def op_entry(run: dict, row: dict, source: str) -> Entry:
                 "device": run.get("device_name"), "torch": run.get("torch"),
                 "cache flush": run.get("flush_l2"), "iterations": run.get("num_iters"),
                 "warmup": run.get("num_warmup_iters"), "tool": run.get("version")}
-    figures = {"median_ms": _number(row.get("median_ms")), "cv": _number(row.get("cv")),
-               "gbs": _number(row.get("gbs")),
-               "tflops": _number(row.get("tflops")) if row.get("flops") else None,
-               "pct_of_peak": _number(row.get("pct_of_peak"))}
+    figures = read_all(row, OP)
     flags = tuple(str(row.get("flags") or "").split())
     return Entry(OP, source, settings, figures, "ms", status=str(row.get("status")),
                  error=str(row.get("message") or ""),
@@ -395,10 +314,10 @@ def op_entry(run: dict, row: dict, source: str) -> Entry:
 def node_gpu_entry(check: dict, gpu: dict, source: str) -> Entry:
     """One GPU of a node check (microbench-node), in the op table: its GEMM TFLOP/s and memory
     GB/s (the figures the op bench's columns hold), its host and rank, and its verdict."""
-    figures = gpu.get("figures") or {}
+    node = by_key(NODE)
 
     def value(key: str) -> float | None:
-        return _number(_get(figures, key, "value"))
+        return node[key].read(gpu)
 
     settings = {"op": "node check (GEMM, memory copy)", "host": gpu.get("host"),
                 "rank": gpu.get("rank"), "device": gpu.get("device_name"),
@@ -422,9 +341,9 @@ def _ab_side_entry(summary: dict, side: str, result: dict | None, source: str) -
         entry = result_entry(result, source)
         return dataclasses.replace(entry, settings={**entry.settings, AB_SIDE: label})
     trials = ab.get(f"{side}_trials") or {}
-    figures = {"throughput": _number(trials.get("headline")),
-               "ci95_low": _number(trials.get("ci95_low")),
-               "ci95_high": _number(trials.get("ci95_high")),
+    figures = {"throughput": number(trials.get("headline")),
+               "ci95_low": number(trials.get("ci95_low")),
+               "ci95_high": number(trials.get("ci95_high")),
                "trial_count": len(ab[side])}
     return Entry(MODEL, source, {AB_SIDE: label}, figures,
                  str(trials.get("unit") or "items/s"), trial_values=tuple(ab[side]),

@@ -30,6 +30,7 @@ from importlib import resources
 
 from microbench.platform.errors import MissingEnvironment, UsageError
 from microbench.settings import config, precision
+from microbench.store import figures
 
 SCHEMA_FILE = "result.schema.json"
 # The longest validation message quoted in the one line (jsonschema quotes the offending value,
@@ -42,9 +43,8 @@ NODE = "node check"
 OP_BENCH_TOOL = "TorchTensorOpsBench"
 
 
-@functools.lru_cache(maxsize=1)
-def schema() -> dict:
-    """The schema document, as shipped in the package, with the enums it leaves to the
+def published() -> dict:
+    """The schema document as shipped in the package, with the enums it leaves to the
     settings (``x-enum-of``) filled in."""
     text = resources.files(__package__).joinpath(SCHEMA_FILE).read_text(encoding="utf-8")
     return _with_enums(json.loads(text))
@@ -69,6 +69,62 @@ def _with_enums(node):
     if "x-enum-of" in filled:
         filled["enum"] = list(enums()[filled["x-enum-of"]])
     return filled
+
+
+@functools.lru_cache(maxsize=1)
+def schema() -> dict:
+    """The schema documents are validated against: the published one, with every figure's path
+    of a run's result (store/figures.py) declared, as a number or null, where the published
+    file does not name it: a figure added to the registry is checked as a number without an
+    edit of the file (tests/store/test_figures.py checks the paths the file names)."""
+    document = published()
+    for path in figures.result_paths():
+        _declare(document, path)
+    return document
+
+
+def declared(document: dict, node: dict) -> dict:
+    """A schema node with its ``$ref`` followed and, where it is a choice (``anyOf``,
+    ``oneOf``), its first branch that describes an object."""
+    while True:
+        if "$ref" in node:
+            node = document["$defs"][node["$ref"].removeprefix("#/$defs/")]
+            continue
+        branches = node.get("anyOf") or node.get("oneOf")
+        if not branches:
+            return node
+        node = next((b for b in branches if "$ref" in b or "properties" in b), branches[0])
+
+
+def node_at(document: dict, path: tuple[str, ...]) -> dict | None:
+    """The schema a run's result gives the value at ``path``; None where it names none."""
+    node = document["$defs"]["result"]
+    for key in path:
+        node = declared(document, node)
+        inner = node.get("properties", {}).get(key)
+        if inner is None and isinstance(node.get("additionalProperties"), dict):
+            inner = node["additionalProperties"]
+        if inner is None:
+            return None
+        node = inner
+    return declared(document, node)
+
+
+def _declare(document: dict, path: tuple[str, ...]) -> None:
+    """``path`` declared in a run's result: the blocks it passes through as objects (or null),
+    its figure as a number or null, where the schema does not name them already."""
+    node = document["$defs"]["result"]
+    for index, key in enumerate(path):
+        node = declared(document, node)
+        named = node.get("properties", {}).get(key)
+        if named is None and isinstance(node.get("additionalProperties"), dict):
+            named = node["additionalProperties"]
+        if named is None:
+            last = index == len(path) - 1
+            named = node.setdefault("properties", {})[key] = (
+                {"$ref": "#/$defs/number_or_null"} if last
+                else {"type": ["object", "null"], "properties": {}})
+        node = named
 
 
 # The version this tool writes: the schema file says which it describes.

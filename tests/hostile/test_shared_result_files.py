@@ -666,7 +666,7 @@ def test_no_abbreviation_is_taken_inside_ab(pair):
 
 
 def test_accuracy_labels_name_the_reference_each_row_was_measured_against():
-    from microbench.output import table
+    from microbench.output import sweep_table as table
     from microbench.store.entry import (Entry, MODEL, accuracy_reference,
                                         is_accuracy_reference)
 

@@ -21,7 +21,7 @@ from torch.utils import collect_env
 
 from conftest import HISTORY, run_main
 from microbench.platform import device, environment
-from microbench.output import table
+from microbench.output import sweep_table as table
 from microbench.platform import text_table as tables
 from microbench.ops import cli as ops_cli
 from microbench.report import command

@@ -249,7 +249,7 @@ def test_the_generation_figure_puts_one_labelled_point_per_batch_inside_the_axes
 def test_a_quantize_sweep_tells_its_rows_apart_in_the_generation_table_and_figure():
     """Two rows of one batch (none and int8wo) read alike in the table and the figure."""
     import unittest.mock as mock
-    from microbench.output import sweep_plot as plot_mod, table
+    from microbench.output import sweep_plot as plot_mod, sweep_table as table
     rows = [generate_row(b, itl, rate, q) for q, itl, rate in
             (("none", 2.0, 1000.0), ("int8wo", 1.5, 1300.0)) for b in (1, 2)]
     columns, cells = table.generation_cells(rows)

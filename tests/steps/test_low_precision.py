@@ -197,7 +197,7 @@ def _entry(figures, accuracy_kind=""):
 
 
 def test_the_sweep_tables_accuracy_cell_reads_the_stored_drift():
-    from microbench.output import table
+    from microbench.output import sweep_table as table
     loss = low_precision.Drift("loss", "AMP-BF16", losses=(2.0, 1.5), reference_losses=(2.0, 1.6))
     assert table.accuracy_cell(_entry({"accuracy": loss.loss_difference}, "loss")) \
         == "loss diff 6.25%"
@@ -233,7 +233,7 @@ def test_mfu_under_fp8_is_given_against_the_fp8_and_the_bf16_peak():
 
 def test_a_sweep_says_when_a_quantized_row_ran_slower_than_bf16():
     from microbench.drivers import sweep
-    from microbench.output import table
+    from microbench.output import sweep_table as table
     from microbench.settings.config import BenchConfig
 
     def row(quantize, rate):
