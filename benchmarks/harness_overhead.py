@@ -26,7 +26,7 @@ import torchvision
 import fp16util
 from microbench.drivers import benchmark
 from microbench.plan import cli
-from microbench.platform import device as device_mod, environment
+from microbench.platform import devices, environment
 from microbench.settings import precision as precision_mod
 from microbench.plan.spec import resolve
 from microbench.output.summary import Summary, trial_of_process
@@ -116,8 +116,8 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("needs a GPU", file=sys.stderr)
         return 4
-    device, _ = device_mod.select("cuda")
-    device_mod.activate(device)
+    device, _ = devices.select("cuda")
+    devices.activate(device)
     env = environment.describe(device)
     rows = []
     for mode in args.modes.split(","):

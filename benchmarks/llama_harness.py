@@ -25,7 +25,7 @@ import torch
 
 from microbench.drivers import benchmark
 from microbench.plan import cli
-from microbench.platform import device as device_layer, environment
+from microbench.platform import devices, environment
 from microbench.models.archs import llama
 from microbench.platform import writing
 from microbench.plan.spec import resolve
@@ -64,11 +64,11 @@ def hand_loop_throughput(network: str, batch: int, iterations: int, warmup: int,
 
     for _ in range(warmup):
         step()
-    device_layer.synchronize(device)
+    devices.synchronize(device)
     start = time.perf_counter()
     for _ in range(iterations):
         step()
-    device_layer.synchronize(device)
+    devices.synchronize(device)
     return batch * iterations / (time.perf_counter() - start)
 
 
@@ -76,9 +76,9 @@ def alternate(a, b, rounds: int, device: torch.device) -> tuple[list[float], lis
     first, second = [], []
     for _ in range(rounds):
         first.append(a())
-        device_layer.empty_cache(device)
+        devices.empty_cache(device)
         second.append(b())
-        device_layer.empty_cache(device)
+        devices.empty_cache(device)
     return first, second
 
 
@@ -94,8 +94,8 @@ def main() -> int:
     if args.device != "cpu" and not torch.cuda.is_available():
         print("needs a GPU", file=sys.stderr)
         return 4
-    device, _ = device_layer.select(args.device)
-    device_layer.activate(device)
+    device, _ = devices.select(args.device)
+    devices.activate(device)
     env = environment.describe(device)
     timing = ["--iterations", str(args.iterations), "--warmup", str(args.warmup)]
     rows = []

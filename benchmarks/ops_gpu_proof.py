@@ -37,7 +37,7 @@ import sys
 import torch
 
 from microbench.measure import flops
-from microbench.platform.device import clock_name, synchronize
+from microbench.platform.devices import clock_name, synchronize
 from microbench.platform.errors import BenchmarkError, MissingEnvironment
 from microbench.ops import report, runner
 from microbench.platform import writing

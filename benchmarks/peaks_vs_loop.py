@@ -38,7 +38,7 @@ import torch
 
 from microbench.ops import peaks
 from microbench.measure import stats, telemetry
-from microbench.platform.device import device_name, synchronize
+from microbench.platform.devices import device_name, synchronize
 from microbench.platform.errors import BenchmarkError, MissingEnvironment
 from microbench.platform import writing
 

@@ -320,7 +320,7 @@ def test_only_the_scenarios_know_the_kind_of_run():
 
 
 def test_only_the_device_layer_reads_the_vendor_of_the_build():
-    assert all(hit.startswith("microbench/platform/device.py") for hit in _hits(r"torch\.version\.hip"))
+    assert all(hit.startswith("microbench/platform/devices.py") for hit in _hits(r"torch\.version\.hip"))
 
 
 def test_the_op_bench_parses_its_flags_without_the_model_benchmark():

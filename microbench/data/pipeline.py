@@ -37,7 +37,7 @@ from typing import Callable
 
 import torch
 
-from microbench.platform import device as device_layer, safe_text
+from microbench.platform import devices, safe_text
 from microbench.platform.errors import MissingEnvironment, UsageError
 from microbench.data import cache, codecs
 from microbench.data.datasets import EncodedImages, TokenWindows
@@ -115,13 +115,13 @@ class Pipeline:
             warmup = max(1, workers * (self._description["prefetch_factor"] or 0))
         for _ in range(warmup):
             self.next_batch()
-        device_layer.synchronize(self.device)
+        devices.synchronize(self.device)
         meter = self.cpu_meter()
         meter.start()
         start = self._clock()
         for _ in range(batches):
             self.next_batch()
-        device_layer.synchronize(self.device)
+        devices.synchronize(self.device)
         seconds = self._clock() - start
         return LoaderRun(batches * self.batch_size, seconds, batches, meter.stop())
 
@@ -244,7 +244,7 @@ def open_pipeline(settings: DataSettings, model_input: ModelInput, batch_size: i
                          "the device")
     check_placement(settings, device)
     workers = settings.resolved_workers(local_world_size)
-    on_gpu = device_layer.is_gpu(device)
+    on_gpu = devices.is_gpu(device)
     if model_input.kind == "tokens":
         dataset, description, rejected = _token_source(settings, model_input, notify)
         stage = _TokenStage()
@@ -291,7 +291,7 @@ def _batch_bytes(settings: DataSettings, model_input: ModelInput, description: d
 def check_placement(settings: DataSettings, device: torch.device) -> None:
     """Decoding or transforms on the GPU need one, and GPU decoding a build that has it (one
     tiny JPEG decoded now): MissingEnvironment, exit 4."""
-    if not device_layer.is_gpu(device):
+    if not devices.is_gpu(device):
         moved = [flag for flag, place in (("--decode", settings.decode),
                                           ("--transforms", settings.transforms))
                  if place == "gpu"]

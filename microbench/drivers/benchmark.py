@@ -18,7 +18,7 @@ import torch
 from microbench.measure import compile_watch, library_log
 from microbench.ops import peaks as peaks_mod
 from microbench.steps import quant_layout
-from microbench.platform import device as device_layer, noise
+from microbench.platform import devices, noise
 from microbench.settings import precision as precision_mod
 from microbench.measure import profilers
 from microbench.measure import telemetry as telemetry_mod
@@ -37,7 +37,7 @@ def _compile_wrapper(config, device: torch.device
     if config.quantize != "none":       # torchao's settings, for this run's graph only
         options = quant_layout.quantized_compile_options(options)
     # Before this process's first compile: the CPU's int8 lowering out of a GPU's graphs.
-    quant_layout.keep_out_cpu_int8_lowering(device_layer.is_gpu(device))
+    quant_layout.keep_out_cpu_int8_lowering(devices.is_gpu(device))
     return lambda model: torch.compile(model, **options)
 
 
@@ -48,11 +48,11 @@ def warm_up(step: Callable[[], object], iterations: int, device: torch.device,
         return 0.0, None
     start = clock()
     step()
-    device_layer.synchronize(device)
+    devices.synchronize(device)
     first = clock() - start
     for _ in range(iterations - 1):
         step()
-    device_layer.synchronize(device)
+    devices.synchronize(device)
     return clock() - start, first
 
 
@@ -102,8 +102,8 @@ def profiled_passes(config, work, device: torch.device,
 
 def out_of_memory(spec: "RunSpec") -> OutOfMemory:
     device = spec.device
-    total = device_layer.total_memory_bytes(device) if device_layer.is_gpu(device) else None
-    where = f"{device} ({device_layer.device_name(device)}" + (
+    total = devices.total_memory_bytes(device) if devices.is_gpu(device) else None
+    where = f"{device} ({devices.device_name(device)}" + (
         f", {total / 1e9:.1f} GB)" if total else ")")
     # Only advice that changes something: no --amp for a run already in half precision, no
     # --mode inference for a run that already is one.
@@ -145,7 +145,7 @@ def run(spec: "RunSpec", on_phase: Callable[..., None] = lambda phase, timed=Fal
     """
     config, device, launch = spec.config, spec.device, spec.launch
     precision_mod.apply_tf32(spec.precision.tf32)
-    device_layer.set_conv_autotuner(config.cudnn_benchmark)
+    devices.set_conv_autotuner(config.cudnn_benchmark)
     work = None
     # torch's and torchao's log records (torchao's import logs one) go into the result, not
     # onto the console (issue 45), from the peak probe to the profiled passes.
@@ -162,7 +162,7 @@ def run(spec: "RunSpec", on_phase: Callable[..., None] = lambda phase, timed=Fal
                 warmup_s, first_s = warm_up(work.step, config.warmup, device)
             # With an input pipeline: the model alone and the loader alone, then the fed step.
             work = spec.scenario.before_timing(spec, work, on_phase)
-            device_layer.reset_peak_memory(device)
+            devices.reset_peak_memory(device)
             on_phase(f"timing {config.iterations} iterations", timed=True)
             before_timing()
             sampler = monitor.start() if monitor is not None else None
@@ -175,7 +175,7 @@ def run(spec: "RunSpec", on_phase: Callable[..., None] = lambda phase, timed=Fal
             units = spec.scenario.units_per_iteration(spec.batch_size) * timed.times.count
             report = monitor.report(samples, units, timed.times.total_ms / 1e3) \
                 if monitor is not None else None
-            allocated, reserved = device_layer.peak_memory_mb(device)
+            allocated, reserved = devices.peak_memory_mb(device)
             with noise.captured():                     # Kineto's tracepoints and probes
                 reports = profiled_passes(config, work, device, launch.is_main, launch.rank,
                                           launch.world_size, trace_stem(spec))
@@ -245,13 +245,13 @@ class Monitor:
 
 
 def _is_expected(error: BaseException) -> bool:
-    return device_layer.is_out_of_memory(error) or batch_norm_needs_more_values(error) is not None
+    return devices.is_out_of_memory(error) or batch_norm_needs_more_values(error) is not None
 
 
 def expected_failure(error: BaseException, spec: "RunSpec") -> Exception:
     """The BenchmarkError an expected torch failure stands for (out of memory, a batch too
     small for batch norm); ``error`` itself when it is not one of those."""
-    if device_layer.is_out_of_memory(error):
+    if devices.is_out_of_memory(error):
         return out_of_memory(spec)
     return batch_norm_needs_more_values(error) or error
 
@@ -261,7 +261,7 @@ def release(spec: "RunSpec", reset_compiler: bool = False) -> None:
     gc.collect()
     if reset_compiler and spec.config.compile:
         torch._dynamo.reset()
-    device_layer.empty_cache(spec.device)
+    devices.empty_cache(spec.device)
 
 
 def _compose(inner, outer):

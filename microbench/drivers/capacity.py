@@ -92,7 +92,7 @@ def batch_fits(spec, batch: int, warmup_steps: int = 2) -> bool:
     import gc
 
     from microbench.drivers import benchmark
-    from microbench.platform import device as device_layer
+    from microbench.platform import devices
 
     probe = spec.with_batch_size(batch)
     work = None
@@ -101,10 +101,10 @@ def batch_fits(spec, batch: int, warmup_steps: int = 2) -> bool:
             work = benchmark.build_workload(probe)
             for _ in range(warmup_steps):
                 work.step()
-            device_layer.synchronize(probe.device)
+            devices.synchronize(probe.device)
         return True
     except Exception as error:                     # noqa: BLE001 (anything but OOM re-raised)
-        if device_layer.is_out_of_memory(error):
+        if devices.is_out_of_memory(error):
             return False
         failure = benchmark.expected_failure(error, probe)   # a batch too small for batch norm
         if failure is error:
@@ -113,7 +113,7 @@ def batch_fits(spec, batch: int, warmup_steps: int = 2) -> bool:
     finally:
         del work
         gc.collect()
-        device_layer.empty_cache(probe.device)
+        devices.empty_cache(probe.device)
 
 
 class HostMemory:
@@ -166,14 +166,14 @@ def host_budget_problem(budget_gb: float | None, memory: HostMemory,
 
 def apply_memory_budget(device, budget_gb: float | None) -> str | None:
     """Cap the caching allocator at ``budget_gb``, as if the GPU were smaller; a note to print."""
-    from microbench.platform import device as device_layer
+    from microbench.platform import devices
 
     if budget_gb is None:
         return None
-    if not device_layer.is_gpu(device):
+    if not devices.is_gpu(device):
         return (f"memory budget {budget_gb:g} GB of host memory: a batch fits when the "
                 f"process's peak resident memory stays within it")
-    fraction = device_layer.cap_memory(device, budget_gb * 1e9)
-    total = device_layer.total_memory_bytes(device)
+    fraction = devices.cap_memory(device, budget_gb * 1e9)
+    total = devices.total_memory_bytes(device)
     return (f"memory budget {budget_gb:g} GB ({fraction:.1%} of {total / 1e9:.1f} GB) for the "
             f"search and the run")

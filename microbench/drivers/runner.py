@@ -14,7 +14,7 @@ import os
 import sys
 
 from microbench.drivers import capacity
-from microbench.platform import device as device_layer, distributed, environment, process
+from microbench.platform import devices, distributed, environment, process
 from microbench.measure import profilers
 from microbench.platform import progress
 from microbench.drivers import ab, sweep, trials
@@ -106,7 +106,7 @@ def run_worker(spec: RunSpec, problem: BenchmarkError | None = None) -> int:
     out = console.Console.for_spec(spec).out
     workers = trials.in_workers(spec)
     if not workers:
-        device_layer.activate(spec.device)      # trial workers take the device themselves
+        devices.activate(spec.device)      # trial workers take the device themselves
     launch, timeout = spec.launch, spec.config.dist_timeout
     with distributed.leaving_group():
         if launch.distributed:
@@ -227,7 +227,7 @@ def _single_device(plan: Plan, what: str, print_notes: bool = True) -> list[RunS
         raise UsageError(f"{what} runs in one process on one device; launch it without "
                          f"torchrun, srun or --distributed_dataparallel")
     _refuse_repeated_rows(specs)
-    device_layer.activate(specs[0].device)
+    devices.activate(specs[0].device)
     for note in specs[0].notes if print_notes else ():
         print(safe_text.terminal(f"Note: {note}"))
     return specs
@@ -287,7 +287,7 @@ def run_ab(plan: Plan) -> int:
     if specs[0].launch.distributed:
         raise UsageError("--ab runs in one process on one device; launch it without torchrun, "
                          "srun or --distributed_dataparallel")
-    device_layer.activate(specs[0].device)
+    devices.activate(specs[0].device)
     taken: set[str] = set()                  # A and B never share a result name
     specs = [_claimed(spec, taken) for spec in specs]
     for spec in specs:
@@ -319,11 +319,11 @@ def _batch_probe(spec: RunSpec, plan: Plan):
     swaps)."""
     def probe(batch: int) -> bool:
         return capacity.batch_fits(spec, batch)
-    if device_layer.is_gpu(spec.device):
+    if devices.is_gpu(spec.device):
         return probe
     memory = capacity.HostMemory()
     problem = capacity.host_budget_problem(plan.memory_budget_gb, memory,
-                                           device_layer.total_memory_bytes(spec.device))
+                                           devices.total_memory_bytes(spec.device))
     if problem:
         raise UsageError(problem)
     return capacity.within_host_budget(probe, plan.memory_budget_gb * 1e9, memory)

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Callable
 
 from microbench.drivers import benchmark
 from microbench.drivers.trial_count import TrialCount
-from microbench.platform import device as device_layer, distributed, environment, process
+from microbench.platform import devices, distributed, environment, process
 from microbench.output import console
 from microbench.platform import progress
 from microbench.platform.errors import BenchmarkError, ReportedFailure, Terminated
@@ -141,7 +141,7 @@ def rank_hooks(spec) -> RankHooks:
         distributed.barrier(spec.device)       # all ranks enter the timed region together
 
     def rejoin() -> None:
-        device_layer.synchronize(spec.device)
+        devices.synchronize(spec.device)
         distributed.barrier(spec.device)
 
     return RankHooks(wrap=wrap, before_timing=enter_timed_region, rejoin=rejoin)
@@ -375,7 +375,7 @@ def _picklable(error: BaseException) -> bool:
 
 
 def _measure_here(spec, rendezvous: str | None, label: str | None) -> Trial | None:
-    device_layer.activate(spec.device)
+    devices.activate(spec.device)
     env = environment.describe(spec.device)
     monitor = benchmark.Monitor(spec.device, spec.config.telemetry_interval_ms / 1e3)
     launch = spec.launch

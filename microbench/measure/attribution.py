@@ -218,17 +218,17 @@ def profile_steps(step: Callable[[], object], steps: int, device,
     synchronising the device only before and after them."""
     from torch.profiler import ProfilerActivity, profile
 
-    from microbench.platform import device as device_layer, noise
-    on_gpu = device_layer.is_gpu(device)
+    from microbench.platform import devices, noise
+    on_gpu = devices.is_gpu(device)
     # On a GPU the device's activity alone: with the host's operators recorded as well, the
     # profiled llama_1b step on an H100 was 1.12 x the timed one at batch 1 (1.09 without).
     activities = [ProfilerActivity.CUDA] if on_gpu else [ProfilerActivity.CPU]
     started = clock()
     before()
-    device_layer.synchronize(device)
+    devices.synchronize(device)
     with noise.captured(), profile(activities=activities) as prof:
         for _ in range(steps):
             step()
-        device_layer.synchronize(device)
+        devices.synchronize(device)
     found = activities_of(prof.events(), on_gpu)
     return Profile(found, steps, "kernel" if on_gpu else "operator", clock() - started)

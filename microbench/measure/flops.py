@@ -41,7 +41,7 @@ import torch
 from torch.utils import flop_counter
 from torch.utils.flop_counter import FlopCounterMode
 
-from microbench.platform.device import is_gpu
+from microbench.platform.devices import is_gpu
 
 PRECISIONS = ("fp32", "fp32_matrix", "tf32", "fp16", "bf16", "fp8", "fp64")
 

@@ -26,7 +26,7 @@ from typing import Callable, ContextManager
 import torch
 from torch.profiler import ProfilerActivity, profile, schedule
 
-from microbench.platform import device as device_layer, noise
+from microbench.platform import devices, noise
 from microbench.platform.errors import MissingEnvironment, UsageError
 from microbench.platform import writing
 
@@ -47,20 +47,20 @@ class KinetoSchedule:
 
 
 def _activities(device: torch.device) -> list[ProfilerActivity]:
-    if device_layer.is_gpu(device):
+    if devices.is_gpu(device):
         return [ProfilerActivity.CPU, ProfilerActivity.CUDA]     # CUDA covers HIP on ROCm
     return [ProfilerActivity.CPU]
 
 
 def _time_key(device: torch.device) -> str:
-    return "self_device_time_total" if device_layer.is_gpu(device) else "self_cpu_time_total"
+    return "self_device_time_total" if devices.is_gpu(device) else "self_cpu_time_total"
 
 
 # ---------------------------------------------------------------- during the timed pass
 
 def iteration_range(device: torch.device) -> Callable[[int], ContextManager] | None:
     """A named ROCTX/NVTX range per iteration (PyTorch's nvtx module emits ROCTX on ROCm)."""
-    if not device_layer.is_gpu(device):
+    if not devices.is_gpu(device):
         return None
     return lambda index: torch.cuda.nvtx.range(f"iteration {index}")
 
@@ -69,13 +69,13 @@ def operator_range_pass(step: Callable[[], object], device: torch.device,
                         iterations: int = OPERATOR_TABLE_ITERATIONS) -> None:
     """A marked pass after the timed one: a range per operator (emit_nvtx) inside ranges named
     ``profiled iteration i``, for external profilers' timelines."""
-    if not device_layer.is_gpu(device):
+    if not devices.is_gpu(device):
         return
     with torch.autograd.profiler.emit_nvtx():
         for index in range(iterations):
             with torch.cuda.nvtx.range(f"profiled iteration {index}"):
                 step()
-    device_layer.synchronize(device)
+    devices.synchronize(device)
 
 
 def _roctx_library():
@@ -90,18 +90,18 @@ def _roctx_library():
 @contextlib.contextmanager
 def capture_range(enabled: bool, device: torch.device):
     """Start the device profiler API just before the timed iterations and stop it after."""
-    if not enabled or not device_layer.is_gpu(device):
+    if not enabled or not devices.is_gpu(device):
         yield
         return
-    roctx = _roctx_library() if device_layer.rocm_version(device) else None
-    device_layer.synchronize(device)
+    roctx = _roctx_library() if devices.rocm_version(device) else None
+    devices.synchronize(device)
     torch.cuda.profiler.start()
     if roctx is not None:
         roctx.roctxProfilerResume(0)
     try:
         yield
     finally:
-        device_layer.synchronize(device)
+        devices.synchronize(device)
         if roctx is not None:
             roctx.roctxProfilerPause(0)
         torch.cuda.profiler.stop()
@@ -133,7 +133,7 @@ def deepspeed_profile_step(model: torch.nn.Module, step: Callable[[], object],
     profiler = FlopsProfiler(model)
     profiler.start_profile()
     step()
-    device_layer.synchronize(device)
+    devices.synchronize(device)
     profiler.stop_profile()
     with tempfile.TemporaryDirectory() as directory:
         path = os.path.join(directory, "profile.txt")
@@ -152,7 +152,7 @@ def _profiled_averages(step: Callable[[], object], device: torch.device, iterati
     with profile(activities=_activities(device), profile_memory=memory) as profiler:
         for _ in range(iterations):
             step()
-        device_layer.synchronize(device)
+        devices.synchronize(device)
     return profiler.key_averages()
 
 
@@ -168,7 +168,7 @@ def operator_tables(step: Callable[[], object], device: torch.device,
                     iterations: int = OPERATOR_TABLE_ITERATIONS) -> str:
     """Top operators by device time, CPU time and memory, from a short profiled pass."""
     averages = _profiled_averages(step, device, iterations, memory=True)
-    on_gpu = device_layer.is_gpu(device)
+    on_gpu = devices.is_gpu(device)
     memory_key = "self_device_memory_usage" if on_gpu else "self_cpu_memory_usage"
     sections = []
     if on_gpu:

@@ -1,7 +1,7 @@
 """Clocks and measurements.
 
 The clock is chosen once per device: device events on a GPU (CUDA and HIP alike, through
-:mod:`microbench.platform.device`), ``time.perf_counter`` on the CPU. A recorder takes one timestamp per
+:mod:`microbench.platform.devices`), ``time.perf_counter`` on the CPU. A recorder takes one timestamp per
 ``mark()`` into storage allocated up front, so the timed loop allocates nothing for timing and
 never waits for the device; timestamps are read only after the loop, with one synchronisation.
 
@@ -27,7 +27,7 @@ from typing import Callable, Iterable, Sequence
 
 import torch
 
-from microbench.platform import device as device_layer
+from microbench.platform import devices
 
 # A run whose coefficient of variation passes this is flagged as noisy in the summary.
 # torch.utils.benchmark warns on IQR/median; we report std/mean because users quote it.
@@ -38,7 +38,7 @@ class EventRecorder:
     """Timestamps as device events recorded on the current stream."""
 
     def __init__(self, marks: int):
-        self._events = [device_layer.timing_event() for _ in range(marks)]
+        self._events = [devices.timing_event() for _ in range(marks)]
         self._count = 0
 
     def mark(self) -> None:
@@ -84,7 +84,7 @@ def make_recorder(device: torch.device, marks: int,
     """
     if time_fn is not None:
         return HostRecorder(marks, time_fn)
-    if device_layer.is_gpu(device):
+    if devices.is_gpu(device):
         return EventRecorder(marks)
     return HostRecorder(marks)
 

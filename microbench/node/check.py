@@ -24,7 +24,7 @@ from microbench.measure.telemetry.opening import open_source
 from microbench.node import document as document_module
 from microbench.node import links, program, show
 from microbench.node.verdict import judge
-from microbench.platform import device as device_layer
+from microbench.platform import devices
 from microbench.platform import distributed, process, writing
 from microbench.platform.errors import (EXIT_FLAGGED, BenchmarkError, ReportedFailure,
                                         Terminated, UsageError)
@@ -70,7 +70,7 @@ def _device_type(requested: str) -> str:
     if requested == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if requested == "cuda" and not torch.cuda.is_available():
-        device_layer.select("cuda")             # raises its one line (exit 4)
+        devices.select("cuda")             # raises its one line (exit 4)
     return requested
 
 
@@ -203,8 +203,8 @@ def _measure_rank(launch: distributed.Launch, options: Options) -> Outcome | Non
     """This rank's program and its part of the links; on rank 0 what every rank found."""
     device = (torch.device("cuda", launch.local_rank) if options.device_type == "cuda"
               else torch.device("cpu"))
-    device_layer.activate(device)
-    if device_layer.is_gpu(device):
+    devices.activate(device)
+    if devices.is_gpu(device):
         _bind_near(device)
     else:
         # The CPU's processes share its cores: each takes its share, or their threads contend.
@@ -229,7 +229,7 @@ def _bind_near(device: torch.device) -> None:
     """Run on the CPUs of the GPU's own NUMA node: its pinned host buffers are then allocated
     there, and a GPU on the far socket of a healthy two-socket node is not flagged for host
     copies that cross the sockets (the process's own placement, not the GPU's health)."""
-    near = device_layer.local_cpus(device)
+    near = devices.local_cpus(device)
     allowed = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
     if near and allowed and near & allowed:
         with contextlib.suppress(OSError):
@@ -251,7 +251,7 @@ def _links_and_gather(launch, device: torch.device, options: Options,
     copies, p2p_note = [], None
     if options.quick:
         p2p_note = "peer-to-peer copies: not measured with --quick"
-    elif not device_layer.is_gpu(device):
+    elif not devices.is_gpu(device):
         p2p_note = links.NO_P2P_ON_CPU
     else:
         copies = links.pair_copies(node_groups[record.host], mine, record.host, launch.rank,

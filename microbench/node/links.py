@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from microbench.platform import device as device_layer
+from microbench.platform import devices
 from microbench.platform import distributed
 
 # Message sizes (bytes): a GPU's reach the NVLink/Infinity Fabric peak at the largest; gloo on
@@ -62,7 +62,7 @@ def node_groups(hosts: list[str]) -> dict[str, list[int]]:
 def all_reduce(group, ranks: list[int], device: torch.device, samples: int,
                scope: str) -> Collective:
     """Bus bandwidth of ``group``'s all-reduce at each size, ``samples`` times each."""
-    gpu = device_layer.is_gpu(device)
+    gpu = devices.is_gpu(device)
     sizes, iterations = (GPU_SIZES, GPU_ITERATIONS) if gpu else (CPU_SIZES, CPU_ITERATIONS)
     result = Collective(scope, tuple(ranks), sizes)
     if len(ranks) < 2:

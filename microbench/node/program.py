@@ -28,7 +28,7 @@ from microbench.measure.timing import time_calls
 from microbench.node.parts import GPU_FIGURES, QUICK_PARTS
 from microbench.node.watch import PartTelemetry, watched
 from microbench.ops import peaks
-from microbench.platform import device as device_layer
+from microbench.platform import devices
 from microbench.platform.errors import BenchmarkError, UsageError
 
 # A test hook, as distributed.FAIL_RANK_VARIABLE: "RANK:FACTOR" multiplies every figure that
@@ -114,7 +114,7 @@ class GpuRecord:
 
 
 def sizes_for(device: torch.device) -> Sizes:
-    return GPU_SIZES if device_layer.is_gpu(device) else CPU_SIZES
+    return GPU_SIZES if devices.is_gpu(device) else CPU_SIZES
 
 
 def run(device: torch.device, rank: int, local_rank: int, samples: int, quick: bool,
@@ -164,7 +164,7 @@ def _guarded(key: str, measure: Callable[[], Part], device: torch.device) -> Par
     try:
         return measure()
     except (BenchmarkError, RuntimeError, MemoryError) as error:
-        device_layer.empty_cache(device)
+        devices.empty_cache(device)
         return Part(key, failure=" ".join(str(error).split())[:300] or type(error).__name__)
 
 
@@ -183,7 +183,7 @@ def _gemm(key: str, device: torch.device, dtype: str, size: peaks.ProbeSize) -> 
 
 def _fp8_gemm(device: torch.device, size: peaks.ProbeSize) -> Part:
     """The probe's FP8 GEMM (E4M3, tensorwise scales) where the device has FP8 matrix units."""
-    fp8 = device_layer.fp8_e4m3_dtype(device) if device_layer.is_gpu(device) else None
+    fp8 = devices.fp8_e4m3_dtype(device) if devices.is_gpu(device) else None
     name = peaks.gemm_dtype(fp8) if fp8 is not None else None
     if name is None:
         return Part("gemm_fp8_tflops", skipped="no FP8 matrix units on this device")
@@ -220,7 +220,7 @@ def _host_copy(device: torch.device, nbytes: int, samples: int, to_device: bool,
 
     for _ in range(2):                       # warm-up: the first copy maps the pinned pages
         copy()
-    device_layer.synchronize(device)
+    devices.synchronize(device)
     measured = time_calls(copy, samples, device, between=read_link)
     direction = "pinned host -> device" if to_device else "device -> pinned host"
     return Part(key, _rates(measured.samples_ms, nbytes, 1e9),
@@ -252,7 +252,7 @@ def _model_part(key: str, device: torch.device, flags: tuple[str, ...], samples:
 
 
 def _device_name(device: torch.device) -> str:
-    return device_layer.device_name(device) if device_layer.is_gpu(device) else "cpu"
+    return devices.device_name(device) if devices.is_gpu(device) else "cpu"
 
 
 def scale_of(environ) -> tuple[int, float] | None:

@@ -37,7 +37,7 @@ COMPUTE_BOUND = "compute"
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 # FP8 operands, which only the scaled_mm GEMM takes (no other op has FP8 kernels): E4M3 in the
 # OCP encoding (NVIDIA from sm_89, AMD gfx950) and in MI300's fnuz encoding. The device layer
-# says which one a GPU's matrix units take (platform.device.fp8_e4m3_dtype).
+# says which one a GPU's matrix units take (platform.devices.fp8_e4m3_dtype).
 FP8_DTYPES = {"fp8_e4m3fn": torch.float8_e4m3fn, "fp8_e4m3fnuz": torch.float8_e4m3fnuz}
 
 

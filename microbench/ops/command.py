@@ -11,10 +11,10 @@ import sys
 import torch
 
 from microbench import __version__
-from microbench.platform import device as device_layer
+from microbench.platform import devices
 from microbench.measure import flops
 from microbench.platform import progress, text_table as tables, units
-from microbench.platform.device import clock_name
+from microbench.platform.devices import clock_name
 from microbench.platform import writing
 from microbench.store.schema import SCHEMA_VERSION
 from microbench.ops import catalog as ops, report, runner
@@ -39,7 +39,7 @@ def flush_wanted(args: argparse.Namespace, device: torch.device) -> bool:
     """On by default on GPUs. Off on the CPU: torch reports no CPU cache size to size a buffer
     from, zeroing hundreds of MiB before every call would make a list run many times longer,
     and a CPU call runs synchronously, so there is no queue for the flush to fill."""
-    if not device_layer.is_gpu(device):
+    if not devices.is_gpu(device):
         return False
     return True if args.flush_l2 is None else args.flush_l2
 
@@ -59,14 +59,14 @@ def config_from_args(args: argparse.Namespace, device: torch.device,
 # ---------------------------------------------------------------------------------------------
 
 def device_name(device: torch.device) -> str:
-    return device_layer.device_name(device) if device_layer.is_gpu(device) else "cpu"
+    return devices.device_name(device) if devices.is_gpu(device) else "cpu"
 
 
 def run_info(config: runner.RunConfig, peaks: runner.Peaks, timing: runner.TimingPlan) -> dict:
     return {
         "tool": "TorchTensorOpsBench", "version": __version__, "schema_version": SCHEMA_VERSION,
         "command": sys.argv, "time": datetime.datetime.now().astimezone().isoformat(),
-        **device_layer.build_versions(),
+        **devices.build_versions(),
         "device": str(config.device), "device_name": device_name(config.device),
         "clock": clock_name(config.device), "dtype": config.dtype_name,
         "num_iters": config.num_iters, "num_warmup_iters": config.num_warmup_iters,
@@ -90,9 +90,9 @@ def print_header(config: runner.RunConfig, peaks: runner.Peaks, count: int,
         print(line)
     print(f"peak: {peaks.describe(name)}")
     print(report.BYTES_NOTE)
-    if flush_asked and not device_layer.is_gpu(config.device):
+    if flush_asked and not devices.is_gpu(config.device):
         print("note: --flush-l2 has no effect on the CPU")
-    if device_layer.free_memory_bytes(config.device) is None:
+    if devices.free_memory_bytes(config.device) is None:
         print("note: free memory unknown (no /proc/meminfo); shapes are not checked against it")
     print()
 
@@ -101,8 +101,8 @@ def run(args: argparse.Namespace) -> int:
     """The op bench with ``args``, checked (cli.validate)."""
     # The package's device choice: an indexed cuda:N (made current, so events record on its
     # stream), the CPU with a notice when there is no GPU, exit 4 for --device cuda without one.
-    device, notice = device_layer.select(args.device or "auto")
-    device_layer.activate(device)
+    device, notice = devices.select(args.device or "auto")
+    devices.activate(device)
     if notice:
         print(notice)
     if args.peaks:
@@ -152,11 +152,11 @@ def run_peaks(args: argparse.Namespace, device: torch.device) -> int:
     """--peaks: the probe alone, as a table; one row per dtype and the bandwidth row."""
     from microbench.ops import peaks
     from microbench.measure import telemetry
-    source, note = (telemetry.open_source(device) if device_layer.is_gpu(device)
+    source, note = (telemetry.open_source(device) if devices.is_gpu(device)
                     else (None, "no telemetry on the CPU"))
     try:
         dtypes = [dtype for dtype in PEAK_DTYPES if dtype in ops.DTYPES]
-        fp8 = device_layer.fp8_e4m3_dtype(device)          # torch._scaled_mm's GEMM
+        fp8 = devices.fp8_e4m3_dtype(device)          # torch._scaled_mm's GEMM
         dtypes += [peaks.gemm_dtype(fp8)] if fp8 is not None else []
         rows, clocks, seconds = peaks.probe_table(device, dtypes, source)
     finally:
@@ -188,7 +188,7 @@ def _probe_info(device: torch.device) -> dict:
     return {"tool": "TorchTensorOpsBench", "version": __version__,
             "schema_version": SCHEMA_VERSION, "command": sys.argv,
             "time": datetime.datetime.now().astimezone().isoformat(),
-            **device_layer.build_versions(), "device": str(device),
+            **devices.build_versions(), "device": str(device),
             "device_name": device_name(device), "clock": clock_name(device),
             "bytes_convention": report.BYTES_NOTE}
 

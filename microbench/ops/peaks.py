@@ -42,7 +42,7 @@ from microbench.measure.telemetry import Sampler
 from microbench.measure.telemetry.sampler import Sample
 from microbench.ops import catalog, runner
 from microbench.ops.report import OpResult
-from microbench.platform import device as device_layer
+from microbench.platform import devices
 from microbench.settings.precision import tf32_allowed
 
 # Below these shares of the datasheet the summary warns: a GEMM that reaches under 75% of the
@@ -82,7 +82,7 @@ CPU_SIZE = ProbeSize(gemm_n=512, copy_elements=1 << 24, warmup=1, iterations=5)
 
 
 def default_size(device: torch.device) -> ProbeSize:
-    return GPU_SIZE if device_layer.is_gpu(device) else CPU_SIZE
+    return GPU_SIZE if devices.is_gpu(device) else CPU_SIZE
 
 
 @dataclass(frozen=True)
@@ -226,7 +226,7 @@ def probe_dtype(precision, device: torch.device) -> torch.dtype:
     encoding those units take (so both of MFU's denominators are FP8); every other run its
     compute dtype (the autocast dtype, else the model's)."""
     if precision.fp8:
-        fp8 = device_layer.fp8_e4m3_dtype(device)
+        fp8 = devices.fp8_e4m3_dtype(device)
         if fp8 is not None:
             return fp8
     return precision.autocast_dtype or precision.model_dtype
@@ -274,11 +274,11 @@ def _timing_plan(device: torch.device) -> runner.TimingPlan:
     """The op bench's default: the L2 flush on a GPU. Where its buffer does not fit (a GPU that
     another process fills), the spin instead: the probe's rows then say whether they fit."""
     try:
-        return runner.TimingPlan.build(device, flush=device_layer.is_gpu(device))
+        return runner.TimingPlan.build(device, flush=devices.is_gpu(device))
     except (RuntimeError, MemoryError) as error:
-        if not device_layer.is_out_of_memory(error):
+        if not devices.is_out_of_memory(error):
             raise
-        device_layer.empty_cache(device)
+        devices.empty_cache(device)
         return runner.TimingPlan.build(device, flush=False)
 
 
@@ -317,7 +317,7 @@ def probe_table(device: torch.device, dtypes: Sequence[str], source=None,
         rows = [prober.gemm(dtype) for dtype in dtypes] + [prober.copy()]
     finally:
         samples = sampler.stop() if sampler is not None else []
-    device_layer.empty_cache(device)
+    devices.empty_cache(device)
     return rows, clocks_of(samples, source), clock() - started
 
 
@@ -349,7 +349,7 @@ def measure(device: torch.device, compute: torch.dtype, peak_key: str,
                                 between=mid_probe_sample, timing=timing)
     finally:
         samples = sampler.stop() if sampler is not None else []
-    device_layer.empty_cache(device)
+    devices.empty_cache(device)
     if gemm is not None and peak_key != gemm.peak_label and gemm.status == "ok":
         gemm = _against(gemm, peak_key, datasheet)
     note = "" if dtype is not None else f"no GEMM probe for {compute} yet"
@@ -368,7 +368,7 @@ def _against(gemm: OpResult, peak_key: str, datasheet: flops.DevicePeak | None) 
 
 
 def _device_name(device: torch.device) -> str:
-    return device_layer.device_name(device) if device_layer.is_gpu(device) else "cpu"
+    return devices.device_name(device) if devices.is_gpu(device) else "cpu"
 
 
 def clocks_of(samples: Sequence[Sample], source) -> ProbeClocks:

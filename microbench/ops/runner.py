@@ -34,9 +34,9 @@ from typing import Callable, Iterable
 
 import torch
 
-from microbench.platform import device as device_layer
+from microbench.platform import devices
 from microbench.measure import flops, profilers
-from microbench.platform.device import CacheInfo, last_level_cache
+from microbench.platform.devices import CacheInfo, last_level_cache
 from microbench.settings.precision import tf32_allowed
 from microbench.platform.errors import BenchmarkError, OutOfMemory, UsageError
 from microbench.measure.timing import Measurement, time_calls
@@ -225,7 +225,7 @@ def peak_precision(spec: ops.OpSpec, dtype_name: str) -> str:
     if spec.compute_path == "matmul" and tf32_allowed("matmul"):
         return "tf32"
     if (spec.compute_path == "conv" and tf32_allowed("conv")
-            and device_layer.tf32_convolutions_exist()):
+            and devices.tf32_convolutions_exist()):
         return "tf32"
     return "fp32_matrix"
 
@@ -319,7 +319,7 @@ class TimingPlan:
               queued_delay_ms: float = DEFAULT_QUEUED_DELAY_MS,
               cache: CacheInfo | None = None) -> "TimingPlan":
         cache = cache or last_level_cache(device)
-        if not device_layer.is_gpu(device):
+        if not devices.is_gpu(device):
             return cls(device, cache)
         if flush:
             return cls(device, cache, flusher=CacheFlusher(device, flush_buffer_bytes(cache)))
@@ -340,7 +340,7 @@ class TimingPlan:
     def dispatch_hidden(self) -> bool | None:
         """Whether work is queued ahead of each start event; None on the CPU, where a call runs
         synchronously and its dispatch is part of its time."""
-        if not device_layer.is_gpu(self.device):
+        if not devices.is_gpu(self.device):
             return None
         return self.flusher is not None or self.delay is not None
 
@@ -352,7 +352,7 @@ class TimingPlan:
 
     def describe(self) -> list[str]:
         """Lines for the console header: what precedes each call, and the cache."""
-        if not device_layer.is_gpu(self.device):
+        if not devices.is_gpu(self.device):
             return ["before each call: nothing (on the CPU a call runs synchronously; its "
                     "dispatch is part of its time)",
                     f"cache: {self.cache.describe()}; no flush on the CPU, rows not marked"]
@@ -398,7 +398,7 @@ def _torch_error_as_benchmark_error(error: BaseException, case: OpCase, dtype_na
                                     device: torch.device) -> BenchmarkError | None:
     """Map torch's errors for expected situations onto ours; None for anything else (a bug)."""
     message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-    if device_layer.is_out_of_memory(error):
+    if devices.is_out_of_memory(error):
         return OutOfMemory(f"out of memory on {device}: {message}; use smaller shapes")
     # torch's dispatcher says e.g. '"addmm_impl_cpu_" not implemented for 'Half''.
     if "not implemented for" in message:
@@ -411,7 +411,7 @@ def _call_and_measure(call: Callable[[], object], config: RunConfig,
                       between: Callable[[], object] | None) -> Measurement:
     for _ in range(config.num_warmup_iters):
         call()
-    device_layer.synchronize(config.device)
+    devices.synchronize(config.device)
     return time_calls(call, config.num_iters, config.device, between=between)
 
 
@@ -431,7 +431,7 @@ def measure_case(case: OpCase, config: RunConfig, peaks: Peaks,
     working_set = ops.working_set_bytes(cost, case.inplace)
     row = row.with_cache(working_set, cache_resident(working_set, config.cache_bytes,
                                                      config.flush_l2))
-    needed, available = memory_needed_bytes(cost), device_layer.free_memory_bytes(config.device)
+    needed, available = memory_needed_bytes(cost), devices.free_memory_bytes(config.device)
     if available is not None and needed > available:
         return row.skipped(f"needs {_gigabytes(needed)}, {_gigabytes(available)} free "
                            f"on {config.device}")
@@ -446,7 +446,7 @@ def measure_case(case: OpCase, config: RunConfig, peaks: Peaks,
         return row.failed(mapped)
     finally:
         call = None  # drop the inputs before the next case checks free memory
-        device_layer.empty_cache(config.device)
+        devices.empty_cache(config.device)
     return _with_rates(row, measurement, case.spec, config.dtype_name, peaks).with_profile(profile)
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TextIO
 
 from microbench import __version__
-from microbench.platform.device import clock_name, conv_autotuner_name
+from microbench.platform.devices import clock_name, conv_autotuner_name
 from microbench.output.summary import Summary
 from microbench.platform import safe_text, units
 from microbench.store import figures

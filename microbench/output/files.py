@@ -17,7 +17,7 @@ from microbench.settings import identity
 from microbench.measure import stats
 from microbench.store import figures, stored
 from microbench.platform import safe_text
-from microbench.platform.device import clock_name
+from microbench.platform.devices import clock_name
 from microbench.platform.errors import UsageError
 from microbench.output.summary import Summary
 from microbench.platform import writing

@@ -47,7 +47,7 @@ import torch
 
 from microbench.settings.config import (PRESET_FIELDS, PRESETS,  # noqa: F401 (PRESETS: here too)
                                         as_command_line, spelled)
-from microbench.platform.device import is_gpu
+from microbench.platform.devices import is_gpu
 from microbench.scenarios import parallel
 
 if TYPE_CHECKING:

@@ -20,7 +20,7 @@ from typing import Mapping
 
 import torch
 
-from microbench.platform import device as device_layer, distributed
+from microbench.platform import devices, distributed
 from microbench.measure import flops
 from microbench.steps import low_precision
 from microbench.settings import identity
@@ -115,7 +115,7 @@ def _derive(config: BenchConfig, launch: Launch) -> RunSpec:
     model = models.resolve(config.network, models.ModelOptions(
         image_size=config.image_size, seq_len=config.seq_len, vocab_size=config.vocab_size,
         kv_heads=config.kv_heads, attention=config.attention, model_kwargs=config.model_kwargs))
-    device, notice = device_layer.select(config.device,
+    device, notice = devices.select(config.device,
                                          launch.device_index if launch.distributed else None)
     preset_notes = []
     if config.preset is not None:
@@ -135,7 +135,7 @@ def _derive(config: BenchConfig, launch: Launch) -> RunSpec:
     if policy.fp8 and not config.compile:
         notes.append("FP8 without --compile runs torchao's scaling and casts as separate eager "
                      "kernels, often slower than BF16: add --compile (--preset fast picks it)")
-    policy, tf32_note = device_layer.tf32_on_rocm(policy, device_layer.rocm_version(device),
+    policy, tf32_note = devices.tf32_on_rocm(policy, devices.rocm_version(device),
                                                   not model.reads_tokens, os.environ)
     notes += [tf32_note] if tf32_note else []
     if config.flops_prof_step is not None and launch.distributed:
@@ -150,7 +150,7 @@ def _derive(config: BenchConfig, launch: Launch) -> RunSpec:
         csv_path = config.csv_file or os.path.join(config.output_dir, CSV_NAME)
     return RunSpec(config=config, model=model, scenario=scenarios.for_config(config, model),
                    parallel=strategy, precision=policy, launch=launch, device=device,
-                   device_name=device_layer.device_name(device),
+                   device_name=devices.device_name(device),
                    peak=flops.choose_peak(device, policy.peak_key, config.peak_tflops),
                    bandwidth=flops.choose_bandwidth(device, config.peak_bandwidth),
                    json_path=json_path, csv_path=csv_path, notes=tuple(notes),
@@ -166,7 +166,7 @@ def _measure_peaks(config: BenchConfig, device: torch.device) -> bool:
     second of two busy cores is more than a short CPU run's timed region)."""
     if config.measure_peaks is not None:
         return bool(config.measure_peaks)
-    return device_layer.is_gpu(device)
+    return devices.is_gpu(device)
 
 
 def _slow_precision_notes(policy: precision_table.Precision, device: torch.device) -> list[str]:
@@ -174,12 +174,12 @@ def _slow_precision_notes(policy: precision_table.Precision, device: torch.devic
     FP16 14-26x slower than FP32 (no FP16 instructions, so every operation converts); on a CPU
     with AMX, BF16 autocast was 1.6x faster than FP32 (resnet18, 2 cores)."""
     half = policy.autocast_dtype or (policy.model_dtype if policy.is_half else None)
-    reason = device_layer.slow_half_reason(device, half) if half is not None else None
+    reason = devices.slow_half_reason(device, half) if half is not None else None
     if reason is None:
         return []
-    if device_layer.is_gpu(device):
+    if devices.is_gpu(device):
         faster = "--precision amp-fp16" if half == torch.bfloat16 else "FP32 (--precision fp32)"
-    elif half == torch.float16 and device_layer.cpu_has_fast_bf16():
+    elif half == torch.float16 and devices.cpu_has_fast_bf16():
         faster = "--precision amp-bf16 (and FP32)"
     else:
         faster = "FP32 (--precision fp32)"

@@ -28,7 +28,7 @@ from typing import Callable, Iterator, Mapping, TypeVar
 import torch
 import torch.distributed as dist
 
-from microbench.platform import device as device_layer
+from microbench.platform import devices
 from microbench.platform.errors import BenchmarkError, DistributedFailure, RankFailed, UsageError
 from microbench.platform.process import env_rank_prefix
 
@@ -212,13 +212,13 @@ def interruptible(call: Callable[[], T]) -> T:
     collectives would stage their tensors."""
     if threading.current_thread() is not threading.main_thread():
         return call()
-    device = device_layer.current_gpu()
+    device = devices.current_gpu()
     outcome: dict = {}
 
     def target() -> None:
         try:
             if device is not None:
-                device_layer.activate(device)
+                devices.activate(device)
             outcome["value"] = call()
         except BaseException as error:             # noqa: BLE001 (re-raised in the caller)
             outcome["error"] = error
@@ -236,7 +236,7 @@ def _new_group(backend: str, device: torch.device, timeout_s: float, **kwargs) -
     """``dist.init_process_group`` bound to this rank's GPU where the backend drives GPUs: the
     group then knows its device (barriers and object collectives use it, and NCCL forms its
     communicator for it at once) instead of guessing it from the calling thread."""
-    if backend != "gloo" and device_layer.is_gpu(device):
+    if backend != "gloo" and devices.is_gpu(device):
         kwargs["device_id"] = device
     interruptible(lambda: dist.init_process_group(
         backend=backend, timeout=datetime.timedelta(seconds=timeout_s), **kwargs))
@@ -248,7 +248,7 @@ def init_process_group(launch: Launch, device: torch.device, timeout_s: float,
     passes small objects (its trials run in worker processes, which form their own groups), so
     it takes gloo and never touches the GPU."""
     backend = "gloo" if coordination_only else (
-        launch.backend or device_layer.collective_backend(device))
+        launch.backend or devices.collective_backend(device))
     kwargs = {}
     if launch.launcher != "torchrun":      # torchrun's env:// carries rank and world size
         kwargs.update(rank=launch.rank, world_size=launch.world_size)
@@ -258,7 +258,7 @@ def init_process_group(launch: Launch, device: torch.device, timeout_s: float,
 def init_trial_group(launch: Launch, device: torch.device, timeout_s: float,
                      rendezvous: str) -> None:
     """A trial worker's process group, at the rendezvous rank 0 chose for this trial."""
-    _new_group(launch.backend or device_layer.collective_backend(device), device, timeout_s,
+    _new_group(launch.backend or devices.collective_backend(device), device, timeout_s,
                init_method=rendezvous, rank=launch.rank, world_size=launch.world_size)
 
 
@@ -381,7 +381,7 @@ def _failure_line(launch: Launch, timeout_s: float, phase: str, error: BaseExcep
     reason = backend_reason(text)
     if reason is not None:
         said, advice = reason
-        return f"{what}: {device_layer.collective_library()} says '{said[:200]}' ({kind}): {advice}"
+        return f"{what}: {devices.collective_library()} says '{said[:200]}' ({kind}): {advice}"
     shown = " ".join(text.split())[:240]
     if phase == "rendezvous" and any(word in text.lower() for word in _UNREACHED_WORDS):
         address = launch.init_method
@@ -413,7 +413,7 @@ def failures_reported(launch: Launch, timeout_s: float, phase: str) -> Iterator[
 
 def barrier(device: torch.device, group=None) -> None:
     """Every rank of ``group`` (None: the job) waits for the others."""
-    ids = device_layer.rank_device_ids(device)
+    ids = devices.rank_device_ids(device)
     if ids is not None and dist.get_backend() == "nccl":
         interruptible(lambda: dist.barrier(group=group, device_ids=ids))
     else:
@@ -439,11 +439,11 @@ def new_group(ranks: list[int]):
 # does, so that no thread is started inside the timed region.
 
 def _timed(call: Callable[[], object], times: int, device: torch.device) -> float:
-    device_layer.synchronize(device)
+    devices.synchronize(device)
     started = time.perf_counter()
     for _ in range(times):
         call()
-    device_layer.synchronize(device)
+    devices.synchronize(device)
     return time.perf_counter() - started
 
 
@@ -525,7 +525,7 @@ def ddp_wrapper(config, device: torch.device):
 
     def wrap(model: torch.nn.Module) -> torch.nn.Module:
         return DistributedDataParallel(
-            model, device_ids=device_layer.rank_device_ids(device),
+            model, device_ids=devices.rank_device_ids(device),
             bucket_cap_mb=config.ddp_bucket_cap_mb, static_graph=config.ddp_static_graph,
             gradient_as_bucket_view=config.ddp_gradient_as_bucket_view)
     return wrap

@@ -1,7 +1,7 @@
 """What ran the benchmark: versions, the device and the host, as the config echo and the JSON
 ``env`` block tell them.
 
-The device layer (platform/device.py) answers the device questions (its name, architecture,
+The device layer (platform/devices.py) answers the device questions (its name, architecture,
 runtime); this module gathers them with the versions and the host into one
 :class:`DeviceInfo`, once per run and never while timing.
 
@@ -26,13 +26,13 @@ from dataclasses import dataclass
 import torch
 from torch.utils import collect_env
 
-from microbench.platform import device as device_layer
-from microbench.platform.device import collect_env_answer, is_gpu
+from microbench.platform import devices
+from microbench.platform.devices import collect_env_answer, is_gpu
 
 
 def _driver_version() -> str:
     """The GPU driver, where PyTorch can tell without vendor tools; else 'unknown'."""
-    if device_layer.rocm_version():
+    if devices.rocm_version():
         try:
             with open("/sys/module/amdgpu/version") as handle:
                 return handle.read().strip() or "unknown"
@@ -121,25 +121,25 @@ def _torchvision_version() -> str:
 
 def describe(device: torch.device) -> DeviceInfo:
     """Versions, device and host, for the config echo and the JSON ``env`` block."""
-    versions = device_layer.build_versions()
+    versions = devices.build_versions()
     gpu = {}
     if is_gpu(device):
         props = torch.cuda.get_device_properties(device)
         gpu = dict(device_memory_gb=round(props.total_memory / 1e9, 1),
                    multiprocessors=props.multi_processor_count, driver=_driver_version(),
-                   dnn_library=device_layer.dnn_library(),
+                   dnn_library=devices.dnn_library(),
                    dnn_library_version=torch.backends.cudnn.version(),
                    visible_devices=(os.environ.get("HIP_VISIBLE_DEVICES")
                                     or os.environ.get("ROCR_VISIBLE_DEVICES")
                                     or os.environ.get("CUDA_VISIBLE_DEVICES")))
     return DeviceInfo(
         torch=torch.__version__, torchvision=_torchvision_version(),
-        python=platform.python_version(), gpu_runtime=device_layer.gpu_runtime(),
+        python=platform.python_version(), gpu_runtime=devices.gpu_runtime(),
         hip=versions["hip"], cuda=versions["cuda"], device=str(device),
         device_type="gpu" if is_gpu(device) else "cpu",
-        device_name=device_layer.device_name(device),
-        architecture=device_layer.architecture(device), host=socket.gethostname(),
-        cpu=device_layer.cpu_model(),
+        device_name=devices.device_name(device),
+        architecture=devices.architecture(device), host=socket.gethostname(),
+        cpu=devices.cpu_model(),
         cpu_threads=torch.get_num_threads(), os=_os_name(), libc=_libc(),
         time_utc=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         **gpu)

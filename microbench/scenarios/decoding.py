@@ -34,7 +34,7 @@ import torch
 from torch import nn
 
 from microbench.measure import flops
-from microbench.platform import device as device_layer
+from microbench.platform import devices
 from microbench.settings.compile_options import with_inductor_settings
 from microbench.steps import low_precision, quant_layout
 from microbench.models.archs import llama
@@ -298,7 +298,7 @@ def build(spec, model: nn.Module, compile_options: dict | None = None,
         flops_per_iteration = flops.count_step_flops(eager.step)
         prefill_flops = flops.count_step_flops(eager.prefill)
     if compile_options is not None:     # before this process's first compile (any row)
-        quant_layout.keep_out_cpu_int8_lowering(device_layer.is_gpu(spec.device))
+        quant_layout.keep_out_cpu_int8_lowering(devices.is_gpu(spec.device))
     if reduced is not None and compile_options is not None:
         reduced = low_precision.with_compile_record(reduced, spec.config, spec.device, DECODE_INDUCTOR)
     work = GenerationWorkload(state, shape, autocast, compile_options,

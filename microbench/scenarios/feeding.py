@@ -39,7 +39,7 @@ import dataclasses
 import os
 from dataclasses import dataclass
 
-from microbench.platform import device as device_layer, process
+from microbench.platform import devices, process
 from microbench.settings.config import SCHEMA
 from microbench.data import pipeline as pipeline_mod
 from microbench.data.folder import list_images
@@ -155,7 +155,7 @@ def feed(spec, work: Workload, loop, on_phase) -> FedWork:
         on_phase(f"warming up the fed step ({steps} iterations)")
         for _ in range(steps):
             fed()
-        device_layer.synchronize(device)
+        devices.synchronize(device)
     except BaseException:
         pipeline.close()
         raise

@@ -37,7 +37,7 @@ import torch
 from torch import nn
 
 from microbench.measure.drift import Drift, LowPrecision, WeightErrors
-from microbench.platform import device as device_layer, process
+from microbench.platform import devices, process
 from microbench.platform.errors import MissingEnvironment, UsageError
 from microbench.steps import quant_layout
 from microbench.settings.precision import FP8_RECIPES, QUANTIZE, QUANTIZE_CHOICES  # noqa: F401
@@ -101,17 +101,17 @@ def check_flags(config, updates_weights: bool) -> None:
 def check(config, device: torch.device) -> None:
     """Refuse what this device or torchao cannot run: one line, before the model is built."""
     if config.precision == "fp8":
-        reason = device_layer.no_fp8_reason(device)
+        reason = devices.no_fp8_reason(device)
         if reason is not None:
             raise UsageError(f"--precision fp8 needs FP8 matrix units, and {reason}: use "
                              f"--precision amp-bf16 here")
     name = config.quantize
     if name in ("float8wo", "float8dq"):
-        reason = device_layer.no_fp8_reason(device)
+        reason = devices.no_fp8_reason(device)
         if reason is not None:
             raise UsageError(f"--quantize {name} needs FP8 matrix units, and {reason}: use "
                              f"--quantize int8wo here")
-    if name == "int4wo" and not device_layer.is_gpu(device):
+    if name == "int4wo" and not devices.is_gpu(device):
         raise UsageError("--quantize int4wo runs torch's tinygemm int4 kernel, which needs a GPU "
                          "(the CPU's int4 path needs another weight layout): use --quantize "
                          "int8wo on the CPU")
@@ -276,7 +276,7 @@ def with_compile_record(report: LowPrecision, config, device: torch.device,
     and a note where its compile options trade compile time for speed; as it was uncompiled."""
     if not config.compile:
         return report
-    lowering = (quant_layout.keep_out_cpu_int8_lowering(device_layer.is_gpu(device))
+    lowering = (quant_layout.keep_out_cpu_int8_lowering(devices.is_gpu(device))
                 if config.quantize == "int8wo" else None)
     return dataclasses.replace(
         report, compile_settings=quant_layout.compile_settings(step_settings or {}, lowering),
@@ -393,7 +393,7 @@ def fp8_measured(model: nn.Module, recipe: str, device: torch.device, make_step,
     else:
         drift = Drift("loss", "AMP-BF16", note="not measured under --parallel fsdp (the model "
                                                "is sharded before it has weights)")
-    formats = device_layer.fp8_formats(device)
+    formats = devices.fp8_formats(device)
     share = fp8_flops / total_flops if fp8_flops is not None and total_flops else None
     return LowPrecision(drift, fp8_recipe=recipe, fp8_format=formats[0] if formats else None,
                         fp8_layers=tuple(names), linear_layers=linears, fp8_flops_share=share,

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from microbench.platform import device as device_layer
+from microbench.platform import devices
 from microbench.platform.errors import UsageError
 from microbench.settings.compile_options import with_inductor_settings
 from microbench.settings.precision import LAYOUTS_OF, QUANT_LAYOUT_CHOICES
@@ -57,20 +57,20 @@ MSLK_INSTALL = "pip install mslk-cuda (FBGEMM GenAI's kernels, which torchao 0.1
 class QuantDevice:
     """What the layout choice reads of the device and of the installed libraries."""
 
-    vendor: device_layer.Vendor
+    vendor: devices.Vendor
     capability: tuple[int, int] | None      # NVIDIA's compute capability; None elsewhere
     fp8: bool                               # FP8 matrix units
     mslk: bool                              # the mslk package can be imported
 
     @classmethod
     def of(cls, device: torch.device) -> "QuantDevice":
-        return cls(vendor=device_layer.vendor(device),
-                   capability=device_layer.compute_capability(device),
-                   fp8=bool(device_layer.fp8_formats(device)), mslk=mslk_installed())
+        return cls(vendor=devices.vendor(device),
+                   capability=devices.compute_capability(device),
+                   fp8=bool(devices.fp8_formats(device)), mslk=mslk_installed())
 
     @property
     def gpu(self) -> bool:
-        return self.vendor in (device_layer.Vendor.NVIDIA, device_layer.Vendor.AMD)
+        return self.vendor in (devices.Vendor.NVIDIA, devices.Vendor.AMD)
 
     def at_least(self, capability: tuple[int, int]) -> bool:
         return self.capability is not None and self.capability >= capability
@@ -88,14 +88,14 @@ def why_not(quantize: str, layout: str, facts: QuantDevice) -> str | None:
     if quantize == "int4wo":
         if not facts.gpu:
             return "int4 weight-only kernels need a GPU"
-        if layout == "preshuffled" and facts.vendor is not device_layer.Vendor.NVIDIA:
+        if layout == "preshuffled" and facts.vendor is not devices.Vendor.NVIDIA:
             return "mslk's preshuffled int4 kernel is built for NVIDIA GPUs"
         if layout == "preshuffled" and not facts.at_least((9, 0)):
             return "mslk's preshuffled int4 kernel needs sm_90 (H100) or newer"
         if layout in ("preshuffled", "plain") and not facts.mslk:
             return f"the {layout} int4 layout runs mslk's kernels: {MSLK_INSTALL}"
     if quantize == "float8dq" and layout == "rowwise":
-        if facts.vendor is device_layer.Vendor.NVIDIA and not facts.at_least((9, 0)):
+        if facts.vendor is devices.Vendor.NVIDIA and not facts.at_least((9, 0)):
             return "torch._scaled_mm with rowwise scales needs sm_90 (H100) or newer"
     return None
 
@@ -134,7 +134,7 @@ def torchao_config(quantize: str, layout: str, facts: QuantDevice):
         packing = {"preshuffled": "preshuffled", "tinygemm": "tile_packed_to_4d",
                    "plain": "plain"}[layout]
         # tinygemm's tiles: 8 wide on NVIDIA, 16 on ROCm (torchao's int4_tile_packed_ntile).
-        ntile = 16 if facts.vendor is device_layer.Vendor.AMD else 8
+        ntile = 16 if facts.vendor is devices.Vendor.AMD else 8
         return Int4WeightOnlyConfig(group_size=128, int4_packing_format=packing,
                                     int4_tile_packed_ntile=ntile, set_inductor_config=False)
     if quantize == "int8wo":

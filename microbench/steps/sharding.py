@@ -52,7 +52,7 @@ import torch.distributed as dist
 from torch import nn
 
 from microbench.steps.blocks import transformer_blocks
-from microbench.platform.device import is_gpu
+from microbench.platform.devices import is_gpu
 from microbench.platform.errors import MissingEnvironment, UsageError
 from microbench.settings.precision import Precision
 

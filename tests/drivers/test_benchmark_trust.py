@@ -13,7 +13,7 @@ from conftest import TINY, assert_one_line_error, run_main
 from microbench.drivers import benchmark
 from microbench.plan import cli, spec as spec_mod
 from microbench.settings import precision
-from microbench.platform import device as device_layer
+from microbench.platform import devices
 from microbench.measure import telemetry
 from microbench.settings.config import BenchConfig
 from microbench.measure.flops import PeakChoice
@@ -227,9 +227,9 @@ def test_ddp_with_the_flops_profiler_gives_every_rank_the_same_samples(tmp_path)
     (False, {"HIPBLASLT_ALLOW_TF32": "1"}, "tf32", "matmuls through hipBLASLt"),
 ])
 def test_tf32_on_rocm_says_what_runs_and_picks_the_peak(conv_model, environ, peak_key, text):
-    policy, note = device_layer.tf32_on_rocm(precision.lookup("tf32"), "6.4", conv_model, environ)
+    policy, note = devices.tf32_on_rocm(precision.lookup("tf32"), "6.4", conv_model, environ)
     assert policy.peak_key == peak_key and text in note
-    assert device_layer.tf32_on_rocm(precision.lookup("tf32"), None, True, {}) == (
+    assert devices.tf32_on_rocm(precision.lookup("tf32"), None, True, {}) == (
         precision.lookup("tf32"), None)
 
 

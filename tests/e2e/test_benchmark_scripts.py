@@ -3,12 +3,12 @@ must not leave them broken until the next GPU session. Their tool side runs here
 import pytest
 
 from benchmarks import harness_overhead, llama_harness
-from microbench.platform import device as device_layer, environment
+from microbench.platform import devices, environment
 
 
 @pytest.fixture(scope="module")
 def cpu():
-    device, _ = device_layer.select("cpu")
+    device, _ = devices.select("cpu")
     return device, environment.describe(device)
 
 

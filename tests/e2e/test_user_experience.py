@@ -333,10 +333,10 @@ def test_fp16_on_a_cpu_without_amx_fp16_gets_a_note(cli, monkeypatch, bf16, fast
     ((7, 0), "float16", False), ((7, 5), "bfloat16", True), ((8, 0), "bfloat16", False)])
 def test_slow_half_reasons_on_nvidia_gpus(monkeypatch, capability, dtype, slow):
     import torch
-    from microbench.platform import device
+    from microbench.platform import devices
     monkeypatch.setattr(torch.version, "hip", None)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
-    reason = device.slow_half_reason(torch.device("cuda"), getattr(torch, dtype))
+    reason = devices.slow_half_reason(torch.device("cuda"), getattr(torch, dtype))
     assert (reason is not None) == slow
 
 
@@ -345,24 +345,24 @@ def test_slow_half_reasons_on_nvidia_gpus(monkeypatch, capability, dtype, slow):
 def test_bf16_on_rocm_gpus_without_bf16_units_gets_a_reason(monkeypatch, arch, slow):
     import types
     import torch
-    from microbench.platform import device
+    from microbench.platform import devices
     monkeypatch.setattr(torch.version, "hip", "6.4")
     monkeypatch.setattr(torch.cuda, "get_device_properties",
                         lambda device=None: types.SimpleNamespace(gcnArchName=arch))
-    reason = device.slow_half_reason(torch.device("cuda"), torch.bfloat16)
+    reason = devices.slow_half_reason(torch.device("cuda"), torch.bfloat16)
     assert (reason is not None) == slow
 
 
 def test_slow_half_reasons_follow_the_device(monkeypatch):
     import torch
-    from microbench.platform import device
+    from microbench.platform import devices
     cpu = torch.device("cpu")
     monkeypatch.setattr(torch.cpu, "_is_amx_fp16_supported", lambda: True)
-    assert device.slow_half_reason(cpu, torch.float16) is None
+    assert devices.slow_half_reason(cpu, torch.float16) is None
     monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
-    assert "no BF16 instructions" in device.slow_half_reason(cpu, torch.bfloat16)
-    assert device.slow_half_reason(cpu, torch.float32) is None
+    assert "no BF16 instructions" in devices.slow_half_reason(cpu, torch.bfloat16)
+    assert devices.slow_half_reason(cpu, torch.float32) is None
 
 
 # ---------------------------------------------------------------- | head

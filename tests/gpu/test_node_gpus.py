@@ -10,7 +10,7 @@ import torch
 
 from conftest import ROOT, free_port
 from gpu_checks import TIMEOUT, child_env, gpu_suite, needs_two_gpus
-from microbench.platform import device as device_layer
+from microbench.platform import devices
 from microbench.platform.errors import EXIT_FLAGGED
 from microbench.store import schema
 
@@ -42,7 +42,7 @@ def test_every_part_on_every_gpu(tmp_path):
                                 "d2h_gbs", "train_items_per_s", "decode_tokens_per_s"}
         measured = [f for f in figures.values() if not f["skipped"]]
         assert all(f["value"] and len(f["samples"]) == 8 for f in measured), figures
-        if device_layer.fp8_e4m3_dtype(torch.device("cuda", gpu["local_rank"])) is not None:
+        if devices.fp8_e4m3_dtype(torch.device("cuda", gpu["local_rank"])) is not None:
             assert figures["gemm_fp8_tflops"]["value"] > figures["gemm_tflops"]["value"]
         assert figures["gemm_tflops"]["telemetry"]["samples"] >= 1
         assert gpu["health"] is not None and gpu["health"]["pcie_width"], gpu["health"]

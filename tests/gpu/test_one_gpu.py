@@ -30,8 +30,8 @@ def _has(module: str) -> bool:
 
 
 def _fp8_device() -> bool:
-    from microbench.platform import device as device_layer
-    return torch.cuda.is_available() and bool(device_layer.fp8_formats(torch.device("cuda", 0)))
+    from microbench.platform import devices
+    return torch.cuda.is_available() and bool(devices.fp8_formats(torch.device("cuda", 0)))
 
 
 # ---------------------------------------------------------------- training and inference

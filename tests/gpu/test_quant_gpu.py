@@ -19,8 +19,8 @@ def _has(module: str) -> bool:
 
 
 def _fp8_device() -> bool:
-    from microbench.platform import device as device_layer
-    return bool(device_layer.fp8_formats(torch.device("cuda", 0)))
+    from microbench.platform import devices
+    return bool(devices.fp8_formats(torch.device("cuda", 0)))
 
 
 COMPILED = [*GENERATE, "--batch-size", "1", "--compile-mode", "reduce-overhead"]

@@ -25,13 +25,13 @@ DDP = ["--network", "resnet18", "--image-size", "64", "--iterations", "5", "--wa
 
 def test_the_collective_thread_runs_on_the_callers_gpu():
     """The real runtime, not a fake: a thread starts on GPU 0, the helper takes the caller's."""
-    from microbench.platform import device as device_layer, distributed
-    device_layer.activate(torch.device("cuda", 1))
+    from microbench.platform import devices, distributed
+    devices.activate(torch.device("cuda", 1))
     try:
         assert distributed.interruptible(torch.cuda.current_device) == 1
         assert torch.cuda.current_device() == 1
     finally:
-        device_layer.activate(torch.device("cuda", 0))
+        devices.activate(torch.device("cuda", 0))
 
 
 def test_ddp_on_two_gpus_records_every_rank_and_its_scaling(capfd, tmp_path):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from microbench.platform.device import GpuIdentity
+from microbench.platform.devices import GpuIdentity
 from microbench.platform.errors import MissingEnvironment
 from microbench.measure.telemetry import AmdSmiSource, decode_amd_throttle_bits
 from support.telemetry_fakes import AMD_DEFAULTS, BDFS, fake_amdsmi

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from microbench.measure.telemetry import AmdSmiSource, NvmlSource
 from microbench.measure.telemetry.health import DeviceHealth, pcie_generation_of
-from microbench.platform.device import GpuIdentity
+from microbench.platform.devices import GpuIdentity
 from support.telemetry_fakes import BDFS, UUIDS, fake_amdsmi, fake_pynvml
 
 

@@ -6,7 +6,7 @@ import inspect
 
 import pytest
 
-from microbench.platform.device import GpuIdentity
+from microbench.platform.devices import GpuIdentity
 from microbench.platform.errors import MissingEnvironment
 from microbench.measure.telemetry import NvmlSource, decode_nvml_reasons
 from support.telemetry_fakes import UNKNOWN_UUID, UUIDS, fake_pynvml

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from microbench.platform import device as device_layer
+from microbench.platform import devices
 from microbench.measure import telemetry
-from microbench.platform.device import GpuIdentity
+from microbench.platform.devices import GpuIdentity
 from microbench.measure.telemetry import AmdSmiSource, NvmlSource, TelemetryReport, open_source
 from conftest import ROOT
 from support.telemetry_fakes import BDFS, UUIDS, NVMLError, fake_amdsmi, fake_pynvml, raiser
@@ -53,7 +53,7 @@ def test_a_failing_init_gives_a_note(monkeypatch, cuda_build):
     broken = fake_pynvml(UUIDS)
     broken.nvmlInit = raiser(lambda: NVMLError(9))          # NVML_ERROR_DRIVER_NOT_LOADED
     monkeypatch.setitem(sys.modules, "pynvml", broken)
-    monkeypatch.setattr(device_layer, "gpu_identity",
+    monkeypatch.setattr(devices, "gpu_identity",
                         lambda d: GpuIdentity(d.index, UUIDS[0][4:]))
     source, note = open_source(torch.device("cuda", 0))
     assert source is None and note.startswith("telemetry: NVML could not open GPU 0 (NVMLError")
@@ -61,14 +61,14 @@ def test_a_failing_init_gives_a_note(monkeypatch, cuda_build):
 
 def test_open_source_picks_nvml_on_cuda_and_amdsmi_on_rocm(monkeypatch, cuda_build):
     monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml(UUIDS))
-    monkeypatch.setattr(device_layer, "gpu_identity",
+    monkeypatch.setattr(devices, "gpu_identity",
                         lambda d: GpuIdentity(d.index, UUIDS[1][4:]))
     source, note = open_source(torch.device("cuda", 1))
     assert isinstance(source, NvmlSource) and UUIDS[1] in note
     assert note.startswith("telemetry: NVML 12.575")
     monkeypatch.setattr(torch.version, "hip", "7.0.0")
     monkeypatch.setitem(sys.modules, "amdsmi", fake_amdsmi(BDFS))
-    monkeypatch.setattr(device_layer, "gpu_identity",
+    monkeypatch.setattr(devices, "gpu_identity",
                         lambda d: GpuIdentity(d.index, pci_bus_id="0000:05:00"))
     source, note = open_source(torch.device("cuda", 0))
     assert isinstance(source, AmdSmiSource) and "0000:05:00.0" in note
@@ -78,7 +78,7 @@ def test_open_source_picks_nvml_on_cuda_and_amdsmi_on_rocm(monkeypatch, cuda_bui
 def test_a_gpu_under_neither_runtime_gets_a_note(monkeypatch):
     monkeypatch.setattr(torch.version, "cuda", None, raising=False)
     monkeypatch.setattr(torch.version, "hip", None, raising=False)
-    assert device_layer.vendor(torch.device("cuda", 0)) is device_layer.Vendor.UNKNOWN
+    assert devices.vendor(torch.device("cuda", 0)) is devices.Vendor.UNKNOWN
     source, note = open_source(torch.device("cuda", 0))
     assert source is None and "neither CUDA nor ROCm" in note
 
@@ -89,7 +89,7 @@ def test_a_failing_identity_read_gives_a_note(monkeypatch, cuda_build):
     def no_properties(device):
         raise RuntimeError("no CUDA GPUs are available")
 
-    monkeypatch.setattr(device_layer, "gpu_identity", no_properties)
+    monkeypatch.setattr(devices, "gpu_identity", no_properties)
     source, note = open_source(torch.device("cuda", 3))
     assert source is None
     assert note == ("telemetry: NVML could not open GPU 3 (RuntimeError: no CUDA GPUs are "
@@ -101,14 +101,14 @@ def test_a_failing_identity_read_gives_a_note(monkeypatch, cuda_build):
 
 
 def test_the_vendor_follows_the_build_and_the_cpu_has_none(monkeypatch):
-    Vendor = device_layer.Vendor
-    assert device_layer.vendor(torch.device("cpu")) is Vendor.CPU
+    Vendor = devices.Vendor
+    assert devices.vendor(torch.device("cpu")) is Vendor.CPU
     monkeypatch.setattr(torch.version, "hip", "7.0.0", raising=False)
-    assert device_layer.vendor(torch.device("cuda", 0)) is Vendor.AMD     # ROCm GPUs are "cuda"
-    assert device_layer.vendor(torch.device("cpu")) is Vendor.CPU
+    assert devices.vendor(torch.device("cuda", 0)) is Vendor.AMD     # ROCm GPUs are "cuda"
+    assert devices.vendor(torch.device("cpu")) is Vendor.CPU
     monkeypatch.setattr(torch.version, "hip", None, raising=False)
     monkeypatch.setattr(torch.version, "cuda", "12.8", raising=False)
-    assert device_layer.vendor(torch.device("cuda")) is Vendor.NVIDIA
+    assert devices.vendor(torch.device("cuda")) is Vendor.NVIDIA
 
 
 class FakeProperties:
@@ -122,11 +122,11 @@ def test_gpu_identity_reads_uuid_and_pci_address_of_the_current_gpu(monkeypatch)
     properties = {2: FakeProperties("1111-ab"), 0: FakeProperties("0000-0000", pci=False)}
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: properties[index])
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 2)
-    assert device_layer.gpu_identity(torch.device("cuda")) == GpuIdentity(
+    assert devices.gpu_identity(torch.device("cuda")) == GpuIdentity(
         2, "1111-ab", "0000:1b:00")
     # All zeros: the runtime has no UUID for it; no PCI attributes: no address.
-    assert device_layer.gpu_identity(torch.device("cuda", 0)) == GpuIdentity(0, None, None)
-    assert device_layer.gpu_identity(torch.device("cpu")) == GpuIdentity()
+    assert devices.gpu_identity(torch.device("cuda", 0)) == GpuIdentity(0, None, None)
+    assert devices.gpu_identity(torch.device("cpu")) == GpuIdentity()
 
 
 def test_the_telemetry_package_asks_the_device_layer_about_devices():

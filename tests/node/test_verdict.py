@@ -13,7 +13,7 @@ from microbench.node.links import Collective, PairCopy, bus_factor, node_groups
 from microbench.node.program import GpuRecord, Part
 from microbench.node.verdict import judge, judge_figure
 from microbench.node.watch import of_samples, throttling
-from microbench.platform.device import GpuIdentity
+from microbench.platform.devices import GpuIdentity
 from microbench.platform.errors import UsageError
 from support.telemetry_fakes import UUIDS, ScriptedSource, fake_pynvml
 

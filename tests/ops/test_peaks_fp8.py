@@ -8,7 +8,7 @@ import torch
 
 from microbench.measure import timing
 from microbench.ops import catalog, peaks, runner
-from microbench.platform import device as device_layer
+from microbench.platform import devices
 from microbench.platform.errors import UsageError
 from microbench.settings import precision
 
@@ -25,7 +25,7 @@ def millisecond_clock(monkeypatch):
                                            (torch.float8_e4m3fnuz, torch.float8_e4m3fnuz),
                                            (None, torch.bfloat16)])
 def test_an_fp8_run_probes_the_devices_fp8_encoding(monkeypatch, fp8, expected):
-    monkeypatch.setattr(device_layer, "fp8_e4m3_dtype", lambda device: fp8)
+    monkeypatch.setattr(devices, "fp8_e4m3_dtype", lambda device: fp8)
     device = torch.device("cpu")
     assert peaks.probe_dtype(precision.lookup("fp8"), device) == expected
     # Other precisions are untouched by the device's FP8 units.
@@ -34,11 +34,11 @@ def test_an_fp8_run_probes_the_devices_fp8_encoding(monkeypatch, fp8, expected):
 
 
 def test_the_device_layer_names_e4m3_from_the_formats(monkeypatch):
-    monkeypatch.setattr(device_layer, "fp8_formats", lambda device: ("e4m3fnuz", "e5m2fnuz"))
-    assert device_layer.fp8_e4m3_dtype(torch.device("cpu")) == torch.float8_e4m3fnuz
-    monkeypatch.setattr(device_layer, "fp8_formats", lambda device: ())
-    assert device_layer.fp8_e4m3_dtype(torch.device("cpu")) is None
-    assert device_layer.compute_capability(torch.device("cpu")) is None
+    monkeypatch.setattr(devices, "fp8_formats", lambda device: ("e4m3fnuz", "e5m2fnuz"))
+    assert devices.fp8_e4m3_dtype(torch.device("cpu")) == torch.float8_e4m3fnuz
+    monkeypatch.setattr(devices, "fp8_formats", lambda device: ())
+    assert devices.fp8_e4m3_dtype(torch.device("cpu")) is None
+    assert devices.compute_capability(torch.device("cpu")) is None
 
 
 def test_the_fp8_probe_is_a_scaled_mm_against_the_fp8_datasheet_rate(millisecond_clock):

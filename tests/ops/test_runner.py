@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from conftest import ROOT, assert_one_line_error, run_main
-from microbench.platform import device as device_layer
+from microbench.platform import devices
 from microbench.measure import flops
 from microbench.platform.errors import UsageError
 from microbench.ops import catalog as ops, cli as ops_cli, report, runner
@@ -242,7 +242,7 @@ def test_unsupported_dtype_on_the_device_is_a_usage_error():
 
 
 def test_a_shape_that_does_not_fit_is_skipped_with_a_line(monkeypatch):
-    monkeypatch.setattr(device_layer, "free_memory_bytes", lambda device: 1 << 30)
+    monkeypatch.setattr(devices, "free_memory_bytes", lambda device: 1 << 30)
     request = runner.model_requests("sparse")[0]
     lines, out = [], []
     printer = report.TablePrinter([], "fp32", out=out.append, err=lines.append)
@@ -442,13 +442,13 @@ MIB = 1 << 20
 ])
 def test_flush_buffer_is_twice_the_last_level_cache_with_a_floor(properties, hip, cache_mib,
                                                                  flush_mib):
-    cache = device_layer.last_level_cache(GPU, properties, hip=hip)
+    cache = devices.last_level_cache(GPU, properties, hip=hip)
     assert cache.size_bytes == (cache_mib * MIB if cache_mib else None)
     assert runner.flush_buffer_bytes(cache) == flush_mib * MIB
 
 
 def test_the_cpu_cache_is_unknown_and_never_flushed(run_cli):
-    assert device_layer.last_level_cache(CPU).size_bytes is None
+    assert devices.last_level_cache(CPU).size_bytes is None
     plan = runner.TimingPlan.build(CPU, flush=True)
     assert (plan.flusher, plan.delay, plan.dispatch_hidden) == (None, None, None)
     parser = ops_cli.build_parser()
@@ -549,7 +549,7 @@ def time_on_fake_gpu(plan_parts):
     add on an H100), timed with ``plan_parts`` (flusher, delay) before each call."""
     stream = FakeStream()
     flusher, delay = plan_parts(stream)
-    plan = runner.TimingPlan(GPU, device_layer.CacheInfo(50 * MIB, "fake"), flusher=flusher,
+    plan = runner.TimingPlan(GPU, devices.CacheInfo(50 * MIB, "fake"), flusher=flusher,
                              delay=delay)
     times = time_calls(lambda: stream.launch(0.004, 0.007), 20, CPU, between=plan,
                        time_fn=stream.event_seconds)
@@ -576,7 +576,7 @@ def test_the_gpu_plan_flushes_or_spins_never_both(monkeypatch):
     monkeypatch.setattr(runner, "CacheFlusher", lambda device, size: made.append(size) or "F")
     monkeypatch.setattr(runner.QueuedDelay, "calibrate",
                         classmethod(lambda cls, device, ms: cls(print, 123, ms)))
-    cache = device_layer.CacheInfo(50 * MIB, "fake")
+    cache = devices.CacheInfo(50 * MIB, "fake")
     flushing = runner.TimingPlan.build(GPU, flush=True, cache=cache)
     assert (flushing.flusher, flushing.delay, made) == ("F", None, [512 * MIB])
     spinning = runner.TimingPlan.build(GPU, flush=False, queued_delay_ms=0.5, cache=cache)

@@ -20,7 +20,7 @@ import torch
 from torch.utils import collect_env
 
 from conftest import HISTORY, run_main
-from microbench.platform import device, environment
+from microbench.platform import devices, environment
 from microbench.output import sweep_table as table
 from microbench.platform import text_table as tables
 from microbench.ops import cli as ops_cli
@@ -198,12 +198,12 @@ def _never(name):
 
 
 def _clear():
-    for cached in (device.cpu_model, environment._os_name, environment._libc):
+    for cached in (devices.cpu_model, environment._os_name, environment._libc):
         cached.cache_clear()
 
 
 def _env_schema():
-    schema = json.loads((Path(device.__file__).parent.parent / "store" /
+    schema = json.loads((Path(devices.__file__).parent.parent / "store" /
                          "result.schema.json").read_text())
     return {"$schema": schema["$schema"], "$defs": schema["$defs"], "$ref": "#/$defs/env"}
 
@@ -220,9 +220,9 @@ def test_the_environment_block_names_os_libc_and_cpu_from_collect_env(host):
 
 def test_where_collect_env_cannot_tell_the_fields_say_so(host, monkeypatch):
     host(os_name=None, libc="N/A", cpu_info="/bin/sh: 1: lscpu: not found")
-    monkeypatch.setattr(device, "_proc_cpuinfo_model", lambda: None)
-    monkeypatch.setattr(device.platform, "processor", lambda: "")
-    monkeypatch.setattr(device.platform, "machine", lambda: "riscv64")
+    monkeypatch.setattr(devices, "_proc_cpuinfo_model", lambda: None)
+    monkeypatch.setattr(devices.platform, "processor", lambda: "")
+    monkeypatch.setattr(devices.platform, "machine", lambda: "riscv64")
     env = environment.describe(torch.device("cpu"))
     assert (env.os, env.libc, env.cpu) == ("unknown", None, "riscv64")
     jsonschema.validate(env.to_dict(), _env_schema())
@@ -237,7 +237,7 @@ def test_a_probe_that_fails_leaves_its_field_unknown_not_the_run_failed(host, mo
 
 def test_without_lscpu_the_cpu_model_comes_from_proc_cpuinfo(host, monkeypatch):
     host(cpu_info="/bin/sh: 1: lscpu: not found")
-    monkeypatch.setattr(device, "_proc_cpuinfo_model", lambda: "AMD EPYC 9654 96-Core Processor")
+    monkeypatch.setattr(devices, "_proc_cpuinfo_model", lambda: "AMD EPYC 9654 96-Core Processor")
     assert environment.describe(torch.device("cpu")).cpu == "AMD EPYC 9654 96-Core Processor"
 
 

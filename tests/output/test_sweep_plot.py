@@ -9,7 +9,7 @@ import torch
 from matplotlib.container import BarContainer, ErrorbarContainer
 
 from conftest import run_main
-from microbench.platform import device as device_layer
+from microbench.platform import devices
 from microbench.settings.config import BenchConfig
 from microbench.plan.spec import resolve
 from microbench.output import sweep_plot as plot
@@ -155,7 +155,7 @@ def test_a_cpu_sweep_draws_one_panel_with_integer_ticks_and_its_environment(
     [axis] = figure.axes                                     # no empty memory panel on the CPU
     assert [label.get_text() for label in axis.get_xticklabels()] == ["1", "2", "4"]
     title = figure._suptitle.get_text()
-    assert device_layer.device_name(torch.device("cpu")) in title
+    assert devices.device_name(torch.device("cpu")) in title
     assert f"PyTorch {torch.__version__}" in title and "fp32" in title
     assert [x for x, _, _ in error_bars(axis)] == [1, 2, 4]
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from microbench.platform import device as device_layer
+from microbench.platform import devices
 from microbench.platform import distributed
 
 RANK_GPU = torch.device("cuda", 1)         # any GPU but 0, where a new thread starts
@@ -39,9 +39,9 @@ class PerThreadGpu:
 @pytest.fixture
 def gpu(monkeypatch):
     runtime = PerThreadGpu()
-    monkeypatch.setattr(device_layer, "_gpu_api", lambda: runtime)
-    monkeypatch.setattr(device_layer, "_gpu_runtime_started", lambda: True)
-    device_layer.activate(RANK_GPU)                    # what run_worker does for the rank
+    monkeypatch.setattr(devices, "_gpu_api", lambda: runtime)
+    monkeypatch.setattr(devices, "_gpu_runtime_started", lambda: True)
+    devices.activate(RANK_GPU)                    # what run_worker does for the rank
     return runtime
 
 
@@ -112,8 +112,8 @@ def test_a_coordinating_or_cpu_group_is_bound_to_no_device(calls):
 def test_a_process_without_a_gpu_runtime_never_starts_one(monkeypatch):
     """A process that only coordinates its trial workers has not started the GPU runtime: the
     helper thread must not start it either (asking for a current device would)."""
-    monkeypatch.setattr(device_layer, "_gpu_runtime_started", lambda: False)
-    monkeypatch.setattr(device_layer, "_gpu_api", lambda: pytest.fail("GPU runtime touched"))
+    monkeypatch.setattr(devices, "_gpu_runtime_started", lambda: False)
+    monkeypatch.setattr(devices, "_gpu_api", lambda: pytest.fail("GPU runtime touched"))
     assert distributed.interruptible(lambda: 7) == 7
 
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from conftest import assert_one_line_error, run_main
-from microbench.platform import device as device_layer
+from microbench.platform import devices
 from microbench.measure import flops
 from microbench.steps import low_precision
 from microbench.settings import precision
@@ -80,13 +80,13 @@ def test_without_torchao_the_run_gets_the_install_line(run, monkeypatch, tmp_pat
     (True, None, "gfx90a:sramecc+:xnack-", ()),       # MI250X: none
 ])
 def test_the_device_layer_says_which_fp8_formats_a_gpu_has(hip, capability, arch, formats):
-    assert device_layer.fp8_formats_of(hip, capability, arch) == formats
+    assert devices.fp8_formats_of(hip, capability, arch) == formats
 
 
 def test_a_gpu_without_fp8_is_refused_with_its_architecture(monkeypatch):
-    monkeypatch.setattr(device_layer, "fp8_formats", lambda device: ())
-    monkeypatch.setattr(device_layer, "architecture", lambda device: "sm_80")
-    reason = device_layer.no_fp8_reason(torch.device("cuda", 0))
+    monkeypatch.setattr(devices, "fp8_formats", lambda device: ())
+    monkeypatch.setattr(devices, "architecture", lambda device: "sm_80")
+    reason = devices.no_fp8_reason(torch.device("cuda", 0))
     assert "sm_80" in reason and "sm_89" in reason and "gfx942" in reason
 
 

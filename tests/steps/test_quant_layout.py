@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from microbench.platform.device import Vendor
+from microbench.platform.devices import Vendor
 from microbench.platform.errors import UsageError
 from microbench.steps import low_precision, quant_layout
 from microbench.steps.quant_layout import QuantDevice, choose_layout
@@ -167,7 +167,7 @@ WOQ_PROBE = r"""
 import sys, torch
 from torch import nn
 from torch._dynamo.utils import counters
-from microbench.platform.device import Vendor
+from microbench.platform.devices import Vendor
 from microbench.steps import quant_layout
 from torchao.quantization import quantize_
 gpu = quant_layout.QuantDevice(Vendor.NVIDIA, (9, 0), fp8=True, mslk=False)

@@ -19,7 +19,7 @@ import time
 from types import ModuleType
 from typing import Any, Mapping
 
-from microbench.platform.device import GpuIdentity
+from microbench.platform.devices import GpuIdentity
 from microbench.platform.errors import MissingEnvironment
 from microbench.measure.telemetry.health import DeviceHealth, pcie_generation_of
 from microbench.measure.telemetry.library import LibrarySource, as_float, import_library
@@ -52,7 +52,7 @@ _VISIBLE_VARIABLES = ("HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "ROCR_VISIB
 class AmdSmiSource(LibrarySource):
     """An AMD GPU through amdsmi (AMD SMI Python API reference; amdsmi_interface.py).
 
-    ``device`` is a :class:`~microbench.platform.device.GpuIdentity` (what ``open_source`` passes), a PCI
+    ``device`` is a :class:`~microbench.platform.devices.GpuIdentity` (what ``open_source`` passes), a PCI
     address ("0000:c1:00.0"), or torch's device index. The GPU is found by PCI address
     (amdsmi_get_gpu_device_bdf), else by index through HIP_VISIBLE_DEVICES / CUDA_VISIBLE_DEVICES /
     ROCR_VISIBLE_DEVICES; amdsmi's order is not promised to be HIP's, so the label says so.

@@ -24,7 +24,7 @@ import re
 from types import ModuleType
 from typing import Any, Callable
 
-from microbench.platform.device import GpuIdentity
+from microbench.platform.devices import GpuIdentity
 from microbench.platform.errors import MissingEnvironment
 
 

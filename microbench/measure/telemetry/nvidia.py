@@ -18,7 +18,7 @@ import time
 from types import ModuleType
 from typing import Any, Callable, Mapping, Sequence
 
-from microbench.platform.device import GpuIdentity
+from microbench.platform.devices import GpuIdentity
 from microbench.platform.errors import MissingEnvironment
 from microbench.measure.telemetry.health import DeviceHealth
 from microbench.measure.telemetry.library import LibrarySource, as_float, as_text, import_library
@@ -85,7 +85,7 @@ class FirstAvailable:
 class NvmlSource(LibrarySource):
     """An NVIDIA GPU through NVML (pynvml.py of nvidia-ml-py; units from the NVML API reference).
 
-    ``device`` is a :class:`~microbench.platform.device.GpuIdentity` (what ``open_source`` passes), a UUID
+    ``device`` is a :class:`~microbench.platform.devices.GpuIdentity` (what ``open_source`` passes), a UUID
     string, or torch's device index. The GPU is found by UUID; where torch gave one but NVML has
     none that matches (a MIG instance, say), by PCI address, which names the same board; by index
     only when no UUID is known or NVML cannot read UUIDs, through CUDA_VISIBLE_DEVICES, since CUDA

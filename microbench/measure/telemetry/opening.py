@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import torch
 
-from microbench.platform import device as device_layer
-from microbench.platform.device import Vendor
+from microbench.platform import devices
+from microbench.platform.devices import Vendor
 from microbench.platform.errors import MissingEnvironment
 from microbench.measure.telemetry.amd import AMDSMI_MISSING, AmdSmiSource
 from microbench.measure.telemetry.library import import_library
@@ -46,7 +46,7 @@ _LIBRARIES = {
 def open_source(device: torch.device) -> tuple[Source | None, str]:
     """The telemetry source for ``device`` and a one-line note; never raises for a missing
     library or a failing init, since telemetry must not stop a benchmark."""
-    vendor = device_layer.vendor(device)
+    vendor = devices.vendor(device)
     if vendor is Vendor.CPU:
         return None, CPU_NOTE
     library = _LIBRARIES.get(vendor)
@@ -62,7 +62,7 @@ def _open(library: _Library, device: torch.device) -> tuple[Source | None, str]:
         return None, str(error)
     identity = None
     try:
-        identity = device_layer.gpu_identity(device)
+        identity = devices.gpu_identity(device)
         source = library.source(identity, module)
     except Exception as error:  # any init failure: note it, run on without telemetry
         detail = (str(error).removeprefix("telemetry: ") if isinstance(error, MissingEnvironment)

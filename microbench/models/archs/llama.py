@@ -68,7 +68,7 @@ from torch import nn
 # The configuration lives in llama_config (torch-free, for the command line); re-exported here.
 from microbench.models.llama_config import (ATTENTION_IMPLS, PRESETS, LlamaConfig, RopeScaling,
                                             parameter_count)
-from microbench.platform import device as device_layer
+from microbench.platform import devices
 from microbench.platform.errors import UsageError
 
 __all__ = [
@@ -662,14 +662,14 @@ def check_attention(impl: str, device: torch.device | str, dtype: torch.dtype,
     device = torch.device(device)
     name = _KERNEL_NAMES[impl]
     instead = "choose 'sdpa' (PyTorch picks a kernel) or 'math' instead"
-    if not device_layer.is_gpu(device):   # ROCm GPUs are "cuda" devices in PyTorch too
+    if not devices.is_gpu(device):   # ROCm GPUs are "cuda" devices in PyTorch too
         raise UsageError(f"attention '{impl}' pins PyTorch's {name} GPU kernel, which needs a CUDA "
                          f"or ROCm GPU, but the device is {device}; {instead}.")
     if impl == "flash":
         _check_flash_limits(dtype, head_dim, instead)
     reason = _probe(impl, device, dtype, head_dim)
     if reason is not None:
-        gpu = device_layer.runtime_text()
+        gpu = devices.runtime_text()
         raise UsageError(f"attention '{impl}' ({name}) cannot run {_dtype_name(dtype)} with "
                          f"head_dim {head_dim} on {device} with PyTorch {torch.__version__} "
                          f"({gpu}): {reason}; {instead}.")
@@ -698,7 +698,7 @@ def _probe(impl: str, device: torch.device, dtype: torch.dtype, head_dim: int) -
                 with _backend_context(impl, masked=call_mask is not None):
                     F.scaled_dot_product_attention(q, q, q, attn_mask=call_mask,
                                                    is_causal=call_mask is None)
-            device_layer.synchronize(device)
+            devices.synchronize(device)
             return None
         except RuntimeError as error:
             # PyTorch explains *why* a kernel was skipped in UserWarnings; the error only says
