@@ -15,12 +15,14 @@ This module computes; ``show.py`` prints and ``document.py`` writes what it foun
 """
 from __future__ import annotations
 
+import dataclasses
+
 import statistics
 from dataclasses import dataclass, field
 from typing import Sequence
 
 from microbench.measure import stats
-from microbench.node.parts import DEFAULT_TOLERANCE_PCT, GPU_FIGURES
+from microbench.node.parts import DEFAULT_TOLERANCE_PCT, GPU_FIGURES, HOST_BOUND
 from microbench.node.links import Collective, PairCopy
 from microbench.node.program import GpuRecord
 from microbench.node.watch import throttling
@@ -131,6 +133,10 @@ def judge_gpu(record: GpuRecord, records: Sequence[GpuRecord],
             findings.append(f"{figure.console} failed: {part.failure}")
         theirs = [p.parts[figure.key].samples for p in peers if figure.key in p.parts]
         judged[figure.key] = judge_figure(part.samples, theirs, tolerance_pct)
+        if figure.key in HOST_BOUND:
+            judged[figure.key] = dataclasses.replace(
+                judged[figure.key], flagged=False, why="",
+                noise="bound by the host's kernel launches: shown, not judged")
         if judged[figure.key].flagged:
             findings.append(f"{figure.console} {judged[figure.key].why}")
     reasons = throttling([p.telemetry for p in record.parts.values()], record.power_capped)

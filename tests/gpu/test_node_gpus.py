@@ -41,7 +41,10 @@ def test_every_part_on_every_gpu(tmp_path):
         assert set(figures) == {"gemm_tflops", "gemm_fp8_tflops", "memory_gbs", "h2d_gbs",
                                 "d2h_gbs", "train_items_per_s", "decode_tokens_per_s"}
         measured = [f for f in figures.values() if not f["skipped"]]
-        assert all(f["value"] and len(f["samples"]) == 8 for f in measured), figures
+        # --samples 8 repetitions of each part; the decode part keeps each step of them.
+        assert all(f["value"] and len(f["samples"]) >= 8 for f in measured), figures
+        assert figures["decode_tokens_per_s"]["skipped"] or not figures[
+            "decode_tokens_per_s"]["flagged"]
         if devices.fp8_e4m3_dtype(torch.device("cuda", gpu["local_rank"])) is not None:
             assert figures["gemm_fp8_tflops"]["value"] > figures["gemm_tflops"]["value"]
         assert figures["gemm_tflops"]["telemetry"]["samples"] >= 1
