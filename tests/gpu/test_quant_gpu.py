@@ -1,7 +1,9 @@
 """Quantized decode and the FP8 probe on one real GPU (issue 48; ``python3 -m pytest -m gpu``):
 the layout auto picks runs and is read back from the model, a compiled int8 run keeps
-inductor's CPU int8 lowering out and its prefill within reach of BF16's, and an FP8 run's
-measured peak is an FP8 product. Asserts what a GPU run must show, never a speed."""
+inductor's CPU int8 lowering out, and an FP8 run's measured peak is an FP8 product. Asserts what
+a GPU run must show, never a speed: how far the int8 prefill is from BF16's is
+benchmarks/quant_decode.py's (on llama_tiny the ratio is launch overhead, and it failed a 5x
+bound on 2 H200s while the lowering was kept out)."""
 import pytest
 import torch
 
@@ -42,23 +44,6 @@ def test_the_kernel_that_ran_is_named_from_the_model(cli, quantize):
     if quantize == "int8wo":
         assert settings["int8pack_mm_lowering"] == "kept out", settings
     assert 0 < low["weight_error"]["max_relative_error"] < 0.2
-
-
-def test_int8_prefill_is_on_the_bf16_path(cli, tmp_path):
-    """The time to first token of int8 weight-only against BF16's on the same GPU: the 128-row
-    products no longer go to _weight_int8pack_mm (282 ms against 1.6 ms before, llama_1b)."""
-    if not _has("torchao"):
-        pytest.skip("needs torchao")
-    ttft = {}
-    for quantize in ("none", "int8wo"):
-        # 112 + 16 generated tokens fill llama_tiny's 128 positions; still a many-row prefill.
-        ran, out_dir = cli(*COMPILED, "--prompt-len", "112", "--quantize", quantize,
-                           "--output-file", quantize)
-        doc = check_run(ran, out_dir)
-        ttft[quantize] = doc["generation"]["time_to_first_token"]["stats"]["median_ms"]
-        for path in out_dir.glob("*.json"):
-            path.unlink()
-    assert ttft["int8wo"] < 5 * ttft["none"], ttft        # loose: a tiny model, launch-bound
 
 
 def test_an_fp8_runs_measured_peak_is_an_fp8_product(cli):
