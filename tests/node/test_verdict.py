@@ -41,6 +41,21 @@ def test_a_healthy_node_passes():
     assert not verdict.flagged and verdict.notes == ()
 
 
+def test_a_host_bound_decode_step_is_shown_but_never_flags_its_gpu():
+    """A small model's eager decode measures the host's kernel launches (26% apart on a healthy
+    host of 2 H200s): shown beside its peers, never a finding; a slow GEMM still is."""
+    records = [_record(r) for r in range(2)]
+    for record, scale in zip(records, (1.0, 0.74)):
+        record.parts["decode_tokens_per_s"] = Part("decode_tokens_per_s",
+                                                   tuple(s * scale for s in STEADY))
+    verdict = judge(records)
+    decode = verdict.gpus[1].figures["decode_tokens_per_s"]
+    assert decode.diff_pct < -10 and not decode.flagged and "not judged" in decode.noise
+    assert not verdict.flagged
+    records[1].parts["gemm_tflops"] = Part("gemm_tflops", tuple(s * 0.7 for s in STEADY))
+    assert [g.flagged for g in judge(records).gpus] == [False, True]
+
+
 def test_the_noise_rule_keeps_a_difference_inside_the_spread_unflagged():
     """20% below the median, but its own samples spread from 40 to 120: not a finding."""
     noisy = (40.0, 120.0, 60.0, 110.0, 70.0, 90.0)
