@@ -67,7 +67,9 @@ def print_verdict(verdict: Verdict, collectives: Sequence[Collective], p2p_note:
     flagged = [g for g in verdict.gpus if g.flagged]
     links = [l for l in verdict.links if l.judged.flagged]
     if not flagged and not links:
-        print(f"Node check: PASS, {len(verdict.gpus)} GPUs, nothing flagged (tolerance "
+        on_gpus = any(not g.record.device.startswith("cpu") for g in verdict.gpus)
+        measured = f"{len(verdict.gpus)} {'GPUs' if on_gpus else 'processes on the CPU'}"
+        print(f"Node check: PASS, {measured}, nothing flagged (tolerance "
               f"{verdict.tolerance_pct:g}% and each figure's noise)", file=out)
         return
     names = ", ".join(f"{g.record.host} rank {g.record.rank}" for g in flagged) or "none"

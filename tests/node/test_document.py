@@ -2,6 +2,7 @@
 that breaks it is refused in one line, and microbench-report reads one row per GPU."""
 from __future__ import annotations
 
+import io
 import json
 
 import pytest
@@ -96,3 +97,13 @@ def test_the_plot_draws_every_gpu_against_the_median(tmp_path):
     path = tmp_path / "node.png"
     plot.write(verdict, str(path))
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("device, counted", [("cuda:{}", "2 GPUs"),
+                                             ("cpu", "2 processes on the CPU")])
+def test_a_passing_check_counts_what_it_measured(device, counted):
+    records = [GpuRecord(rank, "node1", rank, device.format(rank), "Fake", {
+        "gemm_tflops": Part("gemm_tflops", STEADY)}) for rank in range(2)]
+    out = io.StringIO()
+    show.print_verdict(judge(records), [], None, out)
+    assert f"Node check: PASS, {counted}, nothing flagged" in out.getvalue()
