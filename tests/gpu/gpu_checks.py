@@ -34,6 +34,21 @@ needs_two_gpus = pytest.mark.skipif(
 gpu_suite = [requires_gpu, pytest.mark.gpu]
 
 
+def has_module(module: str) -> bool:
+    """Whether an optional library imports here (a feature's test skips without it)."""
+    try:
+        __import__(module)
+    except Exception:                     # noqa: BLE001 (absent, or broken on this machine)
+        return False
+    return True
+
+
+def fp8_device() -> bool:
+    """Whether GPU 0 has FP8 matrix units (the device layer's answer)."""
+    from microbench.platform import devices
+    return torch.cuda.is_available() and bool(devices.fp8_formats(torch.device("cuda", 0)))
+
+
 def results(out_dir: Path) -> list[dict]:
     """The run result documents a run wrote (traces, sweep and A/B summaries aside)."""
     return [json.loads(path.read_text()) for path in sorted(out_dir.glob("*.json"))

@@ -16,22 +16,10 @@ import fp16util
 from microbench.measure.stats import NO_DIFFERENCE
 from conftest import SCRIPT, TINY, run_main
 from gpu_checks import (GENERATE, IMAGES, TIMEOUT, TOKENS, check_document, check_run,
-                        gpu_suite, left_after, results, start_logged, wait_for_text)
+                        fp8_device, gpu_suite, has_module, left_after, results, start_logged,
+                        wait_for_text)
 
 pytestmark = gpu_suite
-
-
-def _has(module: str) -> bool:
-    try:
-        __import__(module)
-    except Exception:                     # noqa: BLE001 (absent, or broken on this machine)
-        return False
-    return True
-
-
-def _fp8_device() -> bool:
-    from microbench.platform import devices
-    return torch.cuda.is_available() and bool(devices.fp8_formats(torch.device("cuda", 0)))
 
 
 # ---------------------------------------------------------------- training and inference
@@ -168,7 +156,7 @@ def test_autograd_profiler_gives_device_time_tables_outside_the_timed_pass(cli):
 
 
 def test_deepspeed_flops_profiler_profiles_one_step(cli):
-    if not _has("deepspeed"):
+    if not has_module("deepspeed"):
         pytest.skip("DeepSpeed is not installed")
     ran, out_dir = cli(*IMAGES, "--iterations", "4", "--flops-prof-step", "1")
     doc = check_run(ran, out_dir)
@@ -190,7 +178,7 @@ def test_measured_peaks_give_the_second_denominator(cli):
 
 def test_telemetry_samples_the_gpu_during_the_timed_region(cli):
     library = "amdsmi" if torch.version.hip else "pynvml"
-    if not _has(library):
+    if not has_module(library):
         pytest.skip(f"{library} is not installed")
     ran, out_dir = cli(*IMAGES, "--iterations", "30", "--telemetry-interval", "5")
     doc = check_run(ran, out_dir)
@@ -212,7 +200,7 @@ def test_data_pipeline_with_workers_feeds_the_gpu(cli, tmp_path):
 # ---------------------------------------------------------------- reduced precision
 
 def test_fp8_training_converts_linears_and_measures_its_drift(cli):
-    if not (_has("torchao") and _fp8_device()):
+    if not (has_module("torchao") and fp8_device()):
         pytest.skip("needs torchao and a GPU with FP8 matrix products")
     ran, out_dir = cli(*TOKENS, "--precision", "fp8")
     doc = check_run(ran, out_dir)
@@ -223,7 +211,7 @@ def test_fp8_training_converts_linears_and_measures_its_drift(cli):
 
 
 def test_quantized_decode_stores_fewer_weight_bytes(cli):
-    if not _has("torchao"):
+    if not has_module("torchao"):
         pytest.skip("needs torchao")
     ran, out_dir = cli(*GENERATE, "--batch-size", "1", "--quantize", "int8wo")
     doc = check_run(ran, out_dir)

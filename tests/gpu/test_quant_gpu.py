@@ -5,24 +5,10 @@ a GPU run must show, never a speed: how far the int8 prefill is from BF16's is
 benchmarks/quant_decode.py's (on llama_tiny the ratio is launch overhead, and it failed a 5x
 bound on 2 H200s while the lowering was kept out)."""
 import pytest
-import torch
 
-from gpu_checks import GENERATE, TOKENS, check_run, gpu_suite
+from gpu_checks import GENERATE, TOKENS, check_run, fp8_device, gpu_suite, has_module
 
 pytestmark = gpu_suite
-
-
-def _has(module: str) -> bool:
-    try:
-        __import__(module)
-    except Exception:                     # noqa: BLE001 (absent, or broken on this machine)
-        return False
-    return True
-
-
-def _fp8_device() -> bool:
-    from microbench.platform import devices
-    return bool(devices.fp8_formats(torch.device("cuda", 0)))
 
 
 COMPILED = [*GENERATE, "--batch-size", "1", "--compile-mode", "reduce-overhead"]
@@ -30,7 +16,7 @@ COMPILED = [*GENERATE, "--batch-size", "1", "--compile-mode", "reduce-overhead"]
 
 @pytest.mark.parametrize("quantize", ["int4wo", "int8wo"])
 def test_the_kernel_that_ran_is_named_from_the_model(cli, quantize):
-    if not _has("torchao"):
+    if not has_module("torchao"):
         pytest.skip("needs torchao")
     ran, out_dir = cli(*COMPILED, "--quantize", quantize)
     doc = check_run(ran, out_dir)
@@ -47,7 +33,7 @@ def test_the_kernel_that_ran_is_named_from_the_model(cli, quantize):
 
 
 def test_an_fp8_runs_measured_peak_is_an_fp8_product(cli):
-    if not (_has("torchao") and _fp8_device()):
+    if not (has_module("torchao") and fp8_device()):
         pytest.skip("needs torchao and a GPU with FP8 matrix products")
     ran, out_dir = cli(*TOKENS, "--precision", "fp8", "--measure-peaks", "1")
     doc = check_run(ran, out_dir)
