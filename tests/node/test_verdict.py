@@ -14,7 +14,7 @@ from microbench.node import document, parts, program
 from microbench.node import reference as baseline
 from microbench.node.parts import HOST_BOUND
 from microbench.store import schema
-from microbench.node.links import Collective, PairCopy, bus_factor, node_groups
+from microbench.node.links import Collective, PairCopy, bus_factor, node_groups, rounds
 from microbench.node.program import GpuRecord, Part
 from microbench.node.verdict import SELF_ONLY_NOTE, judge, judge_figure
 from microbench.node.watch import of_samples, throttling
@@ -293,3 +293,17 @@ def test_the_scale_hook_scales_the_ranks_it_names():
     for bad in ("1", "a:b", "-1:0.5", "1:0", "1:inf", "*:0", "1:0.5,", "+:2"):
         with pytest.raises(UsageError, match="MICROBENCH_NODE_SCALE"):
             program.scale_of({program.SCALE_VARIABLE: bad})
+
+
+@pytest.mark.parametrize("count, expected_rounds", [(2, 1), (3, 3), (4, 3), (8, 7)])
+def test_pairs_are_measured_in_rounds_of_disjoint_pairs(count, expected_rounds):
+    """Every pair once (both ways in one exchange), no GPU in two pairs of a round: 8 GPUs in
+    7 rounds, not 56 copies one at a time."""
+    schedule = rounds(list(range(10, 10 + count)))
+    assert len(schedule) == expected_rounds
+    pairs = [pair for round_ in schedule for pair in round_]
+    assert sorted(pairs) == [(a, b) for a in range(10, 10 + count)
+                             for b in range(a + 1, 10 + count)]
+    for round_ in schedule:
+        ranks = [rank for pair in round_ for rank in pair]
+        assert len(ranks) == len(set(ranks))
