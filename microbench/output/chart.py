@@ -565,8 +565,8 @@ def write_chart(table: Table, metric: str, wanted_x: str | None, path: str) -> N
 def plotted_table(tables: list[Table], metric: str | None) -> tuple[Table, str]:
     """The table a chart draws (the first whose kind the metric applies to) and the metric."""
     for table in tables:
-        chosen = metric or DEFAULT_METRIC[table.group.table]
-        if table.group.table in METRICS[chosen]:
+        chosen = metric or DEFAULT_METRIC.get(table.group.table)    # a node check: none
+        if chosen is not None and table.group.table in METRICS[chosen]:
             return table, chosen
     raise UsageError(f"--metric {metric} applies to {' and '.join(METRICS[metric])} results; "
                      f"none were read")
