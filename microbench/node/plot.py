@@ -52,16 +52,21 @@ def write(verdict: Verdict, path: str) -> None:
                     or (gpu.baseline.get(fig.key) and gpu.baseline[fig.key].flagged))
                     else "tab:blue")
             axis.bar(range(len(names)), shares, color=colours)
-            axis.axhline(100, color="black", linewidth=0.8, label="median")
+            axis.axhline(100, color="black", linewidth=0.8)
             axis.axhline(100 - verdict.tolerance_pct, color="grey", linestyle="--",
-                         linewidth=0.8, label=f"tolerance -{verdict.tolerance_pct:g}%")
+                         linewidth=0.8)
+            # Each line named at its right end, outside the bars (a legend would cover one).
+            for level, text in ((100, "median"),
+                                (100 - verdict.tolerance_pct,
+                                 f"tolerance -{verdict.tolerance_pct:g}%")):
+                axis.text(1.01, level, text, transform=axis.get_yaxis_transform(),
+                          va="center", ha="left", fontsize="x-small", color="0.25")
             axis.set_ylabel("% of median")
             axis.set_title(f"{fig.console} [{fig.unit}]"
                            + ("" if judged(fig.key) else " (shown, not judged)"),
                            fontsize="small")
             axis.set_xticks(range(len(names)))
             axis.set_xticklabels(names, fontsize="x-small")
-            axis.legend(loc="lower right", fontsize="x-small")
             chart.from_zero(axis)
         return chart.finish(drawn)
 
