@@ -26,7 +26,7 @@ from microbench.node import reference as baseline_module
 from microbench.node import links, program, show
 from microbench.node.reference import Baseline
 from microbench.node.parts import DEFAULT_TOLERANCE_PCT
-from microbench.node.verdict import judge
+from microbench.node.verdict import judge, judge_links, pairs_to_confirm
 from microbench.platform import devices
 from microbench.platform import distributed, process, writing
 from microbench.platform.errors import (EXIT_FLAGGED, BenchmarkError, ReportedFailure,
@@ -52,6 +52,7 @@ class Outcome:
 
     records: list = field(default_factory=list)
     rechecks: list | None = None      # every GPU's second measurement of the flagged parts
+    copies_again: list = field(default_factory=list)  # the flagged pairs' copies, again
     collectives: list = field(default_factory=list)
     copies: list = field(default_factory=list)
     p2p_note: str | None = None
@@ -273,7 +274,7 @@ def _links_and_gather(launch, device: torch.device, options: Options,
     if len(groups) > 1:
         collectives.append(links.all_reduce(None, list(range(launch.world_size)), device,
                                             options.samples, "all nodes"))
-    copies, p2p_note = [], None
+    copies, copies_again, p2p_note = [], [], None
     if options.quick:
         p2p_note = "peer-to-peer copies: not measured with --quick"
     elif not devices.is_gpu(device):
@@ -281,19 +282,33 @@ def _links_and_gather(launch, device: torch.device, options: Options,
     else:
         copies = links.pair_copies(node_groups[record.host], mine, record.host, launch.rank,
                                    device, options.samples)
+        copies_again = _pairs_again(copies, node_groups[record.host], mine, record.host,
+                                    launch.rank, device, options)
     # Each node's all-reduce once (its first rank's), the job's once (rank 0's).
     shared = [c for c in collectives if c.scope == "all nodes"] if launch.rank == 0 else []
     own = [c for c in collectives if c.scope != "all nodes"] if launch.rank == mine[0] else []
-    gathered = distributed.gather_to_main((record, own + shared, copies))
+    gathered = distributed.gather_to_main((record, own + shared, copies, copies_again))
     if gathered is None:
         return None
     outcome = Outcome(p2p_note=p2p_note, backend=distributed.backend_name(),
                       rechecks=rechecks)
-    for record_, collectives_, copies_ in gathered:
+    for record_, collectives_, copies_, again_ in gathered:
         outcome.records.append(record_)
         outcome.collectives += collectives_
         outcome.copies += copies_
+        outcome.copies_again += again_
     return outcome
+
+
+def _pairs_again(copies: list, group, mine: list[int], host: str, rank: int,
+                 device: torch.device, options: Options) -> list:
+    """A link's flag is confirmed as a GPU's is: every rank judges every pair's copies as rank
+    0 will, and the flagged pairs are measured again (each node its own, in rounds)."""
+    everyone = [c for copies_ in distributed.all_gather_objects(copies) for c in copies_]
+    again = pairs_to_confirm(judge_links(everyone, (), options.tolerance_pct))
+    if not again:
+        return []
+    return links.pair_copies(group, mine, host, rank, device, options.samples, only=again)
 
 
 # ---------------------------------------------------------------- the verdict
@@ -302,7 +317,7 @@ def _finish(outcome: Outcome, args, options: Options, argv: list[str],
             seconds: float) -> int:
     # Nothing flagged at first: nothing measured again, and no flag to confirm ([]).
     verdict = judge(outcome.records, outcome.copies, outcome.collectives, options.tolerance_pct,
-                    options.baseline, outcome.rechecks or [])
+                    options.baseline, outcome.rechecks or [], outcome.copies_again)
     show.print_verdict(verdict, outcome.collectives, outcome.p2p_note, sys.stdout)
     document = document_module.build(
         verdict, outcome.collectives, outcome.copies, device_type=options.device_type,

@@ -83,8 +83,8 @@ def build(verdict: Verdict, collectives: Sequence[Collective], copies: Sequence[
         "method": METHOD,
         "figures": [{"key": f.key, "unit": f.unit, "label": f.console} for f in FIGURES.values()],
         "gpus": [_gpu(g) for g in verdict.gpus],
-        "links": [{"name": link.name, "kind": link.kind, **_judged(link.judged)}
-                  for link in verdict.links],
+        "links": [{"name": link.name, "kind": link.kind, **_judged(link.judged),
+                   "recheck": _recheck(link.judged)} for link in verdict.links],
         "allreduce": [_collective(c, backend) for c in collectives],
         "p2p": [{"host": c.host, "source_rank": c.source_rank, "target_rank": c.target_rank,
                  "gbs": list(c.gbs)} for c in copies],

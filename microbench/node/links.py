@@ -102,14 +102,19 @@ def rounds(ranks: list[int]) -> list[list[tuple[int, int]]]:
 
 
 def pair_copies(group, ranks: list[int], host: str, rank: int, device: torch.device,
-                samples: int) -> list[PairCopy]:
+                samples: int, only: frozenset | None = None) -> list[PairCopy]:
     """Every ordered pair of ``ranks`` (one node), in rounds of disjoint pairs (``rounds``),
     each pair both ways at once, the node's ranks waiting for each other between rounds; the
-    receiver's records (a copy into this rank's GPU)."""
+    receiver's records (a copy into this rank's GPU). ``only``: these pairs (``(low, high)``
+    ranks), measured again to confirm their flags; every rank of the node must pass the same."""
     copies = []
     outgoing = torch.empty(P2P_BYTES, dtype=torch.uint8, device=device)
     incoming = torch.empty(P2P_BYTES, dtype=torch.uint8, device=device)
     for pairs in rounds(ranks):
+        if only is not None:
+            pairs = [pair for pair in pairs if pair in only]
+            if not pairs:
+                continue                    # the same rounds skipped on every rank of the node
         peer = next((b if a == rank else a for a, b in pairs if rank in (a, b)), None)
         if peer is not None:
             copies.append(PairCopy(host, peer, rank, _one_pair(

@@ -116,6 +116,7 @@ def save(check: dict, path: str) -> str | None:
                 f"reference")
     schema.validate_result(written, "the node check's own baseline")      # the schema holds
     writing.write_whole(path, json.dumps(written, indent=1) + "\n")
-    models = ", ".join(f"{m['device_name']} ({m['gpus']} GPUs)"
+    models = ", ".join(f"{m['device_name']} ({m['gpus']} "
+                       f"{'processes' if m['device_name'] == 'cpu' else 'GPUs'})"
                        for m in written["node_baseline"]["models"])
     return f"Baseline: {path} ({models})"

@@ -84,6 +84,13 @@ class LinkVerdict:
     name: str                            # "rank 0 -> rank 1 (host)", "node host all-reduce"
     kind: str                            # "p2p" | "allreduce"
     judged: Judged
+    pair: tuple[int, int] | None = None  # a p2p link's ranks, lower first (both directions
+                                         # are measured at once, and again together)
+
+
+def pairs_to_confirm(links: Sequence[LinkVerdict]) -> frozenset:
+    """The pairs of GPUs whose copy flagged a link: measured again before the flag counts."""
+    return frozenset(link.pair for link in links if link.judged.flagged and link.pair)
 
 
 @dataclass(frozen=True)
@@ -267,14 +274,23 @@ def judge_gpu(record: GpuRecord, records: Sequence[GpuRecord],
 
 
 def judge_links(copies: Sequence[PairCopy], collectives: Sequence[Collective],
-                tolerance_pct: float) -> list[LinkVerdict]:
+                tolerance_pct: float,
+                recheck: Sequence[PairCopy] | None = None) -> list[LinkVerdict]:
+    """``recheck``: the flagged pairs' copies measured again, each judged against the other
+    pairs' first measurement (None: the preliminary verdict, flags as first measured)."""
     verdicts = []
     below = "the other links' median"
+    again = {(c.source_rank, c.target_rank): c for c in recheck or ()}
     for copy in copies:
         others = [c.gbs for c in copies if c is not copy]
+        judged_ = judge_figure(copy.gbs, others, tolerance_pct, below)
+        second = again.get((copy.source_rank, copy.target_rank))
+        if recheck is not None and second is not None:
+            judged_ = _confirmed(judged_, judge_figure(second.gbs, others, tolerance_pct, below),
+                                 second.gbs)
+        pair = (min(copy.source_rank, copy.target_rank), max(copy.source_rank, copy.target_rank))
         verdicts.append(LinkVerdict(f"rank {copy.source_rank} -> rank {copy.target_rank} "
-                                    f"({copy.host})", "p2p",
-                                    judge_figure(copy.gbs, others, tolerance_pct, below)))
+                                    f"({copy.host})", "p2p", judged_, pair))
     nodes = [c for c in collectives if c.scope.startswith("node ") and c.busbw_gbs]
     for collective in nodes:
         largest = max(collective.busbw_gbs)
@@ -290,9 +306,11 @@ def judge_links(copies: Sequence[PairCopy], collectives: Sequence[Collective],
 def judge(records: Sequence[GpuRecord], copies: Sequence[PairCopy] = (),
           collectives: Sequence[Collective] = (),
           tolerance_pct: float = DEFAULT_TOLERANCE_PCT, baseline: Baseline | None = None,
-          recheck: Sequence[GpuRecord] | None = None) -> Verdict:
-    """``recheck``: every GPU's second measurement of the parts the first flagged (None: the
-    preliminary verdict, flags as first measured)."""
+          recheck: Sequence[GpuRecord] | None = None,
+          copies_again: Sequence[PairCopy] | None = None) -> Verdict:
+    """``recheck``: every GPU's second measurement of the parts the first flagged;
+    ``copies_again``: the flagged pairs' copies measured again (None: the preliminary verdict,
+    flags as first measured). A node's all-reduce is not measured again."""
     notes = []
     if len(records) < 2:
         notes.append("one GPU: its figures have no peers to be compared with (throttling "
@@ -309,6 +327,6 @@ def judge(records: Sequence[GpuRecord], copies: Sequence[PairCopy] = (),
             notes.append(f"the baseline {baseline.source} has no figures of "
                          f"{', '.join(missing)}: judged against its peers only")
     gpus = tuple(judge_gpu(r, records, tolerance_pct, baseline, recheck) for r in records)
-    return Verdict(gpus, tuple(judge_links(copies, collectives, tolerance_pct)),
+    return Verdict(gpus, tuple(judge_links(copies, collectives, tolerance_pct, copies_again)),
                    tolerance_pct, tuple(notes),
                    baseline_source=None if baseline is None else baseline.source)

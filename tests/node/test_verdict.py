@@ -16,7 +16,7 @@ from microbench.node.parts import HOST_BOUND
 from microbench.store import schema
 from microbench.node.links import Collective, PairCopy, bus_factor, node_groups, rounds
 from microbench.node.program import GpuRecord, Part
-from microbench.node.verdict import SELF_ONLY_NOTE, judge, judge_figure
+from microbench.node.verdict import SELF_ONLY_NOTE, judge, judge_figure, pairs_to_confirm
 from microbench.node.watch import of_samples, throttling
 from microbench.platform.devices import GpuIdentity
 from microbench.platform.errors import UsageError
@@ -307,3 +307,22 @@ def test_pairs_are_measured_in_rounds_of_disjoint_pairs(count, expected_rounds):
     for round_ in schedule:
         ranks = [rank for pair in round_ for rank in pair]
         assert len(ranks) == len(set(ranks))
+
+
+def test_a_slow_pair_counts_only_once_measured_again():
+    """A pair's copy 40% below the others: the pair is measured again (both directions) and
+    flags only where the second copy is slow too."""
+    fast = [PairCopy("node1", a, b, STEADY) for a in range(3) for b in range(3) if a != b]
+    slow = [PairCopy("node1", 0, 1, tuple(s * 0.6 for s in STEADY))] + fast[1:]
+    first = judge([_record(0), _record(1), _record(2)], copies=slow)
+    assert pairs_to_confirm(first.links) == frozenset({(0, 1)})
+    level = judge([_record(0), _record(1), _record(2)], copies=slow, recheck=[],
+                  copies_again=[PairCopy("node1", 0, 1, STEADY), PairCopy("node1", 1, 0, STEADY)])
+    link = next(l for l in level.links if l.name.startswith("rank 0 -> rank 1"))
+    assert not link.judged.flagged and link.judged.noise.startswith("not confirmed")
+    assert not level.flagged
+    again = judge([_record(0), _record(1), _record(2)], copies=slow, recheck=[],
+                  copies_again=[slow[0]])
+    assert again.flagged and again.flagged_by() == ["links"]
+    built = _check_document(again)["links"][0]
+    assert built["flagged"] and built["recheck"]["flagged"]
