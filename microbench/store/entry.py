@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from microbench.settings import config as config_schema
 from microbench.store import schema
-from microbench.store.figures import (MODEL, NODE, OP, by_key, number, read_all, tokens_per_item,
+from microbench.store.figures import (MODEL, NODE, OP, number, read_all, tokens_per_item,
                                       value_at)
 
 # Config keys that are not settings of the measurement: those --rerun does not replay (where
