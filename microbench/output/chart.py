@@ -568,6 +568,9 @@ def plotted_table(tables: list[Table], metric: str | None) -> tuple[Table, str]:
         chosen = metric or DEFAULT_METRIC.get(table.group.table)    # a node check: none
         if chosen is not None and table.group.table in METRICS[chosen]:
             return table, chosen
+    if metric is None:
+        raise UsageError("--plot draws model and op bench results; none were read (a node "
+                         "check draws its own: microbench-node --plot)")
     raise UsageError(f"--metric {metric} applies to {' and '.join(METRICS[metric])} results; "
                      f"none were read")
 

@@ -120,3 +120,12 @@ def test_a_passing_check_counts_what_it_measured(device, counted):
     out = io.StringIO()
     show.print_verdict(judge(records), [], None, out)
     assert f"Node check: PASS, {counted}, nothing flagged" in out.getvalue()
+
+
+def test_the_report_does_not_chart_node_checks_but_says_why(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    _, built = _verdict_and_document()
+    path = tmp_path / "node_check.json"
+    path.write_text(json.dumps(built))
+    assert report_command.main([str(path), "--plot", str(tmp_path / "chart.png")]) == 2
+    assert "microbench-node --plot" in capsys.readouterr().err
