@@ -1,21 +1,28 @@
 #!/usr/bin/env bash
-# The node check against issue 47's targets, on one host of NGPUS GPUs (4, or 2):
-#   1. a healthy node: nothing flagged in 3 of 3 runs, each within 2 minutes;
+# The node check against issue 52's targets, on one host of NGPUS GPUs (4, or 2 or more):
+#   1. a healthy node: nothing flagged in 5 of 5 runs, each within 2 minutes, and no NCCL
+#      "unbatched P2P op" warning in their logs (the first run saves the baseline of target 3);
 #   2. one GPU (the last) kept busy by another process's loop of large matrix products: that
 #      GPU, and only it, flagged in 3 of 3 runs;
-#   3. the all-reduce bus bandwidth at the tool's largest size at least 0.9x what a tight
+#   3. every GPU kept busy at once: with --baseline from the healthy run every GPU flagged in 3
+#      of 3 runs; without it the summary says the node was judged only against itself;
+#   4. the all-reduce bus bandwidth at the tool's largest size at least 0.9x what a tight
 #      all_reduce loop written here measures on the same GPUs.
 # One PASS or FAIL line per target; logs, result documents and the scripts it wrote under OUT.
 #
-#   benchmarks/node_check.sh 4 "$OUT"          # PYTHON=python3 by default
+#   benchmarks/node_check.sh 4 "$OUT"            # the targets in full: about 12 minutes on 4 GPUs
+#   benchmarks/node_check.sh 4 "$OUT" --reduced  # about 8 minutes: 3 healthy runs, 2 of each
+#                                                # busy target (the all-busy ones --quick), --samples 5
+# PYTHON=python3 by default.
 set -u
 
-if [ $# -ne 2 ]; then
-    echo "usage: $0 NGPUS OUT (NGPUS: 2 or more GPUs of this host; OUT: a folder for logs)" >&2
+if [ $# -lt 2 ] || [ $# -gt 3 ] || { [ $# = 3 ] && [ "$3" != "--reduced" ]; }; then
+    echo "usage: $0 NGPUS OUT [--reduced] (NGPUS: 2 or more GPUs of this host; OUT: a folder for logs; --reduced: fewer runs, about 8 minutes on 4 GPUs)" >&2
     exit 2
 fi
 NGPUS=$1
 OUT=$2
+REDUCED=${3:-}
 PY=${PYTHON:-python3}
 case "$NGPUS" in
     ''|*[!0-9]*) echo "NGPUS must be a number, got '$NGPUS'" >&2; exit 2 ;;
@@ -29,20 +36,26 @@ cd "$(dirname "$0")/.." || exit 2
 FAILED=0
 LIMIT_S=120
 BUSY=$((NGPUS - 1))
-LOOP_PID=""
+ALL_RANKS=$(seq -s, 0 $((NGPUS - 1)))
+LOOP_PIDS=""
+if [ -n "$REDUCED" ]; then
+    HEALTHY_RUNS=3; BUSY_RUNS=2; SAMPLES=(--samples 5); ALL_BUSY_MODE=(--quick); MODE="reduced"
+else
+    HEALTHY_RUNS=5; BUSY_RUNS=3; SAMPLES=(); ALL_BUSY_MODE=(); MODE="full"
+fi
 
 say() { echo "$*" | tee -a "$OUT/summary.txt"; }
 verdict() {   # verdict NAME OK DETAIL
     if [ "$2" = 1 ]; then say "PASS $1: $3"; else say "FAIL $1: $3"; FAILED=1; fi
 }
-stop_loop() {
-    if [ -n "$LOOP_PID" ]; then
-        kill "$LOOP_PID" 2>/dev/null
-        wait "$LOOP_PID" 2>/dev/null
-        LOOP_PID=""
-    fi
+stop_loops() {
+    for pid in $LOOP_PIDS; do
+        kill "$pid" 2>/dev/null
+        wait "$pid" 2>/dev/null
+    done
+    LOOP_PIDS=""
 }
-trap stop_loop EXIT
+trap stop_loops EXIT
 
 # flagged_ranks FILE: the flagged ranks of a result document, comma-separated ("" none).
 flagged_ranks() {
@@ -57,21 +70,17 @@ print(",".join(str(g["rank"]) for g in check["gpus"] if g["flagged"]))
 EOF
 }
 
-# ---------------------------------------------------------------- 1. a healthy node
-say "node check on $NGPUS GPUs, $(date -u +%Y-%m-%dT%H:%M:%SZ), logs in $OUT"
-for run in 1 2 3; do
-    started=$(date +%s)
-    "$PY" -m microbench.node --processes "$NGPUS" --json "$OUT/healthy_$run.json" \
-        > "$OUT/healthy_$run.log" 2>&1
-    code=$?
-    took=$(( $(date +%s) - started ))
-    flagged=$(flagged_ranks "$OUT/healthy_$run.json")
-    ok=0
-    [ "$code" = 0 ] && [ "$took" -le "$LIMIT_S" ] && [ -z "$flagged" ] && ok=1
-    verdict "healthy run $run" "$ok" "exit $code, ${took} s (limit ${LIMIT_S} s), flagged ranks: '${flagged}'"
-done
+# flagged_by FILE: which comparisons flagged something ("peers,baseline"; "" none).
+flagged_by() {
+    "$PY" - "$1" <<'EOF'
+import json, sys
+try:
+    print(",".join(json.load(open(sys.argv[1]))["node_check"].get("flagged_by", [])))
+except (OSError, ValueError, KeyError):
+    print("unreadable")
+EOF
+}
 
-# ---------------------------------------------------------------- 2. one GPU kept busy
 cat > "$OUT/busy_loop.py" <<'EOF'
 """Large matrix products on the one GPU this process sees, until it is killed."""
 import sys
@@ -88,31 +97,88 @@ while True:
         c = a @ b
     torch.cuda.synchronize()
 EOF
-rm -f "$OUT/busy_started"
-CUDA_VISIBLE_DEVICES=$BUSY HIP_VISIBLE_DEVICES=$BUSY "$PY" "$OUT/busy_loop.py" "$OUT/busy_started" \
-    > "$OUT/busy_loop.log" 2>&1 &
-LOOP_PID=$!
-for _ in $(seq 1 120); do
-    [ -f "$OUT/busy_started" ] && break
-    kill -0 "$LOOP_PID" 2>/dev/null || break
-    sleep 1
+
+# start_loops GPU...: a loop of matrix products on each GPU named; 0 once every one started.
+start_loops() {
+    local gpu started
+    for gpu in "$@"; do
+        rm -f "$OUT/busy_started_$gpu"
+        CUDA_VISIBLE_DEVICES=$gpu HIP_VISIBLE_DEVICES=$gpu "$PY" "$OUT/busy_loop.py" \
+            "$OUT/busy_started_$gpu" > "$OUT/busy_loop_$gpu.log" 2>&1 &
+        LOOP_PIDS="$LOOP_PIDS $!"
+    done
+    for _ in $(seq 1 120); do
+        started=0
+        for gpu in "$@"; do [ -f "$OUT/busy_started_$gpu" ] && started=$((started + 1)); done
+        [ "$started" = $# ] && return 0
+        for pid in $LOOP_PIDS; do kill -0 "$pid" 2>/dev/null || return 1; done   # one died
+        sleep 1
+    done
+    return 1
+}
+
+# ---------------------------------------------------------------- 1. a healthy node
+say "node check on $NGPUS GPUs ($MODE), $(date -u +%Y-%m-%dT%H:%M:%SZ), logs in $OUT"
+warned=0
+for run in $(seq 1 "$HEALTHY_RUNS"); do
+    save=()
+    [ "$run" = 1 ] && save=(--save-baseline "$OUT/baseline.json")
+    started=$(date +%s)
+    "$PY" -m microbench.node --processes "$NGPUS" ${SAMPLES[@]+"${SAMPLES[@]}"} ${save[@]+"${save[@]}"} \
+        --json "$OUT/healthy_$run.json" > "$OUT/healthy_$run.log" 2>&1
+    code=$?
+    took=$(( $(date +%s) - started ))
+    flagged=$(flagged_ranks "$OUT/healthy_$run.json")
+    grep -q "unbatched" "$OUT/healthy_$run.log" && warned=$((warned + 1))
+    ok=0
+    [ "$code" = 0 ] && [ "$took" -le "$LIMIT_S" ] && [ -z "$flagged" ] && ok=1
+    verdict "healthy run $run of $HEALTHY_RUNS" "$ok" "exit $code, ${took} s (limit ${LIMIT_S} s), flagged ranks: '${flagged}'"
 done
-if [ ! -f "$OUT/busy_started" ]; then
-    verdict "busy GPU $BUSY" 0 "the loop of matrix products did not start (see $OUT/busy_loop.log)"
+verdict "clean console" "$([ "$warned" = 0 ] && echo 1 || echo 0)" "NCCL 'unbatched P2P op' warnings in $warned of $HEALTHY_RUNS healthy logs"
+
+# ---------------------------------------------------------------- 2. one GPU kept busy
+if ! start_loops "$BUSY"; then
+    verdict "busy GPU $BUSY" 0 "the loop of matrix products did not start (see $OUT/busy_loop_$BUSY.log)"
 else
-    for run in 1 2 3; do
-        "$PY" -m microbench.node --processes "$NGPUS" --json "$OUT/busy_$run.json" \
-            > "$OUT/busy_$run.log" 2>&1
+    for run in $(seq 1 "$BUSY_RUNS"); do
+        "$PY" -m microbench.node --processes "$NGPUS" ${SAMPLES[@]+"${SAMPLES[@]}"} \
+            --json "$OUT/busy_$run.json" > "$OUT/busy_$run.log" 2>&1
         code=$?
         flagged=$(flagged_ranks "$OUT/busy_$run.json")
         ok=0
         [ "$code" = 6 ] && [ "$flagged" = "$BUSY" ] && ok=1
-        verdict "busy GPU $BUSY run $run" "$ok" "exit $code (6 expected), flagged ranks: '${flagged}' ('$BUSY' expected)"
+        verdict "busy GPU $BUSY run $run of $BUSY_RUNS" "$ok" "exit $code (6 expected), flagged ranks: '${flagged}' ('$BUSY' expected)"
     done
 fi
-stop_loop
+stop_loops
 
-# ---------------------------------------------------------------- 3. all-reduce vs a tight loop
+# ---------------------------------------------------------------- 3. every GPU kept busy
+if [ ! -f "$OUT/baseline.json" ]; then
+    verdict "every GPU busy" 0 "no baseline: the first healthy run saved none (see $OUT/healthy_1.log)"
+elif ! start_loops $(seq 0 "$BUSY"); then
+    verdict "every GPU busy" 0 "the loops of matrix products did not all start (see $OUT/busy_loop_*.log)"
+else
+    for run in $(seq 1 "$BUSY_RUNS"); do
+        "$PY" -m microbench.node --processes "$NGPUS" ${SAMPLES[@]+"${SAMPLES[@]}"} ${ALL_BUSY_MODE[@]+"${ALL_BUSY_MODE[@]}"} \
+            --baseline "$OUT/baseline.json" --json "$OUT/all_busy_$run.json" \
+            > "$OUT/all_busy_$run.log" 2>&1
+        code=$?
+        flagged=$(flagged_ranks "$OUT/all_busy_$run.json")
+        by=$(flagged_by "$OUT/all_busy_$run.json")
+        ok=0
+        [ "$code" = 6 ] && [ "$flagged" = "$ALL_RANKS" ] && [[ ",$by," == *",baseline,"* ]] && ok=1
+        verdict "every GPU busy with --baseline, run $run of $BUSY_RUNS" "$ok" "exit $code (6 expected), flagged ranks: '${flagged}' ('$ALL_RANKS' expected), flagged by: '$by' (baseline expected)"
+    done
+    "$PY" -m microbench.node --processes "$NGPUS" ${SAMPLES[@]+"${SAMPLES[@]}"} --quick \
+        --json "$OUT/all_busy_self.json" > "$OUT/all_busy_self.log" 2>&1
+    code=$?
+    ok=0
+    grep -q "judged only against itself" "$OUT/all_busy_self.log" && ok=1
+    verdict "every GPU busy without --baseline" "$ok" "exit $code; the summary says the node was judged only against itself: $([ "$ok" = 1 ] && echo yes || echo no)"
+fi
+stop_loops
+
+# ---------------------------------------------------------------- 4. all-reduce vs a tight loop
 cat > "$OUT/allreduce_loop.py" <<'EOF'
 """A tight all_reduce loop at the node check's largest size: nccl-tests' bus bandwidth."""
 import os
@@ -147,10 +213,10 @@ EOF
 "$PY" -m torch.distributed.run --standalone --nproc-per-node "$NGPUS" "$OUT/allreduce_loop.py" \
     > "$OUT/allreduce_loop.log" 2>&1
 loop=$(grep -o 'BUSBW_MEDIAN [0-9.]*' "$OUT/allreduce_loop.log" | awk '{print $2}')
-tool=$("$PY" - "$OUT" <<'EOF'
+tool=$("$PY" - "$OUT" "$HEALTHY_RUNS" <<'EOF'
 import json, statistics, sys
 values = []
-for run in (1, 2, 3):
+for run in range(1, int(sys.argv[2]) + 1):
     try:
         check = json.load(open(f"{sys.argv[1]}/healthy_{run}.json"))["node_check"]
     except (OSError, ValueError, KeyError):

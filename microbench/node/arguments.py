@@ -3,6 +3,8 @@
     microbench-node                      # every visible GPU of this node
     microbench-node --quick              # GEMM, bandwidths, all-reduce: a scheduler's prolog
     microbench-node --device cpu         # the same command on the CPU, 2 processes over gloo
+    microbench-node --save-baseline h100.json        # a healthy node's figures, kept
+    microbench-node --baseline h100.json             # judged against its peers and them
     torchrun --nnodes 4 --nproc-per-node 8 -m microbench.node   # every GPU of a job
 
 Exit 0 when nothing is flagged, 6 when a GPU or a link is (docs/node-check.md), and the
@@ -55,8 +57,14 @@ def build_parser() -> argparse.ArgumentParser:
                            f"(default: {DEFAULT_SAMPLES})")
     what.add_argument("--tolerance", type=finite_float(0, 100, low_inclusive=True),
                       default=DEFAULT_TOLERANCE_PCT, metavar="PCT",
-                      help=f"flag a figure this far below its peers' median, and beyond its "
-                           f"noise (default: {DEFAULT_TOLERANCE_PCT:g})")
+                      help=f"flag a figure this far below its peers' median (or the "
+                           f"baseline's), and beyond its noise (default: "
+                           f"{DEFAULT_TOLERANCE_PCT:g})")
+    what.add_argument("--baseline", type=path_text, default=None, metavar="FILE",
+                      help="judge each GPU against this known-good reference of its model "
+                           "too: a healthy run's result document (--json) or a file "
+                           "--save-baseline wrote; without one a node whose GPUs are all "
+                           "slow passes")
     what.add_argument("--dist-timeout", type=finite_float(0, MAX_DIST_TIMEOUT_S), default=600,
                       metavar="S",
                       help="seconds the processes wait for each other (default: 600)")
@@ -64,6 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
     output.add_argument("--json", type=path_text, default=DEFAULT_JSON, metavar="PATH",
                         help=f"the result document (default: {DEFAULT_JSON})")
     output.add_argument("--no-files", action="store_true", help="write no result document")
+    output.add_argument("--save-baseline", type=path_text, default=None, metavar="FILE",
+                        help="write this run's figures of the GPUs it did not flag, per "
+                             "device model, as a baseline for --baseline")
     output.add_argument("--plot", type=path_text, default=None, metavar="PATH",
                         help="a chart of every GPU's figures against the median (.png, .svg, "
                              ".pdf; needs matplotlib)")
@@ -81,6 +92,20 @@ def validate(args: argparse.Namespace) -> None:
         writing.check_target(args.plot, "--plot", directory_made=True)
         if not args.no_files and os.path.abspath(args.plot) == os.path.abspath(args.json):
             raise UsageError("--plot and --json name the same file: name two")
+    if args.save_baseline is not None:
+        if not args.save_baseline.strip():
+            raise UsageError("--save-baseline must not be empty")
+        writing.check_target(args.save_baseline, "--save-baseline", directory_made=True)
+        written = [path for path, given in ((args.json, not args.no_files), (args.plot, True))
+                   if given and path is not None]
+        if any(os.path.abspath(args.save_baseline) == os.path.abspath(p) for p in written):
+            raise UsageError("--save-baseline names the file of --json or --plot: name "
+                             "another")
+    if args.baseline is not None:
+        if not args.baseline.strip():
+            raise UsageError("--baseline must not be empty")
+        from microbench.node import reference      # reads with the schema, no torch
+        reference.load(args.baseline)
 
 
 def main(argv: list[str] | None = None) -> int:

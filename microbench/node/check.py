@@ -22,8 +22,11 @@ import torch
 
 from microbench.measure.telemetry.opening import open_source
 from microbench.node import document as document_module
+from microbench.node import reference as baseline_module
 from microbench.node import links, program, show
-from microbench.node.verdict import judge
+from microbench.node.reference import Baseline
+from microbench.node.parts import DEFAULT_TOLERANCE_PCT
+from microbench.node.verdict import judge, judge_links, pairs_to_confirm
 from microbench.platform import devices
 from microbench.platform import distributed, process, writing
 from microbench.platform.errors import (EXIT_FLAGGED, BenchmarkError, ReportedFailure,
@@ -39,6 +42,8 @@ class Options:
     samples: int
     quick: bool
     timeout_s: float
+    tolerance_pct: float = DEFAULT_TOLERANCE_PCT
+    baseline: Baseline | None = None  # --baseline, read before the processes start
 
 
 @dataclass
@@ -46,6 +51,8 @@ class Outcome:
     """What rank 0 gathered: every GPU's record and every link's measurement."""
 
     records: list = field(default_factory=list)
+    rechecks: list | None = None      # every GPU's second measurement of the flagged parts
+    copies_again: list = field(default_factory=list)  # the flagged pairs' copies, again
     collectives: list = field(default_factory=list)
     copies: list = field(default_factory=list)
     p2p_note: str | None = None
@@ -81,7 +88,9 @@ def run(args, argv: list[str]) -> int:
     if args.plot is not None:
         from microbench.output import chart
         chart.check_path(args.plot)
-    options = Options(_device_type(args.device), args.samples, args.quick, args.dist_timeout)
+    reference = baseline_module.load(args.baseline) if args.baseline is not None else None
+    options = Options(_device_type(args.device), args.samples, args.quick, args.dist_timeout,
+                      args.tolerance, reference)
     launch = distributed.detect(_LaunchAsk())
     if launch.distributed:
         if args.processes is not None:
@@ -216,10 +225,13 @@ def _measure_rank(launch: distributed.Launch, options: Options) -> Outcome | Non
         distributed.fail_if_asked(launch)         # the test hook: this rank dies here
         with distributed.leaving_group(), \
                 distributed.failures_reported(launch, options.timeout_s, "run"):
-            record = program.run(device, launch.rank, launch.local_rank, options.samples,
-                                 options.quick, source, note,
-                                 align=lambda: distributed.barrier(device))
-            return _links_and_gather(launch, device, options, record)
+            def measure(only=None) -> program.GpuRecord:
+                return program.run(device, launch.rank, launch.local_rank, options.samples,
+                                   options.quick, source, note,
+                                   align=lambda: distributed.barrier(device), only=only)
+            record = measure()
+            rechecks = _recheck(record, measure, options)
+            return _links_and_gather(launch, device, options, record, rechecks)
     finally:
         if source is not None:
             source.close()
@@ -236,8 +248,22 @@ def _bind_near(device: torch.device) -> None:
             os.sched_setaffinity(0, near & allowed)
 
 
+def _recheck(record: program.GpuRecord, measure, options: Options) -> list | None:
+    """A flag is confirmed before it counts: every rank sees every GPU's figures, judges them
+    as rank 0 will (the same records, the same rule: the same parts on every rank, without a
+    message to agree on), and every GPU measures the flagged parts again, all at once as the
+    first time. Every rank's second records (None: nothing was flagged, nothing measured
+    again)."""
+    records = distributed.all_gather_objects(record)
+    again = judge(records, tolerance_pct=options.tolerance_pct,
+                  baseline=options.baseline).to_confirm()
+    if not again:
+        return None
+    return distributed.all_gather_objects(measure(only=again))
+
+
 def _links_and_gather(launch, device: torch.device, options: Options,
-                      record: program.GpuRecord) -> Outcome | None:
+                      record: program.GpuRecord, rechecks: list | None) -> Outcome | None:
     groups = links.node_groups(distributed.all_gather_objects(record.host))
     # Every rank creates every node's group, in the same order (torch.distributed's rule).
     node_groups = {host: (distributed.new_group(ranks) if len(groups) > 1 else None)
@@ -248,7 +274,7 @@ def _links_and_gather(launch, device: torch.device, options: Options,
     if len(groups) > 1:
         collectives.append(links.all_reduce(None, list(range(launch.world_size)), device,
                                             options.samples, "all nodes"))
-    copies, p2p_note = [], None
+    copies, copies_again, p2p_note = [], [], None
     if options.quick:
         p2p_note = "peer-to-peer copies: not measured with --quick"
     elif not devices.is_gpu(device):
@@ -256,25 +282,42 @@ def _links_and_gather(launch, device: torch.device, options: Options,
     else:
         copies = links.pair_copies(node_groups[record.host], mine, record.host, launch.rank,
                                    device, options.samples)
+        copies_again = _pairs_again(copies, node_groups[record.host], mine, record.host,
+                                    launch.rank, device, options)
     # Each node's all-reduce once (its first rank's), the job's once (rank 0's).
     shared = [c for c in collectives if c.scope == "all nodes"] if launch.rank == 0 else []
     own = [c for c in collectives if c.scope != "all nodes"] if launch.rank == mine[0] else []
-    gathered = distributed.gather_to_main((record, own + shared, copies))
+    gathered = distributed.gather_to_main((record, own + shared, copies, copies_again))
     if gathered is None:
         return None
-    outcome = Outcome(p2p_note=p2p_note, backend=distributed.backend_name())
-    for record_, collectives_, copies_ in gathered:
+    outcome = Outcome(p2p_note=p2p_note, backend=distributed.backend_name(),
+                      rechecks=rechecks)
+    for record_, collectives_, copies_, again_ in gathered:
         outcome.records.append(record_)
         outcome.collectives += collectives_
         outcome.copies += copies_
+        outcome.copies_again += again_
     return outcome
+
+
+def _pairs_again(copies: list, group, mine: list[int], host: str, rank: int,
+                 device: torch.device, options: Options) -> list:
+    """A link's flag is confirmed as a GPU's is: every rank judges every pair's copies as rank
+    0 will, and the flagged pairs are measured again (each node its own, in rounds)."""
+    everyone = [c for copies_ in distributed.all_gather_objects(copies) for c in copies_]
+    again = pairs_to_confirm(judge_links(everyone, (), options.tolerance_pct))
+    if not again:
+        return []
+    return links.pair_copies(group, mine, host, rank, device, options.samples, only=again)
 
 
 # ---------------------------------------------------------------- the verdict
 
 def _finish(outcome: Outcome, args, options: Options, argv: list[str],
             seconds: float) -> int:
-    verdict = judge(outcome.records, outcome.copies, outcome.collectives, args.tolerance)
+    # Nothing flagged at first: nothing measured again, and no flag to confirm ([]).
+    verdict = judge(outcome.records, outcome.copies, outcome.collectives, options.tolerance_pct,
+                    options.baseline, outcome.rechecks or [], outcome.copies_again)
     show.print_verdict(verdict, outcome.collectives, outcome.p2p_note, sys.stdout)
     document = document_module.build(
         verdict, outcome.collectives, outcome.copies, device_type=options.device_type,
@@ -285,6 +328,8 @@ def _finish(outcome: Outcome, args, options: Options, argv: list[str],
         import json
         writing.write_whole(args.json, json.dumps(document, indent=1) + "\n")
         print(f"Result: {args.json}")
+    if args.save_baseline is not None:
+        print(baseline_module.save(document["node_check"], args.save_baseline))
     if args.plot is not None:
         from microbench.node import plot
         plot.write(verdict, args.plot)

@@ -8,15 +8,17 @@ import statistics
 from typing import Sequence
 
 from microbench import __version__
-from microbench.node.parts import FIGURES
+from microbench.node.parts import FIGURES, HOST_BOUND
 from microbench.node.links import Collective, PairCopy
 from microbench.node.verdict import Judged, Verdict
 from microbench.store.schema import SCHEMA_VERSION
 
-METHOD = ("each figure is the median of its samples; a GPU is flagged when a figure lies below "
-          "the median of its peers (the GPUs of its model) by more than tolerance_pct and its "
-          "95% interval against them (Welch's t on log samples) lies below 1, when it "
-          "throttles (idle and the rated power limit excluded), reports uncorrectable ECC "
+METHOD = ("each figure is the median of its samples; a GPU is flagged when a figure it decides "
+          "(not_judged: those bound by the host, shown only) lies below the median of its "
+          "peers (the GPUs of its model), or of the baseline's samples of its model, by more "
+          "than tolerance_pct and its 95% interval against them (Welch's t on log samples) "
+          "lies below 1, and the part measured again on every GPU (recheck) flags it again; "
+          "when it throttles (idle and the rated power limit excluded), reports uncorrectable ECC "
           "errors or retired pages, trained a narrower or slower PCIe link than its peers, or "
           "failed a part; links are judged against the other links by the same rule")
 
@@ -26,6 +28,19 @@ def _judged(judged: Judged) -> dict:
             "flagged": judged.flagged, "noise": judged.noise}
 
 
+def _recheck(judged: Judged | None) -> dict | None:
+    """A flag's second measurement (None where the first did not flag)."""
+    if judged is None or judged.recheck is None:
+        return None
+    return {**_judged(judged.recheck), "samples": list(judged.recheck_samples)}
+
+
+def _against_baseline(judged: Judged | None) -> dict | None:
+    if judged is None:
+        return None
+    return {**_judged(judged), "recheck": _recheck(judged)}
+
+
 def _gpu(verdict) -> dict:
     record = verdict.record
     figures = {}
@@ -33,10 +48,13 @@ def _gpu(verdict) -> dict:
         judged = verdict.figures.get(key, Judged(part.value, None, None))
         figures[key] = {**_judged(judged), "samples": list(part.samples), "basis": part.basis,
                         "failure": part.failure, "skipped": part.skipped,
-                        "telemetry": None if part.telemetry is None else part.telemetry.to_dict()}
+                        "telemetry": None if part.telemetry is None else part.telemetry.to_dict(),
+                        "judged": key not in HOST_BOUND, "recheck": _recheck(judged),
+                        "baseline": _against_baseline(verdict.baseline.get(key))}
     return {"rank": record.rank, "host": record.host, "local_rank": record.local_rank,
             "device": record.device, "device_name": record.device_name,
             "flagged": verdict.flagged, "findings": list(verdict.findings),
+            "flagged_by": list(verdict.flagged_by),
             "telemetry_note": record.telemetry_note, "power_limit_w": record.power_limit_w,
             "default_power_limit_w": record.default_power_limit_w,
             "health": None if record.health is None else record.health.to_dict(),
@@ -60,11 +78,13 @@ def build(verdict: Verdict, collectives: Sequence[Collective], copies: Sequence[
         "tolerance_pct": verdict.tolerance_pct, "quick": quick, "samples": samples,
         "seconds": seconds, "flagged": verdict.flagged,
         "flagged_hosts": verdict.flagged_hosts(), "notes": list(verdict.notes),
+        "baseline": verdict.baseline_source, "flagged_by": verdict.flagged_by(),
+        "not_judged": dict(HOST_BOUND),
         "method": METHOD,
         "figures": [{"key": f.key, "unit": f.unit, "label": f.console} for f in FIGURES.values()],
         "gpus": [_gpu(g) for g in verdict.gpus],
-        "links": [{"name": link.name, "kind": link.kind, **_judged(link.judged)}
-                  for link in verdict.links],
+        "links": [{"name": link.name, "kind": link.kind, **_judged(link.judged),
+                   "recheck": _recheck(link.judged)} for link in verdict.links],
         "allreduce": [_collective(c, backend) for c in collectives],
         "p2p": [{"host": c.host, "source_rank": c.source_rank, "target_rank": c.target_rank,
                  "gbs": list(c.gbs)} for c in copies],

@@ -2,6 +2,13 @@
 between every pair of GPUs of a node, through torch.distributed (NCCL, which is RCCL on
 ROCm; gloo on the CPU).
 
+The pairs are measured in rounds of disjoint pairs (a round-robin tournament's schedule, the
+circle method): in each round every GPU exchanges with one other, both directions at once, so
+n GPUs take n-1 rounds (8 GPUs: 7 rounds, not 56 pairs one at a time) and no two pairs of a
+round share a GPU. Within a node of NVLink/NVSwitch or xGMI each pair has links of its own;
+behind a shared PCIe switch disjoint pairs can still share its uplink, and a slow pair is then
+judged against its round's load, which the pair's figure does not isolate.
+
 Bus bandwidth is nccl-tests' definition (doc/PERFORMANCE.md of NVIDIA/nccl-tests): algorithm
 bandwidth = bytes / time of one all-reduce, bus bandwidth = algbw * 2(n-1)/n, the rate each
 link carries, comparable across rank counts. One sample is ``ITERATIONS`` back-to-back
@@ -79,26 +86,47 @@ def all_reduce(group, ranks: list[int], device: torch.device, samples: int,
     return result
 
 
+def rounds(ranks: list[int]) -> list[list[tuple[int, int]]]:
+    """Every unordered pair of ``ranks`` once, in rounds of disjoint pairs: the circle method
+    (the first rank fixed, the others rotating one place a round); an odd count gives one rank
+    a rest each round. Every rank computes the same schedule."""
+    players: list[int | None] = list(ranks) + ([None] if len(ranks) % 2 else [])
+    count = len(players)
+    schedule = []
+    for _ in range(count - 1):
+        pairs = [(players[i], players[count - 1 - i]) for i in range(count // 2)]
+        schedule.append([(min(a, b), max(a, b)) for a, b in pairs
+                         if a is not None and b is not None])
+        players = [players[0], players[-1], *players[1:-1]]
+    return schedule
+
+
 def pair_copies(group, ranks: list[int], host: str, rank: int, device: torch.device,
-                samples: int) -> list[PairCopy]:
-    """Every ordered pair of ``ranks`` (one node), one pair at a time with the node's ranks
-    waiting between pairs, so that no two copies share a link; the receiver's records."""
+                samples: int, only: frozenset | None = None) -> list[PairCopy]:
+    """Every ordered pair of ``ranks`` (one node), in rounds of disjoint pairs (``rounds``),
+    each pair both ways at once, the node's ranks waiting for each other between rounds; the
+    receiver's records (a copy into this rank's GPU). ``only``: these pairs (``(low, high)``
+    ranks), measured again to confirm their flags; every rank of the node must pass the same."""
     copies = []
-    buffer = torch.empty(P2P_BYTES, dtype=torch.uint8, device=device)
-    pairs = [(a, b) for a in ranks for b in ranks if a != b]
-    for sender, receiver in pairs:
-        if rank == sender:
-            _one_pair(buffer, distributed.timed_send, receiver, device, samples)
-        elif rank == receiver:
-            copies.append(PairCopy(host, sender, receiver, _one_pair(
-                buffer, distributed.timed_recv, sender, device, samples)))
+    outgoing = torch.empty(P2P_BYTES, dtype=torch.uint8, device=device)
+    incoming = torch.empty(P2P_BYTES, dtype=torch.uint8, device=device)
+    for pairs in rounds(ranks):
+        if only is not None:
+            pairs = [pair for pair in pairs if pair in only]
+            if not pairs:
+                continue                    # the same rounds skipped on every rank of the node
+        peer = next((b if a == rank else a for a, b in pairs if rank in (a, b)), None)
+        if peer is not None:
+            copies.append(PairCopy(host, peer, rank, _one_pair(
+                outgoing, incoming, peer, device, samples, group)))
         distributed.barrier(device, group)
     return copies
 
 
-def _one_pair(buffer: torch.Tensor, timed, peer: int, device: torch.device,
-              samples: int) -> tuple[float, ...]:
-    """GB/s of each sample of ``P2P_ITERATIONS`` copies (``timed``: the send or the receive)."""
-    timed(buffer, peer, 1, device)           # warm-up: the pair's communicator forms here
-    return tuple(buffer.numel() * P2P_ITERATIONS / timed(buffer, peer, P2P_ITERATIONS, device)
-                 / 1e9 for _ in range(samples))
+def _one_pair(outgoing: torch.Tensor, incoming: torch.Tensor, peer: int,
+              device: torch.device, samples: int, group) -> tuple[float, ...]:
+    """GB/s into this GPU of each sample of ``P2P_ITERATIONS`` exchanges with ``peer``."""
+    distributed.timed_exchange(outgoing, incoming, peer, 1, device, group)     # warm-up
+    return tuple(incoming.numel() * P2P_ITERATIONS
+                 / distributed.timed_exchange(outgoing, incoming, peer, P2P_ITERATIONS,
+                                              device, group) / 1e9 for _ in range(samples))

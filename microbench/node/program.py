@@ -32,7 +32,9 @@ from microbench.platform import devices
 from microbench.platform.errors import BenchmarkError, UsageError
 
 # A test hook, as distributed.FAIL_RANK_VARIABLE: "RANK:FACTOR" multiplies every figure that
-# rank measures by FACTOR (a slow GPU without a slow GPU; tests and the docs' dry run).
+# rank measures by FACTOR (a slow GPU without a slow GPU; tests and the docs' dry run); several
+# are separated by commas, and "*:FACTOR" scales every rank (a uniformly slow node, which only
+# --baseline can see).
 SCALE_VARIABLE = "MICROBENCH_NODE_SCALE"
 
 
@@ -119,10 +121,12 @@ def sizes_for(device: torch.device) -> Sizes:
 
 def run(device: torch.device, rank: int, local_rank: int, samples: int, quick: bool,
         source=None, telemetry_note: str = "", environ=None,
-        align: Callable[[], object] = lambda: None) -> GpuRecord:
-    """Every part on ``device``; ``source`` the telemetry source read meanwhile; ``align``
-    runs before each part (a barrier: every GPU starts each part together, so that the node
-    carries the load of a real job, every GPU busy at once)."""
+        align: Callable[[], object] = lambda: None,
+        only: tuple[str, ...] | None = None) -> GpuRecord:
+    """Every part on ``device`` (``only``: these parts, the flagged ones measured again);
+    ``source`` the telemetry source read meanwhile; ``align`` runs before each part (a
+    barrier: every GPU starts each part together, so that the node carries the load of a real
+    job, every GPU busy at once)."""
     sizes = sizes_for(device)
     probe = replace(sizes.probe, iterations=samples)
     health: list[DeviceHealth] = []
@@ -141,7 +145,8 @@ def run(device: torch.device, rank: int, local_rank: int, samples: int, quick: b
     }
     parts = {}
     for figure in GPU_FIGURES:
-        if quick and figure.key not in QUICK_PARTS:
+        if (quick and figure.key not in QUICK_PARTS) or (only is not None
+                                                         and figure.key not in only):
             continue
         align()
         with watched(source) as watch:
@@ -255,30 +260,36 @@ def _device_name(device: torch.device) -> str:
     return devices.device_name(device) if devices.is_gpu(device) else "cpu"
 
 
-def scale_of(environ) -> tuple[int, float] | None:
-    """The rank and factor ``SCALE_VARIABLE`` names; None when it is unset."""
+def scale_of(environ) -> dict | None:
+    """The factor ``SCALE_VARIABLE`` names for each rank ("*": every rank); None when it is
+    unset."""
     text = environ.get(SCALE_VARIABLE)
     if not text:
         return None
-    try:
-        rank, factor = text.split(":")
-        rank, factor = int(rank), float(factor)
-    except ValueError:
-        raise UsageError(f"{SCALE_VARIABLE}={text!r}: expected RANK:FACTOR, e.g. 1:0.5, or "
-                         f"unset it") from None
-    if not (rank >= 0 and 0 < factor < float("inf")):
-        raise UsageError(f"{SCALE_VARIABLE}={text!r}: the rank must be 0 or more and the "
-                         f"factor a positive number")
-    return rank, factor
+    factors: dict = {}
+    for item in text.split(","):
+        try:
+            rank, factor = item.split(":")
+            rank = "*" if rank.strip() == "*" else int(rank)
+            factor = float(factor)
+        except ValueError:
+            raise UsageError(f"{SCALE_VARIABLE}={text!r}: expected RANK:FACTOR (several "
+                             f"separated by commas, * for every rank), e.g. 1:0.5, or unset "
+                             f"it") from None
+        if not ((rank == "*" or rank >= 0) and 0 < factor < float("inf")):
+            raise UsageError(f"{SCALE_VARIABLE}={text!r}: the rank must be 0 or more (or *) "
+                             f"and the factor a positive number")
+        factors[rank] = factor
+    return factors
 
 
 def scaled(record: GpuRecord, environ) -> GpuRecord:
     """The record with every figure multiplied by the factor ``SCALE_VARIABLE`` names for its
     rank (the test hook); the record itself otherwise."""
-    scale = scale_of(environ)
-    if scale is None or scale[0] != record.rank:
+    factors = scale_of(environ) or {}
+    factor = factors.get(record.rank, factors.get("*"))
+    if factor is None:
         return record
-    factor = scale[1]
     parts = {key: replace(part, samples=tuple(s * factor for s in part.samples))
              for key, part in record.parts.items()}
     return replace(record, parts=parts)

@@ -1,32 +1,40 @@
 """The node check on the console: one row per GPU, each figure beside the median with its
-difference, then the links, then one line of verdict."""
+difference (and the baseline's, given one), the columns shown but not judged marked, then the
+links, then one line of verdict."""
 from __future__ import annotations
 
 from typing import Sequence
 
-from microbench.node.parts import FIGURES, GPU_FIGURES, shown
+from microbench.node.parts import (FIGURES, GPU_FIGURES, NOT_JUDGED_MARK, judged,
+                                   not_judged_note, shown)
 from microbench.node.links import Collective
 from microbench.node.verdict import Judged, Verdict
 from microbench.platform import text_table
 from microbench.platform.safe_text import terminal
 
 
-def _cell(figure, judged: Judged | None) -> str:
-    if judged is None or judged.value is None:
+def _cell(figure, judged_: Judged | None, base: Judged | None = None) -> str:
+    if judged_ is None or judged_.value is None:
         return "-"
-    diff = "" if judged.diff_pct is None else f" ({judged.diff_pct:+.0f}%)"
-    return f"{shown(figure, judged.value)}{diff}{' !' if judged.flagged else ''}"
+    diffs = [] if judged_.diff_pct is None else [f"{judged_.diff_pct:+.0f}%"]
+    if base is not None and base.diff_pct is not None:
+        diffs.append(f"{base.diff_pct:+.0f}% vs baseline")
+    flagged = judged_.flagged or (base is not None and base.flagged)
+    diff = f" ({', '.join(diffs)})" if diffs else ""
+    return f"{shown(figure, judged_.value)}{diff}{' !' if flagged else ''}"
 
 
 def gpu_table(verdict: Verdict) -> tuple[list[str], list[list[str]]]:
     known = [f for f in GPU_FIGURES
              if any(g.figures.get(f.key) and g.figures[f.key].value is not None
                     for g in verdict.gpus)]
-    header = ["GPU", "device"] + [f"{f.console} [{f.unit}]" for f in known] + ["verdict"]
+    header = ["GPU", "device"] + [f"{f.console}{'' if judged(f.key) else NOT_JUDGED_MARK} "
+                                  f"[{f.unit}]" for f in known] + ["verdict"]
     rows = []
     for gpu in verdict.gpus:
         rows.append([f"{gpu.record.host} rank {gpu.record.rank}", gpu.record.device_name]
-                    + [_cell(f, gpu.figures.get(f.key)) for f in known]
+                    + [_cell(f, gpu.figures.get(f.key), gpu.baseline.get(f.key))
+                       for f in known]
                     + ["FLAGGED" if gpu.flagged else "ok"])
     medians = []
     for figure in known:
@@ -34,16 +42,25 @@ def gpu_table(verdict: Verdict) -> tuple[list[str], list[list[str]]]:
                   if g.figures.get(figure.key) and g.figures[figure.key].median is not None]
         medians.append(shown(figure, values[0]) if values else "-")
     rows.append(["median", ""] + medians + [""])
-    return header, rows
+    if any(g.baseline for g in verdict.gpus):
+        references = []
+        for figure in known:
+            values = [g.baseline[figure.key].median for g in verdict.gpus
+                      if g.baseline.get(figure.key) and g.baseline[figure.key].median]
+            references.append(shown(figure, values[0]) if values else "-")
+        rows.append(["baseline", ""] + references + [""])
+    return header, rows, not_judged_note(f.key for f in known)
 
 
 def print_verdict(verdict: Verdict, collectives: Sequence[Collective], p2p_note: str | None,
                   out) -> None:
-    header, rows = gpu_table(verdict)
+    header, rows, not_judged = gpu_table(verdict)
     columns = [text_table.Column(h, numeric=2 <= i < len(header) - 1)
                for i, h in enumerate(header)]
     rows = [[terminal(cell) for cell in row] for row in rows]
     print(text_table.render(columns, rows, terminal=out.isatty()), end="", file=out)
+    if not_judged:
+        print(terminal(not_judged), file=out)
     for gpu in verdict.gpus:
         for finding in gpu.findings:
             print(terminal(f"  {gpu.record.host} rank {gpu.record.rank}: {finding}"), file=out)
@@ -74,4 +91,5 @@ def print_verdict(verdict: Verdict, collectives: Sequence[Collective], p2p_note:
         return
     names = ", ".join(f"{g.record.host} rank {g.record.rank}" for g in flagged) or "none"
     print(terminal(f"Node check: FLAGGED GPUs: {names}; links: {len(links)}; hosts: "
-                   f"{', '.join(verdict.flagged_hosts())}"), file=out)
+                   f"{', '.join(verdict.flagged_hosts())}; flagged by: "
+                   f"{', '.join(verdict.flagged_by())}"), file=out)

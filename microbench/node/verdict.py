@@ -1,51 +1,78 @@
-"""The node check's one verdict: each GPU's figures beside its peers' median, and what flags it.
+"""The node check's one verdict: each GPU's figures beside its peers' median (and, given one, a
+baseline of its model), and what flags it.
 
-A figure flags its GPU when it lies below the median of its peers' figures (every GPU of the
-same model in the job, itself included) by more than ``--tolerance`` AND by more than its
-measured noise: its ratio to its peers' samples is beyond the tolerance and the 95% interval
-of that ratio (``measure/stats.gate``: Welch's t on the logs of both sides' samples) lies
-wholly below 1, as ``--compare`` judges a regression. A difference inside the spread is not
-a finding.
+A figure flags its GPU when it lies below a reference by more than ``--tolerance`` AND by more
+than its measured noise: its ratio to the reference's samples is beyond the tolerance and the
+95% interval of that ratio (``measure/stats.gate``: Welch's t on the logs of both sides'
+samples) lies wholly below 1, as ``--compare`` judges a regression. A difference inside the
+spread is not a finding. The references:
+
+* **peers**: the median of every GPU of the same model in the job, itself included;
+* **baseline** (``--baseline``, ``baseline.py``): the samples of healthy GPUs of its model
+  from an earlier run, so that a node whose GPUs are all slow is seen.
+
+Only the figures the GPU decides are judged (``parts.judged``: the one rule for every part);
+a host-bound figure is shown beside both references and never flags a GPU.
+
+A flag is **confirmed** before it counts: the check measures every flagged part again on every
+GPU (``check.py``), and a figure flags its GPU only when the second measurement, judged by the
+same rule against the same reference, flags it too (``recheck``). Without a second
+measurement (``recheck`` None) the flags stand as first measured: the preliminary verdict that
+says what to measure again.
+
 A GPU is flagged too when it throttles (``watch.throttling``: idle and the rated power limit
 excluded), reports errors (uncorrectable ECC, retired pages), trained its PCIe link narrower
-or slower than its peers, or could not run a part. A link (a pair's copy, a node's all-reduce)
-is judged by the same rule against the other links.
+or slower than its peers, or could not run a part: facts read from the device, not compared.
+A link (a pair's copy, a node's all-reduce) is judged by the same rule against the other links.
 
 This module computes; ``show.py`` prints and ``document.py`` writes what it found.
 """
 from __future__ import annotations
 
 import dataclasses
-
 import statistics
 from dataclasses import dataclass, field
 from typing import Sequence
 
 from microbench.measure import stats
-from microbench.node.parts import DEFAULT_TOLERANCE_PCT, GPU_FIGURES, HOST_BOUND
+from microbench.node.reference import Baseline
 from microbench.node.links import Collective, PairCopy
+from microbench.node.parts import DEFAULT_TOLERANCE_PCT, GPU_FIGURES, HOST_BOUND, judged
 from microbench.node.program import GpuRecord
 from microbench.node.watch import throttling
 
+# The comparisons a figure is judged by (a finding and the document name which flagged it).
+PEERS, BASELINE = "peers", "baseline"
+BELOW = {PEERS: "its peers' median", BASELINE: "the baseline's median"}
+# Without --baseline, the summary says what the check cannot see.
+SELF_ONLY_NOTE = ("judged only against itself (no --baseline): a node whose GPUs are all "
+                  "equally slow (a node-wide power cap, a wrong driver, a cooling fault) "
+                  "passes; give --baseline a healthy run's result of the same GPU model")
 
 
 @dataclass(frozen=True)
 class Judged:
-    """One figure against its peers."""
+    """One figure against one reference (its peers, or the baseline)."""
 
     value: float | None
-    median: float | None                 # the peers' median, this one included
+    median: float | None                 # the reference's median (peers: this one included)
     diff_pct: float | None               # (value - median) / median, in %
     flagged: bool = False
     why: str = ""                        # the finding, in words ("" not flagged)
     noise: str = ""                      # what the noise rule said
+    judged: bool = True                  # False: shown, never flagging (parts.HOST_BOUND)
+    recheck: "Judged | None" = None      # the second measurement, where the first flagged
+    recheck_samples: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)
 class GpuVerdict:
     record: GpuRecord
-    figures: dict[str, Judged]
+    figures: dict[str, Judged]           # against its peers
     findings: tuple[str, ...]            # every reason this GPU is flagged
+    baseline: dict[str, Judged] = field(default_factory=dict)   # against --baseline
+    flagged_by: tuple[str, ...] = ()     # PEERS, BASELINE, "device" (throttling, errors,
+                                         # its PCIe link, a failed part)
 
     @property
     def flagged(self) -> bool:
@@ -57,6 +84,13 @@ class LinkVerdict:
     name: str                            # "rank 0 -> rank 1 (host)", "node host all-reduce"
     kind: str                            # "p2p" | "allreduce"
     judged: Judged
+    pair: tuple[int, int] | None = None  # a p2p link's ranks, lower first (both directions
+                                         # are measured at once, and again together)
+
+
+def pairs_to_confirm(links: Sequence[LinkVerdict]) -> frozenset:
+    """The pairs of GPUs whose copy flagged a link: measured again before the flag counts."""
+    return frozenset(link.pair for link in links if link.judged.flagged and link.pair)
 
 
 @dataclass(frozen=True)
@@ -65,6 +99,7 @@ class Verdict:
     links: tuple[LinkVerdict, ...]
     tolerance_pct: float
     notes: tuple[str, ...] = field(default=())
+    baseline_source: str | None = None
 
     @property
     def flagged(self) -> bool:
@@ -76,34 +111,59 @@ class Verdict:
                   if l.judged.flagged and "(" in l.name]
         return sorted(set(hosts))
 
+    def flagged_by(self) -> list[str]:
+        """Which comparisons flagged something, in a fixed order."""
+        seen = {by for g in self.gpus for by in g.flagged_by}
+        if any(l.judged.flagged for l in self.links):
+            seen.add("links")
+        return [by for by in (PEERS, BASELINE, "device", "links") if by in seen]
+
+    def to_confirm(self) -> tuple[str, ...]:
+        """The parts whose figure flagged some GPU against its peers or the baseline: measured
+        again on every GPU before the flag counts."""
+        keys = {key for g in self.gpus for judged_ in (g.figures, g.baseline)
+                for key, j in judged_.items() if j.flagged}
+        return tuple(figure.key for figure in GPU_FIGURES if figure.key in keys)
+
 
 def _median(values: Sequence[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
-def judge_figure(own: Sequence[float], peers: Sequence[Sequence[float]],
-                 tolerance_pct: float) -> Judged:
-    """``own`` samples against ``peers`` (every other GPU's or link's samples)."""
-    value = _median(own)
-    values = [_median(p) for p in peers if p] + ([value] if value is not None else [])
-    median = _median(values)
+def _ruled(own: Sequence[float], value: float | None, median: float | None,
+           reference: Sequence[float], tolerance_pct: float, below: str) -> Judged:
     if value is None or median is None or not median:
         return Judged(value, median, None)
     diff = (value - median) / median * 100
-    pooled = [s for p in peers for s in p]
-    if not pooled or diff >= -tolerance_pct:
+    if not reference or diff >= -tolerance_pct:
         return Judged(value, median, diff)
-    gate = stats.gate(pooled, list(own), tolerance_pct)
+    gate = stats.gate(list(reference), list(own), tolerance_pct)
     noise = gate.comparison.text
     if not gate.regression:
         return Judged(value, median, diff, noise=f"within its noise: {noise}")
     return Judged(value, median, diff, flagged=True, noise=noise,
-                  why=f"{-diff:.0f}% below the median")
+                  why=f"{-diff:.0f}% below {below}")
+
+
+def judge_figure(own: Sequence[float], peers: Sequence[Sequence[float]],
+                 tolerance_pct: float, below: str = BELOW[PEERS]) -> Judged:
+    """``own`` samples against ``peers`` (every other GPU's or link's samples)."""
+    value = _median(own)
+    values = [_median(p) for p in peers if p] + ([value] if value is not None else [])
+    return _ruled(own, value, _median(values), [s for p in peers for s in p], tolerance_pct,
+                  below)
+
+
+def judge_reference(own: Sequence[float], reference: Sequence[float],
+                    tolerance_pct: float) -> Judged:
+    """``own`` samples against a baseline's samples of the same model."""
+    return _ruled(own, _median(own), _median(reference), reference, tolerance_pct,
+                  BELOW[BASELINE])
 
 
 def _peers(records: Sequence[GpuRecord], record: GpuRecord) -> list[GpuRecord]:
     """The GPUs a GPU is compared with: every other one of the same model in the job."""
-    return [r for r in records if r is not record and r.device_name == record.device_name]
+    return [r for r in records if r.rank != record.rank and r.device_name == record.device_name]
 
 
 def _pcie_findings(record: GpuRecord, peers: Sequence[GpuRecord]) -> list[str]:
@@ -121,44 +181,116 @@ def _pcie_findings(record: GpuRecord, peers: Sequence[GpuRecord]) -> list[str]:
     return findings
 
 
+def _samples(records: Sequence[GpuRecord], key: str) -> list[tuple[float, ...]]:
+    return [r.parts[key].samples for r in records if key in r.parts]
+
+
+def _confirmed(first: Judged, second: Judged | None, samples: tuple[float, ...]) -> Judged:
+    """A first flag stands only where the second measurement flags too (``second`` None: no
+    second measurement was taken, the preliminary verdict)."""
+    if not first.flagged or second is None:
+        return first
+    if second.flagged:
+        return dataclasses.replace(first, recheck=second, recheck_samples=samples,
+                                   why=f"{first.why} (confirmed: {-second.diff_pct:.0f}% when "
+                                       f"measured again)")
+    again = "unknown" if second.diff_pct is None else f"{second.diff_pct:+.0f}%"
+    return dataclasses.replace(first, flagged=False, why="", recheck=second,
+                               recheck_samples=samples,
+                               noise=f"not confirmed: {first.diff_pct:+.0f}% at first, "
+                                     f"{again} when measured again")
+
+
+def _shown(judged_: Judged, key: str) -> Judged:
+    return dataclasses.replace(judged_, flagged=False, why="", judged=False,
+                               noise=f"shown, not judged: {HOST_BOUND[key]}")
+
+
 def judge_gpu(record: GpuRecord, records: Sequence[GpuRecord],
-              tolerance_pct: float) -> GpuVerdict:
+              tolerance_pct: float, baseline: Baseline | None = None,
+              recheck: Sequence[GpuRecord] | None = None) -> GpuVerdict:
     peers = _peers(records, record)
-    judged, findings = {}, []
+    again = {r.rank: r for r in recheck} if recheck is not None else None
+    mine_again = again.get(record.rank) if again is not None else None
+    peers_again = _peers(list(again.values()), record) if again is not None else []
+    against_peers, against_baseline, findings, by = {}, {}, [], []
     for figure in GPU_FIGURES:
-        part = record.parts.get(figure.key)
+        key = figure.key
+        part = record.parts.get(key)
         if part is None:
             continue
         if part.failure:
             findings.append(f"{figure.console} failed: {part.failure}")
-        theirs = [p.parts[figure.key].samples for p in peers if figure.key in p.parts]
-        judged[figure.key] = judge_figure(part.samples, theirs, tolerance_pct)
-        if figure.key in HOST_BOUND:
-            judged[figure.key] = dataclasses.replace(
-                judged[figure.key], flagged=False, why="",
-                noise="bound by the host's kernel launches: shown, not judged")
-        if judged[figure.key].flagged:
-            findings.append(f"{figure.console} {judged[figure.key].why}")
+            by.append("device")
+        peer = judge_figure(part.samples, _samples(peers, key), tolerance_pct)
+        reference = baseline.samples(record.device_name, key) if baseline else ()
+        base = judge_reference(part.samples, reference, tolerance_pct) if reference else None
+        if not judged(key):
+            against_peers[key] = _shown(peer, key)
+            if base is not None:
+                against_baseline[key] = _shown(base, key)
+            continue
+        second = mine_again.parts.get(key) if mine_again is not None else None
+        if again is not None and (peer.flagged or (base is not None and base.flagged)):
+            if second is None or second.failure or not second.samples:
+                # Not measured again, or failed this time: the first flag stands (a failure
+                # is a finding of its own).
+                if second is not None and second.failure:
+                    findings.append(f"{figure.console} failed when measured again: "
+                                    f"{second.failure}")
+                    by.append("device")
+                second = None
+        samples = second.samples if second is not None else ()
+        if again is not None and second is not None:
+            peer = _confirmed(peer, judge_figure(samples, _samples(peers_again, key),
+                                                 tolerance_pct), samples)
+            if base is not None:
+                base = _confirmed(base, judge_reference(samples, reference, tolerance_pct),
+                                  samples)
+        against_peers[key] = peer
+        if peer.flagged:
+            findings.append(f"{figure.console} {peer.why}")
+            by.append(PEERS)
+        if base is not None:
+            against_baseline[key] = base
+            if base.flagged:
+                findings.append(f"{figure.console} {base.why}")
+                by.append(BASELINE)
     reasons = throttling([p.telemetry for p in record.parts.values()], record.power_capped)
     if reasons:
         findings.append(f"throttled: {', '.join(reasons)}")
     if record.power_capped:
         findings.append(f"power limit {record.power_limit_w:g} W, below its default "
                         f"{record.default_power_limit_w:g} W")
+    health = []
     if record.health is not None:
-        findings += record.health.errors()
-    findings += _pcie_findings(record, peers)
-    return GpuVerdict(record, judged, tuple(findings))
+        health += record.health.errors()
+    health += _pcie_findings(record, peers)
+    findings += health
+    if reasons or record.power_capped or health:
+        by.append("device")
+    return GpuVerdict(record, against_peers, tuple(findings), against_baseline,
+                      tuple(dict.fromkeys(by)))
 
 
 def judge_links(copies: Sequence[PairCopy], collectives: Sequence[Collective],
-                tolerance_pct: float) -> list[LinkVerdict]:
+                tolerance_pct: float,
+                recheck: Sequence[PairCopy] | None = None) -> list[LinkVerdict]:
+    """``recheck``: the flagged pairs' copies measured again, each judged against the other
+    pairs' first measurement (None: the preliminary verdict, flags as first measured)."""
     verdicts = []
+    below = "the other links' median"
+    again = {(c.source_rank, c.target_rank): c for c in recheck or ()}
     for copy in copies:
         others = [c.gbs for c in copies if c is not copy]
+        judged_ = judge_figure(copy.gbs, others, tolerance_pct, below)
+        second = again.get((copy.source_rank, copy.target_rank))
+        if recheck is not None and second is not None:
+            judged_ = _confirmed(judged_, judge_figure(second.gbs, others, tolerance_pct, below),
+                                 second.gbs)
+        pair = (min(copy.source_rank, copy.target_rank), max(copy.source_rank, copy.target_rank))
         verdicts.append(LinkVerdict(f"rank {copy.source_rank} -> rank {copy.target_rank} "
-                                    f"({copy.host})", "p2p",
-                                    judge_figure(copy.gbs, others, tolerance_pct)))
+                                    f"({copy.host})", "p2p", judged_, pair))
     nodes = [c for c in collectives if c.scope.startswith("node ") and c.busbw_gbs]
     for collective in nodes:
         largest = max(collective.busbw_gbs)
@@ -167,13 +299,18 @@ def judge_links(copies: Sequence[PairCopy], collectives: Sequence[Collective],
                                     f"({collective.scope.removeprefix('node ')})",
                                     "allreduce",
                                     judge_figure(collective.busbw_gbs[largest], others,
-                                                 tolerance_pct)))
+                                                 tolerance_pct, below)))
     return verdicts
 
 
 def judge(records: Sequence[GpuRecord], copies: Sequence[PairCopy] = (),
           collectives: Sequence[Collective] = (),
-          tolerance_pct: float = DEFAULT_TOLERANCE_PCT) -> Verdict:
+          tolerance_pct: float = DEFAULT_TOLERANCE_PCT, baseline: Baseline | None = None,
+          recheck: Sequence[GpuRecord] | None = None,
+          copies_again: Sequence[PairCopy] | None = None) -> Verdict:
+    """``recheck``: every GPU's second measurement of the parts the first flagged;
+    ``copies_again``: the flagged pairs' copies measured again (None: the preliminary verdict,
+    flags as first measured). A node's all-reduce is not measured again."""
     notes = []
     if len(records) < 2:
         notes.append("one GPU: its figures have no peers to be compared with (throttling "
@@ -182,6 +319,14 @@ def judge(records: Sequence[GpuRecord], copies: Sequence[PairCopy] = (),
     if len(models) > 1:
         notes.append(f"{len(models)} device models ({', '.join(models)}): each GPU is "
                      f"compared with those of its own model")
-    gpus = tuple(judge_gpu(r, records, tolerance_pct) for r in records)
-    return Verdict(gpus, tuple(judge_links(copies, collectives, tolerance_pct)),
-                   tolerance_pct, tuple(notes))
+    if baseline is None:
+        notes.append(SELF_ONLY_NOTE)
+    else:
+        missing = [m for m in models if not any(baseline.models.get(m, {}).values())]
+        if missing:
+            notes.append(f"the baseline {baseline.source} has no figures of "
+                         f"{', '.join(missing)}: judged against its peers only")
+    gpus = tuple(judge_gpu(r, records, tolerance_pct, baseline, recheck) for r in records)
+    return Verdict(gpus, tuple(judge_links(copies, collectives, tolerance_pct, copies_again)),
+                   tolerance_pct, tuple(notes),
+                   baseline_source=None if baseline is None else baseline.source)

@@ -565,9 +565,12 @@ def write_chart(table: Table, metric: str, wanted_x: str | None, path: str) -> N
 def plotted_table(tables: list[Table], metric: str | None) -> tuple[Table, str]:
     """The table a chart draws (the first whose kind the metric applies to) and the metric."""
     for table in tables:
-        chosen = metric or DEFAULT_METRIC[table.group.table]
-        if table.group.table in METRICS[chosen]:
+        chosen = metric or DEFAULT_METRIC.get(table.group.table)    # a node check: none
+        if chosen is not None and table.group.table in METRICS[chosen]:
             return table, chosen
+    if metric is None:
+        raise UsageError("--plot draws model and op bench results; none were read (a node "
+                         "check draws its own: microbench-node --plot)")
     raise UsageError(f"--metric {metric} applies to {' and '.join(METRICS[metric])} results; "
                      f"none were read")
 

@@ -143,6 +143,8 @@ def _units(entries) -> list[str]:
     return list(dict.fromkeys(e.unit for e in entries if e.measured and e.unit))
 
 
+# A node check's settings shown as columns in every node table (a GPU and its verdict).
+NODE_COLUMNS = ("host", "rank", "device", "verdict", "flagged by")
 # The headline figures, first after the row number (the versus column follows them).
 HEADLINE_FIGURES = ("throughput", "ci95", "median_ms")
 
@@ -161,8 +163,14 @@ def setting_columns(group: Group) -> list[str]:
     (:func:`file_line`)."""
     # A headline setting a row does not record is unknown there (the older tool's mode), which
     # the column shows; any other setting a row lacks did not apply to it.
-    return [name for name in group.varying if name not in (RUN_AT, FILE)
-            and (name in HEADLINE_SETTINGS or len(_values_where_set(group.entries, name)) > 1)]
+    varying = [name for name in group.varying if name not in (RUN_AT, FILE)
+               and (name in HEADLINE_SETTINGS
+                    or len(_values_where_set(group.entries, name)) > 1)]
+    if group.table != figures.NODE:
+        return varying
+    # A node check's row is a GPU: which one and its verdict, even where every row shares them.
+    named = [name for name in NODE_COLUMNS if _values_where_set(group.entries, name)]
+    return named + [name for name in varying if name not in named]
 
 
 def file_line(table: "Table", index: int, entry: Entry) -> str:
@@ -400,6 +408,9 @@ def notes(table: Table) -> list[str]:
         lines.append("*: noisy timing (the result flags its coefficient of variation)")
     if any("estimated energy" in entry.flags for entry in table.group.entries):
         lines.append("~: energy estimated from power samples (no energy counter)")
+    if table.group.table == figures.NODE:
+        lines.append("node checks: one row per GPU, its figures (median of its samples) and "
+                     "the check's verdict; the findings of a flagged GPU follow")
     if table.baseline is not None:
         number = table.index_of(table.baseline)
         what = (f"each row's throughput over row #{number}'s" if table.group.table == MODEL
@@ -424,8 +435,12 @@ def notes(table: Table) -> list[str]:
 
 # ---------------------------------------------------------------- renderings
 
+# Each table's title, by the kind of its rows.
+TITLES = {MODEL: "model results", figures.OP: "op bench results", figures.NODE: "node checks"}
+
+
 def title_of(table: Table) -> str:
-    noun = "model results" if table.group.table == MODEL else "op bench results"
+    noun = TITLES[table.group.table]
     count = len(table.group.entries)
     return f"{noun.capitalize()}: {count} row{'s' if count != 1 else ''}"
 
@@ -485,7 +500,8 @@ RAW_FIGURES_FIRST = ("throughput", "ci95_low", "ci95_high", "trial_count", "p50_
                      "decode_kernel_ms", "decode_gap_ms", "energy_per_unit", "peak_allocated_mb",
                      "median_ms", "gbs", "tflops", "pct_of_peak", "mfu_measured", "mbu_measured")
 RAW_FIGURES = RAW_FIGURES_FIRST + tuple(dict.fromkeys(
-    figure.key for table in (MODEL, figures.OP) for figure in shown_figures(table)
+    figure.key for table in (MODEL, figures.OP, figures.NODE)
+    for figure in shown_figures(table)
     if figure.key not in RAW_FIGURES_FIRST))
 
 

@@ -453,14 +453,19 @@ def timed_all_reduce(tensor: torch.Tensor, times: int, device: torch.device,
     return interruptible(lambda: _timed(lambda: dist.all_reduce(tensor, group=group), times, device))
 
 
-def timed_send(tensor: torch.Tensor, peer: int, times: int, device: torch.device) -> float:
-    """Seconds for ``times`` sends of ``tensor`` to global rank ``peer``."""
-    return interruptible(lambda: _timed(lambda: dist.send(tensor, dst=peer), times, device))
-
-
-def timed_recv(tensor: torch.Tensor, peer: int, times: int, device: torch.device) -> float:
-    """Seconds for ``times`` receives into ``tensor`` from global rank ``peer``."""
-    return interruptible(lambda: _timed(lambda: dist.recv(tensor, src=peer), times, device))
+def timed_exchange(outgoing: torch.Tensor, incoming: torch.Tensor, peer: int, times: int,
+                   device: torch.device, group=None) -> float:
+    """Seconds for ``times`` exchanges with global rank ``peer``: ``outgoing`` sent while
+    ``incoming`` is received, both ways at once, as one batch of point-to-point operations
+    (``batch_isend_irecv``). NCCL's advice: a batched operation runs on the group's own
+    communicator, where an unbatched send or receive on a group of more than two ranks makes a
+    two-rank communicator for each pair and warns ("unbatched P2P op") on every one."""
+    def exchange() -> None:
+        operations = [dist.P2POp(dist.isend, outgoing, peer, group),
+                      dist.P2POp(dist.irecv, incoming, peer, group)]
+        for work in dist.batch_isend_irecv(operations):
+            work.wait()
+    return interruptible(lambda: _timed(exchange, times, device))
 
 
 def slowest(seconds: float, device: torch.device, group=None) -> float:

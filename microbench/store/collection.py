@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from microbench.platform import inputs as checked
 from microbench.platform.errors import UsageError
 from microbench.store import schema, stored
-from microbench.store.entry import AB_SIDE, MODEL, OP, Entry, ab_entries, entries_of
+from microbench.store.entry import AB_SIDE, MODEL, NODE, OP, Entry, ab_entries, entries_of
 
 MAX_INPUT_BYTES = checked.MAX_RESULT_BYTES
 _TRACE_NAME = re.compile(r"trace\d+(_rank\d+)?\.json$")
@@ -163,6 +163,10 @@ def read(inputs: Inputs) -> Found:
         if schema.document_kind(document) == schema.DATA_CACHE:
             found.lines.append(f"skipped {path}: a data cache manifest (--data), not a result")
             continue
+        if schema.document_kind(document) == schema.NODE_BASELINE:
+            found.lines.append(f"skipped {path}: a node check's baseline (--save-baseline), "
+                               f"not a result")
+            continue
         note = _version_note(document, path)
         if note:
             found.lines.append(note)
@@ -285,7 +289,7 @@ def _sort_key(entry: Entry, names) -> tuple:
 class Group:
     """The rows of one kind, ordered, with the settings they share and those that vary."""
 
-    table: str                        # entry.MODEL or entry.OP
+    table: str                        # entry.MODEL, entry.OP or entry.NODE
     entries: list[Entry]
     varying: list[str]                # settings that differ, in column order
     common: dict                      # setting -> the value every row shares
@@ -313,9 +317,9 @@ def _group(table: str, entries: list[Entry]) -> Group:
 
 
 def group_entries(entries: list[Entry]) -> list[Group]:
-    """One group per kind present: model results first, then ops."""
+    """One group per kind present: model results first, then ops, then node checks."""
     groups = []
-    for table in (MODEL, OP):
+    for table in (MODEL, OP, NODE):
         members = [entry for entry in entries if entry.table == table]
         if members:
             groups.append(_group(table, members))

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from microbench.settings import config as config_schema
 from microbench.store import schema
-from microbench.store.figures import (MODEL, NODE, OP, by_key, number, read_all, tokens_per_item,
+from microbench.store.figures import (MODEL, NODE, OP, number, read_all, tokens_per_item,
                                       value_at)
 
 # Config keys that are not settings of the measurement: those --rerun does not replay (where
@@ -45,7 +45,7 @@ NOT_SETTINGS = frozenset(
 class Entry:
     """One row of a report."""
 
-    table: str                          # MODEL or OP: which table the row belongs to
+    table: str                          # MODEL, OP or NODE: which table the row belongs to
     source: str                         # the file, and the row of a sweep
     settings: dict                      # setting -> value; None: does not apply or unknown
     figures: dict                       # figure -> number; None: unknown or not recorded
@@ -312,19 +312,14 @@ def op_entry(run: dict, row: dict, source: str) -> Entry:
 
 
 def node_gpu_entry(check: dict, gpu: dict, source: str) -> Entry:
-    """One GPU of a node check (microbench-node), in the op table: its GEMM TFLOP/s and memory
-    GB/s (the figures the op bench's columns hold), its host and rank, and its verdict."""
-    node = by_key(NODE)
-
-    def value(key: str) -> float | None:
-        return node[key].read(gpu)
-
-    settings = {"op": "node check (GEMM, memory copy)", "host": gpu.get("host"),
-                "rank": gpu.get("rank"), "device": gpu.get("device_name"),
+    """One GPU of a node check (microbench-node), in the node table: its host, rank, device
+    and verdict (and which comparison flagged it), and the figures it measured."""
+    settings = {"host": gpu.get("host"), "rank": gpu.get("rank"),
+                "device": gpu.get("device_name"),
                 "verdict": "flagged" if gpu.get("flagged") else "ok",
-                "tool": check.get("version")}
-    return Entry(OP, source, settings, {"gbs": value("memory_gbs"), "tflops": value("gemm_tflops")},
-                 "ms", time_utc=check.get("time"),
+                "flagged by": ", ".join(gpu.get("flagged_by") or ()) or None,
+                "baseline": check.get("baseline"), "tool": check.get("version")}
+    return Entry(NODE, source, settings, read_all(gpu, NODE), "", time_utc=check.get("time"),
                  identity=json.dumps([check.get("time"), gpu.get("host"), gpu.get("rank")]),
                  note="; ".join(gpu.get("findings") or ()))
 
@@ -382,6 +377,8 @@ def _entries(document: dict, source: str) -> list[Entry]:
     if kind == schema.NODE:
         return [node_gpu_entry(document["node_check"], gpu, f"{source} rank {gpu['rank']}")
                 for gpu in document["node_check"]["gpus"]]
+    if kind == schema.NODE_BASELINE:
+        return []                # a reference for microbench-node --baseline, not a result
     entries = []
     for index, row in enumerate(document["rows"], 1):
         where = f"{source} row {index}"

@@ -335,9 +335,11 @@ FIGURES: tuple[Figure, ...] = (
            style=PERCENT_POINTS, unknown="% of peak (no datasheet peak for the device)"),
     # A node check (microbench-node, node/): each GPU's parts in the order they are measured,
     # then the links between GPUs; the node_check document holds each at figures.<key>.value.
-    # ``console`` is the verdict table's column, ``console_format`` a value of 100 or more.
+    # ``console`` is the verdict table's column, ``console_format`` a value of 100 or more; a
+    # GPU's figure is the report's node table column (``heading``: a GPU row has no link's).
     *(Figure(key, unit, HIGHER, path=("figures", key, "value"), table=NODE, console=label,
-             console_format=",.0f")
+             console_format=",.0f",
+             heading=None if key in ("allreduce_busbw_gbs", "p2p_gbs") else f"{label} {unit}")
       for key, unit, label in (
           ("gemm_tflops", "TFLOP/s", "GEMM"), ("gemm_fp8_tflops", "TFLOP/s", "GEMM FP8"),
           ("memory_gbs", "GB/s", "memory"), ("h2d_gbs", "GB/s", "host->dev"),

@@ -2,7 +2,7 @@
 
 ``result.schema.json`` beside this module (shipped in the package) describes every document the
 tool writes: a run's result, a sweep, an A/B summary, the op bench's results, a node check
-(``microbench-node``), and the older tool's result (its six
+(``microbench-node``) and its baseline (``--save-baseline``), and the older tool's result (its six
 keys, no ``schema_version``), which is read but never written. Its version is the
 ``schema_version`` key of every document; :func:`validate_result` refuses a document of another
 version, or one that does not match, with one line (:class:`~microbench.platform.errors.UsageError`,
@@ -40,6 +40,7 @@ _MESSAGE_CHARS = 160
 RESULT, SWEEP, OP_BENCH, OLDER_TOOL, AB = "result", "sweep", "op bench", "older tool", "A/B"
 DATA_CACHE = "data cache manifest"
 NODE = "node check"
+NODE_BASELINE = "node baseline"       # microbench-node --save-baseline: per-model figures
 OP_BENCH_TOOL = "TorchTensorOpsBench"
 
 
@@ -150,6 +151,8 @@ def document_kind(document: object) -> str | None:
         return OP_BENCH
     if "node_check" in document and "schema_version" in document:
         return NODE
+    if "node_baseline" in document and "schema_version" in document:
+        return NODE_BASELINE
     if "schema_version" in document:
         return RESULT
     if "Throughput [img/sec]" in document and "Name" in document:

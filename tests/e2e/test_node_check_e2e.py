@@ -24,25 +24,44 @@ def _node(*args: str, env: dict | None = None, timeout: int = 120):
                           capture_output=True, text=True, timeout=timeout, env=child_env)
 
 
-def test_a_slow_process_is_flagged_alone_end_to_end(tmp_path):
-    """The real command, --quick (GEMM, memory, all-reduce over gloo) in under 30 s."""
-    result_path = tmp_path / "node.json"
+def test_a_slow_process_is_flagged_alone_and_a_baseline_sees_a_uniformly_slow_node(tmp_path):
+    """The real command, --quick (GEMM, memory, all-reduce over gloo): rank 1 made slow is
+    flagged alone, once measured again, and the summary says the node was judged only against
+    itself; the baseline it saves (rank 0's figures) then flags both ranks of a node slow
+    everywhere (the scale hook on every rank), by the baseline, not by their peers."""
+    result_path, saved = tmp_path / "node.json", tmp_path / "baseline.json"
     ran = _node("--device", "cpu", "--quick", "--samples", "3", "--tolerance", "50",
-                "--json", str(result_path), env={"MICROBENCH_NODE_SCALE": "1:0.05"})
+                "--json", str(result_path), "--save-baseline", str(saved),
+                env={"MICROBENCH_NODE_SCALE": "1:0.05"})
     assert ran.returncode == EXIT_FLAGGED, (ran.stdout[-3000:], ran.stderr[-3000:])
     assert "Node check: FLAGGED GPUs:" in ran.stdout and "rank 1" in ran.stdout
+    assert "flagged by: peers" in ran.stdout and "judged only against itself" in ran.stdout
     assert "all-reduce bus bandwidth [GB/s], node" in ran.stdout
     document = json.loads(result_path.read_text())
     schema.validate_result(document, str(result_path))
     check = document["node_check"]
     assert [g["flagged"] for g in check["gpus"]] == [False, True]
-    assert any(finding.endswith("below the median") for finding in check["gpus"][1]["findings"])
+    assert any("below its peers' median (confirmed" in finding
+               for finding in check["gpus"][1]["findings"])
+    assert check["gpus"][1]["figures"]["gemm_tflops"]["recheck"]["flagged"]
     assert check["allreduce"][0]["backend"] == "gloo"
     assert len(check["allreduce"][0]["sizes"]) == 3
-    assert check["p2p_note"] and check["quick"]
+    assert check["p2p_note"] and check["quick"] and check["baseline"] is None
+    stored = json.loads(saved.read_text())
+    schema.validate_result(stored, str(saved))
+    assert [m["gpus"] for m in stored["node_baseline"]["models"]] == [1]   # rank 1 left out
     report = subprocess.run([sys.executable, "-m", "microbench.report", str(result_path)],
                             cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert report.returncode == 0 and "node check" in report.stdout, report.stderr
+    assert report.returncode == 0 and "Node checks: 2 rows" in report.stdout, report.stderr
+
+    slow = _node("--device", "cpu", "--quick", "--samples", "3", "--tolerance", "50",
+                 "--json", str(result_path), "--baseline", str(saved),
+                 env={"MICROBENCH_NODE_SCALE": "*:0.05"})
+    assert slow.returncode == EXIT_FLAGGED, (slow.stdout[-3000:], slow.stderr[-3000:])
+    assert "flagged by: baseline" in slow.stdout and "judged only" not in slow.stdout
+    check = json.loads(result_path.read_text())["node_check"]
+    assert [g["flagged_by"] for g in check["gpus"]] == [["baseline"], ["baseline"]]
+    assert check["baseline"] == str(saved)
 
 
 def test_a_process_that_dies_ends_the_check_at_once():

@@ -69,25 +69,35 @@ def test_a_broken_document_is_refused_in_one_line(path, value):
         schema.validate_result(built, "node.json")
 
 
-def test_the_report_reads_one_row_per_gpu(tmp_path, capsys):
+def test_the_report_lists_node_checks_with_host_rank_and_verdict(tmp_path, capsys):
+    """Node-check documents are their own table, one row per GPU (host, rank, verdict and its
+    figures), not rows of the op bench's table."""
     _, built = _verdict_and_document()
     entries = entries_of(built, "node.json")
     assert [e.settings["rank"] for e in entries] == [0, 1, 2]
     assert [e.settings["verdict"] for e in entries] == ["ok", "ok", "flagged"]
-    assert entries[2].figures["tflops"] == pytest.approx(50.125)   # the median sample
+    assert entries[2].figures["gemm_tflops"] == pytest.approx(50.125)   # the median sample
     path = tmp_path / "node_check.json"
     path.write_text(json.dumps(built))
     assert report_command.main([str(path)]) == 0
     out = capsys.readouterr().out
-    assert "node check" in out and "flagged" in out
+    assert "Node checks: 3 rows" in out and "Op bench results" not in out
+    header = next(line for line in out.splitlines() if line.lstrip().startswith("#"))
+    assert all(word in header for word in ("host", "rank", "verdict", "GEMM TFLOP/s"))
+    rows = [line.split() for line in out.splitlines() if "node1" in line and "Files" not in line
+            and not line.startswith("  #")]
+    assert [(row[1], row[2], row[5]) for row in rows] == [
+        ("node1", "0", "ok"), ("node1", "1", "ok"), ("node1", "2", "flagged")]
+    assert "GEMM 50% below its peers' median" in out           # the flagged GPU's finding
 
 
 def test_the_console_table_puts_each_figure_beside_the_median():
     verdict, _ = _verdict_and_document()
-    header, rows = show.gpu_table(verdict)
+    header, rows, not_judged = show.gpu_table(verdict)
     assert header[:3] == ["GPU", "device", "GEMM [TFLOP/s]"]
     assert rows[2][2] == "50.1 (-50%) !" and rows[2][-1] == "FLAGGED"
     assert rows[-1][0] == "median" and rows[-1][2] == "100"
+    assert not_judged is None                        # every column shown here is judged
 
 
 def test_the_plot_draws_every_gpu_against_the_median(tmp_path):
@@ -97,6 +107,9 @@ def test_the_plot_draws_every_gpu_against_the_median(tmp_path):
     path = tmp_path / "node.png"
     plot.write(verdict, str(path))
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    title = plot.title(verdict)
+    assert "3 x Fake H100" in title and "FLAGGED: node1 rank 2" in title
+    assert "peers only (no --baseline)" in title
 
 
 @pytest.mark.parametrize("device, counted", [("cuda:{}", "2 GPUs"),
@@ -107,3 +120,12 @@ def test_a_passing_check_counts_what_it_measured(device, counted):
     out = io.StringIO()
     show.print_verdict(judge(records), [], None, out)
     assert f"Node check: PASS, {counted}, nothing flagged" in out.getvalue()
+
+
+def test_the_report_does_not_chart_node_checks_but_says_why(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    _, built = _verdict_and_document()
+    path = tmp_path / "node_check.json"
+    path.write_text(json.dumps(built))
+    assert report_command.main([str(path), "--plot", str(tmp_path / "chart.png")]) == 2
+    assert "microbench-node --plot" in capsys.readouterr().err

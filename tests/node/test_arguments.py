@@ -1,0 +1,37 @@
+"""microbench-node's flags of issue 52, checked in-process before torch is imported: a
+--baseline that is not a node check's document and a --save-baseline that would overwrite the
+result are one line (exit 2)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from microbench.node import arguments
+from microbench.platform.errors import UsageError
+
+
+def _validated(*argv: str):
+    args = arguments.build_parser().parse_args(list(argv))
+    arguments.validate(args)
+    return args
+
+
+def test_baseline_flags_are_checked_before_the_run(tmp_path):
+    result = tmp_path / "result.json"
+    result.write_text(json.dumps({"schema_version": 2, "results": []}))
+    with pytest.raises(UsageError, match="--baseline"):
+        _validated("--baseline", str(tmp_path / "missing.json"))
+    with pytest.raises(UsageError, match="--save-baseline must not be empty"):
+        _validated("--save-baseline", " ")
+    with pytest.raises(UsageError, match="--save-baseline names the file of --json"):
+        _validated("--json", str(result), "--save-baseline", str(result))
+    assert _validated("--save-baseline", str(tmp_path / "b.json")).save_baseline.endswith(
+        "b.json")
+
+
+def test_a_document_of_another_kind_is_no_baseline(tmp_path):
+    sweep = tmp_path / "sweep.json"
+    sweep.write_text(json.dumps({"schema_version": 2, "rows": [], "env": {}}))
+    with pytest.raises(UsageError, match="--baseline"):
+        _validated("--baseline", str(sweep))

@@ -1,0 +1,62 @@
+"""The node check's run, its collectives faked: every rank measures again exactly the parts
+the first measurement flagged (nothing on a healthy node), and the exit code and the printed
+verdict count a flag only once the second measurement confirms it."""
+from __future__ import annotations
+
+import argparse
+
+from microbench.node import check
+from microbench.node.program import GpuRecord, Part
+from microbench.platform.errors import EXIT_FLAGGED
+
+STEADY = (100.0, 101.0, 99.0, 100.5, 99.5, 100.2)
+
+
+def _record(rank: int, gemm: float = 1.0, memory: float = 1.0) -> GpuRecord:
+    parts = {"gemm_tflops": Part("gemm_tflops", tuple(s * gemm for s in STEADY)),
+             "memory_gbs": Part("memory_gbs", tuple(s * memory for s in STEADY))}
+    return GpuRecord(rank=rank, host="node1", local_rank=rank, device=f"cuda:{rank}",
+                     device_name="Fake H100", parts=parts)
+
+
+OPTIONS = check.Options("cuda", 6, True, 60.0)
+
+
+def _gathering(monkeypatch, *rounds) -> None:
+    answers = iter(rounds)
+    monkeypatch.setattr(check.distributed, "all_gather_objects", lambda item: next(answers))
+
+
+def test_only_the_flagged_parts_are_measured_again(monkeypatch):
+    first = [_record(0), _record(1, gemm=0.6), _record(2)]
+    again = [_record(0), _record(1, gemm=0.6), _record(2)]
+    _gathering(monkeypatch, first, again)
+    asked = []
+
+    def measure(only=None):
+        asked.append(only)
+        return again[1]
+
+    assert check._recheck(first[1], measure, OPTIONS) == again
+    assert asked == [("gemm_tflops",)]
+
+
+def test_a_healthy_node_measures_nothing_again(monkeypatch):
+    _gathering(monkeypatch, [_record(0), _record(1, gemm=0.97)])
+    assert check._recheck(_record(0), lambda only=None: 1 / 0, OPTIONS) is None
+
+
+def _finished(capsys, rechecks) -> tuple[int, str]:
+    outcome = check.Outcome(records=[_record(0), _record(1, gemm=0.6), _record(2)],
+                            rechecks=rechecks, p2p_note="not measured with --quick")
+    args = argparse.Namespace(no_files=True, plot=None, save_baseline=None, json=None)
+    code = check._finish(outcome, args, OPTIONS, [], 1.0)
+    return code, capsys.readouterr().out
+
+
+def test_a_flag_is_reported_only_once_confirmed(capsys):
+    code, out = _finished(capsys, [_record(0), _record(1), _record(2)])
+    assert code == 0 and "Node check: PASS" in out and "FLAGGED" not in out
+    code, out = _finished(capsys, [_record(0), _record(1, gemm=0.6), _record(2)])
+    assert code == EXIT_FLAGGED and "Node check: FLAGGED GPUs: node1 rank 1" in out
+    assert "GEMM 40% below its peers' median (confirmed: 40% when measured again)" in out
