@@ -359,6 +359,18 @@ def gate(baseline: Sequence[float], current: Sequence[float],
                        f"{ours.count} current trials), p = {p_value:.3g}")
 
 
+def lower_by_rank(reference: Sequence[float], current: Sequence[float]) -> float:
+    """The one-sided p-value that ``current`` lies below ``reference`` by rank (Mann-Whitney U),
+    1.0 when either side has fewer than two samples. The node check asks it beside the gate:
+    a GPU shared with another process gives bimodal samples (the few calls that ran alone are
+    as fast as a healthy GPU's), whose wide spread of logs hides from Welch's t a median two
+    thirds below; ranks are not moved by how far those few calls lie."""
+    if len(reference) < 2 or len(current) < 2:
+        return 1.0
+    test = _scipy_stats().mannwhitneyu(list(current), list(reference), alternative="less")
+    return 1.0 if math.isnan(test.pvalue) else float(test.pvalue)
+
+
 # ---------------------------------------------------------------- --max-noise
 
 @dataclass

@@ -4,8 +4,10 @@ baseline of its model), and what flags it.
 A figure flags its GPU when it lies below a reference by more than ``--tolerance`` AND by more
 than its measured noise: its ratio to the reference's samples is beyond the tolerance and the
 95% interval of that ratio (``measure/stats.gate``: Welch's t on the logs of both sides'
-samples) lies wholly below 1, as ``--compare`` judges a regression. A difference inside the
-spread is not a finding. The references:
+samples) lies wholly below 1, as ``--compare`` judges a regression, or its samples rank below
+the reference's (Mann-Whitney U, one-sided, p < 0.01: a GPU shared with another process gives
+bimodal samples, a few as fast as a healthy GPU's, whose spread hides a median two thirds down
+from the t test). A difference inside the spread is not a finding. The references:
 
 * **peers**: the median of every GPU of the same model in the job, itself included;
 * **baseline** (``--baseline``, ``baseline.py``): the samples of healthy GPUs of its model
@@ -44,6 +46,10 @@ from microbench.node.watch import throttling
 # The comparisons a figure is judged by (a finding and the document name which flagged it).
 PEERS, BASELINE = "peers", "baseline"
 BELOW = {PEERS: "its peers' median", BASELINE: "the baseline's median"}
+# Beyond the tolerance, a figure is beyond its noise when Welch's t says so (as --compare) or
+# when its samples rank below the reference's at this level (a GPU shared with another process:
+# stats.lower_by_rank says why the t test misses it).
+RANK_ALPHA = 0.01
 # Without --baseline, the summary says what the check cannot see.
 SELF_ONLY_NOTE = ("judged only against itself (no --baseline): a node whose GPUs are all "
                   "equally slow (a node-wide power cap, a wrong driver, a cooling fault) "
@@ -140,7 +146,10 @@ def _ruled(own: Sequence[float], value: float | None, median: float | None,
     gate = stats.gate(list(reference), list(own), tolerance_pct)
     noise = gate.comparison.text
     if not gate.regression:
-        return Judged(value, median, diff, noise=f"within its noise: {noise}")
+        by_rank = stats.lower_by_rank(reference, own)
+        if by_rank >= RANK_ALPHA:
+            return Judged(value, median, diff, noise=f"within its noise: {noise}")
+        noise = f"below by rank (Mann-Whitney U, p = {by_rank:.2g}); Welch's t: {noise}"
     return Judged(value, median, diff, flagged=True, noise=noise,
                   why=f"{-diff:.0f}% below {below}")
 

@@ -326,3 +326,16 @@ def test_a_slow_pair_counts_only_once_measured_again():
     assert again.flagged and again.flagged_by() == ["links"]
     built = _check_document(again)["links"][0]
     assert built["flagged"] and built["recheck"]["flagged"]
+
+
+def test_a_gpu_shared_with_another_process_is_flagged_though_some_calls_ran_alone():
+    """Bimodal samples, as a GPU another process keeps busy gave on 4 H200s (2026-11-27): the
+    calls that ran alone are a healthy GPU's, the rest two thirds down. Welch's t on the logs
+    finds the spread too wide; the ranks do not."""
+    healthy = [_record(r, samples=(875.0, 871.0, 879.0, 873.0, 877.0)) for r in range(4)]
+    reference = baseline.of_node_check(_check_document(judge(healthy)), "healthy.json")
+    shared = [_record(r, samples=(866.0, 289.0, 288.0, 866.0, 273.0)) for r in range(4)]
+    verdict = judge(shared, baseline=reference, recheck=shared)
+    figure = verdict.gpus[1].baseline["gemm_tflops"]
+    assert figure.flagged and "Mann-Whitney" in figure.noise, figure
+    assert all(g.flagged_by == ("baseline",) for g in verdict.gpus)
