@@ -196,7 +196,7 @@ def quantize_config(name: str, device: torch.device, layout: str = "auto"):
         raise UsageError(f"unknown --quantize {name!r} (choose from "
                          f"{', '.join(QUANTIZE_CHOICES)})")
     facts = quant_layout.QuantDevice.of(device)
-    return quant_layout.torchao_config(name, quant_layout.choose_layout(name, layout, facts),
+    return quant_layout.torchao_config(name, quant_layout.runnable_layout(name, layout, facts)[0],
                                        facts)
 
 
@@ -245,7 +245,7 @@ def quantize_measured(model: nn.Module, name: str, probe: torch.Tensor,
     activations. What ran is read back from the weights (:func:`quant_layout.kernels`)."""
     torchao()
     facts = quant_layout.QuantDevice.of(device)
-    chosen = quant_layout.choose_layout(name, layout, facts)
+    chosen, fallback = quant_layout.runnable_layout(name, layout, facts)
     config = quant_layout.torchao_config(name, chosen, facts)
     from torchao.quantization import quantize_
     before_bytes = weight_bytes(model)
@@ -266,7 +266,8 @@ def quantize_measured(model: nn.Module, name: str, probe: torch.Tensor,
                         weight_bytes=weight_bytes(model), weight_bytes_before=before_bytes,
                         torchao_version=torchao_version(), quant_layout=chosen,
                         quant_kernels=tuple(k.to_dict() for k in quant_layout.kernels(model)),
-                        weight_errors=WeightErrors.of(errors, layer_error, watched))
+                        weight_errors=WeightErrors.of(errors, layer_error, watched),
+                        notes=tuple(filter(None, (fallback, quant_layout.fake_note(chosen)))))
 
 
 def with_compile_record(report: LowPrecision, config, device: torch.device,

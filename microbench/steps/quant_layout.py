@@ -5,11 +5,12 @@ weights (their tensor subclass and its attributes), never assumed.
 
 The layouts (torchao 0.18, ``torchao/quantization/quant_api.py``):
 
-* int4wo: ``preshuffled`` (``Int4PreshuffledTensor``: mslk's ``bf16i4bf16_rowwise``, the
+* int4wo: ``preshuffled`` (``Int4PreshuffledTensor``: mslk's ``bf16i4bf16_shuffled``, the
   former FBGEMM GenAI kernels, built for sm_90 and newer; needs the ``mslk`` package, as
-  torchao's ``_is_mslk_available`` finds it), ``tinygemm`` (``Int4TilePackedTo4dTensor``:
+  torchao's ``_is_mslk_available`` finds it, and a fake kernel for torch.compile, which
+  :func:`mslk_traceable` registers where mslk 1.1.x lacks it), ``tinygemm`` (``Int4TilePackedTo4dTensor``:
   torch's own ``_weight_int4pack_mm``, 8-wide tiles on NVIDIA and 16 on ROCm), ``plain``
-  (``Int4Tensor``: mslk's kernel on plain packing). torchao 0.18 has no Marlin int4 layout.
+  (``Int4Tensor``: mslk's ``bf16i4bf16_rowwise`` on plain packing). torchao 0.18 has no Marlin int4 layout.
 * int8wo, float8wo: ``rowwise`` (one scale per output row, torchao's default) or
   ``tensorwise``; the weight is cast to BF16 inside the product, which inductor fuses when it
   writes the product as a reduction (one token's decode step: coordinate-descent tuning,
@@ -21,13 +22,17 @@ Example::
 
     facts = QuantDevice.of(device)
     layout = choose_layout("int4wo", "auto", facts)          # 'preshuffled' on an H100 with mslk
+    layout, note = runnable_layout("int4wo", "auto", facts)  # its mslk operator traceable, or
+                                                             # the next layout and why
     config = torchao_config("int4wo", layout, facts)
     quantize_(model, config)
     kernels(model)        # [Kernel('Int4PreshuffledTensor', 'preshuffled', 'mslk ...', 113)]
 """
 from __future__ import annotations
 
+import importlib
 import importlib.util
+import sys
 from collections import Counter
 from dataclasses import dataclass
 
@@ -122,6 +127,115 @@ def choose_layout(quantize: str, requested: str, facts: QuantDevice) -> str:
     return requested
 
 
+# ---------------------------------------------------------------- mslk's fake kernels
+
+# The mslk operator each mslk layout's linear layers call with BF16 activations (torchao 0.18:
+# Int4PreshuffledTensor's and Int4Tensor's F.linear). torch.compile traces an operator through
+# its fake (meta) kernel, which says what the output looks like without running it.
+MSLK_OPS = {"preshuffled": "bf16i4bf16_shuffled", "plain": "bf16i4bf16_rowwise"}
+MSLK_NAMESPACE = "mslk"
+# Libraries this process registered fake kernels through, kept alive (a Library that is
+# garbage-collected takes its registrations with it): namespace -> torch.library.Library.
+_FAKE_LIBRARIES: dict = {}
+# Operators this process gave a fake kernel, as "namespace::name".
+_REGISTERED: list[str] = []
+
+
+def int4_product_fake(X: torch.Tensor, W: torch.Tensor, w_scale_group: torch.Tensor,
+                      w_zero_group: torch.Tensor) -> torch.Tensor:
+    """The output of mslk's ``bf16i4bf16_shuffled`` and ``bf16i4bf16_rowwise`` without running
+    them: BF16, X's leading dimensions (M, or B and M) by W's rows (N: the packed weight is
+    (N, K/2) int8). The contract is mslk's own meta kernel for ``bf16i4bf16_rowwise``
+    (csrc/gemm/gemm_ops.cpp, v1.1.0), which mslk 1.1.x meant for the shuffled one too: it
+    registered it as ``bf116i4bf16_shuffled``, a name no operator has, and mslk 1.2.0-rc1 moved
+    both to Python (mslk/gemm/_meta.py) with this shape."""
+    if X.dim() not in (2, 3) or W.dim() != 2:
+        raise RuntimeError(f"mslk's int4 product takes a 2- or 3-dimensional X and a "
+                           f"2-dimensional W, not {X.dim()} and {W.dim()}")
+    return X.new_empty((*X.shape[:-1], W.shape[0]), dtype=torch.bfloat16)
+
+
+def _has_fake(qualname: str, op) -> bool:
+    """Whether torch.compile can trace ``op``: a fake or meta kernel, however registered
+    (torch._library.utils.has_fake_kernel where this torch has it)."""
+    check = getattr(torch._library.utils, "has_fake_kernel", None)
+    if check is not None:
+        return bool(check(op))
+    if torch._C._dispatch_has_kernel_for_dispatch_key(qualname, "Meta"):
+        return True
+    return torch._library.simple_registry.singleton.find(qualname).fake_impl.kernel is not None
+
+
+def mslk_traceable(layout: str) -> str | None:
+    """Make the mslk operator ``layout`` calls traceable by torch.compile; None when it is,
+    else why it cannot be (in words). A fake kernel is registered here only where the installed
+    mslk has none: mslk 1.1.x has none for ``bf16i4bf16_shuffled`` (the preshuffled layout),
+    and torch.compile then stops with "attempted to run this operator with Meta tensors, but
+    there was no fake impl" (issue 53). A layout without an mslk operator needs nothing."""
+    name = MSLK_OPS.get(layout)
+    if name is None:
+        return None
+    try:
+        mslk = importlib.import_module("mslk")       # loads mslk's operators
+    except Exception as error:           # noqa: BLE001 (a broken install: fall back, say why)
+        return f"mslk fails to import ({type(error).__name__}: {error})"
+    version = getattr(mslk, "__version__", "of unknown version")
+    namespace = getattr(torch.ops, MSLK_NAMESPACE)
+    qualname = f"{MSLK_NAMESPACE}::{name}"
+    try:
+        op = getattr(namespace, name).default
+    except (AttributeError, RuntimeError):
+        return f"the installed mslk ({version}) has no operator {qualname}"
+    if _has_fake(qualname, op):
+        return None
+    try:
+        library = _FAKE_LIBRARIES.get(MSLK_NAMESPACE)
+        if library is None:
+            library = _FAKE_LIBRARIES[MSLK_NAMESPACE] = torch.library.Library(MSLK_NAMESPACE,
+                                                                             "FRAGMENT")
+        torch.library.register_fake(qualname, int4_product_fake, lib=library)
+    except Exception as error:           # noqa: BLE001 (any refusal: fall back, say why)
+        return (f"the installed mslk ({version}) has no fake kernel for {qualname} and "
+                f"registering one failed ({type(error).__name__}: {error})")
+    _REGISTERED.append(qualname)
+    return None
+
+
+def registered_fakes() -> tuple[str, ...]:
+    """The mslk operators this process gave a fake kernel (none where mslk has its own)."""
+    return tuple(_REGISTERED)
+
+
+def fake_note(layout: str) -> str | None:
+    """A line for the summary where this process gave ``layout``'s mslk operator the fake
+    kernel the installed mslk lacks; None otherwise."""
+    name = MSLK_OPS.get(layout)
+    qualname = f"{MSLK_NAMESPACE}::{name}"
+    if name is None or qualname not in _REGISTERED:
+        return None
+    version = getattr(sys.modules.get("mslk"), "__version__", "of unknown version")
+    return (f"the installed mslk ({version}) has no fake kernel for {qualname} (mslk 1.1.x "
+            f"registers it under a misspelled name); this run registered one (BF16, X's rows "
+            f"by W's rows) so that torch.compile can trace it")
+
+
+def runnable_layout(quantize: str, requested: str, facts: QuantDevice) -> tuple[str, str | None]:
+    """The layout ``quantize`` runs and, where it is not the one :func:`choose_layout` picked,
+    one line saying why: an mslk layout whose operator torch.compile cannot trace (no fake
+    kernel, and none could be registered) falls back to the next of the format's layouts this
+    device runs (tinygemm, then plain), asked for by name or by auto alike."""
+    chosen = choose_layout(quantize, requested, facts)
+    reason = mslk_traceable(chosen)
+    if reason is None:
+        return chosen, None
+    for layout in LAYOUTS_OF[quantize]:
+        if layout != chosen and why_not(quantize, layout, facts) is None \
+                and mslk_traceable(layout) is None:
+            return layout, (f"--quantize {quantize} runs layout {layout}, not {chosen}: "
+                            f"{reason}")
+    raise UsageError(f"--quantize {quantize} cannot run on this device: {reason}")
+
+
 def torchao_config(quantize: str, layout: str, facts: QuantDevice):
     """torchao's configuration for ``quantize`` in ``layout`` (torchao imported by the caller).
     None of them changes inductor's settings (set_inductor_config=False): the compile step
@@ -182,8 +296,8 @@ def describe(weight: torch.Tensor) -> tuple[str, str, str]:
         return name, "tile_packed_to_4d", "torch's tinygemm _weight_int4pack_mm"
     if name == "Int4PreshuffledTensor":
         fp8 = getattr(weight, "activation_dtype", None) == getattr(torch, "float8_e4m3fn", None)
-        return name, "preshuffled", ("mslk f8i4bf16_rowwise" if fp8 else
-                                     "mslk bf16i4bf16_rowwise")
+        return name, "preshuffled", ("mslk f8i4bf16_shuffled" if fp8 else
+                                     "mslk bf16i4bf16_shuffled")
     if name == "Int4Tensor":
         return name, "plain", "mslk bf16i4bf16_rowwise"
     if name in ("Int8Tensor", "Float8Tensor"):

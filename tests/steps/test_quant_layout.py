@@ -206,3 +206,113 @@ def test_the_cpu_int8_lowering_is_kept_out_of_a_quantized_gpu_run(tmp_path, mode
 
 def test_the_cpu_keeps_its_own_int8_kernel():
     assert quant_layout.keep_out_cpu_int8_lowering(gpu=False) is None
+
+
+# ---------------------------------------------------------------- mslk's fake kernels (issue 53)
+
+def _fake_mslk(monkeypatch, ops=("bf16i4bf16_shuffled", "bf16i4bf16_rowwise"),
+               own_fake=False, version="1.1.0"):
+    """A stand-in for mslk: a module named mslk, and its int4 operators in a namespace of this
+    test's own (operators cannot be removed from a process, so each test names a fresh one).
+    ``own_fake``: the operators come with their own fake kernel (mslk 1.2), whose calls are
+    counted; without it they have none (mslk 1.1.x's bf16i4bf16_shuffled)."""
+    import sys
+    import types
+    import uuid
+    namespace = f"mbtest{uuid.uuid4().hex[:10]}"
+    library = torch.library.Library(namespace, "DEF")
+    own_calls = []
+
+    def product(X, W, w_scale_group, w_zero_group):       # any deterministic product will do
+        return (X.float().sum(-1, keepdim=True) + W.float().sum(-1)).to(torch.bfloat16)
+
+    for name in ops:
+        library.define(f"{name}(Tensor X, Tensor W, Tensor w_scale_group, "
+                       f"Tensor w_zero_group) -> Tensor")
+        library.impl(name, product, "CPU")
+        if own_fake:
+            def theirs(X, W, w_scale_group, w_zero_group):
+                own_calls.append(True)
+                return X.new_empty((*X.shape[:-1], W.shape[0]), dtype=torch.bfloat16)
+            torch.library.register_fake(f"{namespace}::{name}", theirs, lib=library)
+    module = types.ModuleType("mslk")
+    module.__version__ = version
+    module.__spec__ = importlib_spec("mslk")
+    module.library = library            # the operators live as long as the module (as mslk's)
+    monkeypatch.setitem(sys.modules, "mslk", module)
+    monkeypatch.setattr(quant_layout, "MSLK_NAMESPACE", namespace)
+    monkeypatch.setattr(quant_layout, "_REGISTERED", [])
+    return namespace, library, own_calls
+
+
+def importlib_spec(name):
+    import importlib.machinery
+    return importlib.machinery.ModuleSpec(name, None)
+
+
+def _compiled_product(namespace):
+    op = getattr(getattr(torch.ops, namespace), "bf16i4bf16_shuffled")
+    return torch.compile(lambda x, w, s, z: op(x, w, s, z) * 2, backend="aot_eager",
+                         fullgraph=True)
+
+
+def _inputs(batch=(3,)):
+    return (torch.randn(*batch, 8, dtype=torch.bfloat16),
+            torch.randint(-8, 8, (5, 4), dtype=torch.int8),
+            torch.ones(1, 5, dtype=torch.bfloat16), torch.zeros(1, 5, dtype=torch.bfloat16))
+
+
+def test_a_missing_fake_kernel_is_registered_and_compile_then_traces_the_product(monkeypatch):
+    namespace, library, _ = _fake_mslk(monkeypatch)
+    inputs = _inputs()
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="fake"):        # mslk 1.1.x as it is: issue 53's crash
+        _compiled_product(namespace)(*inputs)
+    torch._dynamo.reset()
+    assert quant_layout.mslk_traceable("preshuffled") is None
+    assert quant_layout.registered_fakes() == (f"{namespace}::bf16i4bf16_shuffled",)
+    op = getattr(torch.ops, namespace).bf16i4bf16_shuffled
+    assert torch.equal(_compiled_product(namespace)(*inputs), op(*inputs) * 2)
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    with FakeTensorMode() as mode:                        # (M, K) and (B, M, K) activations
+        for batch in ((3,), (2, 3)):
+            x, w, s, z = (mode.from_tensor(t) for t in _inputs(batch))
+            out = op(x, w, s, z)
+            assert out.shape == (*batch, 5) and out.dtype == torch.bfloat16
+    note = quant_layout.fake_note("preshuffled")
+    assert "mslk (1.1.0) has no fake kernel" in note and "registered one" in note
+    assert quant_layout.mslk_traceable("preshuffled") is None       # once: not twice
+    assert len(quant_layout.registered_fakes()) == 1
+    torch._dynamo.reset()
+
+
+def test_mslks_own_fake_kernel_is_left_alone(monkeypatch):
+    namespace, library, own_calls = _fake_mslk(monkeypatch, own_fake=True, version="1.2.0")
+    assert quant_layout.mslk_traceable("preshuffled") is None
+    assert quant_layout.mslk_traceable("plain") is None
+    assert quant_layout.registered_fakes() == ()
+    assert quant_layout.fake_note("preshuffled") is None
+    torch._dynamo.reset()
+    _compiled_product(namespace)(*_inputs())
+    assert own_calls                                      # traced through mslk's own
+    torch._dynamo.reset()
+
+
+def test_a_layout_whose_operator_is_missing_falls_back_with_one_line(monkeypatch):
+    _fake_mslk(monkeypatch, ops=("bf16i4bf16_rowwise",))           # no shuffled operator
+    layout, note = quant_layout.runnable_layout("int4wo", "auto", H100)
+    assert layout == "tinygemm"
+    assert note.startswith("--quantize int4wo runs layout tinygemm, not preshuffled: ")
+    assert "has no operator" in note and "bf16i4bf16_shuffled" in note
+    assert "\n" not in note
+    # Asked for by name, it falls back the same way, and says so.
+    assert quant_layout.runnable_layout("int4wo", "preshuffled", H100)[0] == "tinygemm"
+    # A layout with no mslk operator is taken as chosen, without a line.
+    assert quant_layout.runnable_layout("int4wo", "auto", H100_BARE) == ("tinygemm", None)
+    assert quant_layout.runnable_layout("int8wo", "auto", CPU) == ("rowwise", None)
+
+
+def test_a_working_mslk_keeps_the_preshuffled_layout(monkeypatch):
+    _fake_mslk(monkeypatch)
+    assert quant_layout.runnable_layout("int4wo", "auto", H100) == ("preshuffled", None)
+    assert quant_layout.runnable_layout("int4wo", "plain", H100) == ("plain", None)
