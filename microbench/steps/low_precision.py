@@ -39,7 +39,7 @@ from torch import nn
 from microbench.measure.drift import Drift, LowPrecision, WeightErrors
 from microbench.platform import devices, process
 from microbench.platform.errors import MissingEnvironment, UsageError
-from microbench.steps import quant_layout
+from microbench.steps import int8_linear, quant_layout
 from microbench.settings.precision import FP8_RECIPES, QUANTIZE, QUANTIZE_CHOICES  # noqa: F401
 
 INSTALL = 'pip install "torchao>=0.18" (or pip install ".[quant]")'
@@ -260,6 +260,8 @@ def quantize_measured(model: nn.Module, name: str, probe: torch.Tensor,
         quantize_(module, config)
         if type(module.weight) is not nn.Parameter:    # left in BF16: a shape the format skips
             errors.append(weight_error(original, module.weight))
+    if chosen == "unwrapped":           # the same int8 values and scales, no tensor subclass
+        int8_linear.unwrap(model)
     drift = compare_logits(_logits(model, probe), before, reference)
     layer_error = _layer_error(model, watched, layer_io)
     return LowPrecision(drift, quantize=name, quantize_description=QUANTIZE[name],
@@ -271,16 +273,21 @@ def quantize_measured(model: nn.Module, name: str, probe: torch.Tensor,
 
 
 def with_compile_record(report: LowPrecision, config, device: torch.device,
-                        step_settings: dict | None = None) -> LowPrecision:
+                        step_settings: dict | None = None,
+                        prefill_rows: int | None = None) -> LowPrecision:
     """``report`` with what a compiled quantized run applied to its graphs (the settings of
-    :func:`quant_layout.compile_extras`, and whether inductor's CPU int8 lowering was kept out),
+    :func:`quant_layout.compile_extras`, whether inductor's CPU int8 lowering was kept out,
+    and, for a generation's prefill of ``prefill_rows`` rows, which product it ran),
     and a note where its compile options trade compile time for speed; as it was uncompiled."""
     if not config.compile:
         return report
     lowering = (quant_layout.keep_out_cpu_int8_lowering(devices.is_gpu(device))
                 if config.quantize == "int8wo" else None)
+    prefill = (quant_layout.prefill_product(config.quantize, report.quant_layout, prefill_rows)
+               if prefill_rows is not None else None)
     return dataclasses.replace(
-        report, compile_settings=quant_layout.compile_settings(step_settings or {}, lowering),
+        report, compile_settings=quant_layout.compile_settings(step_settings or {}, lowering,
+                                                               prefill),
         compile_note=quant_layout.compile_note(config.compile_options))
 
 

@@ -11,6 +11,9 @@ The layouts (torchao 0.18, ``torchao/quantization/quant_api.py``):
   :func:`mslk_traceable` registers where mslk 1.1.x lacks it), ``tinygemm`` (``Int4TilePackedTo4dTensor``:
   torch's own ``_weight_int4pack_mm``, 8-wide tiles on NVIDIA and 16 on ROCm), ``plain``
   (``Int4Tensor``: mslk's ``bf16i4bf16_rowwise`` on plain packing). torchao 0.18 has no Marlin int4 layout.
+* int8wo: ``unwrapped`` on GPUs (torchao's per-row int8 values and scales as plain tensors
+  of an :class:`~microbench.steps.int8_linear.Int8WeightOnlyLinear`, gpt-fast's form without
+  torchao's tensor subclass: see that module for why), then as float8wo.
 * int8wo, float8wo: ``rowwise`` (one scale per output row, torchao's default) or
   ``tensorwise``; the weight is cast to BF16 inside the product, which inductor fuses when it
   writes the product as a reduction (one token's decode step: coordinate-descent tuning,
@@ -43,6 +46,7 @@ from microbench.platform import devices
 from microbench.platform.errors import UsageError
 from microbench.settings.compile_options import with_inductor_settings
 from microbench.settings.precision import LAYOUTS_OF, QUANT_LAYOUT_CHOICES
+from microbench.steps.int8_linear import Int8WeightOnlyLinear
 
 # torchao's recommended inductor settings for quantized models
 # (torchao.quantization.utils.recommended_inductor_config_setter), applied to the compiled
@@ -99,6 +103,9 @@ def why_not(quantize: str, layout: str, facts: QuantDevice) -> str | None:
             return "mslk's preshuffled int4 kernel needs sm_90 (H100) or newer"
         if layout in ("preshuffled", "plain") and not facts.mslk:
             return f"the {layout} int4 layout runs mslk's kernels: {MSLK_INSTALL}"
+    if quantize == "int8wo" and layout == "unwrapped" and not facts.gpu:
+        return ("plain int8 tensors are for GPUs (on the CPU inductor turns torchao's Int8Tensor "
+                "product into its own int8 kernel)")
     if quantize == "float8dq" and layout == "rowwise":
         if facts.vendor is devices.Vendor.NVIDIA and not facts.at_least((9, 0)):
             return "torch._scaled_mm with rowwise scales needs sm_90 (H100) or newer"
@@ -243,6 +250,7 @@ def torchao_config(quantize: str, layout: str, facts: QuantDevice):
     from torchao.quantization import (Float8DynamicActivationFloat8WeightConfig,
                                       Float8WeightOnlyConfig, Int4WeightOnlyConfig,
                                       Int8WeightOnlyConfig, PerRow, PerTensor)
+    # unwrapped: torchao's per-row quantization, then int8_linear.unwrap (quantize_measured).
     granularity = PerTensor() if layout == "tensorwise" else PerRow()
     if quantize == "int4wo":
         packing = {"preshuffled": "preshuffled", "tinygemm": "tile_packed_to_4d",
@@ -314,9 +322,19 @@ def describe(weight: torch.Tensor) -> tuple[str, str, str]:
     return name, "unknown", "unknown to this tool"
 
 
+def describe_layer(module: nn.Linear) -> tuple[str, str, str]:
+    """(class, packing, kernel) of one linear layer: its weight's, or the layer's own where
+    the layer, not a tensor subclass, holds the quantized weight."""
+    if isinstance(module, Int8WeightOnlyLinear):
+        return ("Int8WeightOnlyLinear", "unwrapped rowwise",
+                "int8 weight cast to BF16 inside the product, row scales after (gpt-fast's "
+                "form, inductor)")
+    return describe(module.weight)
+
+
 def kernels(model: nn.Module) -> tuple[Kernel, ...]:
     """Every linear layer's kernel, grouped: the quantized groups first, largest first."""
-    seen = Counter(describe(module.weight) for module in model.modules()
+    seen = Counter(describe_layer(module) for module in model.modules()
                    if isinstance(module, nn.Linear))
     ordered = sorted(seen.items(), key=lambda item: (item[0][2] == "not quantized", -item[1]))
     return tuple(Kernel(*key, layers) for key, layers in ordered)
@@ -388,13 +406,51 @@ def compile_extras() -> dict:
     return {**QUANTIZED_INDUCTOR, **guards}
 
 
-def compile_settings(decode_settings: dict, int8_lowering: str | None = None) -> dict:
-    """The settings a compiled quantized run applied, as the result file records them."""
+# The prompt's products (a prefill of many rows: 128 in issue 53) of the layouts that cast the
+# weight to BF16 inside the product. Inductor fuses that cast into a one-row product (the decode
+# step's reduction) but not into cuBLAS's GEMM: for many rows it writes the whole weight in BF16
+# and cuBLAS reads it back, about three times the bytes of BF16's prefill (issue 53: int8wo and
+# float8wo at twice BF16's time to first token on llama3_8b). With inductor's GEMM templates
+# (max_autotune_gemm) it can load the int8/FP8 weight in a Triton GEMM and cast it there
+# (prologue fusion, on by default since PyTorch 2.7): the prefill reads the stored bytes.
+# Above this many rows the prefill is compiled so; a decode step (one row a sequence) never is.
+PREFILL_TEMPLATE_ROWS = 16
+CAST_LAYOUTS = {"int8wo": ("unwrapped", "rowwise", "tensorwise"),
+                "float8wo": ("rowwise", "tensorwise")}
+
+
+def prefill_extras(quantize: str, layout: str, rows: int) -> dict:
+    """What a quantized prefill of ``rows`` rows adds to its torch.compile options."""
+    if layout in CAST_LAYOUTS.get(quantize, ()) and rows > PREFILL_TEMPLATE_ROWS:
+        return {"max_autotune_gemm": True}
+    return {}
+
+
+def prefill_product(quantize: str, layout: str, rows: int) -> str:
+    """Which product a quantized prefill of ``rows`` rows runs, in words (the summary's)."""
+    if prefill_extras(quantize, layout, rows):
+        return (f"{rows} rows > {PREFILL_TEMPLATE_ROWS}: inductor's Triton GEMM templates "
+                f"(max_autotune_gemm), the weight's cast fused into the GEMM's loads where "
+                f"inductor finds it faster")
+    if layout == "tinygemm":
+        return (f"tinygemm's _weight_int4pack_mm on {rows} rows (a kernel for few rows; "
+                f"this stack has no faster int4 GEMM without mslk)")
+    if layout in MSLK_OPS:
+        return f"mslk's {MSLK_OPS[layout]} on {rows} rows"
+    return f"the decode step's product, on {rows} rows"
+
+
+def compile_settings(decode_settings: dict, int8_lowering: str | None = None,
+                     prefill: str | None = None) -> dict:
+    """The settings a compiled quantized run applied, as the result file records them;
+    ``prefill``: which product its prefill ran (:func:`prefill_product`)."""
     settings = {**decode_settings, **QUANTIZED_INDUCTOR,
                 "weight_metadata_guards": ("skipped" if guard_filter_supported() else
                                            "kept (this torch.compile takes no guard_filter_fn)")}
     if int8_lowering is not None:
         settings["int8pack_mm_lowering"] = int8_lowering
+    if prefill is not None:
+        settings["prefill_product"] = prefill
     return settings
 
 

@@ -31,9 +31,42 @@ def test_float8_dynamic_is_rowwise_where_scaled_mm_takes_row_scales(facts, expec
     assert choose_layout("float8dq", "auto", facts) == expected
 
 
-def test_int8_defaults_to_rowwise_everywhere():
+def test_int8_is_unwrapped_on_gpus_and_torchaos_rowwise_on_the_cpu():
     assert choose_layout("int8wo", "auto", CPU) == "rowwise"
     assert choose_layout("int8wo", "tensorwise", CPU) == "tensorwise"
+    for gpu in (H100, MI300, L4):
+        assert choose_layout("int8wo", "auto", gpu) == "unwrapped"
+    with pytest.raises(UsageError, match="plain int8 tensors are for GPUs"):
+        choose_layout("int8wo", "unwrapped", CPU)
+
+
+def test_unwrapped_int8_runs_torchaos_numbers_without_the_subclass(monkeypatch):
+    """The unwrapped layout on a (faked) GPU: the same int8 values and scales torchao made,
+    as plain parameters, giving torchao's Int8Tensor outputs bit for bit."""
+    pytest.importorskip("torchao")
+    from torchao.quantization import quantize_
+    from microbench.steps import int8_linear
+    reference = _tiny()
+    quantize_(reference, quant_layout.torchao_config("int8wo", "rowwise", CPU))
+    inputs = torch.randn(3, 64, dtype=torch.bfloat16)
+    expected = reference(inputs)
+    assert int8_linear.unwrap(reference) == 2
+    assert torch.equal(reference(inputs), expected)
+    layer = reference[0]
+    assert type(layer.weight) is nn.Parameter and layer.weight.dtype == torch.int8
+    assert layer.scale.dtype == torch.bfloat16 and layer.scale.shape == (64,)
+    assert low_precision.weight_bytes(reference) == (64 * 64 + 32 * 64) + 2 * (64 + 32)
+
+    monkeypatch.setattr(quant_layout.QuantDevice, "of", classmethod(lambda cls, d: H100_BARE))
+    model = _tiny()
+    report = low_precision.quantize_measured(model, "int8wo", torch.randn(2, 64).to(
+        torch.bfloat16), torch.device("cpu"))
+    assert report.quant_layout == "unwrapped"
+    assert [(k["tensor"], k["packing"], k["layers"]) for k in report.quant_kernels] == \
+        [("Int8WeightOnlyLinear", "unwrapped rowwise", 2)]
+    assert "gpt-fast's form" in report.quant_kernels[0]["kernel"]
+    assert report.weight_errors.layers == 2 and report.weight_errors.max_error < 0.02
+    assert report.drift.relative_error < 0.02
 
 
 @pytest.mark.parametrize("quantize, layout, facts, words", [
@@ -316,3 +349,22 @@ def test_a_working_mslk_keeps_the_preshuffled_layout(monkeypatch):
     _fake_mslk(monkeypatch)
     assert quant_layout.runnable_layout("int4wo", "auto", H100) == ("preshuffled", None)
     assert quant_layout.runnable_layout("int4wo", "plain", H100) == ("plain", None)
+
+
+@pytest.mark.parametrize("quantize, layout, rows, templates, words", [
+    ("int8wo", "unwrapped", 128, True, "128 rows > 16: inductor's Triton GEMM templates"),
+    ("int8wo", "rowwise", 128, True, "cast fused into the GEMM's loads"),
+    ("float8wo", "tensorwise", 17, True, "17 rows > 16"),
+    ("int8wo", "unwrapped", 16, False, "the decode step's product, on 16 rows"),
+    ("int4wo", "tinygemm", 128, False, "tinygemm's _weight_int4pack_mm on 128 rows"),
+    ("int4wo", "preshuffled", 128, False, "mslk's bf16i4bf16_shuffled on 128 rows"),
+    ("float8dq", "rowwise", 128, False, "the decode step's product"),
+])
+def test_a_long_prompt_of_a_casting_layout_takes_inductors_gemm_templates(
+        quantize, layout, rows, templates, words):
+    extras = quant_layout.prefill_extras(quantize, layout, rows)
+    assert extras == ({"max_autotune_gemm": True} if templates else {})
+    assert words in quant_layout.prefill_product(quantize, layout, rows)
+    settings = quant_layout.compile_settings({}, None, quant_layout.prefill_product(
+        quantize, layout, rows))
+    assert words in settings["prefill_product"]
