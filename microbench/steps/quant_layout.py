@@ -97,12 +97,17 @@ def why_not(quantize: str, layout: str, facts: QuantDevice) -> str | None:
     if quantize == "int4wo":
         if not facts.gpu:
             return "int4 weight-only kernels need a GPU"
-        if layout == "preshuffled" and facts.vendor is not devices.Vendor.NVIDIA:
-            return "mslk's preshuffled int4 kernel is built for NVIDIA GPUs"
-        if layout == "preshuffled" and not facts.at_least((9, 0)):
-            return "mslk's preshuffled int4 kernel needs sm_90 (H100) or newer"
-        if layout in ("preshuffled", "plain") and not facts.mslk:
-            return f"the {layout} int4 layout runs mslk's kernels: {MSLK_INSTALL}"
+        if layout in MSLK_OPS:
+            # mslk's int4 products (preshuffled and plain alike) are CUTLASS kernels built
+            # for Hopper's WGMMA (``cutlass::arch::Sm90`` in csrc/gemm/cutlass/bf16i4bf16*.cu,
+            # mslk 1.1.0), which neither Ampere/Ada nor Blackwell runs.
+            if facts.vendor is not devices.Vendor.NVIDIA:
+                return f"mslk's {layout} int4 kernel is built for NVIDIA GPUs"
+            if not (facts.capability and facts.capability[0] == 9):
+                return (f"mslk's {layout} int4 kernel is built for sm_90 (Hopper: H100, "
+                        f"H200) only")
+            if not facts.mslk:
+                return f"the {layout} int4 layout runs mslk's kernels: {MSLK_INSTALL}"
     if quantize == "int8wo" and layout == "unwrapped" and not facts.gpu:
         return ("plain int8 tensors are for GPUs (on the CPU inductor turns torchao's Int8Tensor "
                 "product into its own int8 kernel)")

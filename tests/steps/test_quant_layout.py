@@ -17,10 +17,12 @@ A100 = QuantDevice(Vendor.NVIDIA, (8, 0), fp8=False, mslk=True)
 L4 = QuantDevice(Vendor.NVIDIA, (8, 9), fp8=True, mslk=False)
 MI300 = QuantDevice(Vendor.AMD, None, fp8=True, mslk=False)
 CPU = QuantDevice(Vendor.CPU, None, fp8=False, mslk=False)
+B200 = QuantDevice(Vendor.NVIDIA, (10, 0), fp8=True, mslk=True)
 
 
 @pytest.mark.parametrize("facts, expected", [
-    (H100, "preshuffled"), (H100_BARE, "tinygemm"), (A100, "tinygemm"), (MI300, "tinygemm")])
+    (H100, "preshuffled"), (H100_BARE, "tinygemm"), (A100, "tinygemm"), (MI300, "tinygemm"),
+    (B200, "tinygemm")])
 def test_auto_takes_the_fastest_int4_layout_the_device_runs(facts, expected):
     assert choose_layout("int4wo", "auto", facts) == expected
 
@@ -71,8 +73,11 @@ def test_unwrapped_int8_runs_torchaos_numbers_without_the_subclass(monkeypatch):
 
 @pytest.mark.parametrize("quantize, layout, facts, words", [
     ("int4wo", "preshuffled", A100, "sm_90"),
+    ("int4wo", "plain", A100, "sm_90 \\(Hopper"),
+    ("int4wo", "preshuffled", B200, "Hopper: H100, H200\\) only"),
     ("int4wo", "preshuffled", H100_BARE, "pip install mslk"),
-    ("int4wo", "plain", MI300, "pip install mslk"),
+    ("int4wo", "plain", H100_BARE, "pip install mslk"),
+    ("int4wo", "plain", MI300, "built for NVIDIA GPUs"),
     ("int8wo", "tinygemm", H100, "not a layout of --quantize int8wo"),
     ("float8dq", "rowwise", L4, "sm_90"),
     ("int4wo", "auto", CPU, "need a GPU"),
