@@ -53,6 +53,7 @@ LOOP_SHARE = 0.97           # the tool's decode tokens/s over the loop's, at lea
 TTFT_FACTOR = 1.5           # the time to first token over BF16's, at most
 GPTFAST_SHARE = 1.0         # the tool's int8wo decode tokens/s over gpt-fast's form's, at least
 LOOPS = ("torchao", "gptfast")
+PROFILED_STEPS = 8          # decode steps a loop profiles after its timed generations
 COMPILE_LIMIT_S = {"llama_1b": 120.0}
 # Prompt and generation (the issue's: 128 and 128); three warm-up iterations, which the tool
 # asks of reduce-overhead (it records its CUDA graphs during the first ones).
@@ -163,12 +164,39 @@ def loop_worker(model_name: str, fmt: str, layout: str, shape: dict, out: str,
         generate()
     timed = [generate() for _ in range(shape["iterations"])]
     decode_s = sum(d for _, d in timed) / 1e3
+    with torch.inference_mode():             # after the timed ones: where a step's time goes
+        token, position = prefill(prompt).clone(), torch.tensor([shape["prompt"]],
+                                                                 device=device)
+
+        def step():
+            nonlocal token
+            token = decode(token, position).clone()
+            position.add_(1)
+        profiled = decode_profile(step, PROFILED_STEPS) if device.type == "cuda" else {}
     kinds = sorted({type(getattr(m, "weight", None)).__name__ for m in model.modules()
                     if isinstance(m, torch.nn.Linear) or type(m).__name__ == "Layer"})
     Path(out).write_text(json.dumps({
         "decode_tokens_per_s": len(timed) * (shape["gen"] - 1) / decode_s,
         "ttft_ms": sorted(p for p, _ in timed)[len(timed) // 2],
-        "first_iteration_s": first_s, "weights": kinds}))
+        "first_iteration_s": first_s, "weights": kinds, **profiled}))
+
+
+def decode_profile(step, steps: int) -> dict:
+    """Device time of ``steps`` decode steps under torch.profiler (CUDA activities only):
+    kernel time a step and the three longest kernels, to set beside the tool's own
+    attribution (its JSON's generation.decode_attribution) when the two differ in speed."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+    rows = [(event.key, getattr(event, "device_time_total", None)
+             or getattr(event, "cuda_time_total", 0)) for event in prof.key_averages()]
+    rows = sorted(((name, us) for name, us in rows if us), key=lambda row: -row[1])
+    return {"decode_busy_ms": sum(us for _, us in rows) / steps / 1e3,
+            "decode_top": [{"name": name[:120], "ms": us / steps / 1e3}
+                           for name, us in rows[:3]]}
 
 
 # ------------------------------------------------------------------ the driver
@@ -211,7 +239,11 @@ def tool_figures(document: dict) -> dict:
     generation = document.get("generation") or {}
     ttft = ((generation.get("time_to_first_token") or {}).get("stats") or {})
     block = document.get("low_precision") or {}
+    found = generation.get("decode_attribution") or {}
     return {"decode_tokens_per_s": generation.get("decode_tokens_per_s"),
+            "decode_busy_ms": found.get("busy_ms"), "decode_gap_ms": found.get("gap_ms"),
+            "decode_top": [{"name": str(k.get("name", ""))[:120], "ms": k.get("ms")}
+                           for k in (found.get("top") or [])[:3]],
             "ttft_ms": ttft.get("median_ms"),
             "first_iteration_s": (document.get("timing") or {}).get("first_iteration_s"),
             "layout": block.get("quant_layout"), "kernels": block.get("quant_kernels") or [],
@@ -319,6 +351,27 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def step_table(rows: list[dict]) -> str:
+    """Where a decode step's time goes, each side: the step (from decode tokens/s), the
+    kernels' time in it (the tool's profiled pass, the loop's torch.profiler pass) and the
+    longest kernel. A step much longer than its kernels waits on the host."""
+    lines = ["| model | format | side | step ms | kernels ms | longest kernel (ms) |",
+             "|---|---|---|---:|---:|---|"]
+    for row in rows:
+        sides = [("tool", row["tool"]), ("torchao loop", row["loop"])]
+        if "gptfast" in row:
+            sides.append(("gpt-fast int8 form", row["gptfast"]))
+        for side, figures in sides:
+            rate = figures.get("decode_tokens_per_s")
+            top = (figures.get("decode_top") or [{}])[0]
+            longest = (f"{top.get('name', '')[:60]} ({_num(top.get('ms'), 3)})"
+                       if top.get("name") else "")
+            lines.append(f"| {row['model']} | {row['format']} | {side} | "
+                         f"{_num(1e3 / rate if rate else None, 3)} | "
+                         f"{_num(figures.get('decode_busy_ms'), 3)} | {longest} |")
+    return "\n".join(lines)
+
+
 def _num(value, digits: int = 1) -> str:
     return "" if value is None else f"{value:,.{digits}f}"
 
@@ -373,7 +426,7 @@ def main(argv: list[str]) -> int:
                              "tool": {"error": "not started (deadline)"}, "loop": {}})
                 continue
             rows.append(run_pair(args.out, model, fmt, shape, end, args.loops))
-    text = table(rows) + "\n\n" + "\n".join(verdicts(rows))
+    text = table(rows) + "\n\n" + step_table(rows) + "\n\n" + "\n".join(verdicts(rows))
     (args.out / "quant_decode.md").write_text(text + "\n")
     (args.out / "quant_decode.json").write_text(json.dumps(rows, indent=1))
     print(text)

@@ -308,7 +308,7 @@ def build(spec, model: nn.Module, compile_options: dict | None = None,
         reduced = low_precision.with_compile_record(reduced, spec.config, spec.device,
                                                     DECODE_INDUCTOR, prefill_rows=rows)
         prefill_extra = quant_layout.prefill_extras(spec.config.quantize, reduced.quant_layout,
-                                                    rows)
+                                                    rows, devices.is_gpu(spec.device))
     work = GenerationWorkload(state, shape, autocast, compile_options,
                               quantized=reduced is not None, prefill_extra=prefill_extra)
     work.lowp = reduced

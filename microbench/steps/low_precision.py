@@ -283,7 +283,8 @@ def with_compile_record(report: LowPrecision, config, device: torch.device,
         return report
     lowering = (quant_layout.keep_out_cpu_int8_lowering(devices.is_gpu(device))
                 if config.quantize == "int8wo" else None)
-    prefill = (quant_layout.prefill_product(config.quantize, report.quant_layout, prefill_rows)
+    prefill = (quant_layout.prefill_product(config.quantize, report.quant_layout, prefill_rows,
+                                            devices.is_gpu(device))
                if prefill_rows is not None else None)
     return dataclasses.replace(
         report, compile_settings=quant_layout.compile_settings(step_settings or {}, lowering,

@@ -424,16 +424,17 @@ CAST_LAYOUTS = {"int8wo": ("unwrapped", "rowwise", "tensorwise"),
                 "float8wo": ("rowwise", "tensorwise")}
 
 
-def prefill_extras(quantize: str, layout: str, rows: int) -> dict:
-    """What a quantized prefill of ``rows`` rows adds to its torch.compile options."""
-    if layout in CAST_LAYOUTS.get(quantize, ()) and rows > PREFILL_TEMPLATE_ROWS:
+def prefill_extras(quantize: str, layout: str, rows: int, gpu: bool = True) -> dict:
+    """What a quantized prefill of ``rows`` rows adds to its torch.compile options (on a GPU:
+    the CPU's int8 products are inductor's own int8 kernel, which needs nothing)."""
+    if gpu and layout in CAST_LAYOUTS.get(quantize, ()) and rows > PREFILL_TEMPLATE_ROWS:
         return {"max_autotune_gemm": True}
     return {}
 
 
-def prefill_product(quantize: str, layout: str, rows: int) -> str:
+def prefill_product(quantize: str, layout: str, rows: int, gpu: bool = True) -> str:
     """Which product a quantized prefill of ``rows`` rows runs, in words (the summary's)."""
-    if prefill_extras(quantize, layout, rows):
+    if prefill_extras(quantize, layout, rows, gpu):
         return (f"{rows} rows > {PREFILL_TEMPLATE_ROWS}: inductor's Triton GEMM templates "
                 f"(max_autotune_gemm), the weight's cast fused into the GEMM's loads where "
                 f"inductor finds it faster")

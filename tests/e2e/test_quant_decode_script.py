@@ -34,6 +34,19 @@ def test_figures_are_read_from_the_result_document():
     figures = quant_decode.tool_figures(document)
     assert (figures["decode_tokens_per_s"], figures["ttft_ms"], figures["first_iteration_s"],
             figures["layout"]) == (250.0, 3.0, 80.0, "tinygemm")
+    assert figures["decode_busy_ms"] is None and figures["decode_top"] == []
+    document["generation"]["decode_attribution"] = {
+        "busy_ms": 3.5, "gap_ms": 0.5, "top": [{"name": "triton_red_fused_mm_0", "ms": 1.25}]}
+    figures = quant_decode.tool_figures(document)
+    assert (figures["decode_busy_ms"], figures["decode_gap_ms"]) == (3.5, 0.5)
+    row = {"model": "llama3_8b", "format": "int8wo", "tool": figures,
+           "loop": {"error": "not run"},
+           "gptfast": {"decode_tokens_per_s": 250.0, "decode_busy_ms": 3.9,
+                       "decode_top": [{"name": "triton_red_fused_1", "ms": 1.5}]}}
+    steps = quant_decode.step_table([row])
+    assert "| llama3_8b | int8wo | tool | 4.000 | 3.500 | triton_red_fused_mm_0 (1.250) |" in steps
+    assert "| llama3_8b | int8wo | gpt-fast int8 form | 4.000 | 3.900 |" in steps
+    assert "| llama3_8b | int8wo | torchao loop |  |  |  |" in steps
 
 
 def _row(model, fmt, tool_rate, loop_rate, ttft=2.0, first=60.0):
@@ -136,3 +149,8 @@ def test_the_tight_loop_quantizes_and_times_the_same_model(monkeypatch, tmp_path
     # Each generation: prefill 1 tick, 3 decode steps in 1 tick (events only around them).
     assert result["decode_tokens_per_s"] == pytest.approx(2 * 3 / (2 * 1e-3))
     assert result["ttft_ms"] == 1.0
+    assert "decode_busy_ms" not in result                 # profiled on a GPU only
+    # gpt-fast's int8 form, written in the benchmark: plain int8 buffers, no torchao tensor.
+    quant_decode.loop_worker("llama_tiny", "int8wo", "gptfast",
+                             dict(prompt=8, gen=4, iterations=2, warmup=2), str(out), "cpu")
+    assert json.loads(out.read_text())["weights"] == ["Tensor"]

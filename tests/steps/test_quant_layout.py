@@ -373,3 +373,5 @@ def test_a_long_prompt_of_a_casting_layout_takes_inductors_gemm_templates(
     settings = quant_layout.compile_settings({}, None, quant_layout.prefill_product(
         quantize, layout, rows))
     assert words in settings["prefill_product"]
+    # The CPU's int8 products are inductor's own int8 kernel: nothing added there.
+    assert quant_layout.prefill_extras(quantize, layout, rows, gpu=False) == {}
