@@ -170,12 +170,13 @@ def int4_product_fake(X: torch.Tensor, W: torch.Tensor, w_scale_group: torch.Ten
 def _has_fake(qualname: str, op) -> bool:
     """Whether torch.compile can trace ``op``: a fake or meta kernel, however registered
     (torch._library.utils.has_fake_kernel where this torch has it)."""
-    check = getattr(torch._library.utils, "has_fake_kernel", None)
+    check = getattr(importlib.import_module("torch._library.utils"), "has_fake_kernel", None)
     if check is not None:
         return bool(check(op))
     if torch._C._dispatch_has_kernel_for_dispatch_key(qualname, "Meta"):
         return True
-    return torch._library.simple_registry.singleton.find(qualname).fake_impl.kernel is not None
+    registry = importlib.import_module("torch._library.simple_registry")
+    return registry.singleton.find(qualname).fake_impl.kernel is not None
 
 
 def mslk_traceable(layout: str) -> str | None:

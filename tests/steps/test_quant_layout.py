@@ -375,3 +375,15 @@ def test_a_long_prompt_of_a_casting_layout_takes_inductors_gemm_templates(
     assert words in settings["prefill_product"]
     # The CPU's int8 products are inductor's own int8 kernel: nothing added there.
     assert quant_layout.prefill_extras(quantize, layout, rows, gpu=False) == {}
+
+
+@pytest.mark.parametrize("own_fake", [False, True])
+def test_a_torch_without_has_fake_kernel_reads_the_registrations_itself(monkeypatch, own_fake):
+    import torch._library.utils as library_utils
+    monkeypatch.delattr(library_utils, "has_fake_kernel", raising=False)
+    namespace, _, _ = _fake_mslk(monkeypatch, own_fake=own_fake)
+    assert quant_layout.mslk_traceable("preshuffled") is None
+    expected = () if own_fake else (f"{namespace}::bf16i4bf16_shuffled",)
+    assert quant_layout.registered_fakes() == expected
+    assert quant_layout.mslk_traceable("preshuffled") is None     # found the second time
+    assert quant_layout.registered_fakes() == expected
