@@ -32,6 +32,7 @@ in 9 minutes (each run compiles for about a minute): run a model, or a few forma
     python3 benchmarks/quant_decode.py OUT --models llama_1b                 # ~8 runs
     python3 benchmarks/quant_decode.py OUT --models llama_1b --quick         # fewer tokens
     python3 benchmarks/quant_decode.py OUT --models llama3_8b --formats bf16,int8wo --loops gptfast
+    python3 benchmarks/quant_decode.py OUT --models llama3_8b --formats bf16,int4wo --layouts int4wo=tinygemm
 """
 from __future__ import annotations
 
@@ -222,9 +223,13 @@ def _run(command: list[str], log: Path, timeout: float) -> int:
             return 124
 
 
-def tool_command(model: str, fmt: str, shape: dict, out: Path, name: str) -> list[str]:
+def tool_command(model: str, fmt: str, shape: dict, out: Path, name: str,
+                 layout: str = "auto") -> list[str]:
+    """The tool's command for one run; ``layout``: its --quant-layout (auto: the tool's choice,
+    which is what the targets judge; another, to compare layouts on one GPU)."""
     quantize = "none" if fmt == "bf16" else fmt
-    return [sys.executable, "-m", "microbench", "--network", model, "--mode", "generate",
+    chosen = ["--quant-layout", layout] if fmt != "bf16" and layout != "auto" else []
+    return [sys.executable, "-m", "microbench", "--network", model, "--mode", "generate", *chosen,
             "--precision", "bf16", "--quantize", quantize, "--batch-size", "1",
             "--prompt-len", str(shape["prompt"]), "--gen-len", str(shape["gen"]),
             "--seq-len", str(shape["prompt"] + shape["gen"]),
@@ -262,11 +267,12 @@ def _loop(out: Path, model: str, fmt: str, layout: str, shape: dict, end: float,
 
 
 def run_pair(out: Path, model: str, fmt: str, shape: dict, end: float,
-             loops: tuple[str, ...] = LOOPS) -> dict:
-    """The tool's run of ``model`` in ``fmt``, then the loops ``loops`` names beside it."""
+             loops: tuple[str, ...] = LOOPS, layout: str = "auto") -> dict:
+    """The tool's run of ``model`` in ``fmt`` (in ``layout``), then the loops ``loops`` names
+    beside it."""
     name = f"{model}_{fmt}"
     tool_json = out / "tool" / f"{name}.json"
-    code = _run(tool_command(model, fmt, shape, out, name), out / f"tool_{name}.log",
+    code = _run(tool_command(model, fmt, shape, out, name, layout), out / f"tool_{name}.log",
                 end - time.monotonic())
     tool = (tool_figures(json.loads(tool_json.read_text())) if code == 0 and tool_json.exists()
             else {"error": f"exit {code}, see tool_{name}.log"})
@@ -391,6 +397,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
                         help=f"the loops run beside the tool, comma-separated, from "
                              f"{', '.join(LOOPS)}, or none (default: both; gptfast runs "
                              f"beside int8wo only)")
+    parser.add_argument("--layouts", default="",
+                        help="FORMAT=LAYOUT pairs, comma-separated, passed to the tool as "
+                             "--quant-layout (e.g. int4wo=tinygemm to set it beside a job "
+                             "that ran auto's preshuffled; default: auto for every format)")
     parser.add_argument("--deadline-s", type=float, default=450.0,
                         help="start no tool/loop pair after this many seconds (default: 450)")
     parser.add_argument("--end-s", type=float, default=530.0,
@@ -402,6 +412,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
     if unknown:
         parser.error(f"unknown model or format: {', '.join(unknown)}")
     args.formats = ["bf16"] + [f for f in formats if f != "bf16"]
+    pairs = [pair.partition("=") for pair in args.layouts.split(",") if pair]
+    args.layouts = {fmt: layout for fmt, _, layout in pairs}
+    if any(not layout or fmt not in FORMATS for fmt, layout in args.layouts.items()):
+        parser.error(f"--layouts takes FORMAT=LAYOUT pairs of {', '.join(FORMATS[1:])}")
     args.loops = tuple(loop for loop in args.loops.split(",") if loop and loop != "none")
     if set(args.loops) - set(LOOPS):
         parser.error(f"unknown loop: {', '.join(sorted(set(args.loops) - set(LOOPS)))}")
@@ -425,7 +439,8 @@ def main(argv: list[str]) -> int:
                 rows.append({"model": model, "format": fmt,
                              "tool": {"error": "not started (deadline)"}, "loop": {}})
                 continue
-            rows.append(run_pair(args.out, model, fmt, shape, end, args.loops))
+            rows.append(run_pair(args.out, model, fmt, shape, end, args.loops,
+                                 args.layouts.get(fmt, "auto")))
     text = table(rows) + "\n\n" + step_table(rows) + "\n\n" + "\n".join(verdicts(rows))
     (args.out / "quant_decode.md").write_text(text + "\n")
     (args.out / "quant_decode.json").write_text(json.dumps(rows, indent=1))

@@ -92,6 +92,20 @@ def test_int8_is_judged_against_gpt_fasts_form_and_float8_against_its_new_target
     assert line.startswith("not run") and "gptfast_llama3_8b_int8wo.log" in line
 
 
+def test_a_layout_can_be_asked_of_the_tool(tmp_path):
+    args = quant_decode.parse([str(tmp_path), "--layouts", "int4wo=tinygemm"])
+    assert args.layouts == {"int4wo": "tinygemm"}
+    command = quant_decode.tool_command("llama3_8b", "int4wo", quant_decode.FULL, tmp_path, "x",
+                                        "tinygemm")
+    [config] = cli.to_plan(cli.parse_args(command[3:])).configs
+    assert config.quant_layout == "tinygemm"
+    assert "--quant-layout" not in quant_decode.tool_command(
+        "llama3_8b", "int4wo", quant_decode.FULL, tmp_path, "x")
+    for bad in ("int4wo", "int3wo=tinygemm"):
+        with pytest.raises(SystemExit):
+            quant_decode.parse([str(tmp_path), "--layouts", bad])
+
+
 def test_the_loops_are_chosen_by_name(tmp_path):
     assert quant_decode.parse([str(tmp_path)]).loops == ("torchao", "gptfast")
     assert quant_decode.parse([str(tmp_path), "--loops", "gptfast"]).loops == ("gptfast",)
