@@ -191,7 +191,7 @@ def mslk_traceable(layout: str) -> str | None:
     try:
         mslk = importlib.import_module("mslk")       # loads mslk's operators
     except Exception as error:           # noqa: BLE001 (a broken install: fall back, say why)
-        return f"mslk fails to import ({type(error).__name__}: {error})"
+        return f"mslk fails to import ({type(error).__name__}: {_one_line(error)})"
     version = getattr(mslk, "__version__", "of unknown version")
     namespace = getattr(torch.ops, MSLK_NAMESPACE)
     qualname = f"{MSLK_NAMESPACE}::{name}"
@@ -209,9 +209,14 @@ def mslk_traceable(layout: str) -> str | None:
         torch.library.register_fake(qualname, int4_product_fake, lib=library)
     except Exception as error:           # noqa: BLE001 (any refusal: fall back, say why)
         return (f"the installed mslk ({version}) has no fake kernel for {qualname} and "
-                f"registering one failed ({type(error).__name__}: {error})")
+                f"registering one failed ({type(error).__name__}: {_one_line(error)})")
     _REGISTERED.append(qualname)
     return None
+
+
+def _one_line(error: Exception) -> str:
+    """An exception's text on one line, bounded (mslk logs its load failures over several)."""
+    return " ".join(str(error).split())[:200] or type(error).__name__
 
 
 def registered_fakes() -> tuple[str, ...]:
@@ -226,10 +231,11 @@ def fake_note(layout: str) -> str | None:
     qualname = f"{MSLK_NAMESPACE}::{name}"
     if name is None or qualname not in _REGISTERED:
         return None
-    version = getattr(sys.modules.get("mslk"), "__version__", "of unknown version")
-    return (f"the installed mslk ({version}) has no fake kernel for {qualname} (mslk 1.1.x "
-            f"registers it under a misspelled name); this run registered one (BF16, X's rows "
-            f"by W's rows) so that torch.compile can trace it")
+    version = str(getattr(sys.modules.get("mslk"), "__version__", "of unknown version"))
+    why = (" (mslk 1.1.x registers it under a misspelled name)"
+           if version.startswith("1.1.") else "")
+    return (f"the installed mslk ({version}) has no fake kernel for {qualname}{why}; this run "
+            f"registered one (BF16, X's rows by W's rows) so that torch.compile can trace it")
 
 
 def runnable_layout(quantize: str, requested: str, facts: QuantDevice) -> tuple[str, str | None]:

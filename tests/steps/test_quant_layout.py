@@ -319,6 +319,7 @@ def test_a_missing_fake_kernel_is_registered_and_compile_then_traces_the_product
             assert out.shape == (*batch, 5) and out.dtype == torch.bfloat16
     note = quant_layout.fake_note("preshuffled")
     assert "mslk (1.1.0) has no fake kernel" in note and "registered one" in note
+    assert "misspelled" in note
     assert quant_layout.mslk_traceable("preshuffled") is None       # once: not twice
     assert len(quant_layout.registered_fakes()) == 1
     torch._dynamo.reset()
@@ -387,3 +388,11 @@ def test_a_torch_without_has_fake_kernel_reads_the_registrations_itself(monkeypa
     assert quant_layout.registered_fakes() == expected
     assert quant_layout.mslk_traceable("preshuffled") is None     # found the second time
     assert quant_layout.registered_fakes() == expected
+
+
+def test_a_broken_mslk_falls_back_in_one_line(monkeypatch):
+    import sys
+    monkeypatch.setitem(sys.modules, "mslk", None)                # import mslk -> ImportError
+    layout, note = quant_layout.runnable_layout("int4wo", "auto", H100)
+    assert layout == "tinygemm" and "mslk fails to import (ModuleNotFoundError" in note
+    assert "\n" not in note and len(note) < 400
