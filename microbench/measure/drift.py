@@ -149,14 +149,17 @@ class LowPrecision:
             rows.append(("Quantized kernels", f"layout {self.quant_layout}: "
                                               f"{self.kernel_text()}"))
         if self.compile_settings is not None:
+            # The prefill's product has a line of its own (words, not a setting).
             settings = ", ".join(f"{key}={value}" for key, value in
-                                 self.compile_settings.items())
+                                 self.compile_settings.items() if key != "prefill_product")
             rows.append(("Quantized compile", f"{settings} (torchao's recommended inductor "
                                               f"settings without the exhaustive search, on "
                                               f"this run's graphs only: prefill and decode "
                                               f"alike)"
                                               + (f"; {self.compile_note}" if self.compile_note
                                                  else "")))
+            if self.compile_settings.get("prefill_product"):
+                rows.append(("Quantized prefill", self.compile_settings["prefill_product"]))
         rows.append((f"Accuracy vs {self.drift.reference}", self.drift.line()))
         if self.weight_errors is not None:
             rows.append(("Weight error", self.weight_errors.line()))

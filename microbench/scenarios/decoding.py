@@ -233,7 +233,8 @@ class GenerationWorkload:
     lowp = None                 # --quantize: what it did (measure.drift.LowPrecision)
 
     def __init__(self, state: GenerationState, shape: GenerationShape, autocast,
-                 compile_options: dict | None, quantized: bool = False):
+                 compile_options: dict | None, quantized: bool = False,
+                 prefill_extra: dict | None = None):
         self.state, self.eager_model, self.shape = state, state.model, shape
         self.autocast = autocast
         self.parameters = sum(p.numel() for p in state.model.parameters())
@@ -245,8 +246,10 @@ class GenerationWorkload:
             # A quantized run's prefill and decode step both get torchao's inductor settings:
             # the prefill is compiled the same way as the decode step, never left to a cast
             # and a product inductor did not fuse (issue 48).
+            # A prompt of many rows may take another product (quant_layout.prefill_extras).
             extra = quant_layout.compile_extras() if quantized else {}
-            self.prefill_step = compiled(self.prefill_step, compile_options, extra)
+            self.prefill_step = compiled(self.prefill_step, compile_options,
+                                         {**extra, **(prefill_extra or {})})
             self.decode_step = compiled(self.decode_step, compile_options,
                                         {**DECODE_INDUCTOR, **extra})
 
@@ -299,10 +302,15 @@ def build(spec, model: nn.Module, compile_options: dict | None = None,
         prefill_flops = flops.count_step_flops(eager.prefill)
     if compile_options is not None:     # before this process's first compile (any row)
         quant_layout.keep_out_cpu_int8_lowering(devices.is_gpu(spec.device))
+    prefill_extra = None
     if reduced is not None and compile_options is not None:
-        reduced = low_precision.with_compile_record(reduced, spec.config, spec.device, DECODE_INDUCTOR)
+        rows = spec.batch_size * shape.prompt_len
+        reduced = low_precision.with_compile_record(reduced, spec.config, spec.device,
+                                                    DECODE_INDUCTOR, prefill_rows=rows)
+        prefill_extra = quant_layout.prefill_extras(spec.config.quantize, reduced.quant_layout,
+                                                    rows, devices.is_gpu(spec.device))
     work = GenerationWorkload(state, shape, autocast, compile_options,
-                              quantized=reduced is not None)
+                              quantized=reduced is not None, prefill_extra=prefill_extra)
     work.lowp = reduced
     if count_flops:
         work.flops_per_iteration, work.prefill_flops = flops_per_iteration, prefill_flops

@@ -132,10 +132,12 @@ QUANTIZE_CHOICES = tuple(QUANTIZE)
 QUANT_LAYOUTS = {
     "auto": "the fastest layout this device and the installed libraries run",
     "preshuffled": "int4wo: mslk's (FBGEMM GenAI's) bf16i4bf16 kernel on preshuffled weights; "
-                   "NVIDIA sm_90 and newer, needs the mslk package",
+                   "NVIDIA Hopper (sm_90), needs the mslk package",
     "tinygemm": "int4wo: torch's tinygemm kernel (_weight_int4pack_mm), tile_packed_to_4d "
                 "packing",
-    "plain": "int4wo: mslk's bf16i4bf16 kernel on plainly packed weights; needs mslk",
+    "plain": "int4wo: mslk's bf16i4bf16 kernel on plainly packed weights; Hopper, needs mslk",
+    "unwrapped": "int8wo: torchao's int8 values and row scales as plain tensors of the layer "
+                 "(no tensor subclass), multiplied in gpt-fast's form; GPUs",
     "rowwise": "int8wo, float8wo, float8dq: one scale per output row; the weight cast to BF16 "
                "inside the product (weight-only), or torch._scaled_mm rowwise (float8dq)",
     "tensorwise": "int8wo, float8wo, float8dq: one scale per tensor",
@@ -144,7 +146,7 @@ QUANT_LAYOUT_CHOICES = tuple(QUANT_LAYOUTS)
 # Each format's layouts, fastest first (what "auto" tries in order).
 LAYOUTS_OF = {
     "int4wo": ("preshuffled", "tinygemm", "plain"),
-    "int8wo": ("rowwise", "tensorwise"),
+    "int8wo": ("unwrapped", "rowwise", "tensorwise"),
     "float8wo": ("rowwise", "tensorwise"),
     "float8dq": ("rowwise", "tensorwise"),
 }

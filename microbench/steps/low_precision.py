@@ -39,7 +39,7 @@ from torch import nn
 from microbench.measure.drift import Drift, LowPrecision, WeightErrors
 from microbench.platform import devices, process
 from microbench.platform.errors import MissingEnvironment, UsageError
-from microbench.steps import quant_layout
+from microbench.steps import int8_linear, quant_layout
 from microbench.settings.precision import FP8_RECIPES, QUANTIZE, QUANTIZE_CHOICES  # noqa: F401
 
 INSTALL = 'pip install "torchao>=0.18" (or pip install ".[quant]")'
@@ -196,7 +196,7 @@ def quantize_config(name: str, device: torch.device, layout: str = "auto"):
         raise UsageError(f"unknown --quantize {name!r} (choose from "
                          f"{', '.join(QUANTIZE_CHOICES)})")
     facts = quant_layout.QuantDevice.of(device)
-    return quant_layout.torchao_config(name, quant_layout.choose_layout(name, layout, facts),
+    return quant_layout.torchao_config(name, quant_layout.runnable_layout(name, layout, facts)[0],
                                        facts)
 
 
@@ -245,7 +245,7 @@ def quantize_measured(model: nn.Module, name: str, probe: torch.Tensor,
     activations. What ran is read back from the weights (:func:`quant_layout.kernels`)."""
     torchao()
     facts = quant_layout.QuantDevice.of(device)
-    chosen = quant_layout.choose_layout(name, layout, facts)
+    chosen, fallback = quant_layout.runnable_layout(name, layout, facts)
     config = quant_layout.torchao_config(name, chosen, facts)
     from torchao.quantization import quantize_
     before_bytes = weight_bytes(model)
@@ -260,26 +260,35 @@ def quantize_measured(model: nn.Module, name: str, probe: torch.Tensor,
         quantize_(module, config)
         if type(module.weight) is not nn.Parameter:    # left in BF16: a shape the format skips
             errors.append(weight_error(original, module.weight))
+    if chosen == "unwrapped":           # the same int8 values and scales, no tensor subclass
+        int8_linear.unwrap(model)
     drift = compare_logits(_logits(model, probe), before, reference)
     layer_error = _layer_error(model, watched, layer_io)
     return LowPrecision(drift, quantize=name, quantize_description=QUANTIZE[name],
                         weight_bytes=weight_bytes(model), weight_bytes_before=before_bytes,
                         torchao_version=torchao_version(), quant_layout=chosen,
                         quant_kernels=tuple(k.to_dict() for k in quant_layout.kernels(model)),
-                        weight_errors=WeightErrors.of(errors, layer_error, watched))
+                        weight_errors=WeightErrors.of(errors, layer_error, watched),
+                        notes=tuple(filter(None, (fallback, quant_layout.fake_note(chosen)))))
 
 
 def with_compile_record(report: LowPrecision, config, device: torch.device,
-                        step_settings: dict | None = None) -> LowPrecision:
+                        step_settings: dict | None = None,
+                        prefill_rows: int | None = None) -> LowPrecision:
     """``report`` with what a compiled quantized run applied to its graphs (the settings of
-    :func:`quant_layout.compile_extras`, and whether inductor's CPU int8 lowering was kept out),
+    :func:`quant_layout.compile_extras`, whether inductor's CPU int8 lowering was kept out,
+    and, for a generation's prefill of ``prefill_rows`` rows, which product it ran),
     and a note where its compile options trade compile time for speed; as it was uncompiled."""
     if not config.compile:
         return report
     lowering = (quant_layout.keep_out_cpu_int8_lowering(devices.is_gpu(device))
                 if config.quantize == "int8wo" else None)
+    prefill = (quant_layout.prefill_product(config.quantize, report.quant_layout, prefill_rows,
+                                            devices.is_gpu(device))
+               if prefill_rows is not None else None)
     return dataclasses.replace(
-        report, compile_settings=quant_layout.compile_settings(step_settings or {}, lowering),
+        report, compile_settings=quant_layout.compile_settings(step_settings or {}, lowering,
+                                                               prefill),
         compile_note=quant_layout.compile_note(config.compile_options))
 
 

@@ -5,11 +5,15 @@ weights (their tensor subclass and its attributes), never assumed.
 
 The layouts (torchao 0.18, ``torchao/quantization/quant_api.py``):
 
-* int4wo: ``preshuffled`` (``Int4PreshuffledTensor``: mslk's ``bf16i4bf16_rowwise``, the
+* int4wo: ``preshuffled`` (``Int4PreshuffledTensor``: mslk's ``bf16i4bf16_shuffled``, the
   former FBGEMM GenAI kernels, built for sm_90 and newer; needs the ``mslk`` package, as
-  torchao's ``_is_mslk_available`` finds it), ``tinygemm`` (``Int4TilePackedTo4dTensor``:
+  torchao's ``_is_mslk_available`` finds it, and a fake kernel for torch.compile, which
+  :func:`mslk_traceable` registers where mslk 1.1.x lacks it), ``tinygemm`` (``Int4TilePackedTo4dTensor``:
   torch's own ``_weight_int4pack_mm``, 8-wide tiles on NVIDIA and 16 on ROCm), ``plain``
-  (``Int4Tensor``: mslk's kernel on plain packing). torchao 0.18 has no Marlin int4 layout.
+  (``Int4Tensor``: mslk's ``bf16i4bf16_rowwise`` on plain packing). torchao 0.18 has no Marlin int4 layout.
+* int8wo: ``unwrapped`` on GPUs (torchao's per-row int8 values and scales as plain tensors
+  of an :class:`~microbench.steps.int8_linear.Int8WeightOnlyLinear`, gpt-fast's form without
+  torchao's tensor subclass: see that module for why), then as float8wo.
 * int8wo, float8wo: ``rowwise`` (one scale per output row, torchao's default) or
   ``tensorwise``; the weight is cast to BF16 inside the product, which inductor fuses when it
   writes the product as a reduction (one token's decode step: coordinate-descent tuning,
@@ -21,13 +25,17 @@ Example::
 
     facts = QuantDevice.of(device)
     layout = choose_layout("int4wo", "auto", facts)          # 'preshuffled' on an H100 with mslk
+    layout, note = runnable_layout("int4wo", "auto", facts)  # its mslk operator traceable, or
+                                                             # the next layout and why
     config = torchao_config("int4wo", layout, facts)
     quantize_(model, config)
     kernels(model)        # [Kernel('Int4PreshuffledTensor', 'preshuffled', 'mslk ...', 113)]
 """
 from __future__ import annotations
 
+import importlib
 import importlib.util
+import sys
 from collections import Counter
 from dataclasses import dataclass
 
@@ -38,6 +46,7 @@ from microbench.platform import devices
 from microbench.platform.errors import UsageError
 from microbench.settings.compile_options import with_inductor_settings
 from microbench.settings.precision import LAYOUTS_OF, QUANT_LAYOUT_CHOICES
+from microbench.steps.int8_linear import Int8WeightOnlyLinear
 
 # torchao's recommended inductor settings for quantized models
 # (torchao.quantization.utils.recommended_inductor_config_setter), applied to the compiled
@@ -88,12 +97,20 @@ def why_not(quantize: str, layout: str, facts: QuantDevice) -> str | None:
     if quantize == "int4wo":
         if not facts.gpu:
             return "int4 weight-only kernels need a GPU"
-        if layout == "preshuffled" and facts.vendor is not devices.Vendor.NVIDIA:
-            return "mslk's preshuffled int4 kernel is built for NVIDIA GPUs"
-        if layout == "preshuffled" and not facts.at_least((9, 0)):
-            return "mslk's preshuffled int4 kernel needs sm_90 (H100) or newer"
-        if layout in ("preshuffled", "plain") and not facts.mslk:
-            return f"the {layout} int4 layout runs mslk's kernels: {MSLK_INSTALL}"
+        if layout in MSLK_OPS:
+            # mslk's int4 products (preshuffled and plain alike) are CUTLASS kernels built
+            # for Hopper's WGMMA (``cutlass::arch::Sm90`` in csrc/gemm/cutlass/bf16i4bf16*.cu,
+            # mslk 1.1.0), which neither Ampere/Ada nor Blackwell runs.
+            if facts.vendor is not devices.Vendor.NVIDIA:
+                return f"mslk's {layout} int4 kernel is built for NVIDIA GPUs"
+            if not (facts.capability and facts.capability[0] == 9):
+                return (f"mslk's {layout} int4 kernel is built for sm_90 (Hopper: H100, "
+                        f"H200) only")
+            if not facts.mslk:
+                return f"the {layout} int4 layout runs mslk's kernels: {MSLK_INSTALL}"
+    if quantize == "int8wo" and layout == "unwrapped" and not facts.gpu:
+        return ("plain int8 tensors are for GPUs (on the CPU inductor turns torchao's Int8Tensor "
+                "product into its own int8 kernel)")
     if quantize == "float8dq" and layout == "rowwise":
         if facts.vendor is devices.Vendor.NVIDIA and not facts.at_least((9, 0)):
             return "torch._scaled_mm with rowwise scales needs sm_90 (H100) or newer"
@@ -122,6 +139,122 @@ def choose_layout(quantize: str, requested: str, facts: QuantDevice) -> str:
     return requested
 
 
+# ---------------------------------------------------------------- mslk's fake kernels
+
+# The mslk operator each mslk layout's linear layers call with BF16 activations (torchao 0.18:
+# Int4PreshuffledTensor's and Int4Tensor's F.linear). torch.compile traces an operator through
+# its fake (meta) kernel, which says what the output looks like without running it.
+MSLK_OPS = {"preshuffled": "bf16i4bf16_shuffled", "plain": "bf16i4bf16_rowwise"}
+MSLK_NAMESPACE = "mslk"
+# Libraries this process registered fake kernels through, kept alive (a Library that is
+# garbage-collected takes its registrations with it): namespace -> torch.library.Library.
+_FAKE_LIBRARIES: dict = {}
+# Operators this process gave a fake kernel, as "namespace::name".
+_REGISTERED: list[str] = []
+
+
+def int4_product_fake(X: torch.Tensor, W: torch.Tensor, w_scale_group: torch.Tensor,
+                      w_zero_group: torch.Tensor) -> torch.Tensor:
+    """The output of mslk's ``bf16i4bf16_shuffled`` and ``bf16i4bf16_rowwise`` without running
+    them: BF16, X's leading dimensions (M, or B and M) by W's rows (N: the packed weight is
+    (N, K/2) int8). The contract is mslk's own meta kernel for ``bf16i4bf16_rowwise``
+    (csrc/gemm/gemm_ops.cpp, v1.1.0), which mslk 1.1.x meant for the shuffled one too: it
+    registered it as ``bf116i4bf16_shuffled``, a name no operator has, and mslk 1.2.0-rc1 moved
+    both to Python (mslk/gemm/_meta.py) with this shape."""
+    if X.dim() not in (2, 3) or W.dim() != 2:
+        raise RuntimeError(f"mslk's int4 product takes a 2- or 3-dimensional X and a "
+                           f"2-dimensional W, not {X.dim()} and {W.dim()}")
+    return X.new_empty((*X.shape[:-1], W.shape[0]), dtype=torch.bfloat16)
+
+
+def _has_fake(qualname: str, op) -> bool:
+    """Whether torch.compile can trace ``op``: a fake or meta kernel, however registered
+    (torch._library.utils.has_fake_kernel where this torch has it)."""
+    check = getattr(importlib.import_module("torch._library.utils"), "has_fake_kernel", None)
+    if check is not None:
+        return bool(check(op))
+    if torch._C._dispatch_has_kernel_for_dispatch_key(qualname, "Meta"):
+        return True
+    registry = importlib.import_module("torch._library.simple_registry")
+    return registry.singleton.find(qualname).fake_impl.kernel is not None
+
+
+def mslk_traceable(layout: str) -> str | None:
+    """Make the mslk operator ``layout`` calls traceable by torch.compile; None when it is,
+    else why it cannot be (in words). A fake kernel is registered here only where the installed
+    mslk has none: mslk 1.1.x has none for ``bf16i4bf16_shuffled`` (the preshuffled layout),
+    and torch.compile then stops with "attempted to run this operator with Meta tensors, but
+    there was no fake impl" (issue 53). A layout without an mslk operator needs nothing."""
+    name = MSLK_OPS.get(layout)
+    if name is None:
+        return None
+    try:
+        mslk = importlib.import_module("mslk")       # loads mslk's operators
+    except Exception as error:           # noqa: BLE001 (a broken install: fall back, say why)
+        return f"mslk fails to import ({type(error).__name__}: {_one_line(error)})"
+    version = getattr(mslk, "__version__", "of unknown version")
+    namespace = getattr(torch.ops, MSLK_NAMESPACE)
+    qualname = f"{MSLK_NAMESPACE}::{name}"
+    try:
+        op = getattr(namespace, name).default
+    except (AttributeError, RuntimeError):
+        return f"the installed mslk ({version}) has no operator {qualname}"
+    if _has_fake(qualname, op):
+        return None
+    try:
+        library = _FAKE_LIBRARIES.get(MSLK_NAMESPACE)
+        if library is None:
+            library = _FAKE_LIBRARIES[MSLK_NAMESPACE] = torch.library.Library(MSLK_NAMESPACE,
+                                                                             "FRAGMENT")
+        torch.library.register_fake(qualname, int4_product_fake, lib=library)
+    except Exception as error:           # noqa: BLE001 (any refusal: fall back, say why)
+        return (f"the installed mslk ({version}) has no fake kernel for {qualname} and "
+                f"registering one failed ({type(error).__name__}: {_one_line(error)})")
+    _REGISTERED.append(qualname)
+    return None
+
+
+def _one_line(error: Exception) -> str:
+    """An exception's text on one line, bounded (mslk logs its load failures over several)."""
+    return " ".join(str(error).split())[:200] or type(error).__name__
+
+
+def registered_fakes() -> tuple[str, ...]:
+    """The mslk operators this process gave a fake kernel (none where mslk has its own)."""
+    return tuple(_REGISTERED)
+
+
+def fake_note(layout: str) -> str | None:
+    """A line for the summary where this process gave ``layout``'s mslk operator the fake
+    kernel the installed mslk lacks; None otherwise."""
+    name = MSLK_OPS.get(layout)
+    qualname = f"{MSLK_NAMESPACE}::{name}"
+    if name is None or qualname not in _REGISTERED:
+        return None
+    version = str(getattr(sys.modules.get("mslk"), "__version__", "of unknown version"))
+    why = (" (mslk 1.1.x registers it under a misspelled name)"
+           if version.startswith("1.1.") else "")
+    return (f"the installed mslk ({version}) has no fake kernel for {qualname}{why}; this run "
+            f"registered one (BF16, X's rows by W's rows) so that torch.compile can trace it")
+
+
+def runnable_layout(quantize: str, requested: str, facts: QuantDevice) -> tuple[str, str | None]:
+    """The layout ``quantize`` runs and, where it is not the one :func:`choose_layout` picked,
+    one line saying why: an mslk layout whose operator torch.compile cannot trace (no fake
+    kernel, and none could be registered) falls back to the next of the format's layouts this
+    device runs (tinygemm, then plain), asked for by name or by auto alike."""
+    chosen = choose_layout(quantize, requested, facts)
+    reason = mslk_traceable(chosen)
+    if reason is None:
+        return chosen, None
+    for layout in LAYOUTS_OF[quantize]:
+        if layout != chosen and why_not(quantize, layout, facts) is None \
+                and mslk_traceable(layout) is None:
+            return layout, (f"--quantize {quantize} runs layout {layout}, not {chosen}: "
+                            f"{reason}")
+    raise UsageError(f"--quantize {quantize} cannot run on this device: {reason}")
+
+
 def torchao_config(quantize: str, layout: str, facts: QuantDevice):
     """torchao's configuration for ``quantize`` in ``layout`` (torchao imported by the caller).
     None of them changes inductor's settings (set_inductor_config=False): the compile step
@@ -129,6 +262,7 @@ def torchao_config(quantize: str, layout: str, facts: QuantDevice):
     from torchao.quantization import (Float8DynamicActivationFloat8WeightConfig,
                                       Float8WeightOnlyConfig, Int4WeightOnlyConfig,
                                       Int8WeightOnlyConfig, PerRow, PerTensor)
+    # unwrapped: torchao's per-row quantization, then int8_linear.unwrap (quantize_measured).
     granularity = PerTensor() if layout == "tensorwise" else PerRow()
     if quantize == "int4wo":
         packing = {"preshuffled": "preshuffled", "tinygemm": "tile_packed_to_4d",
@@ -182,8 +316,8 @@ def describe(weight: torch.Tensor) -> tuple[str, str, str]:
         return name, "tile_packed_to_4d", "torch's tinygemm _weight_int4pack_mm"
     if name == "Int4PreshuffledTensor":
         fp8 = getattr(weight, "activation_dtype", None) == getattr(torch, "float8_e4m3fn", None)
-        return name, "preshuffled", ("mslk f8i4bf16_rowwise" if fp8 else
-                                     "mslk bf16i4bf16_rowwise")
+        return name, "preshuffled", ("mslk f8i4bf16_shuffled" if fp8 else
+                                     "mslk bf16i4bf16_shuffled")
     if name == "Int4Tensor":
         return name, "plain", "mslk bf16i4bf16_rowwise"
     if name in ("Int8Tensor", "Float8Tensor"):
@@ -200,9 +334,19 @@ def describe(weight: torch.Tensor) -> tuple[str, str, str]:
     return name, "unknown", "unknown to this tool"
 
 
+def describe_layer(module: nn.Linear) -> tuple[str, str, str]:
+    """(class, packing, kernel) of one linear layer: its weight's, or the layer's own where
+    the layer, not a tensor subclass, holds the quantized weight."""
+    if isinstance(module, Int8WeightOnlyLinear):
+        return ("Int8WeightOnlyLinear", "unwrapped rowwise",
+                "int8 weight cast to BF16 inside the product, row scales after (gpt-fast's "
+                "form, inductor)")
+    return describe(module.weight)
+
+
 def kernels(model: nn.Module) -> tuple[Kernel, ...]:
     """Every linear layer's kernel, grouped: the quantized groups first, largest first."""
-    seen = Counter(describe(module.weight) for module in model.modules()
+    seen = Counter(describe_layer(module) for module in model.modules()
                    if isinstance(module, nn.Linear))
     ordered = sorted(seen.items(), key=lambda item: (item[0][2] == "not quantized", -item[1]))
     return tuple(Kernel(*key, layers) for key, layers in ordered)
@@ -274,13 +418,52 @@ def compile_extras() -> dict:
     return {**QUANTIZED_INDUCTOR, **guards}
 
 
-def compile_settings(decode_settings: dict, int8_lowering: str | None = None) -> dict:
-    """The settings a compiled quantized run applied, as the result file records them."""
+# The prompt's products (a prefill of many rows: 128 in issue 53) of the layouts that cast the
+# weight to BF16 inside the product. Inductor fuses that cast into a one-row product (the decode
+# step's reduction) but not into cuBLAS's GEMM: for many rows it writes the whole weight in BF16
+# and cuBLAS reads it back, about three times the bytes of BF16's prefill (issue 53: int8wo and
+# float8wo at twice BF16's time to first token on llama3_8b). With inductor's GEMM templates
+# (max_autotune_gemm) it can load the int8/FP8 weight in a Triton GEMM and cast it there
+# (prologue fusion, on by default since PyTorch 2.7): the prefill reads the stored bytes.
+# Above this many rows the prefill is compiled so; a decode step (one row a sequence) never is.
+PREFILL_TEMPLATE_ROWS = 16
+CAST_LAYOUTS = {"int8wo": ("unwrapped", "rowwise", "tensorwise"),
+                "float8wo": ("rowwise", "tensorwise")}
+
+
+def prefill_extras(quantize: str, layout: str, rows: int, gpu: bool = True) -> dict:
+    """What a quantized prefill of ``rows`` rows adds to its torch.compile options (on a GPU:
+    the CPU's int8 products are inductor's own int8 kernel, which needs nothing)."""
+    if gpu and layout in CAST_LAYOUTS.get(quantize, ()) and rows > PREFILL_TEMPLATE_ROWS:
+        return {"max_autotune_gemm": True}
+    return {}
+
+
+def prefill_product(quantize: str, layout: str, rows: int, gpu: bool = True) -> str:
+    """Which product a quantized prefill of ``rows`` rows runs, in words (the summary's)."""
+    if prefill_extras(quantize, layout, rows, gpu):
+        return (f"{rows} rows > {PREFILL_TEMPLATE_ROWS}: inductor's Triton GEMM templates "
+                f"(max_autotune_gemm), the weight's cast fused into the GEMM's loads where "
+                f"inductor finds it faster")
+    if layout == "tinygemm":
+        return (f"tinygemm's _weight_int4pack_mm on {rows} rows (a kernel for few rows; "
+                f"this stack has no faster int4 GEMM without mslk)")
+    if layout in MSLK_OPS:
+        return f"mslk's {MSLK_OPS[layout]} on {rows} rows"
+    return f"the decode step's product, on {rows} rows"
+
+
+def compile_settings(decode_settings: dict, int8_lowering: str | None = None,
+                     prefill: str | None = None) -> dict:
+    """The settings a compiled quantized run applied, as the result file records them;
+    ``prefill``: which product its prefill ran (:func:`prefill_product`)."""
     settings = {**decode_settings, **QUANTIZED_INDUCTOR,
                 "weight_metadata_guards": ("skipped" if guard_filter_supported() else
                                            "kept (this torch.compile takes no guard_filter_fn)")}
     if int8_lowering is not None:
         settings["int8pack_mm_lowering"] = int8_lowering
+    if prefill is not None:
+        settings["prefill_product"] = prefill
     return settings
 
 

@@ -55,6 +55,9 @@ def test_a_compiled_quantized_run_records_its_compile_settings(run, tmp_path):
     assert ran.returncode == 0, ran.stderr[-3000:]
     [line] = [line for line in ran.stdout.splitlines() if "Quantized compile" in line]
     assert "coordinate_descent_tuning=True" in line and "weight_metadata_guards" in line
+    assert "prefill_product" not in line                   # a line of its own:
+    [prefill] = [line for line in ran.stdout.splitlines() if "Quantized prefill" in line]
+    assert "the decode step's product, on 8 rows" in prefill     # 8 rows: no GEMM templates
     [path] = (tmp_path / "out").glob("llama_tiny_generate_*int8wo*.json")
     document = json.loads(path.read_text())
     schema.validate_result(document, str(path))
@@ -62,3 +65,4 @@ def test_a_compiled_quantized_run_records_its_compile_settings(run, tmp_path):
     assert settings["force_fuse_int_mm_with_mul"] is True
     assert "coordinate_descent_check_all_directions" not in settings
     assert "int8pack_mm_lowering" not in settings          # the CPU keeps its own kernel
+    assert settings["prefill_product"].startswith("the decode step's product")

@@ -1,11 +1,18 @@
-"""Quantized decode and the FP8 probe on one real GPU (issue 48; ``python3 -m pytest -m gpu``):
-the layout auto picks runs and is read back from the model, a compiled int8 run keeps
-inductor's CPU int8 lowering out, and an FP8 run's measured peak is an FP8 product. Asserts what
-a GPU run must show, never a speed: how far the int8 prefill is from BF16's is
+"""Quantized decode and the FP8 probe on one real GPU (issues 48 and 53; ``python3 -m pytest -m
+gpu``): the layout auto picks runs and is read back from the model (with mslk installed and
+without: on a Hopper GPU with mslk, int4 runs the preshuffled kernel, compiled through the fake
+kernel this tool registers where mslk 1.1.x lacks it, or falls back with a Note saying why),
+int8 runs torchao's values unwrapped, a compiled int8 run keeps inductor's CPU int8 lowering
+out, its 32-row prefill names the GEMM path it took, and an FP8 run's measured peak is an FP8
+product. Asserts what a GPU run must show, never a speed: how far the int8 prefill is from BF16's is
 benchmarks/quant_decode.py's (on llama_tiny the ratio is launch overhead, and it failed a 5x
 bound on 2 H200s while the lowering was kept out)."""
-import pytest
+import sys
 
+import pytest
+import torch
+
+from microbench.steps import quant_layout
 from gpu_checks import GENERATE, TOKENS, check_run, fp8_device, gpu_suite, has_module
 
 pytestmark = gpu_suite
@@ -21,14 +28,29 @@ def test_the_kernel_that_ran_is_named_from_the_model(cli, quantize):
     ran, out_dir = cli(*COMPILED, "--quantize", quantize)
     doc = check_run(ran, out_dir)
     low = doc["low_precision"]
-    assert low["quant_layout"] in ("preshuffled", "tinygemm", "rowwise")
-    assert low["quant_kernels"][0]["tensor"].startswith("Int4" if quantize == "int4wo"
-                                                         else "Int8")
+    facts = quant_layout.QuantDevice.of(torch.device("cuda"))
+    expected = quant_layout.choose_layout(quantize, "auto", facts)
+    fell_back = [note for note in low["notes"] if note.startswith(f"--quantize {quantize} runs")]
+    if fell_back:          # only where mslk's product cannot be traced: one line says why
+        assert expected in ("preshuffled", "plain") and len(fell_back) == 1, low["notes"]
+        assert low["quant_layout"] == "tinygemm" and "Note" in ran.stdout
+    else:
+        assert low["quant_layout"] == expected, (low["quant_layout"], facts)
+    if low["quant_layout"] == "preshuffled" and has_module("mslk") and \
+            str(getattr(sys.modules["mslk"], "__version__", "")).startswith("1.1."):
+        # mslk 1.1.x's missing fake kernel was registered here, and said so.
+        assert any("registered one" in note for note in low["notes"]), low["notes"]
+    tensor = low["quant_kernels"][0]["tensor"]
+    assert tensor == {"preshuffled": "Int4PreshuffledTensor", "plain": "Int4Tensor",
+                      "tinygemm": "Int4TilePackedTo4dTensor", "unwrapped": "Int8WeightOnlyLinear",
+                      "rowwise": "Int8Tensor"}[low["quant_layout"]], low["quant_kernels"]
     assert "Quantized kernels" in ran.stdout and "Weight error" in ran.stdout
     settings = low["compile_settings"]
     assert settings["coordinate_descent_tuning"] is True
     if quantize == "int8wo":
         assert settings["int8pack_mm_lowering"] == "kept out", settings
+        assert settings["prefill_product"].startswith("32 rows > 16"), settings
+    assert "Quantized prefill" in ran.stdout
     assert 0 < low["weight_error"]["max_relative_error"] < 0.2
 
 

@@ -17,10 +17,12 @@ A100 = QuantDevice(Vendor.NVIDIA, (8, 0), fp8=False, mslk=True)
 L4 = QuantDevice(Vendor.NVIDIA, (8, 9), fp8=True, mslk=False)
 MI300 = QuantDevice(Vendor.AMD, None, fp8=True, mslk=False)
 CPU = QuantDevice(Vendor.CPU, None, fp8=False, mslk=False)
+B200 = QuantDevice(Vendor.NVIDIA, (10, 0), fp8=True, mslk=True)
 
 
 @pytest.mark.parametrize("facts, expected", [
-    (H100, "preshuffled"), (H100_BARE, "tinygemm"), (A100, "tinygemm"), (MI300, "tinygemm")])
+    (H100, "preshuffled"), (H100_BARE, "tinygemm"), (A100, "tinygemm"), (MI300, "tinygemm"),
+    (B200, "tinygemm")])
 def test_auto_takes_the_fastest_int4_layout_the_device_runs(facts, expected):
     assert choose_layout("int4wo", "auto", facts) == expected
 
@@ -31,15 +33,51 @@ def test_float8_dynamic_is_rowwise_where_scaled_mm_takes_row_scales(facts, expec
     assert choose_layout("float8dq", "auto", facts) == expected
 
 
-def test_int8_defaults_to_rowwise_everywhere():
+def test_int8_is_unwrapped_on_gpus_and_torchaos_rowwise_on_the_cpu():
     assert choose_layout("int8wo", "auto", CPU) == "rowwise"
     assert choose_layout("int8wo", "tensorwise", CPU) == "tensorwise"
+    for gpu in (H100, MI300, L4):
+        assert choose_layout("int8wo", "auto", gpu) == "unwrapped"
+    with pytest.raises(UsageError, match="plain int8 tensors are for GPUs"):
+        choose_layout("int8wo", "unwrapped", CPU)
+
+
+def test_unwrapped_int8_runs_torchaos_numbers_without_the_subclass(monkeypatch):
+    """The unwrapped layout on a (faked) GPU: the same int8 values and scales torchao made,
+    as plain parameters, giving torchao's Int8Tensor outputs bit for bit."""
+    pytest.importorskip("torchao")
+    from torchao.quantization import quantize_
+    from microbench.steps import int8_linear
+    reference = _tiny()
+    quantize_(reference, quant_layout.torchao_config("int8wo", "rowwise", CPU))
+    inputs = torch.randn(3, 64, dtype=torch.bfloat16)
+    expected = reference(inputs)
+    assert int8_linear.unwrap(reference) == 2
+    assert torch.equal(reference(inputs), expected)
+    layer = reference[0]
+    assert type(layer.weight) is nn.Parameter and layer.weight.dtype == torch.int8
+    assert layer.scale.dtype == torch.bfloat16 and layer.scale.shape == (64,)
+    assert low_precision.weight_bytes(reference) == (64 * 64 + 32 * 64) + 2 * (64 + 32)
+
+    monkeypatch.setattr(quant_layout.QuantDevice, "of", classmethod(lambda cls, d: H100_BARE))
+    model = _tiny()
+    report = low_precision.quantize_measured(model, "int8wo", torch.randn(2, 64).to(
+        torch.bfloat16), torch.device("cpu"))
+    assert report.quant_layout == "unwrapped"
+    assert [(k["tensor"], k["packing"], k["layers"]) for k in report.quant_kernels] == \
+        [("Int8WeightOnlyLinear", "unwrapped rowwise", 2)]
+    assert "gpt-fast's form" in report.quant_kernels[0]["kernel"]
+    assert report.weight_errors.layers == 2 and report.weight_errors.max_error < 0.02
+    assert report.drift.relative_error < 0.02
 
 
 @pytest.mark.parametrize("quantize, layout, facts, words", [
     ("int4wo", "preshuffled", A100, "sm_90"),
+    ("int4wo", "plain", A100, "sm_90 \\(Hopper"),
+    ("int4wo", "preshuffled", B200, "Hopper: H100, H200\\) only"),
     ("int4wo", "preshuffled", H100_BARE, "pip install mslk"),
-    ("int4wo", "plain", MI300, "pip install mslk"),
+    ("int4wo", "plain", H100_BARE, "pip install mslk"),
+    ("int4wo", "plain", MI300, "built for NVIDIA GPUs"),
     ("int8wo", "tinygemm", H100, "not a layout of --quantize int8wo"),
     ("float8dq", "rowwise", L4, "sm_90"),
     ("int4wo", "auto", CPU, "need a GPU"),
@@ -206,3 +244,155 @@ def test_the_cpu_int8_lowering_is_kept_out_of_a_quantized_gpu_run(tmp_path, mode
 
 def test_the_cpu_keeps_its_own_int8_kernel():
     assert quant_layout.keep_out_cpu_int8_lowering(gpu=False) is None
+
+
+# ---------------------------------------------------------------- mslk's fake kernels (issue 53)
+
+def _fake_mslk(monkeypatch, ops=("bf16i4bf16_shuffled", "bf16i4bf16_rowwise"),
+               own_fake=False, version="1.1.0"):
+    """A stand-in for mslk: a module named mslk, and its int4 operators in a namespace of this
+    test's own (operators cannot be removed from a process, so each test names a fresh one).
+    ``own_fake``: the operators come with their own fake kernel (mslk 1.2), whose calls are
+    counted; without it they have none (mslk 1.1.x's bf16i4bf16_shuffled)."""
+    import sys
+    import types
+    import uuid
+    namespace = f"mbtest{uuid.uuid4().hex[:10]}"
+    library = torch.library.Library(namespace, "DEF")
+    own_calls = []
+
+    def product(X, W, w_scale_group, w_zero_group):       # any deterministic product will do
+        return (X.float().sum(-1, keepdim=True) + W.float().sum(-1)).to(torch.bfloat16)
+
+    for name in ops:
+        library.define(f"{name}(Tensor X, Tensor W, Tensor w_scale_group, "
+                       f"Tensor w_zero_group) -> Tensor")
+        library.impl(name, product, "CPU")
+        if own_fake:
+            def theirs(X, W, w_scale_group, w_zero_group):
+                own_calls.append(True)
+                return X.new_empty((*X.shape[:-1], W.shape[0]), dtype=torch.bfloat16)
+            torch.library.register_fake(f"{namespace}::{name}", theirs, lib=library)
+    module = types.ModuleType("mslk")
+    module.__version__ = version
+    module.__spec__ = importlib_spec("mslk")
+    module.library = library            # the operators live as long as the module (as mslk's)
+    monkeypatch.setitem(sys.modules, "mslk", module)
+    monkeypatch.setattr(quant_layout, "MSLK_NAMESPACE", namespace)
+    monkeypatch.setattr(quant_layout, "_REGISTERED", [])
+    return namespace, library, own_calls
+
+
+def importlib_spec(name):
+    import importlib.machinery
+    return importlib.machinery.ModuleSpec(name, None)
+
+
+def _compiled_product(namespace):
+    op = getattr(getattr(torch.ops, namespace), "bf16i4bf16_shuffled")
+    return torch.compile(lambda x, w, s, z: op(x, w, s, z) * 2, backend="aot_eager",
+                         fullgraph=True)
+
+
+def _inputs(batch=(3,)):
+    return (torch.randn(*batch, 8, dtype=torch.bfloat16),
+            torch.randint(-8, 8, (5, 4), dtype=torch.int8),
+            torch.ones(1, 5, dtype=torch.bfloat16), torch.zeros(1, 5, dtype=torch.bfloat16))
+
+
+def test_a_missing_fake_kernel_is_registered_and_compile_then_traces_the_product(monkeypatch):
+    namespace, library, _ = _fake_mslk(monkeypatch)
+    inputs = _inputs()
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="fake"):        # mslk 1.1.x as it is: issue 53's crash
+        _compiled_product(namespace)(*inputs)
+    torch._dynamo.reset()
+    assert quant_layout.mslk_traceable("preshuffled") is None
+    assert quant_layout.registered_fakes() == (f"{namespace}::bf16i4bf16_shuffled",)
+    op = getattr(torch.ops, namespace).bf16i4bf16_shuffled
+    assert torch.equal(_compiled_product(namespace)(*inputs), op(*inputs) * 2)
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    with FakeTensorMode() as mode:                        # (M, K) and (B, M, K) activations
+        for batch in ((3,), (2, 3)):
+            x, w, s, z = (mode.from_tensor(t) for t in _inputs(batch))
+            out = op(x, w, s, z)
+            assert out.shape == (*batch, 5) and out.dtype == torch.bfloat16
+    note = quant_layout.fake_note("preshuffled")
+    assert "mslk (1.1.0) has no fake kernel" in note and "registered one" in note
+    assert "misspelled" in note
+    assert quant_layout.mslk_traceable("preshuffled") is None       # once: not twice
+    assert len(quant_layout.registered_fakes()) == 1
+    torch._dynamo.reset()
+
+
+def test_mslks_own_fake_kernel_is_left_alone(monkeypatch):
+    namespace, library, own_calls = _fake_mslk(monkeypatch, own_fake=True, version="1.2.0")
+    assert quant_layout.mslk_traceable("preshuffled") is None
+    assert quant_layout.mslk_traceable("plain") is None
+    assert quant_layout.registered_fakes() == ()
+    assert quant_layout.fake_note("preshuffled") is None
+    torch._dynamo.reset()
+    _compiled_product(namespace)(*_inputs())
+    assert own_calls                                      # traced through mslk's own
+    torch._dynamo.reset()
+
+
+def test_a_layout_whose_operator_is_missing_falls_back_with_one_line(monkeypatch):
+    _fake_mslk(monkeypatch, ops=("bf16i4bf16_rowwise",))           # no shuffled operator
+    layout, note = quant_layout.runnable_layout("int4wo", "auto", H100)
+    assert layout == "tinygemm"
+    assert note.startswith("--quantize int4wo runs layout tinygemm, not preshuffled: ")
+    assert "has no operator" in note and "bf16i4bf16_shuffled" in note
+    assert "\n" not in note
+    # Asked for by name, it falls back the same way, and says so.
+    assert quant_layout.runnable_layout("int4wo", "preshuffled", H100)[0] == "tinygemm"
+    # A layout with no mslk operator is taken as chosen, without a line.
+    assert quant_layout.runnable_layout("int4wo", "auto", H100_BARE) == ("tinygemm", None)
+    assert quant_layout.runnable_layout("int8wo", "auto", CPU) == ("rowwise", None)
+
+
+def test_a_working_mslk_keeps_the_preshuffled_layout(monkeypatch):
+    _fake_mslk(monkeypatch)
+    assert quant_layout.runnable_layout("int4wo", "auto", H100) == ("preshuffled", None)
+    assert quant_layout.runnable_layout("int4wo", "plain", H100) == ("plain", None)
+
+
+@pytest.mark.parametrize("quantize, layout, rows, templates, words", [
+    ("int8wo", "unwrapped", 128, True, "128 rows > 16: inductor's Triton GEMM templates"),
+    ("int8wo", "rowwise", 128, True, "cast fused into the GEMM's loads"),
+    ("float8wo", "tensorwise", 17, True, "17 rows > 16"),
+    ("int8wo", "unwrapped", 16, False, "the decode step's product, on 16 rows"),
+    ("int4wo", "tinygemm", 128, False, "tinygemm's _weight_int4pack_mm on 128 rows"),
+    ("int4wo", "preshuffled", 128, False, "mslk's bf16i4bf16_shuffled on 128 rows"),
+    ("float8dq", "rowwise", 128, False, "the decode step's product"),
+])
+def test_a_long_prompt_of_a_casting_layout_takes_inductors_gemm_templates(
+        quantize, layout, rows, templates, words):
+    extras = quant_layout.prefill_extras(quantize, layout, rows)
+    assert extras == ({"max_autotune_gemm": True} if templates else {})
+    assert words in quant_layout.prefill_product(quantize, layout, rows)
+    settings = quant_layout.compile_settings({}, None, quant_layout.prefill_product(
+        quantize, layout, rows))
+    assert words in settings["prefill_product"]
+    # The CPU's int8 products are inductor's own int8 kernel: nothing added there.
+    assert quant_layout.prefill_extras(quantize, layout, rows, gpu=False) == {}
+
+
+@pytest.mark.parametrize("own_fake", [False, True])
+def test_a_torch_without_has_fake_kernel_reads_the_registrations_itself(monkeypatch, own_fake):
+    import torch._library.utils as library_utils
+    monkeypatch.delattr(library_utils, "has_fake_kernel", raising=False)
+    namespace, _, _ = _fake_mslk(monkeypatch, own_fake=own_fake)
+    assert quant_layout.mslk_traceable("preshuffled") is None
+    expected = () if own_fake else (f"{namespace}::bf16i4bf16_shuffled",)
+    assert quant_layout.registered_fakes() == expected
+    assert quant_layout.mslk_traceable("preshuffled") is None     # found the second time
+    assert quant_layout.registered_fakes() == expected
+
+
+def test_a_broken_mslk_falls_back_in_one_line(monkeypatch):
+    import sys
+    monkeypatch.setitem(sys.modules, "mslk", None)                # import mslk -> ImportError
+    layout, note = quant_layout.runnable_layout("int4wo", "auto", H100)
+    assert layout == "tinygemm" and "mslk fails to import (ModuleNotFoundError" in note
+    assert "\n" not in note and len(note) < 400
