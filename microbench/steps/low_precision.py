@@ -160,6 +160,15 @@ def fp8_all_gather(recipe: str, fsdp: bool) -> bool:
     return fsdp and recipe == "tensorwise"
 
 
+def fp8_compile_settings(recipe: str) -> dict:
+    """Inductor settings a compiled FP8 run of ``recipe`` needs on its own graphs: the rowwise
+    recipe emulates eager's precision casts, as torchtitan sets for it (its float8 converter,
+    "short-term solution for pytorch/pytorch#150859": under activation checkpointing the
+    recomputed intermediates of a compiled rowwise step rounded differently from the forward's,
+    and training went to NaN)."""
+    return {"emulate_precision_casts": True} if recipe == "rowwise" else {}
+
+
 def post_step_hooks(model: nn.Module, fp8: bool) -> tuple[Callable[[], None], ...]:
     """What the run's precision recipe must do after each optimizer step (torchtitan's model
     converters: ``convert(model)``, then ``post_optimizer_hook(model)`` registered once on the

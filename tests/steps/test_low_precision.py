@@ -249,3 +249,19 @@ def test_a_sweep_says_when_a_quantized_row_ran_slower_than_bf16():
     lines = table.slower_than_bf16([row("none", 100.0), row("int8wo", 44.0)])
     assert len(lines) == 1 and "0.44x" in lines[0] and "int8wo" in lines[0]
     assert table.slower_than_bf16([row("none", 100.0), row("int8wo", 150.0)]) == []
+
+
+@pytest.mark.parametrize("recipe, emulated", [("rowwise", True), ("tensorwise", None)])
+def test_a_compiled_rowwise_run_emulates_eager_casts_on_its_own_graphs(monkeypatch, recipe,
+                                                                       emulated):
+    """torchtitan's setting for the rowwise recipe under compile (NaNs otherwise, with
+    checkpointing), given to this run's torch.compile, not to the whole process."""
+    from microbench.drivers import benchmark
+    seen = {}
+    monkeypatch.setattr(torch, "compile", lambda model, **options: seen.update(options))
+    config = SimpleNamespace(compile=True, compile_options={"mode": "default"}, quantize="none",
+                             precision="fp8", fp8_recipe=recipe)
+    benchmark._compile_wrapper(config, torch.device("cpu"))(torch.nn.Linear(16, 16))
+    assert seen.get("options", {}).get("emulate_precision_casts") is emulated
+    from torch._inductor import config as inductor
+    assert not inductor.emulate_precision_casts
