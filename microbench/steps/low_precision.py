@@ -160,6 +160,21 @@ def fp8_all_gather(recipe: str, fsdp: bool) -> bool:
     return fsdp and recipe == "tensorwise"
 
 
+def fp8_compile_note(sharded: bool) -> str:
+    """How long an FP8 compile takes and why, said before it starts (issue 58: a one-GPU
+    llama3_3b FP8 compile was still running after 240 s where BF16's took about 80 s, on a
+    host running four compiles). Not measured here: the cause is the graph's size."""
+    if sharded:
+        return ("FP8 compiles block by block under --parallel fsdp (FSDP's hooks end each "
+                "block's graph, and one block's graph serves every block): its compile is a "
+                "fraction of a whole-model FP8 compile")
+    return ("FP8 compile takes longer than BF16's: torch.compile traces the whole model as one "
+            "graph, and each FP8 linear layer adds torchao's amax, scale and cast operations "
+            "around its three GEMMs, traced through torchao's tensor subclass; expect several "
+            "times BF16's compile (llama3_3b on one H200: over 240 s against about 80 s, on a "
+            "host running four compiles)")
+
+
 def fp8_compile_settings(recipe: str) -> dict:
     """Inductor settings a compiled FP8 run of ``recipe`` needs on its own graphs: the rowwise
     recipe emulates eager's precision casts, as torchtitan sets for it (its float8 converter,
