@@ -312,7 +312,7 @@ def _memory_rows(ranks) -> list[tuple[str, str]]:
 
 
 def _plan_text(plan: dict) -> str:
-    reshard = "resharded after forward" if plan["reshard_after_forward"] else \
+    reshard = "resharded after forward but the last" if plan["reshard_after_forward"] else \
         "kept gathered to backward"
     ranks = plan["world_size"]
     return (f"FSDP2 over {ranks} rank{'s' if ranks > 1 else ''} ({plan['blocks']} blocks + "

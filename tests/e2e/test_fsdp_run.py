@@ -74,6 +74,7 @@ def test_fp8_under_fsdp_prints_its_share_of_the_flops_and_its_dtype_once(tmp_pat
     _, document = _only_result(out_dir)
     share = document["low_precision"]["fp8_flops_share"]
     assert 0.5 < share < 1
+    assert "8 blocks + root, resharded after forward but the last;" in ran.stdout
     assert f"56 of 57 linear layers ({share:.1%} of the counted FLOPs)" in ran.stdout
     assert ran.stdout.count("Dtype: ") == 1 and "Dtype: FP8" in ran.stdout
     # One rank sends nothing: its weights are cast inside the step, not gathered in FP8.
