@@ -17,7 +17,8 @@ import torch
 
 from microbench.measure import compile_watch, library_log
 from microbench.ops import peaks as peaks_mod
-from microbench.steps import quant_layout
+from microbench.steps import low_precision, quant_layout
+from microbench.settings import compile_options
 from microbench.platform import devices, noise
 from microbench.settings import precision as precision_mod
 from microbench.measure import profilers
@@ -36,6 +37,10 @@ def _compile_wrapper(config, device: torch.device
     options = config.compile_options
     if config.quantize != "none":       # torchao's settings, for this run's graph only
         options = quant_layout.quantized_compile_options(options)
+    if config.precision == "fp8" and options.get("backend", "inductor") == "inductor":
+        settings = low_precision.fp8_compile_settings(config.fp8_recipe)
+        if settings:                    # on this run's graphs, not the whole process
+            options = compile_options.with_inductor_settings(options, settings)
     # Before this process's first compile: the CPU's int8 lowering out of a GPU's graphs.
     quant_layout.keep_out_cpu_int8_lowering(devices.is_gpu(device))
     return lambda model: torch.compile(model, **options)

@@ -148,10 +148,13 @@ def legacy_unit(summary: Summary) -> str:
     return "seq" if summary.spec.scenario.counts_tokens else "img"
 
 
-def print_legacy_block(devices: int, dtype: str, batch_size: int, time_per_batch_s: float,
-                       throughput: float, out: TextIO, unit: str = "img") -> None:
+def print_legacy_block(devices: int, dtype: str | None, batch_size: int,
+                       time_per_batch_s: float, throughput: float, out: TextIO,
+                       unit: str = "img") -> None:
+    """The older tool's lines; ``dtype`` None leaves ``Dtype:`` out (said once per run)."""
     print(f"Num devices: {devices}", file=out)
-    print(f"Dtype: {dtype}", file=out)
+    if dtype is not None:
+        print(f"Dtype: {dtype}", file=out)
     print(f"Mini batch size [{unit}] : {batch_size}", file=out)
     print(f"Time per mini-batch : {time_per_batch_s:.6f}", file=out)
     print(f"Throughput [{unit}/sec] : {throughput:.2f}", file=out)
@@ -165,7 +168,9 @@ def print_summary(summary: Summary, out: TextIO) -> None:
     if summary.distributed:
         own = summary.own
         print(f"--------This process: rank {own.rank}--------", file=out)
-        print_legacy_block(1, dtype, own.batch_size, own.times.mean / 1e3, own.throughput, out,
+        # Every rank runs the same precision (ranks agree on their settings): ``Dtype:`` is
+        # printed once, in the overall block, so a script reading it gets one value (issue 58).
+        print_legacy_block(1, None, own.batch_size, own.times.mean / 1e3, own.throughput, out,
                            legacy_unit(summary))
         print("", file=out)
         print("--------Overall (all ranks; time of the slowest rank)--------", file=out)

@@ -143,6 +143,8 @@ def _derive(config: BenchConfig, launch: Launch) -> RunSpec:
                      f"rank 0 only; the other ranks run that iteration unprofiled, and every "
                      f"rank leaves it out of its statistics")
     strategy = parallel.strategy_of(config, launch)
+    if policy.fp8 and config.compile:
+        notes.append(low_precision.fp8_compile_note(strategy.shards))
     name = _json_name(config, model, policy, launch.world_size, strategy)
     json_path = csv_path = None
     if config.write_files:

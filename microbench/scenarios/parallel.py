@@ -195,11 +195,15 @@ def build_sharded(spec, wrap, count_flops: bool) -> workload.Workload:
     model = llama.build_on_meta(arch, spec.model.attention)
     model.train()
     inputs, target = spec.model.make_batch(spec.batch_size, device, None, config.seed)
-    iteration_flops = _count_on_meta(model, spec) if count_flops else None
+    iteration_flops, fp8_flops = _count_on_meta(model, spec) if count_flops else (None, None)
     reduced = None
     if precision.fp8:           # before sharding, as torchtitan does; no weights to compare yet
-        reduced = low_precision.fp8_measured(model, config.fp8_recipe, device, None, config.seed, None,
-                                    None, fsdp=True)
+        # FP8 all-gather only where there is something to send: torchtitan turns it on only
+        # with more than one FSDP rank (dp_shard_enabled); with one, the weights' casts stay
+        # inside the compiled blocks instead of running eagerly in FSDP's all-gather hook.
+        reduced = low_precision.fp8_measured(model, config.fp8_recipe, device, None, config.seed,
+                                             fp8_flops, iteration_flops,
+                                             fsdp=torch.distributed.get_world_size() > 1)
     activation_checkpointing.apply(model, config.activation_checkpointing, spec.model.name)
     plan = sharding.shard(model, device, precision,
                           reshard_after_forward=config.reshard_after_forward,
@@ -227,15 +231,21 @@ META_COUNT = ("counted on the meta device before sharding and checkpointing; att
               "math form (no recomputation of scores, unlike a fused GPU kernel's count)")
 
 
-def _count_on_meta(model: torch.nn.Module, spec) -> int:
+def _count_on_meta(model: torch.nn.Module, spec) -> tuple[int, int | None]:
     """One iteration's FLOPs, counted on the meta-device model before it is checkpointed or
     sharded: the whole model's operators, without memory (FlopCounterMode reads shapes only),
-    so the count is the model's and not one rank's shard of it (see META_COUNT)."""
+    so the count is the model's and not one rank's shard of it (see META_COUNT); and, under
+    --precision fp8, the FLOPs of the layers FP8 converts, from their shapes and the rows they
+    multiply in that same pass (None otherwise)."""
     meta = torch.device("meta")
     inputs, target = (tensor.to(meta) for tensor in spec.model.make_batch(
         spec.batch_size, torch.device("cpu"), None, spec.config.seed))
-    return flops.count_iteration_flops(model, inputs, target, spec.model.loss,
-                                       contextlib.nullcontext(), training=True)
+    selected = low_precision.fp8_layers(model) if spec.precision.fp8 else []
+    with low_precision.linear_rows(model, selected) as rows:
+        total = flops.count_iteration_flops(model, inputs, target, spec.model.loss,
+                                            contextlib.nullcontext(), training=True)
+    fp8 = low_precision.linear_flops(model, rows, training=True) if spec.precision.fp8 else None
+    return total, fp8
 
 
 def sharded_state(work) -> ShardedState | None:
@@ -302,7 +312,7 @@ def _memory_rows(ranks) -> list[tuple[str, str]]:
 
 
 def _plan_text(plan: dict) -> str:
-    reshard = "resharded after forward" if plan["reshard_after_forward"] else \
+    reshard = "resharded after forward but the last" if plan["reshard_after_forward"] else \
         "kept gathered to backward"
     ranks = plan["world_size"]
     return (f"FSDP2 over {ranks} rank{'s' if ranks > 1 else ''} ({plan['blocks']} blocks + "

@@ -13,7 +13,8 @@ is wrapped with PyTorch's ``checkpoint_wrapper`` (non-reentrant ``torch.utils.ch
                  matmuls) and of every other projection in a block are kept, and everything
                  else (the other projections, norms, RoPE, SwiGLU's elementwise ops) is
                  recomputed. In a LLaMA block the kept projections are wq, wv, w1 and w2, the
-                 recomputed ones wk, wo and w3.
+                 recomputed ones wk, wo and w3, in BF16 and in FP8 alike; under FP8 the
+                 absolute maxima its scales come from are kept too, as torchtitan keeps them.
 
 Recomputation is not useful work: MFU keeps the model's FLOPs, as torchtitan does, so
 checkpointing shows as a lower MFU at the same batch (or as a larger batch that fits). FLOPs
@@ -80,7 +81,12 @@ _ATTENTION = _ops("_scaled_dot_product_flash_attention", "_scaled_dot_product_ef
 # compute-intensive op (its list comes from the compiler's partitioner) but the projections.
 _BATCHED_MATMULS = _ops("bmm", "baddbmm")
 # The projections: every other one is kept (the first, third, ...), the others recomputed.
+# torchao's FP8 layers reach the policy as mm on its Float8 tensors (the policy sees an op
+# before a tensor subclass turns it into _scaled_mm), so FP8 keeps the same ones as BF16.
 _PROJECTIONS = _ops("mm", "addmm", "linear")
+# The absolute maxima FP8 scales are computed from (torchao's tensorwise amax): kept, as
+# torchtitan keeps them, so the recomputation neither reduces again nor rescales differently.
+_SCALE_MAXIMA = _ops("max")
 
 
 def _selective_contexts():
@@ -94,6 +100,6 @@ def _policy(projections_seen: dict, ctx, op, *args, **kwargs) -> CheckpointPolic
         projections_seen[ctx.is_recompute] += 1
         keep = projections_seen[ctx.is_recompute] % 2 == 1
         return CheckpointPolicy.MUST_SAVE if keep else CheckpointPolicy.PREFER_RECOMPUTE
-    if op in _ATTENTION or op in _BATCHED_MATMULS:
+    if op in _ATTENTION or op in _BATCHED_MATMULS or op in _SCALE_MAXIMA:
         return CheckpointPolicy.MUST_SAVE
     return CheckpointPolicy.PREFER_RECOMPUTE

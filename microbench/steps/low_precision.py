@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+from typing import Callable
 
 import torch
 from torch import nn
@@ -157,6 +158,53 @@ def convert_fp8(model: nn.Module, recipe: str, fsdp: bool = False) -> list[str]:
 
 def fp8_all_gather(recipe: str, fsdp: bool) -> bool:
     return fsdp and recipe == "tensorwise"
+
+
+def fp8_compile_note(sharded: bool) -> str:
+    """How long an FP8 compile takes and why, said before it starts (issue 58: a one-GPU
+    llama3_3b FP8 compile was still running after 240 s where BF16's took about 80 s, on a
+    host running four compiles). Not measured here: the cause is the graph's size."""
+    if sharded:
+        return ("FP8 compiles block by block under --parallel fsdp (FSDP's hooks end each "
+                "block's graph, and one block's graph serves every block): its compile is a "
+                "fraction of a whole-model FP8 compile")
+    return ("FP8 compile takes longer than BF16's: torch.compile traces the whole model as one "
+            "graph, and each FP8 linear layer adds torchao's amax, scale and cast operations "
+            "around its three GEMMs, traced through torchao's tensor subclass; expect several "
+            "times BF16's compile (llama3_3b on one H200: over 240 s against about 80 s, on a "
+            "host running four compiles)")
+
+
+def fp8_compile_settings(recipe: str) -> dict:
+    """Inductor settings a compiled FP8 run of ``recipe`` needs on its own graphs: the rowwise
+    recipe emulates eager's precision casts, as torchtitan sets for it (its float8 converter,
+    "short-term solution for pytorch/pytorch#150859": under activation checkpointing the
+    recomputed intermediates of a compiled rowwise step rounded differently from the forward's,
+    and training went to NaN)."""
+    return {"emulate_precision_casts": True} if recipe == "rowwise" else {}
+
+
+def post_step_hooks(model: nn.Module, fp8: bool) -> tuple[Callable[[], None], ...]:
+    """What the run's precision recipe must do after each optimizer step (torchtitan's model
+    converters: ``convert(model)``, then ``post_optimizer_hook(model)`` registered once on the
+    optimizers for every parallelism); empty where it needs nothing.
+
+    FP8 tensorwise weights all-gathered in FP8 under FSDP2 (:func:`convert_fp8`'s
+    ``enable_fsdp_float8_all_gather``) take their scales from torchao's
+    ``precompute_float8_dynamic_scale_for_fsdp``: one amax all-reduce for every weight at once,
+    after the optimizer changed them. Without it each weight's all-gather, forward and backward,
+    starts with its own amax reduction and all-reduce (torchao's ``fsdp_pre_all_gather``), a
+    small collective per weight that the next all-gather waits for. Which layers gather in FP8
+    is read from the model itself, so no strategy has to say it."""
+    if not fp8:
+        return ()
+    from torchao.float8.float8_linear import Float8Linear
+    if not any(isinstance(module, Float8Linear) and module.config.enable_fsdp_float8_all_gather
+               for module in model.modules()):
+        return ()
+    import torchao.float8
+    precompute = torchao.float8.precompute_float8_dynamic_scale_for_fsdp
+    return (lambda: precompute(model),)
 
 
 @contextlib.contextmanager

@@ -12,8 +12,9 @@ What `shard` does, following the FSDP2 documentation and torchtitan's Llama 3 re
 * one FSDP unit per transformer block (`microbench.steps.blocks`), then the root (the embedding, the
   final norm and the output head, grouped);
 * ``reshard_after_forward``: a block's gathered parameters are freed after its forward and
-  gathered again for its backward (less memory, one more all-gather per block); the root's stay
-  gathered, since the backward needs them at once (the documentation's advice for the root);
+  gathered again for its backward (less memory, one more all-gather per block); the root's and
+  the last block's stay gathered, since the backward needs them at once (the documentation's
+  advice for the root; torchtitan keeps its last block too);
 * mixed precision through ``MixedPrecisionPolicy``, from the run's row of
   :mod:`microbench.settings.precision` (`mixed_precision`): ``amp-bf16`` computes with BF16 copies of the
   parameters and reduces gradients in FP32 (or BF16, ``reduce_dtype="bf16"``), while the sharded
@@ -71,8 +72,8 @@ class ShardPlan:
     reduce_dtype: str           # the dtype gradients are reduce-scattered in
 
     def describe(self) -> str:
-        reshard = ("freed after forward, gathered again for backward" if self.reshard_after_forward
-                   else "kept gathered from forward to backward")
+        reshard = ("freed after forward, gathered again for backward (the last block's kept)"
+                   if self.reshard_after_forward else "kept gathered from forward to backward")
         return (f"FSDP2 over {self.world_size} rank{'s' if self.world_size > 1 else ''}: "
                 f"{self.blocks} blocks + root; block parameters {reshard}; compute in "
                 f"{self.param_dtype.upper()}, gradients reduced in {self.reduce_dtype.upper()}, "
@@ -149,9 +150,14 @@ def shard(model: nn.Module, device: torch.device, precision: Precision, *,
     policy = mixed_precision(precision, reduce_dtype)
     from torch.distributed.device_mesh import init_device_mesh
     mesh = init_device_mesh(device.type, (dist.get_world_size(),))
-    for block in blocks:
+    last = len(blocks) - 1
+    for index, block in enumerate(blocks):
+        # The last block's backward is the first to run, right after the forward (through the
+        # root's norm, head and loss): freeing its parameters would only gather them again at
+        # once, so it keeps them, as torchtitan's recipe does (the root's stay for the same
+        # reason).
         fully_shard(block, mesh=mesh, mp_policy=policy,
-                    reshard_after_forward=reshard_after_forward)
+                    reshard_after_forward=reshard_after_forward and index < last)
     fully_shard(model, mesh=mesh, mp_policy=policy, reshard_after_forward=False)
     compute = "bf16" if policy.param_dtype == torch.bfloat16 else "fp32"
     return ShardPlan(world_size=dist.get_world_size(), blocks=len(blocks),

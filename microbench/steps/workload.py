@@ -134,8 +134,13 @@ def _nothing() -> None:
 def training_step(model: nn.Module, spec, inputs: torch.Tensor, target: torch.Tensor,
                   precision: Precision, device: torch.device, opt_step: int,
                   phases: PhaseMarks, optimizer_impl: str = "foreach", update=None):
-    """``update`` (make_update's) is made here from ``optimizer_impl`` with SGD if not given."""
+    """``update`` (make_update's) is made here from ``optimizer_impl`` with SGD if not given.
+
+    After each optimizer step the step runs the precision recipe's post-step hooks
+    (:func:`post_step_hooks`): every strategy builds its step here, so a recipe registers its
+    hook once and it runs under one process, DDP and FSDP alike, where it applies."""
     update = update or make_update(model, precision, device, optimizer_impl)
+    after_step = post_step_hooks(model, precision)
     autocast = precision.autocast(device)
     iteration = itertools.count(1)
     # Under DDP, accumulation skips the gradient all-reduce of every micro-batch but the last
@@ -153,10 +158,21 @@ def training_step(model: nn.Module, spec, inputs: torch.Tensor, target: torch.Te
             phases.mark()
         if stepping:
             update.step()
+            for hook in after_step:
+                hook()
             update.zero_grad()
         return loss.detach()
 
     return step
+
+
+def post_step_hooks(model: nn.Module, precision: Precision) -> tuple[Callable[[], None], ...]:
+    """What must run after each optimizer step of ``model`` (the built, sharded or wrapped
+    model the step runs), in order: each precision recipe's hook from the model it converted
+    (FP8 under FSDP2: the weights' scales for the next all-gathers,
+    :func:`microbench.steps.low_precision.post_step_hooks`). A new recipe's hook is added
+    here and reaches every strategy (docs/architecture.md, "where to add")."""
+    return low_precision.post_step_hooks(model, precision.fp8)
 
 
 def inference_step(model: nn.Module, inputs: torch.Tensor, precision: Precision,

@@ -44,3 +44,35 @@ def test_peaks_script_reads_every_verdict_of_the_ab_line(line, verdict, passes):
     text = f"A: 2,442 images/s\n{line}\n"
     assert peaks_vs_loop.ab_verdict(text) == verdict
     assert peaks_vs_loop.probe_left_alone(peaks_vs_loop.ab_verdict(text)) is passes
+
+
+def test_the_fp8_fsdp_summary_judges_each_target_from_the_medians(tmp_path, capsys):
+    """benchmarks/fp8_fsdp.py (issue 58): medians of the alternated runs, one PASS/FAIL line a
+    target whose case ran, a FAIL where a side left no result, exit 5 on a failure."""
+    import json
+    from benchmarks import fp8_fsdp
+
+    def write(name, tokens, gpus=4, share=None):
+        folder = tmp_path / name
+        folder.mkdir()
+        doc = {"Throughput [tokens/sec]": tokens * gpus, "GPUs": gpus,
+               "timing": {"compile_s": 61.0},
+               "low_precision": {"fp8_recipe": "tensorwise", "fp8_flops_share": share,
+                                 "fp8_all_gather": True} if share else None}
+        (folder / "run.json").write_text(json.dumps(doc))
+
+    for round_, (bf16, fp8) in enumerate(((1000, 1150), (1000, 1090), (1010, 1120)), 1):
+        write(f"3b_bf16_{round_}", bf16)
+        write(f"3b_tensorwise_{round_}", fp8, share=0.9)
+    (tmp_path / "3b_rowwise_1").mkdir()                  # ran and failed: no result
+    assert fp8_fsdp.main(tmp_path) == 0                  # 3b rowwise has no target of its own
+    out = capsys.readouterr().out
+    assert "PASS llama3_3b seq 4096 FSDP, FP8 tensorwise vs BF16: 1.120x" in out
+    assert "FP8 share 90.0%, FP8 all-gather  compile + first step 61 s" in out
+    assert "3b_rowwise_1         no result" in out and "llama3_8b" not in out
+    write("8b_bf16_1", 500)
+    write("8b_tensorwise_1", 580, share=0.95)
+    assert fp8_fsdp.main(tmp_path) == 5
+    out = capsys.readouterr().out
+    assert "FAIL llama3_8b seq 8192 FSDP, FP8 tensorwise vs BF16: 1.160x (target >= 1.20x" in out
+    assert "FAIL llama3_8b seq 8192 FSDP, FP8 rowwise vs BF16: no finished run of rowwise" in out

@@ -29,6 +29,8 @@ def test_torchrun_two_ranks_one_summary_one_file(tmp_path, mode):
     assert out.count("--------------------SUMMARY") == 1
     assert "--------Overall (all ranks; time of the slowest rank)--------" in out
     assert "Num devices: 2" in out and "Mini batch size [img] : 4" in out
+    # Every rank runs one precision: said once, in the overall block (issue 58).
+    assert out.count("Dtype: ") == 1 and "Dtype: FP32\nMini batch size [img] : 4" in out
     assert "Batch size    : 2 per rank, 4 global" in out and "Skew between ranks" in out
     [path] = result_files(tmp_path)
     doc = json.loads(path.read_text())

@@ -57,6 +57,31 @@ def test_fsdp_with_one_process_trains_and_records_its_settings(tmp_path, capfd):
             replayed.optimizer) == ("fsdp", False, "full", "adamw")
 
 
+def test_fp8_under_fsdp_prints_its_share_of_the_flops_and_its_dtype_once(tmp_path, capfd,
+                                                                         monkeypatch):
+    """Issue 58: the FP8 line said "(unknown share)" under FSDP. torchao's FP8 layers run on the
+    CPU (slowly, in eager mode); the device layer is told this CPU has FP8 units."""
+    pytest.importorskip("torchao")
+    from microbench.platform import devices
+    monkeypatch.setattr(devices, "no_fp8_reason", lambda device: None)
+    monkeypatch.setattr(devices, "fp8_formats", lambda device: ("float8_e4m3fn", "float8_e5m2"))
+    out_dir = tmp_path / "results"
+    # One timed step: FP8's eager casts are slow on the CPU; the share needs no timing.
+    ran = run_main(capfd, *TINY_LLAMA, "--iterations", "1", "--warmup", "0", "--batch-size", "1",
+                   "--parallel", "fsdp", "--precision", "fp8", "--optimizer", "adamw",
+                   "--output-dir", str(out_dir))
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    _, document = _only_result(out_dir)
+    share = document["low_precision"]["fp8_flops_share"]
+    assert 0.5 < share < 1
+    assert "8 blocks + root, resharded after forward but the last;" in ran.stdout
+    assert f"56 of 57 linear layers ({share:.1%} of the counted FLOPs)" in ran.stdout
+    assert ran.stdout.count("Dtype: ") == 1 and "Dtype: FP8" in ran.stdout
+    # One rank sends nothing: its weights are cast inside the step, not gathered in FP8.
+    assert document["low_precision"]["fp8_all_gather"] is False
+    assert "FP8 all-gather" not in ran.stdout
+
+
 def test_plain_training_records_its_mode_and_keeps_the_ddp_default(tmp_path, capfd):
     out_dir = tmp_path / "results"
     ran = run_main(capfd, *TINY_LLAMA, "--batch-size", "1", "--activation-checkpointing",
@@ -83,7 +108,29 @@ def test_flops_counted_on_the_meta_device_are_the_whole_models():
     matmul = 2 * arch.num_heads * 16 * 16 * arch.head_dim       # one s x s x d attention matmul
     projections = plain - arch.num_layers * 7 * matmul
     on_meta = llama.build_on_meta(arch)
-    assert parallel._count_on_meta(on_meta, spec) == projections + arch.num_layers * 6 * matmul
+    assert parallel._count_on_meta(on_meta, spec) == (projections + arch.num_layers * 6 * matmul,
+                                                      None)
+
+
+def test_the_fp8_share_under_fsdp_is_counted_from_the_layer_shapes():
+    """Issue 58: a sharded FP8 run printed "(unknown share)". The meta count gives the FP8
+    layers' GEMMs from their shapes: three GEMMs (forward, input and weight gradients) of
+    2 x rows x in x out for every linear layer but the output head."""
+    import dataclasses
+    from microbench.models.archs import llama
+    from microbench.settings import precision
+    config = BenchConfig(network="llama_tiny", batch_size=2, seq_len=16, vocab_size=512,
+                         device="cpu", write_files=False)
+    spec = dataclasses.replace(spec_mod.resolve(config), precision=precision.lookup("fp8"))
+    on_meta = llama.build_on_meta(spec.model.llama_config)
+    total, fp8 = parallel._count_on_meta(on_meta, spec)
+    rows = 2 * 16
+    shapes = [module.in_features * module.out_features
+              for name, module in on_meta.named_modules()
+              if isinstance(module, torch.nn.Linear) and name != "output"]
+    assert len(shapes) == 7 * spec.model.llama_config.num_layers
+    assert fp8 == 3 * 2 * rows * sum(shapes)
+    assert 0.5 < fp8 / total < 1
 
 
 @pytest.mark.parametrize("flags, text", [

@@ -111,3 +111,38 @@ def test_hugging_face_decoder_layers_are_found_and_checkpointed():
     tokens = torch.randint(0, 128, (2, 16))
     model(tokens).logits.sum().backward()
     assert model.model.layers[0]._checkpoint_wrapped_module.mlp.up_proj.weight.grad is not None
+
+
+
+def test_selective_checkpointing_of_fp8_recomputes_the_same_projections_and_no_maximum():
+    """Under FP8 (torchao's Float8Linear) selective checkpointing recomputes wk, wo and w3 as in
+    BF16 (their products reach the policy as mm on Float8 tensors), and keeps the absolute
+    maxima the tensorwise scales come from, as torchtitan does: the recomputation reduces
+    nothing again (issue 58)."""
+    pytest.importorskip("torchao")
+    from collections import Counter
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from microbench.steps import low_precision
+
+    class Ops(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.seen = Counter()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.seen[func] += 1
+            return func(*args, **(kwargs or {}))
+
+    def ops(mode: str) -> Counter:
+        model = build(CONFIG)
+        initialize(model, seed=0)
+        low_precision.convert_fp8(model, "tensorwise")
+        activation_checkpointing.apply(model, mode)
+        with Ops() as counter:
+            forward_backward(model)
+        return counter.seen
+
+    none, selective = ops("none"), ops("selective")
+    mm, amax = torch.ops.aten.mm.default, torch.ops.aten.max.default
+    assert selective[mm] - none[mm] == 3 * CONFIG.num_layers
+    assert none[amax] > 0 and selective[amax] == none[amax]

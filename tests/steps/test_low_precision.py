@@ -249,3 +249,39 @@ def test_a_sweep_says_when_a_quantized_row_ran_slower_than_bf16():
     lines = table.slower_than_bf16([row("none", 100.0), row("int8wo", 44.0)])
     assert len(lines) == 1 and "0.44x" in lines[0] and "int8wo" in lines[0]
     assert table.slower_than_bf16([row("none", 100.0), row("int8wo", 150.0)]) == []
+
+
+@pytest.mark.parametrize("recipe, emulated", [("rowwise", True), ("tensorwise", None)])
+def test_a_compiled_rowwise_run_emulates_eager_casts_on_its_own_graphs(monkeypatch, recipe,
+                                                                       emulated):
+    """torchtitan's setting for the rowwise recipe under compile (NaNs otherwise, with
+    checkpointing), given to this run's torch.compile, not to the whole process."""
+    from microbench.drivers import benchmark
+    seen = {}
+    monkeypatch.setattr(torch, "compile", lambda model, **options: seen.update(options))
+    config = SimpleNamespace(compile=True, compile_options={"mode": "default"}, quantize="none",
+                             precision="fp8", fp8_recipe=recipe)
+    benchmark._compile_wrapper(config, torch.device("cpu"))(torch.nn.Linear(16, 16))
+    assert seen.get("options", {}).get("emulate_precision_casts") is emulated
+    from torch._inductor import config as inductor
+    assert not inductor.emulate_precision_casts
+
+
+@pytest.mark.parametrize("parallel, says", [
+    ("ddp", "FP8 compile takes longer than BF16's: torch.compile traces the whole model"),
+    ("fsdp", "FP8 compiles block by block under --parallel fsdp")])
+def test_a_compiled_fp8_run_says_how_long_its_compile_takes_before_it_starts(monkeypatch,
+                                                                             parallel, says):
+    """Issue 58: an FP8 compile ran for minutes without a word; the note is in the spec, which
+    the configuration echo prints before the model is built and compiled."""
+    from microbench.plan import spec as spec_mod
+    from microbench.settings.config import BenchConfig
+    monkeypatch.setattr(devices, "no_fp8_reason", lambda device: None)
+    monkeypatch.setattr(devices, "fp8_formats", lambda device: ("float8_e4m3fn", "float8_e5m2"))
+    config = BenchConfig(network="llama_tiny", precision="fp8", compile=True, device="cpu",
+                         parallel=parallel, optimizer="adamw", write_files=False)
+    notes = spec_mod.resolve(config).notes
+    assert [note for note in notes if note.startswith(says)]
+    bf16 = spec_mod.resolve(BenchConfig(network="llama_tiny", precision="amp-bf16",
+                                        compile=True, device="cpu", write_files=False))
+    assert not [note for note in bf16.notes if "compile" in note]

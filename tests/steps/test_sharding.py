@@ -81,7 +81,7 @@ def test_bf16_mixed_precision_computes_in_bf16_and_keeps_fp32_masters(one_rank):
     model, plan = sharded_model("amp-bf16")
     assert plan.describe() == (
         "FSDP2 over 1 rank: 2 blocks + root; block parameters freed after forward, gathered "
-        "again for backward; compute in BF16, gradients reduced in FP32, master weights and "
+        "again for backward (the last block's kept); compute in BF16, gradients reduced in FP32, master weights and "
         "optimizer state FP32")
     seen = []
     model.layers[0].feed_forward.w1.register_forward_pre_hook(
@@ -103,6 +103,8 @@ def test_reshard_after_forward_takes_effect(one_rank, reshard):
     block_weight = model.layers[0].attention.wq.weight
     assert isinstance(block_weight, DTensor) is reshard
     assert not isinstance(model.output.weight, DTensor)
+    # The last block's backward comes first: it keeps its parameters gathered either way.
+    assert not isinstance(model.layers[-1].attention.wq.weight, DTensor)
     logits.sum().backward()
 
 
