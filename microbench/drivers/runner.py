@@ -21,8 +21,8 @@ from microbench.drivers import ab, sweep, trials
 from microbench.platform import safe_text, writing
 from microbench.settings import identity
 from microbench.settings.config import Plan
-from microbench.platform.errors import (EXIT_INTERRUPTED, EXPECTED_EXIT_CODES, BenchmarkError,
-                                        OutOfMemory, ReportedFailure, Terminated, UsageError)
+from microbench.platform.errors import (EXPECTED_EXIT_CODES, BenchmarkError, OutOfMemory,
+                                        ReportedFailure, UsageError)
 from microbench.output import compare, console, files, sweep_plot as plot, sweep_table
 from microbench.plan.spec import RunSpec, resolve
 from microbench.output.summary import Summary
@@ -197,22 +197,13 @@ def _spawn(spec: RunSpec, problem: BenchmarkError | None) -> int:
 def _spawned_worker(index: int, spec: RunSpec, problem: BenchmarkError | None) -> None:
     """One worker of a manual launch with several --device_ids (runs in a child process). The
     parent's problem found before the run goes to its first worker; the others hear of it from
-    that worker when the ranks agree."""
-    err = sys.stderr
-    with process.sigterm_raises():
-        try:
-            worker = spec.for_worker(index)
-            err = console.Console.for_spec(worker).err
-            code = run_worker(worker, problem if index == 0 else None)
-        except BenchmarkError as error:
-            print("error: " + safe_text.terminal(" ".join(str(error).splitlines())), file=err)
-            err.flush()
-            code = error.exit_code
-        except KeyboardInterrupt:
-            code = process.stopped(process.INTERRUPTED, EXIT_INTERRUPTED,
-                                   f"[rank {spec.launch.rank + index}] ")
-        except Terminated as error:
-            code = process.terminated(error, f"[rank {spec.launch.rank + index}] ")
+    that worker when the ranks agree. A rank reports as a rank torchrun starts does, through
+    the command's own mapping (process.command): its one line, prefixed with its rank, and the
+    documented exit code, which the parent takes as its own."""
+    prefix = f"[rank {spec.launch.rank + index}] "
+    code = process.command(
+        lambda: run_worker(spec.for_worker(index), problem if index == 0 else None),
+        prefix=lambda: prefix)
     if code:
         sys.exit(code)
 

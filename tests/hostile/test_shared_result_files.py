@@ -539,14 +539,36 @@ def test_a_trial_worker_that_meets_the_limit_reports_it_as_one_line(capfd, monke
         raise THREAD_LIMIT
     monkeypatch.setattr(trials, "_measure_here", measure)
     sent = []
-    monkeypatch.setattr(trials, "_send", lambda connection, message: sent.append(message))
 
     class Connection:
+        send = sent.append
+
         def close(self):
             pass
     trials._worker_main(None, None, None, Connection())
     [(kind, error)] = sent
     assert kind == "error" and isinstance(error, MissingEnvironment)
+
+
+def test_a_node_check_process_that_meets_the_limit_exits_4_as_the_others_do(monkeypatch):
+    """The node check's processes reply as a trial's worker does (platform/workers.py): a
+    thread limit is exit 4 there too, its line prefixed with the rank (it was 1)."""
+    from microbench.node import check
+
+    def measure(*args, **kwargs):
+        raise THREAD_LIMIT
+    monkeypatch.setattr(check, "_measure_rank", measure)
+    sent = []
+
+    class Connection:
+        send = sent.append
+
+        def close(self):
+            pass
+    check._worker_main(1, 2, 0, None, Connection())
+    [(kind, error)] = sent
+    assert kind == "error" and error.exit_code == 4
+    assert str(error).startswith("[rank 1] a thread or process could not start")
 
 
 # ================================================================ 10. a stop ends the process
