@@ -122,12 +122,11 @@ def measure_trial(spec, env, monitor: benchmark.Monitor, hooks: RankHooks = Rank
 
 
 def rank_hooks(spec) -> RankHooks:
-    """Under DDP: wrap the model (when the scenario steps an optimizer), meet before the timed
-    region, meet again after an excluded iteration."""
+    """In a multi-process job: the strategy's wrapper (DDP's, when the scenario steps an
+    optimizer), meet before the timed region, meet again after an excluded iteration."""
     if not spec.launch.distributed:
         return RankHooks()
-    replicated = spec.scenario.updates_weights and spec.parallel.replicates
-    wrap = distributed.ddp_wrapper(spec.config, spec.device) if replicated else None
+    wrap = spec.parallel.wrapper(spec)         # DDP's, when the run steps an optimizer
 
     def enter_timed_region() -> None:
         distributed.fail_if_asked(spec.launch)

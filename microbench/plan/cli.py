@@ -29,8 +29,9 @@ from microbench.settings.argtypes import (MAX_BATCH, MAX_BUCKET_CAP_MB, MAX_DEVI
                                           MAX_PROFILER_STEPS, MAX_RANKS, MAX_SEED, MAX_SEQ_LEN,
                                           MAX_TELEMETRY_MS, MAX_TRIALS, MAX_VOCAB, MAX_WARMUP,
                                           HelpFormatter, OneLineParser, bounded_int, choices,
-                                          finite_float, list_of, names, positive_int, dist_url,
-                                          path_text, positive_ints, zero_or_one)
+                                          finite_float, keyword_dict, list_of, names,
+                                          positive_int, dist_url, path_text, positive_ints,
+                                          zero_or_one)
 from microbench.settings.compile_options import COMPILE_MODES, parse_compile_context
 from microbench.settings.config import (AB_ROUNDS, DERIVED, INVERSE, MODES, PARALLEL, PRESETS,
                                         SCHEMA, SWITCH, VALUE, ABPlan, BenchConfig, Plan,
@@ -447,6 +448,9 @@ def _add_distributed_args(parser: argparse.ArgumentParser) -> None:
              help="DistributedDataParallel static_graph=True")
     _setting(group, "ddp_gradient_as_bucket_view",
              help="DistributedDataParallel gradient_as_bucket_view=True")
+    _setting(group, "ddp_options", type=keyword_dict, metavar="DICT",
+             help="DistributedDataParallel's other keywords as a dict literal, e.g. "
+                  "\"{'broadcast_buffers': False}\" (the allowed ones: docs/flags.md)")
     _setting(group, "scaling_baseline", type=path_text, metavar="FILE.json",
              help="a single-device result of the same configuration; adds scaling "
                   "efficiency to the summary")
