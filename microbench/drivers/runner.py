@@ -23,10 +23,10 @@ from microbench.settings import identity
 from microbench.settings.config import Plan
 from microbench.platform.errors import (EXPECTED_EXIT_CODES, BenchmarkError, OutOfMemory,
                                         ReportedFailure, UsageError)
-from microbench.output import compare, console, files, sweep_plot as plot, sweep_table
+from microbench.output import compare, console, files, sweep_plot, sweep_table
 from microbench.plan.spec import RunSpec, resolve
 from microbench.output.summary import Summary
-from microbench.store import baseline as baseline_store
+from microbench.store.baseline import read_gate, scaling_baseline
 
 
 def run_plan(plan: Plan) -> int:
@@ -62,10 +62,10 @@ def with_baselines(spec: RunSpec, plan: Plan) -> RunSpec:
     if not spec.launch.is_main:
         return spec
     try:
-        gate = (baseline_store.read_gate(plan.compare, plan.tolerance_pct, spec,
+        gate = (read_gate(plan.compare, plan.tolerance_pct, spec,
                                          plan.compare_any_config, fail=plan.fail_if != "never")
                 if plan.compare else None)
-        baseline = (baseline_store.scaling_baseline(spec.config.scaling_baseline, spec)
+        baseline = (scaling_baseline(spec.config.scaling_baseline, spec)
                     if spec.config.scaling_baseline else None)
     except BenchmarkError as error:
         if not spec.launch.distributed:
@@ -265,7 +265,7 @@ def run_sweep(plan: Plan, specs: list[RunSpec]) -> int:
         print(f"Results JSON : {path} (and one per successful row)")
         print(f"Results CSV  : {first.csv_path}")
     if plan.plot:
-        plot.plot_rows(rows, plan.plot)
+        sweep_plot.plot_rows(rows, plan.plot)
         print(f"Plot         : {plan.plot}")
     return sweep.outcome(rows)
 

@@ -94,8 +94,9 @@ def _replies(channels, started, what: Callable[[int], str]) -> list:
                 kind, payload = channel.recv()
             except EOFError:
                 started[index].join()
-                raise BenchmarkError(f"{what(index)} ended ({how_it_ended(started[index].exitcode)})"
-                                     f" before it reported a result") from None
+                how = how_it_ended(started[index].exitcode)
+                raise BenchmarkError(f"{what(index)} ended ({how}) before it reported a "
+                                     f"result") from None
             if kind == ERROR:
                 started[index].join(10)         # it ends by itself once it has replied
                 raise payload

@@ -82,7 +82,7 @@ def finite_float(low: float, high: float, low_inclusive: bool = False) -> Callab
 positive_int = bounded_int(1, MAX_BATCH)
 
 
-def names(text: str) -> list[str]:
+def name_list(text: str) -> list[str]:
     """A comma-separated list of non-empty names."""
     parts = [part.strip() for part in text.split(",")]
     if not all(parts):
@@ -101,7 +101,7 @@ def list_of(parse_one: Callable[[str], int]) -> Callable[[str], list[int]]:
 def choices(allowed: Sequence[str]) -> Callable[[str], list[str]]:
     """A comma-separated list, each value one of ``allowed``."""
     def parse(text: str) -> list[str]:
-        values = names(text)
+        values = name_list(text)
         for value in values:
             if value not in allowed:
                 raise argparse.ArgumentTypeError(f"invalid choice '{value}' (choose from "
