@@ -16,7 +16,7 @@ import traceback
 
 from microbench.plan import cli
 from microbench.platform import process
-from microbench.models import names as model_names
+from microbench.models import names
 from microbench.platform.errors import BenchmarkError
 
 # What --help, --version, --list-networks and a refused flag need is imported above, and none of
@@ -46,7 +46,7 @@ def _run(argv: list[str] | None) -> int:
         args = cli.parse_args(argv)
         with process.imports_checked():             # torch and torchvision, from here on
             if args.list_networks:
-                print("\n".join(model_names.listing()))
+                print("\n".join(names.listing()))
                 return 0
             plan = cli.to_plan(args)
             from microbench.drivers import runner

@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING, Callable
 import torch
 
 from microbench.measure import compile_watch, library_log
-from microbench.ops import peaks as peaks_mod
+from microbench.ops import peaks
 from microbench.steps import low_precision, quant_layout
 from microbench.settings import compile_options
 from microbench.platform import devices, noise
-from microbench.settings import precision as precision_mod
+from microbench.settings import precision
 from microbench.measure import profilers
-from microbench.measure import telemetry as telemetry_mod
+from microbench.measure import telemetry
 from microbench.platform.errors import OutOfMemory, UsageError
 from microbench.measure.results import ProcessResult, Timed
 
@@ -149,7 +149,7 @@ def run(spec: "RunSpec", on_phase: Callable[..., None] = lambda phase, timed=Fal
     ``rejoin`` brings the ranks together after an excluded (profiled) iteration.
     """
     config, device, launch = spec.config, spec.device, spec.launch
-    precision_mod.apply_tf32(spec.precision.tf32)
+    precision.apply_tf32(spec.precision.tf32)
     devices.set_conv_autotuner(config.cudnn_benchmark)
     work = None
     # torch's and torchao's log records (torchao's import logs one) go into the result, not
@@ -207,16 +207,16 @@ def run(spec: "RunSpec", on_phase: Callable[..., None] = lambda phase, timed=Fal
 
 
 def measure_peaks(spec: "RunSpec", monitor: "Monitor | None",
-                  on_phase: Callable[..., None]) -> peaks_mod.MeasuredPeaks | None:
+                  on_phase: Callable[..., None]) -> peaks.MeasuredPeaks | None:
     """--measure-peaks: this device's GEMM and copy rates, measured once per process before the
     model is built (its memory is all free then, and nothing of the probe stays allocated);
     with TF32 as the run set it, the telemetry source read meanwhile."""
     if not spec.measure_peaks:
         return None
     on_phase("measuring peaks: a matrix product and a device copy")
-    compute = peaks_mod.probe_dtype(spec.precision, spec.device)    # FP8 for --precision fp8
+    compute = peaks.probe_dtype(spec.precision, spec.device)    # FP8 for --precision fp8
     source = monitor.source if monitor is not None else None
-    return peaks_mod.once(spec.device, compute, spec.precision.peak_key, source)
+    return peaks.once(spec.device, compute, spec.precision.peak_key, source)
 
 
 def trace_stem(spec: "RunSpec") -> str:
@@ -228,21 +228,21 @@ class Monitor:
     """This process's telemetry source (opened once, used by every trial) and its interval."""
 
     def __init__(self, device: torch.device, interval_s: float):
-        self.source, self.note = (telemetry_mod.open_source(device) if interval_s > 0
+        self.source, self.note = (telemetry.open_source(device) if interval_s > 0
                                   else (None, "telemetry: off (--telemetry-interval 0)"))
         self.interval_s = interval_s
 
     def start(self):
         if self.source is None:
             return None
-        sampler = telemetry_mod.Sampler(self.source, self.interval_s)
+        sampler = telemetry.Sampler(self.source, self.interval_s)
         sampler.start()
         return sampler
 
-    def report(self, samples, items: int, timed_s: float) -> telemetry_mod.TelemetryReport:
+    def report(self, samples, items: int, timed_s: float) -> telemetry.TelemetryReport:
         if self.source is None or samples is None:
-            return telemetry_mod.TelemetryReport.unavailable(self.note)
-        return telemetry_mod.summarize(samples, self.source, items, timed_s)
+            return telemetry.TelemetryReport.unavailable(self.note)
+        return telemetry.summarize(samples, self.source, items, timed_s)
 
     def close(self) -> None:
         if self.source is not None:

@@ -21,12 +21,12 @@ from microbench.drivers import ab, sweep, trials
 from microbench.platform import safe_text, writing
 from microbench.settings import identity
 from microbench.settings.config import Plan
-from microbench.platform.errors import (EXIT_INTERRUPTED, EXPECTED_EXIT_CODES, BenchmarkError,
-                                        OutOfMemory, ReportedFailure, Terminated, UsageError)
-from microbench.output import compare, console, files, sweep_plot as plot, sweep_table
+from microbench.platform.errors import (EXPECTED_EXIT_CODES, BenchmarkError, OutOfMemory,
+                                        ReportedFailure, UsageError)
+from microbench.output import compare, console, files, sweep_plot, sweep_table
 from microbench.plan.spec import RunSpec, resolve
 from microbench.output.summary import Summary
-from microbench.store import baseline as baseline_store
+from microbench.store.baseline import read_gate, scaling_baseline
 
 
 def run_plan(plan: Plan) -> int:
@@ -62,10 +62,10 @@ def with_baselines(spec: RunSpec, plan: Plan) -> RunSpec:
     if not spec.launch.is_main:
         return spec
     try:
-        gate = (baseline_store.read_gate(plan.compare, plan.tolerance_pct, spec,
+        gate = (read_gate(plan.compare, plan.tolerance_pct, spec,
                                          plan.compare_any_config, fail=plan.fail_if != "never")
                 if plan.compare else None)
-        baseline = (baseline_store.scaling_baseline(spec.config.scaling_baseline, spec)
+        baseline = (scaling_baseline(spec.config.scaling_baseline, spec)
                     if spec.config.scaling_baseline else None)
     except BenchmarkError as error:
         if not spec.launch.distributed:
@@ -197,22 +197,13 @@ def _spawn(spec: RunSpec, problem: BenchmarkError | None) -> int:
 def _spawned_worker(index: int, spec: RunSpec, problem: BenchmarkError | None) -> None:
     """One worker of a manual launch with several --device_ids (runs in a child process). The
     parent's problem found before the run goes to its first worker; the others hear of it from
-    that worker when the ranks agree."""
-    err = sys.stderr
-    with process.sigterm_raises():
-        try:
-            worker = spec.for_worker(index)
-            err = console.Console.for_spec(worker).err
-            code = run_worker(worker, problem if index == 0 else None)
-        except BenchmarkError as error:
-            print("error: " + safe_text.terminal(" ".join(str(error).splitlines())), file=err)
-            err.flush()
-            code = error.exit_code
-        except KeyboardInterrupt:
-            code = process.stopped(process.INTERRUPTED, EXIT_INTERRUPTED,
-                                   f"[rank {spec.launch.rank + index}] ")
-        except Terminated as error:
-            code = process.terminated(error, f"[rank {spec.launch.rank + index}] ")
+    that worker when the ranks agree. A rank reports as a rank torchrun starts does, through
+    the command's own mapping (process.command): its one line, prefixed with its rank, and the
+    documented exit code, which the parent takes as its own."""
+    prefix = f"[rank {spec.launch.rank + index}] "
+    code = process.command(
+        lambda: run_worker(spec.for_worker(index), problem if index == 0 else None),
+        prefix=lambda: prefix)
     if code:
         sys.exit(code)
 
@@ -274,7 +265,7 @@ def run_sweep(plan: Plan, specs: list[RunSpec]) -> int:
         print(f"Results JSON : {path} (and one per successful row)")
         print(f"Results CSV  : {first.csv_path}")
     if plan.plot:
-        plot.plot_rows(rows, plan.plot)
+        sweep_plot.plot_rows(rows, plan.plot)
         print(f"Plot         : {plan.plot}")
     return sweep.outcome(rows)
 

@@ -13,24 +13,25 @@ import os
 from dataclasses import dataclass
 from typing import TextIO
 
-from microbench.drivers import benchmark, trials as trials_mod
+from microbench.drivers import benchmark
+from microbench.drivers.trials import Job, in_worker, in_workers, measure_trial, run_rounds
 from microbench.platform import progress
 from microbench.platform.errors import EXIT_UNEXPECTED, BenchmarkError, OutOfMemory, SweepFailed
 from microbench.output import files
 from microbench.platform import units, writing
 from microbench.output.summary import Summary
 from microbench.plan import naming
-from microbench.store import entry as entry_mod
+from microbench.store.entry import Entry, entries_of
 
 
 @dataclass
-class Row(trials_mod.Job):
+class Row(Job):
     """One configuration of the sweep: its trials, then its Summary (or why it failed), the
     result document its file holds, and that document as the report reads it."""
 
     summary: Summary | None = None
     document: dict | None = None          # what write_files writes for this row
-    entry: entry_mod.Entry | None = None  # the document through store.entry: what the sweep's
+    entry: Entry | None = None  # the document through store.entry: what the sweep's
                                           # closing tables and --plot read, as the report does
 
     def record(self, summary: Summary) -> None:
@@ -38,7 +39,7 @@ class Row(trials_mod.Job):
         the entry read from it."""
         self.summary = summary
         self.document = files.result_document(summary)
-        self.entry = entry_mod.entries_of(self.document, self.label())[0]
+        self.entry = entries_of(self.document, self.label())[0]
 
     @property
     def env(self):
@@ -88,10 +89,10 @@ def run_trial(row: Row, env, monitor: benchmark.Monitor, index: int = 0) -> None
     skipped)."""
     try:
         row.spec.check()
-        if trials_mod.in_workers(row.spec):
-            row.trials.append(trials_mod.in_worker(row.spec, index))
+        if in_workers(row.spec):
+            row.trials.append(in_worker(row.spec, index))
         else:
-            row.trials.append(trials_mod.measure_trial(row.spec, env, monitor))
+            row.trials.append(measure_trial(row.spec, env, monitor))
     except OutOfMemory as error:
         row.fail("out of memory", str(error), error.exit_code)
     except BenchmarkError as error:
@@ -126,7 +127,7 @@ def run_sweep(specs, env, out: TextIO, counterbalance: bool = False) -> list[Row
         shown.done(number, row)
 
     try:
-        trials_mod.run_rounds(rows, repeat, measure, on_round=shown.trial,
+        run_rounds(rows, repeat, measure, on_round=shown.trial,
                               counterbalance=counterbalance)
     finally:
         monitor.close()

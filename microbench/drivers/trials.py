@@ -24,25 +24,18 @@ Example::
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import io
-import multiprocessing
-import os
-import signal
 import socket
 import sys
-import traceback
 from dataclasses import dataclass, field
-from multiprocessing.reduction import ForkingPickler
 from typing import TYPE_CHECKING, Callable
 
 from microbench.drivers import benchmark
 from microbench.drivers.trial_count import TrialCount
-from microbench.platform import devices, distributed, environment, process
+from microbench.platform import devices, distributed, environment, workers
 from microbench.output import console
 from microbench.platform import progress
-from microbench.platform.errors import BenchmarkError, ReportedFailure, Terminated
 from microbench.measure.results import Trial
 from microbench.output.summary import Summary, record_of, trial_of_process
 from microbench.settings.config import min_noise_trials
@@ -129,12 +122,11 @@ def measure_trial(spec, env, monitor: benchmark.Monitor, hooks: RankHooks = Rank
 
 
 def rank_hooks(spec) -> RankHooks:
-    """Under DDP: wrap the model (when the scenario steps an optimizer), meet before the timed
-    region, meet again after an excluded iteration."""
+    """In a multi-process job: the strategy's wrapper (DDP's, when the scenario steps an
+    optimizer), meet before the timed region, meet again after an excluded iteration."""
     if not spec.launch.distributed:
         return RankHooks()
-    replicated = spec.scenario.updates_weights and spec.parallel.replicates
-    wrap = distributed.ddp_wrapper(spec.config, spec.device) if replicated else None
+    wrap = spec.parallel.wrapper(spec)         # DDP's, when the run steps an optimizer
 
     def enter_timed_region() -> None:
         distributed.fail_if_asked(spec.launch)
@@ -279,99 +271,21 @@ def in_worker(spec, index: int, rendezvous: str | None = None,
     """Trial ``index`` of ``spec`` in a fresh worker process; its Trial on rank 0, None on the
     other ranks. ``label`` prefixes the worker's progress lines (None: it shows none). The
     worker's expected failure is raised here (one line, its exit code)."""
-    context = multiprocessing.get_context("spawn")
-    receive, send = context.Pipe(duplex=False)
     trial_spec = dataclasses.replace(
         spec, config=dataclasses.replace(spec.config, seed=seed_of(spec, index)))
-    # The spec travels pickled, unpickled by the worker once it watches its parent (unpickling
-    # imports torch: seconds in which a killed parent would go unnoticed).
-    worker = context.Process(target=process.orphan_safe_worker,
-                             name=f"microbench-trial-{index + 1}",
-                             args=(os.getpid(), f"{__name__}:_worker_main",
-                                   bytes(ForkingPickler.dumps((trial_spec, rendezvous, label))),
-                                   send))
-    try:
-        with process.starting(f"the worker process of trial {index + 1}",
-                              "use --trials in-process, or free processes"):
-            worker.start()
-    except BaseException:
-        receive.close()
-        raise
-    finally:
-        send.close()
-    try:
-        kind, payload = distributed.interruptible(receive.recv)
-    except EOFError:
-        worker.join()
-        raise BenchmarkError(f"the worker process of trial {index + 1} ended "
-                             f"({_how_it_ended(worker.exitcode)}) before it reported a "
-                             f"result") from None
-    except BaseException:
-        _stop(worker)
-        raise
-    finally:
-        receive.close()
-    worker.join()
-    if kind == "error":
-        raise payload
-    return payload
-
-
-def _stop(worker) -> None:
-    """Ctrl-C or SIGTERM in the parent: the worker stops too, and cleans up as it does."""
-    if worker.is_alive():
-        worker.terminate()
-        worker.join(30)
-    if worker.is_alive():
-        worker.kill()
-
-
-def _how_it_ended(exit_code: int | None) -> str:
-    if exit_code is not None and exit_code < 0:
-        with contextlib.suppress(ValueError):
-            return f"killed by {signal.Signals(-exit_code).name}"
-    return f"exit code {exit_code}"
+    [trial] = workers.run(f"{__name__}:_worker_main", [(trial_spec, rendezvous, label)],
+                          [f"microbench-trial-{index + 1}"],
+                          lambda _: f"the worker process of trial {index + 1}",
+                          f"the worker process of trial {index + 1}",
+                          "use --trials in-process, or free processes")
+    return trial
 
 
 def _worker_main(spec, rendezvous: str | None, label: str | None, connection) -> None:
     """The worker process (started through process.orphan_safe_worker, which ends it quietly
     when the parent dies): one trial, its Trial (or its error) sent back to the parent."""
-    with process.sigterm_raises():
-        try:
-            _send(connection, ("trial", _measure_here(spec, rendezvous, label)))
-        except BenchmarkError as error:
-            _send(connection, ("error", error if _picklable(error)
-                               else ReportedFailure(str(error), error.exit_code)))
-        except (KeyboardInterrupt, Terminated):
-            pass                                # the parent says what stopped the run
-        except Exception as error:              # noqa: BLE001 (a bug: its traceback, then one line)
-            limit = process.limit_reached(error)    # the system's limit: one line, exit 4
-            if limit is not None:
-                _send(connection, ("error", limit))
-                return
-            traceback.print_exc()
-            _send(connection, ("error", ReportedFailure(
-                f"unexpected {type(error).__name__} in the worker of a trial: {error}", 1)))
-        finally:
-            connection.close()
-            with contextlib.suppress(OSError, ValueError):
-                sys.stdout.flush()
-
-
-def _send(connection, message) -> None:
-    """``message`` to the parent; nothing where the parent no longer reads (it died, or it
-    stopped the run): there is no one left to tell."""
-    with contextlib.suppress(OSError, EOFError):
-        connection.send(message)
-
-
-def _picklable(error: BaseException) -> bool:
-    import pickle
-    try:
-        pickle.loads(pickle.dumps(error))
-        return True
-    except Exception:                          # noqa: BLE001 (any failure: not picklable)
-        return False
+    workers.serve(connection, lambda: _measure_here(spec, rendezvous, label),
+                  "the worker of a trial")
 
 
 def _measure_here(spec, rendezvous: str | None, label: str | None) -> Trial | None:

@@ -16,8 +16,7 @@ from __future__ import annotations
 import difflib
 import importlib.metadata
 
-from microbench.models.llama_config import PRESETS as LLAMA_PRESETS
-from microbench.models.llama_config import summary as llama_summary
+from microbench.models import llama_config
 from microbench.platform.errors import UsageError
 
 # The release the table was read from, and its models by family (torchvision.models.list_models
@@ -91,7 +90,7 @@ def torchvision_models() -> dict[str, tuple[str, ...]]:
 def model_names() -> list[str]:
     """Every model the registry builds, by its own name (aliases and hf: apart)."""
     return sorted({*(name for names in torchvision_models().values() for name in names),
-                   *WRITTEN_HERE, *LLAMA_PRESETS})
+                   *WRITTEN_HERE, *llama_config.PRESETS})
 
 
 def available_names() -> list[str]:
@@ -100,7 +99,8 @@ def available_names() -> list[str]:
 
 def listing() -> list[str]:
     """``--list-networks``: one name a line; language presets with their size."""
-    lines = [f"{name:<24} {llama_summary(LLAMA_PRESETS[name])}" if name in LLAMA_PRESETS
+    presets = llama_config.PRESETS
+    lines = [f"{name:<24} {llama_config.summary(presets[name])}" if name in presets
              else name for name in available_names()]
     lines.append(f"{HF_PREFIX}<model_type>{'':<12} any causal language model of "
                  f"Hugging Face transformers, built from its default config "

@@ -3,20 +3,18 @@ started), the program on each at once, the links between them, and on rank 0 (or
 of the spawned processes) the verdict, its table, its document and its exit code.
 
 The processes meet in one process group (NCCL/RCCL on GPUs, gloo on the CPU) through
-``platform/distributed.py``; a spawned process starts through ``process.orphan_safe_worker``
-(it ends with its parent) inside ``process.starting`` (a refused start is one line, exit 4).
+``platform/distributed.py``; spawned processes start, reply and fail through
+``platform/workers.py`` (each ends with its parent; a failure is one line and its exit code, a
+thread or process limit exit 4, as everywhere else).
 """
 from __future__ import annotations
 
 import contextlib
-import multiprocessing
 import os
-import pickle
 import socket
 import sys
 import time
 from dataclasses import dataclass, field
-from multiprocessing.reduction import ForkingPickler
 
 import torch
 
@@ -28,9 +26,8 @@ from microbench.node.reference import Baseline
 from microbench.node.parts import DEFAULT_TOLERANCE_PCT
 from microbench.node.verdict import judge, judge_links, pairs_to_confirm
 from microbench.platform import devices
-from microbench.platform import distributed, process, writing
-from microbench.platform.errors import (EXIT_FLAGGED, BenchmarkError, ReportedFailure,
-                                        Terminated, UsageError)
+from microbench.platform import distributed, process, workers, writing
+from microbench.platform.errors import EXIT_FLAGGED, UsageError
 from microbench.store.schema import validate_result
 
 
@@ -122,88 +119,20 @@ def _spawned(count: int, options: Options) -> Outcome:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    context = multiprocessing.get_context("spawn")
-    workers, channels = [], []
-    try:
-        with process.starting("the node check's processes", "use --processes with fewer"):
-            for index in range(count):
-                receive, send = context.Pipe(duplex=False)
-                arguments = bytes(ForkingPickler.dumps((index, count, port, options)))
-                worker = context.Process(
-                    target=process.orphan_safe_worker, name=f"microbench-node-{index}",
-                    args=(os.getpid(), f"{__name__}:_worker_main", arguments, send))
-                worker.start()
-                send.close()
-                workers.append(worker)
-                channels.append(receive)
-        replies = _replies(channels, workers)
-    except BaseException:
-        _stop_all(workers)
-        raise
-    finally:
-        for worker in workers:
-            worker.join(30)
-    return replies[0][1]
-
-
-def _replies(channels, workers) -> list:
-    """Every process's reply, in rank order. The first failure ends the others at once (they
-    would wait in a collective for the failed one until --dist-timeout) and is raised."""
-    from multiprocessing.connection import wait
-    replies: dict[int, tuple] = {}
-    waiting = dict(enumerate(channels))
-    while waiting:
-        ready = distributed.interruptible(lambda: wait(list(waiting.values())))
-        for index in [i for i, channel in waiting.items() if channel in ready]:
-            channel = waiting.pop(index)
-            try:
-                replies[index] = channel.recv()
-            except EOFError:
-                workers[index].join()
-                replies[index] = ("error", BenchmarkError(
-                    f"node check process {index} ended (exit code {workers[index].exitcode}) "
-                    f"before it reported"))
-            finally:
-                channel.close()
-            if replies[index][0] == "error":
-                workers[index].join(10)         # it ends by itself once it has reported
-                _stop_all(workers)
-                raise replies[index][1]
-    return [replies[index] for index in range(len(channels))]
-
-
-def _stop_all(workers) -> None:
-    for worker in workers:
-        if worker.is_alive():
-            worker.terminate()
+    outcomes = workers.run(f"{__name__}:_worker_main",
+                           [(index, count, port, options) for index in range(count)],
+                           [f"microbench-node-{index}" for index in range(count)],
+                           lambda index: f"node check process {index}",
+                           "the node check's processes", "use --processes with fewer")
+    return outcomes[0]
 
 
 def _worker_main(index: int, count: int, port: int, options: Options, connection) -> None:
     launch = distributed.Launch(launcher="manual", rank=index, local_rank=index,
                                 world_size=count, init_method=f"tcp://127.0.0.1:{port}",
                                 device_index=index)
-    with process.sigterm_raises(), contextlib.suppress(KeyboardInterrupt, Terminated):
-        # Stopped (by the parent, once another process failed): the parent says what happened.
-        try:
-            _send(connection, ("ok", _measure_rank(launch, options)))
-        except BenchmarkError as error:
-            _send(connection, ("error", ReportedFailure(f"[rank {index}] {error}",
-                                                        error.exit_code)))
-        except Exception as error:                  # noqa: BLE001 (a bug: its traceback, then
-            import traceback                        # one line from the parent, exit 1)
-            traceback.print_exc()
-            _send(connection, ("error", ReportedFailure(
-                f"unexpected {type(error).__name__} in node check process {index}: "
-                f"{error}", 1)))
-        finally:
-            connection.close()
-            with contextlib.suppress(OSError, ValueError):
-                sys.stdout.flush()
-
-
-def _send(connection, message) -> None:
-    with contextlib.suppress(OSError, EOFError, pickle.PicklingError):
-        connection.send(message)
+    workers.serve(connection, lambda: _measure_rank(launch, options),
+                  f"node check process {index}", prefix=f"[rank {index}] ")
 
 
 # ---------------------------------------------------------------- one rank

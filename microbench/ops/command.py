@@ -13,11 +13,11 @@ import torch
 from microbench import __version__
 from microbench.platform import devices
 from microbench.measure import flops
-from microbench.platform import progress, text_table as tables, units
+from microbench.platform import progress, text_table, units
 from microbench.platform.devices import clock_name
 from microbench.platform import writing
 from microbench.store.schema import SCHEMA_VERSION
-from microbench.ops import catalog as ops, report, runner
+from microbench.ops import catalog, report, runner
 
 
 def requests_from_args(args: argparse.Namespace) -> list[runner.CaseRequest]:
@@ -155,7 +155,7 @@ def run_peaks(args: argparse.Namespace, device: torch.device) -> int:
     source, note = (telemetry.open_source(device) if devices.is_gpu(device)
                     else (None, "no telemetry on the CPU"))
     try:
-        dtypes = [dtype for dtype in PEAK_DTYPES if dtype in ops.DTYPES]
+        dtypes = [dtype for dtype in PEAK_DTYPES if dtype in catalog.DTYPES]
         fp8 = devices.fp8_e4m3_dtype(device)          # torch._scaled_mm's GEMM
         dtypes += [peaks.gemm_dtype(fp8)] if fp8 is not None else []
         rows, clocks, seconds = peaks.probe_table(device, dtypes, source)
@@ -195,10 +195,10 @@ def _probe_info(device: torch.device) -> dict:
 
 def peaks_table(rows, terminal: bool) -> str:
     """The probe's rows: measured rate beside the datasheet's peak and the share."""
-    columns = [tables.Column("probe"), tables.Column("dtype"), tables.Column("shape"),
-               tables.Column("median [ms]", numeric=True), tables.Column("measured", numeric=True),
-               tables.Column("datasheet", numeric=True), tables.Column("% of datasheet",
-                                                                       numeric=True)]
+    Column = text_table.Column
+    columns = [Column("probe"), Column("dtype"), Column("shape"),
+               Column("median [ms]", numeric=True), Column("measured", numeric=True),
+               Column("datasheet", numeric=True), Column("% of datasheet", numeric=True)]
     cells = []
     for row in rows:
         copy = row.op == "copy"
@@ -212,4 +212,4 @@ def peaks_table(rows, terminal: bool) -> str:
             (f"{show(row.peak_value)} ({row.peak_label})" if row.peak_value
              else "no datasheet row"),
             f"{row.pct_of_peak:.1f}%" if row.pct_of_peak is not None else "-"))
-    return tables.render(columns, cells, terminal=terminal)
+    return text_table.render(columns, cells, terminal=terminal)

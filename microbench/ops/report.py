@@ -15,7 +15,7 @@ import sys
 from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
-from microbench.platform import text_table as tables
+from microbench.platform import text_table
 from microbench.platform import safe_text
 from microbench.platform.errors import BenchmarkError
 from microbench.platform import writing
@@ -179,7 +179,7 @@ def row_cells(row: OpResult) -> tuple[str, ...]:
 
 class TablePrinter:
     """Prints rows as they finish, aligned to widths known before the run starts (plain text
-    off a terminal, bold headings on one: ``tables.RowPrinter``)."""
+    off a terminal, bold headings on one: ``text_table.RowPrinter``)."""
 
     def __init__(self, labels: Iterable[tuple[str, str]], dtype: str,
                  out: Callable[[str], None] = print,
@@ -190,8 +190,8 @@ class TablePrinter:
         widths["op"] = max([widths["op"], *(len(op) for op, _ in labels)])
         widths["shapes"] = max([widths["shapes"], *(len(shapes) for _, shapes in labels)])
         widths["dtype"] = max(widths["dtype"], len(dtype))
-        self._rows = tables.RowPrinter(
-            [tables.Column(heading, numeric=heading in _RIGHT_ALIGNED, width=widths[heading])
+        self._rows = text_table.RowPrinter(
+            [text_table.Column(heading, numeric=heading in _RIGHT_ALIGNED, width=widths[heading])
              for heading in HEADINGS], terminal=terminal)
         self._out = out
         self._err = err or (lambda line: print(line, file=sys.stderr, flush=True))

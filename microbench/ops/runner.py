@@ -40,7 +40,7 @@ from microbench.platform.devices import CacheInfo, last_level_cache
 from microbench.settings.precision import tf32_allowed
 from microbench.platform.errors import BenchmarkError, OutOfMemory, UsageError
 from microbench.measure.timing import Measurement, time_calls
-from microbench.ops import catalog as ops
+from microbench.ops import catalog
 from microbench.ops.report import OpResult
 # The flush floor and the queued delay are named in choices.py (the flags' help reads them).
 from microbench.ops.choices import DEFAULT_QUEUED_DELAY_MS, FLUSH_FLOOR_BYTES, MIB  # noqa: F401
@@ -69,8 +69,8 @@ class CaseRequest:
 
 @dataclass(frozen=True)
 class OpCase:
-    spec: ops.OpSpec
-    shapes: ops.Shapes
+    spec: catalog.OpSpec
+    shapes: catalog.Shapes
     inplace: bool
     label: str
     shapes_text: str
@@ -91,7 +91,7 @@ class RunConfig:
 
     @property
     def dtype(self) -> torch.dtype:
-        return ops.dtype_of(self.dtype_name)
+        return catalog.dtype_of(self.dtype_name)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -102,8 +102,8 @@ def predefined_requests(input1: str | None, input2: str | None, inplace: bool,
                         op_type: str | None) -> list[CaseRequest]:
     """The old predefined set (binary, unary, reductions) at the shapes given by the flags."""
     requests = []
-    for name in ops.PREDEFINED_OPS:
-        spec, _ = ops.resolve_op(name)
+    for name in catalog.PREDEFINED_OPS:
+        spec, _ = catalog.resolve_op(name)
         if op_type in (None, spec.op_type):
             requests.append(CaseRequest(name, spec.op_type, input1, input2,
                                         inplace and spec.supports_inplace))
@@ -112,12 +112,12 @@ def predefined_requests(input1: str | None, input2: str | None, inplace: bool,
 
 def model_requests(op_type: str | None) -> list[CaseRequest]:
     return [CaseRequest(name, kind, input1, input2)
-            for name, kind, input1, input2 in ops.MODEL_OPS if op_type in (None, kind)]
+            for name, kind, input1, input2 in catalog.MODEL_OPS if op_type in (None, kind)]
 
 
 def compute_requests() -> list[CaseRequest]:
     """matmul, bmm, conv2d, sdpa, layer_norm and softmax, each at its own default shapes."""
-    return [CaseRequest(name, "compute", None, None) for name in ops.COMPUTE_OPS]
+    return [CaseRequest(name, "compute", None, None) for name in catalog.COMPUTE_OPS]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -126,22 +126,22 @@ def compute_requests() -> list[CaseRequest]:
 
 def make_case(request: CaseRequest, dtype_name: str, append_dtype: bool) -> OpCase:
     """Resolve the op and parse and check the shapes; UsageError when they do not fit."""
-    spec, named_inplace = ops.resolve_op(request.op, request.op_type)
+    spec, named_inplace = catalog.resolve_op(request.op, request.op_type)
     inplace = named_inplace or request.inplace
     if inplace and not spec.supports_inplace:
         raise UsageError(f"{spec.name} has no in-place form; drop --inplace or the trailing '_'")
-    input1 = ops.parse_shape(request.input1 or spec.default_input1, "--input1-dim")
+    input1 = catalog.parse_shape(request.input1 or spec.default_input1, "--input1-dim")
     input2 = None
     if spec.takes_input2:
-        text = request.input2 or spec.default_input2 or ops.format_shape(input1)
-        input2 = ops.parse_shape(text, "--input2-dim")
-    shapes = ops.Shapes(input1, input2)
+        text = request.input2 or spec.default_input2 or catalog.format_shape(input1)
+        input2 = catalog.parse_shape(text, "--input2-dim")
+    shapes = catalog.Shapes(input1, input2)
     spec.check(shapes, inplace)
     return OpCase(spec, shapes, inplace, _label(spec, inplace, dtype_name, append_dtype),
                   _shapes_text(spec, shapes))
 
 
-def _label(spec: ops.OpSpec, inplace: bool, dtype_name: str, append_dtype: bool) -> str:
+def _label(spec: catalog.OpSpec, inplace: bool, dtype_name: str, append_dtype: bool) -> str:
     """The old tool's op name: add_, add_(sparse), add(fp16) with --append-dtype."""
     label = spec.name + ("_" if inplace else "")
     if spec.op_type == "sparse":
@@ -151,13 +151,13 @@ def _label(spec: ops.OpSpec, inplace: bool, dtype_name: str, append_dtype: bool)
     return label
 
 
-def _shapes_text(spec: ops.OpSpec, shapes: ops.Shapes) -> str:
-    first = ops.format_shape(shapes.input1)
+def _shapes_text(spec: catalog.OpSpec, shapes: catalog.Shapes) -> str:
+    first = catalog.format_shape(shapes.input1)
     if shapes.input2 is None:
         return first
     if spec.op_type == "sparse":  # the old tool printed the values' shape: rows-dim
         return f"{first},{shapes.input2[0]}-{shapes.input1[-1]}"
-    return f"{first},{ops.format_shape(shapes.input2)}"
+    return f"{first},{catalog.format_shape(shapes.input2)}"
 
 
 def preview_labels(requests: Iterable[CaseRequest], config: RunConfig) -> list[tuple[str, str]]:
@@ -211,14 +211,14 @@ class Peaks:
         return text + (f", overridden by {' and '.join(overrides)}" if overrides else "")
 
 
-def peak_precision(spec: ops.OpSpec, dtype_name: str) -> str:
+def peak_precision(spec: catalog.OpSpec, dtype_name: str) -> str:
     """The datasheet rate an op's FLOPs run at.
 
     FP32 products run on TF32 tensor cores when torch allows it (matmul: off by default;
     convolutions through cuDNN: on by default), on AMD's FP32 matrix cores otherwise
     (``fp32_matrix`` is the vector rate on NVIDIA, which has no FP32 matrix path).
     """
-    if dtype_name in ops.FP8_DTYPES:
+    if dtype_name in catalog.FP8_DTYPES:
         return "fp8"                     # the datasheet's dense FP8 rate, either encoding
     if dtype_name != "fp32" or spec.compute_path == "vector":
         return dtype_name
@@ -234,7 +234,7 @@ def peak_precision(spec: ops.OpSpec, dtype_name: str) -> str:
 # Device memory and the L2 flush
 # ---------------------------------------------------------------------------------------------
 
-def memory_needed_bytes(cost: ops.OpCost) -> int:
+def memory_needed_bytes(cost: catalog.OpCost) -> int:
     return int(cost.bytes_allocated * (1 + MEMORY_HEADROOM_FRACTION)) + MEMORY_HEADROOM_BYTES
 
 
@@ -428,7 +428,7 @@ def measure_case(case: OpCase, config: RunConfig, peaks: Peaks,
                           case.inplace)
     row = OpResult.for_case(case.label, case.spec.op_type, case.shapes_text, config.dtype_name,
                             case.spec.roof, cost.bytes_moved, cost.flops)
-    working_set = ops.working_set_bytes(cost, case.inplace)
+    working_set = catalog.working_set_bytes(cost, case.inplace)
     row = row.with_cache(working_set, cache_resident(working_set, config.cache_bytes,
                                                      config.flush_l2))
     needed, available = memory_needed_bytes(cost), devices.free_memory_bytes(config.device)
@@ -454,12 +454,12 @@ def _has_fp32_matrix(peak: flops.DevicePeak | None) -> bool:
     return peak is not None and peak.fp32_matrix is not None
 
 
-def _with_rates(row: OpResult, measurement: Measurement, spec: ops.OpSpec, dtype_name: str,
+def _with_rates(row: OpResult, measurement: Measurement, spec: catalog.OpSpec, dtype_name: str,
                 peaks: Peaks) -> OpResult:
     seconds = measurement.median / 1e3
     gbs = row.bytes_moved / seconds / 1e9 if seconds > 0 else math.nan
     tflops = row.flops / seconds / 1e12 if seconds > 0 else math.nan
-    if spec.roof == ops.MEMORY_BOUND:
+    if spec.roof == catalog.MEMORY_BOUND:
         peak_label, peak_value = "BW", peaks.gbs()
         achieved = gbs
     else:

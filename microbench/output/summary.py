@@ -26,10 +26,11 @@ import socket
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from microbench.measure import (compile_watch, input_bound, library_log,
-                               telemetry as telemetry_mod)
-from microbench.ops import peaks as peaks_mod
+from microbench.measure import compile_watch, input_bound, library_log, telemetry
+from microbench.measure.telemetry import TelemetryReport
+from microbench.ops import peaks
 from microbench.settings.config import CUDA_GRAPH_MODES
+from microbench.measure.drift import LowPrecision
 from microbench.measure.flops import BandwidthPeak, PeakChoice, Utilization
 from microbench.measure.results import ProcessResult, RankRecord, Trial, merge_detail
 from microbench.measure.stats import TrialStats
@@ -188,10 +189,10 @@ class Summary:
     # ------------------------------------------------------------ measured peaks
 
     @property
-    def measured_peaks(self) -> "peaks_mod.MeasuredPeaks | None":
+    def measured_peaks(self) -> "peaks.MeasuredPeaks | None":
         """This device's probe (--measure-peaks): the process's, or with several trials the
         one of median GEMM rate; None when off."""
-        return peaks_mod.representative([trial.result.peaks for trial in self.trials])
+        return peaks.representative([trial.result.peaks for trial in self.trials])
 
     @property
     def measured_peak(self) -> PeakChoice | None:
@@ -223,7 +224,7 @@ class Summary:
         measured = self.measured_peaks
         if measured is None:
             return []
-        return peaks_mod.warnings(measured, self.spec.peak.tflops, self.spec.bandwidth.gbs)
+        return peaks.warnings(measured, self.spec.peak.tflops, self.spec.bandwidth.gbs)
 
     @property
     def second_utilization(self) -> Utilization | None:
@@ -235,7 +236,7 @@ class Summary:
         return Utilization(use.flops_per_iteration, use.iterations_per_s, second)
 
     @property
-    def lowp(self):
+    def lowp(self) -> LowPrecision | None:
         """What --precision fp8 or --quantize did, with how far it moved the numbers
         (measure.drift.LowPrecision, measured by the representative trial); None
         otherwise."""
@@ -279,11 +280,11 @@ class Summary:
     # ------------------------------------------------------------ the rest
 
     @property
-    def telemetry(self) -> telemetry_mod.TelemetryReport | None:
+    def telemetry(self) -> TelemetryReport | None:
         """Clocks, power and energy of every GPU over every trial's timed region, pooled."""
         reports = [r.telemetry for trial in self.trials for r in trial.ranks
                    if r.telemetry is not None]
-        return telemetry_mod.combine(reports) if reports else None
+        return telemetry.combine(reports) if reports else None
 
     @property
     def peak_allocated_mb(self) -> float | None:

@@ -42,7 +42,7 @@ import statistics
 
 from microbench.output import chart
 from microbench.plan import naming
-from microbench.store import entry as entry_mod
+from microbench.store.entry import accuracy_reference, is_accuracy_reference
 from microbench.output.chart import (HIGH_PERCENTILE, LOW_PERCENTILE, SUBTITLE_CHARS_PER_INCH,
                                      Point, fixed_ticks, write_figure)
 
@@ -301,13 +301,13 @@ def accuracy_figure(rows):
     # Against what the rows measured it (BF16, or FP16 for FP16 weights quantized); a row of
     # no reduced precision stands at 0 only where it is that reference (an FP16 row beside
     # BF16-based ones is not: it has no distance to show, so no point).
-    reference = entry_mod.accuracy_reference([row.entry for row in measured])
+    reference = accuracy_reference([row.entry for row in measured])
     versus = reference or "each row's reference"
     axis_label = (f"logits' relative error vs {versus} [%]" if kinds == {"logits"} else
                   f"largest difference of the first losses vs {versus} [%]"
                   if kinds == {"loss"} else f"distance from {versus} [%]")
     measured = [row for row in measured if row.entry.accuracy_kind
-                or entry_mod.is_accuracy_reference(row.entry, reference)]
+                or is_accuracy_reference(row.entry, reference)]
     drawn = chart.frame(1, 7.5, 4.4, subtitle(rows))
     speed = drawn.axes[0]
     labelled = []

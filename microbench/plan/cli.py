@@ -19,9 +19,11 @@ from dataclasses import replace
 from typing import Any, Sequence
 
 from microbench import __version__
-from microbench.models import names as model_names
+from microbench.models import names
 from microbench.models.llama_config import ATTENTION_IMPLS
-from microbench.settings import precision as precision_table
+from microbench.settings.precision import (CHOICES, FP8_RECIPES, QUANT_LAYOUT_CHOICES,
+                                           QUANT_LAYOUTS, QUANTIZE, QUANTIZE_CHOICES, TABLE,
+                                           from_older_flags, lookup)
 from microbench.plan import rerun
 from microbench.settings.argtypes import (MAX_BATCH, MAX_BUCKET_CAP_MB, MAX_DEVICE_INDEX,
                                           MAX_DIST_TIMEOUT_S, MAX_IMAGE_SIZE, MAX_ITERATIONS,
@@ -29,8 +31,9 @@ from microbench.settings.argtypes import (MAX_BATCH, MAX_BUCKET_CAP_MB, MAX_DEVI
                                           MAX_PROFILER_STEPS, MAX_RANKS, MAX_SEED, MAX_SEQ_LEN,
                                           MAX_TELEMETRY_MS, MAX_TRIALS, MAX_VOCAB, MAX_WARMUP,
                                           HelpFormatter, OneLineParser, bounded_int, choices,
-                                          finite_float, list_of, names, positive_int, dist_url,
-                                          path_text, positive_ints, zero_or_one)
+                                          finite_float, keyword_dict, list_of, name_list,
+                                          positive_int, dist_url, path_text, positive_ints,
+                                          zero_or_one)
 from microbench.settings.compile_options import COMPILE_MODES, parse_compile_context
 from microbench.settings.config import (AB_ROUNDS, DERIVED, INVERSE, MODES, PARALLEL, PRESETS,
                                         SCHEMA, SWITCH, VALUE, ABPlan, BenchConfig, Plan,
@@ -62,7 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
 
     model = parser.add_argument_group("model and workload")
-    _setting(model, "network", "--model", type=names, metavar="NAME[,NAME]",
+    _setting(model, "network", "--model", type=name_list, metavar="NAME[,NAME]",
              help="model to run: any torchvision classification, segmentation or video "
                   "model, shufflenet, xception, or an older alias (SqueezeNet, "
                   "resnext50), llama_tiny/llama_medium/llama_1b, hf:<model_type>; a "
@@ -129,10 +132,10 @@ def build_parser() -> argparse.ArgumentParser:
     precision = parser.add_argument_group(
         "precision (--precision names the mode; --fp16, --amp, --amp-dtype, --amp-opt-level "
         "and --tf32 are the older spellings of the same modes)")
-    precision.add_argument("--precision", type=choices(precision_table.CHOICES), default=None,
+    precision.add_argument("--precision", type=choices(CHOICES), default=None,
                            metavar="P[,P]",
                            help="the precision mode: " + "; ".join(
-                               f"{row.name} ({row.older_flags})" for row in precision_table.TABLE)
+                               f"{row.name} ({row.older_flags})" for row in TABLE)
                            + "; amp = amp-fp16 (default: fp32). A comma-separated list sweeps")
     precision.add_argument("--fp16", type=int, choices=(0, 1), default=0,
                            help="1: whole network in FP16 (norm layers FP32) with FP32 master "
@@ -146,17 +149,17 @@ def build_parser() -> argparse.ArgumentParser:
     precision.add_argument("--tf32", type=int, choices=(0, 1), default=0,
                            help="1: allow TF32 for FP32 matmuls and convolutions; 0 keeps IEEE "
                                 "FP32")
-    _setting(precision, "fp8_recipe", choices=precision_table.FP8_RECIPES,
+    _setting(precision, "fp8_recipe", choices=FP8_RECIPES,
              help="with --precision fp8: torchao's scaling recipe, tensorwise (one scale per "
                   "tensor; FP8 all-gather under --parallel fsdp) or rowwise (one per row)")
-    _setting(precision, "quantize", type=choices(precision_table.QUANTIZE_CHOICES), metavar="Q[,Q]",
+    _setting(precision, "quantize", type=choices(QUANTIZE_CHOICES), metavar="Q[,Q]",
              help="inference and generate: quantize the BF16 weights with torchao's quantize_: "
-                  + "; ".join(f"{name} ({text})" for name, text in precision_table.QUANTIZE.items())
+                  + "; ".join(f"{name} ({text})" for name, text in QUANTIZE.items())
                   + ". Picks --precision bf16 unless given; a list sweeps; needs torchao")
-    _setting(precision, "quant_layout", choices=precision_table.QUANT_LAYOUT_CHOICES,
+    _setting(precision, "quant_layout", choices=QUANT_LAYOUT_CHOICES,
              help="with --quantize: the weights' packing, which picks the kernel: "
                   + "; ".join(f"{name} ({text})" for name, text in
-                              precision_table.QUANT_LAYOUTS.items())
+                              QUANT_LAYOUTS.items())
                   + ". A layout a format does not have, or this device cannot run, is refused")
 
     fast = parser.add_argument_group("the fast path")
@@ -447,6 +450,9 @@ def _add_distributed_args(parser: argparse.ArgumentParser) -> None:
              help="DistributedDataParallel static_graph=True")
     _setting(group, "ddp_gradient_as_bucket_view",
              help="DistributedDataParallel gradient_as_bucket_view=True")
+    _setting(group, "ddp_options", type=keyword_dict, metavar="DICT",
+             help="DistributedDataParallel's other keywords as a dict literal, e.g. "
+                  "\"{'broadcast_buffers': False}\" (the allowed ones: docs/flags.md)")
     _setting(group, "scaling_baseline", type=path_text, metavar="FILE.json",
              help="a single-device result of the same configuration; adds scaling "
                   "efficiency to the summary")
@@ -486,7 +492,7 @@ def _from_args(args: argparse.Namespace) -> dict:
 
 def to_config(args: argparse.Namespace) -> BenchConfig:
     """The configuration of a single run (the first value of any list flag)."""
-    model_names.check(args.network)          # a typo refused before torch is imported
+    names.check(args.network)          # a typo refused before torch is imported
     compile_options, compile_notes = parse_compile_context(args.compile_context)
     if args.compile_context and not args.compile:
         raise UsageError("--compileContext needs --compile")
@@ -533,8 +539,8 @@ def _precision(args: argparse.Namespace) -> tuple[str, list[str]]:
         if args.fp16 or args.amp or args.tf32 or args.amp_opt_level is not None:
             raise UsageError("--precision replaces --fp16, --amp, --tf32 and --amp-opt-level: "
                              "use one or the other")
-        return precision_table.lookup(args.precision[0]).name, []
-    return precision_table.from_older_flags(args.fp16, args.amp, args.amp_dtype,
+        return lookup(args.precision[0]).name, []
+    return from_older_flags(args.fp16, args.amp, args.amp_dtype,
                                             args.amp_opt_level, bool(args.tf32))
 
 
@@ -570,7 +576,7 @@ def _axis_changes(args: argparse.Namespace, name: str) -> list[dict]:
 def _precision_change(name: str | None) -> dict:
     if name is None:
         return {}
-    row = precision_table.lookup(name)
+    row = lookup(name)
     return dict(precision=row.name, tf32=row.tf32)
 
 

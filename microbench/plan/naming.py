@@ -23,19 +23,25 @@ Example::
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 from microbench.settings.config import SCHEMA
+
+if TYPE_CHECKING:     # the run's types, named without importing torch for --help
+    from microbench.models.family import ModelFamily
+    from microbench.scenarios.strategy import Strategy
+    from microbench.settings.config import BenchConfig
+    from microbench.settings.precision import Precision
 
 
 @dataclass(frozen=True)
 class Described:
     """A configuration as its names read it: the settings and what resolve made of them."""
 
-    config: Any                 # BenchConfig
-    model: Any                  # the configured ModelFamily (its name, attention, seq_len)
-    precision: Any              # the precision row (settings.precision.Precision)
-    strategy: Any               # scenarios.parallel.Strategy
+    config: BenchConfig
+    model: ModelFamily          # the configured model (its name, attention, seq_len)
+    precision: Precision        # the precision row
+    strategy: Strategy
     batch: int | None = None    # this process's batch (the facet); None: the config's
 
     @classmethod

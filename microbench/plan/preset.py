@@ -19,7 +19,8 @@ What "fast" picks, and why (numbers in docs/results.md, "The fast path"):
   ``max-autotune-no-cudagraphs`` compiled for more than seven minutes there without finishing,
   too long for a preset;
 * ``cudnn.benchmark`` (MIOpen's find mode on ROCm): convolution algorithms measured, not guessed;
-* under DDP, gradients as views of the communication buckets and a static graph.
+* under DDP, gradients as views of the communication buckets and a static graph (the choices
+  of each strategy are its own: ``PRESET`` in ``scenarios/ddp.py``).
 
 Generation (``--mode generate``) is bound by reading the weights once per decode step, so there
 the preset stores them in BF16 (``--precision bf16``; FP16 where the GPU has no BF16 matrix
@@ -46,9 +47,10 @@ from typing import TYPE_CHECKING
 import torch
 
 from microbench.settings.config import (PRESET_FIELDS, PRESETS,  # noqa: F401 (PRESETS: here too)
-                                        as_command_line, spelled)
+                                        SCHEMA, as_command_line, spelled)
 from microbench.platform.devices import is_gpu
 from microbench.scenarios import parallel
+from microbench.scenarios.strategy import Strategy
 
 if TYPE_CHECKING:
     from microbench.models.family import ModelFamily
@@ -62,9 +64,10 @@ def _bf16_matrix_units(device: torch.device) -> bool:
 
 
 def fast_choices(model: ModelFamily, device: torch.device, world_size: int, training: bool,
-                 half_weights: bool = False) -> dict:
+                 half_weights: bool = False, strategy: Strategy | None = None) -> dict:
     """The settings --preset fast stands for on this device, for this model
-    (``half_weights``: the kind of run is generation, see the module's text)."""
+    (``half_weights``: the kind of run is generation, see the module's text; ``strategy``:
+    the --parallel strategy's own choices, the default --parallel's if None)."""
     vision = not model.reads_tokens                 # images in: convolutions take channels-last
     graphs = is_gpu(device) and (training or half_weights)
     choices: dict = {"compile": True,
@@ -80,8 +83,8 @@ def fast_choices(model: ModelFamily, device: torch.device, world_size: int, trai
         choices.update(precision="amp-bf16" if bf16 else "amp-fp16", cudnn_benchmark=True)
     if training:
         choices["optimizer_impl"] = "fused"
-    if training and world_size > 1:
-        choices.update(ddp_gradient_as_bucket_view=True, ddp_static_graph=True)
+    strategy = strategy or parallel.named(SCHEMA["parallel"].default)
+    choices.update(strategy.preset_choices(training, world_size))
     return choices
 
 
@@ -91,24 +94,11 @@ def apply(config, model: ModelFamily, device: torch.device, world_size: int, tra
     (``training``: the kind of run steps an optimizer; ``half_weights``: it generates)."""
     if config.preset is None:
         return config
-    choices = _for_sharding(config, fast_choices(model, device, world_size, training,
-                                                 half_weights))
+    strategy = parallel.named(config.parallel)
+    choices = strategy.adjust_preset(config, fast_choices(model, device, world_size, training,
+                                                          half_weights, strategy))
     kept = {key: value for key, value in choices.items() if key not in config.explicit}
     return replace(config, **kept)
-
-
-def _for_sharding(config, choices: dict) -> dict:
-    """Under --parallel fsdp the DDP options would not take effect, PyTorch has no fused SGD
-    kernel for sharded (DTensor) parameters, and CUDA graphs are not captured around FSDP's
-    collectives here: compiled without a graph mode instead."""
-    if not parallel.named(config.parallel).shards:
-        return choices
-    kept = {key: value for key, value in choices.items() if not key.startswith("ddp_")}
-    if config.optimizer == "sgd":
-        kept.pop("optimizer_impl", None)
-    if kept.get("compile_options", {}).get("mode") in ("reduce-overhead", "max-autotune"):
-        kept["compile_options"] = {}
-    return kept
 
 
 def as_flags(config) -> str:

@@ -24,8 +24,8 @@ from microbench.platform import devices, distributed
 from microbench.measure import flops
 from microbench.steps import low_precision
 from microbench.settings import identity
-from microbench.models import registry as models
-from microbench.settings import precision as precision_table
+from microbench.models import registry
+from microbench.settings.precision import Precision, lookup
 from microbench.plan import naming, preset
 from microbench import scenarios
 from microbench.scenarios import parallel
@@ -44,7 +44,7 @@ class RunSpec:
     model: ModelFamily                            # configured: input size, sequence length
     scenario: scenarios.Scenario                  # the kind of run: its work, loop and unit
     parallel: parallel.Strategy                   # none, DDP or FSDP: chosen here, once
-    precision: precision_table.Precision
+    precision: Precision
     launch: Launch
     device: torch.device
     device_name: str                              # the device's model, e.g. NVIDIA H200
@@ -112,7 +112,7 @@ def resolve(config: BenchConfig, environ: Mapping[str, str] | None = None,
 
 
 def _derive(config: BenchConfig, launch: Launch) -> RunSpec:
-    model = models.resolve(config.network, models.ModelOptions(
+    model = registry.resolve(config.network, registry.ModelOptions(
         image_size=config.image_size, seq_len=config.seq_len, vocab_size=config.vocab_size,
         kv_heads=config.kv_heads, attention=config.attention, model_kwargs=config.model_kwargs))
     device, notice = devices.select(config.device,
@@ -129,7 +129,7 @@ def _derive(config: BenchConfig, launch: Launch) -> RunSpec:
     if config.nhwc and model.channels_last is None:
         raise UsageError(f"--nhwc (channels-last) applies to image models; {model.name} reads "
                          f"token ids")
-    policy = precision_table.lookup(config.precision, config.tf32)
+    policy = lookup(config.precision, config.tf32)
     notes = ([notice] if notice else []) + list(config.notes) + preset_notes
     notes += _slow_precision_notes(policy, device)
     if policy.fp8 and not config.compile:
@@ -171,7 +171,7 @@ def _measure_peaks(config: BenchConfig, device: torch.device) -> bool:
     return devices.is_gpu(device)
 
 
-def _slow_precision_notes(policy: precision_table.Precision, device: torch.device) -> list[str]:
+def _slow_precision_notes(policy: Precision, device: torch.device) -> list[str]:
     """A note when the precision asked for is known to be slow on this device: the CPU runs
     FP16 14-26x slower than FP32 (no FP16 instructions, so every operation converts); on a CPU
     with AMX, BF16 autocast was 1.6x faster than FP32 (resnet18, 2 cores)."""
@@ -189,7 +189,7 @@ def _slow_precision_notes(policy: precision_table.Precision, device: torch.devic
             f"benchmark; {faster} is faster here"]
 
 
-def _json_name(config: BenchConfig, model, policy: precision_table.Precision,
+def _json_name(config: BenchConfig, model, policy: Precision,
                world_size: int, strategy: parallel.Strategy) -> str:
     """``--output-file NAME`` gets ``.json`` appended as the older tool did (scripts then read
     NAME.json). The default is built from what usually tells configurations apart

@@ -522,15 +522,3 @@ def gather_to_main(item):
 
 def backend_name() -> str | None:
     return dist.get_backend() if dist.is_available() and dist.is_initialized() else None
-
-
-def ddp_wrapper(config, device: torch.device):
-    """A function that wraps a model in DistributedDataParallel with the --ddp-* settings."""
-    from torch.nn.parallel import DistributedDataParallel
-
-    def wrap(model: torch.nn.Module) -> torch.nn.Module:
-        return DistributedDataParallel(
-            model, device_ids=devices.rank_device_ids(device),
-            bucket_cap_mb=config.ddp_bucket_cap_mb, static_graph=config.ddp_static_graph,
-            gradient_as_bucket_view=config.ddp_gradient_as_bucket_view)
-    return wrap

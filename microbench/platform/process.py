@@ -615,7 +615,7 @@ def _child_deaths_expected() -> Iterator[None]:
         signal.signal(signal.SIGCHLD, previous)
 
 
-def _stop_children(children, grace_s: float) -> None:
+def stop_children(children, grace_s: float) -> None:
     """SIGTERM, up to ``grace_s`` for all to end, then SIGKILL to those that ignore it (a
     DataLoader worker ignores it: its parent owns its lifetime); each waited for. ``grace_s``
     0: SIGKILL at once."""
@@ -653,7 +653,7 @@ def starting(what: str, advice: str) -> Iterator[None]:
                    if child.pid not in before]
         # Half-started: nothing of theirs to clean up, and a SIGTERM could land before a
         # worker set its own handlers (it would print the inherited handler's traceback).
-        _stop_children(started, grace_s=0)
+        stop_children(started, grace_s=0)
         reason = error.strerror if isinstance(error, OSError) else str(error)
         raise MissingEnvironment(f"cannot start {what}: {reason} (a process limit: ulimit -u, "
                                  f"a container's pids limit; or no memory); {advice}") from None
@@ -665,7 +665,7 @@ def _no_child_left() -> None:
     with its loader open would hang there), stop every child still alive, SIGKILL after a grace
     period."""
     with contextlib.suppress(Exception):
-        _stop_children(multiprocessing.active_children(), grace_s=2.0)
+        stop_children(multiprocessing.active_children(), grace_s=2.0)
 
 
 atexit.register(_no_child_left)

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 from microbench.platform import devices, process
 from microbench.settings.config import SCHEMA
-from microbench.data import pipeline as pipeline_mod
+from microbench.data.pipeline import FedStep, Pipeline, check_placement, open_pipeline
 from microbench.data.folder import list_images
 from microbench.measure.input_bound import DataTrial, LoaderRun, ModelAloneRun
 from microbench.data.settings import DataSettings, ModelInput
@@ -101,7 +101,7 @@ def check_resolved(spec) -> None:
     images. UsageError (exit 2) or MissingEnvironment (exit 4)."""
     settings = settings_of(spec.config)
     settings.check_for(model_input(spec))
-    pipeline_mod.check_placement(settings, spec.device)
+    check_placement(settings, spec.device)
     workers = settings.resolved_workers(ranks_on_this_host(spec.launch))
     # Every rank of this host starts its own; the ranks themselves are running already.
     process.check_can_start(workers * ranks_on_this_host(spec.launch), "loader workers",
@@ -123,8 +123,8 @@ def ranks_on_this_host(launch) -> int:
 class FedWork(Workload):
     """The workload with its step fed by the pipeline, and what was measured beside it."""
 
-    pipeline: pipeline_mod.Pipeline | None = None
-    fed: pipeline_mod.FedStep | None = None
+    pipeline: Pipeline | None = None
+    fed: FedStep | None = None
     model_alone: ModelAloneRun | None = None
     loader: LoaderRun | None = None
 
@@ -141,7 +141,7 @@ def feed(spec, work: Workload, loop, on_phase) -> FedWork:
     alone = loop(work, device)(config.iterations, 0)
     model_alone = ModelAloneRun(spec.batch_size, alone.times.samples_ms)
     on_phase("opening the input pipeline")
-    pipeline = pipeline_mod.open_pipeline(
+    pipeline = open_pipeline(
         settings_of(config), model_input(spec), spec.batch_size, device, rank=launch.rank,
         world_size=launch.world_size, local_world_size=ranks_on_this_host(launch),
         notify=on_phase)

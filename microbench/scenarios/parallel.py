@@ -1,45 +1,66 @@
-"""Training's side of issue 24: ``--parallel ddp|fsdp``, ``--reshard-after-forward``,
-``--activation-checkpointing`` and ``--optimizer``, checked, built and reported.
+"""Training's side of issue 24: ``--parallel``, ``--activation-checkpointing`` and
+``--optimizer``, checked and reported, and the registry of the parallel strategies.
+
+Each strategy is one module of this package named after it (``ddp.py``, ``fsdp.py``; the base,
+one process, in ``strategy.py``) that owns its options, wrapper, preset choices, refusals and
+console rows; :data:`STRATEGIES` finds it by its name in ``settings/config.PARALLEL``, as
+``scenarios.SCENARIOS`` finds a kind of run. A new strategy is its module and its name there.
 
 * :func:`check_flags` -- the rules that the flags alone break (from ``scenarios.check``): these
-  settings apply to training; FSDP refuses FP16 (its sharded gradients get no loss scaling),
-  gradient accumulation and PyTorch's fused SGD (no DTensor kernel).
-* :func:`check_model` -- the rules of the resolved model (``Training.check_spec``): FSDP shards
-  the llama_* presets (built on the meta device, materialised shard by shard: the image models
-  have no transformer blocks to shard, and an hf: model has no initialiser that writes shards);
-  checkpointing needs transformer blocks (language models).
-* :func:`build_sharded` -- the FSDP work: the model built on meta, FLOPs counted there, blocks
-  checkpointed, ``fully_shard`` per block and at the root with the precision row's
-  ``MixedPrecisionPolicy``, then each rank allocates and initialises its own shards only; the
-  step is training's own (:func:`microbench.steps.workload.training_step`).
+  settings apply to training; a strategy's own rules; another strategy's options refused.
+* :func:`check_model` -- the rules of the resolved model (``Training.check_spec``): the
+  strategy's, and checkpointing needs transformer blocks (language models).
 * :func:`console_rows` / :func:`document` -- the report: the parallel mode and world size, tokens
   per second per device and in total, MFU on torchtitan's basis beside the counted MFU, and
   each rank's memory (peaks, sharded parameter and optimizer-state bytes).
 
-With one process, FSDP forms a one-rank process group for the trial (``sharding.process_group``,
-entered by ``trials.measure_trial`` through :func:`process_group`).
-
 Example::
 
     check_flags(config, training=True)              # UsageError (exit 2) on a bad combination
-    work = build_sharded(spec, wrap=None, count_flops=True)
+    strategy = strategy_of(config, launch)          # SINGLE, or the module's Strategy
     state = sharded_state(work)                     # ShardedState of this rank
 """
 from __future__ import annotations
 
-import contextlib
+import importlib
 
-import torch
-
-from microbench.steps import activation_checkpointing, low_precision, sharding, workload
-from microbench.measure import flops, token_flops
-from microbench.models.archs import llama
-from microbench.platform.errors import UsageError
-from microbench.platform import units
-from microbench.settings.config import ONE_PROCESS
+from microbench.measure import token_flops
 from microbench.measure.results import ShardedState
+from microbench.platform import units
+from microbench.platform.errors import UsageError
+from microbench.scenarios.strategy import Strategy
+from microbench.settings.config import ONE_PROCESS, PARALLEL
+from microbench.steps import sharding
 
-FSDP = "fsdp"
+
+# ---------------------------------------------------------------- the strategies
+
+def _strategy_named(name: str) -> Strategy:
+    """The Strategy of ``name``: the class of that name in the module of that name."""
+    module = importlib.import_module(f"{__package__}.{name}")
+    [kind] = [value for value in vars(module).values()
+              if isinstance(value, type) and issubclass(value, Strategy)
+              and value.__module__ == module.__name__ and value.name == name]
+    return kind()
+
+
+SINGLE = Strategy()
+# Every strategy by the name a result gives it: ONE_PROCESS and --parallel's PARALLEL
+# (microbench.settings.config, where the command line and the schema read them).
+STRATEGIES: dict[str, Strategy] = {ONE_PROCESS: SINGLE,
+                                   **{name: _strategy_named(name) for name in PARALLEL}}
+
+
+def named(flag: str) -> Strategy:
+    """The strategy ``--parallel`` names (ddp: DDP where there are ranks, else one process)."""
+    return STRATEGIES[flag]
+
+
+def strategy_of(config, launch) -> Strategy:
+    """The run's strategy: --parallel fsdp shards; otherwise DDP across a launcher's ranks, and
+    a single process with no wrapper alone."""
+    strategy = named(config.parallel)
+    return SINGLE if strategy.replicates and not launch.distributed else strategy
 
 
 # ---------------------------------------------------------------- rules
@@ -54,7 +75,12 @@ def check_flags(config, training: bool) -> None:
             if given != default:
                 raise UsageError(f"{name} {given} applies to --mode training, not "
                                  f"{config.mode}")
-    named(config.parallel).check_flags(config)
+    chosen = named(config.parallel)
+    chosen.check_flags(config)
+    for other in STRATEGIES.values():
+        flags = other.flags_given(config) if other is not chosen else []
+        if flags:
+            raise other.not_here(flags, chosen)
 
 
 def check_model(spec) -> None:
@@ -65,187 +91,6 @@ def check_model(spec) -> None:
         raise UsageError(f"--activation-checkpointing {config.activation_checkpointing} "
                          f"recomputes transformer blocks, and {model.name} is an image model "
                          f"with none: use it with a llama_* or hf: model")
-
-
-# ---------------------------------------------------------------- the strategies
-
-class Strategy:
-    """How training's work is spread over the ranks, chosen once, in resolve
-    (:func:`strategy_of`): one process (``single``), a replica per rank (``ddp``), or shards
-    (``fsdp``). It owns its rules, its process group, how it builds the work and its rows."""
-
-    name = ONE_PROCESS             # the result's parallel.mode
-    replicates = False             # a DDP wrapper around the model of a training run
-    shards = False                 # each rank holds a shard of the model
-
-    def check_flags(self, config) -> None:
-        """The rules the flags alone break (before resolve: ``--parallel`` names the class)."""
-        if not config.reshard_after_forward:
-            raise UsageError("--reshard-after-forward applies to --parallel fsdp (DDP keeps "
-                             "whole parameters on every rank)")
-
-    def check_model(self, spec) -> None:
-        """What the resolved model must be for this strategy."""
-
-    def process_group(self, spec):
-        """The process group a trial runs in (a launcher's job has its own already)."""
-        return contextlib.nullcontext()
-
-    def build(self, spec, wrap, count_flops: bool) -> workload.Workload:
-        return workload.build(spec, wrap, count_flops, training=True)
-
-    def console_rows(self, summary) -> list[tuple[str, str]]:
-        return []
-
-
-class Replicated(Strategy):
-    """DDP: the whole model on every rank, gradients all-reduced."""
-
-    name = "ddp"
-    replicates = True
-
-    def console_rows(self, summary) -> list[tuple[str, str]]:
-        return [("Parallel", f"DDP over {summary.world_size} ranks (whole model on each)")]
-
-
-class Sharded(Strategy):
-    """FSDP2: the llama_* presets built on the meta device, each rank materialising its shards."""
-
-    name = FSDP
-    shards = True
-
-    def check_flags(self, config) -> None:
-        if "fp16" in config.precision:
-            raise UsageError(f"--parallel fsdp does not run --precision {config.precision}: FP16 "
-                             f"gradients need loss scaling, which FSDP's sharded gradients do not "
-                             f"get here; use --precision amp-bf16 (or fp32, tf32)")
-        if config.precision == "bf16":
-            raise UsageError("--parallel fsdp does not run --precision bf16: its FP32 master "
-                             "weights are not sharded here; use --precision amp-bf16 (FSDP keeps "
-                             "FP32 shards and computes with BF16 copies)")
-        if config.opt_step > 1:
-            raise UsageError("--opt-step applies to --parallel ddp: under fsdp every micro-batch "
-                             "would reduce-scatter its gradients")
-        ddp = [flag for flag, given in (("--ddp-static-graph", config.ddp_static_graph),
-                                        ("--ddp-gradient-as-bucket-view",
-                                         config.ddp_gradient_as_bucket_view),
-                                        ("--ddp-bucket-cap-mb", config.ddp_bucket_cap_mb != 25.0))
-               if given and flag.replace("--", "").replace("-", "_") in config.explicit]
-        if ddp:
-            raise UsageError(f"DistributedDataParallel's options ({', '.join(ddp)}) do not apply "
-                             f"to --parallel fsdp: drop them or use --parallel ddp")
-        if config.optimizer == "sgd" and config.optimizer_impl == "fused":
-            raise UsageError("--optimizer-impl fused cannot step FSDP's sharded parameters with "
-                             "SGD (PyTorch's fused SGD kernel has no DTensor support): use "
-                             "--optimizer-impl foreach or --optimizer adamw")
-
-    def check_model(self, spec) -> None:
-        model = spec.model
-        if model.llama_config is None:
-            kind = "an image model with no transformer blocks" if not model.reads_tokens \
-                else "an hf: model, which has no initialiser that writes shards"
-            raise UsageError(f"--parallel fsdp shards the llama_* presets (built on the meta "
-                             f"device and materialised shard by shard); {model.name} is {kind}: "
-                             f"use --parallel ddp")
-
-    @contextlib.contextmanager
-    def process_group(self, spec):
-        """A one-rank process group around a single-process FSDP trial (the launcher's group
-        where there is one)."""
-        if not spec.scenario.updates_weights:
-            yield
-            return
-        with sharding.process_group(spec.device, spec.config.dist_timeout):
-            yield
-
-    def build(self, spec, wrap, count_flops: bool) -> workload.Workload:
-        return build_sharded(spec, wrap, count_flops)
-
-    def console_rows(self, summary) -> list[tuple[str, str]]:
-        ranks = sorted(summary.ranks, key=lambda r: r.rank)
-        sharded = [r.sharded for r in ranks if r.sharded is not None]
-        return [("Parallel", _plan_text(sharded[0].plan)), ("FLOPs counted", META_COUNT)] \
-            if sharded else []
-
-
-SINGLE, DDP, SHARDED = Strategy(), Replicated(), Sharded()
-# Every strategy by the name a result gives it: ONE_PROCESS and --parallel's PARALLEL
-# (microbench.settings.config, where the command line and the schema read them).
-STRATEGIES: dict[str, Strategy] = {strategy.name: strategy for strategy in (SINGLE, DDP, SHARDED)}
-
-
-def named(flag: str) -> Strategy:
-    """The strategy ``--parallel`` names (ddp: DDP where there are ranks, else one process)."""
-    return STRATEGIES[flag]
-
-
-def strategy_of(config, launch) -> Strategy:
-    """The run's strategy: --parallel fsdp shards; otherwise DDP across a launcher's ranks, and
-    a single process with no wrapper alone."""
-    strategy = named(config.parallel)
-    return SINGLE if strategy is DDP and not launch.distributed else strategy
-
-
-# ---------------------------------------------------------------- the sharded work
-
-def build_sharded(spec, wrap, count_flops: bool) -> workload.Workload:
-    """FSDP2 training of a llama_* preset: no rank ever holds the whole model."""
-    config, device, precision = spec.config, spec.device, spec.precision
-    arch = spec.model.llama_config
-    model = llama.build_on_meta(arch, spec.model.attention)
-    model.train()
-    inputs, target = spec.model.make_batch(spec.batch_size, device, None, config.seed)
-    iteration_flops, fp8_flops = _count_on_meta(model, spec) if count_flops else (None, None)
-    reduced = None
-    if precision.fp8:           # before sharding, as torchtitan does; no weights to compare yet
-        # FP8 all-gather only where there is something to send: torchtitan turns it on only
-        # with more than one FSDP rank (dp_shard_enabled); with one, the weights' casts stay
-        # inside the compiled blocks instead of running eagerly in FSDP's all-gather hook.
-        reduced = low_precision.fp8_measured(model, config.fp8_recipe, device, None, config.seed,
-                                             fp8_flops, iteration_flops,
-                                             fsdp=torch.distributed.get_world_size() > 1)
-    activation_checkpointing.apply(model, config.activation_checkpointing, spec.model.name)
-    plan = sharding.shard(model, device, precision,
-                          reshard_after_forward=config.reshard_after_forward,
-                          name=spec.model.name)
-    sharding.materialize(model, device, lambda m: llama.initialize(m, config.seed))
-    runnable = wrap(model) if wrap is not None else model
-    phases = workload.PhaseMarks()
-    update = workload.make_update(runnable, precision, device, config.optimizer_impl,
-                                  config.optimizer)
-    step = workload.training_step(runnable, spec.model, inputs, target, precision, device,
-                                  config.opt_step, phases, update=update)
-    return workload.Workload(
-        step=step, model=runnable, eager_model=model, inputs=inputs,
-        parameters=llama.parameter_count(arch), flops_per_iteration=iteration_flops,
-        phases=phases if config.phase_timing else None, target=target,
-        optimizer=update.optimizer, sharding=plan, lowp=reduced)
-
-
-# How the counted FLOPs of a sharded run differ from a plain run's (FlopCounterMode counts the
-# kernels that run): on the meta device SDPA takes its math form, whose backward is four matmuls;
-# a fused kernel's backward is counted as five (it recomputes the scores; the CPU's fused
-# kernel gets the GPU kernels' formulas in flops.py). Model FLOPs exclude recomputation, as the
-# math form does.
-META_COUNT = ("counted on the meta device before sharding and checkpointing; attention in SDPA's "
-              "math form (no recomputation of scores, unlike a fused GPU kernel's count)")
-
-
-def _count_on_meta(model: torch.nn.Module, spec) -> tuple[int, int | None]:
-    """One iteration's FLOPs, counted on the meta-device model before it is checkpointed or
-    sharded: the whole model's operators, without memory (FlopCounterMode reads shapes only),
-    so the count is the model's and not one rank's shard of it (see META_COUNT); and, under
-    --precision fp8, the FLOPs of the layers FP8 converts, from their shapes and the rows they
-    multiply in that same pass (None otherwise)."""
-    meta = torch.device("meta")
-    inputs, target = (tensor.to(meta) for tensor in spec.model.make_batch(
-        spec.batch_size, torch.device("cpu"), None, spec.config.seed))
-    selected = low_precision.fp8_layers(model) if spec.precision.fp8 else []
-    with low_precision.linear_rows(model, selected) as rows:
-        total = flops.count_iteration_flops(model, inputs, target, spec.model.loss,
-                                            contextlib.nullcontext(), training=True)
-    fp8 = low_precision.linear_flops(model, rows, training=True) if spec.precision.fp8 else None
-    return total, fp8
 
 
 def sharded_state(work) -> ShardedState | None:
@@ -311,15 +156,6 @@ def _memory_rows(ranks) -> list[tuple[str, str]]:
              f" (the largest of {len(ranks)} ranks; each rank's in the JSON)")]
 
 
-def _plan_text(plan: dict) -> str:
-    reshard = "resharded after forward but the last" if plan["reshard_after_forward"] else \
-        "kept gathered to backward"
-    ranks = plan["world_size"]
-    return (f"FSDP2 over {ranks} rank{'s' if ranks > 1 else ''} ({plan['blocks']} blocks + "
-            f"root, {reshard}; compute {plan['param_dtype'].upper()}, gradients reduced in "
-            f"{plan['reduce_dtype'].upper()})")
-
-
 def _titan_text(summary, titan: token_flops.TokenUtilization) -> str:
     mfu = (f"{titan.mfu:.1%} of {titan.peak.tflops:g} TFLOP/s" if titan.mfu is not None
            else f"unknown ({titan.peak.source})")
@@ -366,8 +202,7 @@ def document(summary) -> dict:
         "tokens_per_s_per_device": tokens / summary.world_size if tokens is not None else None,
         "torchtitan_flops": titan.to_dict() if titan is not None else None,
         "headline_mfu_basis": "counted (FlopCounterMode, microbench.measure.flops)",
-        "counted_flops": META_COUNT if fsdp else "counted on the eager model before "
-                                                 "checkpointing",
+        "counted_flops": summary.spec.parallel.counted_flops,
         "per_rank": [{"rank": r.rank, "peak_allocated_mb": r.peak_allocated_mb,
                       "peak_reserved_mb": r.peak_reserved_mb,
                       "parameter_bytes": r.sharded.parameter_bytes if r.sharded else None,

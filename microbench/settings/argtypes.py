@@ -13,6 +13,7 @@ Example::
 from __future__ import annotations
 
 import argparse
+import ast
 import math
 from typing import Any, Callable, NoReturn, Sequence
 
@@ -81,7 +82,7 @@ def finite_float(low: float, high: float, low_inclusive: bool = False) -> Callab
 positive_int = bounded_int(1, MAX_BATCH)
 
 
-def names(text: str) -> list[str]:
+def name_list(text: str) -> list[str]:
     """A comma-separated list of non-empty names."""
     parts = [part.strip() for part in text.split(",")]
     if not all(parts):
@@ -100,7 +101,7 @@ def list_of(parse_one: Callable[[str], int]) -> Callable[[str], list[int]]:
 def choices(allowed: Sequence[str]) -> Callable[[str], list[str]]:
     """A comma-separated list, each value one of ``allowed``."""
     def parse(text: str) -> list[str]:
-        values = names(text)
+        values = name_list(text)
         for value in values:
             if value not in allowed:
                 raise argparse.ArgumentTypeError(f"invalid choice '{value}' (choose from "
@@ -182,3 +183,38 @@ def zero_or_one(text: str) -> bool:
     if text.strip() not in ("0", "1"):
         raise argparse.ArgumentTypeError(f"must be 0 or 1, got '{text}'")
     return text.strip() == "1"
+
+
+# A strategy's keyword dict (--ddp-options): short, flat, scalar values; its keys and values are
+# checked by the strategy that takes them (scenarios/<strategy>.py, its allow-list).
+MAX_KEYWORD_DICT_CHARS = 1024
+
+
+def keyword_dict(text: str) -> dict:
+    """An argparse type: a Python dict literal of keyword arguments, ``"{'static_graph': True}"``,
+    read by ``ast.literal_eval`` only (never run, as --compileContext is), bounded in length
+    before it is parsed; keys are identifiers, values booleans, numbers or short strings
+    ('True' and 'False' read as booleans, which the older tool's bool(str) did not)."""
+    if len(text) > MAX_KEYWORD_DICT_CHARS:
+        raise argparse.ArgumentTypeError(f"is {len(text)} characters long; at most "
+                                         f"{MAX_KEYWORD_DICT_CHARS}")
+    try:
+        value = ast.literal_eval(text.strip()) if text.strip() else {}
+    except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
+        raise argparse.ArgumentTypeError(f"must be a Python dict literal such as "
+                                         f"\"{{'static_graph': True}}\", got: "
+                                         f"{printable(text[:200])}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"must be a dict, got {type(value).__name__}")
+    read = {}
+    for key, item in value.items():
+        if not isinstance(key, str) or not key.isidentifier():
+            raise argparse.ArgumentTypeError(f"keys are keyword names, got {key!r}")
+        if isinstance(item, str) and item.strip().lower() in ("true", "false"):
+            item = item.strip().lower() == "true"
+        if not isinstance(item, (bool, int, float, str)) or (
+                isinstance(item, str) and len(item) > 64):
+            raise argparse.ArgumentTypeError(f"'{key}' takes a boolean, a number or a short "
+                                             f"word, got {printable(repr(item)[:80])}")
+        read[key] = item
+    return read

@@ -125,6 +125,9 @@ class BenchConfig:
     ddp_bucket_cap_mb: float = setting(25.0)
     ddp_static_graph: bool = setting(False, kind=SWITCH, preset=True)
     ddp_gradient_as_bucket_view: bool = setting(False, kind=SWITCH, preset=True)
+    # A strategy's other keywords, its one dict flag (--ddp-options; field <name>_options): the
+    # keywords it takes are an allow-list in its module, scenarios/<name>.py.
+    ddp_options: dict = setting(preset=True, factory=dict)
     scaling_baseline: str | None = setting(replayed=False, per_rank=True)
     autograd_profiler: bool = setting(False, flag="--autograd-profiler", kind=SWITCH)
     kineto: bool = setting(False, kind=SWITCH)
@@ -220,8 +223,8 @@ def sweep_axes() -> tuple[str, ...]:
 # (and its --help, which must answer without torch: issue 45) and the result schema's enums
 # (store/schema.py, read by microbench-report without torch) read the same names as the code
 # that runs them. Each mode is the scenario of the module of its name in microbench/scenarios
-# (SCENARIOS, built from this tuple, in its order); each strategy a Strategy of
-# scenarios/parallel.py (STRATEGIES; tests/test_structure.py checks both).
+# (SCENARIOS, built from this tuple, in its order); each strategy the Strategy of the module of
+# its name there too (parallel.STRATEGIES; tests/test_structure.py checks both).
 PRESETS = ("fast",)
 MODES = ("training", "inference", "generate")
 PARALLEL = ("ddp", "fsdp")
@@ -264,7 +267,9 @@ def flag_words(name: str, value: Any) -> list[str]:
         return [f"{item.flag}={int(value)}"]
     if isinstance(value, (list, tuple)):
         return [f"{item.flag}={','.join(map(str, _scalars(name, value)))}"]
-    if isinstance(value, (dict, list)) or value is None:
+    if isinstance(value, dict):             # a strategy's keywords: a flat literal
+        return [f"{item.flag}={_keywords(name, value)!r}"]
+    if isinstance(value, list) or value is None:
         return _refuse(name, value)
     return [f"{item.flag}={value}"]
 
@@ -319,6 +324,13 @@ def as_command_line(words: list[str]) -> str:
         flag, _, value = word.partition("=")
         parts += [flag, shlex.quote(value)] if value else [flag]
     return " ".join(parts)
+
+
+def _keywords(name: str, value: dict) -> dict:
+    if not all(isinstance(key, str) and key.isidentifier()
+               and isinstance(item, (bool, int, float, str)) for key, item in value.items()):
+        return _refuse(name, value)
+    return value
 
 
 def _words(name: str, value: Any) -> list[str]:

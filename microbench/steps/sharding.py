@@ -135,8 +135,9 @@ def mixed_precision(precision: Precision, reduce_dtype: str = "fp32"):
 
 def shard(model: nn.Module, device: torch.device, precision: Precision, *,
           reshard_after_forward: bool = True, reduce_dtype: str = "fp32",
-          name: str = "this model") -> ShardPlan:
-    """Apply fully_shard to each transformer block of `model`, then to the root, in place.
+          name: str = "this model", **keywords) -> ShardPlan:
+    """Apply fully_shard to each transformer block of `model`, then to the root, in place
+    (``keywords``: fully_shard's other keywords for each block, --fsdp-options).
 
     Needs a process group (torchrun's, or `process_group`'s one-rank group) and, on a GPU, the
     rank's device set as current. Call it on the plain module: after activation checkpointing,
@@ -157,7 +158,7 @@ def shard(model: nn.Module, device: torch.device, precision: Precision, *,
         # once, so it keeps them, as torchtitan's recipe does (the root's stay for the same
         # reason).
         fully_shard(block, mesh=mesh, mp_policy=policy,
-                    reshard_after_forward=reshard_after_forward and index < last)
+                    reshard_after_forward=reshard_after_forward and index < last, **keywords)
     fully_shard(model, mesh=mesh, mp_policy=policy, reshard_after_forward=False)
     compute = "bf16" if policy.param_dtype == torch.bfloat16 else "fp32"
     return ShardPlan(world_size=dist.get_world_size(), blocks=len(blocks),

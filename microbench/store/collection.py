@@ -33,12 +33,12 @@ import re
 import stat
 from dataclasses import dataclass, field
 
-from microbench.platform import inputs as checked
+from microbench.platform.inputs import MAX_RESULT_BYTES, check_input
 from microbench.platform.errors import UsageError
 from microbench.store import schema, stored
 from microbench.store.entry import AB_SIDE, MODEL, NODE, OP, Entry, ab_entries, entries_of
 
-MAX_INPUT_BYTES = checked.MAX_RESULT_BYTES
+MAX_INPUT_BYTES = MAX_RESULT_BYTES
 _TRACE_NAME = re.compile(r"trace\d+(_rank\d+)?\.json$")
 _TEMPORARY_PREFIX = ".tmp-"           # report.writing.TEMPORARY_PREFIX
 
@@ -92,7 +92,7 @@ def input_files(arguments) -> Inputs:
     for argument in arguments:
         if not argument:
             raise UsageError("an empty path was given: name result files or directories")
-        status = checked.check_input(argument, argument, MAX_INPUT_BYTES, directory_ok=True)
+        status = check_input(argument, argument, MAX_INPUT_BYTES, directory_ok=True)
         if not stat.S_ISDIR(status.st_mode):
             inputs.add(argument)
             continue
@@ -108,7 +108,7 @@ def input_files(arguments) -> Inputs:
             # One file of a folder that cannot be read (a dangling link, a link loop, a name
             # that is not text, one too large) is skipped with its line; the others are read.
             try:
-                checked.check_input(path, path, MAX_INPUT_BYTES)
+                check_input(path, path, MAX_INPUT_BYTES)
             except UsageError as error:
                 inputs.lines.append(f"skipped {error}")
                 continue

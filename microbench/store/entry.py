@@ -25,7 +25,7 @@ import dataclasses
 import json
 from dataclasses import dataclass, field
 
-from microbench.settings import config as config_schema
+from microbench.settings.config import SCHEMA
 from microbench.store import schema
 from microbench.store.figures import (MODEL, NODE, OP, number, read_all, tokens_per_item,
                                       value_at)
@@ -35,7 +35,7 @@ from microbench.store.figures import (MODEL, NODE, OP, number, read_all, tokens_
 # device that ran is a setting of its own), and keys shown under a setting of their own below,
 # older versions' precision flags among them.
 NOT_SETTINGS = frozenset(
-    {name for name, item in config_schema.SCHEMA.items() if not item.replayed}
+    {name for name, item in SCHEMA.items() if not item.replayed}
     | {"device", "network", "batch_size", "image_size", "seq_len", "attention", "mode",
        "prompt_len", "gen_len", "precision", "fp16", "amp", "amp_dtype", "amp_opt_level", "nhwc",
        "compile", "compile_options", "compile_notes"})
@@ -126,7 +126,7 @@ def _input_size(model: dict, config: dict) -> tuple[int | None, int | None]:
 def _setting_name(key: str) -> str:
     """A stored setting under its flag's spelling (opt-step, telemetry-interval); a key this
     version no longer has, with dashes."""
-    item = config_schema.SCHEMA.get(key)
+    item = SCHEMA.get(key)
     return item.flag.lstrip("-") if item is not None else key.replace("_", "-")
 
 

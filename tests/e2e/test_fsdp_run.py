@@ -15,7 +15,7 @@ from support.launch import TIMEOUT, torchrun
 from microbench.plan import cli, spec as spec_mod
 from microbench.steps import workload
 from microbench.settings.config import BenchConfig
-from microbench.scenarios import parallel
+from microbench.scenarios import fsdp, parallel
 
 # llama_tiny shrunk by its flags: 16 tokens, a 512-word vocabulary, one sequence a rank.
 TINY_LLAMA = ["--network", "llama_tiny", "--seq-len", "16", "--vocab-size", "512",
@@ -108,7 +108,7 @@ def test_flops_counted_on_the_meta_device_are_the_whole_models():
     matmul = 2 * arch.num_heads * 16 * 16 * arch.head_dim       # one s x s x d attention matmul
     projections = plain - arch.num_layers * 7 * matmul
     on_meta = llama.build_on_meta(arch)
-    assert parallel._count_on_meta(on_meta, spec) == (projections + arch.num_layers * 6 * matmul,
+    assert fsdp._count_on_meta(on_meta, spec) == (projections + arch.num_layers * 6 * matmul,
                                                       None)
 
 
@@ -123,7 +123,7 @@ def test_the_fp8_share_under_fsdp_is_counted_from_the_layer_shapes():
                          device="cpu", write_files=False)
     spec = dataclasses.replace(spec_mod.resolve(config), precision=precision.lookup("fp8"))
     on_meta = llama.build_on_meta(spec.model.llama_config)
-    total, fp8 = parallel._count_on_meta(on_meta, spec)
+    total, fp8 = fsdp._count_on_meta(on_meta, spec)
     rows = 2 * 16
     shapes = [module.in_features * module.out_features
               for name, module in on_meta.named_modules()
@@ -231,9 +231,11 @@ def test_the_fast_preset_under_fsdp_chooses_only_what_takes_effect(monkeypatch):
     DDP) and CUDA graphs; under fsdp it leaves them out, and keeps fused AdamW."""
     from microbench.plan import preset
     gpu = {"compile": True, "compile_options": {"mode": "reduce-overhead"},
-           "precision": "amp-bf16", "cudnn_benchmark": True, "optimizer_impl": "fused",
-           "ddp_gradient_as_bucket_view": True, "ddp_static_graph": True}
-    monkeypatch.setattr(preset, "fast_choices", lambda *args: dict(gpu))
+           "precision": "amp-bf16", "cudnn_benchmark": True, "optimizer_impl": "fused"}
+    # The GPU's choices, and the strategy's own (the DDP options only under ddp).
+    monkeypatch.setattr(preset, "fast_choices",
+                        lambda model, device, world, training, half, strategy: {
+                            **gpu, **strategy.preset_choices(training, world)})
     device = torch.device("cpu")
     sgd = preset.apply(BenchConfig(network="llama_tiny", preset="fast", parallel="fsdp"),
                        LANGUAGE_MODEL, device, 2, True)
