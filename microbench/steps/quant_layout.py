@@ -11,9 +11,10 @@ The layouts (torchao 0.18, ``torchao/quantization/quant_api.py``):
   :func:`mslk_traceable` registers where mslk 1.1.x lacks it), ``tinygemm`` (``Int4TilePackedTo4dTensor``:
   torch's own ``_weight_int4pack_mm``, 8-wide tiles on NVIDIA and 16 on ROCm), ``plain``
   (``Int4Tensor``: mslk's ``bf16i4bf16_rowwise`` on plain packing). torchao 0.18 has no Marlin int4 layout.
-* int8wo: ``unwrapped`` on GPUs (torchao's per-row int8 values and scales as plain tensors
-  of an :class:`~microbench.steps.int8_linear.Int8WeightOnlyLinear`, gpt-fast's form without
-  torchao's tensor subclass: see that module for why), then as float8wo.
+* int8wo: as float8wo (auto: ``rowwise``), or, asked for by name on GPUs, ``unwrapped``
+  (torchao's per-row int8 values and scales as plain tensors of an
+  :class:`~microbench.steps.int8_linear.Int8WeightOnlyLinear`, gpt-fast's form without
+  torchao's tensor subclass: see that module for why; opt-in until its speed is measured).
 * int8wo, float8wo: ``rowwise`` (one scale per output row, torchao's default) or
   ``tensorwise``; the weight is cast to BF16 inside the product, which inductor fuses when it
   writes the product as a reduction (one token's decode step: coordinate-descent tuning,
@@ -427,8 +428,10 @@ def compile_extras() -> dict:
 # (prologue fusion, on by default since PyTorch 2.7): the prefill reads the stored bytes.
 # Above this many rows the prefill is compiled so; a decode step (one row a sequence) never is.
 PREFILL_TEMPLATE_ROWS = 16
-CAST_LAYOUTS = {"int8wo": ("unwrapped", "rowwise", "tensorwise"),
-                "float8wo": ("rowwise", "tensorwise")}
+# Only the opt-in unwrapped int8 layout, so far: GEMM templates autotune every product shape, and
+# on llama3_8b (4 H200s, 2026-11-27) that compile outran 400 s; rowwise, auto's int8 choice,
+# keeps the compile that was measured, until the templates' gain is measured against that cost.
+CAST_LAYOUTS = {"int8wo": ("unwrapped",)}
 
 
 def prefill_extras(quantize: str, layout: str, rows: int, gpu: bool = True) -> dict:

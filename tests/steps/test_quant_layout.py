@@ -33,11 +33,12 @@ def test_float8_dynamic_is_rowwise_where_scaled_mm_takes_row_scales(facts, expec
     assert choose_layout("float8dq", "auto", facts) == expected
 
 
-def test_int8_is_unwrapped_on_gpus_and_torchaos_rowwise_on_the_cpu():
+def test_int8_is_torchaos_rowwise_and_unwrapped_only_by_name_on_gpus():
     assert choose_layout("int8wo", "auto", CPU) == "rowwise"
     assert choose_layout("int8wo", "tensorwise", CPU) == "tensorwise"
     for gpu in (H100, MI300, L4):
-        assert choose_layout("int8wo", "auto", gpu) == "unwrapped"
+        assert choose_layout("int8wo", "auto", gpu) == "rowwise"
+        assert choose_layout("int8wo", "unwrapped", gpu) == "unwrapped"
     with pytest.raises(UsageError, match="plain int8 tensors are for GPUs"):
         choose_layout("int8wo", "unwrapped", CPU)
 
@@ -62,7 +63,7 @@ def test_unwrapped_int8_runs_torchaos_numbers_without_the_subclass(monkeypatch):
     monkeypatch.setattr(quant_layout.QuantDevice, "of", classmethod(lambda cls, d: H100_BARE))
     model = _tiny()
     report = low_precision.quantize_measured(model, "int8wo", torch.randn(2, 64).to(
-        torch.bfloat16), torch.device("cpu"))
+        torch.bfloat16), torch.device("cpu"), layout="unwrapped")
     assert report.quant_layout == "unwrapped"
     assert [(k["tensor"], k["packing"], k["layers"]) for k in report.quant_kernels] == \
         [("Int8WeightOnlyLinear", "unwrapped rowwise", 2)]
@@ -359,8 +360,9 @@ def test_a_working_mslk_keeps_the_preshuffled_layout(monkeypatch):
 
 @pytest.mark.parametrize("quantize, layout, rows, templates, words", [
     ("int8wo", "unwrapped", 128, True, "128 rows > 16: inductor's Triton GEMM templates"),
-    ("int8wo", "rowwise", 128, True, "cast fused into the GEMM's loads"),
-    ("float8wo", "tensorwise", 17, True, "17 rows > 16"),
+    ("int8wo", "unwrapped", 17, True, "17 rows > 16"),
+    ("int8wo", "rowwise", 128, False, "the decode step's product, on 128 rows"),
+    ("float8wo", "tensorwise", 17, False, "the decode step's product, on 17 rows"),
     ("int8wo", "unwrapped", 16, False, "the decode step's product, on 16 rows"),
     ("int4wo", "tinygemm", 128, False, "tinygemm's _weight_int4pack_mm on 128 rows"),
     ("int4wo", "preshuffled", 128, False, "mslk's bf16i4bf16_shuffled on 128 rows"),
