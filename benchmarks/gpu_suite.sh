@@ -25,6 +25,7 @@ echo "GPUs: $gpus; $(python3 -c 'import torch; print(torch.__version__, torch.cu
 
 suite() {   # NAME DEVICES PYTHONPATH
     local name=$1 devices=$2 path=$3
+    shift 3
     CUDA_VISIBLE_DEVICES=$devices PYTHONPATH=$path PYTHONUNBUFFERED=1 \
         TORCHINDUCTOR_CACHE_DIR=/tmp/inductor-$name \
         python3 -m pytest -m gpu -q -p no:cacheprovider --durations=15 "$@" \

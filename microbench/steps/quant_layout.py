@@ -157,7 +157,7 @@ _REGISTERED: list[str] = []
 def int4_product_fake(X: torch.Tensor, W: torch.Tensor, w_scale_group: torch.Tensor,
                       w_zero_group: torch.Tensor) -> torch.Tensor:
     """The output of mslk's ``bf16i4bf16_shuffled`` and ``bf16i4bf16_rowwise`` without running
-    them: BF16, X's leading dimensions (M, or B and M) by W's rows (N: the packed weight is
+    them: BF16, X's leading dimensions flattened (M, or B times M) by W's rows (N: the packed weight is
     (N, K/2) int8). The contract is mslk's own meta kernel for ``bf16i4bf16_rowwise``
     (csrc/gemm/gemm_ops.cpp, v1.1.0), which mslk 1.1.x meant for the shuffled one too: it
     registered it as ``bf116i4bf16_shuffled``, a name no operator has, and mslk 1.2.0-rc1 moved
@@ -165,7 +165,9 @@ def int4_product_fake(X: torch.Tensor, W: torch.Tensor, w_scale_group: torch.Ten
     if X.dim() not in (2, 3) or W.dim() != 2:
         raise RuntimeError(f"mslk's int4 product takes a 2- or 3-dimensional X and a "
                            f"2-dimensional W, not {X.dim()} and {W.dim()}")
-    return X.new_empty((*X.shape[:-1], W.shape[0]), dtype=torch.bfloat16)
+    # The kernel flattens X's leading dimensions (torchao reshapes its output back): a 3-D
+    # fake here failed inductor's size assertion on an H200 (2026-11-27).
+    return X.new_empty((X.numel() // X.shape[-1], W.shape[0]), dtype=torch.bfloat16)
 
 
 def _has_fake(qualname: str, op) -> bool:
