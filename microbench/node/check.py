@@ -19,8 +19,7 @@ from dataclasses import dataclass, field
 import torch
 
 from microbench.measure.telemetry.opening import open_source
-from microbench.node import document as document_module
-from microbench.node import reference as baseline_module
+from microbench.node import document, reference
 from microbench.node import links, program, show
 from microbench.node.reference import Baseline
 from microbench.node.parts import DEFAULT_TOLERANCE_PCT
@@ -85,9 +84,9 @@ def run(args, argv: list[str]) -> int:
     if args.plot is not None:
         from microbench.output import chart
         chart.check_path(args.plot)
-    reference = baseline_module.load(args.baseline) if args.baseline is not None else None
+    stored = reference.load(args.baseline) if args.baseline is not None else None
     options = Options(_device_type(args.device), args.samples, args.quick, args.dist_timeout,
-                      args.tolerance, reference)
+                      args.tolerance, stored)
     launch = distributed.detect(_LaunchAsk())
     if launch.distributed:
         if args.processes is not None:
@@ -248,17 +247,17 @@ def _finish(outcome: Outcome, args, options: Options, argv: list[str],
     verdict = judge(outcome.records, outcome.copies, outcome.collectives, options.tolerance_pct,
                     options.baseline, outcome.rechecks or [], outcome.copies_again)
     show.print_verdict(verdict, outcome.collectives, outcome.p2p_note, sys.stdout)
-    document = document_module.build(
+    built = document.build(
         verdict, outcome.collectives, outcome.copies, device_type=options.device_type,
         quick=options.quick, samples=options.samples, command=["microbench-node", *argv],
         seconds=seconds, backend=outcome.backend, p2p_note=outcome.p2p_note)
-    validate_result(document, "the node check's own document")   # the schema holds
+    validate_result(built, "the node check's own document")   # the schema holds
     if not args.no_files:
         import json
-        writing.write_whole(args.json, json.dumps(document, indent=1) + "\n")
+        writing.write_whole(args.json, json.dumps(built, indent=1) + "\n")
         print(f"Result: {args.json}")
     if args.save_baseline is not None:
-        print(baseline_module.save(document["node_check"], args.save_baseline))
+        print(reference.save(built["node_check"], args.save_baseline))
     if args.plot is not None:
         from microbench.node import plot
         plot.write(verdict, args.plot)

@@ -236,13 +236,14 @@ def _model_part(key: str, device: torch.device, flags: tuple[str, ...], samples:
     """A model's step as the ``microbench`` command runs it, on this process's device alone
     (the launcher's variables hidden: each GPU measures its own, no DDP)."""
     from microbench.drivers import benchmark
-    from microbench.plan import cli, spec as spec_module
+    from microbench.plan import cli
+    from microbench.plan.spec import resolve
 
     iterations = samples if key == "train_items_per_s" else max(2, samples // 4)
     argv = [*flags, "--iterations", str(iterations), "--device", str(device), "--no-files",
             "--measure-peaks", "0", "--telemetry-interval", "0"]
     plan = cli.to_plan(cli.parse_args(argv))
-    spec = spec_module.resolve(plan.configs[0], environ={})
+    spec = resolve(plan.configs[0], environ={})
     result = benchmark.run(spec)
     benchmark.release(spec)
     per_iteration = spec.scenario.units_per_iteration(spec.batch_size)
