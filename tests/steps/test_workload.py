@@ -57,14 +57,21 @@ def _tiny():
     return registry.resolve("llama_tiny", ModelOptions(seq_len=16, vocab_size=256))
 
 
+def _trained_sharded(recipe: str, spec):
+    """CONFIG converted to FP8 ``recipe`` for FSDP, sharded, materialised and trained (inside
+    the caller's process group)."""
+    model = llama.build_on_meta(CONFIG)
+    low_precision.convert_fp8(model, recipe, fsdp=True)
+    sharding.shard(model, CPU, FP8, name=spec.name)
+    sharding.materialize(model, CPU, lambda m: llama.initialize(m, seed=0))
+    _train(model, spec)
+    return model
+
+
 def test_fp8_gathered_in_fp8_under_fsdp_precomputes_its_scales_after_each_optimizer_step(events):
     spec = _tiny()
     with sharding.process_group(CPU):
-        model = llama.build_on_meta(CONFIG)
-        low_precision.convert_fp8(model, "tensorwise", fsdp=True)
-        sharding.shard(model, CPU, FP8, name=spec.name)
-        sharding.materialize(model, CPU, lambda m: llama.initialize(m, seed=0))
-        _train(model, spec)
+        model = _trained_sharded("tensorwise", spec)
         from torchao.float8.float8_linear import Float8Linear
         scales = [module.weight._local_tensor._precomputed_scale for module in model.modules()
                   if isinstance(module, Float8Linear)]
@@ -82,11 +89,7 @@ def test_fp8_without_an_fp8_all_gather_runs_no_hook(events, where):
         _train(model, spec)
     else:
         with sharding.process_group(CPU):
-            model = llama.build_on_meta(CONFIG)
-            low_precision.convert_fp8(model, "rowwise", fsdp=True)
-            sharding.shard(model, CPU, FP8, name=spec.name)
-            sharding.materialize(model, CPU, lambda m: llama.initialize(m, seed=0))
-            _train(model, spec)
+            _trained_sharded("rowwise", spec)
     assert events == ["step"] * STEPS
 
 
