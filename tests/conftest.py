@@ -76,11 +76,12 @@ def _entry_leaves_the_suite_as_it_was(monkeypatch):
     """``process.entry`` makes the process a command of its own: a stop then ends everything
     below it and, 8 s later, the process itself, through a thread that hears every signal. A
     test that calls it in this process must not leave that behind: a later test's Ctrl-C
-    would end pytest. The flag is put back after each test and the thread never starts here
-    (the tests of the thread run it in a process of their own)."""
+    would end pytest. The flag is put back after each test, and neither the thread nor the
+    adoption of orphans starts here (their tests run entry in a process of their own)."""
     from microbench.platform import process
     monkeypatch.setattr(process, "_OWNS_PROCESS", process._OWNS_PROCESS)
     monkeypatch.setattr(process, "_watch_stopping_signals", lambda: None)
+    monkeypatch.setattr(process, "_adopt_orphans", lambda: None)
 
 
 @pytest.fixture(autouse=True)

@@ -224,6 +224,18 @@ def stop_descendants(grace_s: float = 1.0) -> None:
                 time.sleep(0.05)
 
 
+PR_SET_CHILD_SUBREAPER = 36             # linux/prctl.h
+
+
+def _adopt_orphans() -> None:
+    """Linux: a process below this one whose parent dies comes to this process, not to init,
+    so that a stop still finds it below. A SIGTERM that lands while inductor waits for ``g++``
+    kills the driver (subprocess.run's cleanup) but not its ``cc1plus``, which would compile on
+    after the run ended, out of :func:`stop_descendants`' sight."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1)
+
+
 def _watch_stopping_signals() -> None:
     """A thread that hears every stopping signal and Ctrl-C the moment it arrives
     (``signal.set_wakeup_fd``: written by the C-level handler, even while the main thread is in
@@ -374,6 +386,7 @@ def entry(module: str) -> int:
     global _OWNS_PROCESS
     _OWNS_PROCESS = True
     _install()                                          # for the whole life of this process
+    _adopt_orphans()
     _watch_stopping_signals()
     _fill_closed_descriptors()                          # before any file is opened
     try:

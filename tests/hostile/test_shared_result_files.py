@@ -12,6 +12,7 @@ runs in-process except where a process of its own is the point (an import that f
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import importlib.abc
 import importlib.util
@@ -615,6 +616,39 @@ def test_a_stop_ends_the_process_and_everything_below_it_in_seconds(where, signa
     assert child.returncode == code and time.monotonic() - started < 15
     assert err.strip().splitlines() == [line]
     assert not [pid for pid in below if process._running(pid)]
+
+
+ORPHANING = textwrap.dedent("""
+    import subprocess, time
+    from microbench.platform import process
+
+    def main():
+        # A grandchild whose parent has ended (g++ killed while its cc1plus compiles on).
+        orphan = subprocess.run(["sh", "-c", "sleep 600 </dev/null >/dev/null 2>&1 & echo $!"],
+                                capture_output=True, text=True, check=True).stdout.strip()
+        def run():
+            print(orphan, flush=True)
+            time.sleep(600)
+        return process.command(run)
+""")
+
+
+def test_a_stop_also_ends_a_process_whose_parent_below_the_run_has_ended(tmp_path):
+    (tmp_path / "orphaning_main.py").write_text(ORPHANING)
+    child = spawn([sys.executable, "-c", "import sys; from microbench.platform import process; "
+                   "sys.exit(process.entry('orphaning_main'))"],
+                  cwd=SCRIPT.parent, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                  env={**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{SCRIPT.parent}"})
+    orphan = int(child.stdout.readline())
+    try:
+        assert orphan in process._descendants(child.pid)
+        child.send_signal(signal.SIGTERM)
+        _, err = child.communicate(timeout=60)
+        assert child.returncode == 143 and err.strip() == "error: terminated (SIGTERM)"
+        assert not process._running(orphan)
+    finally:
+        with contextlib.suppress(OSError):
+            os.kill(orphan, signal.SIGKILL)
 
 
 def test_sigterm_while_inductor_compiles_ends_the_run_and_its_compilers(tmp_path):
