@@ -37,7 +37,7 @@ import traceback
 from types import ModuleType
 from typing import Callable, Iterator, Mapping
 
-from microbench.platform import safe_text
+from microbench.platform import install_pair, safe_text
 from microbench.platform.errors import (EXIT_HANGUP, EXIT_INTERRUPTED, EXIT_MISSING_ENVIRONMENT,
                                         EXIT_QUIT, EXIT_TERMINATED, BenchmarkError,
                                         MissingEnvironment, Terminated)
@@ -457,21 +457,13 @@ def _installed_version(name: str) -> str:
 def broken_pair(error: BaseException) -> str | None:
     """The one line for a torchvision that fails to import beside this torch (what pip leaves
     when the two come from different builds or indexes: ``operator torchvision::nms does not
-    exist``), or None when ``error`` was not raised inside torchvision. torchvision 0.N pairs
-    with torch 2.(N-15) (0.18 with 2.3, 0.29 with 2.14)."""
-    marker = f"{os.sep}torchvision{os.sep}"
-    if not any(marker in frame.filename for frame in traceback.extract_tb(error.__traceback__)):
+    exist``), or None when ``error`` was not raised inside torchvision; what to install is
+    :mod:`~microbench.platform.install_pair`'s."""
+    if not _raised_inside(error, "torchvision"):
         return None
-    torch_version = _installed_version("torch")
-    vision_version = _installed_version("torchvision")
     cause = " ".join(str(error).splitlines()) or type(error).__name__
-    release = torch_version.split("+")[0].split(".")
-    pair = (f"torch=={'.'.join(release[:3])} torchvision==0.{int(release[1]) + 15}.*"
-            if len(release) >= 2 and release[0] == "2" and release[1].isdigit()
-            else "torch torchvision")
-    return (f"error: torchvision {vision_version} does not work with torch {torch_version} "
-            f"({cause}): they come from different builds; install the pair from one index in "
-            f"one command, e.g. pip install --force-reinstall {pair} (README: Install)")
+    return "error: " + install_pair.advice(_installed_version("torch"),
+                                           _installed_version("torchvision"), cause)
 
 
 def import_optional(name: str, needed_for: str, install: str) -> ModuleType:

@@ -300,9 +300,9 @@ def test_a_torchvision_from_another_build_is_one_line_naming_both_versions(monke
     fake.mkdir()
     (fake / "__init__.py").write_text(
         "raise RuntimeError('operator torchvision::nms does not exist')\n")
-    (tmp_path / "torchvision-0.99.0.dist-info").mkdir()
-    (tmp_path / "torchvision-0.99.0.dist-info" / "METADATA").write_text(
-        "Metadata-Version: 2.1\nName: torchvision\nVersion: 0.99.0\n")
+    (tmp_path / "torchvision-0.28.0.dist-info").mkdir()
+    (tmp_path / "torchvision-0.28.0.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: torchvision\nVersion: 0.28.0\n")
     (tmp_path / "entry_needing_torchvision.py").write_text("import torchvision\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     for name in [name for name in sys.modules if name.partition(".")[0] == "torchvision"]:
@@ -315,10 +315,12 @@ def test_a_torchvision_from_another_build_is_one_line_naming_both_versions(monke
         for number, handler in previous.items():
             signal.signal(number, handler)
     assert capsys.readouterr().err == (
-        "error: torchvision 0.99.0 does not work with torch 2.13.0+cpu (operator "
-        "torchvision::nms does not exist): they come from different builds; install the pair "
-        "from one index in one command, e.g. pip install --force-reinstall torch==2.13.0 "
-        "torchvision==0.28.* (README: Install)\n")
+        "error: torchvision 0.28.0 does not work with torch 2.13.0+cpu: torch is a CPU build "
+        "(+cpu), torchvision the package index's default build (CUDA on Linux); torchvision's compiled operators do not "
+        "load (torchvision::nms missing). Install both from one source: pip install "
+        "--force-reinstall torch==2.13.0 torchvision==0.28.* --index-url "
+        "https://download.pytorch.org/whl/cpu (where that index cannot be reached: both from "
+        "your mirror, README Install)\n")
 
 
 def test_an_error_outside_torchvision_at_import_is_not_called_a_broken_pair():
