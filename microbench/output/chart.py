@@ -6,11 +6,13 @@ sweep's ``--plot`` (:mod:`microbench.output.sweep_plot`) draws its live rows wit
 The report's chart: one metric of the report's rows across the setting that varies, with error
 bars that say what they are.
 
-The x axis is ``--x SETTING`` or, by default, for op bench rows the op (then its shapes or
-dtype) where it varies, else the setting of the work that splits the most rows: a number (batch,
+The x axis is ``--x SETTING`` or, by default, for each panel, among the settings that vary
+inside it: for op bench rows the op (then its shapes or dtype) where it varies, else the
+setting of the work that splits the most rows: a number (batch,
 sequence length, image size, devices, workers) before a name (precision, quantize, network), each
 in the order of how many rows it sets apart; never how the work was measured (repeat,
-iterations, warm-up, seed: a chart "by repeat" says nothing); else when the rows ran.
+iterations, warm-up, seed: a chart "by repeat" says nothing); else when the rows ran; else a
+bar per row (a setting that splits only the panels would stack a panel's rows on one point).
 Rows that differ in other settings too become separate series (lines over a numeric axis,
 grouped bars over names). Throughput is drawn in each row's own unit: rows in images/s and
 rows in tokens/s get a panel each. Metrics and their error bars:
@@ -70,6 +72,9 @@ LOW_PERCENTILE, HIGH_PERCENTILE = 10, 90     # the per-iteration percentiles a o
 FOOTNOTE_CHARS_PER_INCH = 17
 SUBTITLE_CHARS_PER_INCH = 13
 INCH_PER_LINE = 0.19         # height of one line of small text
+# Characters of a panel's title (medium size) that fit the narrowest panel (7 inches less the
+# y label's margin), with room.
+PANEL_TITLE_CHARS = 60
 # An op bench chart is drawn per op: these before any number (iterations, warm-up...).
 _OP_AXES = ("op", "shapes", "dtype")
 # How the work was measured, not what it was: never a default x axis (--x may name one).
@@ -317,8 +322,10 @@ def _numeric(entries, name: str) -> bool:
                                 for v in values)
 
 
-def choose_x(table: Table, wanted: str | None) -> str:
-    """The setting across which the metric is drawn (see the module docstring)."""
+def choose_x(table: Table, wanted: str | None, entries=None) -> str:
+    """The setting across which the metric is drawn (see the module docstring); with
+    ``entries`` (a panel's rows), one that varies among them, else ``#`` (a bar per row): a
+    setting that varies only between panels would stack the panel's rows on one point."""
     varying = [name for name in table.group.varying if name != FILE]
     if wanted is not None:
         names = {name.replace(" ", "-"): name for name in varying}
@@ -327,6 +334,8 @@ def choose_x(table: Table, wanted: str | None) -> str:
             raise UsageError(f"--x {wanted}: not a setting that varies across these results "
                              f"(they vary in: {', '.join(varying) or 'nothing'})")
         return name
+    if entries is not None:
+        varying = [name for name in varying if len(_known(entries, name)) > 1]
     settings = [name for name in varying if name not in _PROCEDURE]
     if table.group.table == OP:
         per_op = [name for name in _OP_AXES if name in settings]
@@ -449,14 +458,18 @@ def nothing_drawn(table: Table, metric: str) -> str | None:
 
 # ---------------------------------------------------------------- the figure
 
-def build_figure(table: Table, metric: str, wanted_x: str | None = None):
-    """The figure of ``metric`` across the varying setting (a matplotlib Figure): one panel,
-    or for throughput one per unit (images/s above tokens/s), over the same x setting."""
-    require_matplotlib()
-    if table.group.table not in METRICS[metric]:
-        raise UsageError(f"--metric {metric} applies to "
-                         f"{' and '.join(METRICS[metric])} results, not to these")
-    x = choose_x(table, wanted_x)
+@dataclass(frozen=True)
+class Panel:
+    """One panel's rows: its throughput unit (None: one panel), its x setting and its series."""
+
+    unit: str | None
+    x: str
+    series: dict
+
+
+def _panels(table: Table, metric: str, wanted_x: str | None) -> list[Panel]:
+    """A panel per throughput unit (images/s above tokens/s), or one; each across the setting
+    that varies inside it, its rows split into series by the other settings that do."""
     drawn = [entry for entry in table.group.entries if _drawn(table, entry, metric)]
     units_ = [unit for unit in _units(table) if any(e.unit == unit for e in drawn)] \
         if metric == "throughput" else [None]
@@ -465,34 +478,69 @@ def build_figure(table: Table, metric: str, wanted_x: str | None = None):
         members = [(index, entry) for index, entry in table.rows
                    if unit is None or entry.unit == unit]
         mine = [entry for _, entry in members if _drawn(table, entry, metric)]
+        x = choose_x(table, wanted_x, mine)
         others = [name for name in table.group.varying
                   if name not in (x, FILE) and len(_known(mine, name)) > 1]
         series: dict[str, list[tuple[int, Entry]]] = {}
         for index, entry in members:
             series.setdefault(_series_label(entry, others), []).append((index, entry))
-        panels.append((unit, series))
+        panels.append(Panel(unit, x, series))
+    return panels
+
+
+def _panel_title(table: Table, metric: str, panel: Panel, shared_by_all: str,
+                 several: bool) -> str:
+    """What the panel draws, and with several panels its unit and what its rows share,
+    wrapped to the panel's width (a centred line wider than the panel is cut at both edges)."""
+    entries = [entry for members in panel.series.values() for _, entry in members]
+    title = f"{_label(metric, table, panel.unit).split(' [')[0]} by " \
+            f"{'row' if panel.x == '#' else panel.x}"
+    if not several:
+        return title
+    shared = [part for part in _subtitle(entries).split(" · ")
+              if part and part not in shared_by_all.split(" · ")]
+    return "\n".join([f"{title} ({panel.unit})", *_joined_to_width(shared, PANEL_TITLE_CHARS)])
+
+
+def _joined_to_width(parts: list[str], width: int) -> list[str]:
+    """``parts`` joined by `` · `` into lines of at most ``width`` characters, broken between
+    parts (a setting's name and value stay on one line); a longer part is wrapped alone."""
+    lines: list[str] = []
+    for part in parts:
+        if lines and len(lines[-1]) + 3 + len(part) <= width:
+            lines[-1] += " · " + part
+        else:
+            lines.extend(textwrap.wrap(part, width, break_on_hyphens=False) or [part])
+    return lines
+
+
+def build_figure(table: Table, metric: str, wanted_x: str | None = None):
+    """The figure of ``metric`` across the varying setting (a matplotlib Figure): one panel,
+    or for throughput one per unit (images/s above tokens/s)."""
+    require_matplotlib()
+    if table.group.table not in METRICS[metric]:
+        raise UsageError(f"--metric {metric} applies to "
+                         f"{' and '.join(METRICS[metric])} results, not to these")
+    panels = _panels(table, metric, wanted_x)
+    drawn = [entry for entry in table.group.entries if _drawn(table, entry, metric)]
     notes = [_bars_note(table, metric), _missing_note(table, metric)]
     # Wide enough for the legend beside the axes (characters of its longest label).
-    labels = [label for _, series in panels if len(series) > 1 for label in series]
+    labels = [label for panel in panels if len(panel.series) > 1 for label in panel.series]
     longest = max(map(len, labels)) if labels else 0
     width = 7.0 + (0.065 * longest + 0.6 if longest else 0)
     drawn_frame = frame(len(panels), width, 4.0 if len(panels) == 1 else 3.2, _subtitle(drawn),
                         notes)
-    for axis, (unit, series) in zip(drawn_frame.axes, panels):
-        entries = [entry for members in series.values() for _, entry in members]
-        if x != "#" and _numeric(entries, x):
-            _draw_lines(axis, table, series, metric, x)
+    for axis, panel in zip(drawn_frame.axes, panels):
+        entries = [entry for members in panel.series.values() for _, entry in members]
+        if panel.x != "#" and _numeric(entries, panel.x):
+            _draw_lines(axis, table, panel.series, metric, panel.x)
         else:
-            _draw_bars(axis, table, series, metric, x)
-        axis.set_ylabel(_label(metric, table, unit))
+            _draw_bars(axis, table, panel.series, metric, panel.x)
+        axis.set_ylabel(_label(metric, table, panel.unit))
         from_zero(axis)
-        title = f"{_label(metric, table, unit).split(' [')[0]} by {x}"
-        if len(panels) > 1:                 # the panel's unit, and what its rows share
-            shared = [part for part in _subtitle(entries).split(" · ")
-                      if part and part not in _subtitle(drawn).split(" · ")]
-            title += f" ({unit})" + (f"\n{' · '.join(shared)}" if shared else "")
-        axis.set_title(title, fontsize="medium")
-        if len(series) > 1:                 # beside the axes, so that it hides no point
+        axis.set_title(_panel_title(table, metric, panel, _subtitle(drawn), len(panels) > 1),
+                       fontsize="medium")
+        if len(panel.series) > 1:           # beside the axes, so that it hides no point
             axis.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.02, 1.0),
                         borderaxespad=0)
     return finish(drawn_frame)

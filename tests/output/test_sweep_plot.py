@@ -14,6 +14,7 @@ from microbench.settings.config import BenchConfig
 from microbench.plan.spec import resolve
 from microbench.output import sweep_plot as plot
 from microbench.drivers.sweep import Row
+from support.canvas import texts_outside
 from support.rows import GPU_ENV, measured_row
 
 
@@ -109,6 +110,18 @@ def test_series_differ_by_what_varies_and_share_the_rest_in_the_title():
     [axis] = plot.build_figure(rows).axes
     assert [text.get_text() for text in axis.get_legend().get_texts()] == ["fp32", "amp-bf16"]
     assert axis.get_title() == "Throughput: resnet18 training"
+
+
+@pytest.mark.parametrize("memory_mb", [None, 100.0])
+@pytest.mark.parametrize("batches", [(2, 4), (2,)])
+def test_every_text_lies_inside_the_canvas_with_one_panel_or_two(memory_mb, batches):
+    """Lines or bars, with the memory panel or without, under a long title (issue 56)."""
+    rows = [measured_row(batch, precision=precision, network="resnext101_32x8d",
+                         memory_mb=memory_mb, compile=True, nhwc=True)
+            for precision in ("fp32", "amp-bf16", "amp-fp16") for batch in batches]
+    figure = plot.build_figure(rows)
+    assert len(figure.axes) == (2 if memory_mb else 1)
+    assert texts_outside(figure) == []
 
 
 # ---------------------------------------------------------------- one batch size: bars
