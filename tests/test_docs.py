@@ -187,3 +187,15 @@ def test_links_lead_to_a_file_and_an_anchor(page):
         elif fragment and destination.suffix == ".md" and fragment not in _anchors(destination):
             broken.append(target)
     assert not broken, f"{page.name}: links to nothing: {broken}"
+
+
+def test_the_version_line_in_the_reference_is_what_version_prints(capsys):
+    """Issue 56: the reference showed a line --version never printed."""
+    from microbench.plan.cli import build_parser
+    parser = build_parser()
+    parser.prog = "micro_benchmarking_pytorch.py"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--version"])
+    printed = capsys.readouterr().out.strip()
+    [row] = [line for line in FLAGS.read_text().splitlines() if line.startswith("| `--version`")]
+    assert f"`{printed}`" in row

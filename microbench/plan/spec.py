@@ -132,9 +132,7 @@ def _derive(config: BenchConfig, launch: Launch) -> RunSpec:
     policy = lookup(config.precision, config.tf32)
     notes = ([notice] if notice else []) + list(config.notes) + preset_notes
     notes += _slow_precision_notes(policy, device)
-    if policy.fp8 and not config.compile:
-        notes.append("FP8 without --compile runs torchao's scaling and casts as separate eager "
-                     "kernels, often slower than BF16: add --compile (--preset fast picks it)")
+    notes += _eager_low_precision_notes(config, policy)
     policy, tf32_note = devices.tf32_on_rocm(policy, devices.rocm_version(device),
                                                   not model.reads_tokens, os.environ)
     notes += [tf32_note] if tf32_note else []
@@ -169,6 +167,23 @@ def _measure_peaks(config: BenchConfig, device: torch.device) -> bool:
     if config.measure_peaks is not None:
         return bool(config.measure_peaks)
     return devices.is_gpu(device)
+
+
+def _eager_low_precision_notes(config: BenchConfig, policy: Precision) -> list[str]:
+    """FP8 or quantized weights without --compile: torchao's work runs as separate eager
+    kernels, which the compiled recipes it is measured with (torchao's, gpt-fast's) fuse."""
+    if config.compile:
+        return []
+    notes = []
+    if policy.fp8:
+        notes.append("FP8 without --compile runs torchao's scaling and casts as separate eager "
+                     "kernels, often slower than BF16: add --compile (--preset fast picks it)")
+    if config.quantize != "none":
+        notes.append(f"--quantize {config.quantize} without --compile runs torchao's quantized "
+                     f"weights eagerly (a Python dispatch in every linear layer; int8 casts its "
+                     f"weights on every call), often slower than BF16: add --compile (--preset "
+                     f"fast picks it; on the CPU compiling takes minutes)")
+    return notes
 
 
 def _slow_precision_notes(policy: Precision, device: torch.device) -> list[str]:

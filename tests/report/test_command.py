@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import HISTORY, ROOT, assert_one_line_error, run_main
+from conftest import HISTORY, ROOT, TINY, assert_one_line_error, run_main
 from microbench.output import chart, table
 from microbench.report import command
 from microbench.store import collection
@@ -643,3 +643,25 @@ def test_the_page_shows_the_headline_at_1400_px_without_scrolling(results, capfd
     assert len(model["rows"]) >= 15
     edge, width = _headline_edge(page, tmp_path / "profile")
     assert edge <= width <= 1400
+
+
+def test_the_readme_report_example_runs_on_a_folder_with_an_ab_and_a_sweep(results, capfd,
+                                                                            tmp_path):
+    """Issue 56: the README's report line named a baseline that three rows of an ordinary
+    folder matched (exit 2); it runs here, as printed, on a folder the README's own commands
+    leave: an A/B beside a sweep (the module's sweep and trials files)."""
+    from microbench.main import main
+    folder = tmp_path / "results"
+    folder.mkdir()
+    for path in results.glob("*.json"):
+        shutil.copy(path, folder)
+    assert main(["--output-dir", str(folder), "--network", "resnet18", *TINY, "--device", "cpu",
+                 "--quiet", "--trials", "in-process", "--repeat", "2", "--ab", "--nhwc"]) == 0
+    [line] = [line for line in (ROOT / "README.md").read_text().splitlines()
+              if line.startswith("microbench-report results ")]
+    files = {"results": str(folder), "report.png": str(tmp_path / "report.png"),
+             "report.html": str(tmp_path / "report.html")}
+    process = report(capfd, *[files.get(word, word) for word in line.split()[1:]])
+    assert process.returncode == 0, process.stderr
+    assert "baseline" in process.stdout and "A/B" in process.stdout
+    assert (tmp_path / "report.png").stat().st_size and (tmp_path / "report.html").stat().st_size

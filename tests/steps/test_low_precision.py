@@ -285,3 +285,18 @@ def test_a_compiled_fp8_run_says_how_long_its_compile_takes_before_it_starts(mon
     bf16 = spec_mod.resolve(BenchConfig(network="llama_tiny", precision="amp-bf16",
                                         compile=True, device="cpu", write_files=False))
     assert not [note for note in bf16.notes if "compile" in note]
+
+
+def test_a_quantized_run_without_compile_says_so_and_a_compiled_one_does_not():
+    """docs/fp8-and-quantization.md: quantized weights run eagerly without --compile, and the
+    run says so (issue 56: only FP8 did)."""
+    from microbench.plan import spec as spec_mod
+    from microbench.settings.config import BenchConfig
+
+    def notes(**settings):
+        return spec_mod.resolve(BenchConfig(network="llama_tiny", mode="generate", device="cpu",
+                                            quantize="int8wo", write_files=False,
+                                            **settings)).notes
+    eager = [note for note in notes() if note.startswith("--quantize int8wo without --compile")]
+    assert eager and "add --compile" in eager[0]
+    assert not [note for note in notes(compile=True) if "without --compile" in note]
