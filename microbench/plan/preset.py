@@ -31,7 +31,9 @@ gpt-fast's BF16 captured step ran 773 on the same H200). ``cudnn.benchmark`` is 
 a language model has no convolutions.
 
 On the CPU the preset keeps FP32 (BF16 autocast is slow without AMX) and compiles in the
-default mode.
+default mode: it buys only ``torch.compile`` (and channels-last), whose compile takes minutes
+on a few cores, so :func:`cpu_note` says so before the run starts (issue 56: ``--preset fast
+--mode generate`` compiled for over 5 minutes on a 2-core Xeon without a word).
 
 Example::
 
@@ -99,6 +101,23 @@ def apply(config, model: ModelFamily, device: torch.device, world_size: int, tra
                                                           half_weights, strategy))
     kept = {key: value for key, value in choices.items() if key not in config.explicit}
     return replace(config, **kept)
+
+
+def cpu_note(config, device: torch.device) -> str | None:
+    """What the preset buys on the CPU and what its compile costs; None on a GPU or without
+    the preset."""
+    if config.preset is None or is_gpu(device):
+        return None
+    bought = " and ".join(name for name, chosen in (("torch.compile", config.compile),
+                                                    ("channels-last", config.nhwc)) if chosen)
+    if not bought:
+        return None
+    cost = (" Compiling takes minutes on a few cores before the first timed iteration (the "
+            "prefill and the decode step compile apart in --mode generate); --compile-mode none "
+            "keeps the rest of the preset without it (docs/fast-path.md)"
+            if config.compile else "")
+    return (f"on the CPU --preset {config.preset} buys only {bought}: it keeps FP32 (BF16 "
+            f"autocast is slow without AMX) and has no CUDA graphs to replay.{cost}")
 
 
 def as_flags(config) -> str:

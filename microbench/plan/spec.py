@@ -124,6 +124,7 @@ def _derive(config: BenchConfig, launch: Launch) -> RunSpec:
                               kind.updates_weights, half_weights=kind.fast_half_weights)
         preset_notes.append(f"--preset {config.preset} chose: {preset.as_flags(config)} (explicit "
                             f"flags win; these flags reproduce the run without the preset)")
+        preset_notes += [note for note in [preset.cpu_note(config, device)] if note]
         validate(config)
     low_precision.check(config, device)          # FP8 and quantization: refused before anything is built
     if config.nhwc and model.channels_last is None:

@@ -97,3 +97,16 @@ def test_a_preset_that_compiles_still_needs_a_warmup_iteration():
                                     write_files=False)
     with pytest.raises(UsageError, match="--warmup"):
         spec_mod.resolve(config)
+
+
+def test_on_the_cpu_the_preset_says_it_buys_only_compile_and_what_compile_costs():
+    """Issue 56: --preset fast --mode generate compiled for minutes on a CPU without a word."""
+    def notes(*argv):
+        return spec_mod.resolve(plan_config("--device", "cpu", "--preset", "fast", "--no-files",
+                                            *argv)).notes
+    [generate] = [note for note in notes("--network", "llama_tiny", "--mode", "generate")
+                  if note.startswith("on the CPU --preset fast")]
+    assert "buys only torch.compile:" in generate and "takes minutes" in generate
+    [image] = [note for note in notes("--network", "resnet18", "--compile-mode", "none")
+               if note.startswith("on the CPU --preset fast")]
+    assert "buys only channels-last" in image and "minutes" not in image
