@@ -6,7 +6,9 @@ torchao log at WARNING or above while a run builds, warms up, times and profiles
 logged when torchao registers its enums). Such a line says nothing about the benchmark, yet a
 new user reads it as a failure. Like the compiler's Python warnings (``compile_watch``), these
 records are counted and kept, once each, in the result JSON (``library_log``), and the summary
-says how many there were and shows the first.
+shows the first a user can act on, with how many there were; records known to say nothing to
+act on (:data:`NOT_ACTIONABLE`) stay in the JSON only (issue 56: a newcomer read the pytree line
+above as the one thing to fix).
 
 torch's logging (``torch._logging``) gives ``torch`` and several of its children handlers of
 their own that write to stderr; a filter on each of those handlers takes the records.
@@ -37,6 +39,19 @@ LIBRARIES = ("torch", "torchao")
 # only as far as this).
 LINE_CHARS = 400
 
+# Records that say nothing a user of the benchmark can act on, by how they begin, and why.
+NOT_ACTIONABLE = {
+    # torchao registers its enums with torch.compile at import (torch 2.10 and later).
+    "torch.utils._pytree WARNING: <enum ": "torchao's registration of its enums",
+    # A CUDA build of torch on a machine without a GPU, when inductor builds its C++ kernels.
+    "torch.utils.cpp_extension WARNING: No CUDA runtime is found": "a CUDA build on the CPU",
+}
+
+
+def actionable(line: str) -> bool:
+    """Whether a kept record may say something a user can act on (anything not known not to)."""
+    return not line.startswith(tuple(NOT_ACTIONABLE))
+
 
 @dataclass(frozen=True)
 class LibraryLog:
@@ -48,6 +63,10 @@ class LibraryLog:
 
     def to_dict(self) -> dict:
         return {"count": self.count, "lines": list(self.lines)}
+
+    def to_act_on(self) -> tuple[str, ...]:
+        """The lines worth a user's reading, for the console (the JSON keeps every line)."""
+        return tuple(line for line in self.lines if actionable(line))
 
 
 def _line(record: logging.LogRecord) -> str:

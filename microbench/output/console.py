@@ -309,14 +309,15 @@ def _compiler_rows(summary: Summary) -> list[tuple[str, str]]:
 
 
 def _library_log_rows(summary: Summary) -> list[tuple[str, str]]:
-    """torch's and torchao's log records, counted, as the compiler's warnings are: the
-    records themselves are in the JSON."""
+    """torch's and torchao's log records a user can act on, counted, as the compiler's
+    warnings are: every record is in the JSON."""
     kept = summary.library_log
-    if not kept.count:
+    shown = kept.to_act_on()
+    if not shown:
         return []
-    first = kept.lines[0]
-    return [("Library log", f"{kept.count} record{'s' * (kept.count != 1)} (in the JSON, "
-                            f"library_log); first: "
+    first = shown[0]
+    return [("Library log", f"{len(shown)} to read of {kept.count} record"
+                            f"{'s' * (kept.count != 1)} (all in the JSON, library_log); first: "
                             f"{first[:LIBRARY_LINE_SHOWN]}"
                             f"{'...' if len(first) > LIBRARY_LINE_SHOWN else ''}")]
 

@@ -51,28 +51,41 @@ def test_torch_logs_asked_for_are_shown_and_still_counted(capfd, monkeypatch):
     assert "asked for" in capfd.readouterr().err and watch.report().count == 1
 
 
-def test_a_run_keeps_a_library_warning_in_its_json_and_counts_it_on_the_console(
+def test_only_records_known_to_say_nothing_are_not_to_act_on():
+    assert not library_log.actionable(f"torch.utils._pytree WARNING: {PYTREE}")
+    assert not library_log.actionable("torch.utils.cpp_extension WARNING: No CUDA runtime is "
+                                      "found, using CUDA_HOME='/usr/local/cuda'")
+    assert library_log.actionable("torchao.quantization WARNING: int4 layout is deprecated")
+    kept = library_log.LibraryLog(3, (f"torch.utils._pytree WARNING: {PYTREE}",
+                                      "RuntimeWarning: x"))
+    assert kept.to_act_on() == ("RuntimeWarning: x",)
+
+
+def test_a_run_keeps_library_warnings_in_its_json_and_shows_those_to_act_on(
         capfd, monkeypatch, tmp_path):
-    """As torchao's import does at the start of a --quantize run: a warning logged while the
-    model is built goes to the summary's count and the JSON, not raw to stderr."""
+    """As torchao's import does at the start of a --quantize run: warnings logged while the
+    model is built go to the JSON, not raw to stderr; the console shows only the one a user
+    can act on (issue 56: the pytree line was a newcomer's first question)."""
     monkeypatch.delenv("TORCH_LOGS", raising=False)
     from microbench.models import registry
     spec = registry.lookup("squeezenet1_1")
     build = spec._builder
+    deprecated = "torchao.quantization WARNING: int4 layout is deprecated " + "x" * 80
 
     def logging_build(size):
         logging.getLogger("torch.utils._pytree").warning("%s", PYTREE)
+        logging.getLogger("torchao.quantization").warning("%s", deprecated.split(": ", 1)[1])
         return build(size)
     monkeypatch.setattr(registry, "lookup",
                         lambda name: registry.replace(spec, _builder=logging_build))
     ran = run_main(capfd, "--network", "squeezenet1_1", "--mode", "inference", *TINY,
                    "--image-size", "64", "--quiet", "--output-dir", str(tmp_path))
     assert ran.returncode == 0, ran.stderr
-    assert "Enum subclass" not in ran.stderr
+    assert "Enum subclass" not in ran.stderr + ran.stdout
     [row] = [line for line in ran.stdout.splitlines() if "Library log" in line]
-    assert row.startswith("  Library log           : 1 record (in the JSON, library_log); "
-                          "first: torch.utils._pytree WARNING: <enum 'KernelPreference'>")
-    assert row.endswith("...") and len(row) <= 160
+    assert row.startswith("  Library log           : 1 to read of 2 records (all in the JSON, "
+                          "library_log); first: torchao.quantization WARNING: int4 layout")
+    assert row.endswith("...") and len(row) <= 180
     [path] = tmp_path.glob("*.json")
     assert json.loads(path.read_text())["library_log"] == {
-        "count": 1, "lines": [f"torch.utils._pytree WARNING: {PYTREE}"]}
+        "count": 2, "lines": [f"torch.utils._pytree WARNING: {PYTREE}", deprecated]}
