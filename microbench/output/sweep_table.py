@@ -96,10 +96,14 @@ def _swept_cell(entry: Entry, figure: figures.Figure) -> str:
 
 
 def print_comparison(rows: list, out: TextIO) -> None:
+    """The comparison table, without the columns no row has a value in (peak memory on the
+    CPU)."""
     reference = next((index for index, row in enumerate(rows, 1) if row.entry is not None), "-")
+    columns, cells = text_table.with_values(*comparison_cells(rows))
+    memory = any(column.heading == "memory" for column in columns)
     print("", file=out)
-    print(f"Sweep comparison (speedup and memory change against row {reference})", file=out)
-    columns, cells = comparison_cells(rows)
+    print(f"Sweep comparison (speedup{' and memory change' if memory else ''} against row "
+          f"{reference})", file=out)
     out.write(text_table.render(columns, cells, terminal=progress.is_terminal(out)))
     out.flush()
     for line in slower_than_bf16(rows):
@@ -140,7 +144,7 @@ def generation_cells(rows: list) -> tuple[list[text_table.Column], list[tuple[st
 
 
 def print_generation_table(rows: list, out: TextIO) -> None:
-    columns, cells = generation_cells(rows)
+    columns, cells = text_table.with_values(*generation_cells(rows))
     if not cells:
         return
     print("", file=out)
@@ -218,7 +222,8 @@ def print_data_table(rows: list, out: TextIO) -> None:
                        _share(data["wait_share_median"], ".1%"),
                        _share(data["wait_share_p99"], ".1%"),
                        _share(data["wait_share"], ".1%"), entry.data_verdict))
-    out.write(text_table.render(columns, cells, terminal=progress.is_terminal(out)))
+    out.write(text_table.render(*text_table.with_values(columns, cells),
+                                terminal=progress.is_terminal(out)))
     out.flush()
 
 

@@ -470,9 +470,24 @@ def render_text(tables: list[Table], terminal: bool = False) -> str:
     return "\n".join(out).rstrip("\n") + "\n"
 
 
-def render_markdown(tables: list[Table]) -> str:
+# Columns a markdown table shows by default: about what a GitHub comment or a printed page
+# shows without scrolling sideways (issue 56: a report of 28 columns). The first ones are the
+# row number, the headline, its interval and ratio, and the settings that split the rows.
+MARKDOWN_COLUMNS = 10
+
+
+def on_a_page(table: Table) -> tuple[Table, list[str]]:
+    """``table`` with the columns that fit a page, and the headings of those left out (a
+    setting left out is then named in each row's file line)."""
+    kept, left = table.columns[:MARKDOWN_COLUMNS], table.columns[MARKDOWN_COLUMNS:]
+    return dataclasses.replace(table, columns=kept), [column.heading for column in left]
+
+
+def render_markdown(tables: list[Table], all_columns: bool = False) -> str:
+    """GitHub markdown; ``all_columns``: every column, not only those that fit a page."""
     out = []
-    for table in tables:
+    for whole in tables:
+        table, left = (whole, []) if all_columns else on_a_page(whole)
         out.append(f"**{title_of(table)}**")
         out.append("")
         common = common_line(table)
@@ -485,6 +500,9 @@ def render_markdown(tables: list[Table]) -> str:
             out.append("| " + " | ".join(cells) + " |")
         out.append("")
         out += [f"- {safe_text.markdown(line)}" for line in notes(table)]
+        if left:
+            out.append(f"- {len(left)} more columns with --all-columns: "
+                       f"{safe_text.markdown(', '.join(left))}")
         out += ["", "Files:", ""]
         out += [f"- {safe_text.markdown(file_line(table, index, entry))}"
                 for index, entry in table.rows]
@@ -559,9 +577,13 @@ def _csv_value(value) -> str:
     return str(value)
 
 
-def render(tables: list[Table], format_: str, terminal: bool = False) -> str:
+def render(tables: list[Table], format_: str, terminal: bool = False,
+           all_columns: bool = False) -> str:
     """``format_`` text, markdown, csv or json; ``terminal`` styles the text table only (the
-    others are files to paste or parse, the same wherever they go)."""
+    others are files to paste or parse, the same wherever they go); ``all_columns``: markdown
+    with every column."""
     if format_ == "text":
         return render_text(tables, terminal)
-    return {"markdown": render_markdown, "csv": render_csv, "json": render_json}[format_](tables)
+    if format_ == "markdown":
+        return render_markdown(tables, all_columns)
+    return {"csv": render_csv, "json": render_json}[format_](tables)

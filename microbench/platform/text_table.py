@@ -80,6 +80,20 @@ def _text(table: Table, terminal: bool) -> str:
     return "\n".join(line.rstrip() for line in lines) + "\n"
 
 
+# What a cell holds where its row has no value: a column of nothing else says nothing on this
+# device (peak memory on the CPU, MBU without a bandwidth peak) and is left out.
+EMPTY_CELLS = frozenset({"", "-", "n/a"})
+
+
+def with_values(columns: Sequence[Column], rows: Sequence[Sequence[str]]
+                ) -> tuple[list[Column], list[tuple[str, ...]]]:
+    """``columns`` and ``rows`` without the columns in which no row has a value."""
+    kept = [index for index in range(len(columns))
+            if any(row[index] not in EMPTY_CELLS for row in rows)]
+    return ([columns[index] for index in kept],
+            [tuple(row[index] for index in kept) for row in rows])
+
+
 def render(columns: Sequence[Column], rows: Iterable[Sequence[str]],
            terminal: bool = False) -> str:
     """The whole table as text ending in a newline: headings, a rule, one line per row."""

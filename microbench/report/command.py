@@ -60,6 +60,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--format", choices=table.FORMATS, default="text",
                         help="text for the terminal, markdown for an issue or pull request, "
                              "csv or json with raw numbers (default: text)")
+    parser.add_argument("--all-columns", action="store_true",
+                        help=f"with --format markdown, every column (default: the first "
+                             f"{table.MARKDOWN_COLUMNS}, which fit a page; the rest are named "
+                             f"under the table)")
     parser.add_argument("--baseline", metavar="ROW",
                         help="the row the others are compared with: its number in the table, "
                              "its result file, or SETTING=VALUE[,SETTING=VALUE...] naming one row "
@@ -71,8 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="what --plot and the page's chart draw (default: throughput for "
                              "model results, latency for op bench results)")
     parser.add_argument("--x", metavar="SETTING",
-                        help="the setting along the chart's axis (default: the first numeric "
-                             "setting that varies, e.g. batch)")
+                        help="the setting along the chart's axis (default: in each panel, the "
+                             "setting that varies most among its rows, a number first, e.g. "
+                             "batch)")
     parser.add_argument("--html", type=path_text, metavar="FILE",
                         help="write the tables and the chart as one self-contained web page")
     parser.add_argument("--title", default=DEFAULT_TITLE,
@@ -92,6 +97,9 @@ def _check_outputs(args: argparse.Namespace) -> None:
                                  f"--html FILE with it")
     if args.html is None and args.title != DEFAULT_TITLE:
         raise UsageError("--title names the --html page: give --html FILE with it")
+    if args.all_columns and args.format != "markdown":
+        raise UsageError("--all-columns widens the markdown table (the others have every "
+                         "column): give --format markdown with it")
     if args.plot is not None:
         chart.check_path(args.plot, "--plot")
     if args.html is not None:
@@ -161,7 +169,7 @@ def run(args: argparse.Namespace) -> int:
         if empty is not None:
             raise UsageError(f"--plot would draw nothing: {empty}; choose another --metric")
     terminal = progress.is_terminal(sys.stdout)
-    sys.stdout.write(table.render(tables, args.format, terminal))
+    sys.stdout.write(table.render(tables, args.format, terminal, args.all_columns))
     sys.stdout.flush()
     # Every file written is named, on standard error: standard output may be CSV or JSON.
     failed = None

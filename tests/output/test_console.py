@@ -103,6 +103,26 @@ def test_the_sweep_table_off_a_terminal():
         "  3  resnet50 training fp32 b8  out of memory\n")
 
 
+def test_a_cpu_sweep_table_has_no_memory_columns():
+    """Issue 56: ``peak MB n/a`` and an empty memory column on every row of a CPU sweep."""
+    rows = [fake_row("resnet18 training fp32 b2", 100.0),
+            fake_row("resnet18 training fp32 b4", 150.0),
+            fake_row("resnet18 training fp32 b8", None, status="out of memory")]
+    out = io.StringIO()
+    table.print_comparison(rows, out)
+    assert out.getvalue().splitlines()[1:3] == [
+        "Sweep comparison (speedup against row 1)",
+        "  #  configuration                      img/s   speedup"]
+    assert "n/a" not in out.getvalue()
+
+
+def test_a_column_without_a_value_in_any_row_is_left_out():
+    columns = [tables.Column(name) for name in ("#", "MBU", "ITL", "note")]
+    kept, rows = tables.with_values(columns, [("1", "-", "2.0", ""), ("2", "n/a", "", "x")])
+    assert [column.heading for column in kept] == ["#", "ITL", "note"]
+    assert rows == [("1", "2.0", ""), ("2", "", "x")]
+
+
 def test_the_sweep_table_counts_a_language_model_in_tokens():
     rows = [fake_row("llama sdpa s128 b2", 1280.0, unit="tokens/s"),
             fake_row("llama sdpa s256 b2", 1536.0, unit="tokens/s")]

@@ -242,6 +242,21 @@ def test_markdown_is_a_table_github_renders(results, capfd):
     assert "**Model results: 9 rows**" in process.stdout
 
 
+def test_markdown_shows_the_columns_that_fit_a_page_and_names_the_rest(results, capfd):
+    """Issue 56: a 28-column markdown report; the rest are behind --all-columns."""
+    def headings(*args):
+        process = report(capfd, str(results), "--format", "markdown", *args)
+        assert process.returncode == 0, process.stderr
+        line = next(line for line in process.stdout.splitlines() if line.startswith("| \\#"))
+        return process.stdout, line.strip("| ").split(" | ")
+    text, page = headings()
+    everything = headings("--all-columns")[1]
+    assert len(everything) > table.MARKDOWN_COLUMNS
+    assert page == everything[:table.MARKDOWN_COLUMNS]
+    left = everything[table.MARKDOWN_COLUMNS:]
+    assert f"- {len(left)} more columns with --all-columns: {', '.join(left)}" in text
+
+
 def test_csv_has_raw_numbers_and_every_setting(results, capfd):
     process = report(capfd, str(results), "--format", "csv")
     rows = list(csv.DictReader(io.StringIO(process.stdout)))
@@ -470,6 +485,7 @@ def test_bad_paths_are_one_line_and_exit_2(capfd, tmp_path, setup, message):
     (["--metric", "latency"], "--metric chooses what the chart draws: give --plot FILE"),
     (["--x", "batch"], "--x chooses what the chart draws"),
     (["--title", "nightly"], "--title names the --html page"),
+    (["--all-columns"], "--all-columns widens the markdown table"),
 ])
 def test_flags_that_would_not_take_effect_are_refused(capfd, args, message):
     assert_one_line_error(report(capfd, str(HISTORY), *args), 2, message)
