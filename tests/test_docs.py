@@ -199,3 +199,27 @@ def test_the_version_line_in_the_reference_is_what_version_prints(capsys):
     printed = capsys.readouterr().out.strip()
     [row] = [line for line in FLAGS.read_text().splitlines() if line.startswith("| `--version`")]
     assert f"`{printed}`" in row
+
+
+GLOSSARY = DOCS / "glossary.md"
+
+
+def test_every_term_the_help_names_is_explained_in_the_glossary():
+    """Issue 56: MFU, TTFT, gloo... before any word of what they are; --help's epilog names
+    the glossary, and the glossary has a bold entry for each term it lists."""
+    from microbench.plan.cli import EPILOG, GLOSSARY_TERMS
+    assert "docs/glossary.md" in EPILOG
+    entries = " ".join(re.findall(r"\*\*(.+?)\*\*", GLOSSARY.read_text()))
+    missing = [term for term in GLOSSARY_TERMS if term not in entries]
+    assert not missing, f"terms without a glossary entry: {missing}"
+
+
+def test_the_readme_links_each_glossary_term_where_it_first_appears():
+    from microbench.plan.cli import GLOSSARY_TERMS
+    prose = _prose(README.read_text())
+    for term in GLOSSARY_TERMS:
+        first = re.search(rf"(?<![\w-]){re.escape(term)}(?![\w-])", prose)
+        if first is None:
+            continue
+        link = re.match(r"[^\]\n]*\]\(docs/glossary\.md#", prose[first.end():])
+        assert link, f"README: the first {term!r} is not a link to docs/glossary.md"

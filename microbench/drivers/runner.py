@@ -219,7 +219,10 @@ def _single_device(plan: Plan, what: str, print_notes: bool = True) -> list[RunS
                          f"torchrun, srun or --distributed_dataparallel")
     _refuse_repeated_rows(specs)
     devices.activate(specs[0].device)
-    for note in specs[0].notes if print_notes else ():
+    # Every row's notes, each once: a note of a later row only (--quantize int8wo without
+    # --compile beside an unquantized first row) is said too.
+    notes = dict.fromkeys(note for spec in specs for note in spec.notes)
+    for note in notes if print_notes else ():
         print(safe_text.terminal(f"Note: {note}"))
     return specs
 

@@ -57,11 +57,20 @@ def _setting(group, name: str, *aliases: str, **kwargs: Any) -> None:
     group.add_argument(item.flag, *aliases, dest=item.dest, **kwargs)
 
 
+# The terms --help and the summaries use, explained on one page (issue 56: jargon before any
+# explanation); each is an anchor of docs/glossary.md (tests/plan/test_cli.py checks).
+GLOSSARY_TERMS = ("MFU", "MBU", "TTFT", "ITL", "CV", "p90", "prediction interval",
+                  "confidence interval", "inductor", "gloo", "NCCL", "AMP", "TF32",
+                  "channels-last", "CUDA graphs", "DDP", "FSDP")
+EPILOG = (f"Terms ({', '.join(GLOSSARY_TERMS)}): docs/glossary.md. Every flag by purpose: "
+          f"docs/flags.md. Exit codes: docs/guarantees.md.")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
         description="Benchmark PyTorch training and inference of a model on a GPU (ROCm or CUDA) "
                     "or the CPU: warm-up apart, device-event timing, every sample kept.",
-        formatter_class=HelpFormatter)
+        epilog=EPILOG, formatter_class=HelpFormatter)
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
 
     model = parser.add_argument_group("model and workload")

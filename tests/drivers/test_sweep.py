@@ -230,3 +230,16 @@ def test_answers_are_multiples_of_the_granularity(start, limit, fits_up_to, expe
     found = capacity.find_max_batch(lambda b: b <= fits_up_to, start=start, limit=limit,
                                     granularity=8)
     assert found.largest == expected
+
+
+def test_a_sweep_says_the_notes_of_every_row_once(capsys):
+    """Issue 56: a sweep printed its first row's notes only, so --quantize none,int8wo never
+    said that its int8wo row ran without --compile."""
+    from microbench.drivers import runner
+    plan = cli.to_plan(cli.parse_args(["--network", "llama_tiny", "--mode", "generate",
+                                       "--device", "cpu", "--quantize", "none,int8wo",
+                                       "--no-files"]))
+    runner._single_device(plan, "a sweep")
+    notes = [line for line in capsys.readouterr().out.splitlines() if line.startswith("Note: ")]
+    assert len(set(notes)) == len(notes)
+    assert [note for note in notes if note.startswith("Note: --quantize int8wo without --compile")]
