@@ -672,7 +672,8 @@ def test_the_readme_report_example_runs_on_a_folder_with_an_ab_and_a_sweep(resul
     for path in results.glob("*.json"):
         shutil.copy(path, folder)
     assert main(["--output-dir", str(folder), "--network", "resnet18", *TINY, "--device", "cpu",
-                 "--quiet", "--trials", "in-process", "--repeat", "2", "--ab", "--nhwc"]) == 0
+                 "--mode", "inference", "--quiet", "--trials", "in-process", "--repeat", "2",
+                 "--ab", "--nhwc"]) == 0
     [line] = [line for line in (ROOT / "README.md").read_text().splitlines()
               if line.startswith("microbench-report results ")]
     files = {"results": str(folder), "report.png": str(tmp_path / "report.png"),
