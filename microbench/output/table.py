@@ -471,16 +471,45 @@ def render_text(tables: list[Table], terminal: bool = False) -> str:
 
 
 # Columns a markdown table shows by default: about what a GitHub comment or a printed page
-# shows without scrolling sideways (issue 56: a report of 28 columns). The first ones are the
-# row number, the headline, its interval and ratio, and the settings that split the rows.
+# shows without scrolling sideways (issue 56: a report of 28 columns). The row number, the
+# headline, its interval and ratio come first, then the settings that tell the rows apart,
+# then the other columns in their order while there is room.
 MARKDOWN_COLUMNS = 10
+
+
+def _telling_apart(table: Table) -> list[Column]:
+    """The fewest setting columns, chosen greedily in column order, whose values tell apart
+    every pair of rows the settings can tell apart (two rows that differ only in quantize
+    must not look alike because quantize came late)."""
+    settings = [column for column in table.columns if column.setting]
+    values = {id(column): [cell(table, index, entry, column) for index, entry in table.rows]
+              for column in settings}
+
+    def distinct(chosen: list[Column]) -> int:
+        return len(set(zip(*(values[id(column)] for column in chosen)))) if chosen else 1
+    chosen: list[Column] = []
+    while True:
+        gains = [(distinct(chosen + [column]), -position) for position, column
+                 in enumerate(settings) if column not in chosen]
+        if not gains or max(gains)[0] <= distinct(chosen):
+            return chosen
+        chosen.append(settings[-max(gains)[1]])
 
 
 def on_a_page(table: Table) -> tuple[Table, list[str]]:
     """``table`` with the columns that fit a page, and the headings of those left out (a
     setting left out is then named in each row's file line)."""
-    kept, left = table.columns[:MARKDOWN_COLUMNS], table.columns[MARKDOWN_COLUMNS:]
-    return dataclasses.replace(table, columns=kept), [column.heading for column in left]
+    head = next((position for position, column in enumerate(table.columns) if column.setting),
+                len(table.columns))
+    wanted = [*table.columns[:head], *_telling_apart(table)]
+    for column in table.columns:
+        if len(wanted) >= MARKDOWN_COLUMNS:
+            break
+        if column not in wanted:
+            wanted.append(column)
+    kept = [column for column in table.columns if column in wanted]
+    left = [column.heading for column in table.columns if column not in wanted]
+    return dataclasses.replace(table, columns=kept), left
 
 
 def render_markdown(tables: list[Table], all_columns: bool = False) -> str:

@@ -61,9 +61,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="text for the terminal, markdown for an issue or pull request, "
                              "csv or json with raw numbers (default: text)")
     parser.add_argument("--all-columns", action="store_true",
-                        help=f"with --format markdown, every column (default: the first "
-                             f"{table.MARKDOWN_COLUMNS}, which fit a page; the rest are named "
-                             f"under the table)")
+                        help=f"with --format markdown, every column (default: "
+                             f"{table.MARKDOWN_COLUMNS}, which fit a page: the headline, the "
+                             f"settings that tell the rows apart, then the others; the rest are "
+                             f"named under the table)")
     parser.add_argument("--baseline", metavar="ROW",
                         help="the row the others are compared with: its number in the table, "
                              "its result file, or SETTING=VALUE[,SETTING=VALUE...] naming one row "

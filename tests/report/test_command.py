@@ -251,10 +251,27 @@ def test_markdown_shows_the_columns_that_fit_a_page_and_names_the_rest(results, 
         return process.stdout, line.strip("| ").split(" | ")
     text, page = headings()
     everything = headings("--all-columns")[1]
-    assert len(everything) > table.MARKDOWN_COLUMNS
-    assert page == everything[:table.MARKDOWN_COLUMNS]
-    left = everything[table.MARKDOWN_COLUMNS:]
+    assert len(everything) > table.MARKDOWN_COLUMNS == len(page)
+    assert page == [heading for heading in everything if heading in page]     # in order
+    left = [heading for heading in everything if heading not in page]
     assert f"- {len(left)} more columns with --all-columns: {', '.join(left)}" in text
+
+
+def test_a_page_keeps_the_setting_that_tells_rows_apart_however_late_it_comes():
+    """Rows that differ only in quantize, beside rows that differ in many settings: the
+    quantize column stays on the page, else two rows would look alike."""
+    from microbench.store.entry import Entry
+    def knobs(value):
+        return {f"knob{n}": value for n in range(12)}
+    entries = [Entry("model", f"k{n}.json", {**knobs(n + 1), "quantize": "none"},
+                     {"throughput": 10.0 + n}, "images/s", identity=f"k{n}") for n in range(3)]
+    entries += [Entry("model", f"q{name}.json", {**knobs(0), "quantize": name},
+                      {"throughput": 5.0}, "images/s", identity=name)
+                for name in ("none", "int8wo")]
+    [built] = table.build_tables(collection.group_entries(entries))
+    page, left = table.on_a_page(built)
+    assert "quantize" in [column.heading for column in page.columns] and left
+    assert len(page.columns) >= table.MARKDOWN_COLUMNS
 
 
 def test_csv_has_raw_numbers_and_every_setting(results, capfd):
