@@ -112,9 +112,10 @@ def cpu_note(config, device: torch.device) -> str | None:
                                                     ("channels-last", config.nhwc)) if chosen)
     if not bought:
         return None
-    cost = (" Compiling takes minutes on a few cores before the first timed iteration (the "
-            "prefill and the decode step compile apart in --mode generate); --compile-mode none "
-            "keeps the rest of the preset without it (docs/fast-path.md)"
+    cost = (" Compiling takes minutes on a few cores before the first timed iteration the "
+            "first time (the prefill and the decode step compile apart in --mode generate; "
+            "inductor's disk cache makes the next run's seconds); --compile-mode none keeps the "
+            "rest of the preset without it (docs/fast-path.md)"
             if config.compile else "")
     return (f"on the CPU --preset {config.preset} buys only {bought}: it keeps FP32 (BF16 "
             f"autocast is slow without AMX) and has no CUDA graphs to replay.{cost}")
