@@ -119,6 +119,7 @@ def _run(function, arguments):
                        lambda index: f"test worker {index}", "test workers", "use fewer")
 
 
+@pytest.mark.slow
 def test_every_worker_replies_in_order_from_a_process_of_its_own():
     values = _run("answer", [("a",), ("b",)])
     assert [value for value, _ in values] == ["a", "b"]

@@ -67,6 +67,7 @@ def test_every_closed_setting_of_the_parser_is_in_the_schemas_enum():
     assert {"mode", "parallel", "quantize", "fp8_recipe", "data", "optimizer"} <= set(checked)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", RUNS)
 def test_every_document_a_run_writes_validates(name, tmp_path, capfd):
     process = run_main(capfd, "--output-dir", str(tmp_path), *RUNS[name])
