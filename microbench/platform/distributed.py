@@ -160,7 +160,9 @@ def detect(config, environ: Mapping[str, str] | None = None) -> Launch:
     environ = os.environ if environ is None else environ
     _fail_rank(environ)                          # a test hook, but checked like the others
     if config.distributed_dataparallel:
-        return _manual(config, environ)
+        launch = _manual(config, environ)
+        check_fail_rank(launch.world_size, environ)
+        return launch
     stray = [flag for flag, value in (("--rank", config.rank), ("--world-size", config.world_size),
                                       ("--device_ids", config.device_ids)) if value is not None]
     if stray:
@@ -169,6 +171,8 @@ def detect(config, environ: Mapping[str, str] | None = None) -> Launch:
     launch = _from_environment(config, environ)
     if launch is None:
         launch = Launch(local_batch=config.batch_size, global_batch=config.batch_size)
+    elif launch.distributed:
+        check_fail_rank(launch.world_size, environ)
     global _current
     _current = launch
     return launch
@@ -480,6 +484,15 @@ def _fail_rank(environ: Mapping[str, str]) -> int | None:
     """The rank MICROBENCH_FAIL_RANK names, checked: a rank number or unset."""
     value = environ.get(FAIL_RANK_VARIABLE)
     return None if value is None else _int_env(environ, FAIL_RANK_VARIABLE)
+
+
+def check_fail_rank(world_size: int, environ: Mapping[str, str] | None = None) -> None:
+    """Refuse, before the run, a MICROBENCH_FAIL_RANK outside a job of ``world_size``
+    processes: no rank would fail, and the test that set it would pass for nothing."""
+    rank = _fail_rank(os.environ if environ is None else environ)
+    if rank is not None and rank >= world_size:
+        raise UsageError(f"{FAIL_RANK_VARIABLE}={rank}: not a rank of this job of "
+                         f"{world_size} processes (ranks 0 to {world_size - 1})")
 
 
 def fail_if_asked(launch: Launch) -> None:
