@@ -37,8 +37,8 @@ from microbench.settings.argtypes import (MAX_BATCH, MAX_BUCKET_CAP_MB, MAX_DEVI
 from microbench.settings.compile_options import COMPILE_MODES, parse_compile_context
 from microbench.settings.config import (AB_ROUNDS, DERIVED, INVERSE, MODES, PARALLEL, PRESETS,
                                         SCHEMA, SWITCH, VALUE, ABPlan, BenchConfig, Plan,
-                                        as_command_line, field_of_dest, replayed_fields, spelled,
-                                        sweep_axes, validate)
+                                        as_command_line, field_of_dest, measured_fields,
+                                        replayed_fields, spelled, sweep_axes, validate)
 from microbench.platform.errors import UsageError
 
 
@@ -677,11 +677,18 @@ def _ab_plan(args: argparse.Namespace, configs: tuple[BenchConfig, ...]):
     if len(changes) > 1:
         raise UsageError(f"--ab {args.ab!r} makes B a sweep: give one value")
     b_config = _check(replace(to_config(b_args), **changes[0], repeat=configs[0].repeat))
-    if replace(b_config, explicit=(), notes=()) == replace(configs[0], explicit=(), notes=()):
-        raise UsageError(f"--ab {args.ab!r} changes no setting: B would be A")
+    if _measured(b_config) == _measured(configs[0]):
+        raise UsageError(f"--ab {args.ab!r} changes nothing that is measured (only where "
+                         f"results go or how they are shown): B would be A")
     if configs[0].max_noise_pct is not None:
         raise UsageError("--ab measures --repeat rounds: drop --max-noise")
     return ABPlan(args.ab, b_config, fail_if_slower=args.fail_if == "slower")
+
+
+def _measured(config: BenchConfig) -> dict:
+    """The settings of ``config`` that change what is measured: an output flag (--quiet,
+    --csv-file, --no-files) or a denominator (--peak-tflops) makes no B."""
+    return {name: getattr(config, name) for name in measured_fields()}
 
 
 def _refuse_abbreviations(words: list[str], flags: str) -> None:
