@@ -26,7 +26,8 @@ from microbench.settings.precision import (CHOICES, FP8_RECIPES, QUANT_LAYOUT_CH
                                            from_older_flags, lookup)
 from microbench.plan import rerun
 from microbench.settings.argtypes import (MAX_BATCH, MAX_BUCKET_CAP_MB, MAX_DEVICE_INDEX,
-                                          MAX_DIST_TIMEOUT_S, MAX_IMAGE_SIZE, MAX_ITERATIONS,
+                                          MAX_DIST_TIMEOUT_S, MIN_DIST_TIMEOUT_S,
+                                          MAX_IMAGE_SIZE, MAX_ITERATIONS,
                                           MAX_MEMORY_GB, MAX_PEAK_TFLOPS, MAX_PEAK_BANDWIDTH,
                                           MAX_PROFILER_STEPS, MAX_RANKS, MAX_SEED, MAX_SEQ_LEN,
                                           MAX_TELEMETRY_MS, MAX_TRIALS, MAX_VOCAB, MAX_WARMUP,
@@ -442,7 +443,8 @@ def _add_distributed_args(parser: argparse.ArgumentParser) -> None:
     _setting(group, "dist_url", type=dist_url, metavar="URL",
              help="rendezvous address: tcp://HOST:PORT (e.g. tcp://10.0.0.1:29500), env:// "
                   "(MASTER_ADDR and MASTER_PORT) or file:///shared/path")
-    _setting(group, "dist_timeout", type=finite_float(0, MAX_DIST_TIMEOUT_S), metavar="S",
+    _setting(group, "dist_timeout", metavar="S",
+             type=finite_float(MIN_DIST_TIMEOUT_S, MAX_DIST_TIMEOUT_S, low_inclusive=True),
              help="seconds that rendezvous and collectives may wait for other ranks")
     _setting(group, "ddp_bucket_cap_mb", type=finite_float(0, MAX_BUCKET_CAP_MB), metavar="MB",
              help="DistributedDataParallel gradient bucket size")

@@ -376,10 +376,21 @@ def backend_reason(text: str) -> tuple[str, str] | None:
     return said, "rerun with NCCL_DEBUG=WARN for the collective library's reason"
 
 
+# Where c10d's C++ error text turns from its reason to its stack ("Exception raised from
+# ... frame #0: ..."): dozens of lines of library frames that say nothing to the user.
+_FRAMES = re.compile(r"Exception raised from |\bframe #\d+:")
+
+
+def _without_frames(text: str) -> str:
+    """The library's error text without its C++ frames (the reason is before them)."""
+    found = _FRAMES.search(text)
+    return text if found is None else text[:found.start()].rstrip()
+
+
 def _failure_line(launch: Launch, timeout_s: float, phase: str, error: BaseException) -> str:
     """One line for a failed rendezvous or collective: the backend's own reason first where it
     gave one; the rendezvous address only where it was never reached."""
-    text = str(error)
+    text = _without_frames(str(error))
     what = "rendezvous failed" if phase == "rendezvous" else "lost the other ranks"
     kind = type(error).__name__
     reason = backend_reason(text)
