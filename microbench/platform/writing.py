@@ -38,6 +38,7 @@ import shutil
 import signal
 import socket
 import threading
+import time
 from typing import Callable, Iterator, Sequence
 
 from microbench.platform import process
@@ -264,19 +265,31 @@ def _claim_file(path: str) -> str:
     return os.path.join(directory, f".{base}{_CLAIM_SUFFIX}")
 
 
+# A claim holds "<pid> <host>" from the moment its creator writes it, right after creating
+# it; one that still holds anything else after this long was cut short or tampered with, and
+# is stale, as a lock file whose owner cannot be named (else its name is blocked forever).
+_CLAIM_WRITTEN_S = 10.0
+_CLAIM_TEXT = re.compile(r"(\d{1,10}) ([0-9a-f]{8})")
+
+
 def _stale_claim(claim_file: str) -> bool:
     """Whether the claim at ``claim_file`` was left by a process of this host that is gone (or
-    by this process in an earlier, finished run: main() is called in-process too)."""
+    by this process in an earlier, finished run: main() is called in-process too), or holds
+    no claimant after :data:`_CLAIM_WRITTEN_S`; another host's claim is never stale."""
     try:
         with open(claim_file, encoding="ascii", errors="replace") as held:
-            pid_text, _, host = held.read(64).strip().partition(" ")
+            text = held.read(64).strip()
+        age = time.time() - os.stat(claim_file).st_mtime
     except FileNotFoundError:
         return True
     except OSError:
         return False
-    if host != _HOST or not pid_text.isdigit():
-        return host == _HOST and not pid_text                 # ours, cut short while written
-    pid = int(pid_text)
+    named = _CLAIM_TEXT.fullmatch(text)
+    if named is None:
+        return age > _CLAIM_WRITTEN_S
+    if named.group(2) != _HOST:
+        return False
+    pid = int(named.group(1))
     return pid == os.getpid() or not _alive(pid)
 
 

@@ -285,6 +285,18 @@ def validate_result(document: object, source: str) -> None:
     problem = ab_problem(document) if kind == AB else None
     if problem is not None:
         raise UsageError(f"{source}: an A/B summary that contradicts itself: {problem}")
+    problem = node_problem(document) if kind == NODE else None
+    if problem is not None:
+        raise UsageError(f"{source}: a node check that contradicts itself: {problem}")
+
+
+def node_problem(document: dict) -> str | None:
+    """What in a node check's document cannot be one check, or None: each process measured
+    one GPU, so a rank named twice is a file edited or pasted together (its readers key GPUs
+    by rank, and one of the two would be lost)."""
+    ranks = [gpu.get("rank") for gpu in document["node_check"]["gpus"]]
+    twice = sorted({rank for rank in ranks if ranks.count(rank) > 1})
+    return f"rank {twice[0]} is named by {ranks.count(twice[0])} GPUs" if twice else None
 
 
 # How far a stored figure of an A/B summary may be from the same figure computed again from its
