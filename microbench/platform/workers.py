@@ -37,12 +37,14 @@ from multiprocessing.reduction import ForkingPickler
 from typing import Callable, Sequence
 
 from microbench.platform import distributed, process
-from microbench.platform.errors import (EXIT_UNEXPECTED, BenchmarkError, ReportedFailure,
-                                        Terminated)
+from microbench.platform.errors import (EXIT_INTERRUPTED, EXIT_UNEXPECTED, BenchmarkError,
+                                        ReportedFailure, Terminated)
 
 OK, ERROR = "ok", "error"
 # How long the other workers have to end after SIGTERM once one failed, before SIGKILL.
 STOP_GRACE_S = 30.0
+# A worker that handled a stopping signal exits with the shell's 128 + the signal (serve).
+_STOPPED_BY = 128
 
 
 # ---------------------------------------------------------------- the parent
