@@ -38,6 +38,9 @@ MAX_SEED = 2**63 - 1                # torch.manual_seed takes 64 bits
 MAX_RANKS = 2**20
 MAX_DEVICE_INDEX = 1023
 MAX_DIST_TIMEOUT_S = 10**7          # 115 days: still a finite timedelta for every backend
+# Below a second no rendezvous completes (processes connect over TCP and agree on their
+# settings first), so every run would end in a timeout: refused, not accepted as "positive".
+MIN_DIST_TIMEOUT_S = 1.0
 MAX_BUCKET_CAP_MB = 10**6
 MAX_MEMORY_GB = 10**6
 MAX_PEAK_TFLOPS = 10**7

@@ -118,6 +118,8 @@ class Figure:
                                             # the sweep column's number)
     sweep: str | None = None                # its column in a sweep's comparison table (the
                                             # older figures' are output/sweep_table.py's)
+    whole: bool = False                     # a FRACTION that is a share of a whole: at most 1
+                                            # (store/ranges.py; a CV or MFU can pass 1)
 
     def applies_to(self, mode: str) -> bool:
         """Whether a run of this kind (its --mode) can have this figure."""
@@ -293,7 +295,8 @@ FIGURES: tuple[Figure, ...] = (
     # FP8 and quantized weights: the distance from the reference precision.
     Figure("accuracy", FRACTION, LOWER, reader=_accuracy, heading="vs BF16 (error)",
            style=PERCENT),
-    Figure("accuracy_agreement", FRACTION, HIGHER, path=("accuracy", "top1_agreement")),
+    Figure("accuracy_agreement", FRACTION, HIGHER, path=("accuracy", "top1_agreement"),
+           whole=True),
     # The profiled decode step (generation).
     Figure("decode_kernel_ms", "ms", LOWER, path=(*_GEN, "decode_attribution", "busy_ms"),
            kinds=frozenset({GENERATE}), heading="decode kernels [ms]"),
@@ -318,10 +321,14 @@ FIGURES: tuple[Figure, ...] = (
     Figure("pipeline_per_s", "{data unit}", HIGHER, path=(*_DATA, "pipeline_per_s")),
     Figure("loader_alone_per_s", "{data unit}", HIGHER, path=(*_DATA, "loader_alone_per_s")),
     Figure("model_alone_per_s", "{data unit}", HIGHER, path=(*_DATA, "model_alone_per_s")),
-    Figure("wait_share", FRACTION, LOWER, path=(*_DATA, "wait", "share_total")),
-    Figure("wait_share_median", FRACTION, LOWER, path=(*_DATA, "wait", "share_median")),
-    Figure("wait_share_p99", FRACTION, LOWER, path=(*_DATA, "wait", "share_p99")),
-    Figure("data_kept", FRACTION, HIGHER, path=(*_DATA, "verdict", "kept")),
+    Figure("wait_share", FRACTION, LOWER, path=(*_DATA, "wait", "share_total"),
+           whole=True),
+    Figure("wait_share_median", FRACTION, LOWER, path=(*_DATA, "wait", "share_median"),
+           whole=True),
+    Figure("wait_share_p99", FRACTION, LOWER, path=(*_DATA, "wait", "share_p99"),
+           whole=True),
+    Figure("data_kept", FRACTION, HIGHER, path=(*_DATA, "verdict", "kept"),
+           whole=True),
     Figure("data_workers", "workers", None, path=(*_DATA, "workers")),
     # The op bench: one row per op and shape (paths into the op's row).
     Figure("median_ms", "ms", LOWER, path=("median_ms",), table=OP, heading="median",
