@@ -120,6 +120,9 @@ class Figure:
                                             # older figures' are output/sweep_table.py's)
     whole: bool = False                     # a FRACTION that is a share of a whole: at most 1
                                             # (store/ranges.py; a CV or MFU can pass 1)
+    bound: bool = False                     # an interval's end, not a measurement: files of
+                                            # versions before the log-scale interval hold
+                                            # arithmetic ones, whose low end can be <= 0
 
     def applies_to(self, mode: str) -> bool:
         """Whether a run of this kind (its --mode) can have this figure."""
@@ -232,12 +235,14 @@ FIGURES: tuple[Figure, ...] = (
            csv="throughput_tokens_s"),
     # Trials: the headline's interval (in the result's unit; the CSV's in items/s).
     Figure("ci95_low", "{unit}", HIGHER, reader=_interval_end("ci95_low"), heading="95% CI",
-           style=INTERVAL),
-    Figure("ci95_high", "{unit}", HIGHER, reader=_interval_end("ci95_high")),
+           style=INTERVAL, bound=True),
+    Figure("ci95_high", "{unit}", HIGHER, reader=_interval_end("ci95_high"), bound=True),
     Figure("trial_count", "trials", None, reader=_trial_count, csv="trials", csv_format=".0f",
            heading="trial count", style=COUNT),
-    Figure("items_ci95_low", "items/s", HIGHER, path=("trials", "ci95_low"), csv="ci95_low"),
-    Figure("items_ci95_high", "items/s", HIGHER, path=("trials", "ci95_high"), csv="ci95_high"),
+    Figure("items_ci95_low", "items/s", HIGHER, path=("trials", "ci95_low"), csv="ci95_low",
+           bound=True),
+    Figure("items_ci95_high", "items/s", HIGHER, path=("trials", "ci95_high"), csv="ci95_high",
+           bound=True),
     Figure("trial_cv", FRACTION, LOWER, reader=_trial_cv, csv="trial_cv", csv_format=".5f"),
     # Iteration times (a whole generation for --mode generate).
     Figure("mean_ms", "ms", LOWER, path=(*_STATS, "mean_ms"), csv="mean_ms", csv_format=".4f"),

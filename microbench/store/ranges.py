@@ -3,7 +3,8 @@
 A figure's nature comes from its row in :mod:`microbench.store.figures` (its unit): a rate is
 positive and normal, a time zero or positive and normal, a share of a whole between 0 and 1, a
 ratio (a CV, a utilisation against a peak) zero or positive and at most :data:`LARGEST_RATIO`,
-and any other amount (MB, J, W, counts) zero or positive and normal. Every one is at most
+an interval's end (``bound``) of either sign (older files hold arithmetic intervals, whose
+low end can be negative), and any other amount (MB, J, W, counts) zero or positive and normal. Every one is at most
 :data:`LARGEST`, so no reader shows ``inf%`` or a 300-digit cell. The numbers that are not
 figures but that readers take statistics over (samples, trial values, a statistics block) are
 declared in :data:`SERIES` by the keys that hold them.
@@ -26,7 +27,7 @@ import sys
 
 from microbench.store.figures import FIGURES, FRACTION, MODEL, NODE, Figure, of_table
 
-RATE, TIME, SHARE, RATIO, AMOUNT = "rate", "time", "share", "ratio", "amount"
+RATE, TIME, SHARE, RATIO, AMOUNT, BOUND = "rate", "time", "share", "ratio", "amount", "bound"
 SMALLEST_NORMAL = sys.float_info.min
 # No measurement reaches it (1e15 images/s, 31,000 years in ms, a zettabyte in MB), and a
 # figure below it shown in percent or with a fixed number of decimals is a cell of ~20
@@ -56,7 +57,10 @@ _NODE_NUMBERS = ("value", "median", "samples")
 
 
 def nature(figure: Figure) -> str:
-    """What ``figure`` is, by its unit (``whole``: a share of a whole, at most 1)."""
+    """What ``figure`` is, by its unit (``whole``: a share of a whole, at most 1; ``bound``: an
+    interval's end, of either sign)."""
+    if figure.bound:
+        return BOUND
     if figure.unit in ("ms", "s"):
         return TIME
     if figure.unit == FRACTION:
@@ -111,12 +115,15 @@ def problem_of(kind: str | None, value: float) -> str | None:
     """Why ``value`` cannot be a number of this nature, or None; ``value`` is finite."""
     if kind is None:
         return None
+    if kind == BOUND:
+        value = abs(value)
     if value > (LARGEST_RATIO if kind == RATIO else 1.0 if kind == SHARE else LARGEST):
         return f"is beyond any {kind} a run measures"
     if kind == RATE and not value >= SMALLEST_NORMAL:
         return "is not a positive normal number (a rate)"
     if value != 0 and not value >= SMALLEST_NORMAL:
-        return f"is not zero or a positive normal number (a {kind})"
+        sign = "" if kind == BOUND else "positive "
+        return f"is not zero or a {sign}normal number (a {kind})"
     return None
 
 

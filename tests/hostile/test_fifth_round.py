@@ -14,7 +14,7 @@ import sys
 import time
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import assume, given, settings, strategies as st
 
 from conftest import stored_result
 from microbench.node import program
@@ -57,7 +57,15 @@ class TestFiguresByWhatTheyAre:
     @FEW
     @given(figure=st.sampled_from(PATHED), value=st.sampled_from(NEVER))
     def test_no_figure_takes_a_value_no_run_measures(self, figure, value):
+        assume(not (ranges.nature(figure) == ranges.BOUND and value == -1.0))
         assert _refused(_set(stored_result(), figure.path, value))
+
+    def test_an_older_files_arithmetic_interval_below_zero_is_read(self):
+        """Versions before the log-scale interval stored the arithmetic mean's: with two trials
+        of 100 and 50 items/s its low end is about -243, and the file must stay readable."""
+        document = _set(stored_result(), ("trials", "ci95_low"), -243.0)
+        assert not _refused(_set(document, ("trials", "ci95_high"), 393.0))
+        assert _refused(_set(document, ("trials", "ci95_high"), 1e308))
 
     @FEW
     @given(figure=st.sampled_from(PATHED))
