@@ -403,6 +403,11 @@ def entry(module: str) -> int:
     except MissingEnvironment as error:
         return stopped(safe_text.terminal(f"error: {error}"), error.exit_code, env_rank_prefix())
     code = main()
+    # Flushed first: _stop_after_body ends with os._exit, which would drop what the summary
+    # left in a pipe's or a file's buffer.
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
     for number in (signal.SIGINT, *STOPPING):
         signal.signal(number, _stop_after_body)
     return code
