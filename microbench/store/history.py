@@ -106,7 +106,8 @@ def _order_key(by: str):
 
 def _why_left_out(entry: Entry, by: str) -> str | None:
     if entry.table != MODEL or not entry.configuration:
-        return "no run identity recorded (op bench, node check, the older tool)"
+        return ("no run identity recorded (the older tool's results, op bench and node check "
+                "rows, an A/B side whose own result file was not found)")
     if not entry.measured or not entry.figures.get("throughput"):
         return "not measured (a sweep's failed row)"
     if by == BY_LABEL and not entry.label:
