@@ -178,7 +178,7 @@ def render_json(past: History) -> str:
                     for entry, value in zip(series.entries, series.values)],
         "changes": [_step_json(step) for step in series.steps],
         "regression": series.regression is not None} for series in past.series],
-        "notes": past.lines, "level": stats.LEVEL}
+        "notes": past.lines, "confidence_level": stats.LEVEL}
     return json.dumps(document, indent=1) + "\n"
 
 
