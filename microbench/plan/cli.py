@@ -32,9 +32,9 @@ from microbench.settings.argtypes import (MAX_BATCH, MAX_BUCKET_CAP_MB, MAX_DEVI
                                           MAX_PROFILER_STEPS, MAX_RANKS, MAX_SEED, MAX_SEQ_LEN,
                                           MAX_TELEMETRY_MS, MAX_TRIALS, MAX_VOCAB, MAX_WARMUP,
                                           HelpFormatter, OneLineParser, bounded_int, choices,
-                                          finite_float, keyword_dict, list_of, name_list,
-                                          positive_int, dist_url, path_text, positive_ints,
-                                          zero_or_one)
+                                          finite_float, keyword_dict, label_text, list_of,
+                                          name_list, positive_int, dist_url, path_text,
+                                          positive_ints, zero_or_one)
 from microbench.settings.compile_options import COMPILE_MODES, parse_compile_context
 from microbench.settings.config import (AB_ROUNDS, DERIVED, INVERSE, MODES, PARALLEL, PRESETS,
                                         SCHEMA, SWITCH, VALUE, ABPlan, BenchConfig, Plan,
@@ -210,6 +210,9 @@ def build_parser() -> argparse.ArgumentParser:
              help="write no JSON or CSV, only print")
     _setting(output, "quiet",
              help="no per-iteration lines")
+    _setting(output, "label", type=label_text, metavar="TEXT",
+             help="a name for this run stored in its result (a nightly date, a commit), "
+                  "which microbench-report --history --by label orders by (default: none)")
     _add_language_args(parser)
     _add_data_args(parser)
     _add_distributed_args(parser)

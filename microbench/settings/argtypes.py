@@ -221,3 +221,18 @@ def keyword_dict(text: str) -> dict:
                                              f"word, got {printable(repr(item)[:80])}")
         read[key] = item
     return read
+
+
+# A label is a short name shown in tables and chart ticks, not a document.
+MAX_LABEL_CHARS = 120
+
+
+def label_text(text: str) -> str:
+    """An argparse type for --label: valid text of one printable line, at most
+    :data:`MAX_LABEL_CHARS` characters (it is shown in the history's tables and chart)."""
+    text = path_text(text).strip()
+    if not text or len(text) > MAX_LABEL_CHARS or not text.isprintable():
+        raise argparse.ArgumentTypeError(f"'{printable(text[:MAX_LABEL_CHARS])}': a label is "
+                                         f"1 to {MAX_LABEL_CHARS} printable characters on one "
+                                         f"line (e.g. nightly-2026-11-27)")
+    return text

@@ -115,6 +115,9 @@ class BenchConfig:
     write_files: bool = setting(True, flag="--no-files", kind=INVERSE, dest="no_files",
                                 replayed=False, per_rank=True)
     quiet: bool = setting(False, kind=SWITCH, replayed=False, per_rank=True)
+    # The user's name for this run (a nightly date, a commit): what microbench-report --history
+    # orders by with --by label. Not replayed: a rerun is another run, with a label of its own.
+    label: str | None = setting(replayed=False)
     seed: int = setting(0)
     distributed_dataparallel: bool = setting(False, flag="--distributed_dataparallel",
                                              kind=SWITCH, replayed=False)

@@ -83,6 +83,7 @@ def _node_natures() -> dict[str, str]:
     return {figure.key: nature(figure) for figure in of_table(NODE)}
 
 
+@functools.lru_cache(maxsize=4096)      # a document's numbers sit under a few dozen key paths
 def nature_at(keys: tuple[str, ...]) -> str | None:
     """The nature of the number a document holds under ``keys`` (object keys from the top,
     list positions left out), None where it is no figure or series (a seed, a setting)."""
@@ -127,11 +128,18 @@ def problem_of(kind: str | None, value: float) -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=1)
+def _derived() -> tuple[Figure, ...]:
+    """The figures a reader computes (a scale, a fallback): a stored one is the number at its
+    path, which the walk over the document checked already."""
+    return tuple(figure for figure in of_table(MODEL) if figure.reader is not None)
+
+
 def read_problem(document: dict, where: str) -> str | None:
     """The first figure of a run's result, as its reader derives it (store/figures.py: a
     headline in tokens/s, an interval end, MBU), out of its range; ``where``: the document's
     JSON path. Its stored numbers are checked first (:func:`problem`)."""
-    for figure in of_table(MODEL):
+    for figure in _derived():
         value = figure.read(document)
         if value is None:
             continue
