@@ -6,6 +6,7 @@ codes of the process, signals, torchrun, the op bench's entry point, the install
 """
 from __future__ import annotations
 
+import datetime
 import itertools
 import json
 import os
@@ -128,6 +129,21 @@ def stored_result(config: dict | None = None, **keys) -> dict:
     required = {name: getattr(defaults, name) for name in _REQUIRED_SETTINGS}
     document["config"] = {**required, **(config or {})}
     document.update(keys)
+    return document
+
+
+def nightly_result(throughput: float, night: int, config: dict | None = None,
+                   env: dict | None = None, label: str | None = None) -> dict:
+    """One night of a synthetic history: :func:`stored_result` run at midnight of day
+    ``night`` (counted from 2026-01-01) at ``throughput``, its per-iteration samples scaled to
+    it, with ``config`` and ``env`` keys on top and ``label`` as its --label."""
+    document = stored_result({**(config or {}), **({"label": label} if label else {})})
+    scale = document["Throughput [img/sec]"] / throughput
+    document["Throughput [img/sec]"] = throughput
+    document["timing"]["samples_ms"] = [sample * scale for sample in
+                                        document["timing"]["samples_ms"]]
+    day = datetime.date(2026, 1, 1) + datetime.timedelta(days=night)
+    document["env"].update(time_utc=f"{day.isoformat()}T00:00:00+00:00", **(env or {}))
     return document
 
 

@@ -16,6 +16,8 @@ import sys
 import sysconfig
 from pathlib import Path
 
+import pytest
+
 from conftest import ROOT
 
 
@@ -37,6 +39,7 @@ def _venv_seeing(venv: Path, folders: list[str]) -> Path:
     return python
 
 
+@pytest.mark.slow
 def test_pip_install_gives_both_commands(tmp_path):
     source = tmp_path / "src"
     shutil.copytree(ROOT, source, symlinks=True, ignore=shutil.ignore_patterns(

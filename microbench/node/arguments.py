@@ -19,7 +19,8 @@ import sys
 from microbench.node.parts import DEFAULT_TOLERANCE_PCT
 from microbench.platform import process, writing
 from microbench.platform.errors import UsageError
-from microbench.settings.argtypes import (MAX_DIST_TIMEOUT_S, HelpFormatter, OneLineParser,
+from microbench.settings.argtypes import (MAX_DIST_TIMEOUT_S, MIN_DIST_TIMEOUT_S,
+                                          HelpFormatter, OneLineParser,
                                           bounded_int, finite_float, path_text)
 
 DEFAULT_SAMPLES = 8
@@ -65,8 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
                            "too: a healthy run's result document (--json) or a file "
                            "--save-baseline wrote; without one a node whose GPUs are all "
                            "slow passes")
-    what.add_argument("--dist-timeout", type=finite_float(0, MAX_DIST_TIMEOUT_S), default=600,
-                      metavar="S",
+    what.add_argument("--dist-timeout", default=600, metavar="S",
+                      type=finite_float(MIN_DIST_TIMEOUT_S, MAX_DIST_TIMEOUT_S,
+                                        low_inclusive=True),
                       help="seconds the processes wait for each other (default: 600)")
     output = parser.add_argument_group("output")
     output.add_argument("--json", type=path_text, default=DEFAULT_JSON, metavar="PATH",

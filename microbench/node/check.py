@@ -92,11 +92,15 @@ def run(args, argv: list[str]) -> int:
         if args.processes is not None:
             raise UsageError(f"--processes: under {launch.launcher} the launcher started "
                              f"the processes (one per GPU); drop --processes")
+        program.scale_of(os.environ, launch.world_size)
         outcome = _measure_rank(launch, options)
         if not launch.is_main:
             return 0
     else:
-        outcome = _spawned(_process_count(args.processes, options.device_type), options)
+        count = _process_count(args.processes, options.device_type)
+        program.scale_of(os.environ, count)     # a rank outside the job: refused before it
+        distributed.check_fail_rank(count)
+        outcome = _spawned(count, options)
     return _finish(outcome, args, options, argv, time.perf_counter() - started)
 
 

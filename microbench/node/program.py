@@ -16,6 +16,7 @@ GPU another process fills) is recorded with its reason and flags the GPU; the pr
 """
 from __future__ import annotations
 
+import math
 import os
 import socket
 from dataclasses import dataclass, field, replace
@@ -25,17 +26,22 @@ import torch
 
 from microbench.measure.telemetry.health import DeviceHealth
 from microbench.measure.timing import time_calls
-from microbench.node.parts import GPU_FIGURES, QUICK_PARTS
+from microbench.node.parts import FIGURES, GPU_FIGURES, QUICK_PARTS
 from microbench.node.watch import PartTelemetry, watched
 from microbench.ops import peaks
 from microbench.platform import devices
 from microbench.platform.errors import BenchmarkError, UsageError
+from microbench.store import ranges
 
 # A test hook, as distributed.FAIL_RANK_VARIABLE: "RANK:FACTOR" multiplies every figure that
 # rank measures by FACTOR (a slow GPU without a slow GPU; tests and the docs' dry run); several
 # are separated by commas, and "*:FACTOR" scales every rank (a uniformly slow node, which only
 # --baseline can see).
 SCALE_VARIABLE = "MICROBENCH_NODE_SCALE"
+# The factors the hook takes: beyond a millionfold either way the samples leave every range a
+# rate has (a TFLOP/s times 1e300 is no number a reader can show, times 1e-320 is subnormal),
+# so the whole check would run to measure nothing.
+SCALE_RANGE = (1e-6, 1e6)
 
 
 @dataclass(frozen=True)
@@ -160,7 +166,21 @@ def run(device: torch.device, rank: int, local_rank: int, samples: int, quick: b
                        device=str(device), device_name=_device_name(device), parts=parts,
                        health=health[0] if health else None, telemetry_note=telemetry_note,
                        power_limit_w=limit, default_power_limit_w=default)
-    return scaled(record, os.environ if environ is None else environ)
+    record = scaled(record, os.environ if environ is None else environ)
+    return replace(record, parts={key: sound(part) for key, part in record.parts.items()})
+
+
+def sound(part: Part) -> Part:
+    """The part, or a failed part where a sample is no measurement (not finite, not positive,
+    beyond any rate: store/ranges.py): the verdict judges rates on a log scale and the
+    document is checked against those ranges, so such a sample is the GPU's finding, never
+    the check's crash."""
+    kind = ranges.nature(FIGURES[part.key])
+    for sample in part.samples:
+        if not math.isfinite(sample) or ranges.problem_of(kind, sample) is not None:
+            return replace(part, samples=(), failure=f"a sample of {sample:.3g} is not a "
+                                                     f"measurement (no positive finite rate)")
+    return part
 
 
 def _guarded(key: str, measure: Callable[[], Part], device: torch.device) -> Part:
@@ -261,9 +281,10 @@ def _device_name(device: torch.device) -> str:
     return devices.device_name(device) if devices.is_gpu(device) else "cpu"
 
 
-def scale_of(environ) -> dict | None:
+def scale_of(environ, world_size: int | None = None) -> dict | None:
     """The factor ``SCALE_VARIABLE`` names for each rank ("*": every rank); None when it is
-    unset."""
+    unset. Refused (one line, exit 2) before the run: a factor outside :data:`SCALE_RANGE`
+    and, given the job's ``world_size``, a rank outside it (it would scale nothing)."""
     text = environ.get(SCALE_VARIABLE)
     if not text:
         return None
@@ -277,9 +298,12 @@ def scale_of(environ) -> dict | None:
             raise UsageError(f"{SCALE_VARIABLE}={text!r}: expected RANK:FACTOR (several "
                              f"separated by commas, * for every rank), e.g. 1:0.5, or unset "
                              f"it") from None
-        if not ((rank == "*" or rank >= 0) and 0 < factor < float("inf")):
+        if not ((rank == "*" or rank >= 0) and SCALE_RANGE[0] <= factor <= SCALE_RANGE[1]):
             raise UsageError(f"{SCALE_VARIABLE}={text!r}: the rank must be 0 or more (or *) "
-                             f"and the factor a positive number")
+                             f"and the factor from {SCALE_RANGE[0]:g} to {SCALE_RANGE[1]:g}")
+        if world_size is not None and rank != "*" and rank >= world_size:
+            raise UsageError(f"{SCALE_VARIABLE}={text!r}: rank {rank} is not in this job of "
+                             f"{world_size} processes (ranks 0 to {world_size - 1})")
         factors[rank] = factor
     return factors
 

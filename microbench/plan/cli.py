@@ -26,19 +26,20 @@ from microbench.settings.precision import (CHOICES, FP8_RECIPES, QUANT_LAYOUT_CH
                                            from_older_flags, lookup)
 from microbench.plan import rerun
 from microbench.settings.argtypes import (MAX_BATCH, MAX_BUCKET_CAP_MB, MAX_DEVICE_INDEX,
-                                          MAX_DIST_TIMEOUT_S, MAX_IMAGE_SIZE, MAX_ITERATIONS,
+                                          MAX_DIST_TIMEOUT_S, MIN_DIST_TIMEOUT_S,
+                                          MAX_IMAGE_SIZE, MAX_ITERATIONS,
                                           MAX_MEMORY_GB, MAX_PEAK_TFLOPS, MAX_PEAK_BANDWIDTH,
                                           MAX_PROFILER_STEPS, MAX_RANKS, MAX_SEED, MAX_SEQ_LEN,
                                           MAX_TELEMETRY_MS, MAX_TRIALS, MAX_VOCAB, MAX_WARMUP,
                                           HelpFormatter, OneLineParser, bounded_int, choices,
-                                          finite_float, keyword_dict, list_of, name_list,
-                                          positive_int, dist_url, path_text, positive_ints,
-                                          zero_or_one)
+                                          finite_float, keyword_dict, label_text, list_of,
+                                          name_list, positive_int, dist_url, path_text,
+                                          positive_ints, zero_or_one)
 from microbench.settings.compile_options import COMPILE_MODES, parse_compile_context
 from microbench.settings.config import (AB_ROUNDS, DERIVED, INVERSE, MODES, PARALLEL, PRESETS,
                                         SCHEMA, SWITCH, VALUE, ABPlan, BenchConfig, Plan,
-                                        as_command_line, field_of_dest, replayed_fields, spelled,
-                                        sweep_axes, validate)
+                                        as_command_line, field_of_dest, measured_fields,
+                                        replayed_fields, spelled, sweep_axes, validate)
 from microbench.platform.errors import UsageError
 
 
@@ -218,6 +219,9 @@ def build_parser() -> argparse.ArgumentParser:
              help="write no JSON or CSV, only print")
     _setting(output, "quiet",
              help="no per-iteration lines")
+    _setting(output, "label", type=label_text, metavar="TEXT",
+             help="a name for this run stored in its result (a nightly date, a commit), "
+                  "which microbench-report --history --by label orders by (default: none)")
     _add_language_args(parser)
     _add_data_args(parser)
     _add_distributed_args(parser)
@@ -451,7 +455,8 @@ def _add_distributed_args(parser: argparse.ArgumentParser) -> None:
     _setting(group, "dist_url", type=dist_url, metavar="URL",
              help="rendezvous address: tcp://HOST:PORT (e.g. tcp://10.0.0.1:29500), env:// "
                   "(MASTER_ADDR and MASTER_PORT) or file:///shared/path")
-    _setting(group, "dist_timeout", type=finite_float(0, MAX_DIST_TIMEOUT_S), metavar="S",
+    _setting(group, "dist_timeout", metavar="S",
+             type=finite_float(MIN_DIST_TIMEOUT_S, MAX_DIST_TIMEOUT_S, low_inclusive=True),
              help="seconds that rendezvous and collectives may wait for other ranks")
     _setting(group, "ddp_bucket_cap_mb", type=finite_float(0, MAX_BUCKET_CAP_MB), metavar="MB",
              help="DistributedDataParallel gradient bucket size")
@@ -686,11 +691,18 @@ def _ab_plan(args: argparse.Namespace, configs: tuple[BenchConfig, ...]):
     if len(changes) > 1:
         raise UsageError(f"--ab {args.ab!r} makes B a sweep: give one value")
     b_config = _check(replace(to_config(b_args), **changes[0], repeat=configs[0].repeat))
-    if replace(b_config, explicit=(), notes=()) == replace(configs[0], explicit=(), notes=()):
-        raise UsageError(f"--ab {args.ab!r} changes no setting: B would be A")
+    if _measured(b_config) == _measured(configs[0]):
+        raise UsageError(f"--ab {args.ab!r} changes nothing that is measured (only where "
+                         f"results go or how they are shown): B would be A")
     if configs[0].max_noise_pct is not None:
         raise UsageError("--ab measures --repeat rounds: drop --max-noise")
     return ABPlan(args.ab, b_config, fail_if_slower=args.fail_if == "slower")
+
+
+def _measured(config: BenchConfig) -> dict:
+    """The settings of ``config`` that change what is measured: an output flag (--quiet,
+    --csv-file, --no-files) or a denominator (--peak-tflops) makes no B."""
+    return {name: getattr(config, name) for name in measured_fields()}
 
 
 def _refuse_abbreviations(words: list[str], flags: str) -> None:

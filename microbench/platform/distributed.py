@@ -160,7 +160,9 @@ def detect(config, environ: Mapping[str, str] | None = None) -> Launch:
     environ = os.environ if environ is None else environ
     _fail_rank(environ)                          # a test hook, but checked like the others
     if config.distributed_dataparallel:
-        return _manual(config, environ)
+        launch = _manual(config, environ)
+        check_fail_rank(launch.world_size, environ)
+        return launch
     stray = [flag for flag, value in (("--rank", config.rank), ("--world-size", config.world_size),
                                       ("--device_ids", config.device_ids)) if value is not None]
     if stray:
@@ -169,6 +171,8 @@ def detect(config, environ: Mapping[str, str] | None = None) -> Launch:
     launch = _from_environment(config, environ)
     if launch is None:
         launch = Launch(local_batch=config.batch_size, global_batch=config.batch_size)
+    elif launch.distributed:
+        check_fail_rank(launch.world_size, environ)
     global _current
     _current = launch
     return launch
@@ -372,10 +376,21 @@ def backend_reason(text: str) -> tuple[str, str] | None:
     return said, "rerun with NCCL_DEBUG=WARN for the collective library's reason"
 
 
+# Where c10d's C++ error text turns from its reason to its stack ("Exception raised from
+# ... frame #0: ..."): dozens of lines of library frames that say nothing to the user.
+_FRAMES = re.compile(r"Exception raised from |\bframe #\d+:")
+
+
+def _without_frames(text: str) -> str:
+    """The library's error text without its C++ frames (the reason is before them)."""
+    found = _FRAMES.search(text)
+    return text if found is None else text[:found.start()].rstrip()
+
+
 def _failure_line(launch: Launch, timeout_s: float, phase: str, error: BaseException) -> str:
     """One line for a failed rendezvous or collective: the backend's own reason first where it
     gave one; the rendezvous address only where it was never reached."""
-    text = str(error)
+    text = _without_frames(str(error))
     what = "rendezvous failed" if phase == "rendezvous" else "lost the other ranks"
     kind = type(error).__name__
     reason = backend_reason(text)
@@ -480,6 +495,15 @@ def _fail_rank(environ: Mapping[str, str]) -> int | None:
     """The rank MICROBENCH_FAIL_RANK names, checked: a rank number or unset."""
     value = environ.get(FAIL_RANK_VARIABLE)
     return None if value is None else _int_env(environ, FAIL_RANK_VARIABLE)
+
+
+def check_fail_rank(world_size: int, environ: Mapping[str, str] | None = None) -> None:
+    """Refuse, before the run, a MICROBENCH_FAIL_RANK outside a job of ``world_size``
+    processes: no rank would fail, and the test that set it would pass for nothing."""
+    rank = _fail_rank(os.environ if environ is None else environ)
+    if rank is not None and rank >= world_size:
+        raise UsageError(f"{FAIL_RANK_VARIABLE}={rank}: not a rank of this job of "
+                         f"{world_size} processes (ranks 0 to {world_size - 1})")
 
 
 def fail_if_asked(launch: Launch) -> None:

@@ -287,7 +287,9 @@ def _stop_watch(read_fd: int) -> None:
 def _fill_closed_descriptors() -> None:
     """Open /dev/null on standard input, output or error where the shell closed one (``>&-``):
     otherwise the next file this process opens (a result's temporary file) would get that
-    number, and anything writing to "standard output", C++ included, would write into it."""
+    number, and anything writing to "standard output", C++ included, would write into it.
+    Inheritable (os.open's descriptors are not, PEP 446): a spawned worker starts with the
+    same /dev/null, not with the stream closed again."""
     for fd in (0, 1, 2):
         try:
             os.fstat(fd)
@@ -295,6 +297,8 @@ def _fill_closed_descriptors() -> None:
             opened = os.open(os.devnull, os.O_RDWR)
             if opened != fd:                   # a lower one was free after all: leave it be
                 os.close(opened)
+            else:
+                os.set_inheritable(fd, True)
 
 
 class GuardedOutput(io.TextIOBase):
@@ -398,7 +402,28 @@ def entry(module: str) -> int:
         return terminated(error, env_rank_prefix())
     except MissingEnvironment as error:
         return stopped(safe_text.terminal(f"error: {error}"), error.exit_code, env_rank_prefix())
-    return main()
+    code = main()
+    # Flushed first: _stop_after_body ends with os._exit, which would drop what the summary
+    # left in a pipe's or a file's buffer.
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    for number in (signal.SIGINT, *STOPPING):
+        signal.signal(number, _stop_after_body)
+    return code
+
+
+def _stop_after_body(number: int, _frame) -> None:
+    """A stop after the command's body returned (its results written and shown, the
+    interpreter ending): its one line and its code at once. Python's own Ctrl-C there ends
+    with no line (or a traceback from an exit handler); a claim this skips is taken over as
+    a gone process's (platform/writing.py)."""
+    line, code = ((INTERRUPTED, EXIT_INTERRUPTED) if number == signal.SIGINT
+                  else (f"error: terminated ({STOPPING[number][0]})", STOPPING[number][1]))
+    _reported_stop.set()
+    with contextlib.suppress(OSError):
+        os.write(2, f"{env_rank_prefix()}{line}\n".encode())
+    os._exit(code)
 
 
 @contextlib.contextmanager
@@ -633,6 +658,9 @@ def _terminate_then_kill(children, grace_s: float) -> None:
     for child in children if grace_s > 0 else ():
         with contextlib.suppress(OSError, AttributeError, ValueError):
             child.terminate()
+            # A stopped child (SIGSTOP, Ctrl-Z, a debugger) would hold its SIGTERM, and the
+            # run, for the whole grace: continued, it handles the SIGTERM at once.
+            os.kill(child.pid, signal.SIGCONT)
     deadline = time.monotonic() + grace_s
     for child in children:
         child.join(max(0.0, deadline - time.monotonic()))
@@ -719,7 +747,12 @@ def orphan_safe_worker(parent_pid: int, target: str, arguments: bytes, *channels
     """A spawned worker's first code: it watches its parent before the heavy imports that
     unpickling its ``arguments`` (a pickled tuple) and importing ``target`` ("module:function")
     bring, so that a parent killed meanwhile does not leave it running its whole trial; then
-    ``target(*arguments, *channels)``. Plain channels (a Pipe's end) travel as arguments."""
+    ``target(*arguments, *channels)``. Plain channels (a Pipe's end) travel as arguments.
+    Its standard streams are kept as the parent keeps its own: a closed one filled with
+    /dev/null, and output that cannot be written dropped, never a traceback (the parent, whose
+    stdout it shares, reports the loss in its one line)."""
+    _fill_closed_descriptors()
+    sys.stdout = GuardedOutput(sys.stdout)
     die_with_parent(parent_pid)
     module, _, function = target.partition(":")
     getattr(importlib.import_module(module), function)(*pickle.loads(arguments), *channels)

@@ -32,8 +32,11 @@ import re
 # to markdown renderers); the bidirectional embeddings, overrides and isolates, which reorder
 # what a reader sees (CVE-2021-42574, "Trojan Source").
 # Lone surrogates: a file name's bytes that are not UTF-8 (os.fsdecode), which no stream encodes.
-_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069"
-                     "\ud800-\udfff]")
+# JSON's whitespace (TAB, LF, CR) is apart: JSON text holds it between values (:func:`plain_json`).
+_CONTROLS = ("\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069"
+             "\ud800-\udfff")
+_UNSAFE = re.compile(f"[\t\n\r{_CONTROLS}]")
+_UNSAFE_IN_JSON_TEXT = re.compile(f"[{_CONTROLS}]")
 
 
 def _escaped(match: re.Match) -> str:
@@ -85,6 +88,16 @@ def html(text: object, quote: bool = True) -> str:
     """``text`` as HTML shows it, literally: ``< > & "`` as entities and controls escaped as
     for the terminal (a page saved and shown with ``cat`` must not act on a terminal either)."""
     return _html.escape(terminal(text), quote=quote)
+
+
+def plain_json(text: str) -> bool:
+    """Whether JSON ``text`` surely parses to strings without a character :func:`terminal`
+    escapes: no escape at all (a backslash starts each, ``\\t`` and ``\\u001b`` alike) and no
+    raw control but TAB, LF and CR (which the json module's strict parsing allows only between
+    values, never inside a string). Such a document needs no :func:`neutralised` (a folder of
+    10,000 results spent a tenth of its reading time walking documents with nothing to
+    escape)."""
+    return "\\" not in text and _UNSAFE_IN_JSON_TEXT.search(text) is None
 
 
 def neutralised(document: object) -> object:

@@ -37,12 +37,14 @@ from multiprocessing.reduction import ForkingPickler
 from typing import Callable, Sequence
 
 from microbench.platform import distributed, process
-from microbench.platform.errors import (EXIT_UNEXPECTED, BenchmarkError, ReportedFailure,
-                                        Terminated)
+from microbench.platform.errors import (EXIT_INTERRUPTED, EXIT_UNEXPECTED, BenchmarkError,
+                                        ReportedFailure, Terminated)
 
 OK, ERROR = "ok", "error"
 # How long the other workers have to end after SIGTERM once one failed, before SIGKILL.
 STOP_GRACE_S = 30.0
+# A worker that handled a stopping signal exits with the shell's 128 + the signal (serve).
+_STOPPED_BY = 128
 
 
 # ---------------------------------------------------------------- the parent
@@ -105,10 +107,14 @@ def _replies(channels, started, what: Callable[[int], str]) -> list:
 
 
 def how_it_ended(exit_code: int | None) -> str:
-    """A worker's end in words: the signal that killed it, or its exit code."""
+    """A worker's end in words: the signal that killed it, the stop it handled (its exit code
+    is the shell's 128 + the signal, as :func:`serve` ends on one), or its exit code."""
     if exit_code is not None and exit_code < 0:
         with contextlib.suppress(ValueError):
             return f"killed by {signal.Signals(-exit_code).name}"
+    if exit_code is not None and _STOPPED_BY <= exit_code < _STOPPED_BY + 64:
+        with contextlib.suppress(ValueError):
+            return f"stopped by {signal.Signals(exit_code - _STOPPED_BY).name}"
     return f"exit code {exit_code}"
 
 
@@ -118,17 +124,22 @@ def serve(connection, body: Callable[[], object], what: str, prefix: str = "") -
     """In a worker: ``body()``'s value sent on ``connection``, or its failure (:func:`failure`);
     nothing when a stop ends it. ``what`` names this worker in the line of a bug; ``prefix``
     (``[rank N] ``) starts the line of any other failure."""
+    stopped = None
     with process.sigterm_raises():
         try:
             _send(connection, (OK, body()))     # a value that cannot be pickled raises here
-        except (KeyboardInterrupt, Terminated):
-            pass                                # the parent says what stopped the run
+        except KeyboardInterrupt:               # the parent says what stopped the run;
+            stopped = EXIT_INTERRUPTED          # the exit code says it to the parent
+        except Terminated as stop:
+            stopped = stop.exit_code
         except Exception as error:              # noqa: BLE001 (each failure is one reply)
             _send(connection, (ERROR, failure(error, what, prefix)))
         finally:
             connection.close()
             with contextlib.suppress(OSError, ValueError):
                 sys.stdout.flush()
+    if stopped is not None:
+        sys.exit(stopped)
 
 
 def failure(error: Exception, what: str, prefix: str = "") -> BenchmarkError:

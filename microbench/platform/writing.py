@@ -26,6 +26,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import csv
+import errno
 import hashlib
 import io
 import json
@@ -37,6 +38,7 @@ import shutil
 import signal
 import socket
 import threading
+import time
 from typing import Callable, Iterator, Sequence
 
 from microbench.platform import process
@@ -73,11 +75,20 @@ def signals_deferred() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
+# What a failed write is about, by its errno: a full disk is the common case, and its advice
+# must not be given for a name too long or a permission (exit 4 alike, each with its remedy).
+_NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+_ADVICE_NO_SPACE = "free space, raise the quota or file-size limit, or write elsewhere"
+_ADVICE_TOO_LONG = "choose a shorter name or directory"
+_ADVICE_OTHER = "check the directory and its permissions, or write elsewhere"
+
+
 def _cannot_write(path: str, error: OSError) -> CannotWrite:
     reason = error.strerror or str(error)
-    return CannotWrite(f"cannot write {path}: {reason}; the previous file is unchanged (free "
-                       f"space, raise the quota or file-size limit, or choose another "
-                       f"--output-dir, and run again)")
+    advice = (_ADVICE_NO_SPACE if error.errno in _NO_SPACE
+              else _ADVICE_TOO_LONG if error.errno == errno.ENAMETOOLONG else _ADVICE_OTHER)
+    return CannotWrite(f"cannot write {path}: {reason}; the previous file is unchanged "
+                       f"({advice}, and run again)")
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -163,13 +174,41 @@ def check_target(path: str, flag: str, directory_made: bool = False) -> None:
     if os.path.exists(path) and not os.access(path, os.W_OK):
         raise UsageError(f"cannot write {flag} {path}: the file is read-only; make it writable "
                          f"or name another")
+    problem = length_problem(path, directory)
+    if problem is not None:
+        raise UsageError(f"cannot write {flag} {path}: {problem}; choose a shorter name or "
+                         f"directory")
+
+
+def _limit(directory: str, name: str, default: int) -> int:
     try:
-        name_max = os.pathconf(directory, "PC_NAME_MAX")
+        return os.pathconf(directory, name)
     except (OSError, ValueError, AttributeError):
-        name_max = 255
-    if len(os.path.basename(path).encode()) > name_max:
-        raise UsageError(f"cannot write {flag} {path}: the file name is longer than the "
-                         f"{name_max} bytes the file system allows")
+        return default
+
+
+def _bytes(text: str) -> int:
+    return len(text.encode("utf-8", "surrogateescape"))
+
+
+def length_problem(path: str, existing: str) -> str | None:
+    """Why the file system cannot take ``path`` whole, or None: every name of it (the
+    directories still to be made, the file's name with its claim file ``.NAME.claim``) within
+    NAME_MAX, and the longest path a write makes beside it (the claim file, the temporary file)
+    within PATH_MAX, as ``existing`` (its nearest existing directory) reports them. Checked
+    before the run: a path too long is found then, not as a failed write after it."""
+    name_max = _limit(existing, "PC_NAME_MAX", 255)
+    path_max = _limit(existing, "PC_PATH_MAX", 4096)
+    absolute = os.path.abspath(path)
+    directory, base = os.path.split(absolute)
+    longest_name = max((_bytes(part) for part in directory.split(os.sep)), default=0)
+    if max(longest_name, _bytes(os.path.basename(_claim_file(absolute)))) > name_max:
+        return f"a name in it is longer than the {name_max} bytes the file system allows"
+    longest = max(_bytes(_claim_file(absolute)), _bytes(_temporary_name(absolute)))
+    if longest >= path_max:
+        return (f"the path with the files written beside it is {longest} bytes, beyond the "
+                f"{path_max - 1} the system allows")
+    return None
 
 
 # Old name, kept for callers outside the package.
@@ -226,19 +265,31 @@ def _claim_file(path: str) -> str:
     return os.path.join(directory, f".{base}{_CLAIM_SUFFIX}")
 
 
+# A claim holds "<pid> <host>" from the moment its creator writes it, right after creating
+# it; one that still holds anything else after this long was cut short or tampered with, and
+# is stale, as a lock file whose owner cannot be named (else its name is blocked forever).
+_CLAIM_WRITTEN_S = 10.0
+_CLAIM_TEXT = re.compile(r"(\d{1,10}) ([0-9a-f]{8})")
+
+
 def _stale_claim(claim_file: str) -> bool:
     """Whether the claim at ``claim_file`` was left by a process of this host that is gone (or
-    by this process in an earlier, finished run: main() is called in-process too)."""
+    by this process in an earlier, finished run: main() is called in-process too), or holds
+    no claimant after :data:`_CLAIM_WRITTEN_S`; another host's claim is never stale."""
     try:
         with open(claim_file, encoding="ascii", errors="replace") as held:
-            pid_text, _, host = held.read(64).strip().partition(" ")
+            text = held.read(64).strip()
+        age = time.time() - os.stat(claim_file).st_mtime
     except FileNotFoundError:
         return True
     except OSError:
         return False
-    if host != _HOST or not pid_text.isdigit():
-        return host == _HOST and not pid_text                 # ours, cut short while written
-    pid = int(pid_text)
+    named = _CLAIM_TEXT.fullmatch(text)
+    if named is None:
+        return age > _CLAIM_WRITTEN_S
+    if named.group(2) != _HOST:
+        return False
+    pid = int(named.group(1))
     return pid == os.getpid() or not _alive(pid)
 
 

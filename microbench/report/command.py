@@ -3,6 +3,7 @@
     microbench-report results/
     microbench-report results/ nightly/ --baseline precision=fp32 --format markdown
     microbench-report results/sweep_20261124T203708Z.json --plot batch.png --html report.html
+    microbench-report nightly/ --history --plot history.png --tolerance 5     # docs/history.md
     python3 -m microbench.report old.json new.json --baseline old.json
 
 Reads result JSONs of every version this tool wrote (and the older tool's, and the op bench's),
@@ -12,10 +13,15 @@ peak memory, and with ``--baseline`` each row's speed against one row. The table
 standard output; what reading the files said (a file skipped, an older version read) goes to
 standard error, one line each.
 
+With ``--history`` (:mod:`.history_view`): each run identity's results over time, the changes
+of speed confirmed beyond noise, and what else changed at each.
+
 Exit codes: 0 a table was printed (files may have been skipped, each named); 2 usage: a path that
 is missing, not a regular file or directory (a FIFO, a device), larger than a result can be, a
 directory without results, no readable result at all, a baseline that names no row or several;
-4 matplotlib (--plot) or jsonschema missing, or no space to write the chart or page; 130 Ctrl-C,
+4 matplotlib (--plot) or jsonschema missing, or no space to write the chart or page; 5 with
+--history, a series whose newest result is below its level before a confirmed slowdown by more
+than --tolerance (after everything was written); 130 Ctrl-C,
 141 the reader of standard output left, 143 SIGTERM. Nothing here imports torch or the code that
 runs a benchmark (only microbench.settings.config's setting schema, for the settings' flag names), so
 reading results does not wait for torch's imports.
@@ -29,11 +35,13 @@ import sys
 from microbench import __version__
 from microbench.platform import process, safe_text
 from microbench.platform import progress
-from microbench.settings.argtypes import path_text
+from microbench.settings.argtypes import finite_float, path_text
 from microbench.platform.errors import EXIT_USAGE, BenchmarkError, UsageError
-from microbench.output import chart, table
-from microbench.report import page
+from microbench.measure.stats import DEFAULT_TOLERANCE_PCT
+from microbench.output import chart, history_table, table
+from microbench.report import history_view, page
 from microbench.store import collection
+from microbench.store.history import BY_TIME, ORDERS
 from microbench.platform import writing
 
 
@@ -83,14 +91,46 @@ def build_parser() -> argparse.ArgumentParser:
                         help="write the tables and the chart as one self-contained web page")
     parser.add_argument("--title", default=DEFAULT_TITLE,
                         help=f"the --html page's title (default: {DEFAULT_TITLE})")
+    history = parser.add_argument_group("results over time (docs/history.md)")
+    history.add_argument("--history", action="store_true",
+                         help="each run identity's results in order, with the changes of "
+                              "speed confirmed beyond noise and what else changed there; "
+                              "exit 5 when a series' newest result is below its level before "
+                              "a confirmed slowdown by more than --tolerance")
+    history.add_argument("--by", choices=ORDERS, default=BY_TIME,
+                         help="with --history: order each series by when each run ran, or "
+                              "by the --label each run was given (default: time)")
+    history.add_argument("--tolerance", type=finite_float(0, 100, low_inclusive=True),
+                         default=DEFAULT_TOLERANCE_PCT, metavar="PCT",
+                         help="with --history: the smallest slowdown, in percent, that fails "
+                              f"the check (default: {DEFAULT_TOLERANCE_PCT:g})")
     parser.add_argument("--version", action="version",
                         version=f"microbench-report {__version__}")
     return parser
 
 
+def _check_history_flags(args: argparse.Namespace) -> None:
+    """--history's own flags only with it, and the table's flags only without it."""
+    if args.history:
+        for flag, value in (("--baseline", args.baseline), ("--metric", args.metric),
+                            ("--x", args.x)):
+            if value is not None:
+                raise UsageError(f"{flag} chooses what the table or its chart shows; --history "
+                                 f"shows each series over time: leave {flag} out")
+        if args.format not in history_table.FORMATS:
+            raise UsageError(f"--history writes {', '.join(history_table.FORMATS)}; not "
+                             f"--format {args.format}")
+        return
+    for flag, given in (("--by", args.by != BY_TIME),
+                        ("--tolerance", args.tolerance != DEFAULT_TOLERANCE_PCT)):
+        if given:
+            raise UsageError(f"{flag} applies to --history: give --history with it")
+
+
 def _check_outputs(args: argparse.Namespace) -> None:
     """Output paths checked before any result is read, and no flag given that would not take
     effect."""
+    _check_history_flags(args)
     if args.plot is None and args.html is None:
         for flag, value in (("--metric", args.metric), ("--x", args.x)):
             if value is not None:
@@ -162,6 +202,8 @@ def run(args: argparse.Namespace) -> int:
     if not found.entries:
         raise UsageError(f"no result to report: none of the {len(inputs.files)} file(s) read "
                          f"is a result of this tool (see the lines above)")
+    if args.history:
+        return history_view.run(args, found)
     tables = table.build_tables(collection.group_entries(found.entries), args.baseline)
     if args.plot or args.html:                # a wrong --metric or --x: before any output
         plotted, metric = chart.plotted_table(tables, args.metric)

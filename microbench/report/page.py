@@ -1,4 +1,5 @@
-"""``microbench-report --html FILE``: the report as one self-contained web page.
+"""``microbench-report --html FILE``: the report (or, with ``--history``, the history) as one
+self-contained web page.
 
 Everything the page shows is inside the file: the tables as HTML, the chart as a PNG in a
 ``data:`` URI, the style in a ``<style>`` element; no script, no font, no link to anything
@@ -9,6 +10,7 @@ Example::
 
     page = html_page(tables, found.lines, chart_png=png_bytes, title="nightly resnet50")
     writing.write_whole("report.html", page)
+    page = history_page(past, 5.0, found.lines, chart_png=png_bytes)     # --history
 """
 from __future__ import annotations
 
@@ -17,7 +19,9 @@ import datetime
 
 from microbench import __version__
 from microbench.platform import safe_text
+from microbench.output import history_table
 from microbench.output.table import Table, cell, common_line, file_line, notes, title_of
+from microbench.store.history import History, Series
 
 _STYLE = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2em;
@@ -38,6 +42,7 @@ tr.failed td { color: #a31515; }
 ul.notes { color: #444; font-size: 0.9em; }
 img.chart { max-width: 100%; border: 1px solid #eee; margin-top: 0.6em; }
 details { margin-top: 1.2em; color: #444; font-size: 0.9em; }
+p.regression { color: #a31515; font-weight: bold; }
 """
 
 
@@ -91,28 +96,75 @@ def _table_html(table: Table) -> list[str]:
     return out
 
 
+def _head(title: str, meta: str) -> list[str]:
+    return ["<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
+            '<meta name="viewport" content="width=device-width, initial-scale=1">',
+            f"<title>{safe_text.html(title)}</title>", f"<style>{_STYLE}</style>", "</head>",
+            "<body>", f"<h1>{safe_text.html(title)}</h1>",
+            f'<p class="meta">{safe_text.html(meta)}; made by microbench-report '
+            f"{safe_text.html(__version__)} on {_stamp()}</p>"]
+
+
+def _stamp() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def _chart(chart_png: bytes | None, chart_note: str | None, alt: str) -> list[str]:
+    if chart_png is not None:
+        encoded = base64.b64encode(chart_png).decode("ascii")
+        return [f'<img class="chart" alt="{alt}" src="data:image/png;base64,{encoded}">']
+    return [f'<p class="meta">{safe_text.html(chart_note)}</p>'] if chart_note else []
+
+
+def _details(summary: str, lines: list[str]) -> str:
+    return (f"<details><summary>{summary}</summary><ul>" + "".join(
+        f"<li>{safe_text.html(line)}</li>" for line in lines) + "</ul></details>")
+
+
 def html_page(tables: list[Table], read_lines: list[str], chart_png: bytes | None = None,
               chart_note: str | None = None, title: str = "Benchmark results") -> str:
     """The whole page. ``read_lines``: what reading the files said (skipped, older versions);
     ``chart_png``: the chart to embed; ``chart_note``: why there is none, when there is none."""
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     rows = sum(len(table.rows) for table in tables)
-    out = ["<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
-           '<meta name="viewport" content="width=device-width, initial-scale=1">',
-           f"<title>{safe_text.html(title)}</title>", f"<style>{_STYLE}</style>", "</head>",
-           "<body>", f"<h1>{safe_text.html(title)}</h1>",
-           f'<p class="meta">{rows} row{"s" if rows != 1 else ""}; made by microbench-report '
-           f"{safe_text.html(__version__)} on {stamp}</p>"]
+    out = _head(title, f"{rows} row{'s' if rows != 1 else ''}")
     for table in tables:
         out += _table_html(table)
-    if chart_png is not None:
-        encoded = base64.b64encode(chart_png).decode("ascii")
-        out.append(f'<img class="chart" alt="chart of the results" '
-                   f'src="data:image/png;base64,{encoded}">')
-    elif chart_note:
-        out.append(f'<p class="meta">{safe_text.html(chart_note)}</p>')
+    out += _chart(chart_png, chart_note, "chart of the results")
     files = [file_line(table, index, entry) for table in tables for index, entry in table.rows]
-    out.append("<details><summary>Files</summary><ul>" + "".join(
-        f"<li>{safe_text.html(line)}</li>" for line in files + read_lines) + "</ul></details>")
-    out += ["</body>", "</html>", ""]
+    out += [_details("Files", files + read_lines), "</body>", "</html>", ""]
+    return "\n".join(out)
+
+
+def _series_html(series: Series, tolerance_pct: float) -> list[str]:
+    out = [f"<h2>{safe_text.html(history_table.heading(series))}</h2>"]
+    line = history_table.regression_line(series, tolerance_pct)
+    if line:
+        out.append(f'<p class="regression">{safe_text.html(line)}</p>')
+    if not series.steps:
+        return out
+    columns = history_table.COLUMNS
+    out.append('<div class="wide"><table><thead><tr>' + "".join(
+        f'<th{_classes(column, position, 0)}>{safe_text.html(column.heading)}</th>'
+        for position, column in enumerate(columns)) + "</tr></thead><tbody>")
+    for row in history_table.change_rows(series):
+        out.append("<tr>" + "".join(
+            f'<td{_classes(column, position, 0)}>{safe_text.html(text)}</td>'
+            for position, (column, text) in enumerate(zip(columns, row))) + "</tr>")
+    out.append("</tbody></table></div>")
+    out.append('<ul class="notes">' + "".join(
+        f"<li>{safe_text.html(note)}</li>" for note in history_table.notes(series)) + "</ul>")
+    return out
+
+
+def history_page(past: History, tolerance_pct: float, read_lines: list[str],
+                 chart_png: bytes | None = None, chart_note: str | None = None,
+                 title: str = "Benchmark results") -> str:
+    """``--history --html``: each series with its changes, the chart, and what was read."""
+    results = sum(len(series.entries) for series in past.series)
+    out = _head(title, f"{len(past.series)} series of {results} results over time")
+    for series in past.series:
+        out += _series_html(series, tolerance_pct)
+    out += _chart(chart_png, chart_note, "throughput over time with the changes marked")
+    out += [_details("Notes and files read", past.lines + read_lines), "</body>", "</html>",
+            ""]
     return "\n".join(out)

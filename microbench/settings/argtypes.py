@@ -38,6 +38,9 @@ MAX_SEED = 2**63 - 1                # torch.manual_seed takes 64 bits
 MAX_RANKS = 2**20
 MAX_DEVICE_INDEX = 1023
 MAX_DIST_TIMEOUT_S = 10**7          # 115 days: still a finite timedelta for every backend
+# Below a second no rendezvous completes (processes connect over TCP and agree on their
+# settings first), so every run would end in a timeout: refused, not accepted as "positive".
+MIN_DIST_TIMEOUT_S = 1.0
 MAX_BUCKET_CAP_MB = 10**6
 MAX_MEMORY_GB = 10**6
 MAX_PEAK_TFLOPS = 10**7
@@ -218,3 +221,18 @@ def keyword_dict(text: str) -> dict:
                                              f"word, got {printable(repr(item)[:80])}")
         read[key] = item
     return read
+
+
+# A label is a short name shown in tables and chart ticks, not a document.
+MAX_LABEL_CHARS = 120
+
+
+def label_text(text: str) -> str:
+    """An argparse type for --label: valid text of one printable line, at most
+    :data:`MAX_LABEL_CHARS` characters (it is shown in the history's tables and chart)."""
+    text = path_text(text).strip()
+    if not text or len(text) > MAX_LABEL_CHARS or not text.isprintable():
+        raise argparse.ArgumentTypeError(f"'{printable(text[:MAX_LABEL_CHARS])}': a label is "
+                                         f"1 to {MAX_LABEL_CHARS} printable characters on one "
+                                         f"line (e.g. nightly-2026-11-27)")
+    return text

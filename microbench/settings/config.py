@@ -39,7 +39,8 @@ DERIVED = "derived"         # computed from other flags by cli.to_config (precis
 def setting(default: Any = None, *, flag: str | None = None, kind: str = VALUE,
             dest: str | None = None, replayed: bool = True, per_rank: bool = False,
             preset: bool = False, axis: int = 0, label: str | None = None,
-            nargs: bool = False, factory: Callable[[], Any] | None = None) -> Any:
+            nargs: bool = False, factory: Callable[[], Any] | None = None,
+            measured: bool | None = None) -> Any:
     """A :class:`BenchConfig` field and its command-line schema.
 
     ``flag``: its canonical spelling (default ``--`` + the field name in kebab case); ``dest``:
@@ -52,14 +53,16 @@ def setting(default: Any = None, *, flag: str | None = None, kind: str = VALUE,
     compile's --compile-mode, both read by ``cli``); ``label``: how a labelled axis is shown in
     run names, sweep labels and figures (``label-value``, ``label=value``, ``label value``;
     :mod:`microbench.plan.naming` spells the older axes by hand); ``nargs``: the flag takes
-    several words (``--model-kwargs a=1 b=2``).
+    several words (``--model-kwargs a=1 b=2``); ``measured``: whether it changes what a run
+    measures (default: ``replayed``; False for a setting replayed but only shown, such as a
+    peak that is only a denominator): ``--ab`` refuses a B that differs in none of these.
 
     A new sweep axis is its field here, ``setting(default, axis=N, label="word")``, and its
     flag in ``cli.py`` (a list type: ``argtypes.choices``, ``list_of``, or ``choices=``).
     """
     metadata = {"flag": flag, "kind": kind, "dest": dest, "replayed": replayed,
                 "per_rank": per_rank, "preset": preset, "axis": axis, "label": label,
-                "nargs": nargs}
+                "nargs": nargs, "measured": replayed if measured is None else measured}
     if factory is not None:
         return field(default_factory=factory, metadata=metadata)
     return field(default=default, metadata=metadata)
@@ -112,6 +115,9 @@ class BenchConfig:
     write_files: bool = setting(True, flag="--no-files", kind=INVERSE, dest="no_files",
                                 replayed=False, per_rank=True)
     quiet: bool = setting(False, kind=SWITCH, replayed=False, per_rank=True)
+    # The user's name for this run (a nightly date, a commit): what microbench-report --history
+    # orders by with --by label. Not replayed: a rerun is another run, with a label of its own.
+    label: str | None = setting(replayed=False)
     seed: int = setting(0)
     distributed_dataparallel: bool = setting(False, flag="--distributed_dataparallel",
                                              kind=SWITCH, replayed=False)
@@ -121,7 +127,7 @@ class BenchConfig:
     world_size: int | None = setting(replayed=False)
     dist_backend: str | None = setting(replayed=False)
     dist_url: str | None = setting(replayed=False, per_rank=True)
-    dist_timeout: float = setting(600.0)
+    dist_timeout: float = setting(600.0, measured=False)
     ddp_bucket_cap_mb: float = setting(25.0)
     ddp_static_graph: bool = setting(False, kind=SWITCH, preset=True)
     ddp_gradient_as_bucket_view: bool = setting(False, kind=SWITCH, preset=True)
@@ -134,8 +140,8 @@ class BenchConfig:
     profiler_schedule: tuple[int, int, int] = setting((1, 2, 2))
     profiler_output: str | None = setting(replayed=False, per_rank=True)
     flops_prof_step: int | None = setting()
-    peak_tflops: float | None = setting()
-    peak_bandwidth: float | None = setting()      # GB/s, for MBU
+    peak_tflops: float | None = setting(measured=False)          # MFU's denominator only
+    peak_bandwidth: float | None = setting(measured=False)       # GB/s, MBU's denominator
     measure_peaks: bool | None = setting()        # None: on for GPUs, off on the CPU (spec)
     capture_range: bool = setting(False, kind=SWITCH)
     phase_timing: bool = setting(True, flag="--no-phases", kind=INVERSE, dest="no_phases")
@@ -193,6 +199,7 @@ class Setting:
     axis: int
     label: str | None
     nargs: bool
+    measured: bool
 
 
 def _read_schema() -> dict[str, Setting]:
@@ -206,7 +213,7 @@ def _read_schema() -> dict[str, Setting]:
             flag=meta["flag"] or "--" + item.name.replace("_", "-"), kind=meta["kind"],
             dest=meta["dest"] or item.name, replayed=meta["replayed"],
             per_rank=meta["per_rank"], preset=meta["preset"], axis=meta["axis"],
-            label=meta["label"], nargs=meta["nargs"])
+            label=meta["label"], nargs=meta["nargs"], measured=meta["measured"])
     return schema
 
 
@@ -234,6 +241,11 @@ ONE_PROCESS = "single"
 
 def replayed_fields() -> tuple[str, ...]:
     return tuple(name for name, item in SCHEMA.items() if item.replayed)
+
+
+def measured_fields() -> tuple[str, ...]:
+    """The settings that change what a run measures (not where it writes or what it shows)."""
+    return tuple(name for name, item in SCHEMA.items() if item.measured)
 
 
 def field_of_dest(dest: str) -> str | None:

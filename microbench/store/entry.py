@@ -25,8 +25,10 @@ import dataclasses
 import json
 from dataclasses import dataclass, field
 
+from microbench.settings import identity
 from microbench.settings.config import SCHEMA
 from microbench.store import schema
+from microbench.store.provenance import environment_of
 from microbench.store.figures import (MODEL, NODE, OP, number, read_all, tokens_per_item,
                                       value_at)
 
@@ -67,6 +69,11 @@ class Entry:
     data_unit: str = ""                 # the input pipeline's unit (--data loader|folder);
                                         # "" for synthetic input
     data_verdict: str = ""              # input-bound, compute-bound, ... ("" without a pipeline)
+    label: str = ""                     # --label: the user's name for the run ("" without)
+    configuration: str = ""             # the gate's identity (settings.identity.GATE) as one
+                                        # string: equal for results --compare would compare;
+                                        # "" where the document records none (the older tool)
+    environment: dict = field(default_factory=dict)   # what it ran on (store.provenance)
 
     @property
     def measured(self) -> bool:
@@ -245,7 +252,10 @@ def result_entry(document: dict, source: str) -> Entry:
                  accuracy_reference=str(_get(document, "accuracy", "reference") or ""),
                  data_unit=str(_get(document, "data", "unit") or "") if isinstance(
                      _get(document, "data"), dict) else "",
-                 data_verdict=str(_get(document, "data", "verdict", "kind") or ""))
+                 data_verdict=str(_get(document, "data", "verdict", "kind") or ""),
+                 label=str(_get(document, "config", "label") or ""),
+                 configuration=identity.key(identity.of_document(document), identity.GATE),
+                 environment=environment_of(document))
 
 
 def _precision_name(name: str) -> str:

@@ -118,6 +118,11 @@ class Figure:
                                             # the sweep column's number)
     sweep: str | None = None                # its column in a sweep's comparison table (the
                                             # older figures' are output/sweep_table.py's)
+    whole: bool = False                     # a FRACTION that is a share of a whole: at most 1
+                                            # (store/ranges.py; a CV or MFU can pass 1)
+    bound: bool = False                     # an interval's end, not a measurement: files of
+                                            # versions before the log-scale interval hold
+                                            # arithmetic ones, whose low end can be <= 0
 
     def applies_to(self, mode: str) -> bool:
         """Whether a run of this kind (its --mode) can have this figure."""
@@ -230,12 +235,14 @@ FIGURES: tuple[Figure, ...] = (
            csv="throughput_tokens_s"),
     # Trials: the headline's interval (in the result's unit; the CSV's in items/s).
     Figure("ci95_low", "{unit}", HIGHER, reader=_interval_end("ci95_low"), heading="95% CI",
-           style=INTERVAL),
-    Figure("ci95_high", "{unit}", HIGHER, reader=_interval_end("ci95_high")),
+           style=INTERVAL, bound=True),
+    Figure("ci95_high", "{unit}", HIGHER, reader=_interval_end("ci95_high"), bound=True),
     Figure("trial_count", "trials", None, reader=_trial_count, csv="trials", csv_format=".0f",
            heading="trial count", style=COUNT),
-    Figure("items_ci95_low", "items/s", HIGHER, path=("trials", "ci95_low"), csv="ci95_low"),
-    Figure("items_ci95_high", "items/s", HIGHER, path=("trials", "ci95_high"), csv="ci95_high"),
+    Figure("items_ci95_low", "items/s", HIGHER, path=("trials", "ci95_low"), csv="ci95_low",
+           bound=True),
+    Figure("items_ci95_high", "items/s", HIGHER, path=("trials", "ci95_high"), csv="ci95_high",
+           bound=True),
     Figure("trial_cv", FRACTION, LOWER, reader=_trial_cv, csv="trial_cv", csv_format=".5f"),
     # Iteration times (a whole generation for --mode generate).
     Figure("mean_ms", "ms", LOWER, path=(*_STATS, "mean_ms"), csv="mean_ms", csv_format=".4f"),
@@ -293,7 +300,8 @@ FIGURES: tuple[Figure, ...] = (
     # FP8 and quantized weights: the distance from the reference precision.
     Figure("accuracy", FRACTION, LOWER, reader=_accuracy, heading="vs BF16 (error)",
            style=PERCENT),
-    Figure("accuracy_agreement", FRACTION, HIGHER, path=("accuracy", "top1_agreement")),
+    Figure("accuracy_agreement", FRACTION, HIGHER, path=("accuracy", "top1_agreement"),
+           whole=True),
     # The profiled decode step (generation).
     Figure("decode_kernel_ms", "ms", LOWER, path=(*_GEN, "decode_attribution", "busy_ms"),
            kinds=frozenset({GENERATE}), heading="decode kernels [ms]"),
@@ -318,10 +326,14 @@ FIGURES: tuple[Figure, ...] = (
     Figure("pipeline_per_s", "{data unit}", HIGHER, path=(*_DATA, "pipeline_per_s")),
     Figure("loader_alone_per_s", "{data unit}", HIGHER, path=(*_DATA, "loader_alone_per_s")),
     Figure("model_alone_per_s", "{data unit}", HIGHER, path=(*_DATA, "model_alone_per_s")),
-    Figure("wait_share", FRACTION, LOWER, path=(*_DATA, "wait", "share_total")),
-    Figure("wait_share_median", FRACTION, LOWER, path=(*_DATA, "wait", "share_median")),
-    Figure("wait_share_p99", FRACTION, LOWER, path=(*_DATA, "wait", "share_p99")),
-    Figure("data_kept", FRACTION, HIGHER, path=(*_DATA, "verdict", "kept")),
+    Figure("wait_share", FRACTION, LOWER, path=(*_DATA, "wait", "share_total"),
+           whole=True),
+    Figure("wait_share_median", FRACTION, LOWER, path=(*_DATA, "wait", "share_median"),
+           whole=True),
+    Figure("wait_share_p99", FRACTION, LOWER, path=(*_DATA, "wait", "share_p99"),
+           whole=True),
+    Figure("data_kept", FRACTION, HIGHER, path=(*_DATA, "verdict", "kept"),
+           whole=True),
     Figure("data_workers", "workers", None, path=(*_DATA, "workers")),
     # The op bench: one row per op and shape (paths into the op's row).
     Figure("median_ms", "ms", LOWER, path=("median_ms",), table=OP, heading="median",

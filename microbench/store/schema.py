@@ -25,12 +25,11 @@ from __future__ import annotations
 import functools
 import json
 import math
-import sys
 from importlib import resources
 
 from microbench.platform.errors import MissingEnvironment, UsageError
 from microbench.settings import config, precision
-from microbench.store import figures
+from microbench.store import figures, ranges
 
 SCHEMA_FILE = "result.schema.json"
 # The longest validation message quoted in the one line (jsonschema quotes the offending value,
@@ -184,7 +183,47 @@ def _validator():
     return jsonschema.Draft202012Validator(schema())
 
 
-def _first_problem(document: dict) -> str | None:
+def _as_draft7(node: object) -> object:
+    """The schema in draft-07 words for fastjsonschema, which knows no later draft: 2020-12's
+    ``prefixItems`` (a tuple's items) is draft-07's ``items`` given a list. Every other keyword
+    the schema uses means the same in both drafts, and no ``$ref`` has a sibling that
+    validates (2020-12 applies such siblings; draft-07 ignores them)."""
+    if isinstance(node, list):
+        return [_as_draft7(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    return {("items" if key == "prefixItems" else key): _as_draft7(value)
+            for key, value in node.items() if key != "$schema"}
+
+
+@functools.lru_cache(maxsize=1)
+def _fast_validator():
+    """fastjsonschema's validator compiled from the schema (half a second, once), or None
+    where fastjsonschema is not installed. It checks a document in about a twentieth of
+    jsonschema's time; a document it refuses goes to jsonschema, whose verdict and message
+    stand, so it only ever saves time."""
+    try:
+        import fastjsonschema
+    except ImportError:
+        return None
+    return fastjsonschema.compile(_as_draft7(schema()))
+
+
+def _passes_fast(document: dict) -> bool:
+    validate = _fast_validator()
+    if validate is None:
+        return False
+    from fastjsonschema import JsonSchemaException
+    try:
+        validate(document)
+    except JsonSchemaException:
+        return False
+    return True
+
+
+def _first_problem(document: dict, fast: bool) -> str | None:
+    if fast and _passes_fast(document):
+        return None
     from jsonschema.exceptions import best_match
     error = best_match(_validator().iter_errors(document))
     if error is None:
@@ -195,14 +234,6 @@ def _first_problem(document: dict) -> str | None:
     return f"{error.json_path}: {message}"
 
 
-# Headlines and the values statistics are taken over: finite, positive and normal, since a
-# zero, an infinity or a subnormal turns a ratio, a logarithm or a mean into a crash or a lie
-# (log(0), 1/5e-324 overflowing, a zero trial making the gate a point ratio).
-_HEADLINES = frozenset({"Throughput [img/sec]", "Time per mini-batch", "images_per_s",
-                        "ms_per_batch", "us_per_sample", "tokens_per_s", "items_per_s"})
-# Samples: finite, and zero or positive and normal (a clock's resolution can give a zero).
-_SAMPLES = frozenset({"samples_ms", "median_ms", "mean_ms", "min_ms", "max_ms"})
-_SMALLEST_NORMAL = sys.float_info.min
 # No document of the tool is nested half as deep; a deeper one would take validators and
 # writers (recursive, as jsonschema and json.dumps with an indent are) past Python's limit.
 MAX_DEPTH = 64
@@ -214,19 +245,15 @@ MAX_DEPTH = 64
 MAX_INTEGER = 2**64 - 1
 
 
-def _value_problem(value: int | float, key: str, inside: str) -> str | None:
+def _value_problem(value: int | float, keys: tuple[str, ...]) -> str | None:
+    """Any number: finite, an integer within 64 bits; a figure or a sample: in the range of
+    what it is (store/ranges.py)."""
     if isinstance(value, int) and not -MAX_INTEGER <= value <= MAX_INTEGER:
         return "is out of range (an integer beyond 64 bits)"
     value = float(value)
     if not math.isfinite(value):
         return "is not a finite number"
-    positive_normal = value >= _SMALLEST_NORMAL
-    if (key in _HEADLINES or inside.endswith(("trials.values", "per_trial.throughput"))) \
-            and not positive_normal:
-        return "is not a positive normal number (a headline or a trial's value)"
-    if key in _SAMPLES and value != 0 and not positive_normal:
-        return "is not zero or a positive normal number (a time sample)"
-    return None
+    return ranges.problem(keys, value)
 
 
 def _shown(value: int | float) -> str:
@@ -235,32 +262,76 @@ def _shown(value: int | float) -> str:
     return text if len(text) <= 24 else f"{text[:12]}... ({len(text)} digits)"
 
 
+def _clean(document: object, numbers: bool) -> bool:
+    """Whether :func:`number_problem`'s walk surely finds nothing: the same rules in one walk
+    that builds no JSON path and stacks only containers (most of the reading time of 10,000
+    files was the paths; a list of samples keeps its parent's keys), False sending the
+    document to the walk that names one."""
+    if not isinstance(document, (dict, list)):
+        return False
+    stack: list[tuple[dict | list, tuple[str, ...], int]] = [(document, (), 0)]
+    while stack:
+        container, keys, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            return False
+        pairs = container.items() if isinstance(container, dict) else \
+            ((None, item) for item in container)
+        for name, item in pairs:
+            if isinstance(item, (dict, list)):
+                stack.append((item, keys if name is None else (*keys, name), depth + 1))
+            elif (numbers and isinstance(item, (int, float)) and not isinstance(item, bool)
+                  and _value_problem(item, keys if name is None else (*keys, name)) is not None):
+                return False
+    return True
+
+
 def number_problem(document: object, numbers: bool = True) -> str | None:
     """The JSON path of the first number a result file must not hold, and why: any non-finite
-    number (the tool writes null for those, so ``Infinity`` and ``NaN`` are a stranger's), and a
-    headline, a trial's value or a sample that is not positive and normal; or of a level nested
-    deeper than :data:`MAX_DEPTH` (the only check with ``numbers`` False)."""
-    stack: list[tuple[object, str, str, str, int]] = [(document, "$", "", "", 0)]
+    number (the tool writes null for those, so ``Infinity`` and ``NaN`` are a stranger's), an
+    integer beyond 64 bits, and a figure or a sample out of the range of what it is
+    (store/ranges.py), as stored or as a reader derives it; or of a level nested deeper than
+    :data:`MAX_DEPTH` (the only check with ``numbers`` False)."""
+    if _clean(document, numbers):
+        return _read_problem(document) if numbers else None
+    stack: list[tuple[object, str, tuple[str, ...], int]] = [(document, "$", (), 0)]
     while stack:                          # iterative: a document nested 900 deep is no crash
-        value, path, key, inside, depth = stack.pop()
+        value, path, keys, depth = stack.pop()
         if depth > MAX_DEPTH and isinstance(value, (dict, list)):
             return f"{path[:80]}... is nested deeper than {MAX_DEPTH} levels"
         if isinstance(value, dict):
-            stack += [(item, f"{path}.{name}", name, f"{inside}.{name}".lstrip("."), depth + 1)
+            stack += [(item, f"{path}.{name}", (*keys, name), depth + 1)
                       for name, item in reversed(list(value.items()))]
         elif isinstance(value, list):
-            stack += [(item, f"{path}[{index}]", key, inside, depth + 1)
+            stack += [(item, f"{path}[{index}]", keys, depth + 1)
                       for index, item in reversed(list(enumerate(value)))]
         elif numbers and isinstance(value, (int, float)) and not isinstance(value, bool):
-            problem = _value_problem(value, key, inside)
+            problem = _value_problem(value, keys)
             if problem is not None:
                 return f"{path} {problem} ({_shown(value)})"
+    return _read_problem(document) if numbers else None
+
+
+def _read_problem(document: object) -> str | None:
+    """The first figure a reader derives (a headline in tokens/s, an interval end, MBU) out of
+    the range of what it is, though every number it is read from is in range."""
+    kind = document_kind(document)
+    if kind == RESULT:
+        return ranges.read_problem(document, "$")
+    if kind == SWEEP and isinstance(document.get("rows"), list):
+        for index, row in enumerate(document["rows"]):
+            result = row.get("result") if isinstance(row, dict) else None
+            if document_kind(result) == RESULT:
+                problem = ranges.read_problem(result, f"$.rows[{index}].result")
+                if problem is not None:
+                    return problem
     return None
 
 
-def validate_result(document: object, source: str) -> None:
+def validate_result(document: object, source: str, fast: bool = False) -> None:
     """Raise UsageError (one line naming ``source``) unless ``document`` is one of the tool's
-    documents, of the schema version this tool reads, matching the published schema."""
+    documents, of the schema version this tool reads, matching the published schema. ``fast``:
+    a reader of many files (:mod:`.collection`) checks each with fastjsonschema first, where
+    it is installed (:func:`_fast_validator`: the same verdicts, compiled once)."""
     kind = document_kind(document)
     if kind is None:
         what = type(document).__name__ if not isinstance(document, dict) else "object"
@@ -268,19 +339,32 @@ def validate_result(document: object, source: str) -> None:
                          f"schema_version, or the older tool's 'Name' and "
                          f"'Throughput [img/sec]')")
     check_version(document, source)
-    problem = number_problem(document, numbers=False)   # before the recursive validator
-    if problem is not None:
+    clean = _clean(document, numbers=True)             # nothing to name: both walks skipped
+    problem = None if clean else number_problem(document, numbers=False)
+    if problem is not None:                            # before the recursive validator
         raise UsageError(f"{source}: not a result of this tool: {problem}")
-    problem = _first_problem(document)
+    problem = _first_problem(document, fast)
     if problem is not None:
         raise UsageError(f"{source}: does not match the result schema (version "
                          f"{SCHEMA_VERSION}) at {problem}")
-    problem = number_problem(document)
+    problem = _read_problem(document) if clean else number_problem(document)
     if problem is not None:
         raise UsageError(f"{source}: not a result of this tool: {problem}")
     problem = ab_problem(document) if kind == AB else None
     if problem is not None:
         raise UsageError(f"{source}: an A/B summary that contradicts itself: {problem}")
+    problem = node_problem(document) if kind == NODE else None
+    if problem is not None:
+        raise UsageError(f"{source}: a node check that contradicts itself: {problem}")
+
+
+def node_problem(document: dict) -> str | None:
+    """What in a node check's document cannot be one check, or None: each process measured
+    one GPU, so a rank named twice is a file edited or pasted together (its readers key GPUs
+    by rank, and one of the two would be lost)."""
+    ranks = [gpu.get("rank") for gpu in document["node_check"]["gpus"]]
+    twice = sorted({rank for rank in ranks if ranks.count(rank) > 1})
+    return f"rank {twice[0]} is named by {ranks.count(twice[0])} GPUs" if twice else None
 
 
 # How far a stored figure of an A/B summary may be from the same figure computed again from its
@@ -308,14 +392,14 @@ def ab_problem(document: dict) -> str | None:
                 f"A and {len(b) if isinstance(b, list) else 0} B values")
     values = a + b
     if any(isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
-           or v < _SMALLEST_NORMAL for v in values):
+           or v < ranges.SMALLEST_NORMAL for v in values):
         return "a round's throughput is not a positive normal number"
     tolerance = ab.get("tolerance_pct", stats.DEFAULT_TOLERANCE_PCT)
     if (isinstance(tolerance, bool) or not isinstance(tolerance, (int, float))
             or not 0 <= tolerance < 100):
         return f"tolerance_pct {json.dumps(tolerance)[:24]} is not a percentage below 100"
     computed = stats.paired_ab(a, b, tolerance)
-    if not (math.isfinite(computed.ratio) and computed.ratio >= _SMALLEST_NORMAL):
+    if not (math.isfinite(computed.ratio) and computed.ratio >= ranges.SMALLEST_NORMAL):
         return (f"its rounds give a ratio B/A out of range ({computed.ratio:g}): not a "
                 f"measurement")
     if not _close(ab.get("ratio"), computed.ratio):

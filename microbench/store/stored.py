@@ -29,7 +29,8 @@ def parse(path: str, label: str, limit: int | None = None) -> object:
     and so the one place its strings are made safe (:func:`safe_text.neutralised`: no control
     character of a file reaches a terminal, a CSV, a page or a suggested command)."""
     text = read_bounded(path, label, limit).decode("utf-8")
-    return safe_text.neutralised(json.loads(text))
+    document = json.loads(text)
+    return document if safe_text.plain_json(text) else safe_text.neutralised(document)
 
 
 def load_document(path: str, flag: str) -> dict:

@@ -41,6 +41,7 @@ def ab_document(directory):
     return json.loads(path.read_text())["ab"]
 
 
+@pytest.mark.slow
 def test_b_twice_as_fast_is_faster_with_its_interval_and_both_sides_trials(
         capfd, tmp_path, b_runs_at):
     order = b_runs_at(0.5)
@@ -92,6 +93,7 @@ def test_no_change_is_the_same_within_the_tolerance(capfd, tmp_path, b_runs_at):
     assert ": same within 5% (interval 1.000-1.000) [" in ran.stdout
 
 
+@pytest.mark.slow
 def test_fail_if_slower_exits_5_only_when_b_is_slower(capfd, tmp_path, b_runs_at):
     b_runs_at(2.0)
     ran = run_main(capfd, *RUN, "--no-files", "--ab", "--nhwc")

@@ -100,6 +100,7 @@ def test_repeat_runs_independent_trials_and_keeps_every_sample(run, tmp_path):
     assert "next run likely in" in process.stdout
 
 
+@pytest.mark.slow
 def test_a_sweep_interleaves_the_trials_of_its_rows(capfd, tmp_path, monkeypatch):
     order = []
     real_run = benchmark.run
@@ -209,6 +210,7 @@ def test_ranks_rejoin_after_the_profiled_iteration_before_timing_goes_on(monkeyp
     assert timed.times.count == 3
 
 
+@pytest.mark.slow
 def test_ddp_with_the_flops_profiler_gives_every_rank_the_same_samples(tmp_path):
     pytest.importorskip("deepspeed")
     from support.launch import RUN, run_torchrun

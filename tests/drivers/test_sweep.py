@@ -32,6 +32,7 @@ def test_max_batch_search_stops_at_its_limit():
     assert [batch for batch, _ in result.tries] == [3, 6, 12, 20]
 
 
+@pytest.mark.slow
 def test_a_2x2_sweep_writes_four_rows(tmp_path, run_cli):
     process = run_cli("--network", "resnet18", "--batch-size", "2,4", "--precision",
                       "fp32,amp-bf16", *QUICK, "--output-dir", str(tmp_path),
@@ -58,6 +59,7 @@ def test_a_failing_row_does_not_stop_the_sweep(tmp_path, run_cli):
     assert "[1/2] inception_v3 training fp32 b2: error:" in process.stdout
 
 
+@pytest.mark.slow
 def test_find_max_batch_benchmarks_the_largest_fit(tmp_path, run_cli):
     process = run_cli("--network", "resnet18", "--find-max-batch", "--batch-size", "2",
                       "--max-batch-limit", "5", "--memory-budget-gb", "8", *QUICK,
@@ -165,6 +167,7 @@ def baseline_from(run_cli, tmp_path, throughput_factor):
     return path
 
 
+@pytest.mark.slow
 def test_compare_exits_5_on_a_regression_and_0_on_an_improvement(tmp_path, run_cli):
     much_faster_baseline = baseline_from(run_cli, tmp_path, 100.0)
     process = run_cli("--network", "resnet18", "--batch-size", "2", *QUICK, "--no-files",

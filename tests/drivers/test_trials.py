@@ -9,6 +9,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from conftest import ROOT, SCRIPT, TINY, assert_one_line_error, run_main, spawn
 
 RUN = ["--network", "resnet18", *TINY, "--device", "cpu"]
@@ -19,6 +21,7 @@ def only_json(directory):
     return json.loads(path.read_text())
 
 
+@pytest.mark.slow
 def test_each_trial_runs_in_its_own_fresh_process_with_its_own_seed(tmp_path, capfd):
     ran = run_main(capfd, *RUN, "--repeat", "2", "--output-dir", str(tmp_path))
     assert ran.returncode == 0, ran.stderr
@@ -45,6 +48,7 @@ def test_in_process_trials_say_so(tmp_path, capfd):
     assert lines[header + 1].startswith("Iteration 0:")
 
 
+@pytest.mark.slow
 def test_a_workers_expected_failure_is_one_line_with_its_code(tmp_path, capfd):
     # Batch norm in training cannot normalise one value per channel: the worker finds out.
     ran = run_main(capfd, "--network", "resnet18", "--image-size", "32", "--batch-size", "1",
@@ -62,6 +66,7 @@ def _children(pid: int) -> list[int]:
         return []
 
 
+@pytest.mark.slow
 def test_sigterm_to_the_parent_stops_its_worker_too(tmp_path):
     parent = spawn([sys.executable, str(SCRIPT), *RUN, "--iterations", "100000",
                                "--repeat", "2", "--output-dir", str(tmp_path)], cwd=ROOT,

@@ -25,6 +25,7 @@ def only_json(out_dir):
     return files[0], json.loads(files[0].read_text())
 
 
+@pytest.mark.slow
 def test_training_run_prints_summary_and_writes_json_and_csv(tmp_path):
     out_dir = tmp_path / "results"
     process = run_cli("--network", "resnet18", *TINY, "--output-dir", str(out_dir))
@@ -83,6 +84,7 @@ def test_amp_opt_level_prints_its_mapping(cli):
         in process.stdout
 
 
+@pytest.mark.slow
 def test_compile_reports_compile_time(cli):
     process, out_dir = cli("--network", "squeezenet1_1", "--mode", "inference", "--compile",
                            "--compileContext", "{'fullgraph': 'True'}", *TINY)
@@ -154,6 +156,7 @@ def _append_rows(path, worker, count):
         files.append_csv({**row, "iterations": index}, path)
 
 
+@pytest.mark.slow
 def test_concurrent_appends_never_interleave(tmp_path):
     path = str(tmp_path / "shared.csv")
     context = multiprocessing.get_context("spawn")

@@ -79,6 +79,7 @@ def test_inference_fed_by_two_worker_processes_reuses_the_set(cli, cache):
     assert data["verdict"]["kind"] in ("input-bound", "compute-bound", "interference", "unknown")
 
 
+@pytest.mark.slow
 def test_a_sweep_over_the_workers_prints_its_table_and_draws_its_plot(cli, cache, tmp_path):
     plot = tmp_path / "workers.png"
     ran, out_dir = cli(*loader(cache, "--workers", "0,1", "--plot", str(plot)))
@@ -96,6 +97,7 @@ def test_a_sweep_over_the_workers_prints_its_table_and_draws_its_plot(cli, cache
     assert len(rows) == 2                                    # one file per row, named apart
 
 
+@pytest.mark.slow
 def test_trials_in_worker_processes_each_measure_their_pipeline(cli, cache):
     ran, out_dir = cli(*loader(cache, "--workers", "0", "--repeat", "2"))
     assert ran.returncode == 0, ran.stderr

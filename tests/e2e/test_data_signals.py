@@ -57,6 +57,7 @@ def wait_for_line(process: subprocess.Popen, prefix: str, timeout: float = 120) 
     raise AssertionError(f"the child ended before '{prefix}': {process.stderr.read()[-3000:]}")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signal_number, to_group, text", [
     (signal.SIGINT, True, "error: interrupted"),                 # Ctrl-C at a terminal
     (signal.SIGTERM, False, "error: terminated (SIGTERM)"),      # kill PID
@@ -78,6 +79,7 @@ def test_a_signal_while_loading_leaves_no_worker_processes(tmp_path, signal_numb
     assert [pid for pid in workers if alive(pid)] == []
 
 
+@pytest.mark.slow
 def test_sigterm_while_making_the_set_leaves_no_half_made_set(tmp_path):
     process = start("building", tmp_path)
     wait_for_line(process, "making")

@@ -20,6 +20,7 @@ def result_files(out_dir):
     return sorted(out_dir.glob("*.json"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["training", "inference"])
 def test_torchrun_two_ranks_one_summary_one_file(tmp_path, mode):
     process = run_torchrun(2, *RUN, "--mode", mode, "--batch-size", "4",
@@ -45,6 +46,7 @@ def test_torchrun_two_ranks_one_summary_one_file(tmp_path, mode):
     assert rows[0]["global_batch_size"] == "4" and rows[0]["batch_size"] == "2"
 
 
+@pytest.mark.slow
 def test_two_nodes_on_one_machine_have_distinct_global_ranks(tmp_path):
     port, processes = free_port(), []
     for node in range(2):
@@ -74,6 +76,7 @@ def launch_by_hand(tmp_path, per_rank_env, per_rank_args, batch="4"):
     return processes, [p.communicate(timeout=TIMEOUT) for p in processes]
 
 
+@pytest.mark.slow
 def test_manual_launch_keeps_the_per_process_batch(tmp_path):
     url = f"tcp://127.0.0.1:{free_port()}"
     args = [["--distributed_dataparallel", "--rank", str(r), "--world-size", "2",
@@ -85,6 +88,7 @@ def test_manual_launch_keeps_the_per_process_batch(tmp_path):
     assert doc["distributed"]["launcher"] == "manual"
 
 
+@pytest.mark.slow
 def test_slurm_variables_without_torchrun(tmp_path):
     port = str(free_port())
     envs = [{"SLURM_PROCID": str(r), "SLURM_NTASKS": "2", "SLURM_LOCALID": str(r),
@@ -95,6 +99,7 @@ def test_slurm_variables_without_torchrun(tmp_path):
     assert doc["distributed"]["launcher"] == "slurm" and doc["Mini batch size [img/gpu]"] == 2
 
 
+@pytest.mark.slow
 def test_uneven_batch_is_a_usage_error_on_every_rank(tmp_path):
     envs = [{"SLURM_PROCID": str(r), "SLURM_NTASKS": "2", "SLURM_LOCALID": str(r),
              "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())} for r in range(2)]
@@ -105,6 +110,7 @@ def test_uneven_batch_is_a_usage_error_on_every_rank(tmp_path):
                                f"across 2 ranks: use a multiple of 2")
 
 
+@pytest.mark.slow
 def test_failing_rank_ends_the_job_with_its_name(tmp_path):
     process = run_torchrun(2, *RUN, "--batch-size", "4", "--output-dir", str(tmp_path),
                            env={distributed.FAIL_RANK_VARIABLE: "1"})
@@ -173,6 +179,7 @@ def test_summary_of_ranks_uses_the_slowest_rank_never_rank0_times_world():
     assert summary.scaling_efficiency == pytest.approx(summary.throughput / 300.0)
 
 
+@pytest.mark.slow
 def test_manual_launch_with_device_ids_spawns_one_worker_each(tmp_path):
     url = f"tcp://127.0.0.1:{free_port()}"
     processes, outputs = launch_by_hand(
@@ -196,6 +203,7 @@ def test_manual_launch_with_device_ids_spawns_one_worker_each(tmp_path):
     assert "throughput regressed" in outputs[0][1] and "Comparison with" in outputs[0][0]
 
 
+@pytest.mark.slow
 def test_scaling_baseline_adds_efficiency_and_refuses_other_configs(tmp_path, capfd):
     single = tmp_path / "single"
     assert run_main(capfd, *RUN, "--batch-size", "2", "--output-dir", str(single)).returncode == 0
@@ -216,6 +224,7 @@ def test_scaling_baseline_adds_efficiency_and_refuses_other_configs(tmp_path, ca
     assert "differs in mode" in process.stderr
 
 
+@pytest.mark.slow
 def test_kineto_traces_of_two_ranks_do_not_overwrite_each_other(tmp_path):
     process = run_torchrun(2, *RUN, "--batch-size", "4", "--mode", "inference", "--kineto",
                            "--profiler-schedule", "0,1,1", "--output-dir", str(tmp_path))
@@ -246,6 +255,7 @@ def _listening(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
+@pytest.mark.slow
 def test_a_rank_whose_peer_never_comes_honours_sigterm(tmp_path):
     """Rank 1 failed alone (it never starts); torchrun then sends rank 0, which waits for it at
     the rendezvous inside torch's C++, a SIGTERM: one line and 143, not a kill 30 s later."""

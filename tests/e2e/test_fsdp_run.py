@@ -28,6 +28,7 @@ def _only_result(out_dir):
     return path, check_document(path)
 
 
+@pytest.mark.slow
 def test_fsdp_with_one_process_trains_and_records_its_settings(tmp_path, capfd):
     out_dir = tmp_path / "results"
     ran = run_main(capfd, *TINY_LLAMA, "--batch-size", "1", "--parallel", "fsdp",
@@ -162,6 +163,7 @@ def test_combinations_refused_before_anything_runs(tmp_path, capfd, flags, text)
     assert "Building" not in ran.stdout
 
 
+@pytest.mark.slow
 def test_torchrun_two_ranks_shard_the_model_in_halves(tmp_path):
     command, env = torchrun("--nproc-per-node", "2", "--master-port", str(free_port()))
     ran = subprocess.run(command + [*TINY_LLAMA, "--batch-size", "2", "--parallel", "fsdp",

@@ -103,6 +103,7 @@ def test_refused_combinations_give_one_line(run, argv, code, text):
     assert_one_line_error(run(*argv), code, text)
 
 
+@pytest.mark.slow
 def test_a_sweep_over_attention_and_sequence_length(run, tmp_path):
     process = run("--network", "llama_tiny", "--seq-len", "8,16", "--attention", "eager,sdpa",
                   "--batch-size", "2", "--iterations", "2", "--warmup", "1", "--mode",
@@ -180,6 +181,7 @@ def test_hugging_face_architecture_from_its_config(run, tmp_path):
     assert_one_line_error(run("--network", "hf:lama"), 2, "did you mean")
 
 
+@pytest.mark.slow
 def test_hugging_face_without_transformers_exits_4(tmp_path):
     stub = tmp_path / "stub" / "transformers"
     stub.mkdir(parents=True)
@@ -191,6 +193,7 @@ def test_hugging_face_without_transformers_exits_4(tmp_path):
     assert_one_line_error(process, 4, "pip install transformers")
 
 
+@pytest.mark.slow
 def test_torchrun_trains_a_language_model_on_two_ranks(tmp_path):
     from support.launch import run_torchrun
     process = run_torchrun(2, "--network", "llama_tiny", "--seq-len", "8", "--batch-size", "4",

@@ -24,6 +24,7 @@ def _node(*args: str, env: dict | None = None, timeout: int = 120):
                           capture_output=True, text=True, timeout=timeout, env=child_env)
 
 
+@pytest.mark.slow
 def test_a_slow_process_is_flagged_alone_and_a_baseline_sees_a_uniformly_slow_node(tmp_path):
     """The real command, --quick (GEMM, memory, all-reduce over gloo): rank 1 made slow is
     flagged alone, once measured again, and the summary says the node was judged only against
@@ -64,6 +65,7 @@ def test_a_slow_process_is_flagged_alone_and_a_baseline_sees_a_uniformly_slow_no
     assert check["baseline"] == str(saved)
 
 
+@pytest.mark.slow
 def test_a_process_that_dies_ends_the_check_at_once():
     """Rank 1 fails after the rendezvous (the test hook): the parent stops rank 0, which would
     otherwise wait for it in a collective until --dist-timeout, and exits 1."""
@@ -85,6 +87,7 @@ def test_bad_flags_are_one_line_and_exit_2(args, text):
     assert_one_line_error(_node(*args), 2, text)
 
 
+@pytest.mark.slow
 def test_a_bad_scale_hook_is_one_line_and_exit_2():
     assert_one_line_error(_node("--device", "cpu", env={"MICROBENCH_NODE_SCALE": "one:half"}),
                           2, "MICROBENCH_NODE_SCALE")

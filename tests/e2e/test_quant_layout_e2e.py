@@ -48,6 +48,7 @@ def test_a_layout_the_format_does_not_have_is_one_line(run, layout, words):
     assert_one_line_error(ran, 2, words)
 
 
+@pytest.mark.slow
 def test_a_compiled_quantized_run_records_its_compile_settings(run, tmp_path):
     """The eager backend keeps the CPU test short: the record is written all the same."""
     pytest.importorskip("torchao")

@@ -158,6 +158,7 @@ def test_capture_filters_what_cpp_writes_to_the_descriptor(capfd, monkeypatch):
     assert err == "a real warning\n"
 
 
+@pytest.mark.slow
 def test_cpu_profiling_run_shows_no_library_chatter(tmp_path):
     """A real process: the chatter is written to file descriptors, which pytest replaces."""
     pytest.importorskip("deepspeed")
@@ -266,6 +267,7 @@ def test_rerun_of_a_file_that_is_not_a_result_is_one_line(cli, tmp_path):
 
 # ---------------------------------------------------------------- result names
 
+@pytest.mark.slow
 def test_a_result_of_another_configuration_is_never_replaced(cli):
     first, out = cli("--network", "resnet18", *TINY, "--quiet")
     second, _ = cli("--network", "resnet18", *TINY, "--quiet", "--seed", "3")
@@ -417,6 +419,7 @@ def test_a_result_from_another_device_model_is_not_replaced(cli):
     assert len(list(out.glob("*.json"))) == 2
 
 
+@pytest.mark.slow
 def test_traces_are_named_after_the_configuration_with_no_files(cli, tmp_path):
     traces = tmp_path / "traces"
     for precision in ("fp32", "amp-bf16"):

@@ -63,6 +63,7 @@ def test_a_token_corpus_on_a_full_disk_is_exit_4_and_leaves_nothing(small_disk, 
     assert leftovers(root) == []
 
 
+@pytest.mark.slow
 def test_a_language_run_whose_corpus_does_not_fit_is_one_line(small_disk, tmp_path, capfd):
     root, fill = small_disk
     # 4,096 sequences of 256 tokens: a 4 MB corpus against a 1 MiB disk (a longer sequence

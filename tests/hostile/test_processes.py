@@ -57,6 +57,7 @@ def file_size_limit(size: int):
     return lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("where", ["json", "csv"])
 def test_a_full_disk_leaves_json_and_csv_as_they_were(tmp_path, where):
     out = tmp_path / "out"
@@ -77,6 +78,7 @@ def test_a_full_disk_leaves_json_and_csv_as_they_were(tmp_path, where):
     assert_disk_unchanged(tmp_path, before)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signal_number, code, text", [
     (signal.SIGTERM, 143, "error: terminated (SIGTERM)"),
     (signal.SIGINT, 130, "error: interrupted"),
@@ -103,6 +105,7 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_ranks_started_with_different_settings_exit_2_at_once(tmp_path):
     """Two ranks as torchrun would start them, with different --iterations: both stop right
     after the process group forms, naming the first difference. A rank that went on would
@@ -122,6 +125,7 @@ def test_ranks_started_with_different_settings_exit_2_at_once(tmp_path):
     assert snapshot(tmp_path) == {}
 
 
+@pytest.mark.slow
 def test_ranks_may_name_different_output_dirs_and_only_rank_0_writes(tmp_path):
     """The lead's rule: --output-dir (and --output-file, --csv-file) may differ across ranks;
     only rank 0 writes results, so rank 1's directory is never created nor checked (here it
@@ -140,6 +144,7 @@ def test_ranks_may_name_different_output_dirs_and_only_rank_0_writes(tmp_path):
     assert len(list((tmp_path / "rank0").glob("*.json"))) == 1
 
 
+@pytest.mark.slow
 def test_a_problem_only_rank_0_sees_stops_every_spawned_worker(tmp_path):
     """The manual launch with two --device_ids: the CSV only rank 0 writes has another header;
     both workers stop at once, each with its [rank N] line, and nothing is written."""
@@ -245,6 +250,7 @@ raise SystemExit(7)         # a failure that leaves the loader open: the exit mu
 """
 
 
+@pytest.mark.slow
 def test_a_run_that_ends_with_its_loader_open_leaves_no_worker_and_does_not_hang():
     child_process = spawn([sys.executable, "-c", LOADER_LEFT_OPEN], cwd=ROOT,
                           env={**os.environ, **CHILD_ENV}, stdout=subprocess.PIPE, text=True)

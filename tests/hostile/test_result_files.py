@@ -281,3 +281,17 @@ def test_one_bad_entry_in_a_report_folder_is_skipped_with_a_line(bad, tmp_path, 
     assert len(lines) == 1 and lines[0].startswith("skipped "), ran.stderr
     assert_no_controls(ran.stderr)
     assert "Model results: 2 rows" in ran.stdout
+
+
+@pytest.mark.parametrize("ensure_ascii", [True, False], ids=["escaped", "raw"])
+def test_controls_written_raw_or_escaped_are_read_escaped(tmp_path, ensure_ascii):
+    """stored.parse skips the walk over a document whose text holds nothing to escape
+    (safe_text.plain_json); a C1 CSI, DEL or bidi override written raw, or as \\uXXXX, is
+    still escaped (raw C0 controls are not JSON inside a string)."""
+    from microbench.store import stored
+    attack = "\x9b2J\x7f\u202e"
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(hostile_result(f"net{attack}"), ensure_ascii=ensure_ascii),
+                    encoding="utf-8")
+    assert stored.parse(str(path), "r.json")["Name"] == "net\\x9b2J\\x7f\\u202e"
+    assert safe_text.plain_json(json.dumps(hostile_result("resnet18"), indent=1))

@@ -152,6 +152,7 @@ def assert_no_raw_controls(text: str) -> None:
         assert not RAW_CONTROL.search(line), repr(line)
 
 
+@pytest.mark.slow
 @settings(max_examples=15, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(name=HOSTILE_TEXT, key=HOSTILE_TEXT)
@@ -477,6 +478,7 @@ def broken(monkeypatch, name: str, error: BaseException) -> None:
     monkeypatch.setattr(sys, "meta_path", [FailingImport(name, error), *sys.meta_path])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("error", [OSError("libtorchao.so: cannot open shared object file"),
                                    RuntimeError("torchao built for another torch"),
                                    AttributeError("module 'torch' has no attribute 'x'"),
@@ -651,6 +653,7 @@ def test_a_stop_also_ends_a_process_whose_parent_below_the_run_has_ended(tmp_pat
             os.kill(orphan, signal.SIGKILL)
 
 
+@pytest.mark.slow
 def test_sigterm_while_inductor_compiles_ends_the_run_and_its_compilers(tmp_path):
     """On the CPU inductor compiles each kernel with a C++ compiler in a process of its own:
     a SIGTERM then ends the run within seconds, with its one line, and no compiler left."""

@@ -82,6 +82,7 @@ def test_the_progress_line_takes_a_closed_stdout():
     activity.finish("done")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("terminal", ["dev-full", "closed"])
 def test_a_run_whose_stdout_takes_no_writes_still_writes_its_results(tmp_path, terminal):
     """As a process: stdout on /dev/full, or closed by the shell (``>&-``): one line, exit 4,

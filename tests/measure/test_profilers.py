@@ -80,6 +80,7 @@ def test_trace_names_carry_the_rank_when_there_are_several(tmp_path):
     assert profilers.trace_path(str(tmp_path / "run1_"), 5, 0, 1).endswith("run1_trace5.json")
 
 
+@pytest.mark.slow
 def test_autograd_profiler_prints_operator_tables(cli):
     process, _ = cli("--network", "resnet18", "--autograd_profiler", "--no-files", *TINY)
     assert process.returncode == 0, process.stderr
@@ -108,6 +109,7 @@ def test_flops_prof_step_must_be_below_iterations(cli):
     assert_one_line_error(process, 2, "must be below --iterations 10")
 
 
+@pytest.mark.slow
 def test_missing_deepspeed_exits_4_with_the_install_command(tmp_path):
     stub = tmp_path / "stub" / "deepspeed"
     stub.mkdir(parents=True)

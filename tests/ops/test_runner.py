@@ -309,6 +309,7 @@ def test_a_missing_output_folder_is_made_as_microbench_makes_its_own(run_cli, tm
     assert f"Results JSON : {output}" in result.stdout
 
 
+@pytest.mark.slow
 def test_run_sh_keeps_logs_json_and_csv_per_list(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "LOG_ROOT": str(tmp_path),
            "LISTS": "predefined", "DTYPES": "fp32 bf16", "DEVICE": "cpu"}

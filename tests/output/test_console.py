@@ -271,6 +271,7 @@ def test_collect_env_is_asked_once_per_process(host, monkeypatch):
     assert len(calls) == 1
 
 
+@pytest.mark.slow
 def test_the_header_names_the_system(host, capsys, tmp_path):
     host()
     ran = run_main(capsys, "--network", "resnet18", "--image-size", "32", "--batch-size", "2",

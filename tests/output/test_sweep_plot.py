@@ -150,6 +150,7 @@ def test_the_file_is_written_in_the_format_its_suffix_names(tmp_path):
 
 # ---------------------------------------------------------------- a real sweep
 
+@pytest.mark.slow
 def test_a_cpu_sweep_draws_one_panel_with_integer_ticks_and_its_environment(
         tmp_path, capfd, monkeypatch):
     drawn = []

@@ -57,6 +57,7 @@ def test_the_printed_flags_reproduce_the_run_without_the_preset(monkeypatch):
         assert getattr(again, field) == getattr(effective, field), field
 
 
+@pytest.mark.slow
 def test_the_preset_is_printed_and_stored_in_the_result(capfd, tmp_path):
     process = run_main(capfd, "--network", "resnet18", *TINY, "--preset", "fast",
                        "--compile-mode", "none", "--output-dir", str(tmp_path))

@@ -90,9 +90,14 @@ def test_a_value_that_cannot_be_pickled_is_a_bug_not_silence():
     assert kind == "error" and error.exit_code == 1 and "cannot pickle" in str(error)
 
 
-@pytest.mark.parametrize("stop", [KeyboardInterrupt(), Terminated()])
-def test_a_stop_sends_nothing(stop):
-    assert served(raising(stop)) == []
+@pytest.mark.parametrize("stop, code", [(KeyboardInterrupt(), 130), (Terminated(), 143)])
+def test_a_stop_sends_nothing_and_exits_with_its_code(stop, code):
+    """The parent says what stopped the run; the exit code tells it this worker was stopped
+    (workers.how_it_ended: "stopped by SIGTERM", not "exit code 0")."""
+    connection = Recording()
+    with pytest.raises(SystemExit) as ended:
+        workers.serve(connection, raising(stop), "the worker of a test")
+    assert ended.value.code == code and connection.sent == [] and connection.closed
 
 
 # ---------------------------------------------------------------- spawned for real
@@ -119,6 +124,7 @@ def _run(function, arguments):
                        lambda index: f"test worker {index}", "test workers", "use fewer")
 
 
+@pytest.mark.slow
 def test_every_worker_replies_in_order_from_a_process_of_its_own():
     values = _run("answer", [("a",), ("b",)])
     assert [value for value, _ in values] == ["a", "b"]

@@ -149,6 +149,7 @@ def test_graphs_not_asked_for_are_not_used_and_say_why():
         assert watch.report().cuda_graphs == label
 
 
+@pytest.mark.slow
 def test_a_compiled_generate_run_says_what_the_compiler_did(cli):
     import json
     ran, out_dir = cli(*TINY_LM, "--precision", "fp32", "--compile", "--compileContext",

@@ -182,6 +182,7 @@ def test_compiler_warnings_are_kept_for_the_report_not_printed(capfd):
 
 # ---------------------------------------------------------------- a batch sweep
 
+@pytest.mark.slow
 def test_a_generate_sweep_prints_its_generation_table_and_plots_rate_against_latency(
         cli, tmp_path):
     plot = tmp_path / "curve.png"
@@ -294,6 +295,7 @@ HF_TINY = ["--network", "hf:llama", "--model-kwargs", "hidden_size=64", "interme
            "--batch-size", "2", "--mode", "generate", "--prompt-len", "5", "--gen-len", "6"]
 
 
+@pytest.mark.slow
 def test_hf_generation_gives_transformers_greedy_tokens_through_its_static_cache():
     from microbench.plan import cli, spec as spec_mod
     from microbench.steps import workload as workload_mod

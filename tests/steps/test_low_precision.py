@@ -150,6 +150,7 @@ def test_stored_bytes_of_a_quantized_weight_are_its_integers_and_scales():
     assert 64 * 32 <= after < before * 0.6             # int8 data, plus a scale per row
 
 
+@pytest.mark.slow
 def test_int8wo_generate_reads_about_half_the_bytes_and_prints_the_accuracy_line(run,
                                                                                  tmp_path):
     pytest.importorskip("torchao")

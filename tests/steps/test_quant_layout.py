@@ -222,6 +222,7 @@ print("again:", quant_layout.keep_out_cpu_int8_lowering(gpu=True))
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode, woq, again", [
     ("keep-out", 0, "again: kept out"),
     # The control: inductor's own rewrite of a 16-row product, then too late to keep it out.

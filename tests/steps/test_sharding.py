@@ -135,6 +135,7 @@ def torchrun_worker(out_dir, *extra: str) -> subprocess.CompletedProcess:
                           timeout=WORKER_TIMEOUT_S)
 
 
+@pytest.mark.slow
 def test_two_ranks_hold_half_each_and_train_like_ddp(tmp_path):
     process = torchrun_worker(tmp_path)
     assert process.returncode == 0, process.stderr[-3000:]
@@ -152,6 +153,7 @@ def test_two_ranks_hold_half_each_and_train_like_ddp(tmp_path):
         assert record["max_weight_difference"] < 1e-5
 
 
+@pytest.mark.slow
 def test_a_failing_rank_ends_every_rank(tmp_path):
     # Rank 1 raises in its second step while rank 0 waits in a collective: torchrun ends rank 0
     # at once. Had it not, rank 0 would wait out its 600 s collective timeout and subprocess.run

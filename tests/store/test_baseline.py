@@ -75,6 +75,7 @@ def test_a_passing_run_against_its_own_file_replaces_it(run, tmp_path):
     assert "Gate passed" in ran.stdout
 
 
+@pytest.mark.slow
 def test_trials_on_both_sides_use_welch_and_a_noisy_drop_passes(run, tmp_path):
     base = tmp_path / "base"
     assert run("--output-dir", str(base), "--output-file", "b", "--repeat", "3",

@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from microbench.output import chart, files, table
 from microbench.scenarios import MODES
 from microbench.store import figures, schema
@@ -146,6 +148,7 @@ print(json.dumps({
 '''
 
 
+@pytest.mark.slow
 def test_a_figure_added_in_a_scratch_registry_reaches_every_writer(tmp_path):
     ran = subprocess.run([sys.executable, "-c", SCRATCH, str(tmp_path)], cwd=ROOT,
                          capture_output=True, text=True, timeout=600,

@@ -67,6 +67,7 @@ def test_every_closed_setting_of_the_parser_is_in_the_schemas_enum():
     assert {"mode", "parallel", "quantize", "fp8_recipe", "data", "optimizer"} <= set(checked)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", RUNS)
 def test_every_document_a_run_writes_validates(name, tmp_path, capfd):
     process = run_main(capfd, "--output-dir", str(tmp_path), *RUNS[name])
@@ -141,6 +142,47 @@ def test_anything_else_is_refused_with_one_line(document, message):
     text = str(refused.value)
     assert text.startswith("x.json: ") and message in text and "\n" not in text
     assert len(text) < 300
+
+
+# Edits that break the schema in each way it can be broken, for the fast validator's verdicts.
+_BROKEN = {
+    "a boolean for an integer": lambda d: d.update(GPUs=True),
+    "a fraction for an integer": lambda d: d.update(GPUs=1.5),
+    "a string for a number": lambda d: d.update({"Throughput [img/sec]": "1"}),
+    "a number for a string": lambda d: d["env"].update(torch=3),
+    "below a minimum": lambda d: d["config"].update(batch_size=0),
+    "a missing required block": lambda d: d.pop("precision"),
+    "a list for an object": lambda d: d.update(telemetry=[]),
+    "a string in the samples": lambda d: d["timing"]["samples_ms"].append("fast"),
+    "a value outside an enum": lambda d: d["config"].update(mode="bogus"),
+}
+_RESULTS = sorted(HISTORY.glob("v*_training.json")) + sorted(HISTORY.glob("v*_generate.json"))
+
+
+@pytest.mark.parametrize("path, edit", [
+    *[(path, None) for path in sorted(HISTORY.glob("*.json"))],
+    *[(path, edit) for path in _RESULTS for edit in _BROKEN]],
+    ids=lambda value: getattr(value, "name", str(value)))
+def test_the_fast_validator_agrees_with_jsonschema(path, edit):
+    """Many files are checked by fastjsonschema first (collection.FAST_VALIDATION_FROM): it
+    passes exactly what jsonschema passes, so a file it refuses gets jsonschema's message."""
+    pytest.importorskip("fastjsonschema")
+    document = json.loads(path.read_text())
+    if edit is not None:
+        _BROKEN[edit](document)
+    assert schema._passes_fast(document) == (schema._first_problem(document, False) is None)
+
+
+def test_many_files_read_alike_through_the_fast_validator(tmp_path, monkeypatch):
+    from microbench.store import collection
+    for path in HISTORY.glob("*.json"):
+        (tmp_path / path.name).write_text(path.read_text())
+    (tmp_path / "broken.json").write_text(json.dumps(_edited(lambda d: d.pop("timing"))))
+    slow = collection.read(collection.input_files([str(tmp_path)]))
+    monkeypatch.setattr(collection, "FAST_VALIDATION_FROM", 0)
+    fast = collection.read(collection.input_files([str(tmp_path)]))
+    assert (fast.lines, fast.entries) == (slow.lines, slow.entries)
+    assert any("'timing' is a required property" in line for line in fast.lines)
 
 
 def test_settings_leave_out_what_rerun_does_not_replay():
