@@ -60,6 +60,11 @@ class TestFiguresByWhatTheyAre:
         assume(not (ranges.nature(figure) == ranges.BOUND and value == -1.0))
         assert _refused(_set(stored_result(), figure.path, value))
 
+    def test_a_pipeline_faster_than_its_model_alone_is_read(self):
+        """data.verdict.kept is the pipeline's rate over the model alone's, 1.19 in a CPU sweep
+        whose model-alone pass was disturbed: a ratio, not a share of a whole."""
+        assert not _refused(_set(stored_result(), ("data", "verdict", "kept"), 1.19))
+
     def test_an_older_files_arithmetic_interval_below_zero_is_read(self):
         """Versions before the log-scale interval stored the arithmetic mean's: with two trials
         of 100 and 50 items/s its low end is about -243, and the file must stay readable."""
