@@ -93,9 +93,17 @@ def env_rank_prefix(environ: Mapping[str, str] | None = None) -> str:
     return ""
 
 
+def error_line(line: str) -> None:
+    """``line`` on standard error in one write: ranks share the launcher's stderr, and
+    print()'s separate write of the newline let two ranks' lines run into one (unbuffered
+    stderr, as under PYTHONUNBUFFERED)."""
+    sys.stderr.write(f"{line}\n")
+    sys.stderr.flush()
+
+
 def stopped(line: str, code: int, prefix: str = "") -> int:
     """Report a signal as one line; the exit code a shell gives for it."""
-    print(f"{prefix}{line}", file=sys.stderr, flush=True)
+    error_line(f"{prefix}{line}")
     _reported_stop.set()
     return code
 
@@ -139,7 +147,7 @@ def command(body: Callable[[], int], prefix: Callable[[], str] = lambda: "") -> 
             # One line, whatever the message holds (a torch error quoted in it may not), and
             # nothing a terminal would act on (a name from a result file may hold ESC ]52;).
             message = safe_text.terminal(" ".join(str(error).splitlines()))
-            print(f"{prefix()}error: {message}", file=sys.stderr, flush=True)
+            error_line(f"{prefix()}error: {message}")
             code = error.exit_code
         except KeyboardInterrupt:
             code = stopped(INTERRUPTED, EXIT_INTERRUPTED, prefix())
@@ -379,8 +387,8 @@ def ended(code: int, output: GuardedOutput, prefix: str = "") -> int:
     code and line (a regression found by --compare must still fail the gate as 5)."""
     if output.lost is None or code != 0:
         return code
-    print(f"{prefix}error: standard output could not be written ({output.lost}); the run "
-          f"finished and its result files, if any, were written", file=sys.stderr, flush=True)
+    error_line(f"{prefix}error: standard output could not be written ({output.lost}); the run "
+               f"finished and its result files, if any, were written")
     return EXIT_MISSING_ENVIRONMENT
 
 

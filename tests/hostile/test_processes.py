@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import errno
 import importlib.abc
+import io
 import os
 import resource
 import signal
@@ -19,7 +20,7 @@ import pytest
 
 from conftest import ROOT, alive, assert_one_line_error, run_main, spawn
 from microbench.platform import process, writing
-from microbench.platform.errors import Terminated
+from microbench.platform.errors import Terminated, UsageError
 from support.hostile import (CHILD_ENV, DATA_RUN, FOREIGN_CSV, HEADER, RUN, assert_disk_unchanged,
                              child, row, snapshot, temporaries)
 from support.hostile import no_launcher_environment  # noqa: F401 (autouse: this module's)
@@ -293,3 +294,20 @@ def test_a_worker_started_after_its_parent_died_exits_at_once():
                           "process.die_with_parent(1); print('went on')"],
                          cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert ran.returncode == 0 and ran.stdout == "" and ran.stderr == ""
+
+
+class _CountingStream(io.StringIO):
+    writes = 0
+
+    def write(self, text):
+        self.writes += 1
+        return super().write(text)
+
+
+def test_an_error_line_is_one_write_so_two_ranks_lines_never_run_into_one(monkeypatch):
+    """Ranks share the launcher's stderr, unbuffered under PYTHONUNBUFFERED: print()'s second
+    write (the newline) let rank 1's line and rank 0's run into one line."""
+    stream = _CountingStream()
+    monkeypatch.setattr(sys, "stderr", stream)
+    assert process.command(lambda: (_ for _ in ()).throw(UsageError("bad flag"))) == 2
+    assert stream.getvalue() == "error: bad flag\n" and stream.writes == 1

@@ -193,7 +193,7 @@ def test_a_generate_sweep_prints_its_generation_table_and_plots_rate_against_lat
     assert ran.returncode == 0, ran.stderr
     table = ran.stdout.split("Generation (decode tok/s")[1]
     assert "ITL p50 ms" in table and "ITL p99 ms" in table and "TTFT p50 ms" in table
-    assert "MBU" in table
+    assert "MBU" not in table          # no bandwidth peak known for the CPU: a column of n/a
     rows = [line.split() for line in table.splitlines() if line.strip()[:1] in ("1", "2")]
     assert [row[1] for row in rows] == ["1", "2"]
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
