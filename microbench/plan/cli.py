@@ -691,22 +691,14 @@ def _ab_plan(args: argparse.Namespace, configs: tuple[BenchConfig, ...]):
     if len(changes) > 1:
         raise UsageError(f"--ab {args.ab!r} makes B a sweep: give one value")
     b_config = _check(replace(to_config(b_args), **changes[0], repeat=configs[0].repeat))
-    if _given_settings(b_config) == _given_settings(configs[0]):
-        raise UsageError(f"--ab {args.ab!r} changes no setting (what it gives is A's "
-                         f"already): B would be A")
+    if replace(b_config, explicit=(), notes=()) == replace(configs[0], explicit=(), notes=()):
+        raise UsageError(f"--ab {args.ab!r} changes no setting: B would be A")
     if _measured(b_config) == _measured(configs[0]):
         raise UsageError(f"--ab {args.ab!r} changes nothing that is measured (only where "
                          f"results go or how they are shown): B would be A")
     if configs[0].max_noise_pct is not None:
         raise UsageError("--ab measures --repeat rounds: drop --max-noise")
     return ABPlan(args.ab, b_config, fail_if_slower=args.fail_if == "slower")
-
-
-def _given_settings(config: BenchConfig) -> dict:
-    """Every setting of ``config`` a flag gives (not those derived from them, such as which
-    flags were typed), --repeat aside (B takes A's)."""
-    return {name: getattr(config, name) for name, item in SCHEMA.items()
-            if item.kind != DERIVED and name != "repeat"}
 
 
 def _measured(config: BenchConfig) -> dict:
