@@ -266,8 +266,7 @@ def _watch_stopping_signals() -> None:
 
 
 def _stop_watch(read_fd: int) -> None:
-    codes = {number: code for number, (_, code) in STOPPING.items()}
-    codes[signal.SIGINT] = EXIT_INTERRUPTED
+    heard_of = {signal.SIGINT, *STOPPING}
     while True:
         try:
             data = os.read(read_fd, 64)
@@ -275,19 +274,28 @@ def _stop_watch(read_fd: int) -> None:
             return
         if not data:
             return
-        heard = [number for number in data if number in codes]
+        heard = [number for number in data if number in heard_of]
         if heard:
             break
     number = heard[0]
     time.sleep(STOP_GRACE_S)
     stop_descendants(grace_s=0.5)
     time.sleep(STOP_DEADLINE_S - STOP_GRACE_S)
-    if not _reported_stop.is_set():
-        name = STOPPING.get(number, ("", 0))[0]
-        line = INTERRUPTED if number == signal.SIGINT else f"error: terminated ({name})"
+    _end_now(number, say=not _reported_stop.is_set())
+
+
+def _end_now(number: int, say: bool) -> None:
+    """End this process with the code of the stop ``number`` (a stopping signal or SIGINT),
+    after its one line where ``say``; in one write, from a thread or a signal handler."""
+    if number == signal.SIGINT:
+        line, code = INTERRUPTED, EXIT_INTERRUPTED
+    else:
+        name, code = STOPPING[number]
+        line = f"error: terminated ({name})"
+    if say:
         with contextlib.suppress(Exception):
             os.write(2, f"{env_rank_prefix()}{line}\n".encode())
-    os._exit(codes[number])
+    os._exit(code)
 
 
 # ---------------------------------------------------------------- a terminal that takes no writes
@@ -426,12 +434,7 @@ def _stop_after_body(number: int, _frame) -> None:
     interpreter ending): its one line and its code at once. Python's own Ctrl-C there ends
     with no line (or a traceback from an exit handler); a claim this skips is taken over as
     a gone process's (platform/writing.py)."""
-    line, code = ((INTERRUPTED, EXIT_INTERRUPTED) if number == signal.SIGINT
-                  else (f"error: terminated ({STOPPING[number][0]})", STOPPING[number][1]))
-    _reported_stop.set()
-    with contextlib.suppress(OSError):
-        os.write(2, f"{env_rank_prefix()}{line}\n".encode())
-    os._exit(code)
+    _end_now(number, say=True)
 
 
 @contextlib.contextmanager

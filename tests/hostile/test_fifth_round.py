@@ -9,6 +9,7 @@ import copy
 import errno
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -20,7 +21,7 @@ from conftest import stored_result
 from microbench.node import program
 from microbench.node.program import Part
 from microbench.plan import cli
-from microbench.platform import distributed, workers, writing
+from microbench.platform import distributed, process, workers, writing
 from microbench.platform.errors import UsageError
 from microbench.settings.argtypes import MAX_DIST_TIMEOUT_S, MIN_DIST_TIMEOUT_S, finite_float
 from microbench.store import figures, ranges, schema, stored
@@ -227,3 +228,19 @@ class TestNotes:
     def test_a_rank_named_twice(self):
         gpus = [{"rank": 0}, {"rank": 1}, {"rank": 1}]
         assert "rank 1" in schema.node_problem({"node_check": {"gpus": gpus}})
+
+    @pytest.mark.parametrize("number, code, line", (
+        (signal.SIGINT, 130, b"error: interrupted\n"),
+        (signal.SIGTERM, 143, b"error: terminated (SIGTERM)\n")))
+    def test_a_stop_after_the_body_says_its_line_and_ends_with_its_code(self, monkeypatch,
+                                                                       number, code, line):
+        written = []
+
+        def exit_now(status):
+            raise SystemExit(status)
+        monkeypatch.setattr(process.os, "write", lambda fd, data: written.append((fd, data)))
+        monkeypatch.setattr(process.os, "_exit", exit_now)
+        monkeypatch.delenv("RANK", raising=False)
+        with pytest.raises(SystemExit) as ended:
+            process._stop_after_body(number, None)
+        assert ended.value.code == code and written == [(2, line)]
