@@ -43,8 +43,8 @@ from microbench.measure.input_bound import (CpuUse, DataReport, DataTrial, Loade
                                             PipelineRun, Verdict, WaitTimes, combine, report,
                                             verdict)
 from microbench.data.pipeline import FedStep, Pipeline, open_pipeline
-from microbench.data.settings import DataSettings, ModelInput, default_cache_root
+from microbench.data.settings import DataSettings, ModelInput
 
 __all__ = ["CpuUse", "DataReport", "DataSettings", "DataTrial", "FedStep", "LoaderRun",
            "ModelAloneRun", "ModelInput", "Pipeline", "PipelineRun", "Verdict", "WaitTimes",
-           "combine", "default_cache_root", "open_pipeline", "report", "verdict"]
+           "combine", "open_pipeline", "report", "verdict"]

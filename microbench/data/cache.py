@@ -18,7 +18,7 @@ process is removed by the next build.
 
 Example::
 
-    made = ensure_image_set(default_cache_root(), "jpeg", count=4096, side=384)
+    made = ensure_image_set(user_cache_root(), "jpeg", count=4096, side=384)
     made.path, made.built, made.mean_file_bytes
 """
 from __future__ import annotations

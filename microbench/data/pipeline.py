@@ -47,7 +47,8 @@ from microbench.data.loader import (EndlessBatches, batches_per_epoch, check_sha
                                     make_loader, to_device)
 from microbench.measure.input_bound import (CpuMeter, CpuUse, LoaderRun, PipelineRun, WaitTimes,
                                             proc_cpu_seconds)
-from microbench.data.settings import DataSettings, ModelInput, default_cache_root
+from microbench.data.settings import DataSettings, ModelInput
+from microbench.platform.writing import user_cache_root
 from microbench.data.transforms import DeviceStage, host_transform
 
 
@@ -304,7 +305,7 @@ def check_placement(settings: DataSettings, device: torch.device) -> None:
 
 def _image_source(settings: DataSettings, model_input: ModelInput, notify):
     if settings.source == "loader":
-        made = cache.ensure_image_set(settings.cache_dir or default_cache_root(),
+        made = cache.ensure_image_set(settings.cache_dir or user_cache_root(),
                                       settings.image_format, settings.count,
                                       settings.image_side, settings.seed, notify=notify)
         paths = made.file_paths()
@@ -346,7 +347,7 @@ def _image_source(settings: DataSettings, model_input: ModelInput, notify):
 
 def _token_source(settings: DataSettings, model_input: ModelInput, notify):
     tokens = settings.count * model_input.seq_len + 1
-    made = cache.ensure_token_corpus(settings.cache_dir or default_cache_root(),
+    made = cache.ensure_token_corpus(settings.cache_dir or user_cache_root(),
                                      model_input.vocab_size, tokens, settings.seed,
                                      notify=notify)
     dataset = TokenWindows(made.file_paths()[0], tokens, model_input.seq_len)

@@ -49,7 +49,7 @@ class DataSettings:
     image_format: str = "jpeg"             # the generated set: jpeg | png
     count: int = DEFAULT_IMAGES            # images of the generated set (sequences: tokens)
     image_side: int = DEFAULT_IMAGE_SIDE   # pixels, square
-    cache_dir: str | None = None           # None: default_cache_root()
+    cache_dir: str | None = None           # None: writing.user_cache_root()
     data_dir: str | None = None            # --data folder
     decode: str = "cpu"                    # cpu | gpu (torchvision.io.decode_jpeg on device)
     transforms: str = "cpu"                # cpu | gpu: normalise and cast before/after the copy
@@ -121,13 +121,6 @@ def available_cores() -> int:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):          # not Linux
         return os.cpu_count() or 1
-
-
-def default_cache_root() -> str:
-    """Where generated data sets live: $XDG_CACHE_HOME (else ~/.cache)/micro_benchmarking_pytorch
-    (the XDG Base Directory Specification's user cache directory)."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "micro_benchmarking_pytorch")
 
 
 @dataclass(frozen=True)

@@ -217,6 +217,14 @@ check_writable = check_target
 
 # ---------------------------------------------------------------- whole files
 
+def user_cache_root() -> str:
+    """Where this tool keeps what it makes once and reuses (generated data sets, measured kernel
+    choices): $XDG_CACHE_HOME (else ~/.cache)/micro_benchmarking_pytorch, the XDG Base
+    Directory Specification's user cache directory."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "micro_benchmarking_pytorch")
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
