@@ -48,7 +48,11 @@ def _snapshot() -> dict[str, int]:
     counters = _counters()
     return {"graphs": counters["stats"]["unique_graphs"],
             "graph_breaks": sum(counters["graph_break"].values()),
-            "cudagraph_skips": counters["inductor"]["cudagraph_skips"]}
+            "cudagraph_skips": counters["inductor"]["cudagraph_skips"],
+            # inductor's FX graph cache: a graph compiled before (same code, settings and
+            # versions) is loaded, not compiled: a warm compile takes a fraction of a cold one.
+            "cache_hits": counters["inductor"]["fxgraph_cache_hit"],
+            "cache_misses": counters["inductor"]["fxgraph_cache_miss"]}
 
 
 def skip_reason(message: str) -> str:
@@ -87,18 +91,35 @@ class CompileReport:
     cuda_graphs: str                 # 'replayed', 'skipped (reason)', 'not used (why)'
     skip_reasons: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()   # Python warnings raised while compiling, once each
+    cache_hits: int = 0              # graphs inductor loaded from its FX graph cache
+    cache_misses: int = 0            # graphs it compiled anew
+
+    @property
+    def cache(self) -> str:
+        """cold (every graph compiled anew), warm (every one from inductor's cache) or mixed:
+        the first run's compile time is not a later run's."""
+        if not self.cache_hits and not self.cache_misses:
+            return "not consulted"
+        if not self.cache_hits:
+            return "cold"
+        return "warm" if not self.cache_misses else "mixed"
 
     def summary_text(self) -> str:
         breaks = f"{self.graph_breaks} graph break{'s' * (self.graph_breaks != 1)}"
         timed = (f"{self.timed_recompiles} compiled while timed (the timing includes them)"
                  if self.timed_recompiles else "none compiled while timed")
-        return f"{self.graphs} graph{'s' * (self.graphs != 1)}, {breaks}, {timed}"
+        cached = ""
+        if self.cache_hits or self.cache_misses:
+            cached = (f"; {self.cache} compile ({self.cache_hits} of "
+                      f"{self.cache_hits + self.cache_misses} from inductor's cache)")
+        return f"{self.graphs} graph{'s' * (self.graphs != 1)}, {breaks}, {timed}{cached}"
 
     def to_dict(self) -> dict:
         return {"graphs": self.graphs, "graph_breaks": self.graph_breaks,
                 "timed_recompiles": self.timed_recompiles, "cuda_graphs": self.cuda_graphs,
                 "cuda_graph_skip_reasons": list(self.skip_reasons),
-                "warnings": list(self.warnings)}
+                "warnings": list(self.warnings), "cache": self.cache,
+                "cache_hits": self.cache_hits, "cache_misses": self.cache_misses}
 
 
 class _SkipRecords(logging.Handler):
@@ -174,7 +195,9 @@ class CompileWatch:
                              timed_recompiles=timed.get("graphs", 0),
                              cuda_graphs=self.cuda_graphs(),
                              skip_reasons=tuple(self._records.reasons),
-                             warnings=tuple(self.warnings))
+                             warnings=tuple(self.warnings),
+                             cache_hits=self._total("cache_hits"),
+                             cache_misses=self._total("cache_misses"))
 
 
 def combine(reports: list[CompileReport | None]) -> CompileReport | None:
@@ -190,4 +213,5 @@ def combine(reports: list[CompileReport | None]) -> CompileReport | None:
     return CompileReport(graphs=first.graphs, graph_breaks=first.graph_breaks,
                          timed_recompiles=sum(r.timed_recompiles for r in known),
                          cuda_graphs=skipped or first.cuda_graphs, skip_reasons=reasons,
-                         warnings=said)
+                         warnings=said, cache_hits=first.cache_hits,
+                         cache_misses=first.cache_misses)
