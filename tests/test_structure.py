@@ -254,6 +254,7 @@ NAMES_LEFT_TO_SPLIT: set[str] = set()
 JSON_READERS = {"microbench/store/stored.py": "result documents (every reader's, the report's too)",
                 "microbench/store/schema.py": "the published schema file",
                 "microbench/data/cache.py": "the image cache's manifest",
+                "microbench/steps/quant_choice.py": "the measured layout choices' cache",
                 "microbench/settings/identity.py": "values made plain (json.dumps then loads)"}
 
 

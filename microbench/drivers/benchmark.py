@@ -36,7 +36,7 @@ def _compile_wrapper(config, device: torch.device
         return None
     options = config.compile_options
     if config.quantize != "none":       # torchao's settings, for this run's graph only
-        options = quant_layout.quantized_compile_options(options)
+        options = quant_layout.quantized_compile_options(options, "forward")
     if config.precision == "fp8" and options.get("backend", "inductor") == "inductor":
         settings = low_precision.fp8_compile_settings(config.fp8_recipe)
         if settings:                    # on this run's graphs, not the whole process

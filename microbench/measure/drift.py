@@ -45,9 +45,13 @@ class Drift:
             return (f"loss of the first {len(self.losses)} steps {mine} vs {self.reference} "
                     f"{ref} (same seed, weights and batch; largest difference "
                     f"{self.loss_difference:.2%})")
+        # The tool's models have random weights: nearly flat logits, whose argmax a small
+        # error flips, so the agreement says how far the numbers moved, not how well a
+        # trained model would answer (docs/fp8-and-quantization.md).
         return (f"logits rel. error {self.relative_error:.2%}; greedy tokens agree "
                 f"{self.top1_agreement:.1%} ({self.positions:,} positions, vs {self.reference} "
-                f"on the same input)")
+                f"on the same input; random weights: how far the numbers moved, not a quality "
+                f"score)")
 
     def figure(self) -> float | None:
         """The one number a table or a plot shows: the logits' relative error, or the largest
@@ -101,6 +105,16 @@ class WeightErrors:
                           "first input rows")}
 
 
+def _phase_label(phase: dict) -> str:
+    """'decode (1 row)', 'prefill (128 rows)'."""
+    return f"{phase['phase']} ({phase['rows']} row{'s' * (phase['rows'] != 1)})"
+
+
+def _kernels_text(kernels) -> str:
+    return "; ".join(f"{k['tensor']} ({k['packing']}: {k['kernel']}) on {k['layers']} layers"
+                     for k in kernels)
+
+
 @dataclass(frozen=True)
 class LowPrecision:
     """What ``--precision fp8`` or ``--quantize`` did to one run's model, and its drift."""
@@ -118,9 +132,14 @@ class LowPrecision:
     weight_bytes_before: int | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
     torchao_version: str | None = None
-    quant_layout: str | None = None                # the layout --quant-layout resolved to
+    quant_layout: str | None = None                # the layout that ran, or "per phase"
     # What ran, read from the weights after quantize_: {tensor, packing, kernel, layers} each.
     quant_kernels: tuple[dict, ...] = ()
+    # Each phase's rows and kernels ({phase, rows, kernels}), read from the layers.
+    quant_phases: tuple[dict, ...] = ()
+    # How the layouts were chosen (microbench.steps.quant_choice.Choice.to_dict) and its lines.
+    quant_choice: dict | None = None
+    quant_choice_lines: tuple[str, ...] = ()
     weight_errors: WeightErrors | None = None
     # The quantized run's compile: the inductor settings applied, and a trade of compile time
     # for speed where the options asked for one (microbench.steps.quant_layout).
@@ -129,8 +148,7 @@ class LowPrecision:
 
     def kernel_text(self) -> str:
         """'Int8Tensor (rowwise: ...) on 112 layers; Tensor (bfloat16: not quantized) on 1'."""
-        return "; ".join(f"{k['tensor']} ({k['packing']}: {k['kernel']}) on {k['layers']} "
-                         f"layers" for k in self.quant_kernels)
+        return _kernels_text(self.quant_kernels)
 
     def rows(self) -> list[tuple[str, str]]:
         rows = []
@@ -145,21 +163,35 @@ class LowPrecision:
             rows.append(("Quantized", f"{self.quantize}: {self.quantize_description}; weights "
                                       f"{units.megabytes(self.weight_bytes / 1e6)} as stored "
                                       f"(BF16: {units.megabytes(self.weight_bytes_before / 1e6)})"))
-        if self.quant_kernels:
+        kernels_of = [(phase, _kernels_text(phase["kernels"])) for phase in self.quant_phases]
+        if len({text for _, text in kernels_of}) == 1:      # every phase runs the same kernels
+            rows.append(("Quantized kernels", f"layout {self.quant_layout}: "
+                                              f"{kernels_of[0][1]} (" + " and ".join(
+                _phase_label(phase) for phase, _ in kernels_of) + " alike)"))
+        else:
+            rows += [(f"Quantized {_phase_label(phase)}", text) for phase, text in kernels_of]
+        if not self.quant_phases and self.quant_kernels:
             rows.append(("Quantized kernels", f"layout {self.quant_layout}: "
                                               f"{self.kernel_text()}"))
+        if self.quant_choice is not None:
+            measured = any(row["ms"] for row in self.quant_choice["products"].values())
+            rows.append(("Quantized layouts", ("auto, " if measured else "")
+                         + self.quant_choice["basis"]))
+            rows += [("Quantized choice", line) for line in self.quant_choice_lines
+                     if measured]
         if self.compile_settings is not None:
-            # The prefill's product has a line of its own (words, not a setting).
-            settings = ", ".join(f"{key}={value}" for key, value in
-                                 self.compile_settings.items() if key != "prefill_product")
-            rows.append(("Quantized compile", f"{settings} (torchao's recommended inductor "
-                                              f"settings without the exhaustive search, on "
-                                              f"this run's graphs only: prefill and decode "
-                                              f"alike)"
+            settings = "; ".join(
+                f"{phase}: " + ", ".join(f"{key}={value}" for key, value in options.items())
+                for phase, options in self.compile_settings.get("phases", {}).items())
+            others = ", ".join(f"{key}={value}" for key, value in self.compile_settings.items()
+                               if key != "phases")
+            rows.append(("Quantized compile", f"{settings}; {others} (torchao's recommended "
+                                              f"inductor settings without the exhaustive "
+                                              f"search, on this run's graphs only; "
+                                              f"coordinate-descent tuning for the one-row "
+                                              f"decode step alone)"
                                               + (f"; {self.compile_note}" if self.compile_note
                                                  else "")))
-            if self.compile_settings.get("prefill_product"):
-                rows.append(("Quantized prefill", self.compile_settings["prefill_product"]))
         rows.append((f"Accuracy vs {self.drift.reference}", self.drift.line()))
         if self.weight_errors is not None:
             rows.append(("Weight error", self.weight_errors.line()))
@@ -175,6 +207,8 @@ class LowPrecision:
                 "torchao_version": self.torchao_version, "notes": list(self.notes),
                 "quant_layout": self.quant_layout,
                 "quant_kernels": [dict(kernel) for kernel in self.quant_kernels],
+                "quant_phases": [dict(phase) for phase in self.quant_phases],
+                "quant_choice": self.quant_choice,
                 "weight_error": (self.weight_errors.to_dict() if self.weight_errors is not None
                                  else None),
                 "compile_settings": self.compile_settings, "compile_note": self.compile_note}

@@ -21,8 +21,8 @@ from typing import Any, Sequence
 from microbench import __version__
 from microbench.models import names
 from microbench.models.llama_config import ATTENTION_IMPLS
-from microbench.settings.precision import (CHOICES, FP8_RECIPES, QUANT_LAYOUT_CHOICES,
-                                           QUANT_LAYOUTS, QUANTIZE, QUANTIZE_CHOICES, TABLE,
+from microbench.settings import quantization
+from microbench.settings.precision import (CHOICES, FP8_RECIPES, TABLE,
                                            from_older_flags, lookup)
 from microbench.plan import rerun
 from microbench.settings.argtypes import (MAX_BATCH, MAX_BUCKET_CAP_MB, MAX_DEVICE_INDEX,
@@ -162,14 +162,14 @@ def build_parser() -> argparse.ArgumentParser:
     _setting(precision, "fp8_recipe", choices=FP8_RECIPES,
              help="with --precision fp8: torchao's scaling recipe, tensorwise (one scale per "
                   "tensor; FP8 all-gather under --parallel fsdp) or rowwise (one per row)")
-    _setting(precision, "quantize", type=choices(QUANTIZE_CHOICES), metavar="Q[,Q]",
+    _setting(precision, "quantize", type=choices(tuple(quantization.FORMATS)),
+             metavar="Q[,Q]",
              help="inference and generate: quantize the BF16 weights with torchao's quantize_: "
-                  + "; ".join(f"{name} ({text})" for name, text in QUANTIZE.items())
+                  + quantization.quantize_help()
                   + ". Picks --precision bf16 unless given; a list sweeps; needs torchao")
-    _setting(precision, "quant_layout", choices=QUANT_LAYOUT_CHOICES,
+    _setting(precision, "quant_layout", choices=tuple(quantization.LAYOUTS),
              help="with --quantize: the weights' packing, which picks the kernel: "
-                  + "; ".join(f"{name} ({text})" for name, text in
-                              QUANT_LAYOUTS.items())
+                  + quantization.layout_help()
                   + ". A layout a format does not have, or this device cannot run, is refused")
 
     fast = parser.add_argument_group("the fast path")

@@ -22,7 +22,7 @@ import torch
 
 from microbench.platform import devices, distributed
 from microbench.measure import flops
-from microbench.steps import low_precision
+from microbench.steps import low_precision, quant_layout
 from microbench.settings import identity
 from microbench.models import registry
 from microbench.settings.precision import Precision, lookup
@@ -66,6 +66,8 @@ class RunSpec:
     measure_peaks: bool = False
     # The second peak MFU is shown against (--precision fp8: the BF16 peak); None: no second.
     second_peak: flops.PeakChoice | None = None
+    # --quantize and --quant-layout resolved for this device (None: not quantized).
+    quant: quant_layout.QuantPlan | None = None
 
     @property
     def batch_size(self) -> int:
@@ -126,7 +128,8 @@ def _derive(config: BenchConfig, launch: Launch) -> RunSpec:
                             f"flags win; these flags reproduce the run without the preset)")
         preset_notes += [note for note in [preset.cpu_note(config, device)] if note]
         validate(config)
-    low_precision.check(config, device)          # FP8 and quantization: refused before anything is built
+    # FP8 and quantization: refused before anything is built; the quantized layouts resolved.
+    quant = low_precision.check(config, device)
     if config.nhwc and model.channels_last is None:
         raise UsageError(f"--nhwc (channels-last) applies to image models; {model.name} reads "
                          f"token ids")
@@ -156,7 +159,7 @@ def _derive(config: BenchConfig, launch: Launch) -> RunSpec:
                    bandwidth=flops.choose_bandwidth(device, config.peak_bandwidth),
                    json_path=json_path, csv_path=csv_path, notes=tuple(notes),
                    result_name=name.removesuffix(".json"),
-                   measure_peaks=_measure_peaks(config, device),
+                   measure_peaks=_measure_peaks(config, device), quant=quant,
                    second_peak=(flops.choose_peak(device, policy.second_peak_key, None)
                                 if policy.second_peak_key else None))
 

@@ -36,7 +36,7 @@ from torch import nn
 from microbench.measure import flops
 from microbench.platform import devices
 from microbench.settings.compile_options import with_inductor_settings
-from microbench.steps import low_precision, quant_layout
+from microbench.steps import low_precision, quant_choice, quant_layout
 from microbench.models.archs import llama
 from microbench.measure.results import GenerationTimes
 from microbench.measure.timing import Measurement, make_recorder
@@ -68,8 +68,9 @@ class DecodeTraffic:
     @classmethod
     def of(cls, state: "GenerationState") -> "DecodeTraffic":
         model = state.model
-        # As stored: a quantized weight is its integer data and its scales, tied weights once.
-        weights = low_precision.weight_bytes(model)
+        # As stored: a quantized weight is its integer data and its scales, tied weights once;
+        # a layer with a kernel per phase, the decode step's copy only.
+        weights = low_precision.weight_bytes(model, rows=state.batch)
         embed, output = _embedding_weights(model)
         if embed is not output:
             weights -= (embed.shape[0] - state.batch) * embed.shape[1] * embed.element_size()
@@ -226,6 +227,14 @@ def compiled(step: nn.Module, options: dict, inductor: dict | None = None) -> nn
 DECODE_INDUCTOR = {"coordinate_descent_tuning": True}
 
 
+def step_settings(phase: str, quantized: bool) -> dict:
+    """The inductor settings this tool adds to ``phase``'s compiled step (the user's win): the
+    decode step's own, and a quantized run's (quant_layout.compile_extras: torchao's settings,
+    coordinate-descent tuning for the decode step only)."""
+    own = DECODE_INDUCTOR if phase == "decode" else {}
+    return {**own, **(quant_layout.compile_extras(phase) if quantized else {})}
+
+
 class GenerationWorkload:
     """The model, prompt and cache of a generation run, and its prefill and decode steps."""
 
@@ -233,8 +242,7 @@ class GenerationWorkload:
     lowp = None                 # --quantize: what it did (measure.drift.LowPrecision)
 
     def __init__(self, state: GenerationState, shape: GenerationShape, autocast,
-                 compile_options: dict | None, quantized: bool = False,
-                 prefill_extra: dict | None = None):
+                 compile_options: dict | None, quantized: bool = False):
         self.state, self.eager_model, self.shape = state, state.model, shape
         self.autocast = autocast
         self.parameters = sum(p.numel() for p in state.model.parameters())
@@ -243,15 +251,10 @@ class GenerationWorkload:
         self.traffic = DecodeTraffic.of(state)
         self.prefill_step, self.decode_step = PrefillStep(state), DecodeStep(state)
         if compile_options is not None:
-            # A quantized run's prefill and decode step both get torchao's inductor settings:
-            # the prefill is compiled the same way as the decode step, never left to a cast
-            # and a product inductor did not fuse (issue 48).
-            # A prompt of many rows may take another product (quant_layout.prefill_extras).
-            extra = quant_layout.compile_extras() if quantized else {}
             self.prefill_step = compiled(self.prefill_step, compile_options,
-                                         {**extra, **(prefill_extra or {})})
+                                         step_settings("prefill", quantized))
             self.decode_step = compiled(self.decode_step, compile_options,
-                                        {**DECODE_INDUCTOR, **extra})
+                                        step_settings("decode", quantized))
 
     @property
     def cache(self) -> llama.KVCache:
@@ -284,11 +287,6 @@ def build(spec, model: nn.Module, compile_options: dict | None = None,
     prompt = spec.model.make_prompt(spec.batch_size, shape.prompt_len, spec.device,
                                     spec.config.seed)
     autocast = precision.autocast(spec.device)
-    reduced = None
-    if spec.config.quantize != "none":      # on the prompt's first rows, before and after
-        reduced = low_precision.quantize_measured(model, spec.config.quantize, low_precision.probe_rows(prompt),
-                                         spec.device, precision.label,
-                                         spec.config.quant_layout)
     if isinstance(model, llama.Llama):
         cache_dtype = precision.autocast_dtype or precision.model_dtype
         cache = model.make_cache(spec.batch_size, shape.positions, device=spec.device,
@@ -296,25 +294,44 @@ def build(spec, model: nn.Module, compile_options: dict | None = None,
         state = GenerationState(model, cache, prompt)
     else:
         state = hf_state(model, prompt, shape.positions, autocast)
-    if count_flops:             # on the eager steps, before anything is compiled
+    if count_flops:     # on the eager BF16 steps: before quantizing (whose kernels torch's
+        # counter does not know: the same products, counted as BF16's) and compiling
         eager = GenerationWorkload(state, shape, autocast, None)
         flops_per_iteration = flops.count_step_flops(eager.step)
         prefill_flops = flops.count_step_flops(eager.prefill)
+    reduced = None
+    if spec.quant is not None:       # in place: the state holds the model, not its layers
+        reduced = _quantized(spec, state, autocast, compile_options)
     if compile_options is not None:     # before this process's first compile (any row)
         quant_layout.keep_out_cpu_int8_lowering(devices.is_gpu(spec.device))
-    prefill_extra = None
-    if reduced is not None and compile_options is not None:
-        rows = spec.batch_size * shape.prompt_len
-        reduced = low_precision.with_compile_record(reduced, spec.config, spec.device,
-                                                    DECODE_INDUCTOR, prefill_rows=rows)
-        prefill_extra = quant_layout.prefill_extras(spec.config.quantize, reduced.quant_layout,
-                                                    rows, devices.is_gpu(spec.device))
     work = GenerationWorkload(state, shape, autocast, compile_options,
-                              quantized=reduced is not None, prefill_extra=prefill_extra)
+                              quantized=reduced is not None)
     work.lowp = reduced
     if count_flops:
         work.flops_per_iteration, work.prefill_flops = flops_per_iteration, prefill_flops
     return work
+
+
+def _quantized(spec, state: GenerationState, autocast, compile_options: dict | None):
+    """``--quantize`` applied to ``state``'s model in place, each layer in each phase in the
+    layout measured fastest for the rows it multiplies there (the prompt's, counted on one
+    eager prefill; one per sequence in a decode step), with how far it moved the numbers (on
+    the prompt's first rows, before and after)."""
+    model = state.model
+    with autocast:
+        prefill_rows = quant_choice.count_rows(model, state.first_token)
+    phases = (low_precision.decode_phase(state.batch, model),
+              quant_choice.Phase("prefill", prefill_rows))
+    def options(phase: str) -> dict | None:         # None: timed as an uncompiled run runs
+        return quant_layout.product_compile_options(compile_options, phase,
+                                                    step_settings(phase, False))
+    reduced = low_precision.quantize_measured(model, spec.quant, phases,
+                                              low_precision.probe_rows(state.prompt),
+                                              spec.device, spec.precision.label,
+                                              compile_options=options)
+    return low_precision.with_compile_record(
+        reduced, spec.config, spec.device,
+        {phase: step_settings(phase, False) for phase in ("prefill", "decode")})
 
 
 def generated_tokens(work: GenerationWorkload) -> torch.Tensor:

@@ -111,47 +111,9 @@ PRECISIONS = {row.name: row for row in TABLE}
 ALIASES = {"amp": "amp-fp16"}
 CHOICES = tuple(PRECISIONS) + tuple(ALIASES)
 
-# torchao's recipes and quantizations (microbench/steps/low_precision.py runs them): --fp8-recipe's and
-# --quantize's choices.
+# torchao's FP8 training recipes (microbench/steps/low_precision.py runs them): --fp8-recipe's
+# choices. Weight quantization (--quantize, --quant-layout) is microbench.settings.quantization.
 FP8_RECIPES = ("tensorwise", "rowwise")
-# --quantize NAME: what it runs, as torchao's benchmarks (and gpt-fast's) name them.
-QUANTIZE = {
-    "none": "no quantization",
-    "int8wo": "int8 weight-only, per output channel (Int8WeightOnlyConfig)",
-    "int4wo": "int4 weight-only, groups of 128 (Int4WeightOnlyConfig)",
-    "float8wo": "float8 weight-only, per output channel (Float8WeightOnlyConfig)",
-    "float8dq": "float8 dynamic activations and weights, rowwise scales "
-                "(Float8DynamicActivationFloat8WeightConfig)",
-}
-QUANTIZE_CHOICES = tuple(QUANTIZE)
-
-# --quant-layout NAME: how a --quantize format's weights are packed, which picks the kernel that
-# multiplies them (torchao 0.18's packing formats and granularities). "auto" takes, for each
-# format, the first of its LAYOUTS_OF row this device and the installed libraries can run
-# (microbench.steps.low_precision.choose_layout): the fastest first.
-QUANT_LAYOUTS = {
-    "auto": "the fastest layout this device and the installed libraries run",
-    "preshuffled": "int4wo: mslk's (FBGEMM GenAI's) bf16i4bf16 kernel on preshuffled weights; "
-                   "NVIDIA Hopper (sm_90), needs the mslk package",
-    "tinygemm": "int4wo: torch's tinygemm kernel (_weight_int4pack_mm), tile_packed_to_4d "
-                "packing",
-    "plain": "int4wo: mslk's bf16i4bf16 kernel on plainly packed weights; Hopper, needs mslk",
-    "unwrapped": "int8wo: torchao's int8 values and row scales as plain tensors of the layer "
-                 "(no tensor subclass), multiplied in gpt-fast's form; GPUs",
-    "rowwise": "int8wo, float8wo, float8dq: one scale per output row; the weight cast to BF16 "
-               "inside the product (weight-only), or torch._scaled_mm rowwise (float8dq)",
-    "tensorwise": "int8wo, float8wo, float8dq: one scale per tensor",
-}
-QUANT_LAYOUT_CHOICES = tuple(QUANT_LAYOUTS)
-# Each format's layouts, fastest first (what "auto" tries in order).
-LAYOUTS_OF = {
-    "int4wo": ("preshuffled", "tinygemm", "plain"),
-    # unwrapped last: opt-in until measured (on 4 H200s on 2026-11-27 its llama3_8b compile,
-    # GEMM templates for the prompt, outran 400 s, where rowwise compiles in about two minutes).
-    "int8wo": ("rowwise", "tensorwise", "unwrapped"),
-    "float8wo": ("rowwise", "tensorwise"),
-    "float8dq": ("rowwise", "tensorwise"),
-}
 
 # APEX's opt levels (O0..O3) mapped onto native modes. O2 ("almost FP16": FP16 model, FP32 norm
 # layers and master weights) is exactly --fp16 1. O3 (pure FP16, norms too) is mapped to the same,

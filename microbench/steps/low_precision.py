@@ -8,8 +8,9 @@ numbers from BF16.
   multiples of 16 (the FP8 GEMM's alignment), except the output head (torchtitan leaves
   ``output`` in BF16 too: its error reaches the logits directly). Everything else (convolutions,
   norms, attention's softmax, the embedding) stays under BF16 autocast.
-* ``--quantize`` (inference, generate) runs torchao's ``quantize_`` on a BF16 model with the
-  configuration its name stands for in torchao's and gpt-fast's benchmarks (:data:`QUANTIZE`).
+* ``--quantize`` (inference, generate) quantizes a BF16 model's linear layers as its name stands
+  for in torchao's and gpt-fast's benchmarks (:mod:`microbench.settings.quantization`), each
+  layer in the layout measured fastest for each phase of the run (:mod:`quant_choice`).
 
 Every such run measures, in the same process, on the same fixed input, its distance from the
 model it came from (a :class:`~microbench.measure.drift.Drift`, in the
@@ -25,7 +26,7 @@ built (exit 2): see :func:`check`.
 Example::
 
     layers = fp8_layers(model)                       # ['layers.0.attention.wq', ...]
-    report = quantize_measured(model, "int8wo", probe_tokens, device)
+    report = quantize_measured(model, spec.quant, phases, probe_tokens, device)
     report.drift.line()    # 'logits rel. error 0.41%; greedy tokens agree 99.2% (...)'
 """
 from __future__ import annotations
@@ -40,8 +41,10 @@ from torch import nn
 from microbench.measure.drift import Drift, LowPrecision, WeightErrors
 from microbench.platform import devices, process
 from microbench.platform.errors import MissingEnvironment, UsageError
-from microbench.steps import int8_linear, quant_layout
-from microbench.settings.precision import FP8_RECIPES, QUANTIZE, QUANTIZE_CHOICES  # noqa: F401
+from microbench.settings.quantization import FORMATS
+from microbench.steps import quant_choice, quant_layout
+from microbench.steps.quant_choice import Phase
+from microbench.steps.quant_layers import PhaseLinear, linear_layers
 
 INSTALL = 'pip install "torchao>=0.18" (or pip install ".[quant]")'
 # Training steps the FP8 and the BF16 losses are compared over (from the same weights and input).
@@ -99,28 +102,20 @@ def check_flags(config, updates_weights: bool) -> None:
                          f"--precision out)")
 
 
-def check(config, device: torch.device) -> None:
-    """Refuse what this device or torchao cannot run: one line, before the model is built."""
+def check(config, device: torch.device) -> "quant_layout.QuantPlan | None":
+    """Refuse what this device or torchao cannot run: one line, before the model is built.
+    ``--quantize``'s layouts are resolved here, once: the plan the run's spec carries."""
     if config.precision == "fp8":
         reason = devices.no_fp8_reason(device)
         if reason is not None:
             raise UsageError(f"--precision fp8 needs FP8 matrix units, and {reason}: use "
                              f"--precision amp-bf16 here")
-    name = config.quantize
-    if name in ("float8wo", "float8dq"):
-        reason = devices.no_fp8_reason(device)
-        if reason is not None:
-            raise UsageError(f"--quantize {name} needs FP8 matrix units, and {reason}: use "
-                             f"--quantize int8wo here")
-    if name == "int4wo" and not devices.is_gpu(device):
-        raise UsageError("--quantize int4wo runs torch's tinygemm int4 kernel, which needs a GPU "
-                         "(the CPU's int4 path needs another weight layout): use --quantize "
-                         "int8wo on the CPU")
-    if name != "none":
-        quant_layout.choose_layout(name, getattr(config, "quant_layout", "auto"),
-                                   quant_layout.QuantDevice.of(device))
-    if (config.precision == "fp8" or name != "none") and not torchao_installed():
+    if (config.precision == "fp8" or config.quantize != "none") and not torchao_installed():
         raise MissingEnvironment(f"--precision fp8 and --quantize need torchao: {INSTALL}")
+    if config.quantize == "none":
+        return None
+    return quant_layout.plan(config.quantize, config.quant_layout,
+                             quant_layout.QuantDevice.of(device))
 
 
 # ---------------------------------------------------------------- which layers run in FP8
@@ -236,18 +231,6 @@ def linear_flops(model: nn.Module, rows: dict[str, int], training: bool) -> int:
 
 # ---------------------------------------------------------------- quantized weights
 
-def quantize_config(name: str, device: torch.device, layout: str = "auto"):
-    """torchao's configuration for ``--quantize name`` on ``device`` in ``layout``
-    (``--quant-layout``; "auto": the fastest this device runs, :mod:`quant_layout`)."""
-    torchao()
-    if name not in quant_layout.LAYOUTS_OF:
-        raise UsageError(f"unknown --quantize {name!r} (choose from "
-                         f"{', '.join(QUANTIZE_CHOICES)})")
-    facts = quant_layout.QuantDevice.of(device)
-    return quant_layout.torchao_config(name, quant_layout.runnable_layout(name, layout, facts)[0],
-                                       facts)
-
-
 def stored_bytes(tensor: torch.Tensor) -> int:
     """Bytes a tensor occupies as stored: a tensor subclass (torchao's quantized weights, a
     Float8 tensor) is the sum of its inner tensors (integer data, scales, zero points)."""
@@ -259,13 +242,22 @@ def stored_bytes(tensor: torch.Tensor) -> int:
                if isinstance(getattr(tensor, name), torch.Tensor))
 
 
-def weight_bytes(model: nn.Module) -> int:
-    unique = {id(p): p for p in model.parameters()}.values()      # tied weights once
+def weight_bytes(model: nn.Module, rows: int | None = None) -> int:
+    """The bytes of ``model``'s parameters as stored, tied weights once; ``rows``: only those an
+    input of that many rows reads (a layer with a kernel per phase: its phase's copy)."""
+    other_phase = set()
+    if rows is not None:
+        for module in model.modules():
+            if isinstance(module, PhaseLinear):
+                kept = module.phase_layer(rows)
+                other_phase |= {id(p) for layer in (module.decode, module.prompt)
+                                if layer is not kept for p in layer.parameters()}
+    unique = {id(p): p for p in model.parameters() if id(p) not in other_phase}.values()
     return sum(stored_bytes(p) for p in unique)
 
 
 def linear_count(model: nn.Module) -> int:
-    return sum(isinstance(module, nn.Linear) for module in model.modules())
+    return sum(1 for _ in linear_layers(model, rows=0))
 
 
 def _logits(model: nn.Module, inputs: torch.Tensor) -> torch.Tensor:
@@ -284,72 +276,100 @@ def compare_logits(output: torch.Tensor, reference: torch.Tensor, name: str) -> 
                  top1_agreement=float(agree.mean()), positions=agree.numel())
 
 
-def quantize_measured(model: nn.Module, name: str, probe: torch.Tensor,
-                      device: torch.device, reference: str = "BF16",
-                      layout: str = "auto") -> LowPrecision:
-    """``quantize_`` ``model``'s linear layers in place with ``--quantize name`` in ``layout``,
-    with how far it moved the numbers: the logits on ``probe`` before and after, each layer's
-    weight as dequantized against its BF16 weight, and one layer's output on the probe's own
-    activations. What ran is read back from the weights (:func:`quant_layout.kernels`)."""
+def quantize_measured(model: nn.Module, quant: quant_layout.QuantPlan,
+                      phases: tuple[Phase, ...], probe: torch.Tensor, device: torch.device,
+                      reference: str = "BF16", timer=None, compile_options=None) -> LowPrecision:
+    """Quantize ``model``'s linear layers in place as ``quant`` plans, each layer in each of
+    ``phases`` in the layout :func:`quant_choice.choose` measured fastest for its shape and rows
+    (a :class:`PhaseLinear` where the phases' layouts differ), with how far it moved the
+    numbers: the logits on ``probe`` before and after, each layer's weight as dequantized
+    against its BF16 weight, and one layer's output on the probe's own activations. What runs
+    in each phase is read back from the layers (:func:`quant_layout.kernels`)."""
     torchao()
-    facts = quant_layout.QuantDevice.of(device)
-    chosen, fallback = quant_layout.runnable_layout(name, layout, facts)
-    config = quant_layout.torchao_config(name, chosen, facts)
-    from torchao.quantization import quantize_
     before_bytes = weight_bytes(model)
     watched = _watched_layer(model)
     with _layer_io(model, watched) as layer_io:
         before = _logits(model, probe)
-    errors = []
-    for _, module in _linears(model):
-        # One layer at a time: its BF16 weight is the only copy kept (an 8B model's 16 GB of
-        # weights are not doubled).
-        original = module.weight.detach().clone()
-        quantize_(module, config)
-        if type(module.weight) is not nn.Parameter:    # left in BF16: a shape the format skips
-            errors.append(weight_error(original, module.weight))
-    if chosen == "unwrapped":           # the same int8 values and scales, no tensor subclass
-        int8_linear.unwrap(model)
+    choice = quant_choice.choose(quant, model, phases, device, timer,
+                                 compile_options=compile_options)
+    # One layer at a time, the BF16 layer let go as soon as it is replaced: an 8B model's
+    # 16 GB of BF16 weights are not kept beside their quantized copies.
+    errors = [_quantize_layer(model, name, model.get_submodule(name), quant, choice)
+              for name in [name for name, _ in linear_layers(model)]]
     drift = compare_logits(_logits(model, probe), before, reference)
     layer_error = _layer_error(model, watched, layer_io)
-    return LowPrecision(drift, quantize=name, quantize_description=QUANTIZE[name],
+    layouts = {quant_layout.layout_of(layer) for _, layer in linear_layers(model)
+               if quant_layout.describe_layer(layer)[2] != "not quantized"}
+    return LowPrecision(drift, quantize=quant.quantize,
+                        quantize_description=FORMATS[quant.quantize].description,
                         weight_bytes=weight_bytes(model), weight_bytes_before=before_bytes,
-                        torchao_version=torchao_version(), quant_layout=chosen,
+                        torchao_version=torchao_version(),
+                        quant_layout=layouts.pop() if len(layouts) == 1 else "per phase",
                         quant_kernels=tuple(k.to_dict() for k in quant_layout.kernels(model)),
-                        weight_errors=WeightErrors.of(errors, layer_error, watched),
-                        notes=tuple(filter(None, (fallback, quant_layout.fake_note(chosen)))))
+                        quant_phases=tuple(_phase_record(model, phase) for phase in phases),
+                        quant_choice=choice.to_dict(), quant_choice_lines=tuple(choice.lines()),
+                        weight_errors=WeightErrors.of([e for e in errors if e is not None],
+                                                      layer_error, watched),
+                        notes=tuple(filter(None, (*quant.notes, *choice.failures,
+                                                  *(quant_layout.fake_note(layout)
+                                                    for layout in quant.layouts)))))
+
+
+def _quantize_layer(model: nn.Module, name: str, layer: nn.Linear,
+                    quant: quant_layout.QuantPlan, choice: "quant_choice.Choice") -> float | None:
+    """Replace layer ``name`` by its quantized form: one layer in the one layout its phases
+    chose, or a PhaseLinear of the decode step's and the prompt's; the largest weight error
+    of its copies (None where a layout leaves the layer in BF16)."""
+    chosen = {phase.name: choice.layout(phase.name, name) for phase in choice.phases
+              if name in phase.rows}
+    layouts = list(dict.fromkeys(chosen.values())) or [quant.layouts[0]]
+    built = {layout: quant_layout.build(layer, quant.quantize, layout, quant.facts)
+             for layout in layouts}
+    errors = [weight_error(layer.weight, copy) for copy in built.values()
+              if quant_layout.describe_layer(copy)[2] != "not quantized"]
+    if len(built) == 1:
+        replacement = next(iter(built.values()))
+    else:
+        decode = next(phase for phase in choice.phases if phase.name == "decode")
+        prompt = next(layout for phase, layout in chosen.items() if phase != "decode")
+        replacement = PhaseLinear(built[chosen["decode"]], built[prompt], decode.rows[name])
+    parent_name, _, child = name.rpartition(".")
+    parent = model.get_submodule(parent_name) if parent_name else model
+    setattr(parent, child, replacement)
+    return max(errors) if errors else None
+
+
+def _phase_record(model: nn.Module, phase: Phase) -> dict:
+    """What runs in ``phase``: its rows and the kernels of its layers, read from the model."""
+    rows = phase.typical_rows()
+    return {"phase": phase.name, "rows": rows,
+            "kernels": [k.to_dict() for k in quant_layout.kernels(model, rows)]}
+
+
+def decode_phase(batch: int, model: nn.Module) -> Phase:
+    """A decode step: every linear layer multiplies one row per sequence."""
+    return Phase("decode", {name: batch for name, _ in linear_layers(model)})
 
 
 def with_compile_record(report: LowPrecision, config, device: torch.device,
-                        step_settings: dict | None = None,
-                        prefill_rows: int | None = None) -> LowPrecision:
-    """``report`` with what a compiled quantized run applied to its graphs (the settings of
-    :func:`quant_layout.compile_extras`, whether inductor's CPU int8 lowering was kept out,
-    and, for a generation's prefill of ``prefill_rows`` rows, which product it ran),
-    and a note where its compile options trade compile time for speed; as it was uncompiled."""
+                        phases: dict[str, dict]) -> LowPrecision:
+    """``report`` with what a compiled quantized run applied to its graphs (each phase's
+    inductor settings, :func:`quant_layout.compile_extras` among them, and whether inductor's
+    CPU int8 lowering was kept out), and a note where its compile options trade compile time
+    for speed; as it was uncompiled."""
     if not config.compile:
         return report
     lowering = (quant_layout.keep_out_cpu_int8_lowering(devices.is_gpu(device))
                 if config.quantize == "int8wo" else None)
-    prefill = (quant_layout.prefill_product(config.quantize, report.quant_layout, prefill_rows,
-                                            devices.is_gpu(device))
-               if prefill_rows is not None else None)
     return dataclasses.replace(
-        report, compile_settings=quant_layout.compile_settings(step_settings or {}, lowering,
-                                                               prefill),
+        report, compile_settings=quant_layout.compile_settings(phases, lowering),
         compile_note=quant_layout.compile_note(config.compile_options))
-
-
-def _linears(model: nn.Module) -> list[tuple[str, nn.Linear]]:
-    """The layers quantize_ converts (its default filter: every nn.Linear)."""
-    return [(name, module) for name, module in model.named_modules()
-            if isinstance(module, nn.Linear)]
 
 
 def _watched_layer(model: nn.Module) -> str | None:
     """The layer whose output error is measured on the probe's activations: the first linear
     layer that is not the output head (a layer of the first block), or the head alone."""
-    names = [name for name, _ in _linears(model)]
+    names = [name for name, _ in linear_layers(model)]
     inner = [name for name in names if not any(name == head or name.endswith("." + head)
                                                for head in _HEADS)]
     return (inner or names or [None])[0]
@@ -410,9 +430,13 @@ def dequantized(weight: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return torch.cat(slices).t()
 
 
-def weight_error(original: torch.Tensor, quantized: torch.Tensor) -> float:
-    """The relative reconstruction error of one layer's weight."""
-    return relative_error(dequantized(quantized, original.dtype), original)
+def weight_error(original: torch.Tensor, layer: nn.Module) -> float:
+    """The relative reconstruction error of one quantized layer's weight: the layer's own
+    dequantize where it has one (this tool's layers), else its weight's."""
+    own = getattr(layer, "dequantize", None)
+    restored = own().to(original.dtype) if callable(own) else dequantized(layer.weight,
+                                                                          original.dtype)
+    return relative_error(restored, original)
 
 
 def probe_rows(inputs: torch.Tensor) -> torch.Tensor:

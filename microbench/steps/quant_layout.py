@@ -1,39 +1,41 @@
-"""Which kernel a ``--quantize`` format runs on this device: the layout (torchao's packing or
-scale granularity) chosen by ``--quant-layout`` or, by default, the fastest this device and the
-installed libraries can run; then, after ``quantize_``, what actually ran, read from the model's
-weights (their tensor subclass and its attributes), never assumed.
+"""Which kernels a ``--quantize`` format may run on this device, and what ran.
+
+The formats, their layouts and the device rules are one table,
+:mod:`microbench.settings.quantization`; this module applies it to a device. :func:`plan`
+resolves ``--quantize`` and ``--quant-layout`` once, before the model is built (a layout the
+device cannot run is refused in one line, exit 2), into the layouts the run may take: the one
+named, or for ``auto`` every candidate this device and the installed libraries run, among which
+:mod:`microbench.steps.quant_choice` measures. :func:`build` makes one layer in a layout; after
+the model is built, what ran is read back from its layers (their weights' tensor subclass and its
+attributes, or the tool's own layer types), never assumed.
 
 The layouts (torchao 0.18, ``torchao/quantization/quant_api.py``):
 
-* int4wo: ``preshuffled`` (``Int4PreshuffledTensor``: mslk's ``bf16i4bf16_shuffled``, the
-  former FBGEMM GenAI kernels, built for sm_90 and newer; needs the ``mslk`` package, as
-  torchao's ``_is_mslk_available`` finds it, and a fake kernel for torch.compile, which
-  :func:`mslk_traceable` registers where mslk 1.1.x lacks it), ``tinygemm`` (``Int4TilePackedTo4dTensor``:
-  torch's own ``_weight_int4pack_mm``, 8-wide tiles on NVIDIA and 16 on ROCm), ``plain``
-  (``Int4Tensor``: mslk's ``bf16i4bf16_rowwise`` on plain packing). torchao 0.18 has no Marlin int4 layout.
-* int8wo: as float8wo (auto: ``rowwise``), or, asked for by name on GPUs, ``unwrapped``
-  (torchao's per-row int8 values and scales as plain tensors of an
-  :class:`~microbench.steps.int8_linear.Int8WeightOnlyLinear`, gpt-fast's form without
-  torchao's tensor subclass: see that module for why; opt-in until its speed is measured).
-* int8wo, float8wo: ``rowwise`` (one scale per output row, torchao's default) or
-  ``tensorwise``; the weight is cast to BF16 inside the product, which inductor fuses when it
-  writes the product as a reduction (one token's decode step: coordinate-descent tuning,
-  :data:`QUANTIZED_INDUCTOR`).
+* int4wo: ``tinygemm`` (``Int4TilePackedTo4dTensor``: torch's own ``_weight_int4pack_mm``, 8-wide
+  tiles on NVIDIA and 16 on ROCm), ``preshuffled`` (``Int4PreshuffledTensor``: mslk's
+  ``bf16i4bf16_shuffled``, the former FBGEMM GenAI kernels, built for sm_90; needs the ``mslk``
+  package and a fake kernel for torch.compile, which :func:`mslk_traceable` registers where mslk
+  1.1.x lacks it), ``plain`` (``Int4Tensor``: mslk's ``bf16i4bf16_rowwise``) and ``inductor``
+  (:class:`~microbench.steps.quant_layers.Int4InductorLinear`: tinygemm's values as plain
+  tensors, the product written for inductor). torchao 0.18 has no Marlin int4 layout.
+* int8wo: ``rowwise`` (torchao's ``Int8Tensor``, a scale per output row), ``tensorwise``, or by
+  name on GPUs ``unwrapped`` (torchao's values as plain tensors of an
+  :class:`~microbench.steps.quant_layers.Int8WeightOnlyLinear`, gpt-fast's form).
+* float8wo: ``rowwise`` or ``tensorwise``; the weight cast to BF16 inside the product, which
+  inductor fuses when it writes a one-row product as a reduction (coordinate-descent tuning).
 * float8dq: ``rowwise`` (``torch._scaled_mm`` with a scale per row of each side: sm_90 and newer
   on NVIDIA, MI300 on ROCm) or ``tensorwise`` (sm_89 too).
 
 Example::
 
     facts = QuantDevice.of(device)
-    layout = choose_layout("int4wo", "auto", facts)          # 'preshuffled' on an H100 with mslk
-    layout, note = runnable_layout("int4wo", "auto", facts)  # its mslk operator traceable, or
-                                                             # the next layout and why
-    config = torchao_config("int4wo", layout, facts)
-    quantize_(model, config)
-    kernels(model)        # [Kernel('Int4PreshuffledTensor', 'preshuffled', 'mslk ...', 113)]
+    chosen = plan("int4wo", "auto", facts)    # QuantPlan('int4wo', 'auto', ('tinygemm', ...))
+    layer = build(linear, "int4wo", "tinygemm", facts)      # a quantized copy of one layer
+    kernels(model, rows=1)   # [Kernel('Int4TilePackedTo4dTensor', 'tile_packed_to_4d', ..., 225)]
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.util
 import sys
@@ -45,22 +47,27 @@ from torch import nn
 
 from microbench.platform import devices
 from microbench.platform.errors import UsageError
+from microbench.settings import quantization
 from microbench.settings.compile_options import with_inductor_settings
-from microbench.settings.precision import LAYOUTS_OF, QUANT_LAYOUT_CHOICES
-from microbench.steps.int8_linear import Int8WeightOnlyLinear
+from microbench.settings.quantization import FORMATS, LAYOUTS, RULES
+from microbench.steps import quant_layers
+from microbench.steps.quant_layers import (Int4InductorLinear, Int8WeightOnlyLinear,
+                                           linear_layers, unwrapped)
 
 # torchao's recommended inductor settings for quantized models
-# (torchao.quantization.utils.recommended_inductor_config_setter), applied to the compiled
-# prefill and decode steps of a quantized run only, as torch.compile options, instead of by
-# quantize_ to the whole process (every config here is built with set_inductor_config=False).
-# Left out: coordinate_descent_check_all_directions, which doubles the coordinate-descent
-# search of every kernel (minutes of compile on llama_1b's int8 products) for little speed;
-# a user who wants it gives it in --compileContext's options, which win.
-QUANTIZED_INDUCTOR = {"coordinate_descent_tuning": True, "force_fuse_int_mm_with_mul": True}
+# (torchao.quantization.utils.recommended_inductor_config_setter), applied to a quantized run's
+# compiled decode step only, as torch.compile options, instead of by quantize_ to the whole
+# process (every config here is built with set_inductor_config=False). Coordinate-descent tuning
+# is what makes a one-row product a tuned reduction that reads the weight once, cast inside
+# (inductor's mm decomposition for one row asks for it); a prompt's products have many rows and
+# gain nothing from it, so the prefill is compiled without it, as BF16's is (issue 61: int8's
+# compile did not finish in 230 s where BF16's took 94). Left out everywhere:
+# coordinate_descent_check_all_directions, which doubles the search of every kernel; a user who
+# wants it gives it in --compileContext's options, which win.
+DECODE_QUANTIZED_INDUCTOR = {"coordinate_descent_tuning": True, "force_fuse_int_mm_with_mul": True}
+PREFILL_QUANTIZED_INDUCTOR = {"force_fuse_int_mm_with_mul": True}
 # The exhaustive searches that trade compile time for speed, named in the summary when asked for.
 EXHAUSTIVE_SEARCHES = ("max_autotune", "max_autotune_gemm", "coordinate_descent_check_all_directions")
-
-MSLK_INSTALL = "pip install mslk-cuda (FBGEMM GenAI's kernels, which torchao 0.18 calls mslk)"
 
 
 @dataclass(frozen=True)
@@ -71,12 +78,14 @@ class QuantDevice:
     capability: tuple[int, int] | None      # NVIDIA's compute capability; None elsewhere
     fp8: bool                               # FP8 matrix units
     mslk: bool                              # the mslk package can be imported
+    fp8_missing: str = ""                   # why there are no FP8 units, in words
 
     @classmethod
     def of(cls, device: torch.device) -> "QuantDevice":
         return cls(vendor=devices.vendor(device),
                    capability=devices.compute_capability(device),
-                   fp8=bool(devices.fp8_formats(device)), mslk=mslk_installed())
+                   fp8=bool(devices.fp8_formats(device)), mslk=mslk_installed(),
+                   fp8_missing=devices.no_fp8_reason(device) or "")
 
     @property
     def gpu(self) -> bool:
@@ -93,51 +102,106 @@ def mslk_installed() -> bool:
         return False
 
 
+def _broken(rule: str, facts: QuantDevice) -> bool:
+    """Whether ``facts``' device fails ``rule`` (a key of quantization.RULES)."""
+    if rule == "gpu":
+        return not facts.gpu
+    if rule == "fp8":
+        return not facts.fp8
+    if rule == "nvidia":
+        return facts.vendor is not devices.Vendor.NVIDIA
+    if rule == "hopper":
+        return not (facts.capability and facts.capability[0] == 9)
+    if rule == "mslk":
+        return not facts.mslk
+    if rule == "rowwise_scaled_mm":
+        return facts.vendor is devices.Vendor.NVIDIA and not facts.at_least((9, 0))
+    raise ValueError(f"unknown device rule {rule!r}")
+
+
 def why_not(quantize: str, layout: str, facts: QuantDevice) -> str | None:
-    """Why ``facts``' device cannot run ``quantize`` in ``layout``; None when it can."""
-    if quantize == "int4wo":
-        if not facts.gpu:
-            return "int4 weight-only kernels need a GPU"
-        if layout in MSLK_OPS:
-            # mslk's int4 products (preshuffled and plain alike) are CUTLASS kernels built
-            # for Hopper's WGMMA (``cutlass::arch::Sm90`` in csrc/gemm/cutlass/bf16i4bf16*.cu,
-            # mslk 1.1.0), which neither Ampere/Ada nor Blackwell runs.
-            if facts.vendor is not devices.Vendor.NVIDIA:
-                return f"mslk's {layout} int4 kernel is built for NVIDIA GPUs"
-            if not (facts.capability and facts.capability[0] == 9):
-                return (f"mslk's {layout} int4 kernel is built for sm_90 (Hopper: H100, "
-                        f"H200) only")
-            if not facts.mslk:
-                return f"the {layout} int4 layout runs mslk's kernels: {MSLK_INSTALL}"
-    if quantize == "int8wo" and layout == "unwrapped" and not facts.gpu:
-        return ("plain int8 tensors are for GPUs (on the CPU inductor turns torchao's Int8Tensor "
-                "product into its own int8 kernel)")
-    if quantize == "float8dq" and layout == "rowwise":
-        if facts.vendor is devices.Vendor.NVIDIA and not facts.at_least((9, 0)):
-            return "torch._scaled_mm with rowwise scales needs sm_90 (H100) or newer"
+    """Why ``facts``' device cannot run ``quantize`` in ``layout``, in words; None when it can
+    (the table's rules, the format's first)."""
+    for rule in quantization.rules_of(quantize, layout):
+        if _broken(rule, facts):
+            kernel = (f"--quantize {quantize}" if rule in FORMATS[quantize].rules
+                      else LAYOUTS[layout].kernel)
+            return RULES[rule].format(kernel=kernel)
     return None
 
 
-def choose_layout(quantize: str, requested: str, facts: QuantDevice) -> str:
-    """The layout ``quantize`` runs: ``requested``, or for "auto" the first of the format's
-    layouts (fastest first) this device runs. A layout the format does not have, or the device
-    cannot run, is refused in one line (exit 2)."""
-    layouts = LAYOUTS_OF[quantize]
-    if requested == "auto":
-        reasons = [why_not(quantize, layout, facts) for layout in layouts]
-        for layout, reason in zip(layouts, reasons):
-            if reason is None:
-                return layout
+def format_refusal(quantize: str, facts: QuantDevice) -> str | None:
+    """The line that refuses ``quantize`` on this device whatever its layout (int4 on the CPU,
+    FP8 without FP8 units); None where the format itself can run here."""
+    for rule in FORMATS[quantize].rules:
+        if _broken(rule, facts):
+            why = f", and {facts.fp8_missing}" if rule == "fp8" and facts.fp8_missing else ""
+            return (f"{RULES[rule].format(kernel=f'--quantize {quantize}')}{why}: "
+                    f"{FORMATS[quantize].instead}")
+    return None
+
+
+@dataclass(frozen=True)
+class QuantPlan:
+    """``--quantize`` and ``--quant-layout`` resolved for this device, once (the run's spec
+    carries it): the layouts the run may take, and why any other was set aside."""
+
+    quantize: str
+    requested: str                      # "auto" or the layout named
+    layouts: tuple[str, ...]            # the one named, or auto's candidates this device runs
+    notes: tuple[str, ...] = ()         # a layout set aside, and why
+    facts: QuantDevice | None = None
+
+    @property
+    def measured(self) -> bool:
+        """auto with more than one candidate: the layouts are measured at the model's shapes."""
+        return len(self.layouts) > 1
+
+
+def plan(quantize: str, requested: str, facts: QuantDevice) -> QuantPlan:
+    """The layouts ``quantize`` may run here: ``requested``, or for "auto" every candidate of
+    the format this device and the installed libraries run (an mslk layout whose operator
+    torch.compile cannot trace is set aside with a note), else the first of its layouts that
+    runs. A layout the format does not have, or the device cannot run, is refused in one line
+    (exit 2); a named mslk layout that cannot be traced falls back to auto's choice, with a note."""
+    form = FORMATS[quantize]
+    refusal = format_refusal(quantize, facts)
+    if refusal is not None:
+        raise UsageError(refusal)
+    if requested != "auto":
+        if requested not in form.layouts:
+            known = "" if requested in LAYOUTS else " (unknown layout)"
+            raise UsageError(f"--quant-layout {requested}{known} is not a layout of --quantize "
+                             f"{quantize}: choose from auto, {', '.join(form.layouts)}")
+        reason = why_not(quantize, requested, facts)
+        if reason is not None:
+            raise UsageError(f"--quant-layout {requested} for --quantize {quantize}: {reason}; "
+                             f"--quant-layout auto picks one this device runs")
+        untraceable = mslk_traceable(requested)
+        if untraceable is None:
+            return QuantPlan(quantize, requested, (requested,), facts=facts)
+        fallback = plan(quantize, "auto", facts)
+        return dataclasses.replace(fallback, requested=requested, notes=(
+            f"--quant-layout {requested} cannot run: {untraceable}; auto's layouts instead",
+            *fallback.notes))
+    runnable, notes = [], []
+    for layout in form.candidates:
+        if why_not(quantize, layout, facts) is not None:
+            continue
+        untraceable = mslk_traceable(layout)
+        if untraceable is not None:
+            notes.append(f"--quantize {quantize} leaves out layout {layout}: {untraceable}")
+            continue
+        runnable.append(layout)
+    if not runnable:
+        runnable = [layout for layout in form.layouts
+                    if why_not(quantize, layout, facts) is None
+                    and mslk_traceable(layout) is None][:1]
+    if not runnable:
+        reasons = [why_not(quantize, layout, facts) or mslk_traceable(layout)
+                   for layout in form.layouts]
         raise UsageError(f"--quantize {quantize} cannot run on this device: {reasons[-1]}")
-    if requested not in layouts:
-        known = "" if requested in QUANT_LAYOUT_CHOICES else " (unknown layout)"
-        raise UsageError(f"--quant-layout {requested}{known} is not a layout of --quantize "
-                         f"{quantize}: choose from auto, {', '.join(layouts)}")
-    reason = why_not(quantize, requested, facts)
-    if reason is not None:
-        raise UsageError(f"--quant-layout {requested} for --quantize {quantize}: {reason}; "
-                         f"--quant-layout auto picks one this device runs")
-    return requested
+    return QuantPlan(quantize, "auto", tuple(runnable), tuple(notes), facts)
 
 
 # ---------------------------------------------------------------- mslk's fake kernels
@@ -241,31 +305,14 @@ def fake_note(layout: str) -> str | None:
             f"registered one (BF16, X's rows by W's rows) so that torch.compile can trace it")
 
 
-def runnable_layout(quantize: str, requested: str, facts: QuantDevice) -> tuple[str, str | None]:
-    """The layout ``quantize`` runs and, where it is not the one :func:`choose_layout` picked,
-    one line saying why: an mslk layout whose operator torch.compile cannot trace (no fake
-    kernel, and none could be registered) falls back to the next of the format's layouts this
-    device runs (tinygemm, then plain), asked for by name or by auto alike."""
-    chosen = choose_layout(quantize, requested, facts)
-    reason = mslk_traceable(chosen)
-    if reason is None:
-        return chosen, None
-    for layout in LAYOUTS_OF[quantize]:
-        if layout != chosen and why_not(quantize, layout, facts) is None \
-                and mslk_traceable(layout) is None:
-            return layout, (f"--quantize {quantize} runs layout {layout}, not {chosen}: "
-                            f"{reason}")
-    raise UsageError(f"--quantize {quantize} cannot run on this device: {reason}")
-
-
 def torchao_config(quantize: str, layout: str, facts: QuantDevice):
-    """torchao's configuration for ``quantize`` in ``layout`` (torchao imported by the caller).
-    None of them changes inductor's settings (set_inductor_config=False): the compile step
-    applies :data:`QUANTIZED_INDUCTOR` to the quantized run's own graphs."""
+    """torchao's configuration for ``quantize`` in ``layout`` (torchao imported by the caller;
+    ``unwrapped`` is torchao's rowwise, unwrapped after). None of them changes inductor's
+    settings (set_inductor_config=False): the compile step applies
+    :data:`DECODE_QUANTIZED_INDUCTOR` to the quantized run's own graphs."""
     from torchao.quantization import (Float8DynamicActivationFloat8WeightConfig,
                                       Float8WeightOnlyConfig, Int4WeightOnlyConfig,
                                       Int8WeightOnlyConfig, PerRow, PerTensor)
-    # unwrapped: torchao's per-row quantization, then int8_linear.unwrap (quantize_measured).
     granularity = PerTensor() if layout == "tensorwise" else PerRow()
     if quantize == "int4wo":
         packing = {"preshuffled": "preshuffled", "tinygemm": "tile_packed_to_4d",
@@ -282,6 +329,21 @@ def torchao_config(quantize: str, layout: str, facts: QuantDevice):
         return Float8DynamicActivationFloat8WeightConfig(granularity=granularity,
                                                          set_inductor_config=False)
     raise UsageError(f"unknown --quantize {quantize!r}")
+
+
+def build(layer: nn.Linear, quantize: str, layout: str, facts: QuantDevice) -> nn.Module:
+    """``layer`` quantized with ``quantize`` in ``layout``: a new module (torchao's quantize_
+    runs on a copy), ``layer`` itself left as it was, BF16. The caller imports torchao."""
+    if layout == "inductor":
+        return Int4InductorLinear.from_linear(layer)
+    from torchao.quantization import quantize_
+    copy = nn.Linear(layer.in_features, layer.out_features, bias=layer.bias is not None,
+                     device="meta")
+    copy.weight = nn.Parameter(layer.weight.detach().clone(), requires_grad=False)
+    if layer.bias is not None:
+        copy.bias = nn.Parameter(layer.bias.detach().clone(), requires_grad=False)
+    quantize_(copy, torchao_config(quantize, layout, facts))
+    return unwrapped(copy) if layout == "unwrapped" else copy
 
 
 # ---------------------------------------------------------------- what ran, read from the model
@@ -337,20 +399,39 @@ def describe(weight: torch.Tensor) -> tuple[str, str, str]:
     return name, "unknown", "unknown to this tool"
 
 
-def describe_layer(module: nn.Linear) -> tuple[str, str, str]:
+def describe_layer(module: nn.Linear, rows: int | None = None) -> tuple[str, str, str]:
     """(class, packing, kernel) of one linear layer: its weight's, or the layer's own where
-    the layer, not a tensor subclass, holds the quantized weight."""
+    the layer, not a tensor subclass, holds the quantized weight; ``rows``: the rows it
+    multiplies, where the kernel depends on them."""
     if isinstance(module, Int8WeightOnlyLinear):
         return ("Int8WeightOnlyLinear", "unwrapped rowwise",
                 "int8 weight cast to BF16 inside the product, row scales after (gpt-fast's "
                 "form, inductor)")
+    if isinstance(module, Int4InductorLinear):
+        few = rows is not None and rows <= quant_layers.INT4_REDUCE_ROWS
+        many = rows is not None and not few
+        kernel = ("int4 reduction over the packed bytes (inductor)" if few else
+                  "int4 dequantized to BF16 (inductor), then a BF16 GEMM" if many else
+                  "inductor: a reduction over the packed bytes up to "
+                  f"{quant_layers.INT4_REDUCE_ROWS} rows, dequantize and a BF16 GEMM above")
+        return "Int4InductorLinear", "inductor", kernel
     return describe(module.weight)
 
 
-def kernels(model: nn.Module) -> tuple[Kernel, ...]:
-    """Every linear layer's kernel, grouped: the quantized groups first, largest first."""
-    seen = Counter(describe_layer(module) for module in model.modules()
-                   if isinstance(module, nn.Linear))
+def layout_of(module: nn.Module) -> str:
+    """The --quant-layout name of a quantized layer (what quantization.LAYOUTS calls it)."""
+    if isinstance(module, Int8WeightOnlyLinear):
+        return "unwrapped"
+    if isinstance(module, Int4InductorLinear):
+        return "inductor"
+    _, packing, _ = describe(module.weight)
+    return {"tile_packed_to_4d": "tinygemm"}.get(packing, packing)
+
+
+def kernels(model: nn.Module, rows: int | None = None) -> tuple[Kernel, ...]:
+    """Every linear layer's kernel for inputs of ``rows`` rows (a phase of the run; None: every
+    layer each phase holds), grouped: the quantized groups first, largest first."""
+    seen = Counter(describe_layer(module, rows) for _, module in linear_layers(model, rows))
     ordered = sorted(seen.items(), key=lambda item: (item[0][2] == "not quantized", -item[1]))
     return tuple(Kernel(*key, layers) for key, layers in ordered)
 
@@ -414,70 +495,49 @@ def keep_out_cpu_int8_lowering(gpu: bool) -> str | None:
 _KEPT_OUT: list[bool] = []          # this process registered inductor's patterns without it
 
 
-def compile_extras() -> dict:
-    """What a quantized run adds to its graphs' torch.compile options."""
+def compile_extras(phase: str) -> dict:
+    """What a quantized run adds to the torch.compile options of its ``phase``'s graph
+    ("decode": the one-row step; "prefill" or "forward": many rows)."""
     guards = ({"guard_filter_fn": skip_weight_metadata_guards} if guard_filter_supported()
               else {})
-    return {**QUANTIZED_INDUCTOR, **guards}
+    settings = DECODE_QUANTIZED_INDUCTOR if phase == "decode" else PREFILL_QUANTIZED_INDUCTOR
+    return {**settings, **guards}
 
 
-# The prompt's products (a prefill of many rows: 128 in issue 53) of the layouts that cast the
-# weight to BF16 inside the product. Inductor fuses that cast into a one-row product (the decode
-# step's reduction) but not into cuBLAS's GEMM: for many rows it writes the whole weight in BF16
-# and cuBLAS reads it back, about three times the bytes of BF16's prefill (issue 53: int8wo and
-# float8wo at twice BF16's time to first token on llama3_8b). With inductor's GEMM templates
-# (max_autotune_gemm) it can load the int8/FP8 weight in a Triton GEMM and cast it there
-# (prologue fusion, on by default since PyTorch 2.7): the prefill reads the stored bytes.
-# Above this many rows the prefill is compiled so; a decode step (one row a sequence) never is.
-PREFILL_TEMPLATE_ROWS = 16
-# Only the opt-in unwrapped int8 layout, so far: GEMM templates autotune every product shape, and
-# on llama3_8b (4 H200s, 2026-11-27) that compile outran 400 s; rowwise, auto's int8 choice,
-# keeps the compile that was measured, until the templates' gain is measured against that cost.
-CAST_LAYOUTS = {"int8wo": ("unwrapped",)}
-
-
-def prefill_extras(quantize: str, layout: str, rows: int, gpu: bool = True) -> dict:
-    """What a quantized prefill of ``rows`` rows adds to its torch.compile options (on a GPU:
-    the CPU's int8 products are inductor's own int8 kernel, which needs nothing)."""
-    if gpu and layout in CAST_LAYOUTS.get(quantize, ()) and rows > PREFILL_TEMPLATE_ROWS:
-        return {"max_autotune_gemm": True}
-    return {}
-
-
-def prefill_product(quantize: str, layout: str, rows: int, gpu: bool = True) -> str:
-    """Which product a quantized prefill of ``rows`` rows runs, in words (the summary's)."""
-    if prefill_extras(quantize, layout, rows, gpu):
-        return (f"{rows} rows > {PREFILL_TEMPLATE_ROWS}: inductor's Triton GEMM templates "
-                f"(max_autotune_gemm), the weight's cast fused into the GEMM's loads where "
-                f"inductor finds it faster")
-    if layout == "tinygemm":
-        return (f"tinygemm's _weight_int4pack_mm on {rows} rows (a kernel for few rows; "
-                f"this stack has no faster int4 GEMM without mslk)")
-    if layout in MSLK_OPS:
-        return f"mslk's {MSLK_OPS[layout]} on {rows} rows"
-    return f"the decode step's product, on {rows} rows"
-
-
-def compile_settings(decode_settings: dict, int8_lowering: str | None = None,
-                     prefill: str | None = None) -> dict:
-    """The settings a compiled quantized run applied, as the result file records them;
-    ``prefill``: which product its prefill ran (:func:`prefill_product`)."""
-    settings = {**decode_settings, **QUANTIZED_INDUCTOR,
+def compile_settings(phases: dict[str, dict], int8_lowering: str | None = None) -> dict:
+    """The settings a compiled quantized run applied, as the result file records them:
+    ``phases``: each compiled phase's inductor settings (the user's under them)."""
+    settings = {"phases": {phase: {**options, **{key: value for key, value in
+                                                   compile_extras(phase).items()
+                                                   if key != "guard_filter_fn"}}
+                           for phase, options in phases.items()},
                 "weight_metadata_guards": ("skipped" if guard_filter_supported() else
                                            "kept (this torch.compile takes no guard_filter_fn)")}
     if int8_lowering is not None:
         settings["int8pack_mm_lowering"] = int8_lowering
-    if prefill is not None:
-        settings["prefill_product"] = prefill
     return settings
 
 
-def quantized_compile_options(options: dict) -> dict:
-    """torch.compile's arguments for a quantized model: :func:`compile_extras` under the
-    user's own options (inductor's backend only)."""
+def quantized_compile_options(options: dict, phase: str = "forward") -> dict:
+    """torch.compile's arguments for a quantized model's ``phase``: :func:`compile_extras` under
+    the user's own options (inductor's backend only)."""
     if options.get("backend", "inductor") != "inductor":
         return options
-    return with_inductor_settings(options, compile_extras())
+    return with_inductor_settings(options, compile_extras(phase))
+
+
+def product_compile_options(options: dict | None, phase: str,
+                            settings: dict | None = None) -> dict | None:
+    """torch.compile's arguments to time one quantized product as ``phase``'s graph compiles
+    it (the user's options, the tool's ``settings`` and :func:`compile_extras`), without CUDA
+    graphs (the measurement captures its own); None where the run does not compile with
+    inductor."""
+    if options is None or options.get("backend", "inductor") != "inductor":
+        return None
+    merged = with_inductor_settings(options, {**(settings or {}), **compile_extras(phase)})
+    inductor = {key: value for key, value in merged["options"].items()
+                if key != "triton.cudagraphs"}
+    return {**merged, "options": inductor, "fullgraph": True, "dynamic": False}
 
 
 def compile_note(options: dict | None) -> str | None:

@@ -19,7 +19,8 @@ import torch
 from torch import nn
 
 import fp16util
-from microbench.steps import activation_checkpointing, low_precision, optim
+from microbench.steps import (activation_checkpointing, low_precision, optim, quant_choice,
+                              quant_layout)
 from microbench.measure import flops
 from microbench.settings.precision import Precision
 
@@ -39,6 +40,7 @@ class StepSettings(Protocol):
     device: torch.device
     precision: Precision
     batch_size: int
+    quant: "quant_layout.QuantPlan | None"      # --quantize resolved for this device
 
 
 @dataclass
@@ -252,8 +254,13 @@ def _measured_low_precision(spec: StepSettings, model: nn.Module, inputs: torch.
                                  PhaseMarks(), update=update)
         return low_precision.fp8_measured(model, config.fp8_recipe, device, make_step, config.seed,
                                  fp8_flops, iteration_flops)
-    if config.quantize != "none":
-        report = low_precision.quantize_measured(model, config.quantize, low_precision.probe_rows(inputs),
-                                        device, precision.label, config.quant_layout)
-        return low_precision.with_compile_record(report, config, device)
+    if spec.quant is not None:          # one phase: the forward, rows counted on the batch
+        with precision.autocast(device):
+            rows = quant_choice.count_rows(model, lambda: model(inputs))
+        options = config.compile_options if config.compile else None
+        report = low_precision.quantize_measured(
+            model, spec.quant, (quant_choice.Phase("forward", rows),),
+            low_precision.probe_rows(inputs), device, precision.label,
+            compile_options=lambda phase: quant_layout.product_compile_options(options, phase))
+        return low_precision.with_compile_record(report, config, device, {"forward": {}})
     return None

@@ -28,7 +28,7 @@ import math
 from importlib import resources
 
 from microbench.platform.errors import MissingEnvironment, UsageError
-from microbench.settings import config, precision
+from microbench.settings import config, precision, quantization
 from microbench.store import figures, ranges
 
 SCHEMA_FILE = "result.schema.json"
@@ -56,7 +56,9 @@ def enums() -> dict[str, tuple]:
     (microbench.settings.config, microbench.settings.precision)."""
     return {"MODES": config.MODES, "PARALLEL": config.PARALLEL,
             "STRATEGIES": (config.ONE_PROCESS, *config.PARALLEL),
-            "QUANTIZE": precision.QUANTIZE_CHOICES, "FP8_RECIPES": precision.FP8_RECIPES}
+            "QUANTIZE": tuple(quantization.FORMATS),
+            "QUANT_LAYOUTS": tuple(quantization.LAYOUTS),
+            "FP8_RECIPES": precision.FP8_RECIPES}
 
 
 def _with_enums(node):

@@ -37,6 +37,9 @@ def test_the_layout_asked_for_runs_and_is_named_from_the_model(run, tmp_path):
     assert {k["tensor"] for k in block["quant_kernels"]} == {"Int8Tensor"}
     assert 0 < block["weight_error"]["max_relative_error"] < 0.05
     assert block["compile_settings"] is None                  # eager: nothing compiled
+    assert [phase["phase"] for phase in block["quant_phases"]] == ["decode", "prefill"]
+    assert [phase["rows"] for phase in block["quant_phases"]] == [1, 8]
+    assert block["quant_choice"]["source"] == "asked for"
 
 
 @pytest.mark.parametrize("layout, words", [
@@ -55,15 +58,16 @@ def test_a_compiled_quantized_run_records_its_compile_settings(run, tmp_path):
     ran = run(*TINY, "--compile", "--compileContext", "{'backend': 'eager'}")
     assert ran.returncode == 0, ran.stderr[-3000:]
     [line] = [line for line in ran.stdout.splitlines() if "Quantized compile" in line]
-    assert "coordinate_descent_tuning=True" in line and "weight_metadata_guards" in line
-    assert "prefill_product" not in line                   # a line of its own:
-    [prefill] = [line for line in ran.stdout.splitlines() if "Quantized prefill" in line]
-    assert "the decode step's product, on 8 rows" in prefill     # 8 rows: no GEMM templates
+    assert "decode: coordinate_descent_tuning=True" in line and "weight_metadata_guards" in line
+    assert "prefill: force_fuse_int_mm_with_mul=True" in line
     [path] = (tmp_path / "out").glob("llama_tiny_generate_*int8wo*.json")
     document = json.loads(path.read_text())
     schema.validate_result(document, str(path))
     settings = document["low_precision"]["compile_settings"]
-    assert settings["force_fuse_int_mm_with_mul"] is True
-    assert "coordinate_descent_check_all_directions" not in settings
+    # Coordinate-descent tuning for the one-row decode step only (issue 61).
+    assert settings["phases"]["decode"]["coordinate_descent_tuning"] is True
+    assert "coordinate_descent_tuning" not in settings["phases"]["prefill"]
+    assert settings["phases"]["prefill"]["force_fuse_int_mm_with_mul"] is True
+    assert "coordinate_descent_check_all_directions" not in settings["phases"]["decode"]
     assert "int8pack_mm_lowering" not in settings          # the CPU keeps its own kernel
-    assert settings["prefill_product"].startswith("the decode step's product")
+    assert document["compiler"]["cache"] in ("cold", "warm", "mixed", "not consulted")

@@ -46,7 +46,7 @@ def test_fp8_on_the_cpu_is_refused_in_one_line_and_writes_nothing(run, tmp_path)
 
 @pytest.mark.parametrize("argv, text", [
     (["--quantize", "float8dq", "--mode", "inference"], "--quantize float8dq needs FP8"),
-    (["--quantize", "int4wo", "--mode", "inference"], "int4wo runs torch's tinygemm"),
+    (["--quantize", "int4wo", "--mode", "inference"], "--quantize int4wo needs a GPU: use --quantize int8wo on the CPU"),
     (["--quantize", "int8wo"], "--quantize applies to --mode inference and generate"),
     (["--precision", "fp8", "--mode", "inference"], "for inference and generate use --quantize"),
     (["--quantize", "int8wo", "--mode", "inference", "--precision", "amp-bf16"],

@@ -1,7 +1,7 @@
-"""Which kernel a --quantize format runs (microbench.steps.quant_layout, issue 48): the layout
-chosen from the device's facts (faked here: an H100 with and without mslk, an A100, an L4,
-an MI300, the CPU), the torchao configuration it makes, what ran read back from the weights,
-the weight errors, and the compile settings of a quantized run."""
+"""Which kernels a --quantize format may run (microbench.steps.quant_layout, issues 48 and 61):
+the layouts planned from the device's facts (faked here: an H100 with and without mslk, an A100,
+an L4, an MI300, the CPU), the torchao configuration each makes, what ran read back from the
+layers, the weight errors, and the compile settings of a quantized run."""
 import pytest
 import torch
 from torch import nn
@@ -9,7 +9,8 @@ from torch import nn
 from microbench.platform.devices import Vendor
 from microbench.platform.errors import UsageError
 from microbench.steps import low_precision, quant_layout
-from microbench.steps.quant_layout import QuantDevice, choose_layout
+from microbench.steps.quant_choice import Phase
+from microbench.steps.quant_layout import QuantDevice, plan
 
 H100 = QuantDevice(Vendor.NVIDIA, (9, 0), fp8=True, mslk=True)
 H100_BARE = QuantDevice(Vendor.NVIDIA, (9, 0), fp8=True, mslk=False)
@@ -21,26 +22,34 @@ B200 = QuantDevice(Vendor.NVIDIA, (10, 0), fp8=True, mslk=True)
 
 
 @pytest.mark.parametrize("facts, expected", [
-    (H100, "preshuffled"), (H100_BARE, "tinygemm"), (A100, "tinygemm"), (MI300, "tinygemm"),
-    (B200, "tinygemm")])
-def test_auto_takes_the_fastest_int4_layout_the_device_runs(facts, expected):
-    assert choose_layout("int4wo", "auto", facts) == expected
+    (H100_BARE, ("tinygemm", "inductor")), (A100, ("tinygemm", "inductor")),
+    (MI300, ("tinygemm", "inductor")), (B200, ("tinygemm", "inductor"))])
+def test_auto_measures_every_int4_layout_the_device_runs(facts, expected):
+    planned = plan("int4wo", "auto", facts)
+    assert planned.layouts == expected and planned.measured and planned.notes == ()
 
 
-@pytest.mark.parametrize("facts, expected", [(H100, "rowwise"), (MI300, "rowwise"),
-                                             (L4, "tensorwise")])
+def test_with_mslk_on_hopper_auto_measures_its_layouts_too(monkeypatch):
+    _fake_mslk(monkeypatch)
+    assert plan("int4wo", "auto", H100).layouts == ("tinygemm", "preshuffled", "plain",
+                                                    "inductor")
+
+
+@pytest.mark.parametrize("facts, expected", [(H100, ("rowwise",)), (MI300, ("rowwise",)),
+                                             (L4, ("tensorwise",))])
 def test_float8_dynamic_is_rowwise_where_scaled_mm_takes_row_scales(facts, expected):
-    assert choose_layout("float8dq", "auto", facts) == expected
+    planned = plan("float8dq", "auto", facts)
+    assert planned.layouts == expected and not planned.measured
 
 
 def test_int8_is_torchaos_rowwise_and_unwrapped_only_by_name_on_gpus():
-    assert choose_layout("int8wo", "auto", CPU) == "rowwise"
-    assert choose_layout("int8wo", "tensorwise", CPU) == "tensorwise"
-    for gpu in (H100, MI300, L4):
-        assert choose_layout("int8wo", "auto", gpu) == "rowwise"
-        assert choose_layout("int8wo", "unwrapped", gpu) == "unwrapped"
-    with pytest.raises(UsageError, match="plain int8 tensors are for GPUs"):
-        choose_layout("int8wo", "unwrapped", CPU)
+    assert plan("int8wo", "auto", CPU).layouts == ("rowwise",)
+    assert plan("int8wo", "tensorwise", CPU).layouts == ("tensorwise",)
+    for gpu in (H100_BARE, MI300, L4):
+        assert plan("int8wo", "auto", gpu).layouts == ("rowwise",)
+        assert plan("int8wo", "unwrapped", gpu).layouts == ("unwrapped",)
+    with pytest.raises(UsageError, match="unwrapped layout .* needs a GPU"):
+        plan("int8wo", "unwrapped", CPU)
 
 
 def test_unwrapped_int8_runs_torchaos_numbers_without_the_subclass(monkeypatch):
@@ -48,28 +57,36 @@ def test_unwrapped_int8_runs_torchaos_numbers_without_the_subclass(monkeypatch):
     as plain parameters, giving torchao's Int8Tensor outputs bit for bit."""
     pytest.importorskip("torchao")
     from torchao.quantization import quantize_
-    from microbench.steps import int8_linear
+    from microbench.steps import quant_layers
     reference = _tiny()
     quantize_(reference, quant_layout.torchao_config("int8wo", "rowwise", CPU))
     inputs = torch.randn(3, 64, dtype=torch.bfloat16)
     expected = reference(inputs)
-    assert int8_linear.unwrap(reference) == 2
+    assert quant_layers.unwrap(reference) == 2
     assert torch.equal(reference(inputs), expected)
     layer = reference[0]
     assert type(layer.weight) is nn.Parameter and layer.weight.dtype == torch.int8
     assert layer.scale.dtype == torch.bfloat16 and layer.scale.shape == (64,)
     assert low_precision.weight_bytes(reference) == (64 * 64 + 32 * 64) + 2 * (64 + 32)
 
-    monkeypatch.setattr(quant_layout.QuantDevice, "of", classmethod(lambda cls, d: H100_BARE))
     model = _tiny()
-    report = low_precision.quantize_measured(model, "int8wo", torch.randn(2, 64).to(
-        torch.bfloat16), torch.device("cpu"), layout="unwrapped")
+    planned = plan("int8wo", "unwrapped", H100_BARE)
+    report = low_precision.quantize_measured(model, planned, _phases(model, 2),
+                                             torch.randn(2, 64).to(torch.bfloat16),
+                                             torch.device("cpu"))
     assert report.quant_layout == "unwrapped"
     assert [(k["tensor"], k["packing"], k["layers"]) for k in report.quant_kernels] == \
         [("Int8WeightOnlyLinear", "unwrapped rowwise", 2)]
     assert "gpt-fast's form" in report.quant_kernels[0]["kernel"]
     assert report.weight_errors.layers == 2 and report.weight_errors.max_error < 0.02
     assert report.drift.relative_error < 0.02
+    assert report.quant_choice["source"] == "asked for"
+
+
+def _phases(model: nn.Module, rows: int) -> tuple[Phase, ...]:
+    """One forward phase of ``rows`` rows for every linear layer."""
+    from microbench.steps.quant_layers import linear_layers
+    return (Phase("forward", {name: rows for name, _ in linear_layers(model)}),)
 
 
 @pytest.mark.parametrize("quantize, layout, facts, words", [
@@ -81,11 +98,12 @@ def test_unwrapped_int8_runs_torchaos_numbers_without_the_subclass(monkeypatch):
     ("int4wo", "plain", MI300, "built for NVIDIA GPUs"),
     ("int8wo", "tinygemm", H100, "not a layout of --quantize int8wo"),
     ("float8dq", "rowwise", L4, "sm_90"),
-    ("int4wo", "auto", CPU, "need a GPU"),
+    ("int4wo", "auto", CPU, "--quantize int4wo needs a GPU: use --quantize int8wo on the CPU"),
+    ("float8wo", "auto", A100, "--quantize float8wo needs FP8 matrix units"),
 ])
 def test_a_layout_the_device_cannot_run_is_refused_in_words(quantize, layout, facts, words):
     with pytest.raises(UsageError, match=words):
-        choose_layout(quantize, layout, facts)
+        plan(quantize, layout, facts)
 
 
 def test_the_torchao_configs_leave_inductor_alone_and_carry_the_layout():
@@ -98,9 +116,12 @@ def test_the_torchao_configs_leave_inductor_alone_and_carry_the_layout():
         "preshuffled"
     int8 = quant_layout.torchao_config("int8wo", "tensorwise", CPU)
     assert isinstance(int8.granularity, PerTensor)
+    from microbench.settings.quantization import FORMATS
     for name in ("int4wo", "int8wo", "float8wo", "float8dq"):
-        layout = choose_layout(name, "auto", H100)
-        assert quant_layout.torchao_config(name, layout, H100).set_inductor_config is False
+        for layout in FORMATS[name].layouts:
+            if layout not in ("inductor", "unwrapped"):           # this tool's own layers
+                config = quant_layout.torchao_config(name, layout, H100)
+                assert config.set_inductor_config is False
 
 
 def _tiny(out_features: int = 32) -> nn.Module:
@@ -136,7 +157,8 @@ def test_quantize_measured_reports_layout_kernels_and_weight_errors():
 
     model = Probe().to(torch.bfloat16)
     tokens = torch.randint(0, 50, (2, 8))
-    report = low_precision.quantize_measured(model, "int8wo", tokens, torch.device("cpu"))
+    report = low_precision.quantize_measured(model, plan("int8wo", "auto", CPU),
+                                             _phases(model, 16), tokens, torch.device("cpu"))
     assert report.quant_layout == "rowwise"
     assert [k["tensor"] for k in report.quant_kernels] == ["Int8Tensor"]
     assert report.quant_kernels[0]["layers"] == 3
@@ -145,6 +167,7 @@ def test_quantize_measured_reports_layout_kernels_and_weight_errors():
     assert errors.layer == "body.0" and 0 < errors.layer_output_error < 0.05
     labels = [label for label, _ in report.rows()]
     assert "Quantized kernels" in labels and "Weight error" in labels
+    assert dict(report.rows())["Quantized layouts"] == "the only candidate this device runs"
     stored = report.to_dict()
     assert stored["quant_kernels"][0]["packing"] == "rowwise"
     assert stored["weight_error"]["layers"] == 3
@@ -170,13 +193,29 @@ def test_compile_note_names_the_exhaustive_searches_only():
 
 def test_quantized_compile_options_keep_the_users_over_torchaos():
     options = quant_layout.quantized_compile_options(
-        {"mode": "reduce-overhead", "options": {"coordinate_descent_tuning": False}})
+        {"mode": "reduce-overhead", "options": {"coordinate_descent_tuning": False}}, "decode")
     inductor = options["options"]
     assert inductor["triton.cudagraphs"] is True               # the mode, as options
     assert inductor["coordinate_descent_tuning"] is False       # the user's word wins
     assert inductor["force_fuse_int_mm_with_mul"] is True
     assert "coordinate_descent_check_all_directions" not in inductor
     assert quant_layout.quantized_compile_options({"backend": "eager"}) == {"backend": "eager"}
+
+
+@pytest.mark.parametrize("phase, tuned", [("decode", True), ("prefill", False),
+                                          ("forward", False)])
+def test_only_the_one_row_decode_step_gets_coordinate_descent_tuning(phase, tuned):
+    """Issue 61: tuning every kernel of a many-row prompt bought nothing and cost the int8
+    compile its time; a one-row product needs it to become a tuned reduction."""
+    inductor = quant_layout.quantized_compile_options({}, phase)["options"]
+    assert inductor.get("coordinate_descent_tuning", False) is tuned
+    timed = quant_layout.product_compile_options({"mode": "reduce-overhead"}, phase)
+    assert "triton.cudagraphs" not in timed["options"]        # the measurement's own graphs
+    assert timed["fullgraph"] is True and timed["dynamic"] is False
+    assert quant_layout.product_compile_options(None, phase) is None
+    assert quant_layout.product_compile_options({"backend": "aot_eager"}, phase) is None
+    record = quant_layout.compile_settings({phase: {}})
+    assert record["phases"][phase].get("coordinate_descent_tuning", False) is tuned
 
 
 def test_the_guard_filter_drops_only_the_weights_metadata_guards():
@@ -343,46 +382,26 @@ def test_mslks_own_fake_kernel_is_left_alone(monkeypatch):
     torch._dynamo.reset()
 
 
-def test_a_layout_whose_operator_is_missing_falls_back_with_one_line(monkeypatch):
+def test_a_layout_whose_operator_is_missing_is_left_out_with_one_line(monkeypatch):
     _fake_mslk(monkeypatch, ops=("bf16i4bf16_rowwise",))           # no shuffled operator
-    layout, note = quant_layout.runnable_layout("int4wo", "auto", H100)
-    assert layout == "tinygemm"
-    assert note.startswith("--quantize int4wo runs layout tinygemm, not preshuffled: ")
-    assert "has no operator" in note and "bf16i4bf16_shuffled" in note
-    assert "\n" not in note
-    # Asked for by name, it falls back the same way, and says so.
-    assert quant_layout.runnable_layout("int4wo", "preshuffled", H100)[0] == "tinygemm"
-    # A layout with no mslk operator is taken as chosen, without a line.
-    assert quant_layout.runnable_layout("int4wo", "auto", H100_BARE) == ("tinygemm", None)
-    assert quant_layout.runnable_layout("int8wo", "auto", CPU) == ("rowwise", None)
+    planned = plan("int4wo", "auto", H100)
+    assert planned.layouts == ("tinygemm", "plain", "inductor")
+    (note,) = planned.notes
+    assert note.startswith("--quantize int4wo leaves out layout preshuffled: ")
+    assert "has no operator" in note and "bf16i4bf16_shuffled" in note and "\n" not in note
+    # Asked for by name, auto's layouts run instead, and a line says so.
+    named = plan("int4wo", "preshuffled", H100)
+    assert named.layouts == ("tinygemm", "plain", "inductor")
+    assert named.notes[0].startswith("--quant-layout preshuffled cannot run: ")
+    # A layout with no mslk operator needs nothing.
+    assert plan("int4wo", "tinygemm", H100) == \
+        quant_layout.QuantPlan("int4wo", "tinygemm", ("tinygemm",), facts=H100)
 
 
-def test_a_working_mslk_keeps_the_preshuffled_layout(monkeypatch):
+def test_a_working_mslk_keeps_its_layouts(monkeypatch):
     _fake_mslk(monkeypatch)
-    assert quant_layout.runnable_layout("int4wo", "auto", H100) == ("preshuffled", None)
-    assert quant_layout.runnable_layout("int4wo", "plain", H100) == ("plain", None)
-
-
-@pytest.mark.parametrize("quantize, layout, rows, templates, words", [
-    ("int8wo", "unwrapped", 128, True, "128 rows > 16: inductor's Triton GEMM templates"),
-    ("int8wo", "unwrapped", 17, True, "17 rows > 16"),
-    ("int8wo", "rowwise", 128, False, "the decode step's product, on 128 rows"),
-    ("float8wo", "tensorwise", 17, False, "the decode step's product, on 17 rows"),
-    ("int8wo", "unwrapped", 16, False, "the decode step's product, on 16 rows"),
-    ("int4wo", "tinygemm", 128, False, "tinygemm's _weight_int4pack_mm on 128 rows"),
-    ("int4wo", "preshuffled", 128, False, "mslk's bf16i4bf16_shuffled on 128 rows"),
-    ("float8dq", "rowwise", 128, False, "the decode step's product"),
-])
-def test_a_long_prompt_of_a_casting_layout_takes_inductors_gemm_templates(
-        quantize, layout, rows, templates, words):
-    extras = quant_layout.prefill_extras(quantize, layout, rows)
-    assert extras == ({"max_autotune_gemm": True} if templates else {})
-    assert words in quant_layout.prefill_product(quantize, layout, rows)
-    settings = quant_layout.compile_settings({}, None, quant_layout.prefill_product(
-        quantize, layout, rows))
-    assert words in settings["prefill_product"]
-    # The CPU's int8 products are inductor's own int8 kernel: nothing added there.
-    assert quant_layout.prefill_extras(quantize, layout, rows, gpu=False) == {}
+    assert plan("int4wo", "plain", H100).layouts == ("plain",)
+    assert plan("int4wo", "preshuffled", H100).notes == ()
 
 
 @pytest.mark.parametrize("own_fake", [False, True])
@@ -397,9 +416,11 @@ def test_a_torch_without_has_fake_kernel_reads_the_registrations_itself(monkeypa
     assert quant_layout.registered_fakes() == expected
 
 
-def test_a_broken_mslk_falls_back_in_one_line(monkeypatch):
+def test_a_broken_mslk_is_left_out_in_one_line_a_layout(monkeypatch):
     import sys
     monkeypatch.setitem(sys.modules, "mslk", None)                # import mslk -> ImportError
-    layout, note = quant_layout.runnable_layout("int4wo", "auto", H100)
-    assert layout == "tinygemm" and "mslk fails to import (ModuleNotFoundError" in note
-    assert "\n" not in note and len(note) < 400
+    planned = plan("int4wo", "auto", H100)
+    assert planned.layouts == ("tinygemm", "inductor") and len(planned.notes) == 2
+    for note in planned.notes:
+        assert "mslk fails to import (ModuleNotFoundError" in note
+        assert "\n" not in note and len(note) < 400

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from microbench.plan import cli
-from microbench.settings import config, precision
+from microbench.settings import config, quantization
 from microbench.store import schema
 
 
@@ -37,4 +37,7 @@ def test_the_parser_offers_exactly_the_schemas_names():
                if hasattr(action.type, "allowed")}
     assert offered["mode"] == set(config.MODES)
     assert offered["parallel"] == set(config.PARALLEL)
-    assert offered["quantize"] == set(precision.QUANTIZE_CHOICES)
+    assert offered["quantize"] == set(quantization.FORMATS)
+    layouts = next(action for action in cli.build_parser()._actions
+                   if action.dest == "quant_layout")
+    assert set(layouts.choices) == set(quantization.LAYOUTS)

@@ -1,0 +1,218 @@
+"""The quantized linear layers this tool defines, beside torchao's tensor subclasses: the layouts
+whose weights are plain tensors of the layer, and the layer that runs one kernel for a decode
+step and another for a prompt (issue 61).
+
+* :class:`Int8WeightOnlyLinear` (``--quant-layout unwrapped``): torchao's int8 values and row
+  scales as plain parameters, multiplied in gpt-fast's form (``F.linear(x, W.to(x.dtype)) *
+  scale``). torchao 0.18's ``Int8Tensor`` already writes the same product: the ATen graphs
+  torch.compile builds from the two are the same but for a cast of the FP32 scale (checked on the
+  CPU, issue 53). What differs is the tensor subclass: on every call of a compiled step
+  AOTAutograd flattens each subclass weight into its inner tensors in Python and Dynamo guards
+  them, one Python call per weight per step.
+* :class:`Int4InductorLinear` (``--quant-layout inductor``): tinygemm's int4 values (torchao's own
+  tinygemm quantization: ``w = (q - 8) * scale + zero``, groups of 128 along the input) two to a
+  byte, with their scales and zero points, as plain parameters. Its product is written in torch
+  operations for inductor to compile: for a few rows a reduction over the packed bytes (one
+  pass over 4-bit weights, as gpt-fast's int8 product is one pass over 8-bit ones); for more, the
+  weight dequantized to BF16 and a BF16 GEMM (cuBLAS), which a prompt's many rows need, as the
+  serving engines do above their small-row kernels (vLLM's dequantize + matmul past Marlin's
+  rows). The same values as tinygemm's, so the two may serve one model's two phases.
+* :class:`PhaseLinear`: a layer whose product runs one layer (a kernel, in its layout) up to
+  ``decode_rows`` rows and another above: a decode step's and a prompt's kernels, each chosen
+  by measurement (:mod:`microbench.steps.quant_choice`). Under torch.compile (static shapes) the
+  row count is known when the graph is traced, so each graph holds one kernel.
+
+Example::
+
+    quantize_(model, Int8WeightOnlyConfig(granularity=PerRow()))
+    unwrap(model)          # each per-row Int8Tensor weight-only layer -> Int8WeightOnlyLinear
+    layer = Int4InductorLinear.from_linear(linear)          # tinygemm's int4 values, plain
+    PhaseLinear(decode=tinygemm_layer, prompt=layer, decode_rows=1)
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+# The int4 groups along the input dimension (torchao's Int4WeightOnlyConfig default, and the
+# group size every --quantize int4wo layout here uses).
+INT4_GROUP = 128
+# Up to this many rows Int4InductorLinear writes its product as one reduction over the packed
+# bytes; a reduction reads the weight once per row, so past a few rows dequantizing once and a
+# GEMM reads less.
+INT4_REDUCE_ROWS = 4
+
+
+def rows_of(x: torch.Tensor) -> int:
+    """The rows a linear layer multiplies: every leading dimension of its input flattened."""
+    return x.numel() // x.shape[-1] if x.shape[-1] else 0
+
+
+class Int8WeightOnlyLinear(nn.Linear):
+    """A linear layer over an int8 weight (out, in) and a scale per output row, both plain
+    parameters (counted as stored by ``weight_bytes``; never trained): ``x @ W.T`` with W cast
+    to the activations' dtype inside the product (inductor fuses the cast into the product's
+    loads), then the scale, as gpt-fast's ``WeightOnlyInt8Linear`` does."""
+
+    def __init__(self, qdata: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype,
+                 bias: torch.Tensor | None = None) -> None:
+        out_features, in_features = qdata.shape
+        super().__init__(in_features, out_features, bias=False, device="meta")
+        self.weight = nn.Parameter(qdata, requires_grad=False)
+        # torchao casts its FP32 scale to the activations' dtype on every call; cast once here.
+        self.scale = nn.Parameter(scale.reshape(out_features).to(dtype), requires_grad=False)
+        self.bias = bias
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = F.linear(x, self.weight.to(x.dtype)) * self.scale
+        return out if self.bias is None else out + self.bias
+
+    def dequantize(self) -> torch.Tensor:
+        return self.weight.to(self.scale.dtype) * self.scale[:, None]
+
+
+def convertible(weight: torch.Tensor) -> bool:
+    """A torchao Int8Tensor quantized weight-only with a scale per row (or per tensor)."""
+    if type(weight).__name__ != "Int8Tensor":
+        return False
+    if getattr(weight, "act_quant_kwargs", None) is not None:       # dynamic activations
+        return False
+    if getattr(weight, "act_pre_scale", None) is not None:          # AWQ/SmoothQuant scaling
+        return False
+    block = list(getattr(weight, "block_size", []) or [])
+    return bool(block) and block[-1] == weight.shape[-1]            # not per group
+
+
+def unwrapped(layer: nn.Linear) -> nn.Module:
+    """``layer`` as an :class:`Int8WeightOnlyLinear` over the same int8 data and scales where
+    its weight is :func:`convertible`; else ``layer`` itself."""
+    weight = layer.weight
+    if isinstance(layer, Int8WeightOnlyLinear) or not convertible(weight):
+        return layer
+    scale = weight.scale.expand(weight.shape[0], 1) if weight.scale.numel() == 1 else weight.scale
+    return Int8WeightOnlyLinear(weight.qdata.detach(), scale.detach(), weight.dtype, layer.bias)
+
+
+def unwrap(model: nn.Module) -> int:
+    """Replace, in place, every linear layer whose weight :func:`convertible` admits with an
+    :class:`Int8WeightOnlyLinear`; how many it replaced."""
+    replaced = 0
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, nn.Linear) and unwrapped(child) is not child:
+                setattr(parent, name, unwrapped(child))
+                replaced += 1
+    return replaced
+
+
+def int4_values(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """tinygemm's int4 values of a BF16 ``weight`` (out, in), by torchao's own tinygemm
+    quantization (asymmetric, groups of :data:`INT4_GROUP`): the values 0..15, and the scales and
+    zero points (out, in / 128) such that ``w = (q - 8) * scale + zero``."""
+    from torchao.quantization.quant_primitives import (MappingType,
+                                                       _choose_qparams_affine_tinygemm,
+                                                       _quantize_affine_tinygemm)
+    block = (1, INT4_GROUP)
+    scale, zero = _choose_qparams_affine_tinygemm(weight, MappingType.ASYMMETRIC, block,
+                                                  torch.int32, 0, 15, scale_dtype=weight.dtype,
+                                                  zero_point_dtype=weight.dtype)
+    values = _quantize_affine_tinygemm(weight, block, scale, zero, torch.int32, 0, 15)
+    rows = weight.shape[0]
+    return values, scale.reshape(rows, -1), zero.reshape(rows, -1)
+
+
+class Int4InductorLinear(nn.Linear):
+    """int4 weights two to a byte (even input index in the low nibble, odd in the high one, as
+    mslk's ``pack_int4`` packs), scales and zero points per group of 128 inputs, all plain
+    parameters; the product in torch operations that inductor compiles (see the module)."""
+
+    def __init__(self, packed: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor,
+                 bias: torch.Tensor | None = None) -> None:
+        out_features, half = packed.shape
+        super().__init__(half * 2, out_features, bias=False, device="meta")
+        if (half * 2) % INT4_GROUP:
+            raise ValueError(f"int4 groups of {INT4_GROUP} need in_features divisible by it, "
+                             f"not {half * 2}")
+        self.weight = nn.Parameter(packed, requires_grad=False)
+        self.scale = nn.Parameter(scale, requires_grad=False)
+        self.zero = nn.Parameter(zero, requires_grad=False)
+        self.bias = bias
+
+    @classmethod
+    def from_linear(cls, layer: nn.Linear) -> "Int4InductorLinear":
+        values, scale, zero = int4_values(layer.weight.detach())
+        packed = (values[:, 0::2] | (values[:, 1::2] << 4)).to(torch.uint8)
+        return cls(packed, scale, zero, layer.bias)
+
+    def _grouped(self, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """The low and high nibbles as (out, groups, 64), each minus 8, in ``dtype`` (exact:
+        small integers)."""
+        groups = self.in_features // INT4_GROUP
+        packed = self.weight.view(self.out_features, groups, INT4_GROUP // 2)
+        return (packed & 0xF).to(dtype) - 8, (packed >> 4).to(dtype) - 8
+
+    def dequantize(self) -> torch.Tensor:
+        """The weight (out, in) in the scales' dtype (BF16), as tinygemm's kernel sees it."""
+        low, high = self._grouped(self.scale.dtype)
+        values = torch.stack((low, high), dim=-1).reshape(self.out_features, -1, INT4_GROUP)
+        weight = values * self.scale[..., None] + self.zero[..., None]
+        return weight.reshape(self.out_features, self.in_features)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if rows_of(x) <= INT4_REDUCE_ROWS:
+            out = self._reduce(x)
+        else:
+            out = F.linear(x, self.dequantize().to(x.dtype))
+        return out if self.bias is None else out + self.bias
+
+    def _reduce(self, x: torch.Tensor) -> torch.Tensor:
+        """sum over the inputs of x * ((q - 8) * scale + zero), in FP32, per group: the even
+        inputs against the low nibbles, the odd against the high ones, so each byte is read
+        once; inductor fuses it into one reduction over the packed weight."""
+        lead = x.shape[:-1]
+        groups = self.in_features // INT4_GROUP
+        pairs = x.reshape(-1, 1, groups, INT4_GROUP // 2, 2).float()
+        even, odd = pairs[..., 0], pairs[..., 1]
+        low, high = self._grouped(torch.float32)
+        scale = self.scale.float()[None, :, :, None]
+        zero = self.zero.float()[None, :, :, None]
+        terms = (even * low + odd * high) * scale + (even + odd) * zero
+        return terms.sum(dim=(-1, -2)).reshape(*lead, self.out_features).to(x.dtype)
+
+
+class PhaseLinear(nn.Linear):
+    """One linear layer with a kernel per phase: ``decode`` for inputs of up to ``decode_rows``
+    rows (a decode step: one per sequence), ``prompt`` for more (the prompt's rows). Each is a
+    quantized layer of the same BF16 weight; both are kept (the summary counts their bytes)."""
+
+    def __init__(self, decode: nn.Module, prompt: nn.Module, decode_rows: int) -> None:
+        super().__init__(decode.in_features, decode.out_features, bias=False, device="meta")
+        del self.weight             # the phases' layers hold the weights
+        self.decode, self.prompt, self.decode_rows = decode, prompt, decode_rows
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (self.decode if rows_of(x) <= self.decode_rows else self.prompt)(x)
+
+    def phase_layer(self, rows: int) -> nn.Module:
+        """The layer that multiplies inputs of ``rows`` rows."""
+        return self.decode if rows <= self.decode_rows else self.prompt
+
+
+def linear_layers(model: nn.Module, rows: int | None = None):
+    """(name, layer) of every linear layer as it runs for inputs of ``rows`` rows: a
+    :class:`PhaseLinear` as the phase's own layer (its other phase's left out), every other
+    ``nn.Linear`` as it is; ``rows=None``: every layer each PhaseLinear holds."""
+    def walk(module: nn.Module, prefix: str):
+        for name, child in module.named_children():
+            path = f"{prefix}{name}"
+            if isinstance(child, PhaseLinear):
+                chosen = (child.decode, child.prompt) if rows is None else \
+                    (child.phase_layer(rows),)
+                for layer in dict.fromkeys(chosen):
+                    yield path, layer
+            elif isinstance(child, nn.Linear):
+                yield path, child
+            else:
+                yield from walk(child, path + ".")
+    yield from walk(model, "")

@@ -1,0 +1,85 @@
+"""The quantized layers this tool defines (microbench.steps.quant_layers, issue 61): the inductor
+int4 layout holds tinygemm's own values (torchao's tinygemm quantization) and multiplies them
+the same way in both of its forms, a PhaseLinear runs its decode layer for a decode step's rows
+and its prompt layer above, and the layers of a phase are what that phase runs."""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from microbench.steps import low_precision, quant_layout
+from microbench.steps.quant_layers import (INT4_REDUCE_ROWS, Int4InductorLinear, PhaseLinear,
+                                           linear_layers)
+
+
+def _linear(inputs=256, outputs=48, seed=0) -> nn.Linear:
+    torch.manual_seed(seed)
+    layer = nn.Linear(inputs, outputs, bias=False).to(torch.bfloat16)
+    with torch.no_grad():
+        layer.weight.normal_(0, 0.02)
+    return layer
+
+
+def test_the_inductor_int4_layout_holds_tinygemms_own_values():
+    pytest.importorskip("torchao")
+    from torchao.quantization.quant_primitives import (MappingType,
+                                                       _choose_qparams_affine_tinygemm,
+                                                       _dequantize_affine_tinygemm,
+                                                       _quantize_affine_tinygemm)
+    layer = _linear()
+    weight = layer.weight.detach()
+    scale, zero = _choose_qparams_affine_tinygemm(weight, MappingType.ASYMMETRIC, (1, 128),
+                                                  torch.int32, 0, 15, scale_dtype=weight.dtype,
+                                                  zero_point_dtype=weight.dtype)
+    values = _quantize_affine_tinygemm(weight, (1, 128), scale, zero, torch.int32, 0, 15)
+    expected = _dequantize_affine_tinygemm(values, (1, 128), scale, zero, torch.int32, 0, 15,
+                                           output_dtype=torch.bfloat16)
+    mine = Int4InductorLinear.from_linear(layer)
+    assert torch.equal(mine.dequantize(), expected)
+    # Stored as 4 bits a value, with a BF16 scale and zero point per group of 128.
+    assert low_precision.weight_bytes(mine) == 48 * 256 // 2 + 2 * 48 * 2 * 2
+    assert 0.05 < low_precision.weight_error(weight, mine) < 0.15
+
+
+@pytest.mark.parametrize("rows", [1, INT4_REDUCE_ROWS, INT4_REDUCE_ROWS + 1, 32])
+def test_both_forms_of_the_int4_product_compute_the_dequantized_product(rows):
+    pytest.importorskip("torchao")
+    mine = Int4InductorLinear.from_linear(_linear())
+    x = torch.randn(rows, 256, dtype=torch.bfloat16)
+    expected = F.linear(x.float(), mine.dequantize().float())
+    got = mine(x)
+    assert got.shape == (rows, 48) and got.dtype == torch.bfloat16
+    assert float((got.float() - expected).norm() / expected.norm()) < 0.01
+    batched = mine(x.reshape(1, rows, 256))
+    assert batched.shape == (1, rows, 48)
+
+
+def test_a_width_not_divisible_by_the_groups_is_refused():
+    with pytest.raises(ValueError, match="divisible"):
+        Int4InductorLinear(torch.zeros(8, 50, dtype=torch.uint8), torch.ones(8, 1),
+                           torch.zeros(8, 1))
+
+
+def test_a_phase_layer_runs_its_decode_layer_for_a_decode_steps_rows():
+    decode, prompt = _linear(seed=1), _linear(seed=2)
+    layer = PhaseLinear(decode, prompt, decode_rows=2)
+    model = nn.Sequential(layer, nn.ReLU(), _linear(48, 256))
+    for rows, expected in ((1, decode), (2, decode), (3, prompt)):
+        x = torch.randn(rows, 256, dtype=torch.bfloat16)
+        assert torch.equal(layer(x), expected(x))
+        assert layer.phase_layer(rows) is expected
+    assert [layer for _, layer in linear_layers(model, rows=2)] == [decode, model[2]]
+    assert [name for name, _ in linear_layers(model)] == ["0", "0", "2"]
+    assert low_precision.linear_count(model) == 2
+    kernels = quant_layout.kernels(model, rows=1)
+    assert [(k.tensor, k.layers) for k in kernels] == [("Tensor", 2)]
+
+
+def test_what_the_inductor_layout_runs_depends_on_the_rows():
+    pytest.importorskip("torchao")
+    mine = Int4InductorLinear.from_linear(_linear())
+    assert "reduction over the packed bytes" in quant_layout.describe_layer(mine, 1)[2]
+    assert "dequantized to BF16" in quant_layout.describe_layer(mine, 128)[2]
+    assert quant_layout.layout_of(mine) == "inductor"
