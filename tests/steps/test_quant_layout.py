@@ -168,6 +168,9 @@ def test_quantize_measured_reports_layout_kernels_and_weight_errors():
     labels = [label for label, _ in report.rows()]
     assert "Quantized kernels" in labels and "Weight error" in labels
     assert dict(report.rows())["Quantized layouts"] == "the only candidate this device runs"
+    # Issue 61: the console's accuracy line says what the figure is on random weights.
+    assert "random weights: how far the numbers moved, not a quality score" in \
+        dict(report.rows())["Accuracy vs BF16"]
     stored = report.to_dict()
     assert stored["quant_kernels"][0]["packing"] == "rowwise"
     assert stored["weight_error"]["layers"] == 3
