@@ -105,9 +105,9 @@ class WeightErrors:
                           "first input rows")}
 
 
-def _phase_label(phase: dict) -> str:
-    """'decode (1 row)', 'prefill (128 rows)'."""
-    return f"{phase['phase']} ({phase['rows']} row{'s' * (phase['rows'] != 1)})"
+def phase_label(name: str, rows: int) -> str:
+    """'decode (1 row)', 'prefill (128 rows)': a phase of a run and the rows it multiplies."""
+    return f"{name} ({rows} row{'s' * (rows != 1)})"
 
 
 def _kernels_text(kernels) -> str:
@@ -163,13 +163,14 @@ class LowPrecision:
             rows.append(("Quantized", f"{self.quantize}: {self.quantize_description}; weights "
                                       f"{units.megabytes(self.weight_bytes / 1e6)} as stored "
                                       f"(BF16: {units.megabytes(self.weight_bytes_before / 1e6)})"))
-        kernels_of = [(phase, _kernels_text(phase["kernels"])) for phase in self.quant_phases]
+        kernels_of = [(phase_label(phase["phase"], phase["rows"]),
+                       _kernels_text(phase["kernels"])) for phase in self.quant_phases]
         if len({text for _, text in kernels_of}) == 1:      # every phase runs the same kernels
+            alike = " and ".join(label for label, _ in kernels_of)
             rows.append(("Quantized kernels", f"layout {self.quant_layout}: "
-                                              f"{kernels_of[0][1]} (" + " and ".join(
-                _phase_label(phase) for phase, _ in kernels_of) + " alike)"))
+                                              f"{kernels_of[0][1]} ({alike} alike)"))
         else:
-            rows += [(f"Quantized {_phase_label(phase)}", text) for phase, text in kernels_of]
+            rows += [(f"Quantized {label}", text) for label, text in kernels_of]
         if not self.quant_phases and self.quant_kernels:
             rows.append(("Quantized kernels", f"layout {self.quant_layout}: "
                                               f"{self.kernel_text()}"))

@@ -45,6 +45,7 @@ from typing import Callable
 import torch
 from torch import nn
 
+from microbench.measure.drift import phase_label
 from microbench.platform import devices, writing
 from microbench.platform.errors import CannotWrite
 from microbench.platform.inputs import InputRefused, read_bounded
@@ -123,34 +124,37 @@ class Choice:
 
     def chosen_total_ms(self, phase: Phase) -> float | None:
         try:
-            return sum(self.timings[(self.shapes[name], rows)][self.fastest[(self.shapes[name],
-                                                                              rows)]]
+            return sum(self.timings[(self.shapes[name], rows)][self._chosen(name, rows)]
                        for name, rows in phase.rows.items())
         except KeyError:
             return None
 
+    def _chosen(self, name: str, rows: int) -> str:
+        return self.fastest[(self.shapes[name], rows)]
+
     def layers_by_layout(self, phase: Phase) -> Counter:
-        return Counter(self.fastest[(self.shapes[name], rows)] for name, rows in
-                       phase.rows.items())
+        return Counter(self._chosen(name, rows) for name, rows in phase.rows.items())
+
+    @property
+    def measured_layouts(self) -> list[str]:
+        """Every layout that has a time, sorted."""
+        return sorted({layout for row in self.timings.values() for layout in row})
 
     def lines(self) -> list[str]:
         """A line per phase: each candidate's time for the phase's products and what was
         chosen."""
         lines = []
-        candidates = sorted({layout for row in self.timings.values() for layout in row})
         for phase in self.phases:
-            rows = phase.typical_rows()
+            label = phase_label(phase.name, phase.typical_rows())
             chosen = ", ".join(f"{layout} on {count}" for layout, count in
                                self.layers_by_layout(phase).most_common())
             if not self.timings:
-                lines.append(f"{phase.name} ({rows} row{'s' * (rows != 1)}): {chosen} "
-                             f"({self.source})")
+                lines.append(f"{label}: {chosen} ({self.source})")
                 continue
             each = ", ".join(f"{layout} {_ms(self.phase_total_ms(phase, layout))}"
-                             for layout in candidates)
-            best = self.chosen_total_ms(phase)
-            lines.append(f"{phase.name} ({rows} row{'s' * (rows != 1)}): {each}; chosen per "
-                         f"shape {_ms(best)}: {chosen}")
+                             for layout in self.measured_layouts)
+            lines.append(f"{label}: {each}; chosen per shape "
+                         f"{_ms(self.chosen_total_ms(phase))}: {chosen}")
         return lines
 
     def basis(self) -> str:
@@ -168,9 +172,8 @@ class Choice:
                 "phases": {phase.name: {
                     "rows": phase.typical_rows(),
                     "layers": dict(self.layers_by_layout(phase)),
-                    "candidates_ms": {layout: self.phase_total_ms(phase, layout) for layout in
-                                      sorted({lay for row in self.timings.values()
-                                              for lay in row})},
+                    "candidates_ms": {layout: self.phase_total_ms(phase, layout)
+                                      for layout in self.measured_layouts},
                     "chosen_ms": self.chosen_total_ms(phase)} for phase in self.phases},
                 "products": {_key_text(*key): {"chosen": layout,
                                                "ms": dict(self.timings.get(key, {}))}
@@ -307,7 +310,7 @@ def _measure(plan, model, phases, shapes, keys, device, timer, compile_options):
             except Exception as error:      # noqa: BLE001 (any failure: leave it out, say why)
                 failed.add(layout)
                 failures.append(f"{layout} left out: building it failed "
-                                f"({_one_line(error)})")
+                                f"({quant_layout.error_text(error)})")
                 continue
             product = built
             for key in sorted(key for key in keys if key[0] == shape):
@@ -332,19 +335,15 @@ def _measure(plan, model, phases, shapes, keys, device, timer, compile_options):
                 except Exception as error:  # noqa: BLE001 (any failure: leave it out, say why)
                     failed.add(layout)
                     failures.append(f"{layout} left out: its product at {shape[0]}x{shape[1]}, "
-                                    f"{rows} rows, failed ({_one_line(error)})")
+                                    f"{rows} rows, failed ({quant_layout.error_text(error)})")
                     break
-            del built, product
+            built = product = None          # this candidate's layers let go
             if layout in failed:            # a layout is measured everywhere or nowhere
                 for row in timings.values():
                     row.pop(layout, None)
     if compiled_any:        # the measurement's graphs hold its layers: let both go
         torch.compiler.reset()
     return dict(timings), failures, compile_s
-
-
-def _one_line(error: Exception) -> str:
-    return " ".join(f"{type(error).__name__}: {error}".split())[:200]
 
 
 # ---------------------------------------------------------------- the cache

@@ -258,7 +258,7 @@ def mslk_traceable(layout: str) -> str | None:
     try:
         mslk = importlib.import_module("mslk")       # loads mslk's operators
     except Exception as error:           # noqa: BLE001 (a broken install: fall back, say why)
-        return f"mslk fails to import ({type(error).__name__}: {_one_line(error)})"
+        return f"mslk fails to import ({error_text(error)})"
     version = getattr(mslk, "__version__", "of unknown version")
     namespace = getattr(torch.ops, MSLK_NAMESPACE)
     qualname = f"{MSLK_NAMESPACE}::{name}"
@@ -276,14 +276,16 @@ def mslk_traceable(layout: str) -> str | None:
         torch.library.register_fake(qualname, int4_product_fake, lib=library)
     except Exception as error:           # noqa: BLE001 (any refusal: fall back, say why)
         return (f"the installed mslk ({version}) has no fake kernel for {qualname} and "
-                f"registering one failed ({type(error).__name__}: {_one_line(error)})")
+                f"registering one failed ({error_text(error)})")
     _REGISTERED.append(qualname)
     return None
 
 
-def _one_line(error: Exception) -> str:
-    """An exception's text on one line, bounded (mslk logs its load failures over several)."""
-    return " ".join(str(error).split())[:200] or type(error).__name__
+def error_text(error: Exception) -> str:
+    """``Type: message`` on one line, the message bounded (mslk logs its load failures over
+    several lines)."""
+    message = " ".join(str(error).split())[:200]
+    return f"{type(error).__name__}: {message}" if message else type(error).__name__
 
 
 def registered_fakes() -> tuple[str, ...]:
