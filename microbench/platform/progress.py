@@ -3,14 +3,17 @@ timing, a sweep row, a batch-size probe).
 
 On a terminal the line carries an elapsed-time counter that moves once a second, so a compile
 that takes minutes does not look like a hang, and ends with the phase's duration. Anywhere else
-(a log file, a pipe, CI) each phase is one plain line when it starts and nothing moves: logs stay
-readable and diffable.
+(a log file, a pipe, CI) each phase is one plain line when it starts, and a phase still running
+adds a plain line every 10 seconds saying for how long (``Compiling... still running, 20 s``):
+nothing is redrawn, so logs stay readable, and a log of a slow compile does not look like a hang
+(issue 64: 37.8 s of warm-up printed nothing).
 
 On a terminal the line is drawn by rich's ``Live`` display (it redraws in place, and a label
 longer than the terminal is wide is folded and redrawn whole instead of leaving broken lines).
 This module keeps the ticking thread itself, rather than rich's auto-refresh, so that a phase
-started with ``tick=False`` (the timed region) has no thread at all, and so that a stream that
-stops taking writes ends the ticking quietly; the caller meets the error on its own next write.
+started with ``tick=False`` (the timed region) has no thread at all, on a terminal or not, and
+so that a stream that stops taking writes ends the ticking quietly; the caller meets the error
+on its own next write.
 
 Example::
 
@@ -64,13 +67,14 @@ class Activity:
     which tests call directly instead of waiting for the thread.
     """
 
-    TICK_S = 1.0
+    TICK_S = 1.0            # a terminal's redraw
+    PLAIN_TICK_S = 10.0     # a log's "still running" line
 
     def __init__(self, out: TextIO, clock: Callable[[], float] = time.monotonic,
                  live: bool | None = None, tick: bool = True):
         self.out, self.clock = (_Discard() if out is None else out), clock
         self.live = is_terminal(out) if live is None else live
-        self._tick = tick and self.live
+        self._tick = tick
         self._label: str | None = None
         self._final: str | None = None
         self._started = 0.0
@@ -86,9 +90,10 @@ class Activity:
 
     def start(self, label: str, announce: bool = True, tick: bool = True) -> None:
         """Begin a phase (ending the one before it). ``announce=False``: off a terminal, print
-        nothing now and let :meth:`finish`'s outcome be the phase's one line. ``tick=False``:
-        on a terminal too, the line is drawn once and not redrawn until the phase ends (the
-        timed region, where nothing else may run on the host)."""
+        nothing now and let :meth:`finish`'s outcome be the phase's one line (and the "still
+        running" lines, if it runs that long). ``tick=False``: nothing more is written until the
+        phase ends, on a terminal or not: no thread runs (the timed region, where nothing else
+        may run on the host)."""
         self.finish()
         with self._lock:
             self._label, self._final, self._started = label, None, self.clock()
@@ -129,10 +134,15 @@ class Activity:
             self._label = None
 
     def render(self) -> None:
-        """Redraw the live line with the current elapsed time."""
+        """Redraw the live line with the current elapsed time; off a terminal, write a line
+        saying the phase is still running and for how long."""
         with self._lock:
             if self._label is not None and self._display is not None:
                 self._display.refresh()
+            elif self._label is not None and not self.live:
+                elapsed = _clock_text(self.clock() - self._started)
+                self.out.write(f"{self._label}... still running, {elapsed}\n")
+                self.out.flush()
 
     def _open_display(self) -> Live:
         console = _LineConsole(file=self.out, force_terminal=True, force_jupyter=False,
@@ -159,7 +169,7 @@ class Activity:
             self._thread = None
 
     def _run(self) -> None:
-        while not self._stop.wait(self.TICK_S):
+        while not self._stop.wait(self.TICK_S if self.live else self.PLAIN_TICK_S):
             try:
                 self.render()
             except (OSError, ValueError):        # the stream closed or stopped taking writes

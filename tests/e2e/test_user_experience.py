@@ -94,10 +94,31 @@ def test_progress_elsewhere_is_one_plain_line_per_phase():
     out = io.StringIO()                               # not a terminal: a log file, CI
     activity = progress.Activity(out, clock=lambda: 0.0)
     activity.start("Warming up")
-    activity.start("Timing 2 iterations")
+    activity.start("Timing 2 iterations", tick=False)
+    assert activity._thread is None                   # the timed region: no thread
     activity.finish()
     assert out.getvalue() == "Warming up...\nTiming 2 iterations...\n"
     assert activity._thread is None
+
+
+def test_a_long_phase_in_a_log_says_every_ten_seconds_that_it_is_still_running():
+    """Off a terminal a slow compile adds a plain line every 10 s (issue 64: 37.8 s of warm-up
+    printed nothing); the ticking thread's call is made here with a fake clock."""
+    now = [0.0]
+    out = io.StringIO()
+    activity = progress.Activity(out, clock=lambda: now[0])
+    assert activity.PLAIN_TICK_S == 10.0
+    activity.start("Compiling")
+    assert activity.ticking
+    now[0] = 10.0
+    activity.render()
+    now[0] = 75.0
+    activity.render()
+    activity.finish("done")
+    assert out.getvalue().splitlines() == ["Compiling...", "Compiling... still running, 10 s",
+                                           "Compiling... still running, 1 min 15 s",
+                                           "Compiling: done"]
+    assert not activity.ticking
 
 
 def test_progress_on_a_terminal_ticks_in_a_thread_and_stops():
