@@ -172,7 +172,7 @@ def test_the_type_checker_imports_count_as_imports():
 # named ``platform`` would be a package that hides the standard library's.
 TESTS = ROOT / "tests"
 OTHER_TEST_FOLDERS = ("e2e", "hostile", "gpu")
-REPO_WIDE_TESTS = ("test_docs.py", "test_packaging.py", "test_structure.py")
+REPO_WIDE_TESTS = ("test_architecture_doc.py", "test_docs.py", "test_packaging.py", "test_structure.py")
 
 
 def _modules_of(layer: str) -> set[str]:
