@@ -58,6 +58,5 @@ def _run(argv: list[str] | None) -> int:
         if limit is not None:
             raise limit from None
         traceback.print_exc()
-        print(f"{_rank_prefix()}error: unexpected {type(error).__name__}: "
-              f"{error}", file=sys.stderr, flush=True)
+        process.error_line(f"{_rank_prefix()}error: unexpected {type(error).__name__}: {error}")
         return 1

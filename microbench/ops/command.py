@@ -13,7 +13,7 @@ import torch
 from microbench import __version__
 from microbench.platform import devices
 from microbench.measure import flops
-from microbench.platform import progress, text_table, units
+from microbench.platform import progress, safe_text, text_table, units
 from microbench.platform.devices import clock_name
 from microbench.platform import writing
 from microbench.store.schema import SCHEMA_VERSION
@@ -137,11 +137,11 @@ def run(args: argparse.Namespace) -> int:
     if args.output_json:
         writing.ensure_directory(args.output_json)     # made as microbench makes its own
         report.write_json(args.output_json, info, outcome.results)
-        print(f"Results JSON : {args.output_json}")
+        print(f"Results JSON : {safe_text.terminal(args.output_json)}")
     if args.output_csv:
         writing.ensure_directory(args.output_csv)
         report.write_csv(args.output_csv, outcome.results)
-        print(f"Results CSV  : {args.output_csv}")
+        print(f"Results CSV  : {safe_text.terminal(args.output_csv)}")
     return outcome.exit_code
 
 

@@ -24,10 +24,11 @@ from typing import TextIO
 
 from microbench.measure import stats
 from microbench.platform import safe_text
-from microbench.platform.errors import Regression
+from microbench.platform.errors import Regression, UsageError
 from microbench.settings import identity
 from microbench.store.baseline import check_same_configuration, metrics, trial_values
 from microbench.store.entry import Entry, entries_of
+from microbench.store import ranges
 from microbench.store.figures import FRACTION, gate_figures
 
 
@@ -52,6 +53,7 @@ def compare(current: dict, gate, out: TextIO, verdict: stats.GateVerdict | None 
                              gate.any_config)
     verdict = verdict or judge(current, gate)
     ours, theirs = metrics(_entry(current)), metrics(gate.entry)
+    _check_ratio(verdict, gate.path)
     print(f"Comparison with {safe_text.terminal(gate.path)} "
           f"(tolerance {gate.tolerance_pct:g}% on throughput)",
           file=out)
@@ -72,6 +74,17 @@ def compare(current: dict, gate, out: TextIO, verdict: stats.GateVerdict | None 
                          f"{_basis(verdict)})")
     else:
         print("  Gate passed", file=out)
+
+
+def _check_ratio(verdict: stats.GateVerdict, path: str) -> None:
+    """A ratio of this run to the baseline beyond any two runs' (a baseline of 2.3e-308 img/s
+    is in range, this run over it is infinity) judges nothing: refused, exit 2, after this
+    run's result was written."""
+    low, high = verdict.ci95 or (verdict.ratio, verdict.ratio)
+    if any(ranges.ratio_problem(value) for value in (verdict.ratio, low, high)):
+        raise UsageError(f"--compare {path}: this run's throughput over the baseline's is "
+                         f"{ranges.BEYOND_RATIO}: the baseline is no run of this "
+                         f"configuration; compare with one that is")
 
 
 def _basis(verdict: stats.GateVerdict) -> str:
@@ -104,4 +117,5 @@ def _change(fraction: bool, before: float | None, value: float | None) -> str:
         return "n/a"
     if fraction:
         return f"{(value - before) * 100:+.2f} pt"
-    return f"{(value / before - 1):+.1%}"
+    ratio = ranges.ratio_of(value, before)
+    return "n/a" if ratio is None else f"{(ratio - 1):+.1%}"

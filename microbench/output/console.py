@@ -474,5 +474,5 @@ def print_rank_table(summary: Summary, out: TextIO) -> None:
 def print_files(summary: Summary, out: TextIO) -> None:
     spec = summary.spec
     if spec.json_path:
-        print(f"Results JSON : {spec.json_path}", file=out)
-        print(f"Results CSV  : {spec.csv_path}", file=out)
+        print(f"Results JSON : {safe_text.terminal(spec.json_path)}", file=out)
+        print(f"Results CSV  : {safe_text.terminal(spec.csv_path)}", file=out)

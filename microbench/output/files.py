@@ -347,25 +347,28 @@ def claim_result_path(spec, taken: set[str] | None = None):
     A result of the same configuration is replaced (a re-run refreshes it). A result of another
     configuration is never replaced silently: under a default name this run takes the next free
     one (``NAME-2.json``, ...); under an explicit ``--output-file`` it replaces the file, as
-    the older tool did, with a note. A name is claimed atomically (``writing.claim``: an
-    exclusive create beside it), so that of runs started at once into one directory no two
-    take one name, whatever they differ in. ``taken``: paths earlier rows of this invocation
-    claimed (added to), which are never shared even before they are written."""
+    the older tool did, with a note. Every name, ``--output-file``'s too, is claimed atomically
+    (``writing.claim``: an exclusive create beside it), so that of runs started at once into
+    one directory no two take one name, whatever they differ in: a name another live run
+    claimed sends this run to the next free one, with a note (else both would write one JSON,
+    and two CSV rows would name it). ``taken``: paths earlier rows of this invocation claimed
+    (added to), which are never shared even before they are written."""
     path = spec.json_path
     if path is None or not spec.launch.is_main:
         return spec, None
     taken = set() if taken is None else taken
     ours, fields = identity.of_spec(spec), identity.naming_fields()
+    named = bool(spec.config.output_file)       # the user's name replaces another's result
 
     def same(theirs: dict | None) -> bool:
         return theirs is None or identity.same(ours, theirs, fields)
 
-    def free(candidate: str) -> bool:
+    def free(candidate: str, replacing: bool = False) -> bool:
         return (os.path.abspath(candidate) not in taken
-                and same(_identity_on_disk(candidate)) and writing.claim(candidate))
+                and (replacing or same(_identity_on_disk(candidate)))
+                and writing.claim(candidate))
 
-    if free(path) or spec.config.output_file:
-        writing.claim(path)
+    if free(path, replacing=named):
         taken.add(os.path.abspath(path))
         theirs = _identity_on_disk(path)
         if same(theirs):
@@ -381,7 +384,7 @@ def claim_result_path(spec, taken: set[str] | None = None):
     theirs = _identity_on_disk(path)
     if os.path.abspath(path) in taken:
         why = "is another row's of this invocation"
-    elif not same(theirs):
+    elif not same(theirs) and not named:
         why = (f"holds a result of another configuration (differing in "
                f"{_differences(ours, theirs)})")
     else:

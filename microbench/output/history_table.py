@@ -18,8 +18,10 @@ from __future__ import annotations
 import json
 
 from microbench.measure import stats
-from microbench.platform import safe_text, units
+from microbench.platform import safe_text, units, writing
 from microbench.platform.text_table import Column, render as render_columns
+from microbench.settings.argtypes import label_problem
+from microbench.store import ranges
 from microbench.store.entry import Entry
 from microbench.store.provenance import FLAG, KIND_OF
 from microbench.store.history import WANDERS, History, Series, Shift, Step
@@ -30,8 +32,9 @@ SHOWN_SHIFTS = 3
 
 
 def point_name(entry: Entry) -> str:
-    """A result as a point of its series: its label, else when it ran (to the minute)."""
-    if entry.label:
+    """A result as a point of its series: its label (one --label would accept), else when it
+    ran (to the minute)."""
+    if entry.label and not label_problem(entry.label):
         return entry.label
     return (entry.time_utc or "?").replace("T", " ")[:16]
 
@@ -50,6 +53,8 @@ def change_text(step: Step) -> str:
     """``-9.8% (95% interval -10.3% to -9.3%)``."""
     verdict = step.change.verdict
     low, high = verdict.ci95 or (verdict.ratio, verdict.ratio)
+    if any(ranges.ratio_problem(value) for value in (verdict.ratio, low, high)):
+        return f"not shown: {ranges.BEYOND_RATIO}"
     return (f"{_percent(verdict.ratio)} (95% interval {_percent(low)} to "
             f"{_percent(high)}, p = {verdict.p_value:.2g})")
 
@@ -162,7 +167,8 @@ def _step_json(step: Step) -> dict:
     verdict = step.change.verdict
     return {"last_before": step.before.source, "first_after": step.after.source,
             "before_level": step.levels[0], "after_level": step.levels[1],
-            "ratio": verdict.ratio, "ci95": list(verdict.ci95) if verdict.ci95 else None,
+            "ratio": ranges.checked_ratio(verdict.ratio),
+            "ci95": [ranges.checked_ratio(end) for end in verdict.ci95] if verdict.ci95 else None,
             "p_value": verdict.p_value, "method": verdict.method,
             "changed": [{"field": shift.name, "kind": shift.kind, "before": shift.before,
                          "after": shift.after, "varies": shift.steadiness == WANDERS}
@@ -179,7 +185,8 @@ def render_json(past: History) -> str:
         "changes": [_step_json(step) for step in series.steps],
         "regression": series.regression is not None} for series in past.series],
         "notes": past.lines, "confidence_level": stats.LEVEL}
-    return json.dumps(document, indent=1) + "\n"
+    # Strict JSON: a number that is no float (NaN, infinity) is null, never ``Infinity``.
+    return json.dumps(writing.json_safe(document), indent=1, allow_nan=False) + "\n"
 
 
 def render(past: History, format_: str, tolerance_pct: float, terminal: bool = False) -> str:

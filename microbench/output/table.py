@@ -41,7 +41,7 @@ from microbench.platform import safe_text
 from microbench.platform import text_table
 from microbench.platform.errors import UsageError
 from microbench.platform import units, writing
-from microbench.store import figures
+from microbench.store import figures, ranges
 from microbench.store.collection import FILE, HEADLINE_SETTINGS, RUN_AT, Group, setting_value
 from microbench.store.entry import MODEL, Entry, accuracy_reference
 
@@ -84,6 +84,8 @@ def trial_verdict(baseline_trials, trials, tolerance_pct: float = DEFAULT_TOLERA
     verdict in the shared words."""
     ruled = stats.gate(baseline_trials, trials, tolerance_pct).comparison
     low, high = ruled.interval
+    if any(ranges.ratio_problem(value) for value in (ruled.ratio, low, high)):
+        return Versus(None, text=ranges.BEYOND_RATIO)
     return Versus(ruled.ratio, low, high, ruled.verdict, ruled.text)
 
 
@@ -95,7 +97,10 @@ def versus(entry: Entry, baseline: Entry) -> Versus:
     if len(entry.trial_values) >= 2 and len(baseline.trial_values) >= 2:
         return trial_verdict(baseline.trial_values, entry.trial_values)
     ours, theirs = speed(entry), speed(baseline)
-    return Versus(ours / theirs if ours and theirs else None)
+    ratio = ranges.ratio_of(ours, theirs)
+    if ratio is None and ours and theirs:
+        return Versus(None, text=ranges.BEYOND_RATIO)
+    return Versus(ratio)
 
 
 # ---------------------------------------------------------------- columns
@@ -425,6 +430,10 @@ def notes(table: Table) -> list[str]:
     for index, entry in table.rows:
         if entry.note:
             lines.append(f"#{index}: {entry.note}")
+        beyond = table.versus.get(id(entry))
+        if beyond is not None and beyond.ratio is None and beyond.text:
+            lines.append(f"#{index} vs #{table.index_of(table.baseline)}: not shown, "
+                         f"{beyond.text}")
     if table.unknown:
         lines.append(f"not known for any row: {'; '.join(table.unknown)}")
     for index, entry in table.rows:

@@ -15,13 +15,13 @@ import math
 import os
 import shlex
 import sys
-from dataclasses import replace
+from dataclasses import asdict, replace
 from typing import Any, Sequence
 
 from microbench import __version__
 from microbench.models import names
 from microbench.models.llama_config import ATTENTION_IMPLS
-from microbench.settings import quantization
+from microbench.settings import identity, quantization
 from microbench.settings.precision import (CHOICES, FP8_RECIPES, TABLE,
                                            from_older_flags, lookup)
 from microbench.plan import rerun
@@ -694,8 +694,11 @@ def _ab_plan(args: argparse.Namespace, configs: tuple[BenchConfig, ...]):
     if replace(b_config, explicit=(), notes=()) == replace(configs[0], explicit=(), notes=()):
         raise UsageError(f"--ab {args.ab!r} changes no setting: B would be A")
     if _measured(b_config) == _measured(configs[0]):
-        raise UsageError(f"--ab {args.ab!r} changes nothing that is measured (only where "
-                         f"results go or how they are shown): B would be A")
+        unused = "; ".join(f"{SCHEMA[name].flag} acts only with {under}"
+                           for name, under in identity.without_effect(asdict(b_config)))
+        raise UsageError(f"--ab {args.ab!r} changes nothing that is measured "
+                         f"({unused or 'only where results go or how they are shown'}): "
+                         f"B would be A")
     if configs[0].max_noise_pct is not None:
         raise UsageError("--ab measures --repeat rounds: drop --max-noise")
     return ABPlan(args.ab, b_config, fail_if_slower=args.fail_if == "slower")
@@ -703,8 +706,10 @@ def _ab_plan(args: argparse.Namespace, configs: tuple[BenchConfig, ...]):
 
 def _measured(config: BenchConfig) -> dict:
     """The settings of ``config`` that change what is measured: an output flag (--quiet,
-    --csv-file, --no-files) or a denominator (--peak-tflops) makes no B."""
-    return {name: getattr(config, name) for name in measured_fields()}
+    --csv-file, --no-files), a denominator (--peak-tflops) or a setting that takes no effect
+    here (--fp8-recipe without --precision fp8: identity.ONLY_UNDER) makes no B."""
+    used = identity.took_effect(asdict(config))
+    return {name: used[name] for name in measured_fields()}
 
 
 def _refuse_abbreviations(words: list[str], flags: str) -> None:

@@ -11,8 +11,8 @@ bytes are read (``/dev/zero`` never ends). Anything else is :class:`InputRefused
 :class:`~microbench.platform.errors.UsageError` (one line, exit 2) that carries the bare ``reason`` too,
 for callers that phrase the line their own way.
 
-This is a leaf: it imports only :mod:`microbench.platform.errors`, so the report command (which imports
-no torch) uses it too.
+This is a leaf: it imports only :mod:`microbench.platform.errors` and
+:mod:`~microbench.platform.safe_text`, so the report command (which imports no torch) uses it too.
 
 Example::
 
@@ -25,10 +25,12 @@ Example::
 """
 from __future__ import annotations
 
+import errno
 import os
 import stat
 
 from microbench.platform.errors import UsageError
+from microbench.platform import safe_text
 
 # Far above any result the tool writes (10 million iterations keep two copies of 10 million
 # samples: about 0.4 GB); a larger file is not a result, and reading it would exhaust memory.
@@ -57,9 +59,14 @@ def text_problem(path: str) -> str | None:
 
 
 def printable(text: str) -> str:
-    """``text`` with the bytes that are not UTF-8 shown as escapes (``\\xff``), so a line that
-    names a bad path can be printed anywhere."""
-    return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    """``text`` with the bytes that are not UTF-8 shown as escapes (``\\xff``) and its controls
+    as :func:`~microbench.platform.safe_text.terminal` shows them (a value typed with a line
+    break or ESC in it), so a line that names a bad path or value can be printed anywhere."""
+    try:
+        text = text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:          # a surrogate that stands for no byte: terminal() shows it
+        pass
+    return safe_text.terminal(text)
 
 
 def kind_of(mode: int) -> str:
@@ -149,15 +156,43 @@ def read_bounded(path: str, label: str, limit: int | None = None) -> bytes:
     try:
         fd = open_unblocked(path)
     except OSError as error:
+        _raise_limit(error)
         raise InputRefused(label, f"cannot read ({error.strerror or error})") from None
     with open(fd, "rb", closefd=True) as stream:
         problem = status_problem(os.fstat(stream.fileno()), limit)
         if problem:
             raise InputRefused(label, problem)
         try:
-            data = stream.read(limit + 1)
+            data = _read_at_most(stream, limit + 1)
         except OSError as error:
+            _raise_limit(error)
             raise InputRefused(label, f"cannot read ({error.strerror or error})") from None
     if len(data) > limit:
         raise InputRefused(label, f"grew past {limit:,} bytes while being read")
     return data
+
+
+def _raise_limit(error: OSError) -> None:
+    """Re-raise a process or system limit (too many open files): the file is not at fault,
+    and the command's own handler gives the limit's one line and exit 4, instead of every
+    file of a report being skipped as unreadable (issue 65)."""
+    if error.errno in (errno.EMFILE, errno.ENFILE):
+        raise error
+
+
+# A read asks for this much at a time: one read of ``limit`` bytes reserves them all before
+# the first byte comes (a gigabyte per result file, which ``ulimit -v`` refuses).
+READ_CHUNK_BYTES = 1 << 20
+
+
+def _read_at_most(stream, wanted: int) -> bytes:
+    """Up to ``wanted`` bytes of ``stream``, in chunks: memory grows with the file read, not
+    with the bound it is read against."""
+    chunks, done = [], 0
+    while done < wanted:
+        chunk = stream.read(min(READ_CHUNK_BYTES, wanted - done))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        done += len(chunk)
+    return b"".join(chunks)

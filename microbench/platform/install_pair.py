@@ -13,15 +13,23 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-# PyTorch's own index, one folder per build (https://pytorch.org/get-started/locally/).
+# PyTorch's own index, one folder per build (https://pytorch.org/get-started/locally/); its
+# pre-releases in folders of their own: nightlies (``2.15.0.dev20261101``) under nightly/,
+# release candidates (``2.14.0rc2``) under test/ ("Previous versions" and the release notes).
 PYTORCH_INDEX = "https://download.pytorch.org/whl"
 # The build suffixes PyTorch's index serves; a suffix like ``a0+git1234`` (a ROCm or NGC
 # container's own build) is served by no index.
-_INDEXED_BUILD = re.compile(r"^(cpu|cu\d{2,3}|rocm\d+(\.\d+)*)$")
+_INDEXED_BUILD = re.compile(r"^(cpu|cu\d{2,3}|rocm\d+(\.\d+)*|xpu)$")
 _RELEASE = re.compile(r"^(\d+)\.(\d+)(?:\.(\d+))?")
+# PEP 440's pre-release and development parts: ``2.14.0rc2``, ``2.15.0.dev20261101``, and the
+# ``a0`` that PyTorch's setup.py gives a build from source of its main branch.
+_PRE_RELEASE = re.compile(r"(a|b|rc)\d*|\.?dev\d*")
 # torchvision 0.N is released with torch 2.(N-15): 0.15 with 2.0, 0.18 with 2.3, 0.22 with 2.7,
-# 0.26 with 2.11, 0.29 with 2.14 (torchvision's README, "Installation" table).
+# 0.26 with 2.11, 0.29 with 2.14; and 0.5 to 0.14 with torch 1.(N-1): 0.5 with 1.4, 0.14 with
+# 1.13 (torchvision's README, "Installation" table). Older ones have no rule (0.4 went with
+# 1.2 and 1.3): their torch is not named rather than guessed.
 _VISION_MINOR_OFFSET = 15
+_ONE_X_VISION = range(5, 15)
 
 
 @dataclass(frozen=True)
@@ -40,35 +48,57 @@ class Build:
         match = _RELEASE.match(self.release)
         return (int(match[1]), int(match[2])) if match else None
 
+    def pre_release(self) -> str | None:
+        """``dev`` (a nightly), ``rc`` (a release candidate), ``a``/``b`` (a build from
+        source), or None for a final release."""
+        match = _RELEASE.match(self.release)
+        found = _PRE_RELEASE.search(self.release, match.end()) if match else None
+        return found[0].lstrip(".").rstrip("0123456789") if found else None
+
     def described(self) -> str:
-        """The build in words: where it came from and what it runs on."""
+        """The build in words: where it came from and what it runs on. Only the suffixes
+        PyTorch's index serves are named by what they run on (``+custom`` is no CUDA build)."""
         if not self.build:
             return "the package index's default build (CUDA on Linux)"
-        if self.build == "cpu":
-            return "a CPU build (+cpu)"
-        if self.build.startswith("cu"):
-            return f"a CUDA build (+{self.build})"
-        if self.build.startswith("rocm"):
-            return f"a ROCm build (+{self.build})"
+        named = {"cpu": "a CPU build", "cu": "a CUDA build", "rocm": "a ROCm build",
+                 "xpu": "an Intel XPU build"}
+        kind = re.match(r"[a-z]+", self.build)
+        if _INDEXED_BUILD.match(self.build) and kind and kind[0] in named:
+            return f"{named[kind[0]]} (+{self.build})"
         return f"a local build (+{self.build})"
 
 
 def vision_minor_for(torch: Build) -> int | None:
-    """The torchvision minor released with this torch, or None for a torch that is not 2.x."""
+    """The torchvision minor released with this torch, or None where the table has no rule
+    (torch 3, a torch 1 before 1.4)."""
     minor = torch.minor()
-    if minor is None or minor[0] != 2:
+    if minor is not None and minor[0] == 2:
+        return minor[1] + _VISION_MINOR_OFFSET
+    if minor is not None and minor[0] == 1 and minor[1] + 1 in _ONE_X_VISION:
+        return minor[1] + 1
+    return None
+
+
+def torch_for(vision: Build) -> str | None:
+    """The torch release (``2.14``) this torchvision was released with, or None where no rule
+    says (a torchvision before 0.5, or not 0.x)."""
+    minor = vision.minor()
+    if minor is None or minor[0] != 0:
         return None
-    return minor[1] + _VISION_MINOR_OFFSET
+    if minor[1] >= _VISION_MINOR_OFFSET:
+        return f"2.{minor[1] - _VISION_MINOR_OFFSET}"
+    return f"1.{minor[1] - 1}" if minor[1] in _ONE_X_VISION else None
 
 
 def differences(torch: Build, vision: Build, cause: str) -> list[str]:
     """What differs between the two, in words; every kind found, in the order a reader checks."""
     found = []
-    wanted = vision_minor_for(torch)
-    vision_minor = vision.minor()
-    if wanted is not None and vision_minor is not None and vision_minor[1] != wanted:
-        found.append(f"torchvision {vision.release} is released with torch "
-                     f"2.{vision_minor[1] - _VISION_MINOR_OFFSET}, not {torch.release}")
+    wanted, theirs = vision_minor_for(torch), torch_for(vision)
+    if wanted is not None and vision.minor() not in (None, (0, wanted)):
+        found.append(f"torchvision {vision.release} is released with torch {theirs}, not "
+                     f"{torch.release}" if theirs else
+                     f"torchvision {vision.release} is not the one released with torch "
+                     f"{torch.release} (0.{wanted})")
     if torch.build != vision.build:
         found.append(f"torch is {torch.described()}, torchvision {vision.described()}")
     operator = re.search(r"operator (\w+::\w+) does not exist", cause)
@@ -78,27 +108,46 @@ def differences(torch: Build, vision: Build, cause: str) -> list[str]:
 
 
 def source(torch: Build) -> str | None:
-    """The pip arguments naming where torch's build comes from: its folder of PyTorch's index,
-    nothing for the package index's default build, None where no index serves it."""
+    """The pip arguments naming where torch's build comes from: its folder of PyTorch's index
+    (nightly/ or test/ for a pre-release), nothing for the package index's default build, None
+    where no index is known to serve it (a local build, a build from source, a pre-release
+    without a build suffix)."""
+    channel = {None: "", "dev": "nightly/", "rc": "test/"}.get(torch.pre_release())
+    if channel is None or (channel and not torch.build):
+        return None
     if not torch.build:
         return ""
     if _INDEXED_BUILD.match(torch.build):
-        return f" --index-url {PYTORCH_INDEX}/{torch.build}"
+        return f" --index-url {PYTORCH_INDEX}/{channel}{torch.build}"
     return None
+
+
+def _requirement(name: str, version: str) -> str:
+    """``"name==version"``, quoted: zsh takes an unquoted ``0.29.*`` for a file pattern ("no
+    matches found"); double quotes keep it one word in every shell, cmd.exe's too."""
+    return f'"{name}=={version}"'
 
 
 def command(torch: Build) -> str:
     """One command that installs a working pair from one source: this torch's release and the
     torchvision released with it, both from the source of torch's build. --force-reinstall,
-    since pip otherwise keeps a torchvision whose version already matches the pin."""
+    since pip otherwise keeps a torchvision whose version already matches the pin; --pre for a
+    pre-release torch, whose torchvision is one too (pip matches ``==0.30.*`` to no
+    pre-release without it)."""
     wanted = vision_minor_for(torch)
     where = source(torch)
-    if wanted is None or where is None:
-        return (f"install torchvision from where this torch ({torch.release}+{torch.build}) came "
-                f"from (its container or its build)" if torch.build
-                else "pip install --force-reinstall torch torchvision")
-    return (f"pip install --force-reinstall torch=={torch.release} "
-            f"torchvision==0.{wanted}.*{where}")
+    if where is None:
+        suffix = f"+{torch.build}" if torch.build else ""
+        return f"install torchvision from where this torch ({torch.release}{suffix}) came from " \
+               f"(its container, its build or its index)"
+    if torch.minor() is None:           # its version unknown: nothing to pin
+        return f"pip install --force-reinstall torch torchvision{where}"
+    # A torch the table has no rule for: torchvision unpinned, since each torchvision wheel
+    # requires its own torch exactly, pip's resolver picks the one released with it.
+    vision = _requirement("torchvision", f"0.{wanted}.*") if wanted is not None else "torchvision"
+    pre = " --pre" if torch.pre_release() else ""
+    return (f"pip install{pre} --force-reinstall {_requirement('torch', torch.release)} "
+            f"{vision}{where}")
 
 
 def advice(torch_version: str, vision_version: str, cause: str) -> str:

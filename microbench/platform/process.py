@@ -29,6 +29,7 @@ import multiprocessing.util           # registers its exit handler, which ours m
 import os
 import pickle
 import resource
+import select
 import signal
 import sys
 import threading
@@ -96,8 +97,9 @@ def env_rank_prefix(environ: Mapping[str, str] | None = None) -> str:
 def error_line(line: str) -> None:
     """``line`` on standard error in one write: ranks share the launcher's stderr, and
     print()'s separate write of the newline let two ranks' lines run into one (unbuffered
-    stderr, as under PYTHONUNBUFFERED)."""
-    sys.stderr.write(f"{line}\n")
+    stderr, as under PYTHONUNBUFFERED). Escaped whole, whoever built it: a rank's prefix comes
+    from the environment, a message may quote a value as typed."""
+    sys.stderr.write(f"{safe_text.terminal(line)}\n")
     sys.stderr.flush()
 
 
@@ -352,8 +354,31 @@ class GuardedOutput(io.TextIOBase):
             os.close(devnull)
 
     def write(self, text: str) -> int:
-        self._attempt(lambda: self.stream.write(text))
+        self._attempt(lambda: self._write(text))
         return len(text)
+
+    def _write(self, text: str) -> None:
+        """``text`` written whole. A character the stream's encoding lacks (``LC_ALL=C``:
+        ASCII) is written as an escape (``\\u00b1``): UnicodeEncodeError is a ValueError, and
+        was taken for a closed stream. Unbuffered (``PYTHONUNBUFFERED``), the bytes go to the
+        raw stream here, in a loop: TextIOWrapper ignores a raw write that took only part of
+        them (a pipe whose reader left mid-write), and the rest was dropped without an error."""
+        raw = _raw_buffer(self.stream)
+        if raw is None:
+            try:
+                self.stream.write(text)
+            except UnicodeEncodeError:                  # nothing of it was written
+                self.stream.write(text.encode(self.encoding, "backslashreplace")
+                                  .decode(self.encoding))
+            return
+        self.stream.flush()                             # what went before goes first
+        _write_all(raw, self._encoded(text))
+
+    def _encoded(self, text: str) -> bytes:
+        try:
+            return text.encode(self.encoding, getattr(self.stream, "errors", None) or "strict")
+        except UnicodeEncodeError:
+            return text.encode(self.encoding, "backslashreplace")
 
     def flush(self) -> None:
         self._attempt(lambda: self.stream.flush())
@@ -372,6 +397,25 @@ class GuardedOutput(io.TextIOBase):
     @property
     def encoding(self) -> str:
         return getattr(self.stream, "encoding", None) or "utf-8"
+
+
+def _raw_buffer(stream) -> io.RawIOBase | None:
+    """The raw binary stream under text ``stream`` when nothing buffers between them
+    (``python -u``, ``PYTHONUNBUFFERED``), else None."""
+    buffer = getattr(stream, "buffer", None)
+    return buffer if isinstance(buffer, io.RawIOBase) else None
+
+
+def _write_all(raw: io.RawIOBase, data: bytes) -> None:
+    """Every byte of ``data``: a raw write may take part of them; it is repeated with the rest
+    until all are written or it raises (BrokenPipeError when the reader left: exit 141)."""
+    view = memoryview(data)
+    while view:
+        written = raw.write(view)
+        if written is None:                     # a non-blocking descriptor is full: wait
+            select.select([], [raw.fileno()], [])
+            continue
+        view = view[written:]
 
 
 @contextlib.contextmanager
@@ -454,7 +498,7 @@ def imports_checked() -> Iterator[None]:
     except BenchmarkError:
         raise
     except Exception as error:                          # noqa: BLE001 - re-raised unless ours
-        line = broken_pair(error) or torch_refused(error)
+        line = short_of_memory(error) or broken_pair(error) or torch_refused(error)
         if line is None:
             raise
         raise MissingEnvironment(line.removeprefix("error: ")) from None
@@ -463,6 +507,39 @@ def imports_checked() -> Iterator[None]:
 def _raised_inside(error: BaseException, package: str) -> bool:
     marker = f"{os.sep}{package}{os.sep}"
     return any(marker in frame.filename for frame in traceback.extract_tb(error.__traceback__))
+
+
+# How a shared library that could not be mapped reads (glibc's dlopen: "failed to map segment
+# from shared object", "cannot allocate memory"; ENOMEM's strerror) or a MemoryError.
+_UNMAPPED = ("failed to map segment", "cannot allocate memory", "cannot map zero-fill pages")
+
+
+def _memory_refused(error: BaseException, text: str) -> bool:
+    if "static tls" in text:            # glibc's TLS block is full: LD_PRELOAD, not memory
+        return False
+    return (isinstance(error, MemoryError) or getattr(error, "errno", None) == errno.ENOMEM
+            or any(words in text for words in _UNMAPPED))
+
+
+def short_of_memory(error: BaseException) -> str | None:
+    """The one line for torch or torchvision that could not load its libraries for want of
+    memory, or None. Reinstalling is not the cure: under ``ulimit -v`` (an address-space
+    limit, which torch's CUDA or ROCm libraries exceed at once) the limit is named."""
+    text = " ".join(str(error).split())
+    if not _memory_refused(error, text.lower()):
+        return None
+    package = next((name for name in ("torchvision", "torch") if _raised_inside(error, name)),
+                   None)
+    if package is None:
+        return None
+    cause = text[:200] or type(error).__name__
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft == resource.RLIM_INFINITY:
+        return (f"error: {package} could not load its libraries: no memory ({cause}); free "
+                f"memory or raise the container's memory limit")
+    return (f"error: {package} could not load its libraries within the address-space limit "
+            f"(ulimit -v is {soft // 1024} KiB) ({cause}): raise it (ulimit -v unlimited); "
+            f"reinstalling does not help")
 
 
 def torch_refused(error: BaseException) -> str | None:
@@ -527,6 +604,13 @@ def import_optional(name: str, needed_for: str, install: str) -> ModuleType:
 # A start refused for lack of processes or memory: fork's EAGAIN (RLIMIT_NPROC, a cgroup's
 # pids.max) or ENOMEM, and the thread a DataLoader or a pipe needs that the same limit refuses.
 _CANNOT_START = (errno.EAGAIN, errno.ENOMEM)
+# Too many open files: this process's descriptor limit (EMFILE, ulimit -n) or the system's
+# table (ENFILE, fs.file-max). Neither errno means anything else, wherever it is raised (a
+# start's pipes, a loader worker's shared memory, a result file): a limit, never a bug.
+_NO_DESCRIPTOR = (errno.EMFILE, errno.ENFILE)
+# A loader worker's OSError comes back as text (DataLoader re-raises it from its traceback),
+# and torch's descriptor sharing fails as "received 0 items of ancdata" when out of them.
+_NO_DESCRIPTOR_TEXT = ("[Errno 24]", "[Errno 23]", "received 0 items of ancdata")
 CGROUP_ROOT = "/sys/fs/cgroup"
 
 
@@ -599,6 +683,26 @@ def check_can_start(count: int, what: str, flag: str, headroom=None) -> None:
                              f"limit (docker run --pids-limit, ulimit -u)")
 
 
+def out_of_descriptors(error: BaseException) -> bool:
+    """Whether ``error`` is a file descriptor refused: too many open files."""
+    if isinstance(error, OSError) and error.errno is not None:
+        return error.errno in _NO_DESCRIPTOR
+    return (isinstance(error, (OSError, RuntimeError))
+            and any(text in str(error) for text in _NO_DESCRIPTOR_TEXT))
+
+
+def _too_many_files(error: BaseException, what: str) -> MissingEnvironment:
+    """The one line (exit 4) for a descriptor refused, naming the limit that refused it."""
+    if getattr(error, "errno", None) == errno.ENFILE or "[Errno 23]" in str(error):
+        limit = "the system's table of open files is full (fs.file-max)"
+    else:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        room = f", up to {hard} allowed" if soft != hard != resource.RLIM_INFINITY else ""
+        limit = f"ulimit -n is {soft}{room}"
+    return MissingEnvironment(f"{what}: too many open files ({limit}); raise the limit "
+                              f"(ulimit -n), or use fewer --workers or --trials in-process")
+
+
 def cannot_start(error: BaseException) -> bool:
     """Whether ``error`` is a start refused for lack of processes, threads or memory."""
     if isinstance(error, OSError):
@@ -622,12 +726,15 @@ def _raised_starting(error: BaseException) -> bool:
 def limit_reached(error: BaseException) -> MissingEnvironment | None:
     """The one line (exit 4) for ``error`` when it, or an error it was raised from, is a start
     the system refused (a thread or process limit: a cgroup's ``pids.max``, ``ulimit -u``; no
-    memory), wherever it happened: a DataLoader's pin-memory thread, a loader worker (whose
+    memory), or a file descriptor it refused (too many open files: ``ulimit -n``), wherever it
+    happened: a DataLoader's pin-memory thread, a loader worker (whose
     error the loader raises again with the worker's traceback as text), the progress line's
     thread, a trial worker. None for any other error (a bug keeps its traceback)."""
     seen, current = set(), error
     while current is not None and id(current) not in seen:
         seen.add(id(current))
+        if out_of_descriptors(current):
+            return _too_many_files(current, "a file or pipe could not be opened")
         if cannot_start(current) and (not isinstance(current, OSError)
                                       or _raised_starting(current)):
             reason = (current.strerror if isinstance(current, OSError) and current.strerror
@@ -691,13 +798,16 @@ def starting(what: str, advice: str) -> Iterator[None]:
     try:
         yield
     except (OSError, RuntimeError) as error:
-        if not cannot_start(error):
+        files = out_of_descriptors(error)
+        if not (files or cannot_start(error)):
             raise
         started = [child for child in multiprocessing.active_children()
                    if child.pid not in before]
         # Half-started: nothing of theirs to clean up, and a SIGTERM could land before a
         # worker set its own handlers (it would print the inherited handler's traceback).
         stop_children(started, grace_s=0)
+        if files:
+            raise _too_many_files(error, f"cannot start {what}") from None
         reason = error.strerror if isinstance(error, OSError) else str(error)
         raise MissingEnvironment(f"cannot start {what}: {reason} (a process limit: ulimit -u, "
                                  f"a container's pids limit; or no memory); {advice}") from None

@@ -35,6 +35,8 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
+from microbench.platform import safe_text
+
 
 def is_terminal(stream: TextIO) -> bool:
     try:
@@ -95,6 +97,9 @@ class Activity:
         phase ends, on a terminal or not: no thread runs (the timed region, where nothing else
         may run on the host)."""
         self.finish()
+        # A phase may name a path or a model (the data cache's "making PATH"): escaped here,
+        # once for every line this writes, so none of it acts on the terminal.
+        label = safe_text.terminal(label)
         with self._lock:
             self._label, self._final, self._started = label, None, self.clock()
             if self.live:

@@ -73,15 +73,32 @@ def csv_cell(text: str) -> str:
 # the start of a list item; "<" opens HTML and "&" an entity.
 _BREAKS = re.compile("\r\n|[\r\n\u2028\u2029\x0b\x0c\x85]")
 _MARKDOWN_SPECIAL = re.compile(r"([\\`*_\[\]|~>#])")
+# What GitHub makes live after markdown's own parsing, so a backslash escape does not stop it:
+# $...$ math; @name a mention (and a@b.c an e-mail link); #123 and GH-123 issue references;
+# :name: emoji; www. and scheme:// bare links. Math needs its "$" as an entity (never a
+# delimiter, as in CommonMark's emphasis); the others are found in the rendered text, so a
+# zero-width space goes after their first character (what Renovate and Dependabot write before
+# a mention). Times such as 20:35:00 keep their colons: no emoji name is all digits but 100 and
+# 1234. Matched in one pass over escaped text (a "\\" may stand inside an emoji's name).
+_ZERO_WIDTH_SPACE = "&#8203;"
+_LIVE = re.compile(r"\$|@(?=[a-z0-9])|#(?=[0-9])|(?<![a-z0-9])(?:gh-(?=[0-9])|www(?=\.))"
+                   r"|:(?=//)|:(?=(?![0-9]+:)[\w+\\-]+:|(?:100|1234):)", re.IGNORECASE)
+
+
+def _inert(match: re.Match) -> str:
+    return "&#36;" if match.group() == "$" else match.group() + _ZERO_WIDTH_SPACE
 
 
 def markdown(text: str) -> str:
     """``text`` as a markdown table cell or list item shows it, literally: line breaks become
     spaces, markdown's specials are backslash-escaped (no link, image or emphasis), ``<`` and
-    ``&`` are entities (no HTML), and other controls are escaped as for the terminal."""
+    ``&`` are entities (no HTML), what GitHub renders after parsing (math, mentions, issue
+    references, emoji, bare links) is broken up, and other controls are escaped as for the
+    terminal."""
     text = _BREAKS.sub(" ", str(text))
     text = terminal(_MARKDOWN_SPECIAL.sub(r"\\\1", text))
-    return text.replace("&", "&amp;").replace("<", "&lt;") or " "
+    text = text.replace("&", "&amp;").replace("<", "&lt;")
+    return _LIVE.sub(_inert, text) or " "
 
 
 def html(text: object, quote: bool = True) -> str:

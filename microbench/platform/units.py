@@ -14,15 +14,26 @@ from __future__ import annotations
 import math
 
 _SI = ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, ""))
+# The widest a number is written out in full: the largest figure a result may hold (1e15,
+# store/ranges.py) with its separators is 21 characters; a figure near the float range's floor
+# (3e-308) or its ceiling written out would be a cell of 300 characters.
+MAX_FIXED_CHARS = 24
+
+
+def _bounded(fixed: str, value: float, digits: int) -> str:
+    """``fixed`` where it fits :data:`MAX_FIXED_CHARS`, else ``value`` in exponent notation
+    with ``digits`` significant digits (``2.30e-308``)."""
+    return fixed if len(fixed) <= MAX_FIXED_CHARS else f"{value:.{max(digits, 1) - 1}e}"
 
 
 def significant(value: float, digits: int = 3) -> str:
-    """``value`` with about ``digits`` significant digits, never in exponent notation."""
+    """``value`` with about ``digits`` significant digits, in exponent notation only where
+    written out it would pass :data:`MAX_FIXED_CHARS` (no measurement does)."""
     magnitude = abs(value)
     if magnitude == 0 or not math.isfinite(magnitude):
         return f"{value:.0f}" if magnitude == 0 else str(value)
     decimals = max(0, digits - 1 - math.floor(math.log10(magnitude)))
-    return f"{value:.{decimals}f}"
+    return _bounded(f"{value:.{decimals}f}", value, digits)
 
 
 def duration_ms(ms: float) -> str:
@@ -52,13 +63,16 @@ def megabytes(mb: float) -> str:
 
 def rate(value: float) -> str:
     """A throughput: thousands separated, a decimal only where the number is small."""
-    if abs(value) >= 1000:
-        return f"{value:,.0f}"
+    if abs(value) >= 1000 and math.isfinite(value):
+        return _bounded(f"{value:,.0f}", value, 4)
     return significant(value, 4)
 
 
 def percent(fraction: float) -> str:
-    return f"{fraction:.1%}" if abs(fraction) >= 0.001 or fraction == 0 else f"{fraction:.2%}"
+    if not math.isfinite(fraction):
+        return f"{fraction}%"
+    fixed = f"{fraction:.1%}" if abs(fraction) >= 0.001 or fraction == 0 else f"{fraction:.2%}"
+    return _bounded(fixed, fraction * 100, 3) + ("%" if len(fixed) > MAX_FIXED_CHARS else "")
 
 
 def tflops_rate(tflops: float) -> str:

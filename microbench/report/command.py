@@ -35,8 +35,8 @@ import sys
 from microbench import __version__
 from microbench.platform import process, safe_text
 from microbench.platform import progress
-from microbench.settings.argtypes import finite_float, path_text
-from microbench.platform.errors import EXIT_USAGE, BenchmarkError, UsageError
+from microbench.settings.argtypes import OneLineParser, finite_float, path_text
+from microbench.platform.errors import BenchmarkError, UsageError
 from microbench.measure.stats import DEFAULT_TOLERANCE_PCT
 from microbench.output import chart, history_table, table
 from microbench.report import history_view, page
@@ -48,12 +48,8 @@ from microbench.platform import writing
 DEFAULT_TITLE = "Benchmark results"
 
 
-class _Parser(argparse.ArgumentParser):
-    """Usage errors as one line, exit 2 (as microbench.plan.cli.OneLineParser, which imports
-    torch)."""
-
-    def error(self, message: str):
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
+class _Parser(OneLineParser):
+    """Usage errors as one line, exit 2, with the value typed shown safely (OneLineParser)."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -120,6 +116,9 @@ def _check_history_flags(args: argparse.Namespace) -> None:
         if args.format not in history_table.FORMATS:
             raise UsageError(f"--history writes {', '.join(history_table.FORMATS)}; not "
                              f"--format {args.format}")
+        if args.all_columns:          # the history's tables leave no column out to add
+            raise UsageError("--all-columns widens the report's markdown table; --history's "
+                             "tables always have every column: leave --all-columns out")
         return
     for flag, given in (("--by", args.by != BY_TIME),
                         ("--tolerance", args.tolerance != DEFAULT_TOLERANCE_PCT)):

@@ -18,6 +18,7 @@ import math
 from typing import Any, Callable, NoReturn, Sequence
 
 from microbench.platform.errors import EXIT_USAGE
+from microbench.platform import safe_text
 from microbench.platform.inputs import printable, text_problem
 from microbench.platform.process import env_rank_prefix
 
@@ -26,7 +27,10 @@ class OneLineParser(argparse.ArgumentParser):
     """argparse that reports a usage error as one line, exit 2 (docs/architecture.md, "Errors")."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"{env_rank_prefix()}{self.prog}: error: {message} (see --help)\n")
+        # argparse and the types quote a value as typed ("invalid choice: 'a<LF>b'"): the whole
+        # line goes through the one escaping, so a line break or ESC in it is shown, not obeyed.
+        line = f"{env_rank_prefix()}{self.prog}: error: {message} (see --help)"
+        self.exit(EXIT_USAGE, f"{safe_text.terminal(line)}\n")
 
 # Upper bounds far above any real run; a larger value is a typo, and would reach torch as an
 # attempt to allocate petabytes, an integer overflow or a loop that never ends.
@@ -227,12 +231,19 @@ def keyword_dict(text: str) -> dict:
 MAX_LABEL_CHARS = 120
 
 
+def label_problem(text: str) -> str | None:
+    """Why ``text`` is no label (the rule --label and the history's reader share), or None."""
+    if not text or len(text) > MAX_LABEL_CHARS or not text.isprintable() or text != text.strip():
+        return (f"a label is 1 to {MAX_LABEL_CHARS} printable characters on one line "
+                f"(e.g. nightly-2026-11-27)")
+    return None
+
+
 def label_text(text: str) -> str:
     """An argparse type for --label: valid text of one printable line, at most
     :data:`MAX_LABEL_CHARS` characters (it is shown in the history's tables and chart)."""
     text = path_text(text).strip()
-    if not text or len(text) > MAX_LABEL_CHARS or not text.isprintable():
-        raise argparse.ArgumentTypeError(f"'{printable(text[:MAX_LABEL_CHARS])}': a label is "
-                                         f"1 to {MAX_LABEL_CHARS} printable characters on one "
-                                         f"line (e.g. nightly-2026-11-27)")
+    problem = label_problem(text)
+    if problem:
+        raise argparse.ArgumentTypeError(f"'{printable(text[:MAX_LABEL_CHARS])}': {problem}")
     return text

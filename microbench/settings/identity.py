@@ -13,6 +13,9 @@ Four places ask it, and each uses the fields below, adding to them but never dro
 An identity is a flat dict: the stored configuration's fields by name, and what they resolved to
 (``model``, ``per_device_batch``, ``input_size``, ``world_size``, ``device_name``), built the same
 way from a run about to start (:func:`of_spec`) and from a result on disk (:func:`of_document`).
+It holds the settings that took effect (:func:`took_effect`): a setting that acts only under
+another (:data:`ONLY_UNDER`: ``--fp8-recipe`` without ``--precision fp8``) holds its default
+where that other is absent, so giving it makes no other configuration (issue 65).
 
 Example::
 
@@ -39,6 +42,67 @@ WORK = ("model", "mode", "precision", "tf32", "nhwc", "compile", "compile_option
         # FP8's scaling recipe and the weights' quantization: other kernels, other bytes
         "fp8_recipe", "quantize", "quant_layout")
 GATE = WORK + ("world_size",)
+
+
+def _training(s: dict) -> bool:
+    return s.get("mode", "training") == "training"
+
+
+def _several_trials(s: dict) -> bool:
+    repeat = s.get("repeat")
+    return s.get("max_noise_pct") is not None or (isinstance(repeat, int) and repeat > 1)
+
+
+# Settings that act only under another: (the settings, the other as a user spells it, whether
+# it holds, read from an identity). Where it does not hold they did nothing, and an identity
+# holds their defaults. The command line refuses most of them given alone; this rule also
+# covers a sweep's rows (--precision bf16,fp8 --fp8-recipe rowwise: the bf16 row), --ab's B,
+# and results stored before a refusal existed. Rows are read in order, each on the identity
+# the rows above left (the kind of run first: under inference, --parallel is ddp's default).
+ONLY_UNDER = (
+    (("opt_step", "parallel", "activation_checkpointing", "optimizer", "optimizer_impl"),
+     "--mode training", _training),
+    (("prompt_len", "gen_len"), "--mode generate", lambda s: s.get("mode") == "generate"),
+    (("fp8_recipe",), "--precision fp8", lambda s: s.get("precision") == "fp8"),
+    (("quant_layout",), "--quantize", lambda s: s.get("quantize", "none") != "none"),
+    (("compile_options",), "--compile", lambda s: s.get("compile") is True),
+    (("reshard_after_forward",), "--parallel fsdp", lambda s: s.get("parallel") == "fsdp"),
+    (("ddp_bucket_cap_mb", "ddp_static_graph", "ddp_gradient_as_bucket_view", "ddp_options"),
+     "--parallel ddp", lambda s: s.get("parallel", "ddp") == "ddp"),
+    (("trials",), "--repeat above 1 or --max-noise", _several_trials),
+    (("max_trials", "time_limit_s"), "--max-noise", lambda s: s.get("max_noise_pct") is not None),
+    (("profiler_schedule",), "--kineto", lambda s: bool(s.get("kineto"))),
+    # microbench.scenarios.feeding's PIPELINE_FIELDS and GENERATED_SET_FIELDS
+    (("data_format", "data_images", "data_dir", "decode", "transforms", "workers",
+      "pin_memory", "prefetch_factor"), "--data loader or folder",
+     lambda s: s.get("data", "synthetic") != "synthetic"),
+    (("data_format", "data_images"), "--data loader", lambda s: s.get("data") == "loader"),
+    (("data_dir",), "--data folder", lambda s: s.get("data") == "folder"),
+)
+
+
+def not_in_effect(settings: dict) -> dict[str, str]:
+    """Each setting of :data:`ONLY_UNDER` whose condition does not hold in ``settings`` (an
+    identity, or a config's fields), with the other setting it acts under."""
+    used, found = dict(settings), {}
+    for names, under, holds in ONLY_UNDER:
+        if not holds(used):
+            for name in names:
+                found.setdefault(name, under)
+                used[name] = _defaults()[name]
+    return found
+
+
+def took_effect(settings: dict) -> dict:
+    """``settings`` with every setting not in effect at its default: what the run used."""
+    return {**settings, **{name: _defaults()[name] for name in not_in_effect(settings)}}
+
+
+def without_effect(settings: dict) -> list[tuple[str, str]]:
+    """(setting, the other it acts under) for each setting ``settings`` give away from its
+    default where it takes no effect."""
+    return [(name, under) for name, under in not_in_effect(settings).items()
+            if name in settings and _json(settings[name]) != _defaults()[name]]
 
 
 def naming_fields() -> tuple[str, ...]:
@@ -71,7 +135,7 @@ def of_spec(spec) -> dict:
     identity.update(model=spec.model.name, per_device_batch=spec.batch_size,
                     input_size=spec.model.input_size, world_size=spec.launch.world_size,
                     device_name=spec.device_name)
-    return identity
+    return took_effect(identity)
 
 
 def of_document(document: dict) -> dict:
@@ -86,7 +150,7 @@ def of_document(document: dict) -> dict:
                     per_device_batch=document.get("Mini batch size [img/gpu]"),
                     input_size=model.get("seq_len", model.get("image_size")),
                     world_size=document.get("GPUs"), device_name=env.get("device_name"))
-    return identity
+    return took_effect(identity)
 
 
 def _dict(value: Any) -> dict:

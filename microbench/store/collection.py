@@ -27,6 +27,7 @@ Example::
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -164,6 +165,8 @@ def read(inputs: Inputs) -> Found:
             found.lines.append(f"skipped {path}: not JSON ({reason})")
             continue
         except OSError as error:
+            if error.errno in (errno.EMFILE, errno.ENFILE):
+                raise                   # a limit of the process, not of this file: exit 4
             found.lines.append(f"skipped {path}: cannot read ({error.strerror or error})")
             continue
         if schema.document_kind(document) == schema.DATA_CACHE:

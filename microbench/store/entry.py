@@ -137,17 +137,12 @@ def _setting_name(key: str) -> str:
     return item.flag.lstrip("-") if item is not None else key.replace("_", "-")
 
 
-# The input pipeline's settings: stored in every result, in effect only with --data loader|folder
-# (a synthetic run's data-images 4096 is a default that did nothing).
-PIPELINE_SETTINGS = frozenset({"data_format", "data_images", "data_dir", "decode", "transforms",
-                               "workers", "pin_memory", "prefetch_factor"})
-
-
 def _generic_settings(config: dict) -> dict:
     """Every other stored setting (opt-step, iterations, cudnn-benchmark, ...), None where it
-    did not apply (the pipeline's settings of a synthetic run)."""
-    synthetic = config.get("data", "synthetic") == "synthetic"
-    return {_setting_name(key): None if synthetic and key in PIPELINE_SETTINGS else value
+    did not apply (identity.ONLY_UNDER: the pipeline's settings of a synthetic run, a data-images
+    4096 that did nothing; --fp8-recipe without --precision fp8; ...)."""
+    unused = identity.not_in_effect(config)
+    return {_setting_name(key): None if key in unused else value
             for key, value in config.items() if key not in NOT_SETTINGS}
 
 

@@ -30,11 +30,13 @@ Example::
 """
 from __future__ import annotations
 
+import datetime
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 
 from microbench.measure import changes, stats
+from microbench.settings.argtypes import label_problem
 from microbench.store.collection import HEADLINE_SETTINGS
 from microbench.store.entry import MODEL, Entry
 from microbench.store.provenance import FIELDS, KIND_OF, KINDS
@@ -93,15 +95,31 @@ class History:
 
 
 def _natural(text: str) -> tuple:
-    """A label's sort key: digits as numbers (``n9`` before ``n10``), the rest as text."""
-    return tuple((0, int(part), "") if part.isdigit() else (1, 0, part)
-                 for part in re.split(r"(\d+)", text) if part)
+    """A label's sort key: runs of ASCII digits as numbers (``n9`` before ``n10``), the rest
+    as text. A run is compared by its length without leading zeros, then digit by digit: no
+    int() (which refuses 4,300 digits, and digits of other scripts that str.isdigit accepts)."""
+    return tuple((0, len(part.lstrip("0")), part.lstrip("0")) if part.isascii()
+                 and part.isdigit() else (1, 0, part)
+                 for part in re.split(r"([0-9]+)", text) if part)
+
+
+def run_time(entry: Entry) -> float | None:
+    """When ``entry`` ran, in seconds since the epoch (a time without an offset is UTC, as
+    ``time_utc`` names it); None where it is no ISO 8601 time. Compared as times, not as text:
+    ``2026-01-01T23:00:00-05:00`` comes after ``2026-01-02T01:00:00+00:00``."""
+    try:
+        when = datetime.datetime.fromisoformat(entry.time_utc or "")
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=datetime.timezone.utc)
+        return when.timestamp()
+    except (TypeError, ValueError, OverflowError):
+        return None
 
 
 def _order_key(by: str):
     if by == BY_LABEL:
-        return lambda entry: (_natural(entry.label), entry.time_utc or "", entry.source)
-    return lambda entry: (entry.time_utc or "", entry.source)
+        return lambda entry: (_natural(entry.label), run_time(entry) or 0.0, entry.source)
+    return lambda entry: (run_time(entry), entry.source)
 
 
 def _why_left_out(entry: Entry, by: str) -> str | None:
@@ -112,8 +130,10 @@ def _why_left_out(entry: Entry, by: str) -> str | None:
         return "not measured (a sweep's failed row)"
     if by == BY_LABEL and not entry.label:
         return "no --label (--by label)"
-    if by == BY_TIME and not entry.time_utc:
-        return "no time of the run recorded"
+    if by == BY_LABEL and label_problem(entry.label):
+        return f"a --label the tool does not accept: {label_problem(entry.label)} (--by label)"
+    if by == BY_TIME and run_time(entry) is None:
+        return "no time of the run recorded (an ISO 8601 time, env.time_utc)"
     return None
 
 

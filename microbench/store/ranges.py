@@ -128,6 +128,39 @@ def problem_of(kind: str | None, value: float) -> str | None:
     return None
 
 
+# ---------------------------------------------------------------- ratios of two figures
+
+# Two figures each in range can be 1e323 apart (1e15 and 2.3e-308): their quotient is no float,
+# or a 300-digit cell. A ratio of two runs' speeds is checked as a figure is: within LARGEST
+# either way (no two runs of a table differ a quadrillionfold), finite, or unknown.
+BEYOND_RATIO = (f"beyond any ratio of two runs (a factor over 10^{round(math.log10(LARGEST))} "
+                f"either way)")
+
+
+def ratio_problem(value: float | None) -> str | None:
+    """Why ``value`` cannot be a ratio of two runs' speeds (None: an unknown ratio is no
+    problem), or None."""
+    if value is None or (math.isfinite(value) and 1 / LARGEST <= value <= LARGEST):
+        return None
+    return BEYOND_RATIO
+
+
+def checked_ratio(value: float | None) -> float | None:
+    """``value`` where it is a ratio of two runs' speeds, else None (shown as unknown)."""
+    return None if ratio_problem(value) else value
+
+
+def ratio_of(numerator: float | None, denominator: float | None) -> float | None:
+    """``numerator / denominator`` (two figures of one kind: speeds, times) where both are
+    known and their ratio is in range, else None; the division never gives infinity."""
+    if not numerator or not denominator:
+        return None
+    try:
+        return checked_ratio(numerator / denominator)
+    except (OverflowError, ZeroDivisionError):
+        return None
+
+
 @functools.lru_cache(maxsize=1)
 def _derived() -> tuple[Figure, ...]:
     """The figures a reader computes (a scale, a fallback): a stored one is the number at its

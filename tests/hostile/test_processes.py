@@ -22,7 +22,7 @@ from conftest import ROOT, alive, assert_one_line_error, run_main, spawn
 from microbench.platform import process, writing
 from microbench.platform.errors import Terminated, UsageError
 from support.hostile import (CHILD_ENV, DATA_RUN, FOREIGN_CSV, HEADER, RUN, assert_disk_unchanged,
-                             child, row, snapshot, temporaries)
+                             child, refuse_starts_after, row, snapshot, temporaries)
 from support.hostile import no_launcher_environment  # noqa: F401 (autouse: this module's)
 
 
@@ -198,21 +198,6 @@ def test_more_loader_workers_than_the_process_limit_allows_are_refused_first(tmp
     assert_one_line_error(ran, 4, "1024 loader workers cannot start")
     assert "pids.max is 400" in ran.stderr and "--workers" in ran.stderr
     assert "Building" not in ran.stdout and not (tmp_path / "out").exists()
-
-
-def refuse_starts_after(monkeypatch, allowed: int, error: BaseException) -> list:
-    """Every multiprocessing start after the first ``allowed`` fails with ``error`` (a fork
-    refused by a process limit, which root's ``ulimit -u`` cannot show); the started ones."""
-    from multiprocessing.process import BaseProcess
-    real_start, started = BaseProcess.start, []
-
-    def start(self):
-        if len(started) >= allowed:
-            raise error
-        real_start(self)
-        started.append(self.pid)
-    monkeypatch.setattr(BaseProcess, "start", start)
-    return started
 
 
 @pytest.mark.parametrize("error", [BlockingIOError(errno.EAGAIN, "Resource temporarily "

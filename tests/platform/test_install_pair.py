@@ -7,8 +7,8 @@ import pytest
 from microbench.platform import install_pair
 
 NMS = "operator torchvision::nms does not exist"
-COMMAND = re.compile(r"pip install --force-reinstall torch==(?P<torch>\S+) "
-                     r"torchvision==0\.(?P<vision>\d+)\.\*(?: --index-url (?P<index>\S+))?")
+COMMAND = re.compile(r"pip install --force-reinstall \"torch==(?P<torch>[^\"\s]+)\" "
+                     r"\"torchvision==0\.(?P<vision>\d+)\.\*\"(?: --index-url (?P<index>\S+))?")
 
 
 def suggested(line: str) -> dict:

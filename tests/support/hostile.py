@@ -113,3 +113,18 @@ def report_of(capfd, *argv):
 
 
 DATA_RUN = [*RUN, "--data", "loader", "--data-images", "8"]
+
+
+def refuse_starts_after(monkeypatch, allowed: int, error: BaseException) -> list:
+    """Every multiprocessing start after the first ``allowed`` fails with ``error`` (a fork
+    refused by a process limit, which root's ``ulimit -u`` cannot show); the started ones."""
+    from multiprocessing.process import BaseProcess
+    real_start, started = BaseProcess.start, []
+
+    def start(self):
+        if len(started) >= allowed:
+            raise error
+        real_start(self)
+        started.append(self.pid)
+    monkeypatch.setattr(BaseProcess, "start", start)
+    return started
