@@ -40,6 +40,7 @@ from microbench.settings.config import (AB_ROUNDS, DERIVED, INVERSE, MODES, PARA
                                         SCHEMA, SWITCH, VALUE, ABPlan, BenchConfig, Plan,
                                         as_command_line, field_of_dest, measured_fields,
                                         replayed_fields, spelled, sweep_axes, validate)
+from microbench.platform import gpu_presence
 from microbench.platform.errors import UsageError
 
 
@@ -474,13 +475,45 @@ def _add_distributed_args(parser: argparse.ArgumentParser) -> None:
 
 
 def _check(config: BenchConfig) -> BenchConfig:
-    """Rules that hold for every configuration, swept or not, and those of its kind of run."""
+    """Rules that hold for every configuration, swept or not, read from the flags alone."""
     validate(config)
-    # The kinds of run import torch: here, once the flags are known to be good, and not at the
-    # top, so that --help, --version and a refused flag answer without it (issue 45).
-    from microbench import scenarios
-    scenarios.check(config)
     return config
+
+
+def _check_kinds(configs: Sequence[BenchConfig]) -> None:
+    """The rules of each configuration's kind of run. microbench.scenarios imports torch and
+    torchvision (seconds; tens on a loaded machine): here, last, once every rule that needs
+    neither has passed, so that --help, --version and a refused flag or combination answer
+    without them (issues 45 and 64)."""
+    from microbench import scenarios
+    for config in configs:
+        scenarios.check(config)
+
+
+def _refuse_fp8_on_cpu(configs: Sequence[BenchConfig]) -> None:
+    """--precision fp8 training with --device cpu: steps.low_precision.check refuses it after
+    the device probe (and any device the flags do not name), here before torch's import (issue
+    64: 30 s on a loaded machine for this one line). The other kinds of run refuse FP8 from the
+    flags alone (use --quantize), the line to show first (scenarios' rules)."""
+    for config in configs:
+        if config.precision == "fp8" and config.mode == "training" and \
+                config.device.partition(":")[0] == "cpu":
+            raise UsageError(FP8_ON_CPU)
+
+
+FP8_ON_CPU = ("--precision fp8 needs FP8 matrix units, and the CPU has no FP8 matrix units: use "
+              "--precision amp-bf16 here")
+
+
+def refuse_fp8_without_gpu(args: argparse.Namespace) -> None:
+    """FP8 training on --device auto where the installed torch can see no GPU, refused before
+    its import (:mod:`~microbench.platform.gpu_presence`). Apart from :func:`to_plan`, which
+    reads the flags alone: the entry point calls this first; elsewhere the device probe
+    refuses it. Every FP8 configuration comes from --precision (no older flag or preset
+    chooses it), and a sweep's training rows from --mode."""
+    if "fp8" in (args.precision or ()) and "training" in args.mode and \
+            args.device == "auto" and gpu_presence.none_visible():
+        raise UsageError(FP8_ON_CPU)
 
 
 # The older precision flags: several destinations that all set the precision field.
@@ -505,7 +538,14 @@ def _from_args(args: argparse.Namespace) -> dict:
 
 
 def to_config(args: argparse.Namespace) -> BenchConfig:
-    """The configuration of a single run (the first value of any list flag)."""
+    """The configuration of a single run (the first value of any list flag), every rule checked."""
+    config = _config(args)
+    _check_kinds([config])
+    return config
+
+
+def _config(args: argparse.Namespace) -> BenchConfig:
+    """:func:`to_config` without its kind of run's rules (those import torch)."""
     names.check(args.network)          # a typo refused before torch is imported
     compile_options, compile_notes = parse_compile_context(args.compile_context)
     if args.compile_context and not args.compile:
@@ -569,6 +609,8 @@ def _sweep_values(args: argparse.Namespace) -> list[dict]:
     if args.compile_mode and (args.compile or args.compile_context):
         raise UsageError("--compile-mode replaces --compile and --compileContext: use one")
     axes = [_axis_changes(args, name) for name in sweep_axes()]
+    for name, axis in zip(sweep_axes(), axes):
+        _refuse_repeated_value(args, name, axis)
     count = math.prod(len(axis) for axis in axes)
     if count > MAX_SWEEP_CONFIGURATIONS:
         raise UsageError(f"the lists given make a sweep of {count:,} configurations, more than "
@@ -576,6 +618,20 @@ def _sweep_values(args: argparse.Namespace) -> list[dict]:
                          f"several invocations")
     return [{key: value for part in combination for key, value in part.items()}
             for combination in itertools.product(*axes)]
+
+
+def _refuse_repeated_value(args: argparse.Namespace, name: str, axis: list[dict]) -> None:
+    """A list that names one value twice (``--batch-size 8,8``, ``--precision amp,amp-fp16``)
+    would run one configuration twice as two rows: refused here, before torch is imported. A
+    model named by its name and by an alias is the runner's to find (the model resolved)."""
+    if all(change not in axis[:index] for index, change in enumerate(axis)):
+        return
+    flag, dest = {"precision": ("--precision", "precision"),
+                  "compile": ("--compile-mode", "compile_mode")}.get(
+        name, (SCHEMA[name].flag, SCHEMA[name].dest))
+    given = ",".join(map(str, getattr(args, dest)))
+    raise UsageError(f"the sweep lists one configuration twice ({flag} {given}); give each "
+                     f"value once (--repeat N measures one configuration N times)")
 
 
 def _axis_changes(args: argparse.Namespace, name: str) -> list[dict]:
@@ -602,10 +658,22 @@ def _compile_change(mode: str | None) -> dict:
 
 
 def to_plan(args: argparse.Namespace) -> Plan:
-    base = to_config(args)
+    """The plan of this invocation; every rule that the flags alone decide is checked before
+    torch is imported (:func:`_check_kinds` comes last)."""
+    base = _config(args)
     configs = tuple(_check(replace(base, **change)) for change in _sweep_values(args))
     if args.ab is not None and "repeat" not in args.explicit:
         configs = tuple(replace(config, repeat=AB_ROUNDS) for config in configs)
+    plan = _checked_plan(args, base, configs)
+    b_configs = [plan.ab.config] if plan.ab is not None else []
+    _refuse_fp8_on_cpu([*configs, *b_configs])
+    _check_kinds([base, *configs, *b_configs])
+    return plan
+
+
+def _checked_plan(args: argparse.Namespace, base: BenchConfig,
+                  configs: tuple[BenchConfig, ...]) -> Plan:
+    """The plan, with the rules between its flags checked."""
     plan = Plan(configs=configs, find_max_batch=args.find_max_batch,
                 memory_budget_gb=args.memory_budget_gb, max_batch_limit=args.max_batch_limit,
                 batch_granularity=args.batch_granularity,
@@ -690,7 +758,7 @@ def _ab_plan(args: argparse.Namespace, configs: tuple[BenchConfig, ...]):
     changes = _sweep_values(b_args)
     if len(changes) > 1:
         raise UsageError(f"--ab {args.ab!r} makes B a sweep: give one value")
-    b_config = _check(replace(to_config(b_args), **changes[0], repeat=configs[0].repeat))
+    b_config = _check(replace(_config(b_args), **changes[0], repeat=configs[0].repeat))
     if replace(b_config, explicit=(), notes=()) == replace(configs[0], explicit=(), notes=()):
         raise UsageError(f"--ab {args.ab!r} changes no setting: B would be A")
     if _measured(b_config) == _measured(configs[0]):

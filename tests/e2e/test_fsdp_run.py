@@ -66,6 +66,8 @@ def test_fp8_under_fsdp_prints_its_share_of_the_flops_and_its_dtype_once(tmp_pat
     from microbench.platform import devices
     monkeypatch.setattr(devices, "no_fp8_reason", lambda device: None)
     monkeypatch.setattr(devices, "fp8_formats", lambda device: ("float8_e4m3fn", "float8_e5m2"))
+    # ... and the command line's refusal of FP8 on a known CPU, made before torch is imported.
+    monkeypatch.setattr(cli, "_refuse_fp8_on_cpu", lambda configs: None)
     out_dir = tmp_path / "results"
     # One timed step: FP8's eager casts are slow on the CPU; the share needs no timing.
     ran = run_main(capfd, *TINY_LLAMA, "--iterations", "1", "--warmup", "0", "--batch-size", "1",

@@ -84,3 +84,61 @@ def test_legacy_and_kebab_spellings_agree():
     a = config_for("--compile", "--compileContext", "{'mode': 'reduce-overhead'}")
     b = config_for("--compile", "--compile-context", "{'mode': 'reduce-overhead'}")
     assert a == b
+
+
+# ---------------------------------------------------------------- refusals before torch (issue 64)
+
+# Each is refused from the flags alone; --device cpu keeps the FP8 one off any GPU's answer.
+REFUSED_BEFORE_TORCH = [
+    ["--network", "resnet18", "--plot", "x.png"],
+    ["--memory-budget-gb", "3"],
+    ["--fail-if", "slower"],
+    ["--batch-size", "8,8"],
+    ["--precision", "amp,amp-fp16"],
+    ["--precision", "fp8", "--device", "cpu"],
+    ["--network", "resnet18,resnet18", "--max-noise", "5"],
+]
+
+
+def test_refusals_from_the_flags_alone_come_before_torch_is_imported():
+    """Issue 64: --plot on one configuration waited 7-26 s for torch's import and the device
+    probe before its one line. One process runs them all: torch's absence is the check, not
+    a clock (which a loaded machine would fail)."""
+    import subprocess
+    import sys
+    from conftest import ROOT
+    code = ("import sys; from microbench.main import main; "
+            f"codes = [main(argv) for argv in {REFUSED_BEFORE_TORCH!r}]; "
+            "print(codes, 'torch' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=ROOT, timeout=120)
+    assert done.stdout.strip() == f"{[2] * len(REFUSED_BEFORE_TORCH)} False", done.stderr
+    assert len(done.stderr.strip().splitlines()) == len(REFUSED_BEFORE_TORCH)
+
+
+@pytest.mark.parametrize("argv", [["--batch-size", "2,4,2"], ["--precision", "amp,amp-fp16"],
+                                  ["--compile-mode", "none,none"]])
+def test_a_list_naming_one_value_twice_is_refused_with_the_flag(argv):
+    with pytest.raises(UsageError, match=f"lists one configuration twice \\({argv[0]} "):
+        cli.to_plan(cli.parse_args(argv))
+
+
+def test_fp8_training_where_torch_can_see_no_gpu_is_refused_before_it(monkeypatch):
+    from microbench.platform import gpu_presence
+    monkeypatch.setattr(gpu_presence, "none_visible", lambda: True)
+    with pytest.raises(UsageError, match="the CPU has no FP8 matrix units"):
+        cli.refuse_fp8_without_gpu(cli.parse_args(["--precision", "bf16,fp8"]))
+    # A device named, or inference (whose own line says FP8 is for training), is not its call.
+    for argv in (["--device", "cuda"], ["--mode", "inference"]):
+        cli.refuse_fp8_without_gpu(cli.parse_args(["--precision", "fp8", *argv]))
+    # Where a GPU may be seen, the device probe decides (steps.low_precision.check).
+    monkeypatch.setattr(gpu_presence, "none_visible", lambda: False)
+    cli.refuse_fp8_without_gpu(cli.parse_args(["--precision", "fp8"]))
+
+
+def test_fp8_training_on_device_cpu_is_refused_by_the_plan_and_inference_by_its_kind():
+    with pytest.raises(UsageError, match="the CPU has no FP8 matrix units"):
+        cli.to_plan(cli.parse_args(["--precision", "fp8", "--device", "cpu"]))
+    with pytest.raises(UsageError, match="use --quantize"):
+        cli.to_plan(cli.parse_args(["--precision", "fp8", "--mode", "inference",
+                                    "--device", "cpu"]))
