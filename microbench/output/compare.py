@@ -5,12 +5,13 @@ The baseline itself is read (and another configuration refused) by
 :mod:`microbench.store.entry`, as the report reads them. ``--compare`` is a gate for CI
 pipelines: every metric is printed with its change, and the verdict comes from
 :func:`microbench.measure.stats.gate` on both sides' trials (Welch's t test on log throughput
-where each side has two trials or more; the point ratio, said so, where a side has one): a drop
-beyond ``--tolerance`` percent that is also significant raises
-:class:`~microbench.platform.errors.Regression` (exit 5). A baseline of another configuration is
-refused (exit 2): comparing resnet50 with resnet18, or batch 64 with batch 128, measures nothing
-(:mod:`microbench.settings.identity` says which settings must agree); ``--compare-any-config``
-compares anyway and prints what differs.
+where each side has two trials or more; the point ratio, said so, where a side has one, and
+``within noise`` where that ratio lies inside the runs' own iteration noise,
+:mod:`microbench.store.iteration_noise`): a drop beyond ``--tolerance`` percent that is also
+significant raises :class:`~microbench.platform.errors.Regression` (exit 5). A baseline of another
+configuration is refused (exit 2): comparing resnet50 with resnet18, or batch 64 with batch 128,
+measures nothing (:mod:`microbench.settings.identity` says which settings must agree);
+``--compare-any-config`` compares anyway and prints what differs.
 
 Example::
 
@@ -28,7 +29,7 @@ from microbench.platform.errors import Regression, UsageError
 from microbench.settings import identity
 from microbench.store.baseline import check_same_configuration, metrics, trial_values
 from microbench.store.entry import Entry, entries_of
-from microbench.store import ranges
+from microbench.store import iteration_noise, ranges
 from microbench.store.figures import FRACTION, gate_figures
 
 
@@ -41,8 +42,10 @@ def judge(current: dict, gate) -> stats.GateVerdict:
     """The gate's verdict on this run (its result document, ``current``) against
     ``gate.baseline``, known before anything is written (a failed gate must not replace the
     baseline it failed against)."""
-    ours = trial_values(_entry(current))
-    return stats.gate(trial_values(gate.entry), ours, gate.tolerance_pct)
+    ours = _entry(current)
+    verdict = stats.gate(trial_values(gate.entry), trial_values(ours), gate.tolerance_pct)
+    # One trial on a side: a ratio inside the runs' own iteration noise fails no gate.
+    return iteration_noise.ruled(verdict, (gate.entry, ours))
 
 
 def compare(current: dict, gate, out: TextIO, verdict: stats.GateVerdict | None = None) -> None:
@@ -52,7 +55,8 @@ def compare(current: dict, gate, out: TextIO, verdict: stats.GateVerdict | None 
     check_same_configuration(identity.of_document(current), gate.baseline, gate.path,
                              gate.any_config)
     verdict = verdict or judge(current, gate)
-    ours, theirs = metrics(_entry(current)), metrics(gate.entry)
+    entries = (gate.entry, _entry(current))
+    ours, theirs = metrics(entries[1]), metrics(gate.entry)
     _check_ratio(verdict, gate.path)
     print(f"Comparison with {safe_text.terminal(gate.path)} "
           f"(tolerance {gate.tolerance_pct:g}% on throughput)",
@@ -64,14 +68,14 @@ def compare(current: dict, gate, out: TextIO, verdict: stats.GateVerdict | None 
         show = _percent if fraction else _show
         print(f"  {name:<28} {show(before):>12} {show(value):>12} "
               f"{_change(fraction, before, value):>9}", file=out)
-    print(f"  Gate: {_verdict_line(verdict)}", file=out)
+    print(f"  Gate: {_verdict_line(verdict, entries)}", file=out)
     if verdict.regression and not gate.fail:
         print("  Gate failed; --fail-if never: exit 0", file=out)
     elif verdict.regression:
         now, before = ours["Throughput [img/sec]"], theirs["Throughput [img/sec]"]
         raise Regression(f"throughput regressed {verdict.drop_pct:.1f}% against {gate.path} "
                          f"({now:.2f} vs {before:.2f} img/s; tolerance {gate.tolerance_pct:g}%; "
-                         f"{_basis(verdict)})")
+                         f"{_basis(verdict, entries)})")
     else:
         print("  Gate passed", file=out)
 
@@ -87,19 +91,22 @@ def _check_ratio(verdict: stats.GateVerdict, path: str) -> None:
                          f"configuration; compare with one that is")
 
 
-def _basis(verdict: stats.GateVerdict) -> str:
+def _basis(verdict: stats.GateVerdict, entries: tuple[Entry, Entry]) -> str:
     """What the verdict rests on, for the one line of a failed gate."""
     if verdict.p_value is None:
-        return "one sample on a side: a point ratio, noise not tested"
+        band = iteration_noise.band_of(entries)
+        beyond = "" if band is None else f"; beyond their iteration noise {band.text}"
+        return f"one sample on a side: a point ratio, noise not tested{beyond}"
     return f"Welch p = {verdict.p_value:.3g}"
 
 
-def _verdict_line(verdict: stats.GateVerdict) -> str:
+def _verdict_line(verdict: stats.GateVerdict, entries: tuple[Entry, Entry]) -> str:
     """``ratio 0.800 (this run / baseline): slower (interval 0.781-0.822) [Welch's ...]``:
     each fact once (the interval or the point-ratio basis in the verdict, the test in the
-    brackets)."""
+    brackets); one trial on a side: within noise, or the point ratio beyond it
+    (:func:`microbench.store.iteration_noise.words`)."""
     return (f"ratio {stats.ratio_text(verdict.ratio)} (this run / baseline): "
-            f"{verdict.comparison.text} "
+            f"{iteration_noise.words(verdict.comparison, entries)} "
             f"[{verdict.method}]")
 
 

@@ -44,11 +44,20 @@ def _rate_cell(entry: Entry, heading: str) -> str:
     return f"{rate} {entry.unit}" if heading == "rate" else rate
 
 
+# After a speedup the noise does not tell from 1, and the line under the table that says so.
+IN_NOISE_MARK = "*"
+IN_NOISE_LEGEND = ("*: within noise: the speedup is not told apart from 1 by the rows' own noise "
+                   "(with trials, its 95% interval holds 1; with one trial a side, it lies inside "
+                   "the band their iteration spread allows); not a change")
+
+
 def _speedup_cell(entry: Entry, reference: Entry) -> str:
-    """The speedup as the report computes it (:func:`versus`): rows of different units are not
-    compared ("-")."""
-    ratio = versus(entry, reference).ratio
-    return "-" if ratio is None else f"{ratio:.2f}x"
+    """The speedup as the report computes it (:func:`versus`), marked where it lies within the
+    noise: rows of different units are not compared ("-")."""
+    found = versus(entry, reference)
+    if found.ratio is None:
+        return "-"
+    return f"{found.ratio:.2f}x" + (IN_NOISE_MARK if found.in_noise else "")
 
 
 def _memory_cells(entry: Entry, reference: Entry) -> tuple[str, str]:
@@ -95,6 +104,12 @@ def _swept_cell(entry: Entry, figure: figures.Figure) -> str:
     return "-" if value is None else format(value, figure.console_format)
 
 
+def _any_in_noise(columns: list[text_table.Column], cells: list[tuple[str, ...]]) -> bool:
+    """Whether a speedup of the table carries the within-noise mark (its legend then follows)."""
+    at = next((i for i, column in enumerate(columns) if column.heading == "speedup"), None)
+    return at is not None and any(row[at].endswith(IN_NOISE_MARK) for row in cells)
+
+
 def print_comparison(rows: list, out: TextIO) -> None:
     """The comparison table, without the columns no row has a value in (peak memory on the
     CPU)."""
@@ -105,6 +120,8 @@ def print_comparison(rows: list, out: TextIO) -> None:
     print(f"Sweep comparison (speedup{' and memory change' if memory else ''} against row "
           f"{reference})", file=out)
     out.write(text_table.render(columns, cells, terminal=progress.is_terminal(out)))
+    if _any_in_noise(columns, cells):
+        print(IN_NOISE_LEGEND, file=out)
     out.flush()
     for line in slower_than_bf16(rows):
         print(line, file=out)

@@ -12,8 +12,10 @@ Against a baseline each row gets its speed ratio (throughput over the baseline's
 baseline's median time over the row's). :func:`versus` is the one place where a row meets its
 baseline: where both have trials, the comparison gate's verdict
 (:func:`microbench.measure.stats.gate`, both ways, at --compare's default tolerance) and the
-ratio's interval; otherwise the ratio of the headlines alone, called that. A sweep's comparison
-table takes its speedup from it too.
+ratio's interval; otherwise the ratio of the headlines alone, called that, and ``within noise``
+where it lies inside the band the two rows' iteration spread allows
+(:mod:`microbench.store.iteration_noise`, the rule ``--compare`` gates by). A sweep's comparison
+table takes its speedup from it too, marked ``*`` where the noise does not tell it from 1.
 
 Renderings: aligned text for the terminal, GitHub markdown (pastes into an issue or pull request),
 CSV and JSON with raw numbers in fixed units.
@@ -41,7 +43,7 @@ from microbench.platform import safe_text
 from microbench.platform import text_table
 from microbench.platform.errors import UsageError
 from microbench.platform import units, writing
-from microbench.store import figures, ranges
+from microbench.store import figures, iteration_noise, ranges
 from microbench.store.collection import FILE, HEADLINE_SETTINGS, RUN_AT, Group, setting_value
 from microbench.store.entry import MODEL, Entry, accuracy_reference
 
@@ -64,6 +66,16 @@ class Versus:
     verdict: str | None = None
     text: str | None = None
     is_baseline: bool = False
+    noise_band: tuple[float, float] | None = None    # one trial a side: the ratios within noise
+
+    @property
+    def in_noise(self) -> bool:
+        """Whether the noise does not tell this ratio from 1: one trial a side and inside the
+        band of the rows' iteration noise (:mod:`microbench.store.iteration_noise`), or, with
+        trials, a 95% interval that holds 1."""
+        if self.verdict == iteration_noise.WITHIN_NOISE:
+            return True
+        return self.low is not None and self.high is not None and self.low <= 1 <= self.high
 
 
 BASELINE = "baseline"
@@ -100,7 +112,18 @@ def versus(entry: Entry, baseline: Entry) -> Versus:
     ratio = ranges.ratio_of(ours, theirs)
     if ratio is None and ours and theirs:
         return Versus(None, text=ranges.BEYOND_RATIO)
-    return Versus(ratio)
+    return _one_trial(ratio, (baseline, entry))
+
+
+def _one_trial(ratio: float | None, entries: tuple[Entry, Entry]) -> Versus:
+    """The ratio of headlines alone, said ``within noise`` where it lies inside the band the
+    two rows' iteration spread allows (the rule ``--compare`` gates by)."""
+    band = None if ratio is None else iteration_noise.within(stats.compared(ratio, None), entries)
+    if band is None:
+        return Versus(ratio)
+    return Versus(ratio, verdict=iteration_noise.WITHIN_NOISE,
+                  text=f"{iteration_noise.WITHIN_NOISE} (band {band.range_text})",
+                  noise_band=(band.low, band.high))
 
 
 # ---------------------------------------------------------------- columns
@@ -368,11 +391,18 @@ def _figure_cell(table: Table, entry: Entry, column: Column) -> str:
     if len(_units(table.group.entries)) > 1 and text != "-" and figure.key in PER_CELL_UNIT:
         item = entry.unit.split("/")[0].removesuffix("s")
         text = f"{text} {figure.unit.format(unit=entry.unit, item=item)}"
-    if figure.key == "p50_ms" and "noisy" in entry.flags and text != "-":
+    if figure.key == _noisy_mark_key(table) and "noisy" in entry.flags and text != "-":
         text += "*"
     if figure.key == "energy_per_unit" and "estimated energy" in entry.flags and text != "-":
         text = "~" + text
     return text
+
+
+def _noisy_mark_key(table: Table) -> str:
+    """Where a noisy row's ``*`` goes: on p50 where the table shows it, else on the headline,
+    which every rendering shows (a markdown table of many settings leaves p50 out, and its
+    legend must still have a mark to explain)."""
+    return "p50_ms" if any(column.key == "p50_ms" for column in table.columns) else "throughput"
 
 
 def cell(table: Table, index: int, entry: Entry, column: Column) -> str:
@@ -426,7 +456,9 @@ def notes(table: Table) -> list[str]:
                      f"(Welch on log throughput) excludes 1 and the change is beyond "
                      f"{tolerance}, same within {tolerance} when the whole interval is, else "
                      f"no difference detected; a row of one trial gets the ratio of "
-                     f"headlines alone, not a significance test")
+                     f"headlines alone, not a significance test, said within noise where "
+                     f"it lies inside the band both rows' iteration spread allows (95%, "
+                     f"from their CVs)")
     for index, entry in table.rows:
         if entry.note:
             lines.append(f"#{index}: {entry.note}")

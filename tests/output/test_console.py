@@ -149,7 +149,34 @@ def test_the_sweep_table_speedup_with_trials_is_the_reports_verdict_ratio():
     rows[1].entry = dataclasses.replace(rows[1].entry, trial_values=(150.0, 200.0, 300.0))
     [_, second] = table.comparison_cells(rows)[1]
     expected = (150.0 * 200.0 * 300.0) ** (1 / 3) / 100.0
-    assert second[3] == f"{expected:.2f}x" and second[3] != "2.00x"
+    # Marked: three trials spread this wide leave 1 inside the ratio's interval.
+    assert second[3] == f"{expected:.2f}x*" and second[3] != "2.00x*"
+
+
+def test_the_sweep_table_marks_a_speedup_inside_the_noise():
+    """Issue 64: 3.07x from one-trial rows whose iterations varied by 49% and 63% is marked
+    and explained under the table; the same speedup from tight rows is not."""
+    rows = [fake_row("a", 100.0), fake_row("b", 307.0)]
+    for row, cv in zip(rows, (0.49, 0.63)):
+        row.entry = dataclasses.replace(row.entry, figures={**row.entry.figures, "cv": cv})
+    out = io.StringIO()
+    table.print_comparison(rows, out)
+    assert "3.07x*" in out.getvalue() and "1.00x*" not in out.getvalue()
+    assert table.IN_NOISE_LEGEND in out.getvalue().splitlines()
+    for row in rows:
+        row.entry = dataclasses.replace(row.entry, figures={**row.entry.figures, "cv": 0.01})
+    out = io.StringIO()
+    table.print_comparison(rows, out)
+    assert "3.07x*" not in out.getvalue() and "3.07x" in out.getvalue()
+    assert table.IN_NOISE_LEGEND not in out.getvalue()
+
+
+def test_the_sweep_table_marks_a_speedup_whose_trials_interval_holds_1():
+    rows = [fake_row("a", 100.0), fake_row("b", 120.0)]
+    rows[0].entry = dataclasses.replace(rows[0].entry, trial_values=(100.0, 60.0, 140.0))
+    rows[1].entry = dataclasses.replace(rows[1].entry, trial_values=(120.0, 70.0, 170.0))
+    [_, second] = table.comparison_cells(rows)[1]
+    assert second[3].endswith("x*")
 
 
 def test_the_sweep_table_on_a_terminal_is_styled():

@@ -257,6 +257,53 @@ def test_markdown_shows_the_columns_that_fit_a_page_and_names_the_rest(results, 
     assert f"- {len(left)} more columns with --all-columns: {', '.join(left)}" in text
 
 
+def _noisy_rows(knobs: int = 0) -> list:
+    """Four one-trial rows: two noisy (iteration CV 32% and 75%, flagged), two tight (0.5%),
+    with ``knobs`` more settings that vary (enough push p50 off a markdown page)."""
+    from microbench.store.entry import MODEL, Entry
+
+    def row(index, throughput, cv):
+        settings = {"network": "resnet50", "batch": 2 * (index + 1),
+                    **{f"knob{k}": index * k for k in range(1, knobs + 1)}}
+        return Entry(MODEL, f"r{index}.json", settings,
+                     {"throughput": throughput, "p50_ms": 1000.0 / throughput, "cv": cv},
+                     "images/s", flags=("noisy",) if cv > 0.1 else (), file=f"r{index}.json")
+    return [row(0, 100.0, 0.32), row(1, 111.6, 0.75), row(2, 80.0, 0.005),
+            row(3, 60.0, 0.005)]
+
+
+def test_a_one_trial_ratio_inside_the_rows_noise_is_said_within_noise():
+    """Issue 64: against a tight row, the noisy rows' ratios lie inside their band; a tight
+    row's does not, and keeps the ratio alone."""
+    tables = table.build_tables(collection.group_entries(_noisy_rows()), "3")
+    text = table.render(tables, "text")
+    assert "1.25x within noise (band 0.542-1.844)" in text
+    assert "1.40x within noise (band 0.270-3.704)" in text
+    [tight] = [line for line in text.splitlines() if line.startswith("4 ")]
+    assert "0.75x" in tight and "noise" not in tight
+    assert "said within noise where it lies inside the band" in text
+    rows = json.loads(table.render(tables, "json"))["tables"][0]["rows"]
+    versus = [row["versus_baseline"] for row in rows]
+    assert [v["verdict"] for v in versus] == ["within noise", "within noise", None, None]
+    assert versus[0]["noise_band"] == pytest.approx([0.542, 1.844], rel=1e-3)
+
+
+def test_markdown_shows_the_noisy_mark_where_it_shows_its_legend():
+    """Issue 64: the text table marks p50; a markdown page that leaves p50 out marks the
+    headline instead, so the legend "*: noisy timing" always has a mark to explain."""
+    tables = table.build_tables(collection.group_entries(_noisy_rows(knobs=8)))
+    markdown = table.render(tables, "markdown")
+    heading = next(line for line in markdown.splitlines() if line.startswith("| \\#"))
+    assert "p50" not in heading                                       # left off the page
+    assert "- \\*: noisy timing" in markdown
+    assert "| 100.0\\* |" in markdown and "| 111.6\\* |" in markdown
+    assert "| 80.00 |" in markdown                                   # a tight row: no mark
+    text = table.render(tables, "text")
+    assert "100.0*" not in text and "10.00*" in text                  # text: on p50, as before
+    every = table.render(tables, "markdown", all_columns=True)
+    assert "100.0\\*" not in every and "10.00\\*" in every
+
+
 def test_a_page_keeps_the_setting_that_tells_rows_apart_however_late_it_comes():
     """Rows that differ only in quantize, beside rows that differ in many settings: the
     quantize column stays on the page, else two rows would look alike."""

@@ -1,11 +1,14 @@
 """The --compare gate through the real command line (CPU, in-process, on a steady fake clock):
-both sides' trials, another configuration refused or compared on request, and a failed gate
-that never replaces its baseline."""
+both sides' trials, another configuration refused or compared on request, a failed gate that
+never replaces its baseline, and a one-trial ratio inside its runs' iteration noise that fails no
+gate (issue 64)."""
+import contextlib
+import io
 import json
 
 import pytest
 
-from conftest import HISTORY, TINY, assert_one_line_error, run_main
+from conftest import HISTORY, TINY, assert_one_line_error, nightly_result, run_main
 
 RUN = ["--network", "resnet18", *TINY, "--device", "cpu", "--mode", "inference"]
 
@@ -144,3 +147,63 @@ def test_the_gate_reads_both_sides_through_the_reports_model():
     assert trial_values(slower) == pytest.approx(tuple(v * tokens_per_item for v in (9, 10, 11)))
     assert stats.gate(trial_values(slower), trial_values(faster), 5.0).ratio == \
         pytest.approx(stats.gate((9.0, 10.0, 11.0), (18.0, 20.0, 22.0), 5.0).ratio)
+
+
+# ---------------------------------------------------------------- one trial a side: its noise
+
+def _one_trial(throughput: float, cv: float) -> dict:
+    """A one-trial result at ``throughput`` whose iterations vary by ``cv``."""
+    document = nightly_result(throughput, 0)
+    document["timing"]["stats"]["cv"] = cv
+    return document
+
+
+def _gate(baseline: dict, current: dict) -> tuple[int, str, str]:
+    """--compare's gate on two documents, in-process, as the command runs it: its exit code
+    (Regression: 5) and what it printed."""
+    from microbench.output import compare
+    from microbench.platform import process
+    from microbench.store.baseline import Gate
+    gate, out, err = Gate("base.json", 5.0, baseline), io.StringIO(), io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = process.command(lambda: compare.compare(current, gate, out,
+                                                       compare.judge(current, gate)) or 0)
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.mark.parametrize("ratio", [1.116, 0.711])
+def test_a_one_trial_ratio_inside_the_iteration_noise_passes_the_gate(ratio):
+    """Issue 64: CVs of 32% and 75%, 11.6% faster or 28.9% slower: within noise, exit 0."""
+    code, out, err = _gate(_one_trial(100.0, 0.32), _one_trial(100.0 * ratio, 0.75))
+    assert code == 0, err
+    [gate_line] = [line for line in out.splitlines() if "Gate:" in line]
+    assert ": within noise (one trial on a side: the ratio lies inside 0.236-4.243" in gate_line
+    assert "faster" not in gate_line and "slower" not in gate_line
+    assert "Gate passed" in out
+
+
+def test_the_same_ratio_with_tight_iterations_still_fails_the_gate():
+    code, out, err = _gate(_one_trial(100.0, 0.01), _one_trial(71.1, 0.01))
+    assert code == 5 and "throughput regressed 28.9%" in err
+    assert "a point ratio, noise not tested; beyond their iteration noise 0.973-1.028" in err
+    [gate_line] = [line for line in out.splitlines() if "Gate:" in line]
+    assert ": slower (one trial on a side: the point ratio, noise not tested), beyond " \
+           "0.973-1.028" in gate_line
+
+
+def test_fail_if_slower_passes_a_one_trial_run_inside_its_noise(run, tmp_path):
+    """Through the command line: the baseline 30% faster, but its iterations varied by 75%."""
+    base = tmp_path / "base"
+    assert run("--output-dir", str(base), "--output-file", "b").returncode == 0
+    baseline = base / "b.json"
+    document = stored(baseline)
+    document["Throughput [img/sec]"] *= 1.3
+    document["timing"]["stats"]["cv"] = 0.75
+    baseline.write_text(json.dumps(document))
+    ran = run("--no-files", "--compare", str(baseline), "--fail-if", "slower")
+    assert ran.returncode == 0, ran.stderr
+    assert ": within noise (one trial on a side" in ran.stdout and "Gate passed" in ran.stdout
+    document["timing"]["stats"]["cv"] = 0.001
+    baseline.write_text(json.dumps(document))
+    ran = run("--no-files", "--compare", str(baseline), "--fail-if", "slower")
+    assert_one_line_error(ran, 5, "throughput regressed")
