@@ -22,6 +22,7 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from dataclasses import dataclass, field
 
@@ -130,6 +131,7 @@ def _input_size(model: dict, config: dict) -> tuple[int | None, int | None]:
     return size, None
 
 
+@functools.lru_cache(maxsize=1024)     # a config's few dozen keys, in each of 10,000 files
 def _setting_name(key: str) -> str:
     """A stored setting under its flag's spelling (opt-step, telemetry-interval); a key this
     version no longer has, with dashes."""
@@ -225,8 +227,8 @@ def _identity(document: dict) -> str:
                        (_get(document, "timing", "samples_ms") or [])[:4]])
 
 
-def result_entry(document: dict, source: str) -> Entry:
-    """A run's result (version 1 or 2)."""
+def result_entry(document: dict, source: str, file: str = "") -> Entry:
+    """A run's result (version 1 or 2), read from ``file``."""
     scale = tokens_per_item(document)
     unit = f"{_item(document)}s/s"
     if scale != 1.0 or _get(document, "model", "family") == "language":
@@ -250,7 +252,7 @@ def result_entry(document: dict, source: str) -> Entry:
                  data_verdict=str(_get(document, "data", "verdict", "kind") or ""),
                  label=str(_get(document, "config", "label") or ""),
                  configuration=identity.key(identity.of_document(document), identity.GATE),
-                 environment=environment_of(document))
+                 environment=environment_of(document), file=file)
 
 
 def _precision_name(name: str) -> str:
@@ -352,28 +354,33 @@ def _ab_side_entry(summary: dict, side: str, result: dict | None, source: str) -
 
 def ab_entries(summary: dict, source: str, results: dict) -> list[Entry]:
     """An A/B summary as a row per side (``results``: each side's result document, or None
-    where its file was not found) and the verdict as B's footnote, in the words --ab printed."""
+    where its file was not found) and the verdict as B's footnote, in the words --ab printed;
+    one round whose ratio lies inside the sides' iteration noise: within noise
+    (:mod:`microbench.store.iteration_noise`, from the sides' own results)."""
     from microbench.measure import stats
+    from microbench.store import iteration_noise
     ab = summary["ab"]
     verdict = stats.compared(ab["ratio"], ab["ci95"], ab.get("tolerance_pct",
                                                              stats.DEFAULT_TOLERANCE_PCT))
     a, b = (_ab_side_entry(summary, side, results.get(side), f"{source} {side.upper()}")
             for side in ("a", "b"))
     note = (f"A/B {source}: B ({ab['flags_b']}) / A = {ab['ratio']:.3f} over {ab['rounds']} "
-            f"rounds: {verdict.text}")
+            f"rounds: {iteration_noise.words(verdict, (a, b))}")
     return [dataclasses.replace(entry, file=source) for entry in
             (a, dataclasses.replace(b, note=note))]
 
 
 def entries_of(document: dict, source: str) -> list[Entry]:
     """The rows one validated document holds (schema.validate_result first)."""
-    return [dataclasses.replace(entry, file=source) for entry in _entries(document, source)]
+    # A result's own file is its entry's already: no second Entry made (10,000 in a history).
+    return [entry if entry.file == source else dataclasses.replace(entry, file=source)
+            for entry in _entries(document, source)]
 
 
 def _entries(document: dict, source: str) -> list[Entry]:
     kind = schema.document_kind(document)
     if kind == schema.RESULT:
-        return [result_entry(document, source)]
+        return [result_entry(document, source, file=source)]
     if kind == schema.OLDER_TOOL:
         return [older_tool_entry(document, source)]
     if kind == schema.OP_BENCH:

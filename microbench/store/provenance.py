@@ -101,5 +101,9 @@ def environment_of(document: dict) -> dict:
     config = value_at(document, ("config",))
     config = config if isinstance(config, dict) else {}
     fields = {name: _shown(read(document)) for name, _, read in FIELDS}
-    fields.update({SCHEMA[name].flag: _shown(config[name]) for name in FLAGS if name in config})
+    fields.update({flag: _shown(config[name]) for name, flag in _FLAG_NAMES if name in config})
     return fields
+
+
+# Each flag's config name and its spelling (a history asks for them 10,000 times).
+_FLAG_NAMES = tuple((name, SCHEMA[name].flag) for name in FLAGS)
