@@ -609,13 +609,13 @@ def _sweep_values(args: argparse.Namespace) -> list[dict]:
     if args.compile_mode and (args.compile or args.compile_context):
         raise UsageError("--compile-mode replaces --compile and --compileContext: use one")
     axes = [_axis_changes(args, name) for name in sweep_axes()]
-    for name, axis in zip(sweep_axes(), axes):
-        _refuse_repeated_value(args, name, axis)
     count = math.prod(len(axis) for axis in axes)
-    if count > MAX_SWEEP_CONFIGURATIONS:
+    if count > MAX_SWEEP_CONFIGURATIONS:        # first: the lists as typed are the mistake
         raise UsageError(f"the lists given make a sweep of {count:,} configurations, more than "
                          f"the {MAX_SWEEP_CONFIGURATIONS:,} one invocation runs: split it into "
                          f"several invocations")
+    for name, axis in zip(sweep_axes(), axes):
+        _refuse_repeated_value(args, name, axis)
     return [{key: value for part in combination for key, value in part.items()}
             for combination in itertools.product(*axes)]
 
