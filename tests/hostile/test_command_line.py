@@ -1,12 +1,15 @@
 """The contract for what a user types: every flag and argument of the three commands (the
 model benchmark's table of cases, the op bench's, --model-kwargs of hf: models, the report's),
-argv bytes that are not UTF-8, --ab's B flags, and the out-of-memory advice. Each case: the
-documented exit code, one line on stderr, no traceback, the disk left as it was.
+argv bytes that are not UTF-8, --ab's B flags (none abbreviated; output-only flags make no B),
+the generate loop's edges (--prompt-len, --gen-len), --model-kwargs transformers refuses, a sweep
+that names one configuration twice, and the out-of-memory advice. Each case: the documented
+exit code, one line on stderr, no traceback, the disk left as it was.
 
 (Part of the hostile-input tests, split from one file by what is attacked.)"""
 from __future__ import annotations
 
 import importlib.abc
+import json
 import os
 import subprocess
 import sys
@@ -14,11 +17,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from hypothesis import given, strategies as st
 
 from conftest import HISTORY, ROOT, assert_one_line_error, run_main, stored_result
+from microbench.plan import cli
 from microbench.platform import inputs
+from microbench.platform.errors import UsageError
 from microbench.store import collection
-from support.hostile import (FOREIGN_CSV, HEADER, OPS_RUN, RUN, assert_disk_unchanged,
+from support.hostile import (FAST, FOREIGN_CSV, HEADER, OPS_RUN, RUN, assert_disk_unchanged,
                              bound_socket, directories_under, snapshot, stored)
 from support.hostile import no_launcher_environment  # noqa: F401 (autouse: this module's)
 
@@ -491,3 +497,83 @@ def test_out_of_memory_advice_offers_only_what_changes_something(argv, offered, 
     text = str(out_of_memory(spec_of(*argv)))
     assert "smaller --batch-size" in text
     assert all(flag in text for flag in offered) and not any(f in text for f in not_offered)
+
+
+# ---------------------------------------------------------------- issue 46: the generate loop's edges
+
+@pytest.mark.parametrize("prompt, generated", [(1, 2), (1, 3), (4, 2), (2, 1), (1, 1)])
+def test_every_generate_edge_runs_and_writes_or_is_refused_first(prompt, generated, tmp_path,
+                                                                 capfd):
+    ran = run_main(capfd, "--network", "llama_tiny", "--mode", "generate", "--device", "cpu",
+                   "--batch-size", "1", "--iterations", "1", "--warmup", "1",
+                   "--prompt-len", str(prompt), "--gen-len", str(generated),
+                   "--output-dir", str(tmp_path / "out"))
+    if ran.returncode == 0:
+        [result] = (tmp_path / "out").glob("*.json")
+        assert json.loads(result.read_text())["generation"]["gen_len"] == generated
+    else:
+        assert_one_line_error(ran, 2, "--gen-len")
+        assert "Building" not in ran.stdout and not (tmp_path / "out").exists()
+    assert generated >= 2 or ran.returncode == 2
+
+
+# ---------------------------------------------------------------- issue 46: model kwargs transformers refuses
+
+def test_model_kwargs_that_transformers_refuses_are_one_line_exit_2(capfd):
+    pytest.importorskip("transformers")
+    small = ["num_hidden_layers=1", "intermediate_size=64", "vocab_size=128"]
+    for kwargs in (["hidden_size=65", "num_attention_heads=2"],
+                   ["hidden_size=64", "num_attention_heads=4", "num_key_value_heads=3"]):
+        ran = run_main(capfd, "--network", "hf:llama", "--model-kwargs", *kwargs, *small,
+                       "--mode", "inference", "--batch-size", "1", "--seq-len", "8",
+                       "--iterations", "1", "--warmup", "1", "--no-files", "--device", "cpu")
+        assert_one_line_error(ran, 2, "transformers")
+
+
+# ---------------------------------------------------------------- issue 46: a sweep naming one configuration twice
+
+@pytest.mark.parametrize("argv", [
+    ["--batch-size", "2,2"], ["--network", "resnet18,resnet18"],
+    ["--precision", "fp32,fp32"], ["--mode", "inference,inference"],
+    ["--network", "resnext50,resnext50_32x4d"],            # one model, by alias and by name
+    ["--batch-size", "2,4,2"]])
+def test_a_sweep_that_names_one_configuration_twice_is_refused_first(argv, capfd):
+    base = ["--network", "resnet18", "--image-size", "32", "--iterations", "1", "--warmup", "1",
+            "--device", "cpu", "--batch-size", "2", "--no-files", "--mode", "inference"]
+    ran = run_main(capfd, *base, *argv)
+    assert_one_line_error(ran, 2, "lists one configuration twice")
+    assert "Building" not in ran.stdout
+
+
+# ---------------------------------------------------------------- issue 46 and 57: what --ab takes
+
+def _flag_prefixes():
+    from microbench.plan.cli import build_parser
+    flags = [flag for flag in build_parser()._option_string_actions if flag.startswith("--")]
+    return [(flag, flag[:length]) for flag in flags for length in range(3, len(flag))
+            if flag[:length] not in flags]
+
+
+@FAST
+@given(pair=st.sampled_from(_flag_prefixes()))
+def test_no_abbreviation_is_taken_inside_ab(pair):
+    from microbench.plan import cli
+    _, prefix = pair
+    args = cli.parse_args([*RUN, "--no-files", "--ab", f"{prefix} 4"])
+    with pytest.raises(UsageError, match="abbreviations are not taken inside --ab"):
+        cli.to_plan(args)
+
+
+class TestABMeasuresSomething:
+    """Mechanism 6: only flags that change what is measured make a B."""
+
+    @pytest.mark.parametrize("flags", ("--quiet", "--csv-file other.csv", "--no-files",
+                                       "--output-dir elsewhere", "--peak-tflops 5",
+                                       "--peak-bandwidth 900", "--dist-timeout 60",
+                                       "--quiet --csv-file o.csv --output-dir e"))
+    def test_output_only_b_is_a(self, flags):
+        with pytest.raises(UsageError, match="B would be A"):
+            cli.to_plan(cli.parse_args(["--network", "resnet18", "--ab", flags]))
+
+    def test_a_measured_flag_makes_a_b(self):
+        assert cli.to_plan(cli.parse_args(["--network", "resnet18", "--ab", "--nhwc --quiet"])).ab

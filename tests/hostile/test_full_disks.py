@@ -1,10 +1,13 @@
 """Full disks (issue 38): a token corpus, an image set and the report's outputs on a disk
 that fills: exit 4, refused first where the size is known, and nothing half-written left.
+And output paths checked whole before the run (issue 57): a path beyond PATH_MAX or a name whose
+claim file would be too long is refused, and a name too long is never advised as a full disk.
 
 (Part of the hostile-input tests, split from one file by what is attacked.)"""
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import subprocess
 from pathlib import Path
@@ -12,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import assert_one_line_error, run_main
-from microbench.platform.errors import CannotWrite
+from microbench.platform.errors import CannotWrite, UsageError
 from microbench.data import cache
 from microbench.platform import writing
 from support.hostile import DATA_RUN, RUN, hostile_result, report_of, write_results
@@ -110,3 +113,26 @@ def test_report_outputs_on_a_full_disk_are_exit_4_with_no_temporary(small_disk, 
     assert [line for line in ran.stderr.splitlines() if line.startswith("error")] \
         and assert_error_line in ran.stderr and "Traceback" not in ran.stderr
     assert leftovers(root) == [] and sorted(os.listdir(root)) == ["filler"]   # no empty dir
+
+
+# ---------------------------------------------------------------- issue 57: whole paths
+
+class TestWholePaths:
+    """Mechanism 3: every output path is checked whole before the run; a name too long is
+    never reported as a full disk."""
+
+    def test_beyond_path_max_in_names_within_name_max(self, tmp_path):
+        deep = os.path.join(str(tmp_path), *["d" * 200] * 25, "r.json")
+        with pytest.raises(UsageError, match="bytes"):
+            writing.check_target(deep, "--output-file", directory_made=True)
+
+    @pytest.mark.parametrize("length", (249, 255, 300))
+    def test_a_name_whose_claim_file_is_too_long(self, tmp_path, length):
+        with pytest.raises(UsageError, match="longer than"):
+            writing.check_target(str(tmp_path / ("n" * length)), "--csv-file")
+
+    def test_advice_follows_the_errno(self):
+        too_long = str(writing._cannot_write("x", OSError(errno.ENAMETOOLONG, "too long")))
+        full = str(writing._cannot_write("x", OSError(errno.ENOSPC, "no space")))
+        assert "free space" not in too_long and "shorter" in too_long
+        assert "free space" in full and "--output-dir" not in full

@@ -1,10 +1,14 @@
 """Hostile conditions that need a process of their own (issue 23 and 38): a file-size limit
 standing in for a full disk, signals in the timed loop and during the imports, ranks that
-disagree, workers that cannot start, and workers outliving their parent.
+disagree, workers that cannot start, and workers outliving their parent; a thread or process
+limit met anywhere (exit 4, in a trial's or a node check's worker too), a stop that ends the
+process and everything below it within seconds (inductor's compilers, orphans), and how a
+worker or a stop after the body ended, as its line says (issues 46 and 57).
 
 (Part of the hostile-input tests, split from one file by what is attacked.)"""
 from __future__ import annotations
 
+import contextlib
 import errno
 import importlib.abc
 import io
@@ -14,13 +18,14 @@ import signal
 import socket
 import subprocess
 import sys
+import textwrap
 import time
 
 import pytest
 
-from conftest import ROOT, alive, assert_one_line_error, run_main, spawn
-from microbench.platform import process, writing
-from microbench.platform.errors import Terminated, UsageError
+from conftest import ROOT, SCRIPT, TINY, alive, assert_one_line_error, run_main, spawn
+from microbench.platform import process, workers, writing
+from microbench.platform.errors import MissingEnvironment, Terminated, UsageError
 from support.hostile import (CHILD_ENV, DATA_RUN, FOREIGN_CSV, HEADER, RUN, assert_disk_unchanged,
                              child, refuse_starts_after, row, snapshot, temporaries)
 from support.hostile import no_launcher_environment  # noqa: F401 (autouse: this module's)
@@ -296,3 +301,213 @@ def test_an_error_line_is_one_write_so_two_ranks_lines_never_run_into_one(monkey
     monkeypatch.setattr(sys, "stderr", stream)
     assert process.command(lambda: (_ for _ in ()).throw(UsageError("bad flag"))) == 2
     assert stream.getvalue() == "error: bad flag\n" and stream.writes == 1
+
+
+# ---------------------------------------------------------------- issue 46: a thread or process limit
+
+THREAD_LIMIT = RuntimeError("can't start new thread")
+
+
+@pytest.mark.parametrize("error", [
+    THREAD_LIMIT,
+    RuntimeError("Caught RuntimeError in DataLoader worker process 0.\nOriginal Traceback "
+                 "(most recent call last):\n  ...\nRuntimeError: can't start new thread\n"),
+    RuntimeError("DataLoader worker failed"),              # its cause is the limit
+])
+def test_a_thread_or_process_limit_anywhere_is_one_line_exit_4(error, capfd, monkeypatch):
+    from microbench.drivers import benchmark
+
+    def run(spec, **kwargs):
+        if error.args[0] == "DataLoader worker failed":
+            try:
+                raise THREAD_LIMIT
+            except RuntimeError as limit:
+                raise error from limit
+        raise error
+    monkeypatch.setattr(benchmark, "run", run)
+    ran = run_main(capfd, *RUN, "--no-files")
+    assert_one_line_error(ran, 4, "could not start")
+
+
+def test_an_eagain_not_raised_by_a_start_stays_a_bug():
+    try:
+        raise BlockingIOError(11, "Resource temporarily unavailable")
+    except BlockingIOError as error:
+        assert process.limit_reached(error) is None
+
+
+def _replies(worker_main, *arguments) -> list:
+    """What a worker's main sends its parent, on a connection that keeps it."""
+    sent = []
+
+    class Connection:
+        send = sent.append
+
+        def close(self):
+            pass
+    worker_main(*arguments, Connection())
+    return sent
+
+
+def _meets_the_limit(*args, **kwargs):
+    raise THREAD_LIMIT
+
+
+def test_a_trial_worker_that_meets_the_limit_reports_it_as_one_line(monkeypatch):
+    from microbench.drivers import trials
+    monkeypatch.setattr(trials, "_measure_here", _meets_the_limit)
+    [(kind, error)] = _replies(trials._worker_main, None, None, None)
+    assert kind == "error" and isinstance(error, MissingEnvironment)
+
+
+def test_a_node_check_process_that_meets_the_limit_exits_4_as_the_others_do(monkeypatch):
+    """The node check's processes reply as a trial's worker does (platform/workers.py): a
+    thread limit is exit 4 there too, its line prefixed with the rank (it was 1)."""
+    from microbench.node import check
+    monkeypatch.setattr(check, "_measure_rank", _meets_the_limit)
+    [(kind, error)] = _replies(check._worker_main, 1, 2, 0, None)
+    assert kind == "error" and error.exit_code == 4
+    assert str(error).startswith("[rank 1] a thread or process could not start")
+
+
+# ---------------------------------------------------------------- issue 46 and 57: a stop ends the process
+
+STUCK = textwrap.dedent("""
+    import atexit, signal, subprocess, sys, time
+    from microbench.platform import process
+
+    def main():
+        process.STOP_GRACE_S, process.STOP_DEADLINE_S = 0.5, 2.0
+        # A child that ignores SIGTERM, and an exit handler that waits for it without end:
+        # inductor's compile-worker sidecar, busy compiling, and SubprocPool.shutdown.
+        child = subprocess.Popen([sys.executable, "-c", "import signal, time; "
+                                  "signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                                  "print('child', flush=True); time.sleep(600)"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        child.stdout.readline()                   # its SIGTERM ignored from here on
+        atexit.register(child.wait)
+        if sys.argv[1] == "native":
+            # The main thread in native code that no signal interrupts: Python's handler
+            # cannot run until it returns.
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
+        def run():
+            print("ready", flush=True)        # inside the command: its stop handling is on
+            time.sleep(600)
+        return process.command(run)
+""")
+
+
+@pytest.mark.parametrize("where", ["python", "native"])
+@pytest.mark.parametrize("signal_number, code, line", [
+    (signal.SIGTERM, 143, "error: terminated (SIGTERM)"),
+    (signal.SIGINT, 130, "error: interrupted")])
+def test_a_stop_ends_the_process_and_everything_below_it_in_seconds(where, signal_number, code,
+                                                                    line, tmp_path):
+    if where == "native" and signal_number == signal.SIGINT:
+        pytest.skip("the same path as SIGTERM")
+    (tmp_path / "stuck_main.py").write_text(STUCK)
+    child = spawn([sys.executable, "-c", "import sys; from microbench.platform import process; "
+                   "sys.exit(process.entry('stuck_main'))", where],
+                  cwd=SCRIPT.parent, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                  env={**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{SCRIPT.parent}"})
+    assert child.stdout.readline() == "ready\n"
+    below = process._descendants(child.pid)
+    assert below
+    started = time.monotonic()
+    child.send_signal(signal_number)
+    _, err = child.communicate(timeout=60)
+    assert child.returncode == code and time.monotonic() - started < 15
+    assert err.strip().splitlines() == [line]
+    assert not [pid for pid in below if process._running(pid)]
+
+
+ORPHANING = textwrap.dedent("""
+    import subprocess, time
+    from microbench.platform import process
+
+    def main():
+        # A grandchild whose parent has ended (g++ killed while its cc1plus compiles on).
+        orphan = subprocess.run(["sh", "-c", "sleep 600 </dev/null >/dev/null 2>&1 & echo $!"],
+                                capture_output=True, text=True, check=True).stdout.strip()
+        def run():
+            print(orphan, flush=True)
+            time.sleep(600)
+        return process.command(run)
+""")
+
+
+def test_a_stop_also_ends_a_process_whose_parent_below_the_run_has_ended(tmp_path):
+    (tmp_path / "orphaning_main.py").write_text(ORPHANING)
+    child = spawn([sys.executable, "-c", "import sys; from microbench.platform import process; "
+                   "sys.exit(process.entry('orphaning_main'))"],
+                  cwd=SCRIPT.parent, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                  env={**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{SCRIPT.parent}"})
+    orphan = int(child.stdout.readline())
+    try:
+        assert orphan in process._descendants(child.pid)
+        child.send_signal(signal.SIGTERM)
+        _, err = child.communicate(timeout=60)
+        assert child.returncode == 143 and err.strip() == "error: terminated (SIGTERM)"
+        assert not process._running(orphan)
+    finally:
+        with contextlib.suppress(OSError):
+            os.kill(orphan, signal.SIGKILL)
+
+
+@pytest.mark.slow
+def test_sigterm_while_inductor_compiles_ends_the_run_and_its_compilers(tmp_path):
+    """On the CPU inductor compiles each kernel with a C++ compiler in a process of its own:
+    a SIGTERM then ends the run within seconds, with its one line, and no compiler left."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
+           "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
+    child = spawn([sys.executable, str(SCRIPT), "--network", "resnet18", *TINY, "--device",
+                   "cpu", "--mode", "inference", "--compile", "--no-files"],
+                  env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline, compiling = time.monotonic() + 240, []
+    while not compiling and time.monotonic() < deadline and child.poll() is None:
+        below = process._descendants(child.pid)
+        compiling = [pid for pid in below if _command(pid) in ("g++", "cc1plus", "c++", "gcc")]
+        time.sleep(0.05)
+    if not compiling:
+        child.kill()
+        pytest.skip("no compiler process seen (a warm cache, or no C++ compiler)")
+    started = time.monotonic()
+    child.send_signal(signal.SIGTERM)
+    _, err = child.communicate(timeout=60)
+    assert child.returncode == 143 and time.monotonic() - started < 15, err[-2000:]
+    assert err.strip().splitlines()[-1] == "error: terminated (SIGTERM)"
+    assert "Traceback" not in err
+    assert not [pid for pid in below if process._running(pid)]
+
+
+def _command(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm") as comm:
+            return comm.read().strip()
+    except OSError:
+        return ""
+
+
+class TestHowARunEnds:
+    """How a worker ended, as its parent says it; a stop that comes after the body."""
+
+    @pytest.mark.parametrize("code, said", ((143, "stopped by SIGTERM"), (130, "stopped by SIGINT"),
+                                            (-9, "killed by SIGKILL"), (0, "exit code 0")))
+    def test_how_a_worker_ended(self, code, said):
+        assert workers.how_it_ended(code) == said
+
+    @pytest.mark.parametrize("number, code, line", (
+        (signal.SIGINT, 130, b"error: interrupted\n"),
+        (signal.SIGTERM, 143, b"error: terminated (SIGTERM)\n")))
+    def test_a_stop_after_the_body_says_its_line_and_ends_with_its_code(self, monkeypatch,
+                                                                       number, code, line):
+        written = []
+
+        def exit_now(status):
+            raise SystemExit(status)
+        monkeypatch.setattr(process.os, "write", lambda fd, data: written.append((fd, data)))
+        monkeypatch.setattr(process.os, "_exit", exit_now)
+        monkeypatch.delenv("RANK", raising=False)
+        with pytest.raises(SystemExit) as ended:
+            process._stop_after_body(number, None)
+        assert ended.value.code == code and written == [(2, line)]

@@ -1,5 +1,6 @@
 """A terminal that takes no writes (stdout on /dev/full or closed): the files are still
-written, a failure is not hidden, and the error says the output was lost.
+written, a failure is not hidden, and the error says the output was lost; the /dev/null a
+closed stream gets is inherited by every child (issue 57).
 
 (Part of the hostile-input tests, split from one file by what is attacked.)"""
 from __future__ import annotations
@@ -105,3 +106,18 @@ def test_a_run_whose_stdout_takes_no_writes_still_writes_its_results(tmp_path, t
     [row] = list(csv.DictReader((out / "benchmark_summary.csv").open()))
     assert row["status"] == "ok" and row["json_file"].endswith(result.name)
     assert temporaries(tmp_path) == []
+
+
+# ---------------------------------------------------------------- issue 57: a closed stream in children
+
+class TestClosedStreamsInChildren:
+    """Mechanism 4: the /dev/null a closed stream gets is inherited by every child."""
+
+    def test_a_child_starts_with_the_stream_open(self):
+        code = ("from microbench.platform import process; process._fill_closed_descriptors(); "
+                "import subprocess, sys; sys.exit(subprocess.run([sys.executable, '-c', "
+                "'import os; os.fstat(1); os.fstat(2)']).returncode)")
+        result = subprocess.run(["bash", "-c", f'"{sys.executable}" -c "{code}" >&- 2>&-'],
+                                cwd=os.path.dirname(os.path.dirname(os.path.dirname(
+                                    os.path.abspath(__file__)))))
+        assert result.returncode == 0

@@ -13,10 +13,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from conftest import ROOT, SCRIPT, TINY, run_main, spawn, stored_result
+from microbench.measure import stats
 from microbench.output import files
 from microbench.platform import writing
+from microbench.store import schema
 
 
 RUN = ["--network", "resnet18", *TINY, "--device", "cpu"]
@@ -113,6 +116,10 @@ def report_of(capfd, *argv):
 
 
 DATA_RUN = [*RUN, "--data", "loader", "--data-images", "8"]
+FAST = settings(max_examples=40, deadline=None,
+                suppress_health_check=[HealthCheck.function_scoped_fixture])
+# The smallest positive float (a subnormal): no figure a run measures, whatever its nature.
+SUBNORMAL = 5e-324
 
 
 def refuse_starts_after(monkeypatch, allowed: int, error: BaseException) -> list:
@@ -128,3 +135,35 @@ def refuse_starts_after(monkeypatch, allowed: int, error: BaseException) -> list
         started.append(self.pid)
     monkeypatch.setattr(BaseProcess, "start", start)
     return started
+
+
+def result_named(name: str, second: int = 0, config: dict | None = None, **keys) -> dict:
+    """A schema-valid result whose network is ``name`` (a time of its own: two are two)."""
+    document = stored_result({"network": name, **(config or {})}, **keys)
+    document["Name"] = name
+    document["model"] = {**document["model"], "name": name}
+    document["env"] = {**document["env"], "time_utc": f"2026-11-24T20:35:{second:02d}+00:00"}
+    return document
+
+
+def ab_summary(a=(100.0, 110.0, 105.0), b=(200.0, 190.0, 210.0), flags_b="--nhwc",
+               a_result="A.json", b_result="B.json", unit="images/s") -> dict:
+    """An A/B summary as --ab writes it (drivers/ab.document), from per-round values."""
+    result = stats.paired_ab(list(a), list(b))
+    return writing.json_safe({"schema_version": schema.SCHEMA_VERSION, "ab": {
+        **result.to_dict(), "flags_b": flags_b, "a_result": a_result, "b_result": b_result,
+        "a_trials": {**stats.TrialStats(tuple(a)).to_dict(), "unit": unit},
+        "b_trials": {**stats.TrialStats(tuple(b)).to_dict(), "unit": unit}}})
+
+
+def write_ab(folder: Path, summary: dict | None = None, sides: bool = True) -> Path:
+    """An A/B summary with its two sides' results beside it; the summary's path."""
+    folder.mkdir(parents=True, exist_ok=True)
+    summary = summary or ab_summary()
+    if sides:
+        (folder / "A.json").write_text(json.dumps(result_named("resnet18", 1)))
+        (folder / "B.json").write_text(json.dumps(result_named("resnet18", 2,
+                                                               config={"nhwc": True})))
+    path = folder / "ab_A_vs_B.json"
+    path.write_text(json.dumps(summary))
+    return path
