@@ -124,5 +124,7 @@ def _change(fraction: bool, before: float | None, value: float | None) -> str:
         return "n/a"
     if fraction:
         return f"{(value - before) * 100:+.2f} pt"
+    if value == 0:              # all of it gone: -100%, not a ratio beyond any two runs'
+        return f"{-1:+.1%}"
     ratio = ranges.ratio_of(value, before)
     return "n/a" if ratio is None else f"{(ratio - 1):+.1%}"

@@ -207,3 +207,15 @@ def test_fail_if_slower_passes_a_one_trial_run_inside_its_noise(run, tmp_path):
     baseline.write_text(json.dumps(document))
     ran = run("--no-files", "--compare", str(baseline), "--fail-if", "slower")
     assert_one_line_error(ran, 5, "throughput regressed")
+
+
+@pytest.mark.parametrize("before, value, shown", [
+    (100.0, 0.0, "-100.0%"),        # a metric gone to zero is all of it gone, as before
+    (100.0, 110.0, "+10.0%"),
+    (2.3e-308, 1e15, "n/a"),        # beyond any ratio of two runs (issue 65)
+    (0.0, 5.0, "n/a"),
+])
+def test_a_metrics_change_is_its_ratio_less_one_within_the_range_of_ratios(before, value,
+                                                                            shown):
+    from microbench.output import compare
+    assert compare._change(False, before, value) == shown
