@@ -55,20 +55,25 @@ class Row(Job):
 class Progress:
     """One line per row: on a terminal it counts the row's elapsed time while the row runs
     and keeps the outcome; elsewhere (logs, profiler wrappers) a plain line when a row starts
-    and one with its outcome."""
+    and one with its outcome. The ``[k/n]`` is the row's place in its round, which is the
+    order it runs in: a counterbalanced round runs the rows in reverse (A B, then B A), and
+    counting by the row's own number read ``[2/2]`` before ``[1/2]`` (issue 64)."""
 
     def __init__(self, out: TextIO, total: int, trials: int = 1):
         self.out, self.total, self.trials = out, total, trials
         self.activity = progress.Activity(out)
+        self.place = 0
 
     def trial(self, index: int) -> None:
+        self.place = 0
         if self.trials > 1:
             print(f"Trial {index + 1} of {self.trials} of every row", file=self.out, flush=True)
 
-    def start(self, index: int, row: Row) -> None:
-        self.activity.start(f"[{index}/{self.total}] {row.label()}")
+    def start(self, row: Row) -> None:
+        self.place += 1
+        self.activity.start(f"[{self.place}/{self.total}] {row.label()}")
 
-    def done(self, index: int, row: Row) -> None:
+    def done(self, row: Row) -> None:
         self.activity.finish(_outcome(row))
 
 
@@ -120,11 +125,10 @@ def run_sweep(specs, env, out: TextIO, counterbalance: bool = False) -> list[Row
     monitor = benchmark.Monitor(specs[0].device, specs[0].config.telemetry_interval_ms / 1e3)
 
     def measure(row: Row, index: int) -> None:
-        number = rows.index(row) + 1
-        shown.start(number, row)
+        shown.start(row)
         run_trial(row, env, monitor, index)
         benchmark.release(row.spec, reset_compiler=True)
-        shown.done(number, row)
+        shown.done(row)
 
     try:
         run_rounds(rows, repeat, measure, on_round=shown.trial,

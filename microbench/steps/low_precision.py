@@ -44,15 +44,13 @@ from microbench.platform.errors import MissingEnvironment, UsageError
 from microbench.settings.quantization import FORMATS
 from microbench.steps import quant_choice, quant_layout
 from microbench.steps.quant_choice import Phase
-from microbench.steps.quant_layers import PhaseLinear, linear_layers
+from microbench.steps.quant_layers import PhaseLinear, linear_layers, through_identity
 
 INSTALL = 'pip install "torchao>=0.18" (or pip install ".[quant]")'
 # Training steps the FP8 and the BF16 losses are compared over (from the same weights and input).
 DRIFT_STEPS = 4
 # The rows of the batch the logits are compared on (a fixed input: the run's own first rows).
 PROBE_ROWS = 2
-# Columns of the identity one call pushes through an int4 kernel to dequantize its weight.
-DEQUANTIZE_SLICE = 1024
 # Layers whose sides are not multiples of this cannot feed torch._scaled_mm.
 FP8_ALIGNMENT = 16
 # Names of output heads, which stay in BF16 (llama's output, HF's lm_head, torchvision's heads).
@@ -411,23 +409,16 @@ def relative_error(value: torch.Tensor, reference: torch.Tensor) -> float:
 
 def dequantized(weight: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """A quantized weight back in ``dtype``: its own ``dequantize()`` where it has one (int8,
-    float8), else the identity pushed through its kernel (torchao's int4 tensors have none),
-    in slices of rows so that a 14336-wide layer needs no 400 MB identity."""
+    float8), else the identity pushed through its kernel (torchao's int4 tensors have none:
+    :func:`~microbench.steps.quant_layers.through_identity`)."""
     if type(weight) in (torch.Tensor, nn.Parameter):
         return weight.detach().to(dtype)
     # Every tensor has torch's dequantize (for torch's own quantized tensors); a subclass that
     # can dequantize itself overrides it.
     if type(weight).dequantize is not torch.Tensor.dequantize:
         return weight.dequantize().to(dtype)
-    columns = weight.shape[1]
-    slices = []
-    with torch.inference_mode():
-        for start in range(0, columns, DEQUANTIZE_SLICE):
-            stop = min(start + DEQUANTIZE_SLICE, columns)
-            eye = torch.zeros(stop - start, columns, dtype=dtype, device=weight.device)
-            eye[:, start:stop].fill_diagonal_(1)
-            slices.append(torch.nn.functional.linear(eye, weight))     # (rows, out) = W^T
-    return torch.cat(slices).t()
+    return through_identity(lambda eye: torch.nn.functional.linear(eye, weight),
+                            weight.shape[1], dtype, weight.device)
 
 
 def weight_error(original: torch.Tensor, layer: nn.Module) -> float:

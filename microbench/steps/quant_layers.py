@@ -9,6 +9,9 @@ step and another for a prompt (issue 61).
   CPU, issue 53). What differs is the tensor subclass: on every call of a compiled step
   AOTAutograd flattens each subclass weight into its inner tensors in Python and Dynamo guards
   them, one Python call per weight per step.
+* :class:`Int4TinygemmLinear` (``--quant-layout tinygemm``): torchao's tinygemm values (its
+  ``Int4TilePackedTo4dTensor``) as plain parameters, multiplied by the same kernel: the same
+  bits out, without a tensor subclass to unwrap per weight on every call (see above).
 * :class:`Int4InductorLinear` (``--quant-layout inductor``): tinygemm's int4 values (torchao's own
   tinygemm quantization: ``w = (q - 8) * scale + zero``, groups of 128 along the input) two to a
   byte, with their scales and zero points, as plain parameters. Its product is written in torch
@@ -47,6 +50,26 @@ INT4_REDUCE_ROWS = 4
 def rows_of(x: torch.Tensor) -> int:
     """The rows a linear layer multiplies: every leading dimension of its input flattened."""
     return x.numel() // x.shape[-1] if x.shape[-1] else 0
+
+
+# Columns of the identity pushed through a kernel at once by :func:`through_identity`: a
+# 14336-wide layer then needs no 400 MB identity.
+IDENTITY_SLICE = 1024
+
+
+def through_identity(product, columns: int, dtype: torch.dtype,
+                     device: torch.device) -> torch.Tensor:
+    """The weight (out, ``columns``) a linear ``product`` multiplies by, recovered by pushing
+    the identity through it in slices of rows: for weights whose kernel is their only reader
+    (torchao's int4 tensors, tinygemm's packing)."""
+    slices = []
+    with torch.inference_mode():
+        for start in range(0, columns, IDENTITY_SLICE):
+            stop = min(start + IDENTITY_SLICE, columns)
+            eye = torch.zeros(stop - start, columns, dtype=dtype, device=device)
+            eye[:, start:stop].fill_diagonal_(1)
+            slices.append(product(eye))                 # (rows, out) = W^T's rows
+    return torch.cat(slices).t()
 
 
 class Int8WeightOnlyLinear(nn.Linear):
@@ -104,6 +127,58 @@ def unwrap(model: nn.Module) -> int:
                 setattr(parent, name, unwrapped(child))
                 replaced += 1
     return replaced
+
+
+class Int4TinygemmLinear(nn.Linear):
+    """tinygemm's int4 weight (``--quant-layout tinygemm``) as plain parameters of the layer:
+    torchao's tile-packed int32 values and its interleaved scales and zero points, multiplied by
+    the kernel torchao's ``Int4TilePackedTo4dTensor`` calls (``aten._weight_int4pack_mm``), the
+    input padded to the packed width as torchao pads it. The same kernel and values; what
+    differs is that no tensor subclass is unwrapped in Python on every call of a compiled step
+    (one per weight per decode step)."""
+
+    def __init__(self, qdata: torch.Tensor, scale_and_zero: torch.Tensor, out_features: int,
+                 in_features: int, group: int, bias: torch.Tensor | None = None) -> None:
+        super().__init__(in_features, out_features, bias=False, device="meta")
+        self.weight = nn.Parameter(qdata, requires_grad=False)
+        self.scale_and_zero = nn.Parameter(scale_and_zero, requires_grad=False)
+        self.group = group
+        # torchao packs the input dimension padded to a multiple of 1024
+        self.packed_in = -(-in_features // 1024) * 1024
+        self.bias = bias
+
+    @classmethod
+    def of(cls, layer: nn.Linear) -> "Int4TinygemmLinear":
+        """The plain form of a layer whose weight is torchao's Int4TilePackedTo4dTensor."""
+        weight = layer.weight
+        out_features, in_features = weight.shape
+        return cls(weight.qdata.detach(), weight.scale_and_zero.detach(), out_features,
+                   in_features, int(weight.block_size[-1]), layer.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self._product(x)
+        if self.bias is not None:
+            out = out + self.bias.to(out.dtype)
+        return out.to(x.dtype)
+
+    def _product(self, x: torch.Tensor) -> torch.Tensor:
+        """x @ W.T in BF16, the bias left out."""
+        rows = x.reshape(-1, self.in_features).to(torch.bfloat16)
+        if self.packed_in != self.in_features:
+            rows = F.pad(rows, (0, self.packed_in - self.in_features))
+        out = int4pack_mm(rows, self.weight, self.group, self.scale_and_zero)
+        return out[:, :self.out_features].reshape(*x.shape[:-1], self.out_features)
+
+    def dequantize(self) -> torch.Tensor:
+        """The weight (out, in) in BF16, as the kernel sees it."""
+        return through_identity(self._product, self.in_features, torch.bfloat16,
+                                self.weight.device)
+
+
+def int4pack_mm(rows: torch.Tensor, packed: torch.Tensor, group: int,
+                scale_and_zero: torch.Tensor) -> torch.Tensor:
+    """tinygemm's product (CUDA and ROCm only; a seam the CPU tests replace)."""
+    return torch.ops.aten._weight_int4pack_mm(rows, packed, group, scale_and_zero)
 
 
 def int4_values(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -11,8 +11,12 @@ attributes, or the tool's own layer types), never assumed.
 
 The layouts (torchao 0.18, ``torchao/quantization/quant_api.py``):
 
-* int4wo: ``tinygemm`` (``Int4TilePackedTo4dTensor``: torch's own ``_weight_int4pack_mm``, 8-wide
-  tiles on NVIDIA and 16 on ROCm), ``preshuffled`` (``Int4PreshuffledTensor``: mslk's
+* int4wo: ``tinygemm`` (torch's own ``_weight_int4pack_mm``, 8-wide tiles on NVIDIA and 16 on
+  ROCm: torchao's ``Int4TilePackedTo4dTensor`` values, held as plain tensors of an
+  :class:`~microbench.steps.quant_layers.Int4TinygemmLinear`, since unwrapping 161 tensor
+  subclasses in Python on every call of the compiled decode step kept the GPU waiting: llama3_8b
+  on an H100 host, 5.2 ms of host time a step against 2.3 plain, for 3.1 ms of kernels; the
+  outputs are the same bits), ``preshuffled`` (``Int4PreshuffledTensor``: mslk's
   ``bf16i4bf16_shuffled``, the former FBGEMM GenAI kernels, built for sm_90; needs the ``mslk``
   package and a fake kernel for torch.compile, which :func:`mslk_traceable` registers where mslk
   1.1.x lacks it), ``plain`` (``Int4Tensor``: mslk's ``bf16i4bf16_rowwise``) and ``inductor``
@@ -31,7 +35,7 @@ Example::
     facts = QuantDevice.of(device)
     chosen = plan("int4wo", "auto", facts)    # QuantPlan('int4wo', 'auto', ('tinygemm', ...))
     layer = build(linear, "int4wo", "tinygemm", facts)      # a quantized copy of one layer
-    kernels(model, rows=1)   # [Kernel('Int4TilePackedTo4dTensor', 'tile_packed_to_4d', ..., 225)]
+    kernels(model, rows=1)   # [Kernel('Int4TinygemmLinear', 'tile_packed_to_4d', ..., 161)]
 """
 from __future__ import annotations
 
@@ -51,8 +55,8 @@ from microbench.settings import quantization
 from microbench.settings.compile_options import with_inductor_settings
 from microbench.settings.quantization import FORMATS, LAYOUTS, RULES
 from microbench.steps import quant_layers
-from microbench.steps.quant_layers import (Int4InductorLinear, Int8WeightOnlyLinear,
-                                           linear_layers, unwrapped)
+from microbench.steps.quant_layers import (Int4InductorLinear, Int4TinygemmLinear,
+                                           Int8WeightOnlyLinear, linear_layers, unwrapped)
 
 # torchao's recommended inductor settings for quantized models
 # (torchao.quantization.utils.recommended_inductor_config_setter), applied to a quantized run's
@@ -345,6 +349,8 @@ def build(layer: nn.Linear, quantize: str, layout: str, facts: QuantDevice) -> n
     if layer.bias is not None:
         copy.bias = nn.Parameter(layer.bias.detach().clone(), requires_grad=False)
     quantize_(copy, torchao_config(quantize, layout, facts))
+    if layout == "tinygemm":
+        return Int4TinygemmLinear.of(copy)
     return unwrapped(copy) if layout == "unwrapped" else copy
 
 
@@ -354,7 +360,7 @@ def build(layer: nn.Linear, quantize: str, layout: str, facts: QuantDevice) -> n
 class Kernel:
     """The kernel behind a group of linear layers, read from their weights."""
 
-    tensor: str             # the weight's class: 'Int4TilePackedTo4dTensor', 'Tensor'
+    tensor: str             # the weight's or the tool's layer's class: 'Int8Tensor', 'Tensor'
     packing: str            # the layout the weight is in: 'tile_packed_to_4d', 'rowwise'...
     kernel: str             # what multiplies it, in words
     layers: int
@@ -417,6 +423,9 @@ def describe_layer(module: nn.Linear, rows: int | None = None) -> tuple[str, str
                   "inductor: a reduction over the packed bytes up to "
                   f"{quant_layers.INT4_REDUCE_ROWS} rows, dequantize and a BF16 GEMM above")
         return "Int4InductorLinear", "inductor", kernel
+    if isinstance(module, Int4TinygemmLinear):
+        return ("Int4TinygemmLinear", "tile_packed_to_4d",
+                "torch's tinygemm _weight_int4pack_mm (plain tensors)")
     return describe(module.weight)
 
 
@@ -426,6 +435,8 @@ def layout_of(module: nn.Module) -> str:
         return "unwrapped"
     if isinstance(module, Int4InductorLinear):
         return "inductor"
+    if isinstance(module, Int4TinygemmLinear):
+        return "tinygemm"
     _, packing, _ = describe(module.weight)
     return {"tile_packed_to_4d": "tinygemm"}.get(packing, packing)
 

@@ -246,3 +246,24 @@ def test_a_sweep_says_the_notes_of_every_row_once(capsys):
     notes = [line for line in capsys.readouterr().out.splitlines() if line.startswith("Note: ")]
     assert len(set(notes)) == len(notes)
     assert [note for note in notes if note.startswith("Note: --quantize int8wo without --compile")]
+
+
+def test_a_rows_progress_number_is_its_place_in_the_round_it_runs_in():
+    """--ab runs every other round in reverse (A B, B A): the [k/n] counts the order the rows
+    run in, so the second round reads [1/2] B, [2/2] A, not [2/2] then [1/2] (issue 64)."""
+    import io
+    from types import SimpleNamespace
+
+    from microbench.drivers import sweep
+    from microbench.drivers.trials import run_rounds
+    out = io.StringIO()
+    shown = sweep.Progress(out, total=2, trials=2)
+    rows = [SimpleNamespace(label=lambda name=name: name, failed=False) for name in "AB"]
+
+    def measure(row, index):
+        shown.start(row)
+        shown.activity.clear()
+
+    run_rounds(rows, 2, measure, on_round=shown.trial, counterbalance=True)
+    starts = [line for line in out.getvalue().splitlines() if line.startswith("[")]
+    assert starts == ["[1/2] A...", "[2/2] B...", "[1/2] B...", "[2/2] A..."]

@@ -20,7 +20,7 @@ pytestmark = gpu_suite
 
 COMPILED = [*GENERATE, "--batch-size", "1", "--compile-mode", "reduce-overhead"]
 TENSORS = {"preshuffled": "Int4PreshuffledTensor", "plain": "Int4Tensor",
-           "tinygemm": "Int4TilePackedTo4dTensor", "inductor": "Int4InductorLinear",
+           "tinygemm": "Int4TinygemmLinear", "inductor": "Int4InductorLinear",
            "unwrapped": "Int8WeightOnlyLinear", "rowwise": "Int8Tensor"}
 
 

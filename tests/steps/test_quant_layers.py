@@ -83,3 +83,44 @@ def test_what_the_inductor_layout_runs_depends_on_the_rows():
     assert "reduction over the packed bytes" in quant_layout.describe_layer(mine, 1)[2]
     assert "dequantized to BF16" in quant_layout.describe_layer(mine, 128)[2]
     assert quant_layout.layout_of(mine) == "inductor"
+
+
+def _tinygemm_layer(monkeypatch, inputs=1000, outputs=48, bias=False):
+    """An Int4TinygemmLinear over a stand-in for torchao's tile-packed weight: the 'packed'
+    tensor is a BF16 matrix padded as torchao pads (inputs to a multiple of 1024, a few spare
+    output rows), and the kernel a product with it (tinygemm runs on CUDA and ROCm only)."""
+    from types import SimpleNamespace
+
+    from microbench.steps import quant_layers
+    torch.manual_seed(1)
+    padded = torch.randn(outputs + 8, 1024, dtype=torch.bfloat16)
+    monkeypatch.setattr(quant_layers, "int4pack_mm",
+                        lambda rows, packed, group, scale_and_zero: rows @ packed.t())
+    weight = SimpleNamespace(qdata=padded, scale_and_zero=torch.ones(1), block_size=(1, 128),
+                             shape=torch.Size((outputs, inputs)))
+    offset = nn.Parameter(torch.randn(outputs, dtype=torch.bfloat16), requires_grad=False) \
+        if bias else None
+    layer = quant_layers.Int4TinygemmLinear.of(SimpleNamespace(weight=weight, bias=offset))
+    return layer, padded[:outputs, :inputs], offset
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_the_plain_tinygemm_layer_pads_the_input_and_trims_the_output_as_torchao_does(
+        monkeypatch, bias):
+    layer, dense, offset = _tinygemm_layer(monkeypatch, bias=bias)
+    x = torch.randn(2, 3, 1000, dtype=torch.bfloat16)
+    expected = x.reshape(6, 1000) @ dense.t()
+    if bias:
+        expected = expected + offset
+    out = layer(x)
+    assert out.shape == (2, 3, 48) and out.dtype == torch.bfloat16
+    assert torch.allclose(out.reshape(6, 48).float(), expected.float(), rtol=1e-2, atol=1e-2)
+    assert layer.packed_in == 1024 and layer.group == 128
+
+
+def test_the_plain_tinygemm_layer_dequantizes_through_its_kernel_without_its_bias(monkeypatch):
+    layer, dense, _ = _tinygemm_layer(monkeypatch, bias=True)
+    assert torch.equal(layer.dequantize(), dense)
+    assert quant_layout.layout_of(layer) == "tinygemm"
+    assert quant_layout.describe_layer(layer)[:2] == ("Int4TinygemmLinear", "tile_packed_to_4d")
+    assert low_precision.weight_error(dense, layer) == 0.0
