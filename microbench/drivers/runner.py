@@ -78,9 +78,10 @@ def _note_self_compare(spec: RunSpec) -> None:
     gate = spec.compare
     if gate is not None and spec.json_path is not None and \
             os.path.abspath(gate.path) == os.path.abspath(spec.json_path):
-        print(f"Note: --compare {gate.path} is also this run's result file: the baseline was "
-              f"read before the run, and this run's result will replace it unless the gate "
-              f"fails")
+        print(safe_text.terminal(
+            f"Note: --compare {gate.path} is also this run's result file: the baseline was "
+            f"read before the run, and this run's result will replace it unless the gate "
+            f"fails"))
 
 
 def run(spec: RunSpec) -> int:
@@ -151,8 +152,9 @@ def _keeping_baseline(spec: RunSpec, gate) -> RunSpec:
     while os.path.exists(candidate):
         count += 1
         candidate = f"{root}.regressed{count}{ext}"
-    print(f"Note: this run regressed against --compare {gate.path}, which is also its result "
-          f"file: the baseline is kept as it was, and this run's result goes to {candidate}")
+    print(safe_text.terminal(
+        f"Note: this run regressed against --compare {gate.path}, which is also its result "
+        f"file: the baseline is kept as it was, and this run's result goes to {candidate}"))
     return dataclasses.replace(spec, json_path=candidate)
 
 
@@ -265,11 +267,11 @@ def run_sweep(plan: Plan, specs: list[RunSpec]) -> int:
     sweep_table.print_comparison(rows, sys.stdout)
     if first.json_path is not None:
         path = sweep.write_files(rows, first.config.output_dir, env)
-        print(f"Results JSON : {path} (and one per successful row)")
-        print(f"Results CSV  : {first.csv_path}")
+        print(safe_text.terminal(f"Results JSON : {path} (and one per successful row)"))
+        print(safe_text.terminal(f"Results CSV  : {first.csv_path}"))
     if plan.plot:
         sweep_plot.plot_rows(rows, plan.plot)
-        print(f"Plot         : {plan.plot}")
+        print(safe_text.terminal(f"Plot         : {plan.plot}"))
     return sweep.outcome(rows)
 
 
@@ -301,8 +303,9 @@ def run_ab(plan: Plan) -> int:
     ab.print_verdict(result, plan.ab, rows, sys.stdout)
     path = ab.write(result, plan.ab, rows)
     if path is not None:
-        print(f"Results JSON : {rows[0].spec.json_path} (A), {rows[1].spec.json_path} (B)")
-        print(f"A/B JSON     : {path}")
+        print(safe_text.terminal(
+            f"Results JSON : {rows[0].spec.json_path} (A), {rows[1].spec.json_path} (B)"))
+        print(safe_text.terminal(f"A/B JSON     : {path}"))
     ab.fail_if_slower(result, plan.ab)
     return 0
 

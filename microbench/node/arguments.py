@@ -103,11 +103,25 @@ def validate(args: argparse.Namespace) -> None:
         if any(os.path.abspath(args.save_baseline) == os.path.abspath(p) for p in written):
             raise UsageError("--save-baseline names the file of --json or --plot: name "
                              "another")
+        if args.baseline is not None and _same_file(args.save_baseline, args.baseline):
+            raise UsageError("--save-baseline names the file of --baseline, which this check "
+                             "is judged against: name another (issue 65: it was replaced)")
     if args.baseline is not None:
         if not args.baseline.strip():
             raise UsageError("--baseline must not be empty")
         from microbench.node import reference      # reads with the schema, no torch
         reference.load(args.baseline)
+
+
+def _same_file(first: str, second: str) -> bool:
+    """Whether two paths name one file: the same path, or links to one file (hard or
+    symbolic), where both exist."""
+    if os.path.abspath(first) == os.path.abspath(second):
+        return True
+    try:
+        return os.path.samefile(first, second)
+    except OSError:                         # one of them does not exist yet
+        return False
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -25,7 +25,7 @@ from microbench.node.reference import Baseline
 from microbench.node.parts import DEFAULT_TOLERANCE_PCT
 from microbench.node.verdict import judge, judge_links, pairs_to_confirm
 from microbench.platform import devices
-from microbench.platform import distributed, process, workers, writing
+from microbench.platform import distributed, process, safe_text, workers, writing
 from microbench.platform.errors import EXIT_FLAGGED, UsageError
 from microbench.store.schema import validate_result
 
@@ -259,12 +259,12 @@ def _finish(outcome: Outcome, args, options: Options, argv: list[str],
     if not args.no_files:
         import json
         writing.write_whole(args.json, json.dumps(built, indent=1) + "\n")
-        print(f"Result: {args.json}")
+        print(safe_text.terminal(f"Result: {args.json}"))
     if args.save_baseline is not None:
         print(reference.save(built["node_check"], args.save_baseline))
     if args.plot is not None:
         from microbench.node import plot
         plot.write(verdict, args.plot)
-        print(f"Plot: {args.plot}")
+        print(safe_text.terminal(f"Plot: {args.plot}"))
     sys.stdout.flush()
     return EXIT_FLAGGED if verdict.flagged else 0

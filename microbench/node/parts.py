@@ -7,6 +7,7 @@ far it falls below its peers' median. A new figure is its registry row and its m
 """
 from __future__ import annotations
 
+from microbench.platform import units
 from microbench.store.figures import NODE, Figure, of_table
 
 # Between GPUs: a collective's bus bandwidth per message size, and a copy per pair of GPUs.
@@ -50,7 +51,8 @@ def shown(figure: Figure, value: float | None) -> str:
     digits below (a CPU's 0.0123 TFLOP/s)."""
     if value is None:
         return "-"
-    return format(value, figure.console_format) if abs(value) >= 100 else f"{value:.3g}"
+    return units.formatted(value, figure.console_format) if abs(value) >= 100 else \
+        f"{value:.3g}"
 
 
 # How far below its peers' median a figure may fall before it flags its GPU (and beyond its

@@ -32,6 +32,7 @@ This module computes; ``show.py`` prints and ``document.py`` writes what it foun
 from __future__ import annotations
 
 import dataclasses
+import math
 import statistics
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -42,6 +43,7 @@ from microbench.node.links import Collective, PairCopy
 from microbench.node.parts import DEFAULT_TOLERANCE_PCT, GPU_FIGURES, HOST_BOUND, judged
 from microbench.node.program import GpuRecord
 from microbench.node.watch import throttling
+from microbench.store import ranges
 
 # The comparisons a figure is judged by (a finding and the document name which flagged it).
 PEERS, BASELINE = "peers", "baseline"
@@ -140,8 +142,8 @@ def _ruled(own: Sequence[float], value: float | None, median: float | None,
            reference: Sequence[float], tolerance_pct: float, below: str) -> Judged:
     if value is None or median is None or not median:
         return Judged(value, median, None)
-    diff = (value - median) / median * 100
-    if not reference or diff >= -tolerance_pct:
+    diff = _diff_pct(value, median)
+    if diff is None or not reference or diff >= -tolerance_pct:
         return Judged(value, median, diff)
     gate = stats.gate(list(reference), list(own), tolerance_pct)
     noise = gate.comparison.text
@@ -152,6 +154,20 @@ def _ruled(own: Sequence[float], value: float | None, median: float | None,
         noise = f"below by rank (Mann-Whitney U, p = {by_rank:.2g}); Welch's t: {noise}"
     return Judged(value, median, diff, flagged=True, noise=noise,
                   why=f"{-diff:.0f}% below {below}")
+
+
+def _diff_pct(value: float, median: float) -> float | None:
+    """How far ``value`` is from ``median``, in percent, within the range a ratio of two
+    figures may take (:data:`ranges.LARGEST` either way): samples near the float range's floor
+    printed a 311-character percentage (issue 65). Further above: unknown (None); further
+    below: -100 (as good as nothing, and judged as such)."""
+    try:
+        ratio = value / median
+    except (ZeroDivisionError, OverflowError):
+        return None
+    if not math.isfinite(ratio) or ratio > ranges.LARGEST:
+        return None
+    return -100.0 if ratio < 1 / ranges.LARGEST else (ratio - 1) * 100
 
 
 def judge_figure(own: Sequence[float], peers: Sequence[Sequence[float]],

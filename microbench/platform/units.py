@@ -26,6 +26,12 @@ def _bounded(fixed: str, value: float, digits: int) -> str:
     return fixed if len(fixed) <= MAX_FIXED_CHARS else f"{value:.{max(digits, 1) - 1}e}"
 
 
+def formatted(value: float, spec: str, digits: int = 3) -> str:
+    """``format(value, spec)`` where that fits :data:`MAX_FIXED_CHARS`, else exponent notation
+    (a figure of its own format, e.g. the node check's ``,.0f``, near the float range's ends)."""
+    return _bounded(format(value, spec), value, digits)
+
+
 def significant(value: float, digits: int = 3) -> str:
     """``value`` with about ``digits`` significant digits, in exponent notation only where
     written out it would pass :data:`MAX_FIXED_CHARS` (no measurement does)."""

@@ -20,7 +20,7 @@ import pytest
 from conftest import ROOT, assert_one_line_error, nightly_result, run_main, spawn
 from microbench.platform import process, progress, safe_text
 from microbench.platform.inputs import printable
-from support.hostile import (CHILD_ENV, DATA_RUN, OPS_RUN, hostile_result, report_of,
+from support.hostile import (CHILD_ENV, DATA_RUN, OPS_RUN, RUN, hostile_result, report_of,
                              write_results)
 from support.hostile import no_launcher_environment  # noqa: F401 (autouse: this module's)
 
@@ -310,3 +310,12 @@ class TestPathsShownSafely:
         assert_no_raw_control(ran.stdout + ran.stderr)
         assert re.search(r"^Making .*c\\x1b\[2J", ran.stdout, re.MULTILINE), ran.stdout
         assert f"Results JSON : {safe_text.terminal(results)}" in ran.stdout
+
+    def test_a_sweep_names_its_files_and_plot_escaped(self, tmp_path, capfd):
+        results = tmp_path / "r\x1b]0;owned\x07"
+        ran = run_main(capfd, *RUN, "--batch-size", "1,2", "--output-dir", str(results),
+                       "--plot", str(tmp_path / "p\x9b2J.png"))
+        assert ran.returncode == 0, ran.stderr
+        assert_no_raw_control(ran.stdout + ran.stderr)
+        assert safe_text.terminal(str(results)) in ran.stdout
+        assert "p\\x9b2J.png" in ran.stdout

@@ -35,3 +35,19 @@ def test_a_document_of_another_kind_is_no_baseline(tmp_path):
     sweep.write_text(json.dumps({"schema_version": 2, "rows": [], "env": {}}))
     with pytest.raises(UsageError, match="--baseline"):
         _validated("--baseline", str(sweep))
+
+
+@pytest.mark.parametrize("how", ["same path", "another spelling", "hard link", "symbolic link"])
+def test_a_saved_baseline_never_replaces_the_baseline_it_is_judged_against(tmp_path, how):
+    """--baseline X --save-baseline X replaced X silently (issue 65): refused, X as it was."""
+    baseline = tmp_path / "h100.json"
+    baseline.write_text('{"kept": true}')
+    saved = {"same path": baseline, "another spelling": tmp_path / "." / "h100.json",
+             "hard link": tmp_path / "hard.json", "symbolic link": tmp_path / "soft.json"}[how]
+    if how == "hard link":
+        saved.hardlink_to(baseline)
+    elif how == "symbolic link":
+        saved.symlink_to(baseline)
+    with pytest.raises(UsageError, match="--save-baseline names the file of --baseline"):
+        _validated("--baseline", str(baseline), "--save-baseline", str(saved))
+    assert baseline.read_text() == '{"kept": true}'

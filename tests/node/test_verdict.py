@@ -339,3 +339,21 @@ def test_a_gpu_shared_with_another_process_is_flagged_though_some_calls_ran_alon
     figure = verdict.gpus[1].baseline["gemm_tflops"]
     assert figure.flagged and "Mann-Whitney" in figure.noise, figure
     assert all(g.flagged_by == ("baseline",) for g in verdict.gpus)
+
+
+@pytest.mark.parametrize("own, reference, flagged", [
+    ((100.0, 101.0, 99.0), (3e-308, 3.1e-308, 2.9e-308), False),    # a baseline at the floor
+    ((3e-308, 3.1e-308, 2.9e-308), (100.0, 101.0, 99.0), True),     # a GPU as good as dead
+    ((1e308, 1.1e308, 0.9e308), (1e-300, 1e-300, 1e-300), False),   # beyond any ratio
+])
+def test_a_difference_near_the_float_range_stays_a_short_bounded_percentage(own, reference,
+                                                                               flagged):
+    """Samples near the float range's floor printed a 311-character percentage (issue 65):
+    a difference beyond any ratio of two figures is unknown, one below it is -100%."""
+    from microbench.node import show, verdict
+    judged = verdict.judge_reference(own, reference, 5.0)
+    assert judged.flagged is flagged
+    assert judged.diff_pct is None or -100.0 <= judged.diff_pct <= 1e17
+    figure = parts.GPU_FIGURES[0]
+    assert len(show._cell(figure, judged, judged)) < 60
+    assert len(judged.why) < 60
