@@ -32,6 +32,7 @@ from microbench.settings.config import ABPlan
 from microbench.platform.errors import Regression, UsageError
 from microbench.output import files
 from microbench.platform import units, writing
+from microbench.store import iteration_noise
 
 
 def unit_of(spec) -> str:
@@ -71,15 +72,24 @@ def print_verdict(result: stats.ABResult, plan: ABPlan, rows, out: TextIO) -> No
         print(f"  {side}: {units.rate(spread.headline)} {unit_of(row.spec)} (geometric "
               f"mean of {spread.count} trials{interval})", file=out)
     print(f"A/B: B ({plan.flags}) / A = {stats.ratio_text(result.ratio)}: "
-          f"{result.comparison.text} "
+          f"{iteration_noise.words(result.comparison, _entries(rows))} "
           f"[{result.method}]", file=out, flush=True)
+
+
+def _entries(rows) -> list:
+    """Each side's stored entry: what the noise rule reads (its iteration spread)."""
+    return [row.entry for row in rows]
 
 
 def document(result: stats.ABResult, plan: ABPlan, rows) -> dict:
     return {"schema_version": files.SCHEMA_VERSION, "ab": {**result.to_dict(), "flags_b": plan.flags,
                    "a_result": rows[0].spec.json_path, "b_result": rows[1].spec.json_path,
                    "a_trials": rows[0].document["trials"],
-                   "b_trials": rows[1].document["trials"]}}
+                   "b_trials": rows[1].document["trials"],
+                   # the verdict stays the statistics' word (the schema recomputes it); one
+                   # round inside the sides' iteration noise says so beside it
+                   "within_noise": iteration_noise.within(result.comparison,
+                                                          _entries(rows)) is not None}}
 
 
 # The longest file name most file systems take (NAME_MAX), in bytes.
@@ -119,8 +129,11 @@ def write(result: stats.ABResult, plan: ABPlan, rows) -> str | None:
     return path
 
 
-def fail_if_slower(result: stats.ABResult, plan: ABPlan) -> None:
-    if plan.fail_if_slower and result.verdict == "slower":
+def fail_if_slower(result: stats.ABResult, plan: ABPlan, rows) -> None:
+    """--fail-if slower: B slower, and not one round inside the sides' own iteration noise
+    (issue 64: a one-trial gate failed CI on noise alone)."""
+    if plan.fail_if_slower and result.verdict == "slower" and \
+            iteration_noise.within(result.comparison, _entries(rows)) is None:
         raise Regression(f"--ab: B ({plan.flags}) is slower than A: ratio "
                          f"{stats.ratio_text(result.ratio)}, "
                          f"{result.comparison.text}")

@@ -306,7 +306,7 @@ def run_ab(plan: Plan) -> int:
         print(safe_text.terminal(
             f"Results JSON : {rows[0].spec.json_path} (A), {rows[1].spec.json_path} (B)"))
         print(safe_text.terminal(f"A/B JSON     : {path}"))
-    ab.fail_if_slower(result, plan.ab)
+    ab.fail_if_slower(result, plan.ab, rows)
     return 0
 
 

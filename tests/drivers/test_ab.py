@@ -113,3 +113,25 @@ def test_fail_if_slower_exits_5_only_when_b_is_slower(capfd, tmp_path, b_runs_at
 def test_refused_ab(capfd, argv, message):
     ran = run_main(capfd, *RUN, "--no-files", *argv)
     assert_one_line_error(ran, 2, message)
+
+
+@pytest.mark.parametrize("cv, fails", [(0.5, False), (0.01, True)])
+def test_fail_if_slower_spares_one_round_inside_the_sides_iteration_noise(cv, fails):
+    """--ab --repeat 1 --fail-if slower: a ratio of 0.8 inside the band the sides' iteration
+    CVs allow (50% each) is 'within noise' and exits 0; with tight iterations (1%) it is
+    slower, exit 5 (issue 64)."""
+    from types import SimpleNamespace
+
+    from microbench.drivers import ab
+    from microbench.measure import stats
+    from microbench.platform.errors import Regression
+    result = stats.paired_ab([100.0], [80.0], 5.0)
+    assert result.verdict == "slower" and result.comparison.interval is None
+    rows = [SimpleNamespace(entry=SimpleNamespace(figures={"cv": cv}, samples_ms=()))
+            for _ in "AB"]
+    plan = SimpleNamespace(fail_if_slower=True, flags="--nhwc")
+    if fails:
+        with pytest.raises(Regression):
+            ab.fail_if_slower(result, plan, rows)
+    else:
+        ab.fail_if_slower(result, plan, rows)
