@@ -59,15 +59,17 @@ def _prefill_rows(use: flops.Utilization | None,
                   measured: flops.Utilization | None = None) -> list[tuple[str, str]]:
     if use is None:
         return []
-    if measured is None and use.mfu is not None:
-        mfu = f"MFU {units.percent(use.mfu)} of {use.peak.tflops:g} TFLOP/s"
+    if measured is None and use.mfu is None:
+        mfu = ""        # no peak: the MFU line says so once (issue 64: said two or three times)
+    elif measured is None:
+        mfu = f"; MFU {units.percent(use.mfu)} of {use.peak.tflops:g} TFLOP/s"
     else:
-        mfu = "MFU " + units.two_denominators(
+        mfu = "; MFU " + units.two_denominators(
             use.mfu, use.peak.tflops, use.peak.source, measured.mfu if measured else None,
             measured.peak.tflops if measured else None,
             measured.peak.source if measured else "", units.tflops_rate)
     return [("Prefill compute", f"{units.flops(use.achieved_tflops * 1e12, per_second=True)} "
-                                f"({units.flops(use.flops_per_iteration)} per prefill); {mfu}")]
+                                f"({units.flops(use.flops_per_iteration)} per prefill){mfu}")]
 
 
 def _energy_rows(energy: dict | None) -> list[tuple[str, str]]:

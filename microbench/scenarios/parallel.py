@@ -135,7 +135,9 @@ def console_rows(summary) -> list[tuple[str, str]]:
         rows.append(("Tokens/s", f"{tokens / summary.world_size:,.0f} per device, "
                                  f"{tokens:,.0f} total over {devices}"))
     titan = token_utilization(summary)
-    if titan is not None:
+    # Without a peak the torchtitan basis has no MFU to give: its row would only repeat the
+    # MFU line's "unknown" and add a second FLOP-per-token figure on another basis (issue 64).
+    if titan is not None and titan.mfu is not None:
         rows.append(("MFU (torchtitan basis)", _titan_text(summary, titan)))
     if strategy.shards:
         rows += _memory_rows(ranks)
@@ -157,8 +159,7 @@ def _memory_rows(ranks) -> list[tuple[str, str]]:
 
 
 def _titan_text(summary, titan: token_flops.TokenUtilization) -> str:
-    mfu = (f"{titan.mfu:.1%} of {titan.peak.tflops:g} TFLOP/s" if titan.mfu is not None
-           else f"unknown ({titan.peak.source})")
+    mfu = f"{titan.mfu:.1%} of {titan.peak.tflops:g} TFLOP/s"
     counted = summary.utilization
     beside = ("; counted MFU unknown" if counted is None or counted.mfu is None
               else f"; counted MFU {counted.mfu:.1%}")

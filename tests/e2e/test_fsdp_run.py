@@ -33,7 +33,8 @@ def test_fsdp_with_one_process_trains_and_records_its_settings(tmp_path, capfd):
     out_dir = tmp_path / "results"
     ran = run_main(capfd, *TINY_LLAMA, "--batch-size", "1", "--parallel", "fsdp",
                    "--activation-checkpointing", "full", "--optimizer", "adamw",
-                   "--reshard-after-forward", "0", "--output-dir", str(out_dir))
+                   "--reshard-after-forward", "0", "--output-dir", str(out_dir),
+                   "--peak-tflops", "1")     # a peak: the torchtitan row has an MFU to show
     assert ran.returncode == 0, ran.stderr[-3000:]
     assert "FSDP2 over 1 rank (8 blocks + root, kept gathered to backward" in ran.stdout
     assert "MFU (torchtitan basis)" in ran.stdout and "Memory rank 0" in ran.stdout

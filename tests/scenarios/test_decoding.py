@@ -343,3 +343,16 @@ def test_bf16_weights_under_fsdp_are_refused_in_one_line(capfd, tmp_path):
     assert ran.returncode == 2 and "Traceback" not in ran.stderr
     assert ran.stderr.strip().count("\n") == 0 and "--precision amp-bf16" in ran.stderr
     assert not any(tmp_path.iterdir())
+
+
+def test_the_prefill_row_says_an_mfu_only_where_there_is_one():
+    """Without a peak the MFU line says 'unknown' once; the prefill row no longer repeats it
+    (issue 64: 'MFU unknown' two or three times in one summary)."""
+    from microbench.measure.flops import PeakChoice, Utilization
+    from microbench.scenarios import generate
+    unknown = Utilization(8_060_000_000, 2.0, PeakChoice(None, "no peak known for the CPU"))
+    [(label, text)] = generate._prefill_rows(unknown)
+    assert label == "Prefill compute" and text.endswith("(8.06 GFLOP per prefill)")
+    assert "MFU" not in text
+    known = Utilization(8_060_000_000, 2.0, PeakChoice(1.0, "--peak-tflops"))
+    assert generate._prefill_rows(known)[0][1].endswith("; MFU 1.6% of 1 TFLOP/s")
