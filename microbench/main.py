@@ -48,6 +48,7 @@ def _run(argv: list[str] | None) -> int:
             if args.list_networks:
                 print("\n".join(names.listing()))
                 return 0
+            cli.refuse_fp8_without_gpu(args)        # before torch: it can see no GPU
             plan = cli.to_plan(args)
             from microbench.drivers import runner
         return runner.run_plan(plan)

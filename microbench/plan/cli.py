@@ -40,6 +40,7 @@ from microbench.settings.config import (AB_ROUNDS, DERIVED, INVERSE, MODES, PARA
                                         SCHEMA, SWITCH, VALUE, ABPlan, BenchConfig, Plan,
                                         as_command_line, field_of_dest, measured_fields,
                                         replayed_fields, spelled, sweep_axes, validate)
+from microbench.platform import gpu_presence
 from microbench.platform.errors import UsageError
 
 
@@ -502,6 +503,17 @@ def _refuse_fp8_on_cpu(configs: Sequence[BenchConfig]) -> None:
 
 FP8_ON_CPU = ("--precision fp8 needs FP8 matrix units, and the CPU has no FP8 matrix units: use "
               "--precision amp-bf16 here")
+
+
+def refuse_fp8_without_gpu(args: argparse.Namespace) -> None:
+    """FP8 training on --device auto where the installed torch can see no GPU, refused before
+    its import (:mod:`~microbench.platform.gpu_presence`). Apart from :func:`to_plan`, which
+    reads the flags alone: the entry point calls this first; elsewhere the device probe
+    refuses it. Every FP8 configuration comes from --precision (no older flag or preset
+    chooses it), and a sweep's training rows from --mode."""
+    if "fp8" in (args.precision or ()) and "training" in args.mode and \
+            args.device == "auto" and gpu_presence.none_visible():
+        raise UsageError(FP8_ON_CPU)
 
 
 # The older precision flags: several destinations that all set the precision field.

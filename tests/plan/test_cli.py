@@ -123,6 +123,19 @@ def test_a_list_naming_one_value_twice_is_refused_with_the_flag(argv):
         cli.to_plan(cli.parse_args(argv))
 
 
+def test_fp8_training_where_torch_can_see_no_gpu_is_refused_before_it(monkeypatch):
+    from microbench.platform import gpu_presence
+    monkeypatch.setattr(gpu_presence, "none_visible", lambda: True)
+    with pytest.raises(UsageError, match="the CPU has no FP8 matrix units"):
+        cli.refuse_fp8_without_gpu(cli.parse_args(["--precision", "bf16,fp8"]))
+    # A device named, or inference (whose own line says FP8 is for training), is not its call.
+    for argv in (["--device", "cuda"], ["--mode", "inference"]):
+        cli.refuse_fp8_without_gpu(cli.parse_args(["--precision", "fp8", *argv]))
+    # Where a GPU may be seen, the device probe decides (steps.low_precision.check).
+    monkeypatch.setattr(gpu_presence, "none_visible", lambda: False)
+    cli.refuse_fp8_without_gpu(cli.parse_args(["--precision", "fp8"]))
+
+
 def test_fp8_training_on_device_cpu_is_refused_by_the_plan_and_inference_by_its_kind():
     with pytest.raises(UsageError, match="the CPU has no FP8 matrix units"):
         cli.to_plan(cli.parse_args(["--precision", "fp8", "--device", "cpu"]))
