@@ -19,8 +19,9 @@ import torch
 from torch import nn
 
 import fp16util
+from microbench.models.archs import llama
 from microbench.steps import (activation_checkpointing, low_precision, optim, quant_choice,
-                              quant_layout)
+                              quant_layout, sharding)
 from microbench.measure import flops
 from microbench.settings.precision import Precision
 
@@ -189,13 +190,33 @@ def inference_step(model: nn.Module, inputs: torch.Tensor, precision: Precision,
 
 
 def prepare_model(spec: StepSettings) -> nn.Module:
+    """The model on its device, in the run's dtype, with its initial values."""
     torch.manual_seed(spec.config.seed)
+    if spec.model.llama_config is not None:
+        return _llama_on_device(spec)
     model = spec.model.build().to(spec.device)
-    if spec.precision.model_dtype in (torch.float16, torch.bfloat16):
-        fp16util.network_to_half(model, spec.precision.model_dtype)
+    _to_model_dtype(model, spec)
     if spec.config.nhwc:
         model = model.to(memory_format=spec.model.channels_last)
     return model
+
+
+def _llama_on_device(spec: StepSettings) -> nn.Module:
+    """A llama preset built where it runs: shapes on the meta device, converted to the run's
+    dtype there, then memory on the device and values drawn one parameter at a time
+    (``llama.initialize``, as FSDP materialises its shards). Built whole in FP32 on the host
+    and then moved, llama3_8b took two minutes and 32 GB of host memory before its first step
+    (4x H200 host, 2026-11-28); here the largest temporary is one parameter."""
+    model = llama.build_on_meta(spec.model.llama_config, spec.model.attention)
+    _to_model_dtype(model, spec)
+    sharding.materialize(model, spec.device, lambda built: llama.initialize(built,
+                                                                          spec.config.seed))
+    return model
+
+
+def _to_model_dtype(model: nn.Module, spec: StepSettings) -> None:
+    if spec.precision.model_dtype in (torch.float16, torch.bfloat16):
+        fp16util.network_to_half(model, spec.precision.model_dtype)
 
 
 def build(spec: StepSettings, wrap: Callable[[nn.Module], nn.Module] | None = None,

@@ -599,6 +599,11 @@ def initialize(model: Llama, seed: int) -> None:
         raise ValueError("initialize() needs memory to write to: materialise the model first "
                          "(microbench.steps.sharding.materialize, or Module.to_empty)")
     config = model.config
+    if config.tie_embeddings and model.output.weight is not model.embed.weight:
+        # Module.to_empty gives each module a tensor of its own, which unties a plain model's
+        # output projection from the embedding (FSDP2's modules keep the tie): a vocabulary's
+        # worth of weights more than the architecture has.
+        model.output.weight = model.embed.weight
     with torch.no_grad():
         for name, param in model.named_parameters():
             _write_whole(param, _initial_value(_canonical_name(name), param, seed))
