@@ -20,21 +20,22 @@ from typing import Any, Sequence
 
 from microbench import __version__
 from microbench.models import names
-from microbench.models.llama_config import ATTENTION_IMPLS
 from microbench.settings import identity, quantization
-from microbench.settings.precision import (CHOICES, FP8_RECIPES, TABLE,
-                                           from_older_flags, lookup)
+from microbench.settings.model_options import ATTENTION_IMPLS
+from microbench.settings.precision import (CHOICES, FP8_RECIPES, from_older_flags, lookup,
+                                           modes_help)
 from microbench.plan import rerun
-from microbench.settings.argtypes import (MAX_BATCH, MAX_BUCKET_CAP_MB, MAX_DEVICE_INDEX,
+from microbench.settings.argtypes import (MAX_BATCH, MAX_BUCKET_CAP_MB, MAX_DATA_IMAGES,
                                           MAX_DIST_TIMEOUT_S, MIN_DIST_TIMEOUT_S,
-                                          MAX_IMAGE_SIZE, MAX_ITERATIONS,
+                                          MAX_IMAGE_SIZE, MAX_ITERATIONS, MAX_PREFETCH,
                                           MAX_MEMORY_GB, MAX_PEAK_TFLOPS, MAX_PEAK_BANDWIDTH,
-                                          MAX_PROFILER_STEPS, MAX_RANKS, MAX_SEED, MAX_SEQ_LEN,
+                                          MAX_RANKS, MAX_SEED, MAX_SEQ_LEN, MAX_WORKERS,
                                           MAX_TELEMETRY_MS, MAX_TRIALS, MAX_VOCAB, MAX_WARMUP,
                                           HelpFormatter, OneLineParser, bounded_int, choices,
-                                          finite_float, keyword_dict, label_text, list_of,
-                                          name_list, positive_int, dist_url, path_text,
-                                          positive_ints, zero_or_one)
+                                          device_ids, finite_float, keyword_dict, label_text,
+                                          list_of, name_list, positive_int, dist_url,
+                                          path_text, positive_ints, profiler_schedule,
+                                          zero_or_one)
 from microbench.settings.compile_options import COMPILE_MODES, parse_compile_context
 from microbench.settings.config import (AB_ROUNDS, DERIVED, INVERSE, MODES, PARALLEL, PRESETS,
                                         SCHEMA, SWITCH, VALUE, ABPlan, BenchConfig, Plan,
@@ -145,9 +146,8 @@ def build_parser() -> argparse.ArgumentParser:
         "and --tf32 are the older spellings of the same modes)")
     precision.add_argument("--precision", type=choices(CHOICES), default=None,
                            metavar="P[,P]",
-                           help="the precision mode: " + "; ".join(
-                               f"{row.name} ({row.older_flags})" for row in TABLE)
-                           + "; amp = amp-fp16 (default: fp32). A comma-separated list sweeps")
+                           help=f"the precision mode: {modes_help()}; amp = amp-fp16 "
+                                f"(default: fp32). A comma-separated list sweeps")
     precision.add_argument("--fp16", type=int, choices=(0, 1), default=0,
                            help="1: whole network in FP16 (norm layers FP32) with FP32 master "
                                 "weights")
@@ -257,13 +257,6 @@ def _add_language_args(parser: argparse.ArgumentParser) -> None:
                   "within the sequence length)")
 
 
-# Bounds of the input pipeline's numbers: more loader processes than any host has cores, more
-# batches in flight per worker than any memory holds, a generated set larger than a disk's worth.
-MAX_WORKERS = 1024
-MAX_PREFETCH = 1024
-MAX_DATA_IMAGES = 10**7
-
-
 def _add_data_args(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group(
         "Input data (is the GPU waiting for data? --data loader or folder feeds each step from "
@@ -354,18 +347,6 @@ def _add_sweep_args(parser: argparse.ArgumentParser) -> None:
                             "per configuration; the suffix names the format (png, svg, pdf...)")
 
 
-def _schedule(text: str) -> tuple[int, int, int]:
-    try:
-        wait, warmup, active = (int(part) for part in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be WAIT,WARMUP,ACTIVE like 1,2,2, got '{text}'") \
-            from None
-    if wait < 0 or warmup < 0 or active < 1 or max(wait, warmup, active) > MAX_PROFILER_STEPS:
-        raise argparse.ArgumentTypeError(f"needs WAIT >= 0, WARMUP >= 0 and ACTIVE >= 1, each "
-                                         f"at most {MAX_PROFILER_STEPS}")
-    return wait, warmup, active
-
-
 def _add_profiler_args(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group(
         "profiling (never inside the timed statistics: separate passes or excluded iterations)")
@@ -377,7 +358,7 @@ def _add_profiler_args(parser: argparse.ArgumentParser) -> None:
     _setting(group, "kineto",
              help="torch.profiler pass after the timed one; Chrome traces "
                   "<result>_trace<step>.json and an operator table")
-    _setting(group, "profiler_schedule", type=_schedule, metavar="W,U,A",
+    _setting(group, "profiler_schedule", type=profiler_schedule, metavar="W,U,A",
              help="--kineto schedule: wait, warmup, active steps")
     _setting(group, "profiler_output", type=path_text, metavar="PATH",
              help="directory (or file-name prefix) for --kineto traces (default: "
@@ -401,17 +382,6 @@ def _add_profiler_args(parser: argparse.ArgumentParser) -> None:
              help="start the device profiler API just before the timed iterations and "
                   "stop it after (nsys --capture-range=cudaProfilerApi, rocprofv3 "
                   "--selected-regions)")
-
-
-def _device_ids(text: str) -> tuple[int, ...]:
-    try:
-        ids = tuple(int(part) for part in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be comma-separated GPU indices like 0,1, "
-                                         f"got '{text}'") from None
-    if len(set(ids)) != len(ids) or min(ids) < 0 or max(ids) > MAX_DEVICE_INDEX:
-        raise argparse.ArgumentTypeError(f"must list distinct non-negative indices, got '{text}'")
-    return ids
 
 
 def _add_sharding_args(parser: argparse.ArgumentParser) -> None:
@@ -444,7 +414,7 @@ def _add_distributed_args(parser: argparse.ArgumentParser) -> None:
     _setting(group, "distributed_dataparallel", "--distributed-dataparallel",
              help="manual launch, one process per node or GPU started by hand; needs "
                   "--rank, --world-size, --dist-backend and --dist-url")
-    _setting(group, "device_ids", "--device-ids", type=_device_ids, metavar="IDS",
+    _setting(group, "device_ids", "--device-ids", type=device_ids, metavar="IDS",
              help="manual launch: GPUs of this process (e.g. 0,1); one worker each")
     _setting(group, "rank", type=bounded_int(0, MAX_RANKS - 1), metavar="N",
              help="manual launch: rank of this process")
