@@ -1,8 +1,9 @@
 """The shapes of the LLaMA-style models (:mod:`microbench.models.archs.llama`): the
 configuration, its validation, the presets and their closed-form parameter count.
 
-Kept apart from the model, and free of torch, so that the command line (``--attention``'s
-choices) and ``--list-networks`` answer without importing torch (issue 45).
+Kept apart from the model, and free of torch, so that ``--list-networks`` answers without
+importing torch (issue 45); the attention implementations are named below it, in
+:mod:`microbench.settings.model_options`, where ``--attention``'s declaration reads them.
 
 Example::
 
@@ -15,7 +16,6 @@ from dataclasses import dataclass, replace
 
 from microbench.platform.errors import UsageError
 
-ATTENTION_IMPLS: tuple[str, ...] = ("eager", "sdpa", "flash", "efficient", "math")
 
 @dataclass(frozen=True)
 class RopeScaling:

@@ -1,11 +1,13 @@
 """Command line -> a :class:`~microbench.settings.config.Plan` of frozen BenchConfigs.
 
 Flags keep the older tool's spellings (``--batch-size``, ``--fp16 1``, ``--compileContext``,
-``--distributed_dataparallel``...) beside kebab-case aliases. A flag that sets a config field is
-added with :func:`_setting`, which takes its spelling, destination and default from the field's
-schema (:mod:`microbench.settings.config`), so ``to_config``, ``--rerun`` and the preset read one
-declaration. Argv is parsed once (:func:`parse_args`). Validation happens here, so a bad value
-fails before any model is built: one line on stderr, exit 2.
+``--distributed_dataparallel``...) beside kebab-case aliases. Every flag is declared once: a
+setting's by its field (:mod:`microbench.settings.config`: spelling, destination, default, type,
+range, help and --help section), a flag of the invocation that is no setting by its row of
+:data:`PLAN_FLAGS`; :func:`build_parser` only walks the two, so ``to_config``, ``--rerun`` and the
+preset read the declaration the parser was built from. Argv is parsed once (:func:`parse_args`).
+Validation happens here, so a bad value fails before any model is built: one line on stderr,
+exit 2.
 """
 from __future__ import annotations
 
@@ -20,44 +22,20 @@ from typing import Any, Sequence
 
 from microbench import __version__
 from microbench.models import names
-from microbench.models.llama_config import ATTENTION_IMPLS
-from microbench.settings import identity, quantization
-from microbench.settings.precision import (CHOICES, FP8_RECIPES, TABLE,
-                                           from_older_flags, lookup)
+from microbench.settings import identity
+from microbench.settings.precision import from_older_flags, lookup
 from microbench.plan import rerun
-from microbench.settings.argtypes import (MAX_BATCH, MAX_BUCKET_CAP_MB, MAX_DEVICE_INDEX,
-                                          MAX_DIST_TIMEOUT_S, MIN_DIST_TIMEOUT_S,
-                                          MAX_IMAGE_SIZE, MAX_ITERATIONS,
-                                          MAX_MEMORY_GB, MAX_PEAK_TFLOPS, MAX_PEAK_BANDWIDTH,
-                                          MAX_PROFILER_STEPS, MAX_RANKS, MAX_SEED, MAX_SEQ_LEN,
-                                          MAX_TELEMETRY_MS, MAX_TRIALS, MAX_VOCAB, MAX_WARMUP,
-                                          HelpFormatter, OneLineParser, bounded_int, choices,
-                                          finite_float, keyword_dict, label_text, list_of,
-                                          name_list, positive_int, dist_url, path_text,
-                                          positive_ints, zero_or_one)
+from microbench.settings.argtypes import (MAX_BATCH, MAX_MEMORY_GB, HelpFormatter,
+                                          OneLineParser, bounded_int, choices, finite_float,
+                                          path_text)
 from microbench.settings.compile_options import COMPILE_MODES, parse_compile_context
-from microbench.settings.config import (AB_ROUNDS, DERIVED, INVERSE, MODES, PARALLEL, PRESETS,
-                                        SCHEMA, SWITCH, VALUE, ABPlan, BenchConfig, Plan,
-                                        as_command_line, field_of_dest, measured_fields,
-                                        replayed_fields, spelled, sweep_axes, validate)
+from microbench.settings.config import (AB_ROUNDS, DERIVED, INVERSE, SCHEMA, VALUE, ABPlan,
+                                        BenchConfig, Plan, as_command_line, field_of_dest,
+                                        measured_fields, replayed_fields, spelled, sweep_axes,
+                                        validate)
+from microbench.settings.flags import GROUPS, Flag, in_help_order
 from microbench.platform import gpu_presence
 from microbench.platform.errors import UsageError
-
-
-def _setting(group, name: str, *aliases: str, **kwargs: Any) -> None:
-    """Add the flag of config field ``name`` as its schema declares it: spelling, destination,
-    default (a list for a sweep axis, whose ``choices`` are a comma-separated list's), and
-    ``store_true`` for switches."""
-    item = SCHEMA[name]
-    if item.kind in (SWITCH, INVERSE):
-        kwargs["action"] = "store_true"
-    else:
-        axis_list = item.axis and item.default is not None
-        kwargs["default"] = [item.default] if axis_list else item.default
-        if item.axis and "choices" in kwargs:
-            kwargs["type"] = choices(kwargs.pop("choices"))
-    group.add_argument(item.flag, *aliases, dest=item.dest, **kwargs)
-
 
 # The terms --help and the summaries use, explained on one page (issue 56: jargon before any
 # explanation); each is an anchor of docs/glossary.md (tests/plan/test_cli.py checks).
@@ -66,412 +44,89 @@ GLOSSARY_TERMS = ("MFU", "MBU", "TTFT", "ITL", "CV", "p90", "prediction interval
                   "channels-last", "CUDA graphs", "DDP", "FSDP")
 EPILOG = (f"Terms ({', '.join(GLOSSARY_TERMS)}): docs/glossary.md. Every flag by purpose: "
           f"docs/flags.md. Exit codes: docs/guarantees.md.")
+DESCRIPTION = ("Benchmark PyTorch training and inference of a model on a GPU (ROCm or CUDA) or "
+               "the CPU: warm-up apart, device-event timing, every sample kept.")
+
+# The flags of an invocation that are no setting (a setting's flag is its field's, in
+# settings/config.py): what it asks besides the runs (--version, --list-networks), where its
+# settings come from (--rerun), the older precision spellings and --compile-mode that become
+# settings (``sets``), and the plan's sweeps, capacity search and comparisons. --help lists
+# each in its section after the settings', unless it names the flag it comes ``before``.
+PLAN_FLAGS = (
+    Flag("--version", None, action="version", version=f"%(prog)s {__version__}",
+         help="show program's version number and exit"),
+    Flag("--list-networks", "model", action="store_true", before="batch_size",
+         help="print the model names and exit"),
+    Flag("--rerun", "model", type=path_text, metavar="RESULT.json",
+         help="repeat the run a result file stores: its configuration, as flags, with the flags "
+              "given here added or replacing them (output locations and the launch are this "
+              "invocation's)"),
+    Flag("--fp16", "precision", type=int, choices=(0, 1), default=0, before="tf32",
+         sets=("precision",),
+         help="1: whole network in FP16 (norm layers FP32) with FP32 master weights"),
+    Flag("--amp", "precision", action="store_true", before="tf32", sets=("precision",),
+         help="automatic mixed precision: autocast (+ gradient scaling for fp16)"),
+    Flag("--amp-dtype", "precision", choices=("fp16", "bf16"), default="fp16", before="tf32",
+         sets=("precision",),
+         help="autocast type for --amp; bf16 needs no gradient scaling"),
+    Flag("--amp-opt-level", "precision", type=int, choices=(0, 1, 2, 3), before="tf32",
+         sets=("precision",),
+         help="older APEX level, mapped: 0 fp32, 1 --amp, 2 and 3 --fp16 1"),
+    Flag("--compile-mode", "sweeps", type=choices(COMPILE_MODES), metavar="M[,M]",
+         sets=("compile", "compile_options"),
+         help="compile modes to run: none, default, reduce-overhead, max-autotune, "
+              "max-autotune-no-cudagraphs"),
+    Flag("--find-max-batch", "sweeps", action="store_true",
+         help="find the largest batch that fits (doubling, then bisecting), and benchmark it"),
+    Flag("--memory-budget-gb", "sweeps", type=finite_float(0, MAX_MEMORY_GB), metavar="GB",
+         help="with --find-max-batch: on a GPU, cap PyTorch's allocator as if the GPU had only "
+              "this much memory; on the CPU (where it is required), the process's peak "
+              "resident memory"),
+    Flag("--max-batch-limit", "sweeps", type=bounded_int(1, MAX_BATCH),
+         default=Plan.max_batch_limit, metavar="N",
+         help="with --find-max-batch: stop growing at this batch"),
+    Flag("--batch-granularity", "sweeps", type=bounded_int(1, MAX_BATCH),
+         default=Plan.batch_granularity, metavar="N",
+         help="with --find-max-batch: stop bisecting at a multiple of N (1: the exact largest "
+              "batch, at the cost of more probes)"),
+    Flag("--compare", "sweeps", type=path_text, metavar="BASELINE.json",
+         help="compare with a result of the same configuration (both sides' trials where they "
+              "have them); exit 5 when throughput dropped beyond --tolerance and "
+              "significantly; a failed gate never replaces the baseline"),
+    Flag("--tolerance", "sweeps", type=finite_float(0, 100, low_inclusive=True),
+         default=Plan.tolerance_pct, metavar="PCT",
+         help="the smallest throughput change that matters to --compare and --ab, in percent "
+              "(0 to 100; default: 5): a regression is a drop beyond it whose 95%% interval "
+              "excludes no change; within it on the whole interval is 'same within N%%'"),
+    Flag("--ab", "sweeps", metavar="FLAGS",
+         help=f"A/B: run this command (A) and the same command with FLAGS added or replacing "
+              f"(B), alternating A B A B for --repeat rounds (default: {AB_ROUNDS}), each "
+              f"trial a fresh process; prints the ratio B/A, its 95%% interval and faster, "
+              f"slower or no difference detected (e.g. --ab \"--nhwc\")"),
+    Flag("--fail-if", "sweeps", choices=("slower", "never"),
+         help="exit 5 when --ab finds B slower, or when --compare finds a significant "
+              "regression (slower: the default of --compare; never: report only; --ab reports "
+              "only unless given)"),
+    Flag("--compare-any-config", "sweeps", action="store_true",
+         help="compare with a baseline of another configuration anyway (refused otherwise), "
+              "printing what differs"),
+    Flag("--plot", "sweeps", type=path_text, metavar="FILE.png",
+         help="plot a sweep: throughput and memory against batch size, or bars per "
+              "configuration; the suffix names the format (png, svg, pdf...)"),
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(
-        description="Benchmark PyTorch training and inference of a model on a GPU (ROCm or CUDA) "
-                    "or the CPU: warm-up apart, device-event timing, every sample kept.",
-        epilog=EPILOG, formatter_class=HelpFormatter)
-    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-
-    model = parser.add_argument_group("model and workload")
-    _setting(model, "network", "--model", type=name_list, metavar="NAME[,NAME]",
-             help="model to run: any torchvision classification, segmentation or video "
-                  "model, shufflenet, xception, or an older alias (SqueezeNet, "
-                  "resnext50), llama_tiny/llama_medium/llama_1b, hf:<model_type>; a "
-                  "comma-separated list sweeps. --model is timm's spelling")
-    model.add_argument("--list-networks", action="store_true",
-                       help="print the model names and exit")
-    _setting(model, "batch_size", type=positive_ints, metavar="N[,N]",
-             help=f"images (or clips) per iteration, at most {MAX_BATCH:,}; a "
-                  f"comma-separated list sweeps")
-    _setting(model, "image_size", "--img-size", type=bounded_int(1, MAX_IMAGE_SIZE), metavar="PX",
-             help="input height and width (default: the model's native size, e.g. "
-                  "224, 299 for inception_v3, 112 for r3d_18); --img-size is timm's "
-                  "spelling")
-    _setting(model, "mode", type=choices(MODES), metavar="MODE[,MODE]",
-             help="training: forward, loss, backward, SGD step; inference: forward "
-                  "in inference mode with the model in eval(); generate (llama_*): "
-                  "prefill a prompt, then decode token by token with a KV cache; a "
-                  "comma-separated list sweeps")
-    _setting(model, "opt_step", type=bounded_int(1, MAX_ITERATIONS), metavar="N",
-             help="training: accumulate gradients over N iterations per optimizer step")
-    _setting(model, "seed", type=bounded_int(0, MAX_SEED), metavar="N",
-             help="seed for weights and inputs (0 to 2**63-1)")
-    model.add_argument("--rerun", default=None, type=path_text, metavar="RESULT.json",
-                       help="repeat the run a result file stores: its configuration, as flags, "
-                            "with the flags given here added or replacing them (output "
-                            "locations and the launch are this invocation's)")
-
-    timing = parser.add_argument_group("timing")
-    _setting(timing, "iterations", type=bounded_int(1, MAX_ITERATIONS), metavar="N",
-             help=f"timed iterations (each one is a sample), at most "
-                  f"{MAX_ITERATIONS:,}")
-    _setting(timing, "warmup", type=bounded_int(0, MAX_WARMUP), metavar="N",
-             help=f"untimed warm-up iterations before the timed ones, at most "
-                  f"{MAX_WARMUP:,}")
-    _setting(timing, "repeat", type=bounded_int(1, MAX_TRIALS), metavar="N",
-             help="independent trials (fresh model, optimizer and inputs each); the "
-                  "headline is their geometric mean, with its 95%% confidence interval and a "
-                  "95%% prediction interval for the next run; in a sweep the trials of all "
-                  "configurations interleave (default: 1; with --max-noise: the fewest "
-                  "trials, at least 3)")
-    _setting(timing, "trials", choices=("processes", "in-process"),
-             help="with --repeat: run each trial in a fresh worker process with its own seed "
-                  "(processes: the compiler, autotuning and allocator start cold each time, "
-                  "as they do between runs) or all of them in this process (in-process)")
-    _setting(timing, "max_noise_pct", type=finite_float(0, 100), metavar="PCT",
-             help="add trials until the 95%% CI's half-width is below PCT percent of the "
-                  "headline, or --max-trials or --time-limit stops it (the run says which)")
-    _setting(timing, "max_trials", type=bounded_int(2, MAX_TRIALS), metavar="N",
-             help="with --max-noise: the most trials (default: 20)")
-    _setting(timing, "time_limit_s", type=finite_float(0, MAX_DIST_TIMEOUT_S), metavar="S",
-             help="with --max-noise: start no trial after S seconds of trials (default: none)")
-    _setting(timing, "discard_throttled",
-             help="re-run a trial whose SM clock fell below 75%% of its maximum or that saw a "
-                  "throttle reason (telemetry), at most 3 times a run; the discarded trials "
-                  "stay in the JSON")
-    _setting(timing, "telemetry_interval_ms", type=finite_float(0, MAX_TELEMETRY_MS, True),
-             metavar="MS",
-             help="sample clocks, power, temperature, throttling and energy every MS "
-                  "milliseconds during the timed region (NVML or amdsmi); 0: off")
-    _setting(timing, "phase_timing",
-             help="training: do not split iterations into forward, backward and "
-                  "optimizer with two extra device events each")
-
-    precision = parser.add_argument_group(
-        "precision (--precision names the mode; --fp16, --amp, --amp-dtype, --amp-opt-level "
-        "and --tf32 are the older spellings of the same modes)")
-    precision.add_argument("--precision", type=choices(CHOICES), default=None,
-                           metavar="P[,P]",
-                           help="the precision mode: " + "; ".join(
-                               f"{row.name} ({row.older_flags})" for row in TABLE)
-                           + "; amp = amp-fp16 (default: fp32). A comma-separated list sweeps")
-    precision.add_argument("--fp16", type=int, choices=(0, 1), default=0,
-                           help="1: whole network in FP16 (norm layers FP32) with FP32 master "
-                                "weights")
-    precision.add_argument("--amp", action="store_true",
-                           help="automatic mixed precision: autocast (+ gradient scaling for fp16)")
-    precision.add_argument("--amp-dtype", choices=("fp16", "bf16"), default="fp16",
-                           help="autocast type for --amp; bf16 needs no gradient scaling")
-    precision.add_argument("--amp-opt-level", type=int, choices=(0, 1, 2, 3), default=None,
-                           help="older APEX level, mapped: 0 fp32, 1 --amp, 2 and 3 --fp16 1")
-    precision.add_argument("--tf32", type=int, choices=(0, 1), default=0,
-                           help="1: allow TF32 for FP32 matmuls and convolutions; 0 keeps IEEE "
-                                "FP32")
-    _setting(precision, "fp8_recipe", choices=FP8_RECIPES,
-             help="with --precision fp8: torchao's scaling recipe, tensorwise (one scale per "
-                  "tensor; FP8 all-gather under --parallel fsdp) or rowwise (one per row)")
-    _setting(precision, "quantize", type=choices(tuple(quantization.FORMATS)),
-             metavar="Q[,Q]",
-             help="inference and generate: quantize the BF16 weights with torchao's quantize_: "
-                  + quantization.quantize_help()
-                  + ". Picks --precision bf16 unless given; a list sweeps; needs torchao")
-    _setting(precision, "quant_layout", choices=tuple(quantization.LAYOUTS),
-             help="with --quantize: the weights' packing, which picks the kernel: "
-                  + quantization.layout_help()
-                  + ". A layout a format does not have, or this device cannot run, is refused")
-
-    fast = parser.add_argument_group("the fast path")
-    _setting(fast, "preset", choices=PRESETS,
-             help="fast: the levers that measured fastest for this model family and "
-                  "device (channels-last, BF16/FP16 AMP, fused optimizer, "
-                  "torch.compile, cudnn.benchmark; DDP bucket views); explicit flags "
-                  "win, and the run prints the flags that reproduce it")
-    _setting(fast, "optimizer_impl", choices=("foreach", "fused"),
-             help="training: SGD's multi-tensor (foreach, PyTorch's own choice on GPUs) "
-                  "or fused kernel; fused also takes AMP's scale and inf check on the "
-                  "device, removing GradScaler's host sync")
-    _setting(fast, "cudnn_benchmark", type=zero_or_one, metavar="{0,1}",
-             help="1: let cuDNN (MIOpen's find mode on ROCm) time convolution "
-                  "algorithms and keep the fastest; 0: its heuristics (PyTorch's "
-                  "default). MIOPEN_FIND_ENFORCE=3 also tunes on ROCm")
-
-    layout = parser.add_argument_group("memory layout and compilation")
-    _setting(layout, "nhwc", "--channels-last",
-             help="channels-last memory format for model and input (--channels-last "
-                  "is timm's spelling)")
-    _setting(layout, "compile",
-             help="torch.compile the model")
-    layout.add_argument("--compileContext", "--compile-context", dest="compile_context",
-                        default=None, metavar="DICT",
-                        help="torch.compile keyword arguments as a Python dict literal, e.g. "
-                             "\"{'mode': 'max-autotune', 'fullgraph': 'True'}\"; read as "
-                             "literals, never run. Keys: fullgraph, dynamic, disable, mode, "
-                             "backend, options; 'options' takes only inductor performance "
-                             "settings from an allow-list (README), none that names a program, "
-                             "a path or a file to write")
-
-    device = parser.add_argument_group("device")
-    _setting(device, "device", metavar="DEV",
-             help="auto (GPU when there is one, else CPU), cuda, cuda:N or cpu; "
-                  "ROCm GPUs are 'cuda' too")
-
-    output = parser.add_argument_group("output")
-    _setting(output, "output_dir", type=path_text, metavar="DIR",
-             help="where the JSON result and the CSV summary go")
-    _setting(output, "output_file", type=path_text, metavar="NAME",
-             help="JSON result file name inside --output-dir, no directory part "
-                  "(default: built from network, mode, precision and batch size)")
-    _setting(output, "csv_file", type=path_text, metavar="PATH",
-             help="CSV to append one row to (default: <output-dir>/benchmark_summary.csv)")
-    _setting(output, "write_files",
-             help="write no JSON or CSV, only print")
-    _setting(output, "quiet",
-             help="no per-iteration lines")
-    _setting(output, "label", type=label_text, metavar="TEXT",
-             help="a name for this run stored in its result (a nightly date, a commit), "
-                  "which microbench-report --history --by label orders by (default: none)")
-    _add_language_args(parser)
-    _add_data_args(parser)
-    _add_distributed_args(parser)
-    _add_sharding_args(parser)
-    _add_profiler_args(parser)
-    _add_sweep_args(parser)
+    """The parser, walking the declarations: every setting's flag and :data:`PLAN_FLAGS`, each
+    added to its --help section in the order --help lists them."""
+    parser = OneLineParser(description=DESCRIPTION, epilog=EPILOG,
+                           formatter_class=HelpFormatter)
+    sections = {None: parser, **{key: parser.add_argument_group(title)
+                                 for key, title in GROUPS.items()}}
+    declared = [item.as_flag() for item in SCHEMA.values()]
+    for flag in in_help_order([*filter(None, declared), *PLAN_FLAGS]):
+        flag.add_to(sections[flag.group])
     return parser
-
-
-def _add_language_args(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group(
-        "language models (llama_tiny, llama_medium, llama_1b, hf:<model_type>)")
-    _setting(group, "seq_len", type=list_of(bounded_int(1, MAX_SEQ_LEN)), metavar="N[,N]",
-             help="tokens per sequence (default: the preset's; 512 for hf:); with "
-                  "--mode generate, the positions of the KV cache; a list sweeps")
-    _setting(group, "vocab_size", type=bounded_int(1, MAX_VOCAB), metavar="N",
-             help="vocabulary size (default: the preset's)")
-    _setting(group, "kv_heads", type=positive_int, metavar="N",
-             help="key/value heads (grouped-query attention); must divide the heads")
-    _setting(group, "attention", type=choices(ATTENTION_IMPLS), metavar="IMPL[,IMPL]",
-             help="eager (matmul-softmax-matmul), sdpa (PyTorch chooses the kernel; "
-                  "the default), or scaled_dot_product_attention pinned to flash, "
-                  "efficient or math; a list sweeps")
-    _setting(group, "model_kwargs", nargs="+", metavar="KEY=VALUE",
-             help="hf:<model_type>: overrides of the transformers config, e.g. "
-                  "hidden_size=1024 num_hidden_layers=8")
-    _setting(group, "prompt_len", type=bounded_int(1, MAX_SEQ_LEN), metavar="N",
-             help="--mode generate: prompt tokens per sequence (default: 128, or half "
-                  "the sequence length)")
-    _setting(group, "gen_len", type=bounded_int(1, MAX_SEQ_LEN), metavar="N",
-             help="--mode generate: tokens generated per sequence (default: 128, "
-                  "within the sequence length)")
-
-
-# Bounds of the input pipeline's numbers: more loader processes than any host has cores, more
-# batches in flight per worker than any memory holds, a generated set larger than a disk's worth.
-MAX_WORKERS = 1024
-MAX_PREFETCH = 1024
-MAX_DATA_IMAGES = 10**7
-
-
-def _add_data_args(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group(
-        "Input data (is the GPU waiting for data? --data loader or folder feeds each step from "
-        "a DataLoader and measures the loader alone and the model alone beside it)")
-    _setting(group, "data", choices=("synthetic", "loader", "folder"),
-             help="synthetic: inputs made once on the device, no loading; loader: a "
-                  "generated image set (a token corpus for language models) made once "
-                  "into --data-cache; folder: your images in --data-dir")
-    _setting(group, "data_format", choices=("jpeg", "png"),
-             help="--data loader: the generated set's format")
-    _setting(group, "data_cache", type=path_text, metavar="DIR",
-             help="--data loader: where generated sets are made once and reused "
-                  "(default: $XDG_CACHE_HOME or ~/.cache, /micro_benchmarking_pytorch)")
-    _setting(group, "data_images", type=bounded_int(1, MAX_DATA_IMAGES), metavar="N",
-             help="--data loader: images of the generated set (sequences of a language "
-                  "model's corpus)")
-    _setting(group, "data_dir", type=path_text, metavar="DIR",
-             help="--data folder: a tree of JPEG, PNG or WebP images, in class folders "
-                  "(ImageFolder's layout) or flat")
-    _setting(group, "decode", type=choices(("cpu", "gpu")), metavar="WHERE[,WHERE]",
-             help="where images are decoded: cpu (torchvision.io in the loader workers) or "
-                  "gpu (torchvision.io.decode_jpeg on the device; JPEG only, needs "
-                  "--transforms gpu); a list sweeps")
-    _setting(group, "transforms", choices=("cpu", "gpu"),
-             help="where normalisation and the cast to the input dtype run: in the workers "
-                  "(cpu) or after the copy to the device (gpu, which also copies uint8, a "
-                  "quarter of the bytes)")
-    _setting(group, "workers", type=list_of(bounded_int(0, MAX_WORKERS)), metavar="N[,N]",
-             help="loader worker processes per rank; 0 loads in the main process "
-                  "(default: the cores this process may use, os.sched_getaffinity, shared "
-                  "by the ranks of a host); a list sweeps")
-    _setting(group, "pin_memory", type=zero_or_one, metavar="{0,1}",
-             help="1: batches in pinned (page-locked) host memory, copied to the GPU "
-                  "without blocking; 0: pageable memory")
-    _setting(group, "prefetch_factor", type=bounded_int(1, MAX_PREFETCH), metavar="N",
-             help="batches each worker keeps in flight")
-
-
-def _add_sweep_args(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group(
-        "sweeps, capacity and comparisons (lists in --network, --batch-size, --mode, --precision, "
-        "--quantize, --seq-len, --attention, --decode and --workers sweep too)")
-    group.add_argument("--compile-mode", type=choices(COMPILE_MODES), default=None,
-                       metavar="M[,M]",
-                       help="compile modes to run: none, default, reduce-overhead, "
-                            "max-autotune, max-autotune-no-cudagraphs")
-    group.add_argument("--find-max-batch", action="store_true",
-                       help="find the largest batch that fits (doubling, then bisecting), and "
-                            "benchmark it")
-    group.add_argument("--memory-budget-gb", type=finite_float(0, MAX_MEMORY_GB), default=None,
-                       metavar="GB",
-                       help="with --find-max-batch: on a GPU, cap PyTorch's allocator as if the "
-                            "GPU had only this much memory; on the CPU (where it is required), "
-                            "the process's peak resident memory")
-    group.add_argument("--max-batch-limit", type=bounded_int(1, MAX_BATCH), default=65536,
-                       metavar="N",
-                       help="with --find-max-batch: stop growing at this batch")
-    group.add_argument("--batch-granularity", type=bounded_int(1, MAX_BATCH), default=8,
-                       metavar="N",
-                       help="with --find-max-batch: stop bisecting at a multiple of N (1: the "
-                            "exact largest batch, at the cost of more probes)")
-    group.add_argument("--compare", default=None, type=path_text, metavar="BASELINE.json",
-                       help="compare with a result of the same configuration (both sides' "
-                            "trials where they have them); exit 5 when throughput dropped "
-                            "beyond --tolerance and significantly; a failed gate never "
-                            "replaces the baseline")
-    group.add_argument("--tolerance", type=finite_float(0, 100, low_inclusive=True),
-                       default=5.0, metavar="PCT",
-                       help="the smallest throughput change that matters to --compare and "
-                            "--ab, in percent (0 to 100; default: 5): a regression is a drop "
-                            "beyond it whose 95%% interval excludes no change; within it on "
-                            "the whole interval is 'same within N%%'")
-    group.add_argument("--ab", default=None, metavar="FLAGS",
-                       help="A/B: run this command (A) and the same command with FLAGS added or "
-                            "replacing (B), alternating A B A B for --repeat rounds (default: "
-                            f"{AB_ROUNDS}), each trial a fresh process; prints the "
-                            "ratio B/A, its 95%% interval and faster, slower or no difference "
-                            "detected (e.g. --ab \"--nhwc\")")
-    group.add_argument("--fail-if", choices=("slower", "never"), default=None,
-                       help="exit 5 when --ab finds B slower, or when --compare finds a "
-                            "significant regression (slower: the default of --compare; never: "
-                            "report only; --ab reports only unless given)")
-    group.add_argument("--compare-any-config", action="store_true",
-                       help="compare with a baseline of another configuration anyway (refused "
-                            "otherwise), printing what differs")
-    group.add_argument("--plot", default=None, type=path_text, metavar="FILE.png",
-                       help="plot a sweep: throughput and memory against batch size, or bars "
-                            "per configuration; the suffix names the format (png, svg, pdf...)")
-
-
-def _schedule(text: str) -> tuple[int, int, int]:
-    try:
-        wait, warmup, active = (int(part) for part in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be WAIT,WARMUP,ACTIVE like 1,2,2, got '{text}'") \
-            from None
-    if wait < 0 or warmup < 0 or active < 1 or max(wait, warmup, active) > MAX_PROFILER_STEPS:
-        raise argparse.ArgumentTypeError(f"needs WAIT >= 0, WARMUP >= 0 and ACTIVE >= 1, each "
-                                         f"at most {MAX_PROFILER_STEPS}")
-    return wait, warmup, active
-
-
-def _add_profiler_args(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group(
-        "profiling (never inside the timed statistics: separate passes or excluded iterations)")
-    _setting(group, "autograd_profiler", "--autograd_profiler",
-             help="a ROCTX/NVTX range per timed iteration (a range per operator "
-                  "would slow the timed pass, so those come in a separate marked pass "
-                  "after it), then operator tables (device time, CPU time, memory) "
-                  "from another separate pass")
-    _setting(group, "kineto",
-             help="torch.profiler pass after the timed one; Chrome traces "
-                  "<result>_trace<step>.json and an operator table")
-    _setting(group, "profiler_schedule", type=_schedule, metavar="W,U,A",
-             help="--kineto schedule: wait, warmup, active steps")
-    _setting(group, "profiler_output", type=path_text, metavar="PATH",
-             help="directory (or file-name prefix) for --kineto traces (default: "
-                  "--output-dir)")
-    _setting(group, "flops_prof_step", type=bounded_int(0, MAX_ITERATIONS), metavar="N",
-             help="run DeepSpeed's FLOPS profiler on timed iteration N (0-based, "
-                  "below --iterations); that iteration is left out of the statistics")
-    _setting(group, "peak_tflops", type=finite_float(0, MAX_PEAK_TFLOPS), metavar="T",
-             help="dense peak TFLOP/s to compute MFU against (default: the built-in "
-                  "table for known GPUs; unknown otherwise)")
-    _setting(group, "peak_bandwidth", type=finite_float(0, MAX_PEAK_BANDWIDTH), metavar="GB/S",
-             help="peak memory bandwidth in GB/s to compute generation's MBU against "
-                  "(default: the built-in table for known GPUs; unknown otherwise)")
-    _setting(group, "measure_peaks", type=zero_or_one, metavar="{0,1}",
-             help="1: before the timed region, outside it, once per process, measure this "
-                  "device's dense GEMM TFLOP/s at the run's compute dtype and its copy GB/s "
-                  "(the op bench's matmul and copy), so MFU and MBU are printed against the "
-                  "measured peak beside the datasheet's; 0: the datasheet only (default: 1 on "
-                  "GPUs, 0 on the CPU)")
-    _setting(group, "capture_range",
-             help="start the device profiler API just before the timed iterations and "
-                  "stop it after (nsys --capture-range=cudaProfilerApi, rocprofv3 "
-                  "--selected-regions)")
-
-
-def _device_ids(text: str) -> tuple[int, ...]:
-    try:
-        ids = tuple(int(part) for part in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be comma-separated GPU indices like 0,1, "
-                                         f"got '{text}'") from None
-    if len(set(ids)) != len(ids) or min(ids) < 0 or max(ids) > MAX_DEVICE_INDEX:
-        raise argparse.ArgumentTypeError(f"must list distinct non-negative indices, got '{text}'")
-    return ids
-
-
-def _add_sharding_args(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group(
-        "sharded training (FSDP2), activation checkpointing and the optimizer")
-    _setting(group, "parallel", type=choices(PARALLEL), metavar="MODE[,MODE]",
-             help="training with several processes (or fsdp with one): ddp replicates the "
-                  "model on every rank; fsdp shards parameters, gradients and optimizer "
-                  "state over the ranks with FSDP2 (fully_shard per transformer block and "
-                  "at the root; llama_* presets, built on the meta device and materialised "
-                  "shard by shard); a list sweeps (default: ddp)")
-    _setting(group, "reshard_after_forward", type=zero_or_one, metavar="{0,1}",
-             help="fsdp: 1 frees a block's gathered parameters after its forward and "
-                  "gathers them again for its backward (less memory); 0 keeps them "
-                  "(default: 1)")
-    _setting(group, "activation_checkpointing", type=choices(("none", "full", "selective")),
-             metavar="MODE[,MODE]",
-             help="language models in training: full recomputes each transformer block in "
-                  "the backward; selective keeps attention and every other projection "
-                  "(torchtitan's op policy); a list sweeps (default: none)")
-    _setting(group, "optimizer", choices=("sgd", "adamw"),
-             help="training: sgd (momentum 0.9, torchvision's ImageNet recipe) or adamw "
-                  "(torchtitan's Llama 3 recipe, the one LLM throughput is quoted with); "
-                  "--optimizer-impl picks foreach or fused (default: sgd)")
-
-
-def _add_distributed_args(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group(
-        "multi-GPU and multi-node (torchrun and srun need none of the manual flags)")
-    _setting(group, "distributed_dataparallel", "--distributed-dataparallel",
-             help="manual launch, one process per node or GPU started by hand; needs "
-                  "--rank, --world-size, --dist-backend and --dist-url")
-    _setting(group, "device_ids", "--device-ids", type=_device_ids, metavar="IDS",
-             help="manual launch: GPUs of this process (e.g. 0,1); one worker each")
-    _setting(group, "rank", type=bounded_int(0, MAX_RANKS - 1), metavar="N",
-             help="manual launch: rank of this process")
-    _setting(group, "world_size", type=bounded_int(1, MAX_RANKS), metavar="N",
-             help="manual launch: number of processes")
-    _setting(group, "dist_backend", choices=("nccl", "gloo"),
-             help="process-group backend (default: nccl on GPUs, which is RCCL on "
-                  "ROCm; gloo on the CPU)")
-    _setting(group, "dist_url", type=dist_url, metavar="URL",
-             help="rendezvous address: tcp://HOST:PORT (e.g. tcp://10.0.0.1:29500), env:// "
-                  "(MASTER_ADDR and MASTER_PORT) or file:///shared/path")
-    _setting(group, "dist_timeout", metavar="S",
-             type=finite_float(MIN_DIST_TIMEOUT_S, MAX_DIST_TIMEOUT_S, low_inclusive=True),
-             help="seconds that rendezvous and collectives may wait for other ranks")
-    _setting(group, "ddp_bucket_cap_mb", type=finite_float(0, MAX_BUCKET_CAP_MB), metavar="MB",
-             help="DistributedDataParallel gradient bucket size")
-    _setting(group, "ddp_static_graph",
-             help="DistributedDataParallel static_graph=True")
-    _setting(group, "ddp_gradient_as_bucket_view",
-             help="DistributedDataParallel gradient_as_bucket_view=True")
-    _setting(group, "ddp_options", type=keyword_dict, metavar="DICT",
-             help="DistributedDataParallel's other keywords as a dict literal, e.g. "
-                  "\"{'broadcast_buffers': False}\" (the allowed ones: docs/flags.md)")
-    _setting(group, "scaling_baseline", type=path_text, metavar="FILE.json",
-             help="a single-device result of the same configuration; adds scaling "
-                  "efficiency to the summary")
-
 
 
 def _check(config: BenchConfig) -> BenchConfig:
@@ -514,10 +169,6 @@ def refuse_fp8_without_gpu(args: argparse.Namespace) -> None:
     if "fp8" in (args.precision or ()) and "training" in args.mode and \
             args.device == "auto" and gpu_presence.none_visible():
         raise UsageError(FP8_ON_CPU)
-
-
-# The older precision flags: several destinations that all set the precision field.
-_OLDER_PRECISION_DESTS = ("fp16", "amp", "amp_dtype", "amp_opt_level")
 
 
 def _from_args(args: argparse.Namespace) -> dict:
@@ -626,9 +277,9 @@ def _refuse_repeated_value(args: argparse.Namespace, name: str, axis: list[dict]
     model named by its name and by an alias is the runner's to find (the model resolved)."""
     if all(change not in axis[:index] for index, change in enumerate(axis)):
         return
-    flag, dest = {"precision": ("--precision", "precision"),
-                  "compile": ("--compile-mode", "compile_mode")}.get(
-        name, (SCHEMA[name].flag, SCHEMA[name].dest))
+    # compile's list is --compile-mode's (a plan-level flag), every other axis its own flag's.
+    flag, dest = (("--compile-mode", "compile_mode") if name == "compile"
+                  else (SCHEMA[name].flag, SCHEMA[name].dest))
     given = ",".join(map(str, getattr(args, dest)))
     raise UsageError(f"the sweep lists one configuration twice ({flag} {given}); give each "
                      f"value once (--repeat N measures one configuration N times)")
@@ -721,13 +372,11 @@ def _given(parser: argparse.ArgumentParser, words: Sequence[str]) -> dict[str, A
 
 def _fields_given(dests) -> set[str]:
     """The config fields the given destinations set (a preset must not overrule them)."""
+    sets = {flag.name: flag.sets for flag in PLAN_FLAGS}
     fields = set()
     for dest in dests:
-        if dest in _OLDER_PRECISION_DESTS:
-            fields.add("precision")
-        elif dest == "compile_mode":
-            fields |= {"compile", "compile_options"}
-        elif field_of_dest(dest) is not None:
+        fields |= set(sets.get(dest, ()))
+        if field_of_dest(dest) is not None:
             fields.add(field_of_dest(dest))
     return fields
 

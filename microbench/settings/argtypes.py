@@ -54,6 +54,11 @@ MAX_TRIALS = 1000
 MAX_TELEMETRY_MS = 60_000
 MAX_SEQ_LEN = 2**20
 MAX_VOCAB = 2**24
+# The input pipeline's: more loader processes than any host has cores, more batches in flight
+# per worker than any memory holds, a generated set larger than a disk's worth.
+MAX_WORKERS = 1024
+MAX_PREFETCH = 1024
+MAX_DATA_IMAGES = 10**7
 
 
 def bounded_int(low: int, high: int) -> Callable[[str], int]:
@@ -183,6 +188,31 @@ def dist_url(text: str) -> str:
         raise argparse.ArgumentTypeError(f"'{text}': file:// takes an absolute path "
                                          f"(file:///shared/rendezvous)")
     return text
+
+
+def profiler_schedule(text: str) -> tuple[int, int, int]:
+    """An argparse type for --profiler-schedule: ``WAIT,WARMUP,ACTIVE`` steps of torch.profiler."""
+    try:
+        wait, warmup, active = (int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be WAIT,WARMUP,ACTIVE like 1,2,2, got '{text}'") \
+            from None
+    if wait < 0 or warmup < 0 or active < 1 or max(wait, warmup, active) > MAX_PROFILER_STEPS:
+        raise argparse.ArgumentTypeError(f"needs WAIT >= 0, WARMUP >= 0 and ACTIVE >= 1, each "
+                                         f"at most {MAX_PROFILER_STEPS}")
+    return wait, warmup, active
+
+
+def device_ids(text: str) -> tuple[int, ...]:
+    """An argparse type for --device_ids: distinct GPU indices, comma-separated."""
+    try:
+        ids = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be comma-separated GPU indices like 0,1, "
+                                         f"got '{text}'") from None
+    if len(set(ids)) != len(ids) or min(ids) < 0 or max(ids) > MAX_DEVICE_INDEX:
+        raise argparse.ArgumentTypeError(f"must list distinct non-negative indices, got '{text}'")
+    return ids
 
 
 def zero_or_one(text: str) -> bool:

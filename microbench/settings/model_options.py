@@ -9,6 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# How a LLaMA-style model computes attention (microbench.models.archs.llama runs each): named
+# here, below the models, so that --attention's declaration offers them without importing torch.
+ATTENTION_IMPLS: tuple[str, ...] = ("eager", "sdpa", "flash", "efficient", "math")
+
 
 @dataclass(frozen=True)
 class ModelOptions:

@@ -111,6 +111,12 @@ PRECISIONS = {row.name: row for row in TABLE}
 ALIASES = {"amp": "amp-fp16"}
 CHOICES = tuple(PRECISIONS) + tuple(ALIASES)
 
+
+def modes_help() -> str:
+    """Each mode with its older spelling, for --precision's help."""
+    return "; ".join(f"{row.name} ({row.older_flags})" for row in TABLE)
+
+
 # torchao's FP8 training recipes (microbench/steps/low_precision.py runs them): --fp8-recipe's
 # choices. Weight quantization (--quantize, --quant-layout) is microbench.settings.quantization.
 FP8_RECIPES = ("tensorwise", "rowwise")

@@ -11,7 +11,6 @@ import pytest
 from conftest import TINY, run_main, stored_result
 from microbench import scenarios
 from microbench.platform.errors import UsageError
-from microbench.plan import cli
 from microbench.report import command
 from microbench.scenarios import parallel
 from microbench.scenarios.inference import Inference
@@ -47,14 +46,12 @@ def fresh_schema():
 def scratch_mode(monkeypatch, fresh_schema):
     """The two places a new kind of run is written: its name in the settings, its scenario."""
     monkeypatch.setattr(config, "MODES", (*config.MODES, SCRATCH))
-    monkeypatch.setattr(cli, "MODES", config.MODES)         # the name cli imported
     monkeypatch.setitem(scenarios.SCENARIOS, SCRATCH, Scratch)
 
 
 @pytest.fixture
 def scratch_strategy(monkeypatch, fresh_schema):
     monkeypatch.setattr(config, "PARALLEL", (*config.PARALLEL, SCRATCH))
-    monkeypatch.setattr(cli, "PARALLEL", config.PARALLEL)
     monkeypatch.setitem(parallel.STRATEGIES, SCRATCH, Spread())
 
 

@@ -65,11 +65,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-# The configuration lives in llama_config (torch-free, for the command line); re-exported here.
-from microbench.models.llama_config import (ATTENTION_IMPLS, PRESETS, LlamaConfig, RopeScaling,
-                                            parameter_count)
+# The configuration lives in llama_config and the attention names in settings (torch-free, for
+# the command line); re-exported here.
+from microbench.models.llama_config import PRESETS, LlamaConfig, RopeScaling, parameter_count
 from microbench.platform import devices
 from microbench.platform.errors import UsageError
+from microbench.settings.model_options import ATTENTION_IMPLS
 
 __all__ = [
     "ATTENTION_IMPLS", "KVCache", "Llama", "LlamaConfig", "PRESETS", "RopeScaling", "build",
