@@ -8,7 +8,7 @@ import os
 import pytest
 import torch
 
-from microbench.models import registry as models
+from microbench.models import registry
 from microbench.data import DataSettings, ModelInput, codecs, open_pipeline
 from microbench.data.folder import scan_folder
 from microbench.data.loader import batches_per_epoch
@@ -276,7 +276,7 @@ def test_images_of_mixed_sizes_are_cropped_one_by_one():
 # ---------------------------------------------------------------- language models
 
 def test_a_language_model_reads_windows_of_a_token_corpus(tmp_path):
-    spec = models.resolve("llama_tiny", models.ModelOptions(seq_len=16, vocab_size=100))
+    spec = registry.resolve("llama_tiny", registry.ModelOptions(seq_len=16, vocab_size=100))
     wanted = ModelInput.of(spec)
     assert wanted.kind == "tokens" and wanted.item == "sequence"
     settings = DataSettings(source="loader", count=12, workers=1, cache_dir=str(tmp_path))
@@ -290,7 +290,7 @@ def test_a_language_model_reads_windows_of_a_token_corpus(tmp_path):
 
 
 def test_image_only_settings_are_refused_for_language_models(tmp_path):
-    spec = models.resolve("llama_tiny", models.ModelOptions(seq_len=16))
+    spec = registry.resolve("llama_tiny", registry.ModelOptions(seq_len=16))
     for settings, expected in (
             (DataSettings(source="folder", data_dir=str(tmp_path)), "--data folder holds images"),
             (DataSettings(source="loader", decode="gpu", transforms="gpu"),
@@ -337,7 +337,7 @@ def test_the_default_workers_share_this_process_cores_between_local_ranks(monkey
 
 
 def test_models_without_an_image_and_a_class_have_no_pipeline():
-    spec = models.resolve("fcn_resnet50")
+    spec = registry.resolve("fcn_resnet50")
     with pytest.raises(UsageError) as error:
         ModelInput.of(spec)
     assert "fcn_resnet50 is a segmentation model: use --data synthetic" in one_line(error)

@@ -315,7 +315,7 @@ def test_an_explicit_output_file_is_replaced_with_a_note(cli):
 def test_default_names_tell_profiled_compiled_and_language_runs_apart():
     from microbench.settings import config as config_mod, precision
     from microbench.plan import spec as spec_mod
-    from microbench.models import registry as models
+    from microbench.models import registry
     from microbench.scenarios import parallel
 
     def name(config, model, policy, world_size):
@@ -323,8 +323,8 @@ def test_default_names_tell_profiled_compiled_and_language_runs_apart():
                                    parallel.strategy_of(config, SimpleNamespace(
                                        distributed=world_size > 1)))
     fp32 = precision.lookup("fp32")
-    vision = models.resolve("resnet18", models.ModelOptions())
-    llama = models.resolve("llama_tiny", models.ModelOptions(seq_len=64))
+    vision = registry.resolve("resnet18", registry.ModelOptions())
+    llama = registry.resolve("llama_tiny", registry.ModelOptions(seq_len=64))
     base = config_mod.BenchConfig(network="resnet18", batch_size=8)
     assert name(base, vision, fp32, 1) == "resnet18_training_fp32_b8.json"
     assert name(base, vision, fp32, 4) == "resnet18_training_fp32_b8_w4.json"
@@ -500,8 +500,8 @@ def test_a_sweep_row_line_uses_the_summarys_scaled_units(cli):
 
 def test_the_plot_subtitle_names_settings_that_differ_from_the_defaults():
     from support.rows import measured_row
-    from microbench.output import sweep_plot as plot
-    text = plot.subtitle([measured_row(2), measured_row(4)])
+    from microbench.output import sweep_plot
+    text = sweep_plot.subtitle([measured_row(2), measured_row(4)])
     assert "image size 32" in text
 
 

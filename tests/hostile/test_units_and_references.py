@@ -52,7 +52,7 @@ def test_a_summary_whose_sides_have_different_units_is_refused():
 # ---------------------------------------------------------------- the reference an accuracy was measured against
 
 def test_accuracy_labels_name_the_reference_each_row_was_measured_against():
-    from microbench.output import sweep_table as table
+    from microbench.output import sweep_table
     from microbench.store.entry import (Entry, MODEL, accuracy_reference,
                                         is_accuracy_reference)
 
@@ -67,11 +67,11 @@ def test_accuracy_labels_name_the_reference_each_row_was_measured_against():
     assert accuracy_reference([fp16_quantized, bf16_quantized]) is None
     assert is_accuracy_reference(row("bf16"), "BF16")
     assert not is_accuracy_reference(row("fp16"), "BF16")      # no point at 0 "vs BF16"
-    assert table.accuracy_cell(fp16_quantized, named_in_heading=False).endswith("vs FP16")
+    assert sweep_table.accuracy_cell(fp16_quantized, named_in_heading=False).endswith("vs FP16")
     rows = [type("Row", (), {"entry": e, "spec": None, "status": "ok",
                              "label": lambda self: "row"})() for e in (fp16_quantized,
                                                                      row("fp16"))]
-    columns, _ = table.comparison_cells(rows)
+    columns, _ = sweep_table.comparison_cells(rows)
     assert columns[-1].heading == "accuracy vs FP16"
 
 

@@ -12,7 +12,7 @@ from conftest import TINY, assert_one_line_error, run_cli
 from microbench.drivers import benchmark
 from microbench.plan import cli
 from microbench.measure import flops, profilers
-from microbench.models import registry as models
+from microbench.models import registry
 from microbench.scenarios.training import Training
 
 
@@ -21,7 +21,7 @@ def test_resnet50_flops_match_the_published_count():
     torchvision's implementation puts at 4.1e9), about three times that for training."""
     model = torchvision.models.resnet50()
     x, y = torch.randn(1, 3, 224, 224), torch.randint(0, 1000, (1,))
-    loss = models.resolve("resnet50").loss
+    loss = registry.resolve("resnet50").loss
     forward = flops.count_iteration_flops(model.eval(), x, y, loss, contextlib.nullcontext(),
                                           training=False)
     training = flops.count_iteration_flops(model.train(), x, y, loss, contextlib.nullcontext(),

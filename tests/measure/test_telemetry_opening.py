@@ -21,7 +21,7 @@ def test_the_cpu_gives_an_unavailable_report():
     assert source is None and note == "telemetry: unavailable on the CPU"
     report = TelemetryReport.unavailable(note)
     assert report.to_dict() == {"available": False, "reason": "telemetry: unavailable on the CPU"}
-    assert report.warnings() == [] and report.csv_cells()["energy_j"] is None
+    assert report.warnings() == [] and report.energy_j is None
 
 
 @pytest.fixture

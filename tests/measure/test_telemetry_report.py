@@ -47,7 +47,7 @@ def test_a_throttle_reason_during_timing_gives_the_throttle_warning():
     report = summarize(samples, ScriptedSource(), items=10, timed_s=2.0)
     assert report.throttle_reasons_seen == ("hw_slowdown", "sw_power_cap")
     assert report.warnings() == ["telemetry: throttling during timing: hw_slowdown, sw_power_cap"]
-    assert report.csv_cells()["throttled"] is True
+    assert report.throttled is True
 
 
 def test_energy_per_item_from_the_counter_is_exact():
@@ -80,8 +80,7 @@ def test_missing_quantities_stay_none():
     assert report.stat("power_w") is None
     assert report.energy_j is None and report.energy_basis is None
     assert report.joules_per_item is None and report.sm_clock_drop is None
-    assert report.csv_cells() == {"sm_clock_mhz_median": None, "power_w_median": None,
-                                  "energy_j": None, "j_per_item": None, "throttled": None}
+    assert report.stat("sm_clock_mhz") is None and report.throttled is None
 
 
 def test_report_dict_is_plain_json_with_samples():
@@ -96,8 +95,8 @@ def test_report_dict_is_plain_json_with_samples():
     assert data["samples"][1]["throttle_reasons"] == ["sw_power_cap"]
     assert data["stats"]["power_w"] == {"min": 300.0, "median": 301.0, "max": 302.0}
     assert data["warnings"] == report.warnings() and data["joules_per_item"] == 100.0
-    assert report.csv_cells() == {"sm_clock_mhz_median": 1980.0, "power_w_median": 301.0,
-                                  "energy_j": 600.0, "j_per_item": 100.0, "throttled": True}
+    assert report.stat("sm_clock_mhz").median == 1980.0 and report.energy_j == 600.0
+    assert report.throttled is True
 
 
 
@@ -134,7 +133,7 @@ def test_combine_never_sums_part_of_the_energy_and_keeps_an_estimate_labelled():
     assert mixed.energy_estimated
     partial = combine([counter, unknown])
     assert partial.energy_j is None and partial.energy_basis is None
-    assert partial.joules_per_item is None and partial.csv_cells()["energy_j"] is None
+    assert partial.joules_per_item is None
 
 
 def test_combine_measures_the_drop_against_the_highest_reference_and_names_its_kind():

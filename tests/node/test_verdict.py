@@ -11,7 +11,7 @@ from microbench.measure.telemetry.health import DeviceHealth
 import json
 
 from microbench.node import document, parts, program
-from microbench.node import reference as baseline
+from microbench.node import reference
 from microbench.node.parts import HOST_BOUND
 from microbench.store import schema
 from microbench.node.links import Collective, PairCopy, bus_factor, node_groups, rounds
@@ -63,8 +63,8 @@ def test_a_host_bound_part_is_shown_but_never_flags_its_gpu(key):
     records = [_record(r) for r in range(4)]
     for record, load in zip(records, (5.0, 5.2, 4.9, 10.0)):   # rank 3's host: twice as busy
         record.parts[key] = Part(key, _host_bound_samples(load))
-    reference = baseline.of_node_check(_check_document(judge(records[:3])), "ref.json")
-    verdict = judge(records, baseline=reference, recheck=[])
+    stored = reference.of_node_check(_check_document(judge(records[:3])), "ref.json")
+    verdict = judge(records, baseline=stored, recheck=[])
     slow = verdict.gpus[3].figures[key]
     assert slow.diff_pct < -30 and not slow.flagged and not slow.judged
     assert "not judged" in slow.noise
@@ -102,40 +102,40 @@ def test_a_flag_counts_only_once_measured_again():
 
 def test_a_baseline_flags_a_uniformly_slow_node_and_not_a_healthy_one():
     healthy = [_record(r) for r in range(4)]
-    reference = baseline.of_node_check(_check_document(judge(healthy)), "healthy.json")
+    stored = reference.of_node_check(_check_document(judge(healthy)), "healthy.json")
     slow_everywhere = [program.scaled(_record(r), {program.SCALE_VARIABLE: "*:0.6"})
                        for r in range(4)]
     alone = judge(slow_everywhere)                 # against itself: nothing to see
     assert not alone.flagged and SELF_ONLY_NOTE in alone.notes
-    verdict = judge(slow_everywhere, baseline=reference, recheck=slow_everywhere)
+    verdict = judge(slow_everywhere, baseline=stored, recheck=slow_everywhere)
     assert all(g.flagged and g.flagged_by == ("baseline",) for g in verdict.gpus)
     assert verdict.gpus[0].findings[0].startswith("GEMM 40% below the baseline's median")
     assert verdict.flagged_by() == ["baseline"] and SELF_ONLY_NOTE not in verdict.notes
     again = [_record(r, scale=1 + 0.01 * r) for r in range(4)]
-    assert not judge(again, baseline=reference, recheck=[]).flagged
+    assert not judge(again, baseline=stored, recheck=[]).flagged
 
 
 def test_a_baseline_round_trips_and_validates(tmp_path):
     records = [_record(0), _record(1), _record(2, scale=0.5)]
     check = _check_document(judge(records))
     path = tmp_path / "baseline.json"
-    line = baseline.save(check, str(path))
+    line = reference.save(check, str(path))
     assert line == f"Baseline: {path} (Fake H100 (2 GPUs))"    # the flagged GPU left out
     written = json.loads(path.read_text())
     schema.validate_result(written, str(path))
     assert schema.document_kind(written) == schema.NODE_BASELINE
-    loaded = baseline.load(str(path))
+    loaded = reference.load(str(path))
     assert loaded.samples("Fake H100", "gemm_tflops") == STEADY + STEADY
     from_check = tmp_path / "node_check.json"
     from_check.write_text(json.dumps({"schema_version": 2, "node_check": check}))
-    assert baseline.load(str(from_check)).models == loaded.models
+    assert reference.load(str(from_check)).models == loaded.models
     written["node_baseline"]["models"][0]["figures"]["gemm_tflops"]["samples"] = [-1.0]
     path.write_text(json.dumps(written))
     with pytest.raises(UsageError, match="does not match the result schema"):
-        baseline.load(str(path))
+        reference.load(str(path))
     every = _check_document(judge([_record(0), _record(1, scale=0.1)]))
     every["gpus"][0]["flagged"] = True
-    assert "not written" in baseline.save(every, str(tmp_path / "none.json"))
+    assert "not written" in reference.save(every, str(tmp_path / "none.json"))
     assert not (tmp_path / "none.json").exists()
 
 
@@ -333,9 +333,9 @@ def test_a_gpu_shared_with_another_process_is_flagged_though_some_calls_ran_alon
     calls that ran alone are a healthy GPU's, the rest two thirds down. Welch's t on the logs
     finds the spread too wide; the ranks do not."""
     healthy = [_record(r, samples=(875.0, 871.0, 879.0, 873.0, 877.0)) for r in range(4)]
-    reference = baseline.of_node_check(_check_document(judge(healthy)), "healthy.json")
+    stored = reference.of_node_check(_check_document(judge(healthy)), "healthy.json")
     shared = [_record(r, samples=(866.0, 289.0, 288.0, 866.0, 273.0)) for r in range(4)]
-    verdict = judge(shared, baseline=reference, recheck=shared)
+    verdict = judge(shared, baseline=stored, recheck=shared)
     figure = verdict.gpus[1].baseline["gemm_tflops"]
     assert figure.flagged and "Mann-Whitney" in figure.noise, figure
     assert all(g.flagged_by == ("baseline",) for g in verdict.gpus)

@@ -21,7 +21,7 @@ from conftest import ROOT, assert_one_line_error, run_main
 from microbench.platform import devices
 from microbench.measure import flops
 from microbench.platform.errors import UsageError
-from microbench.ops import catalog as ops, cli as ops_cli, report, runner
+from microbench.ops import catalog, cli as ops_cli, report, runner
 from microbench.ops import command as ops_command
 from microbench.ops.cli import main as ops_main
 from microbench.measure.timing import Measurement, time_calls
@@ -49,7 +49,7 @@ def run_script(*args, cwd=REPO_ROOT, script=SCRIPT):
 def cost_of(op, input1, input2=None, dtype="fp32", op_type=None, inplace=False):
     case = runner.make_case(runner.CaseRequest(op, op_type, input1, input2, inplace),
                             dtype, append_dtype=False)
-    element_size = torch.empty((), dtype=ops.DTYPES[dtype]).element_size()
+    element_size = torch.empty((), dtype=catalog.DTYPES[dtype]).element_size()
     return case.spec.cost(case.shapes, element_size, case.inplace)
 
 
@@ -64,8 +64,8 @@ def cpu_config(dtype="fp32", **overrides):
 
 def test_the_flags_choices_known_without_torch_are_the_catalogs():
     from microbench.ops import choices
-    assert choices.OP_NAMES == tuple(ops.known_op_names())
-    assert choices.DTYPE_NAMES == tuple(ops.DTYPES)
+    assert choices.OP_NAMES == tuple(catalog.known_op_names())
+    assert choices.DTYPE_NAMES == tuple(catalog.DTYPES)
 
 
 def test_each_predefined_op_runs_through_the_cli(tmp_path, run_cli):
@@ -74,9 +74,9 @@ def test_each_predefined_op_runs_through_the_cli(tmp_path, run_cli):
                      "--output-json", str(output), *QUICK)
     assert result.returncode == 0, result.stderr
     rows = json.loads(output.read_text())["results"]
-    assert [row["op"] for row in rows] == list(ops.PREDEFINED_OPS)
+    assert [row["op"] for row in rows] == list(catalog.PREDEFINED_OPS)
     assert all(row["status"] == "ok" and row["median_ms"] > 0 for row in rows)
-    for name in ops.PREDEFINED_OPS:
+    for name in catalog.PREDEFINED_OPS:
         assert any(line.startswith(name + " ") for line in result.stdout.splitlines()), name
 
 
@@ -99,7 +99,7 @@ def test_each_compute_op_runs(name, input1, input2, dtype):
 def test_model_ops_run_except_the_16_gb_table():
     requests = [request for request in runner.model_requests(None)
                 if request.op_type != "sparse"]
-    assert len(requests) == len(ops.MODEL_OPS) - 1
+    assert len(requests) == len(catalog.MODEL_OPS) - 1
     outcome = runner.run_requests(requests, cpu_config(num_iters=1, num_warmup_iters=0),
                                   runner.Peaks(None), on_result=lambda row: None)
     assert [row.status for row in outcome.results] == ["ok"] * len(requests)
@@ -186,8 +186,8 @@ def test_conv2d_and_sdpa_flops():
 
 def test_rates_come_from_the_median_and_the_roof_decides_the_peak():
     case = runner.make_case(runner.CaseRequest("add", None, "1000", None), "fp32", False)
-    row = report.OpResult.for_case(case.label, "binary", case.shapes_text, "fp32", ops.MEMORY_BOUND,
-                                   12_000, 1000)
+    row = report.OpResult.for_case(case.label, "binary", case.shapes_text, "fp32",
+                                   catalog.MEMORY_BOUND, 12_000, 1000)
     peaks = runner.Peaks(flops.H100_SXM)
     rated = runner._with_rates(row, Measurement([1.0, 2.0, 30.0]), case.spec, "fp32", peaks)
     assert rated.gbs == pytest.approx(12_000 / 2e-3 / 1e9)
@@ -220,11 +220,11 @@ def test_a_list_goes_on_after_a_bad_op_and_exits_2(tmp_path, run_cli):
     result = run_cli("--run-predefined", "--device", "cpu", "--input1-dim", "3-4",
                      "--input2-dim", "5-4", "--output-csv", str(output), *QUICK)
     assert result.returncode == 2
-    assert result.stderr.count("error: ") == len(ops.BINARY_OPS)
+    assert result.stderr.count("error: ") == len(catalog.BINARY_OPS)
     with open(output, newline="") as handle:
         statuses = [row["status"] for row in csv.DictReader(handle)]
-    assert statuses.count("failed") == len(ops.BINARY_OPS)
-    assert statuses.count("ok") == len(ops.UNARY_OPS) + len(ops.REDUCTION_OPS)
+    assert statuses.count("failed") == len(catalog.BINARY_OPS)
+    assert statuses.count("ok") == len(catalog.UNARY_OPS) + len(catalog.REDUCTION_OPS)
 
 
 def test_unsupported_dtype_on_the_device_is_a_usage_error():
@@ -232,9 +232,9 @@ def test_unsupported_dtype_on_the_device_is_a_usage_error():
         def call():
             raise RuntimeError("\"exp_vml_cpu\" not implemented for 'BFloat16'")
         return call
-    spec = ops.resolve_op("exp")[0]
-    case = runner.OpCase(ops.OpSpec(**{**spec.__dict__, "build": unsupported}),
-                         ops.Shapes((8,)), False, "exp", "8")
+    spec = catalog.resolve_op("exp")[0]
+    case = runner.OpCase(catalog.OpSpec(**{**spec.__dict__, "build": unsupported}),
+                         catalog.Shapes((8,)), False, "exp", "8")
     row = runner.measure_case(case, cpu_config("bf16"), runner.Peaks(None))
     assert row.status == "failed" and row.exit_code == 2
     assert "exp does not support bf16 on cpu" in row.message
@@ -374,13 +374,13 @@ def test_table_holds_dense_rates():
 
 
 def test_fp32_matmul_is_compared_with_the_rate_it_runs_at():
-    matmul = ops.resolve_op("matmul")[0]
+    matmul = catalog.resolve_op("matmul")[0]
     from microbench.settings.precision import apply_tf32, tf32_allowed
     apply_tf32(False)           # what the model benchmark sets, with the newer API where it exists
     assert not tf32_allowed("matmul") and not tf32_allowed("conv")
     assert runner.peak_precision(matmul, "fp32") == "fp32_matrix"
     assert runner.peak_precision(matmul, "bf16") == "bf16"
-    assert runner.peak_precision(ops.resolve_op("add")[0], "fp32") == "fp32"
+    assert runner.peak_precision(catalog.resolve_op("add")[0], "fp32") == "fp32"
     with pytest.raises(UsageError, match="no in-place form"):
         runner.make_case(runner.CaseRequest("sum", None, "8", None, inplace=True), "fp32", False)
 
@@ -463,11 +463,11 @@ def test_the_cpu_cache_is_unknown_and_never_flushed(run_cli):
 
 def test_the_working_set_counts_inputs_and_output_once():
     n = 1024 * 1024
-    assert ops.working_set_bytes(cost_of("add", "1048576", "1048576"), False) == 12 * n
+    assert catalog.working_set_bytes(cost_of("add", "1048576", "1048576"), False) == 12 * n
     # In place the output is input1: 1M + 1024 elements read, nothing new written.
     in_place = cost_of("add_", "1024-1024", "1024")
-    assert ops.working_set_bytes(in_place, True) == 4 * (n + 1024)
-    assert ops.working_set_bytes(cost_of("sum", "1048576"), False) == 4 * n + 4
+    assert catalog.working_set_bytes(in_place, True) == 4 * (n + 1024)
+    assert catalog.working_set_bytes(cost_of("sum", "1048576"), False) == 4 * n + 4
 
 
 @pytest.mark.parametrize("working_set, cache, flushed, expected", [
@@ -500,7 +500,7 @@ def test_a_row_that_fits_in_the_cache_is_marked_in_the_table_json_and_csv(tmp_pa
 def test_a_share_above_100_percent_is_marked():
     case = runner.make_case(runner.CaseRequest("add", None, "1000", None), "fp32", False)
     row = report.OpResult.for_case(case.label, "binary", case.shapes_text, "fp32",
-                                   ops.MEMORY_BOUND, 12_000_000, 1000)
+                                   catalog.MEMORY_BOUND, 12_000_000, 1000)
     # 12 MB in 1 us is 12,000 GB/s: more than an H100's HBM (3,350 GB/s) can give.
     rated = runner._with_rates(row, Measurement([0.001]), case.spec, "fp32",
                                runner.Peaks(flops.H100_SXM))

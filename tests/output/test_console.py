@@ -21,8 +21,8 @@ from torch.utils import collect_env
 
 from conftest import HISTORY, run_main
 from microbench.platform import devices, environment
-from microbench.output import sweep_table as table
-from microbench.platform import text_table as tables
+from microbench.output import sweep_table
+from microbench.platform import text_table
 from microbench.ops import cli as ops_cli
 from microbench.report import command
 from microbench.store.entry import MODEL, Entry
@@ -35,15 +35,15 @@ class FakeTerminal(io.StringIO):
         return True
 
 
-COLUMNS = [tables.Column("#", numeric=True), tables.Column("configuration"),
-           tables.Column("img/s", numeric=True)]
+COLUMNS = [text_table.Column("#", numeric=True), text_table.Column("configuration"),
+           text_table.Column("img/s", numeric=True)]
 ROWS = [("1", "resnet50 training fp32 b64", "1234.56"), ("2", "resnet50 [b] b128", "12.34")]
 
 
 # ---------------------------------------------------------------- the tables module
 
 def test_a_plain_table_is_aligned_text_with_a_rule_and_nothing_else():
-    assert tables.render(COLUMNS, ROWS) == (
+    assert text_table.render(COLUMNS, ROWS) == (
         "#  configuration                 img/s\n"
         "-- --------------------------- -------\n"
         "1  resnet50 training fp32 b64  1234.56\n"
@@ -53,13 +53,13 @@ def test_a_plain_table_is_aligned_text_with_a_rule_and_nothing_else():
 def test_a_plain_table_never_wraps_a_long_cell(monkeypatch):
     monkeypatch.setenv("COLUMNS", "40")
     long_label = "x" * 300
-    lines = tables.render(COLUMNS, [("1", long_label, "1.00")]).splitlines()
+    lines = text_table.render(COLUMNS, [("1", long_label, "1.00")]).splitlines()
     assert len(lines) == 3 and long_label in lines[2] and lines[2].endswith("1.00")
 
 
 def test_on_a_terminal_headings_are_bold_and_the_table_fits_the_width(monkeypatch):
     monkeypatch.setattr(shutil, "get_terminal_size", lambda *a: os.terminal_size((30, 24)))
-    text = tables.render(COLUMNS, ROWS, terminal=True)
+    text = text_table.render(COLUMNS, ROWS, terminal=True)
     assert "\x1b[1m" in text
     visible = ANSI.sub("", text).splitlines()
     assert max(len(line) for line in visible) <= 30
@@ -67,9 +67,9 @@ def test_on_a_terminal_headings_are_bold_and_the_table_fits_the_width(monkeypatc
 
 
 def test_rows_printed_one_at_a_time_line_up_with_the_header():
-    printer = tables.RowPrinter([tables.Column("op", width=8),
-                                 tables.Column("median ms", numeric=True, width=10),
-                                 tables.Column("flags")])
+    printer = text_table.RowPrinter([text_table.Column("op", width=8),
+                                 text_table.Column("median ms", numeric=True, width=10),
+                                 text_table.Column("flags")])
     header, rule = printer.header().splitlines()
     line = printer.line(("add", "0.0123", "C"))
     assert header.index("flags") == line.index("C")
@@ -92,7 +92,7 @@ def test_the_sweep_table_off_a_terminal():
             fake_row("resnet50 training fp32 b4", 150.0, 1200.0),
             fake_row("resnet50 training fp32 b8", None, status="out of memory")]
     out = io.StringIO()
-    table.print_comparison(rows, out)
+    sweep_table.print_comparison(rows, out)
     assert out.getvalue() == (
         "\n"
         "Sweep comparison (speedup and memory change against row 1)\n"
@@ -109,7 +109,7 @@ def test_a_cpu_sweep_table_has_no_memory_columns():
             fake_row("resnet18 training fp32 b4", 150.0),
             fake_row("resnet18 training fp32 b8", None, status="out of memory")]
     out = io.StringIO()
-    table.print_comparison(rows, out)
+    sweep_table.print_comparison(rows, out)
     assert out.getvalue().splitlines()[1:3] == [
         "Sweep comparison (speedup against row 1)",
         "  #  configuration                      img/s   speedup"]
@@ -117,8 +117,8 @@ def test_a_cpu_sweep_table_has_no_memory_columns():
 
 
 def test_a_column_without_a_value_in_any_row_is_left_out():
-    columns = [tables.Column(name) for name in ("#", "MBU", "ITL", "note")]
-    kept, rows = tables.with_values(columns, [("1", "-", "2.0", ""), ("2", "n/a", "", "x")])
+    columns = [text_table.Column(name) for name in ("#", "MBU", "ITL", "note")]
+    kept, rows = text_table.with_values(columns, [("1", "-", "2.0", ""), ("2", "n/a", "", "x")])
     assert [column.heading for column in kept] == ["#", "ITL", "note"]
     assert rows == [("1", "2.0", ""), ("2", "", "x")]
 
@@ -126,7 +126,7 @@ def test_a_column_without_a_value_in_any_row_is_left_out():
 def test_the_sweep_table_counts_a_language_model_in_tokens():
     rows = [fake_row("llama sdpa s128 b2", 1280.0, unit="tokens/s"),
             fake_row("llama sdpa s256 b2", 1536.0, unit="tokens/s")]
-    columns, cells = table.comparison_cells(rows)
+    columns, cells = sweep_table.comparison_cells(rows)
     assert columns[2].heading == "tokens/s" and cells[0][2] == "1280.00"
     # The speedup is that of the rate shown (tokens), not of sequences: s256 does twice the
     # tokens per sequence.
@@ -135,7 +135,7 @@ def test_the_sweep_table_counts_a_language_model_in_tokens():
 
 def test_a_sweep_of_two_units_names_the_unit_in_each_cell_and_no_speedup_across_them():
     rows = [fake_row("resnet50 b2", 100.0), fake_row("llama b2", 1280.0, unit="tokens/s")]
-    columns, cells = table.comparison_cells(rows)
+    columns, cells = sweep_table.comparison_cells(rows)
     assert columns[2].heading == "rate"
     assert [cell[2] for cell in cells] == ["100.00 images/s", "1280.00 tokens/s"]
     assert [cell[3] for cell in cells] == ["1.00x", "-"]
@@ -147,7 +147,7 @@ def test_the_sweep_table_speedup_with_trials_is_the_reports_verdict_ratio():
     rows = [fake_row("a", 100.0), fake_row("b", 200.0)]
     rows[0].entry = dataclasses.replace(rows[0].entry, trial_values=(100.0, 100.0, 100.0))
     rows[1].entry = dataclasses.replace(rows[1].entry, trial_values=(150.0, 200.0, 300.0))
-    [_, second] = table.comparison_cells(rows)[1]
+    [_, second] = sweep_table.comparison_cells(rows)[1]
     expected = (150.0 * 200.0 * 300.0) ** (1 / 3) / 100.0
     # Marked: three trials spread this wide leave 1 inside the ratio's interval.
     assert second[3] == f"{expected:.2f}x*" and second[3] != "2.00x*"
@@ -160,28 +160,28 @@ def test_the_sweep_table_marks_a_speedup_inside_the_noise():
     for row, cv in zip(rows, (0.49, 0.63)):
         row.entry = dataclasses.replace(row.entry, figures={**row.entry.figures, "cv": cv})
     out = io.StringIO()
-    table.print_comparison(rows, out)
+    sweep_table.print_comparison(rows, out)
     assert "3.07x*" in out.getvalue() and "1.00x*" not in out.getvalue()
-    assert table.IN_NOISE_LEGEND in out.getvalue().splitlines()
+    assert sweep_table.IN_NOISE_LEGEND in out.getvalue().splitlines()
     for row in rows:
         row.entry = dataclasses.replace(row.entry, figures={**row.entry.figures, "cv": 0.01})
     out = io.StringIO()
-    table.print_comparison(rows, out)
+    sweep_table.print_comparison(rows, out)
     assert "3.07x*" not in out.getvalue() and "3.07x" in out.getvalue()
-    assert table.IN_NOISE_LEGEND not in out.getvalue()
+    assert sweep_table.IN_NOISE_LEGEND not in out.getvalue()
 
 
 def test_the_sweep_table_marks_a_speedup_whose_trials_interval_holds_1():
     rows = [fake_row("a", 100.0), fake_row("b", 120.0)]
     rows[0].entry = dataclasses.replace(rows[0].entry, trial_values=(100.0, 60.0, 140.0))
     rows[1].entry = dataclasses.replace(rows[1].entry, trial_values=(120.0, 70.0, 170.0))
-    [_, second] = table.comparison_cells(rows)[1]
+    [_, second] = sweep_table.comparison_cells(rows)[1]
     assert second[3].endswith("x*")
 
 
 def test_the_sweep_table_on_a_terminal_is_styled():
     out = FakeTerminal()
-    table.print_comparison([fake_row("resnet50 b2", 100.0, 800.0)], out)
+    sweep_table.print_comparison([fake_row("resnet50 b2", 100.0, 800.0)], out)
     assert "\x1b[1m" in out.getvalue() and "1.00x" in ANSI.sub("", out.getvalue())
 
 

@@ -365,11 +365,11 @@ def test_chart_bars_are_those_of_a_sweeps_plot():
     """The same summaries through a sweep's --plot and through a result file: the same points
     and the same bars (p10-p90 of the per-iteration rate; the lowest and highest trial)."""
     from support.rows import measured_row
-    from microbench.output import sweep_plot as plot
+    from microbench.output import sweep_plot
     rows = [measured_row(2), measured_row(4, trials=[[10.0, 10.0], [20.0, 20.0]])]
     entries = _entries_of_rows(rows)
     for row, entry in zip(rows, entries):
-        ours, theirs = chart.point_of(entry, "throughput"), plot.point_of(row.entry)
+        ours, theirs = chart.point_of(entry, "throughput"), sweep_plot.point_of(row.entry)
         assert (ours.value, ours.low, ours.high) == pytest.approx(
             (theirs.value, theirs.low, theirs.high))
     figure = chart.build_figure(_table(entries), "throughput")
@@ -660,12 +660,12 @@ def test_the_op_chart_is_drawn_per_op_not_across_its_iterations():
 def test_the_cpu_run_of_the_data_chart_asks_about_the_cpu():
     from types import SimpleNamespace
     import torch
-    from microbench.output import sweep_plot as workers_plot
+    from microbench.output import sweep_plot
 
     def row(kind):
         return SimpleNamespace(spec=SimpleNamespace(device=torch.device(kind)))
-    assert workers_plot._question([row("cpu")]) == "Is the model on the CPU waiting for data?"
-    assert workers_plot._question([row("cuda")]) == "Is the GPU waiting for data?"
+    assert sweep_plot._question([row("cpu")]) == "Is the model on the CPU waiting for data?"
+    assert sweep_plot._question([row("cuda")]) == "Is the GPU waiting for data?"
 
 
 def _mixed_folder(results: Path, folder: Path) -> Path:

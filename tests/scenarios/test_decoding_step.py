@@ -235,10 +235,10 @@ def _inside(figure, axis) -> bool:
 def test_the_generation_figure_puts_one_labelled_point_per_batch_inside_the_axes():
     """The top point sat on the frame and the rightmost 'batch 2' ran past the axes."""
     import unittest.mock as mock
-    from microbench.output import sweep_plot as plot_mod
+    from microbench.output import sweep_plot
     rows = [generate_row(4, 2.0, 2000.0), generate_row(1, 1.5, 650.0)]
-    with mock.patch.object(plot_mod, "subtitle", return_value="device"):
-        figure = plot_mod.build_generation_figure(rows)
+    with mock.patch.object(sweep_plot, "subtitle", return_value="device"):
+        figure = sweep_plot.build_generation_figure(rows)
     axis = figure.axes[0]
     x, y = axis.lines[0].get_data()
     assert list(x) == [1.5, 2.0] and list(y) == [650.0, 2000.0]      # in batch order
@@ -250,15 +250,15 @@ def test_the_generation_figure_puts_one_labelled_point_per_batch_inside_the_axes
 def test_a_quantize_sweep_tells_its_rows_apart_in_the_generation_table_and_figure():
     """Two rows of one batch (none and int8wo) read alike in the table and the figure."""
     import unittest.mock as mock
-    from microbench.output import sweep_plot as plot_mod, sweep_table as table
+    from microbench.output import sweep_plot, sweep_table
     rows = [generate_row(b, itl, rate, q) for q, itl, rate in
             (("none", 2.0, 1000.0), ("int8wo", 1.5, 1300.0)) for b in (1, 2)]
-    columns, cells = table.generation_cells(rows)
+    columns, cells = sweep_table.generation_cells(rows)
     assert [column.heading for column in columns][:3] == ["#", "quantize", "batch"]
     assert [cell[1:3] for cell in cells] == [("none", "1"), ("none", "2"), ("int8wo", "1"),
                                              ("int8wo", "2")]
-    with mock.patch.object(plot_mod, "subtitle", return_value="device"):
-        figure = plot_mod.build_generation_figure(rows)
+    with mock.patch.object(sweep_plot, "subtitle", return_value="device"):
+        figure = sweep_plot.build_generation_figure(rows)
     axis = figure.axes[0]
     assert len(axis.lines) == 2
     assert [text.get_text() for text in axis.get_legend().get_texts()] == ["bf16",
@@ -269,7 +269,7 @@ def test_a_quantize_sweep_tells_its_rows_apart_in_the_generation_table_and_figur
 def test_the_workers_legend_covers_no_point():
     """Inside the axes (centre right) the legend covered the workers=1 point."""
     from types import SimpleNamespace
-    from microbench.output import sweep_plot as plot_mod
+    from microbench.output import sweep_plot
     from microbench.settings.config import BenchConfig
     from microbench.store.entry import MODEL, Entry
 
@@ -279,7 +279,7 @@ def test_the_workers_legend_covers_no_point():
         return SimpleNamespace(spec=SimpleNamespace(config=config, device=torch.device("cpu")),
                                entry=Entry(MODEL, "row", {"devices": 1}, figures, "images/s",
                                            data_unit="images/s"), failed=False)
-    figure = plot_mod.build_workers_figure([row(0, 60.0, 0.5), row(1, 110.0, 0.45)], "device")
+    figure = sweep_plot.build_workers_figure([row(0, 60.0, 0.5), row(1, 110.0, 0.45)], "device")
     figure.canvas.draw()
     left = figure.axes[0]
     legend = left.get_legend().get_window_extent()

@@ -198,14 +198,14 @@ def _entry(figures, accuracy_kind=""):
 
 
 def test_the_sweep_tables_accuracy_cell_reads_the_stored_drift():
-    from microbench.output import sweep_table as table
+    from microbench.output import sweep_table
     loss = low_precision.Drift("loss", "AMP-BF16", losses=(2.0, 1.5), reference_losses=(2.0, 1.6))
-    assert table.accuracy_cell(_entry({"accuracy": loss.loss_difference}, "loss")) \
+    assert sweep_table.accuracy_cell(_entry({"accuracy": loss.loss_difference}, "loss")) \
         == "loss diff 6.25%"
-    assert table.accuracy_cell(_entry({"accuracy": 0.0123, "accuracy_agreement": 0.9375},
+    assert sweep_table.accuracy_cell(_entry({"accuracy": 0.0123, "accuracy_agreement": 0.9375},
                                       "logits")) == "err 1.23%, agree 93.8%"
-    assert table.accuracy_cell(_entry({"accuracy": None}, "loss")) == "not measured"
-    assert table.accuracy_cell(_entry({})) == "-"                 # the BF16 reference
+    assert sweep_table.accuracy_cell(_entry({"accuracy": None}, "loss")) == "not measured"
+    assert sweep_table.accuracy_cell(_entry({})) == "-"                 # the BF16 reference
 
 
 # ---------------------------------------------------------------- MFU with two peaks
@@ -234,7 +234,7 @@ def test_mfu_under_fp8_is_given_against_the_fp8_and_the_bf16_peak():
 
 def test_a_sweep_says_when_a_quantized_row_ran_slower_than_bf16():
     from microbench.drivers import sweep
-    from microbench.output import sweep_table as table
+    from microbench.output import sweep_table
     from microbench.settings.config import BenchConfig
 
     def row(quantize, rate):
@@ -247,9 +247,9 @@ def test_a_sweep_says_when_a_quantized_row_ran_slower_than_bf16():
         return sweep.Row(spec, entry=_entry({"throughput": rate},
                                             "" if quantize == "none" else "logits"))
 
-    lines = table.slower_than_bf16([row("none", 100.0), row("int8wo", 44.0)])
+    lines = sweep_table.slower_than_bf16([row("none", 100.0), row("int8wo", 44.0)])
     assert len(lines) == 1 and "0.44x" in lines[0] and "int8wo" in lines[0]
-    assert table.slower_than_bf16([row("none", 100.0), row("int8wo", 150.0)]) == []
+    assert sweep_table.slower_than_bf16([row("none", 100.0), row("int8wo", 150.0)]) == []
 
 
 @pytest.mark.parametrize("recipe, emulated", [("rowwise", True), ("tensorwise", None)])

@@ -4,7 +4,7 @@
 :func:`combine` pools the reports of several ranks or trials into one. The report gives min /
 median / max of each quantity, the energy (by counter, or estimated) and energy per item,
 throttling, one-line warnings when the SM clock fell more than :data:`SM_CLOCK_DROP_WARN` below
-its maximum or a throttle reason was active, and its JSON block and CSV cells. Where telemetry
+its maximum or a throttle reason was active, and its JSON block (the CSV reads its cells from it). Where telemetry
 was not available it says why.
 
 Example::
@@ -13,8 +13,7 @@ Example::
     report = combine([report_rank0, report_rank1])      # every rank, every trial
     for line in report.warnings():
         print(line)
-    result["telemetry"] = report.to_dict()
-    row.update(report.csv_cells())
+    result["telemetry"] = report.to_dict()      # the CSV's cells come from here (store.figures)
 
 Its parts, here too: the statistics of the samples (:func:`quantity_stats`: min / median / max
 per quantity; :func:`clock_reference` and :func:`clock_drop`: how far the SM clock fell below
@@ -210,16 +209,6 @@ class TelemetryReport:
             "samples": [s.to_dict(origin) for s in self.samples],
         }
 
-    def csv_cells(self) -> dict:
-        """A few flat columns for the CSV row; empty (None) where unknown."""
-        clock, power = self.stat("sm_clock_mhz"), self.stat("power_w")
-        return {
-            "sm_clock_mhz_median": None if clock is None else clock.median,
-            "power_w_median": None if power is None else power.median,
-            "energy_j": self.energy_j,
-            "j_per_item": self.joules_per_item,
-            "throttled": self.throttled,
-        }
 
 
 def summarize(samples: Sequence[Sample], source: Source, items: float | None,
