@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from microbench.node.parts import DEFAULT_TOLERANCE_PCT
 from microbench.platform import process, writing
@@ -22,6 +23,9 @@ from microbench.platform.errors import UsageError
 from microbench.settings.argtypes import (MAX_DIST_TIMEOUT_S, MIN_DIST_TIMEOUT_S,
                                           HelpFormatter, OneLineParser,
                                           bounded_int, finite_float, path_text)
+
+if TYPE_CHECKING:
+    from microbench.node.reference import Baseline
 
 DEFAULT_SAMPLES = 8
 DEFAULT_CPU_PROCESSES = 2
@@ -83,7 +87,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def validate(args: argparse.Namespace) -> None:
+def validate(args: argparse.Namespace) -> Baseline | None:
+    """Refuse what the flags alone decide (before torch); the --baseline read here, once, is
+    what the check is judged against."""
     if args.json is not None and not args.no_files:
         if not args.json.strip():
             raise UsageError("--json must not be empty")
@@ -106,11 +112,12 @@ def validate(args: argparse.Namespace) -> None:
         if args.baseline is not None and _same_file(args.save_baseline, args.baseline):
             raise UsageError("--save-baseline names the file of --baseline, which this check "
                              "is judged against: name another (issue 65: it was replaced)")
-    if args.baseline is not None:
-        if not args.baseline.strip():
-            raise UsageError("--baseline must not be empty")
-        from microbench.node import reference      # reads with the schema, no torch
-        reference.load(args.baseline)
+    if args.baseline is None:
+        return None
+    if not args.baseline.strip():
+        raise UsageError("--baseline must not be empty")
+    from microbench.node import reference          # reads with the schema, no torch
+    return reference.load(args.baseline)
 
 
 def _same_file(first: str, second: str) -> bool:
@@ -131,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace, argv: list[str]) -> int:
-    validate(args)
+    baseline = validate(args)
     with process.imports_checked():               # torch, from here on
         from microbench.node import check
-    return check.run(args, argv)
+    return check.run(args, argv, baseline)

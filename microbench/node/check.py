@@ -77,14 +77,14 @@ def _device_type(requested: str) -> str:
     return requested
 
 
-def run(args, argv: list[str]) -> int:
-    """The check as ``argv`` (the command line, for the document) asked for it."""
+def run(args, argv: list[str], stored: Baseline | None) -> int:
+    """The check as ``argv`` (the command line, for the document) asked for it, judged against
+    ``stored`` (--baseline, read by :func:`~microbench.node.arguments.validate`)."""
     started = time.perf_counter()
     program.scale_of(os.environ)                # the test hook's value, checked first
     if args.plot is not None:
         from microbench.output import chart
         chart.check_path(args.plot)
-    stored = reference.load(args.baseline) if args.baseline is not None else None
     options = Options(_device_type(args.device), args.samples, args.quick, args.dist_timeout,
                       args.tolerance, stored)
     launch = distributed.detect(_LaunchAsk())

@@ -51,8 +51,8 @@ class Sizes:
     probe: peaks.ProbeSize
     gemm_dtype: str
     host_copy_bytes: int           # 0: no host-device link (the CPU)
-    train_flags: tuple[str, ...]
-    decode_flags: tuple[str, ...]
+    train: dict             # the training part's settings (BenchConfig's fields)
+    decode: dict            # the decode part's
 
 
 # A GPU: the probe's own sizes (8192^3 GEMM, 1 GiB copy); 256 MiB host copies (PCIe 5 x16
@@ -60,18 +60,15 @@ class Sizes:
 # job's per-GPU step); llama_tiny's eager decode in BF16, 4 sequences (the host's launch speed
 # too).
 GPU_SIZES = Sizes(peaks.GPU_SIZE, "bf16", 256 << 20,
-                  ("--network", "resnet50", "--batch-size", "64", "--precision", "amp-bf16",
-                   "--nhwc", "--warmup", "5"),
-                  ("--network", "llama_tiny", "--mode", "generate", "--batch-size", "4",
-                   "--precision", "bf16",
-                   "--seq-len", "128", "--prompt-len", "64", "--gen-len", "16",
-                   "--warmup", "1"))
+                  dict(network="resnet50", batch_size=64, precision="amp-bf16", nhwc=True,
+                       warmup=5),
+                  dict(network="llama_tiny", mode="generate", batch_size=4, precision="bf16",
+                       seq_len=128, prompt_len=64, gen_len=16, warmup=1))
 # The CPU (CI): a second or two a part on two busy cores.
 CPU_SIZES = Sizes(peaks.CPU_SIZE, "fp32", 0,
-                  ("--network", "resnet18", "--batch-size", "2", "--image-size", "32",
-                   "--warmup", "1"),
-                  ("--network", "llama_tiny", "--mode", "generate", "--batch-size", "1",
-                   "--seq-len", "16", "--prompt-len", "4", "--gen-len", "4", "--warmup", "1"))
+                  dict(network="resnet18", batch_size=2, image_size=32, warmup=1),
+                  dict(network="llama_tiny", mode="generate", batch_size=1, seq_len=16,
+                       prompt_len=4, gen_len=4, warmup=1))
 
 
 @dataclass(frozen=True)
@@ -145,9 +142,9 @@ def run(device: torch.device, rank: int, local_rank: int, samples: int, quick: b
         "d2h_gbs": lambda: _host_copy(device, sizes.host_copy_bytes, samples, False,
                                       None, health),
         "train_items_per_s": lambda: _model_part("train_items_per_s", device,
-                                                 sizes.train_flags, samples),
+                                                 sizes.train, samples),
         "decode_tokens_per_s": lambda: _model_part("decode_tokens_per_s", device,
-                                                   sizes.decode_flags, samples),
+                                                   sizes.decode, samples),
     }
     parts = {}
     for figure in GPU_FIGURES:
@@ -252,18 +249,18 @@ def _host_copy(device: torch.device, nbytes: int, samples: int, to_device: bool,
                 basis=f"{direction} copy of {nbytes >> 20} MiB, per call")
 
 
-def _model_part(key: str, device: torch.device, flags: tuple[str, ...], samples: int) -> Part:
+def _model_part(key: str, device: torch.device, settings: dict, samples: int) -> Part:
     """A model's step as the ``microbench`` command runs it, on this process's device alone
-    (the launcher's variables hidden: each GPU measures its own, no DDP)."""
+    (the launcher's variables hidden: each GPU measures its own, no DDP), its configuration
+    made here: no command line to write and parse again (issue 63)."""
     from microbench.drivers import benchmark
-    from microbench.plan import cli
     from microbench.plan.spec import resolve
+    from microbench.settings.config import BenchConfig
 
     iterations = samples if key == "train_items_per_s" else max(2, samples // 4)
-    argv = [*flags, "--iterations", str(iterations), "--device", str(device), "--no-files",
-            "--measure-peaks", "0", "--telemetry-interval", "0"]
-    plan = cli.to_plan(cli.parse_args(argv))
-    spec = resolve(plan.configs[0], environ={})
+    config = BenchConfig(**settings, iterations=iterations, device=str(device),
+                         write_files=False, measure_peaks=False, telemetry_interval_ms=0.0)
+    spec = resolve(config, environ={})
     result = benchmark.run(spec)
     benchmark.release(spec)
     per_iteration = spec.scenario.units_per_iteration(spec.batch_size)

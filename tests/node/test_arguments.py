@@ -51,3 +51,16 @@ def test_a_saved_baseline_never_replaces_the_baseline_it_is_judged_against(tmp_p
     with pytest.raises(UsageError, match="--save-baseline names the file of --baseline"):
         _validated("--baseline", str(baseline), "--save-baseline", str(saved))
     assert baseline.read_text() == '{"kept": true}'
+
+
+def test_the_baseline_is_read_once_and_the_check_is_judged_against_that_reading(monkeypatch,
+                                                                                 tmp_path):
+    """--baseline was read twice, by the flags' check and again by the run (issue 63): a file
+    replaced in between judged the node against another baseline than the one checked."""
+    from microbench.node import check, reference
+    reads, judged = [], []
+    monkeypatch.setattr(reference, "load", lambda path: reads.append(path) or f"read {path}")
+    monkeypatch.setattr(check, "run", lambda args, argv, stored: judged.append(stored) or 0)
+    argv = ["--baseline", str(tmp_path / "b.json")]
+    assert arguments._run(arguments.build_parser().parse_args(argv), argv) == 0
+    assert reads == [str(tmp_path / "b.json")] and judged == [f"read {reads[0]}"]

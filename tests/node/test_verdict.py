@@ -259,7 +259,7 @@ def test_the_program_reads_a_fake_source_in_every_part():
 
     size = program.CPU_SIZES.probe
     small = program.Sizes(type(size)(gemm_n=64, copy_elements=1 << 12, warmup=1,
-                                     iterations=3), "fp32", 0, (), ())
+                                     iterations=3), "fp32", 0, {}, {})
     aligned = []
     original, program.CPU_SIZES = program.CPU_SIZES, small
     try:
