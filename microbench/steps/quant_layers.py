@@ -175,6 +175,75 @@ class Int4TinygemmLinear(nn.Linear):
                                 self.weight.device)
 
 
+# The mslk operator each mslk int4 layout multiplies by with BF16 activations (torchao 0.18:
+# Int4Tensor's and Int4PreshuffledTensor's F.linear).
+MSLK_OPS = {"plain": "bf16i4bf16_rowwise", "preshuffled": "bf16i4bf16_shuffled"}
+# torchao's tensor class of each, and the names of its values, scales and zero points.
+MSLK_TENSORS = {"Int4Tensor": ("plain", "qdata", "scale", "zero_point"),
+                "Int4PreshuffledTensor": ("preshuffled", "qdata", "group_scale", "group_zero")}
+
+
+class Int4MslkLinear(nn.Linear):
+    """mslk's int4 weight (``--quant-layout plain`` or ``preshuffled``) as plain parameters of
+    the layer: the values, group scales and zero points of torchao's ``Int4Tensor`` or
+    ``Int4PreshuffledTensor``, multiplied by the mslk operator that tensor calls with BF16
+    activations (:data:`MSLK_OPS`). The same kernel and values; what differs is that no tensor
+    subclass is unwrapped in Python on every call of a compiled graph, which cost the host about
+    2 ms per prompt over llama3_8b's 161 weights, as it cost tinygemm's decode step
+    (:class:`Int4TinygemmLinear`)."""
+
+    def __init__(self, layout: str, qdata: torch.Tensor, scale: torch.Tensor,
+                 zero: torch.Tensor, out_features: int, in_features: int,
+                 bias: torch.Tensor | None = None) -> None:
+        super().__init__(in_features, out_features, bias=False, device="meta")
+        self.layout = layout
+        self.weight = nn.Parameter(qdata.contiguous(), requires_grad=False)
+        self.scale = nn.Parameter(scale.contiguous(), requires_grad=False)
+        self.zero = nn.Parameter(zero.contiguous(), requires_grad=False)
+        self.bias = bias
+
+    @classmethod
+    def takes(cls, weight) -> bool:
+        """Whether ``weight`` is an mslk int4 tensor with BF16 activations (the FP8-activation
+        forms call other operators and stay torchao's tensors)."""
+        names = MSLK_TENSORS.get(type(weight).__name__)
+        return names is not None and getattr(weight, names[3], None) is not None \
+            and getattr(weight, "act_pre_scale", None) is None \
+            and getattr(weight, "activation_dtype", torch.bfloat16) == torch.bfloat16
+
+    @classmethod
+    def of(cls, layer: nn.Linear) -> "Int4MslkLinear":
+        """The plain form of a layer whose weight :meth:`takes`."""
+        weight = layer.weight
+        layout, values, scale, zero = MSLK_TENSORS[type(weight).__name__]
+        out_features, in_features = weight.shape
+        return cls(layout, getattr(weight, values).detach(), getattr(weight, scale).detach(),
+                   getattr(weight, zero).detach(), out_features, in_features, layer.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self._product(x)
+        if self.bias is not None:
+            out = out + self.bias.to(out.dtype)
+        return out.to(x.dtype)
+
+    def _product(self, x: torch.Tensor) -> torch.Tensor:
+        """x @ W.T in BF16, the bias left out."""
+        rows = x.reshape(-1, self.in_features).to(torch.bfloat16)
+        out = mslk_int4_mm(self.layout, rows, self.weight, self.scale, self.zero)
+        return out.reshape(*x.shape[:-1], self.out_features)
+
+    def dequantize(self) -> torch.Tensor:
+        """The weight (out, in) in BF16, as the kernel sees it."""
+        return through_identity(self._product, self.in_features, torch.bfloat16,
+                                self.weight.device)
+
+
+def mslk_int4_mm(layout: str, rows: torch.Tensor, values: torch.Tensor, scale: torch.Tensor,
+                 zero: torch.Tensor) -> torch.Tensor:
+    """mslk's product of ``layout`` (NVIDIA sm_90 builds; a seam the CPU tests replace)."""
+    return getattr(torch.ops.mslk, MSLK_OPS[layout])(rows, values, scale, zero)
+
+
 def int4pack_mm(rows: torch.Tensor, packed: torch.Tensor, group: int,
                 scale_and_zero: torch.Tensor) -> torch.Tensor:
     """tinygemm's product (CUDA and ROCm only; a seam the CPU tests replace)."""

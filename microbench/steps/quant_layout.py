@@ -19,7 +19,9 @@ The layouts (torchao 0.18, ``torchao/quantization/quant_api.py``):
   outputs are the same bits), ``preshuffled`` (``Int4PreshuffledTensor``: mslk's
   ``bf16i4bf16_shuffled``, the former FBGEMM GenAI kernels, built for sm_90; needs the ``mslk``
   package and a fake kernel for torch.compile, which :func:`mslk_traceable` registers where mslk
-  1.1.x lacks it), ``plain`` (``Int4Tensor``: mslk's ``bf16i4bf16_rowwise``) and ``inductor``
+  1.1.x lacks it), ``plain`` (``Int4Tensor``: mslk's ``bf16i4bf16_rowwise``); both held, like
+  tinygemm's, as plain tensors of an :class:`~microbench.steps.quant_layers.Int4MslkLinear`,
+  and ``inductor``
   (:class:`~microbench.steps.quant_layers.Int4InductorLinear`: tinygemm's values as plain
   tensors, the product written for inductor). torchao 0.18 has no Marlin int4 layout.
 * int8wo: ``rowwise`` (torchao's ``Int8Tensor``, a scale per output row), ``tensorwise``, or by
@@ -55,8 +57,9 @@ from microbench.settings import quantization
 from microbench.settings.compile_options import with_inductor_settings
 from microbench.settings.quantization import FORMATS, LAYOUTS, RULES
 from microbench.steps import quant_layers
-from microbench.steps.quant_layers import (Int4InductorLinear, Int4TinygemmLinear,
-                                           Int8WeightOnlyLinear, linear_layers, unwrapped)
+from microbench.steps.quant_layers import (MSLK_OPS, Int4InductorLinear, Int4MslkLinear,
+                                           Int4TinygemmLinear, Int8WeightOnlyLinear,
+                                           linear_layers, unwrapped)
 
 # torchao's recommended inductor settings for quantized models
 # (torchao.quantization.utils.recommended_inductor_config_setter), applied to a quantized run's
@@ -210,10 +213,8 @@ def plan(quantize: str, requested: str, facts: QuantDevice) -> QuantPlan:
 
 # ---------------------------------------------------------------- mslk's fake kernels
 
-# The mslk operator each mslk layout's linear layers call with BF16 activations (torchao 0.18:
-# Int4PreshuffledTensor's and Int4Tensor's F.linear). torch.compile traces an operator through
-# its fake (meta) kernel, which says what the output looks like without running it.
-MSLK_OPS = {"preshuffled": "bf16i4bf16_shuffled", "plain": "bf16i4bf16_rowwise"}
+# torch.compile traces an operator through its fake (meta) kernel, which says what the output
+# looks like without running it: each mslk layout's operator (quant_layers.MSLK_OPS) needs one.
 MSLK_NAMESPACE = "mslk"
 # Libraries this process registered fake kernels through, kept alive (a Library that is
 # garbage-collected takes its registrations with it): namespace -> torch.library.Library.
@@ -351,6 +352,8 @@ def build(layer: nn.Linear, quantize: str, layout: str, facts: QuantDevice) -> n
     quantize_(copy, torchao_config(quantize, layout, facts))
     if layout == "tinygemm":
         return Int4TinygemmLinear.of(copy)
+    if Int4MslkLinear.takes(copy.weight):
+        return Int4MslkLinear.of(copy)
     return unwrapped(copy) if layout == "unwrapped" else copy
 
 
@@ -426,6 +429,9 @@ def describe_layer(module: nn.Linear, rows: int | None = None) -> tuple[str, str
     if isinstance(module, Int4TinygemmLinear):
         return ("Int4TinygemmLinear", "tile_packed_to_4d",
                 "torch's tinygemm _weight_int4pack_mm (plain tensors)")
+    if isinstance(module, Int4MslkLinear):
+        return ("Int4MslkLinear", module.layout,
+                f"mslk {MSLK_OPS[module.layout]} (plain tensors)")
     return describe(module.weight)
 
 
@@ -437,6 +443,8 @@ def layout_of(module: nn.Module) -> str:
         return "inductor"
     if isinstance(module, Int4TinygemmLinear):
         return "tinygemm"
+    if isinstance(module, Int4MslkLinear):
+        return module.layout
     _, packing, _ = describe(module.weight)
     return {"tile_packed_to_4d": "tinygemm"}.get(packing, packing)
 

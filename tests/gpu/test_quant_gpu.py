@@ -19,7 +19,7 @@ pytestmark = gpu_suite
 
 
 COMPILED = [*GENERATE, "--batch-size", "1", "--compile-mode", "reduce-overhead"]
-TENSORS = {"preshuffled": "Int4PreshuffledTensor", "plain": "Int4Tensor",
+TENSORS = {"preshuffled": "Int4MslkLinear", "plain": "Int4MslkLinear",
            "tinygemm": "Int4TinygemmLinear", "inductor": "Int4InductorLinear",
            "unwrapped": "Int8WeightOnlyLinear", "rowwise": "Int8Tensor"}
 

@@ -124,3 +124,69 @@ def test_the_plain_tinygemm_layer_dequantizes_through_its_kernel_without_its_bia
     assert quant_layout.layout_of(layer) == "tinygemm"
     assert quant_layout.describe_layer(layer)[:2] == ("Int4TinygemmLinear", "tile_packed_to_4d")
     assert low_precision.weight_error(dense, layer) == 0.0
+
+
+class Int4Tensor:                       # torchao's names: the layer reads the class name
+    """A stand-in for torchao's mslk int4 tensors (mslk runs on NVIDIA sm_90 only): BF16
+    'values' whose product the fake operator below takes as a plain matrix product."""
+
+    def __init__(self, values, scale, zero, **attributes):
+        self.qdata, self.shape = values, values.shape
+        self.scale = self.group_scale = scale
+        self.zero_point = self.group_zero = zero
+        self.__dict__.update(attributes)
+
+
+class Int4PreshuffledTensor(Int4Tensor):
+    pass
+
+
+def _mslk_layer(monkeypatch, tensor=Int4Tensor, bias=False, **attributes):
+    from types import SimpleNamespace
+
+    from microbench.steps import quant_layers
+    calls = []
+    monkeypatch.setattr(quant_layers, "mslk_int4_mm", lambda layout, rows, values, scale, zero:
+                        calls.append((layout, rows.shape)) or rows @ (values * scale + zero).t())
+    torch.manual_seed(2)
+    values = torch.randn(24, 64, dtype=torch.bfloat16)
+    weight = tensor(values, torch.tensor(2.0, dtype=torch.bfloat16),
+                    torch.tensor(0.5, dtype=torch.bfloat16), **attributes)
+    offset = nn.Parameter(torch.randn(24, dtype=torch.bfloat16), requires_grad=False) \
+        if bias else None
+    holder = SimpleNamespace(weight=weight, bias=offset)
+    return holder, values * 2 + 0.5, offset, calls
+
+
+@pytest.mark.parametrize("tensor, layout", [(Int4Tensor, "plain"),
+                                            (Int4PreshuffledTensor, "preshuffled")])
+def test_an_mslk_int4_weight_becomes_plain_parameters_of_a_layer_calling_its_operator(
+        monkeypatch, tensor, layout):
+    """Issue 61: mslk's prompt layouts were torchao's subclasses, unwrapped in Python on every
+    call of a compiled graph; the plain layer calls the same operator with the same values."""
+    from microbench.steps.quant_layers import Int4MslkLinear
+    holder, dense, offset, calls = _mslk_layer(monkeypatch, tensor, bias=True)
+    assert Int4MslkLinear.takes(holder.weight)
+    layer = Int4MslkLinear.of(holder)
+    assert all(type(p) is nn.Parameter for p in layer.parameters())
+    x = torch.randn(2, 3, 64, dtype=torch.bfloat16)
+    out = layer(x)
+    assert calls == [(layout, (6, 64))] and out.shape == (2, 3, 24)
+    expected = (x.reshape(6, 64).float() @ dense.float().t() + offset.float()).reshape(2, 3, 24)
+    assert torch.allclose(out.float(), expected, rtol=2e-2, atol=2e-1)
+    assert torch.allclose(layer.dequantize().float(), dense.float(), rtol=1e-2, atol=1e-2)
+    assert quant_layout.layout_of(layer) == layout
+    assert quant_layout.describe_layer(layer)[:2] == ("Int4MslkLinear", layout)
+    assert quant_layout.describe_layer(layer)[2].startswith("mslk bf16i4bf16_")
+
+
+def test_an_mslk_weight_with_fp8_activations_stays_torchaos_tensor(monkeypatch):
+    from microbench.steps.quant_layers import Int4MslkLinear
+    fp8 = getattr(torch, "float8_e4m3fn", None)
+    holder, *_ = _mslk_layer(monkeypatch, activation_dtype=fp8)
+    assert not Int4MslkLinear.takes(holder.weight)
+    holder, *_ = _mslk_layer(monkeypatch, act_pre_scale=torch.ones(64))
+    assert not Int4MslkLinear.takes(holder.weight)
+    holder, *_ = _mslk_layer(monkeypatch, Int4PreshuffledTensor)
+    holder.weight.group_zero = None                 # FP8 activations' preshuffled form
+    assert not Int4MslkLinear.takes(holder.weight)
