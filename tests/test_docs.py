@@ -126,17 +126,35 @@ def test_table_rows_are_narrow(page):
     assert not wide, f"{page.name}: table rows wider than {MAX_TABLE_ROW} characters: {wide}"
 
 
-def test_readme_install_has_one_command_per_block():
-    """Issue 45: pasting a block runs one platform's line, never all three."""
+def _install_blocks() -> list[list[str]]:
+    """The README Install section's code blocks, each as its commands (comments dropped)."""
     install = _sections(README.read_text())["Install"]
-    blocks = re.findall(r"^```bash\n(.*?)^```", install, re.M | re.S)
-    assert len(blocks) >= 5, "a venv, ROCm, CUDA, CPU and the tool's own line"
-    for block in blocks:
-        commands = [line for line in block.splitlines() if line.strip()
-                    and not line.lstrip().startswith("#")]
+    return [[line for line in block.splitlines()
+             if line.strip() and not line.lstrip().startswith("#")]
+            for block in re.findall(r"^```bash\n(.*?)^```", install, re.M | re.S)]
+
+
+def test_readme_install_has_one_command_per_block():
+    """Issue 45: pasting a block runs one platform's line, never all of them. Issue 64: the
+    first install line works everywhere, PyTorch's index unreachable included: it names no
+    index (the pair comes from the package index or its mirror); PyTorch's index is the
+    alternative, for ROCm and the small CPU build."""
+    blocks = _install_blocks()
+    assert len(blocks) >= 4, "a venv, the tool's own line, ROCm and the CPU"
+    for commands in blocks:
         assert len(commands) == 1, f"one command per block, got {commands}"
-    platforms = [block for block in blocks if "pip install torch torchvision" in block]
-    assert len(platforms) == 3, "one block each for ROCm, CUDA and the CPU"
+    installs = [command for [command] in blocks if command.startswith("pip install")]
+    assert installs[0] == 'pip install ".[dev]"', installs
+    platforms = [command for command in installs if "--index-url" in command]
+    assert len(platforms) == 2, "one block each for ROCm and the CPU"
+    assert all(command.startswith("pip install torch torchvision ") for command in platforms)
+
+
+def test_ci_runs_the_readmes_first_install_line():
+    """.ci/run is what a new user does: the README's first install line, as written there."""
+    first = next(command for [command] in _install_blocks() if command.startswith("pip"))
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert f"python3 -m {first.replace('pip install', 'pip install -q')}\n" in ci
 
 
 def _slug(heading: str) -> str:

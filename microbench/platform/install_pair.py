@@ -1,10 +1,14 @@
-"""What to install after a torch and a torchvision that do not work together (issue 56).
+"""What to install after a torch and a torchvision that do not work together (issues 56, 64).
 
 pip leaves such a pair when the two come from different sources: a ``+cpu`` torch from
 PyTorch's CPU index (or a local wheel folder) beside the package index's default torchvision,
 or a torchvision of another release. The advice names what differs and gives one command that
-installs both from the one source that matches torch's build: repeating the installed pair (as
-an unqualified ``pip install torch==X torchvision==Y`` does) brings the same error back.
+installs both from the one source that matches torch's build, with torch pinned to exactly that
+build: repeating the installed pair (as an unqualified ``pip install torch==X torchvision==Y``
+does, even from another index) brings the same error back. Where PyTorch's index cannot be
+reached, it names a second command, the package index's build of the same release, which a
+local wheel folder's ``+cpu`` torch cannot stand in for (issue 64).
+tests/platform/test_install_pair_pip.py runs both with pip against wheel folders.
 
 A leaf: strings in, strings out, so each kind of mismatch is tested without installing one.
 """
@@ -122,19 +126,42 @@ def source(torch: Build) -> str | None:
     return None
 
 
-def _requirement(name: str, version: str) -> str:
+def _requirement(name: str, version: str, operator: str = "==") -> str:
     """``"name==version"``, quoted: zsh takes an unquoted ``0.29.*`` for a file pattern ("no
     matches found"); double quotes keep it one word in every shell, cmd.exe's too."""
-    return f'"{name}=={version}"'
+    return f'"{name}{operator}{version}"'
+
+
+def torch_pin(torch: Build) -> str:
+    """torch's requirement that admits this build and no other. A pin with a local label
+    (``==2.13.0+cpu``) matches that label only. A pin without one cannot be ``==2.13.0``:
+    PEP 440 ignores a candidate's local label there, so it admits ``2.13.0+cpu`` too, which
+    sorts above ``2.13.0``, and pip takes it from a local wheel folder (``find-links``) beside
+    the index: issue 64's advice reinstalled its broken pair that way. PEP 440's arbitrary
+    equality (``===2.13.0``) compares the version as a string, so it admits the unlabelled
+    build alone (pip and packaging implement it)."""
+    if torch.build:
+        return _requirement("torch", f"{torch.release}+{torch.build}")
+    return _requirement("torch", torch.release, "===")
+
+
+def _vision_requirement(torch: Build) -> str:
+    """The torchvision released with this torch, any patch (``0.28.*``: no rule ties its
+    patch number to torch's), or unpinned where the table has no rule: each torchvision wheel
+    requires its own torch release exactly, so pip's resolver picks the one released with the
+    pinned torch. No local label: PEP 440 allows none in a ``.*`` pin, and the source the
+    command names (a folder of PyTorch's index, or the package index) serves torch's build
+    alone."""
+    wanted = vision_minor_for(torch)
+    return _requirement("torchvision", f"0.{wanted}.*") if wanted is not None else "torchvision"
 
 
 def command(torch: Build) -> str:
-    """One command that installs a working pair from one source: this torch's release and the
-    torchvision released with it, both from the source of torch's build. --force-reinstall,
-    since pip otherwise keeps a torchvision whose version already matches the pin; --pre for a
-    pre-release torch, whose torchvision is one too (pip matches ``==0.30.*`` to no
-    pre-release without it)."""
-    wanted = vision_minor_for(torch)
+    """One command that installs a working pair from one source: exactly this torch build
+    (:func:`torch_pin`) and the torchvision released with it, both from the source of torch's
+    build. --force-reinstall, since pip otherwise keeps a torchvision whose version already
+    matches the pin; --pre for a pre-release torch, whose torchvision is one too (pip matches
+    ``==0.30.*`` to no pre-release without it)."""
     where = source(torch)
     if where is None:
         suffix = f"+{torch.build}" if torch.build else ""
@@ -142,21 +169,39 @@ def command(torch: Build) -> str:
                f"(its container, its build or its index)"
     if torch.minor() is None:           # its version unknown: nothing to pin
         return f"pip install --force-reinstall torch torchvision{where}"
-    # A torch the table has no rule for: torchvision unpinned, since each torchvision wheel
-    # requires its own torch exactly, pip's resolver picks the one released with it.
-    vision = _requirement("torchvision", f"0.{wanted}.*") if wanted is not None else "torchvision"
     pre = " --pre" if torch.pre_release() else ""
-    return (f"pip install{pre} --force-reinstall {_requirement('torch', torch.release)} "
-            f"{vision}{where}")
+    return (f"pip install{pre} --force-reinstall {torch_pin(torch)} "
+            f"{_vision_requirement(torch)}{where}")
+
+
+def unreachable(torch: Build) -> str:
+    """What to run where PyTorch's index cannot be reached (many companies and clusters mirror
+    only the package index), or "" where the command names no index. A CPU or CUDA build of
+    a release: the package index's own build of that release (CUDA on Linux, which runs on
+    the CPU too; several GB), pinned with ``===`` so that a local wheel folder's ``+cpu``
+    torch, the one whose torchvision is missing, is not taken for it again (issue 64: the
+    earlier advice, "both from your mirror" with ``torch==2.13.0``, reinstalled that
+    folder's torch beside the index's CUDA torchvision). Not a bare ``pip install torch
+    torchvision``: it gives a working pair only while the index has a newer release than the
+    folder's torch. A ROCm or XPU build, or a nightly, has no build on the package index: a
+    mirror of its folder of PyTorch's index."""
+    if not source(torch):
+        return ""
+    if torch.pre_release() or torch.minor() is None or not re.match(r"(cpu|cu)\d*$", torch.build):
+        return " (where that index cannot be reached: the same command with your mirror of " \
+               "that folder as --index-url; README Install)"
+    index_build = Build(torch.release, "")
+    return (" (where that index cannot be reached: the package index's build of the same "
+            "release, CUDA, which runs on the CPU too, from it or your mirror: pip install "
+            f"--force-reinstall {torch_pin(index_build)} {_vision_requirement(index_build)}; "
+            "README Install)")
 
 
 def advice(torch_version: str, vision_version: str, cause: str) -> str:
-    """The line after a broken pair: both versions, what differs, the command, and where
-    PyTorch's index cannot be reached (many companies and clusters), the mirror."""
+    """The line after a broken pair: both versions, what differs, the command, and the command
+    where PyTorch's index cannot be reached."""
     torch = Build.of(torch_version)
     vision = Build.of(vision_version)
-    mirror = (" (where that index cannot be reached: both from your mirror, README Install)"
-              if source(torch) else "")
     return (f"torchvision {vision_version} does not work with torch {torch_version}: "
             f"{'; '.join(differences(torch, vision, cause))}. Install both from one source: "
-            f"{command(torch)}{mirror}")
+            f"{command(torch)}{unreachable(torch)}")

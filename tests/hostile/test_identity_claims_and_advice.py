@@ -298,7 +298,7 @@ class TestInstallAdviceForAnyVersion:
         assert words[words.index("--index-url") + 1] == (f"{install_pair.PYTORCH_INDEX}/"
                                                          f"{channel}/{build}")
         release = torch.partition("+")[0]
-        assert f"torch=={release}" in words
+        assert f"torch=={torch}" in words          # its own build, label and all
         [vision] = [word for word in words if word.startswith("torchvision==")]
         minor = int(release.split(".")[1]) + 15
         # torchvision's own pre-release of that channel, as the index holds it.

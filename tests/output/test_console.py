@@ -366,9 +366,11 @@ def test_a_torchvision_from_another_build_is_one_line_naming_both_versions(monke
         "error: torchvision 0.28.0 does not work with torch 2.13.0+cpu: torch is a CPU build "
         "(+cpu), torchvision the package index's default build (CUDA on Linux); torchvision's compiled operators do not "
         "load (torchvision::nms missing). Install both from one source: pip install "
-        "--force-reinstall \"torch==2.13.0\" \"torchvision==0.28.*\" --index-url "
-        "https://download.pytorch.org/whl/cpu (where that index cannot be reached: both from "
-        "your mirror, README Install)\n")
+        "--force-reinstall \"torch==2.13.0+cpu\" \"torchvision==0.28.*\" --index-url "
+        "https://download.pytorch.org/whl/cpu (where that index cannot be reached: the package "
+        "index's build of the same release, CUDA, which runs on the CPU too, from it or your "
+        "mirror: pip install --force-reinstall \"torch===2.13.0\" \"torchvision==0.28.*\"; "
+        "README Install)\n")
 
 
 def test_an_error_outside_torchvision_at_import_is_not_called_a_broken_pair():
