@@ -159,6 +159,7 @@ class RankRecord:
     peak_allocated_mb: float | None
     peak_reserved_mb: float | None
     telemetry: TelemetryReport | None = None
+    node_rank: int | None = None         # the launcher's number of this rank's node
     data: DataTrial | None = None        # this rank's input pipeline (--data loader|folder)
     sharded: ShardedState | None = None  # --parallel fsdp: this rank's shards
 

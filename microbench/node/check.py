@@ -160,7 +160,8 @@ def _measure_rank(launch: distributed.Launch, options: Options) -> Outcome | Non
             def measure(only=None) -> program.GpuRecord:
                 return program.run(device, launch.rank, launch.local_rank, options.samples,
                                    options.quick, source, note,
-                                   align=lambda: distributed.barrier(device), only=only)
+                                   align=lambda: distributed.barrier(device), only=only,
+                                   node_rank=launch.node_rank)
             record = measure()
             rechecks = _recheck(record, measure, options)
             return _links_and_gather(launch, device, options, record, rechecks)
@@ -196,13 +197,15 @@ def _recheck(record: program.GpuRecord, measure, options: Options) -> list | Non
 
 def _links_and_gather(launch, device: torch.device, options: Options,
                       record: program.GpuRecord, rechecks: list | None) -> Outcome | None:
-    groups = links.node_groups(distributed.all_gather_objects(record.host))
+    # Nodes by name and node rank: two nodes of one host name (containers, two torchrun
+    # agents on one host) are two nodes.
+    groups = links.node_groups(distributed.all_gather_objects(record.node))
     # Every rank creates every node's group, in the same order (torch.distributed's rule).
-    node_groups = {host: (distributed.new_group(ranks) if len(groups) > 1 else None)
-                   for host, ranks in groups.items()}
-    mine = groups[record.host]
-    collectives = [links.all_reduce(node_groups[record.host], mine, device, options.samples,
-                                    f"node {record.host}")]
+    node_groups = {node: (distributed.new_group(ranks) if len(groups) > 1 else None)
+                   for node, ranks in groups.items()}
+    mine = groups[record.node]
+    collectives = [links.all_reduce(node_groups[record.node], mine, device, options.samples,
+                                    f"node {record.node}")]
     if len(groups) > 1:
         collectives.append(links.all_reduce(None, list(range(launch.world_size)), device,
                                             options.samples, "all nodes"))
@@ -212,9 +215,9 @@ def _links_and_gather(launch, device: torch.device, options: Options,
     elif not devices.is_gpu(device):
         p2p_note = links.NO_P2P_ON_CPU
     else:
-        copies = links.pair_copies(node_groups[record.host], mine, record.host, launch.rank,
+        copies = links.pair_copies(node_groups[record.node], mine, record.node, launch.rank,
                                    device, options.samples)
-        copies_again = _pairs_again(copies, node_groups[record.host], mine, record.host,
+        copies_again = _pairs_again(copies, node_groups[record.node], mine, record.node,
                                     launch.rank, device, options)
     # Each node's all-reduce once (its first rank's), the job's once (rank 0's).
     shared = [c for c in collectives if c.scope == "all nodes"] if launch.rank == 0 else []

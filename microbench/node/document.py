@@ -51,7 +51,8 @@ def _gpu(verdict) -> dict:
                         "telemetry": None if part.telemetry is None else part.telemetry.to_dict(),
                         "judged": key not in HOST_BOUND, "recheck": _recheck(judged),
                         "baseline": _against_baseline(verdict.baseline.get(key))}
-    return {"rank": record.rank, "host": record.host, "local_rank": record.local_rank,
+    return {"rank": record.rank, "host": record.host, "node_rank": record.node_rank,
+            "local_rank": record.local_rank,
             "device": record.device, "device_name": record.device_name,
             "flagged": verdict.flagged, "findings": list(verdict.findings),
             "flagged_by": list(verdict.flagged_by),

@@ -106,6 +106,13 @@ class GpuRecord:
     telemetry_note: str = ""
     power_limit_w: float | None = None
     default_power_limit_w: float | None = None
+    node_rank: int | None = None            # the launcher's number of this GPU's node
+
+    @property
+    def node(self) -> str:
+        """The node, named so that two of one host name differ: the host name, and the
+        launcher's node rank where it numbers nodes (torchrun's GROUP_RANK, SLURM_NODEID)."""
+        return self.host if self.node_rank is None else f"{self.host} node {self.node_rank}"
 
     @property
     def power_capped(self) -> bool | None:
@@ -125,7 +132,7 @@ def sizes_for(device: torch.device) -> Sizes:
 def run(device: torch.device, rank: int, local_rank: int, samples: int, quick: bool,
         source=None, telemetry_note: str = "", environ=None,
         align: Callable[[], object] = lambda: None,
-        only: tuple[str, ...] | None = None) -> GpuRecord:
+        only: tuple[str, ...] | None = None, node_rank: int | None = None) -> GpuRecord:
     """Every part on ``device`` (``only``: these parts, the flagged ones measured again);
     ``source`` the telemetry source read meanwhile; ``align`` runs before each part (a
     barrier: every GPU starts each part together, so that the node carries the load of a real
@@ -159,7 +166,8 @@ def run(device: torch.device, rank: int, local_rank: int, samples: int, quick: b
     limit, default = limits() if limits is not None else (None, None)
     if source is not None and not health and hasattr(source, "health"):
         health.append(source.health())
-    record = GpuRecord(rank=rank, host=socket.gethostname(), local_rank=local_rank,
+    record = GpuRecord(rank=rank, host=socket.gethostname(), node_rank=node_rank,
+                       local_rank=local_rank,
                        device=str(device), device_name=_device_name(device), parts=parts,
                        health=health[0] if health else None, telemetry_note=telemetry_note,
                        power_limit_w=limit, default_power_limit_w=default)

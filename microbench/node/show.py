@@ -28,11 +28,13 @@ def gpu_table(verdict: Verdict) -> tuple[list[str], list[list[str]]]:
     known = [f for f in GPU_FIGURES
              if any(g.figures.get(f.key) and g.figures[f.key].value is not None
                     for g in verdict.gpus)]
-    header = ["GPU", "device"] + [f"{f.console}{'' if judged(f.key) else NOT_JUDGED_MARK} "
+    # Ranks headed by what they measure: a check on the CPU (CI, a laptop) has no GPU.
+    on_gpus = any(g.record.device != "cpu" for g in verdict.gpus)
+    header = ["GPU" if on_gpus else "rank", "device"] + [f"{f.console}{'' if judged(f.key) else NOT_JUDGED_MARK} "
                                   f"[{f.unit}]" for f in known] + ["verdict"]
     rows = []
     for gpu in verdict.gpus:
-        rows.append([f"{gpu.record.host} rank {gpu.record.rank}", gpu.record.device_name]
+        rows.append([f"{gpu.record.node} rank {gpu.record.rank}", gpu.record.device_name]
                     + [_cell(f, gpu.figures.get(f.key), gpu.baseline.get(f.key))
                        for f in known]
                     + ["FLAGGED" if gpu.flagged else "ok"])
@@ -63,7 +65,7 @@ def print_verdict(verdict: Verdict, collectives: Sequence[Collective], p2p_note:
         print(terminal(not_judged), file=out)
     for gpu in verdict.gpus:
         for finding in gpu.findings:
-            print(terminal(f"  {gpu.record.host} rank {gpu.record.rank}: {finding}"), file=out)
+            print(terminal(f"  {gpu.record.node} rank {gpu.record.rank}: {finding}"), file=out)
     bus = FIGURES["allreduce_busbw_gbs"]
     for collective in collectives:
         if collective.busbw_gbs:
@@ -89,7 +91,7 @@ def print_verdict(verdict: Verdict, collectives: Sequence[Collective], p2p_note:
         print(f"Node check: PASS, {measured}, nothing flagged (tolerance "
               f"{verdict.tolerance_pct:g}% and each figure's noise)", file=out)
         return
-    names = ", ".join(f"{g.record.host} rank {g.record.rank}" for g in flagged) or "none"
+    names = ", ".join(f"{g.record.node} rank {g.record.rank}" for g in flagged) or "none"
     print(terminal(f"Node check: FLAGGED GPUs: {names}; links: {len(links)}; hosts: "
                    f"{', '.join(verdict.flagged_hosts())}; flagged by: "
                    f"{', '.join(verdict.flagged_by())}"), file=out)

@@ -114,7 +114,7 @@ class Verdict:
         return any(g.flagged for g in self.gpus) or any(l.judged.flagged for l in self.links)
 
     def flagged_hosts(self) -> list[str]:
-        hosts = [g.record.host for g in self.gpus if g.flagged]
+        hosts = [g.record.node for g in self.gpus if g.flagged]
         hosts += [l.name.rsplit("(", 1)[-1].rstrip(")") for l in self.links
                   if l.judged.flagged and "(" in l.name]
         return sorted(set(hosts))

@@ -456,11 +456,14 @@ def print_profiles(summary: Summary, out: TextIO) -> None:
 
 def print_rank_table(summary: Summary, out: TextIO) -> None:
     print("", file=out)
-    print(f"{'rank':>5} {'local':>5}  {'host':<20} {'median ms':>10} {'p99 ms':>10} "
+    # The node column: a host name alone cannot tell two nodes of one name apart (containers,
+    # simulated nodes); "-" where the launcher numbers no node.
+    print(f"{'rank':>5} {'local':>5} {'node':>5}  {'host':<20} {'median ms':>10} {'p99 ms':>10} "
           f"{'img/s':>10}", file=out)
     for r in summary.ranks:
         t = r.times
-        print(f"{r.rank:>5} {r.local_rank:>5}  {r.host[:20]:<20} {t.median:>10.3f} "
+        node = "-" if r.node_rank is None else r.node_rank
+        print(f"{r.rank:>5} {r.local_rank:>5} {node:>5}  {r.host[:20]:<20} {t.median:>10.3f} "
               f"{t.p99:>10.3f} {r.throughput:>10.2f}", file=out)
     print(f"Skew between ranks : {summary.skew:.2%} (slowest rank {summary.slowest.rank}, "
           f"fastest rank {summary.fastest.rank}, by timed wall time)", file=out)

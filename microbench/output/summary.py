@@ -44,6 +44,7 @@ if TYPE_CHECKING:
 def record_of(spec, env, result: ProcessResult) -> RankRecord:
     """This rank's record of ``result`` (``spec``: a RunSpec; ``env``: the DeviceInfo)."""
     return RankRecord(rank=spec.launch.rank, local_rank=spec.launch.local_rank,
+                      node_rank=spec.launch.node_rank,
                       host=socket.gethostname(), device_name=env.device_name,
                       batch_size=spec.batch_size, samples_ms=result.times.samples_ms,
                       peak_allocated_mb=result.peak_allocated_mb,

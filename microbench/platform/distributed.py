@@ -47,6 +47,10 @@ class Launch:
     rank: int = 0
     local_rank: int = 0
     world_size: int = 1
+    # The node this process runs on, as its launcher numbers nodes (torchrun's GROUP_RANK,
+    # SLURM_NODEID, a manual launch's --rank); None where none does. With the host name it
+    # names a node that shares its host name with another (containers, simulated nodes).
+    node_rank: int | None = None
     backend: str | None = None        # None: nccl on GPUs, gloo on the CPU
     init_method: str | None = None
     device_index: int | None = None   # the GPU of this rank
@@ -85,6 +89,11 @@ def _int_env(environ: Mapping[str, str], name: str, low: int = 0, high: int = 2*
     return value
 
 
+def _optional_int_env(environ: Mapping[str, str], name: str) -> int | None:
+    """A launcher's variable that may be absent (a rank's variables set by hand)."""
+    return _int_env(environ, name) if name in environ else None
+
+
 def _check_torchrun_environment(environ: Mapping[str, str]) -> None:
     """A partial environment (RANK without WORLD_SIZE, no MASTER_ADDR...) would end in a
     KeyError or a silent single-process run: name what is missing instead."""
@@ -118,7 +127,7 @@ def _manual(config, environ: Mapping[str, str]) -> Launch:
     global _current                  # known from here on: later error lines carry the rank
     _current = Launch(launcher="manual", rank=config.rank * workers)
     local = _split(config.batch_size, workers, "devices of this process")
-    return Launch(launcher="manual", rank=config.rank * workers,
+    return Launch(launcher="manual", rank=config.rank * workers, node_rank=config.rank,
                   world_size=config.world_size * workers, backend=config.dist_backend,
                   init_method=config.dist_url, workers=workers,
                   device_index=config.device_ids[0] if config.device_ids else None,
@@ -132,18 +141,21 @@ def _from_environment(config, environ: Mapping[str, str]) -> Launch | None:
         world = _int_env(environ, "WORLD_SIZE", 1)
         launcher, rank, local = ("torchrun", _int_env(environ, "RANK", 0, world - 1),
                                  _int_env(environ, "LOCAL_RANK"))
+        node = _optional_int_env(environ, "GROUP_RANK")
         init_method = "env://"
     elif "SLURM_PROCID" in environ and "SLURM_NTASKS" in environ \
             and _int_env(environ, "SLURM_NTASKS", 1) > 1:
         world = _int_env(environ, "SLURM_NTASKS", 1)
         launcher, rank, local = ("slurm", _int_env(environ, "SLURM_PROCID", 0, world - 1),
                                  _int_env(environ, "SLURM_LOCALID"))
+        node = _optional_int_env(environ, "SLURM_NODEID")
         init_method = config.dist_url or _slurm_rendezvous(environ)
     else:
         return None
     local_batch = _split(config.batch_size, world, "ranks")
     return Launch(launcher=launcher, rank=rank, local_rank=local, world_size=world,
-                  backend=config.dist_backend, init_method=init_method, device_index=local,
+                  node_rank=node, backend=config.dist_backend, init_method=init_method,
+                  device_index=local,
                   local_batch=local_batch, global_batch=config.batch_size)
 
 

@@ -63,7 +63,12 @@ def test_two_nodes_on_one_machine_have_distinct_global_ranks(tmp_path):
     per_rank = json.loads(path.read_text())["distributed"]["per_rank"]
     assert sorted(r["rank"] for r in per_rank) == [0, 1]
     assert [r["local_rank"] for r in per_rank] == [0, 0]     # one process per "node"
+    # One host name, two nodes: told apart by torchrun's node rank (issue 62).
+    assert sorted(r["node_rank"] for r in per_rank) == [0, 1]
+    assert len({r["host"] for r in per_rank}) == 1
     assert sum(out.count("--------------------SUMMARY") for out, _ in outputs) == 1
+    [table] = [out for out, _ in outputs if "Skew between ranks" in out]
+    assert " rank local  node  host" in table
 
 
 def launch_by_hand(tmp_path, per_rank_env, per_rank_args, batch="4"):
@@ -131,6 +136,24 @@ def test_torchrun_rank_comes_from_rank_and_device_from_local_rank():
     launch = distributed.detect(config(batch_size=64), env)
     assert (launch.rank, launch.local_rank, launch.device_index) == (5, 1, 1)
     assert (launch.local_batch, launch.global_batch) == (8, 64)
+
+
+def test_a_rank_knows_its_node_from_the_launcher_where_it_numbers_nodes():
+    """Issue 62: a host name alone cannot tell two nodes of one name apart."""
+    torchrun = {"TORCHELASTIC_RUN_ID": "x", "RANK": "5", "LOCAL_RANK": "1", "WORLD_SIZE": "8",
+                "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500"}
+    assert distributed.detect(config(batch_size=64), {**torchrun, "GROUP_RANK": "2"}) \
+        .node_rank == 2
+    assert distributed.detect(config(batch_size=64), torchrun).node_rank is None  # by hand
+    slurm = {"SLURM_PROCID": "3", "SLURM_NTASKS": "4", "SLURM_LOCALID": "1",
+             "SLURM_NODEID": "1", "MASTER_ADDR": "h", "MASTER_PORT": "1"}
+    assert distributed.detect(config(batch_size=64), slurm).node_rank == 1
+    manual = distributed.detect(config(distributed_dataparallel=True, rank=1, world_size=2,
+                                       dist_backend="gloo", dist_url="tcp://h:1"), {})
+    assert manual.node_rank == 1
+    assert distributed.detect(config(), {}).node_rank is None
+    with pytest.raises(UsageError, match="GROUP_RANK"):
+        distributed.detect(config(batch_size=64), {**torchrun, "GROUP_RANK": "one"})
 
 
 @pytest.mark.parametrize("overrides, message", [

@@ -75,6 +75,29 @@ def test_a_host_bound_part_is_shown_but_never_flags_its_gpu(key):
     assert not parts.judged(key) and parts.judged("gemm_tflops")
 
 
+def test_two_nodes_of_one_host_name_are_named_and_grouped_apart():
+    """Issue 62: containers and simulated nodes share a host name; the launcher's node rank
+    tells them apart in the groups, the verdict, the table and the document."""
+    from microbench.node import show
+    records = [_record(r, node_rank=r // 2, scale=0.8 if r == 3 else 1.0) for r in range(4)]
+    assert node_groups([r.node for r in records]) == {"node1 node 0": [0, 1],
+                                                      "node1 node 1": [2, 3]}
+    verdict = judge(records)
+    assert verdict.flagged_hosts() == ["node1 node 1"]
+    header, rows, _ = show.gpu_table(verdict)
+    assert header[0] == "GPU" and rows[3][0] == "node1 node 1 rank 3"
+    gpus = _check_document(verdict)["gpus"]
+    assert [(g["host"], g["node_rank"]) for g in gpus] == [("node1", 0), ("node1", 0),
+                                                           ("node1", 1), ("node1", 1)]
+    assert _record(0).node == "node1"                   # no launcher numbered the nodes
+
+
+def test_ranks_on_the_cpu_are_headed_as_ranks_not_gpus():
+    from microbench.node import show
+    records = [GpuRecord(**{**r.__dict__, "device": "cpu"}) for r in [_record(0), _record(1)]]
+    assert show.gpu_table(judge(records))[0][0] == "rank"
+
+
 def _check_document(verdict) -> dict:
     return document.build(verdict, [], [], device_type="cuda", quick=False, samples=6,
                           command=["microbench-node"], seconds=1.0, backend="nccl",
