@@ -96,3 +96,34 @@ def test_a_bad_scale_hook_is_one_line_and_exit_2():
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is present")
 def test_cuda_without_a_gpu_is_exit_4():
     assert_one_line_error(_node("--device", "cuda"), 4, "asked for a GPU")
+
+
+@pytest.mark.slow
+def test_two_torchrun_agents_on_one_host_are_two_nodes(tmp_path):
+    """Issue 62's one-host stand-in for two nodes: two torchrun agents (--nnodes 2, c10d on
+    localhost), one process each. Grouped by host name alone they were one node; named by
+    torchrun's node rank they are two, each with its own all-reduce, and one across them."""
+    from conftest import free_port, spawn
+    port, processes = free_port(), []
+    inherited = {k: v for k, v in os.environ.items()
+                 if k not in ("MICROBENCH_NODE_SCALE", "RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    path = tmp_path / "node.json"
+    for node in range(2):
+        command = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2",
+                   "--nproc-per-node", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint",
+                   f"127.0.0.1:{port}", "--rdzv-id", "two-agents", "--node-rank", str(node),
+                   "-m", "microbench.node", "--device", "cpu", "--quick", "--samples", "3",
+                   "--tolerance", "50", "--json", str(path)]
+        processes.append(spawn(command, cwd=ROOT, env={**inherited, "OMP_NUM_THREADS": "1",
+                                                        "PYTHONUNBUFFERED": "1"},
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    outputs = [p.communicate(timeout=180) for p in processes]
+    assert [p.returncode for p in processes] == [0, 0], [err[-2000:] for _, err in outputs]
+    check = json.loads(path.read_text())["node_check"]
+    assert sorted(g["node_rank"] for g in check["gpus"]) == [0, 1]
+    scopes = sorted(c["scope"] for c in check["allreduce"])
+    assert len(scopes) == 3 and "all nodes" in scopes, scopes
+    assert {s for s in scopes if s != "all nodes"} == {
+        f"node {g['host']} node {g['node_rank']}" for g in check["gpus"]}
+    [shown] = [out for out, _ in outputs if "Node check:" in out]
+    assert " node 0 rank 0" in shown and " node 1 rank 1" in shown
