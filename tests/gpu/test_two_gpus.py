@@ -109,3 +109,42 @@ def test_sigterm_to_one_rank_ends_every_rank(tmp_path):
     assert launcher.returncode != 0
     assert "[rank 1] error: terminated (SIGTERM)" in err, err[-3000:]
     assert results(tmp_path / "out") == []        # none written (a missing folder has none)
+
+
+def _two_agents(tool: list[str], tmp_path) -> list[tuple[str, str]]:
+    """Two torchrun agents on this host (--nnodes 2, c10d on localhost), one process and one
+    GPU each: issue 62's stand-in for two nodes, whose ranks both have local rank 0."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "0,1").split(",")
+    port, processes = free_port(), []
+    for node in range(2):
+        command = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2",
+                   "--nproc-per-node", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint",
+                   f"127.0.0.1:{port}", "--rdzv-id", f"agents-{port}", "--node-rank",
+                   str(node), *tool]
+        processes.append(spawn(command, cwd=ROOT,
+                               env=child_env(CUDA_VISIBLE_DEVICES=visible[node]),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    outputs = [p.communicate(timeout=TIMEOUT) for p in processes]
+    assert [p.returncode for p in processes] == [0, 0], [e[-3000:] for _, e in outputs]
+    return outputs
+
+
+def test_ddp_and_the_node_check_on_two_agents_of_one_host_are_two_nodes(tmp_path):
+    """The several-node path on GPUs (issue 62): DDP over two torchrun agents (nodes 0 and 1,
+    one host name) and the node check, which measures each node's all-reduce and the one
+    across them; every rank named by its node."""
+    out = tmp_path / "ddp"
+    outputs = _two_agents([str(SCRIPT), *DDP, "--batch-size", "32", "--output-dir", str(out)],
+                          tmp_path)
+    [doc] = results(out)
+    job = doc["distributed"]
+    assert job["world_size"] == 2 and job["backend"] == "nccl"
+    assert sorted((r["node_rank"], r["local_rank"]) for r in job["per_rank"]) == [(0, 0), (1, 0)]
+    assert any(" rank local  node  host" in o for o, _ in outputs)
+    path = tmp_path / "node.json"
+    _two_agents(["-m", "microbench.node", "--quick", "--json", str(path)], tmp_path)
+    check = json.loads(path.read_text())["node_check"]
+    assert sorted(g["node_rank"] for g in check["gpus"]) == [0, 1]
+    scopes = [c["scope"] for c in check["allreduce"]]
+    assert len(scopes) == 3 and "all nodes" in scopes, scopes
+    assert all(c["backend"] == "nccl" for c in check["allreduce"])
