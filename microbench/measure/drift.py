@@ -159,7 +159,8 @@ class LowPrecision:
             rows.append(("FP8 layers", f"{len(self.fp8_layers)} of {self.linear_layers} linear "
                                        f"layers ({share}), {self.fp8_recipe} scaling, "
                                        f"{self.fp8_format}{gather}; the rest in BF16"))
-        if self.quantize is not None:
+        if (self.quantize is not None and self.weight_bytes is not None
+                and self.weight_bytes_before is not None):  # both measured where it quantized
             rows.append(("Quantized", f"{self.quantize}: {self.quantize_description}; weights "
                                       f"{units.megabytes(self.weight_bytes / 1e6)} as stored "
                                       f"(BF16: {units.megabytes(self.weight_bytes_before / 1e6)})"))

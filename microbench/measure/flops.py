@@ -340,7 +340,7 @@ def count_iteration_flops(model: torch.nn.Module, inputs: torch.Tensor, target: 
         with grad_mode, autocast:
             output = model(inputs)
             value = loss(output, target) if training else None
-        if training:
+        if value is not None:
             value.backward()
     if training:
         model.zero_grad(set_to_none=True)
@@ -373,7 +373,7 @@ def choose_peak(device: torch.device, peak_key: str, override: float | None) -> 
         return PeakChoice(override, "--peak-tflops")
     peak = peak_for_device(device)
     value = overridden(override, peak_tflops(peak, peak_key))
-    if value is None:
+    if value is None or peak is None:
         what = "this device" if is_gpu(device) else "the CPU"
         return PeakChoice(None, f"no peak known for {what}; pass --peak-tflops")
     return PeakChoice(value, f"{peak.name} dense {peak_key.replace('_matrix', '')}, "

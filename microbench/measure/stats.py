@@ -234,7 +234,9 @@ class Comparison:
 
 def compared(ratio: float, interval: tuple[float, float] | None,
              tolerance_pct: float = DEFAULT_TOLERANCE_PCT) -> Comparison:
-    return Comparison(ratio, tuple(interval) if interval is not None else None, tolerance_pct)
+    # a stored interval may be a list (JSON): kept as a pair
+    return Comparison(ratio, (interval[0], interval[1]) if interval is not None else None,
+                      tolerance_pct)
 
 
 # ---------------------------------------------------------------- A/B, paired by round
@@ -402,7 +404,7 @@ class StoppingRule:
         spread = self.stats
         if spread is not None and spread.count >= max(2, self.min_trials):
             half = spread.half_width_pct
-            if half < self.max_noise_pct:
+            if half is not None and half < self.max_noise_pct:
                 return (f"noise target met: the 95% CI's half-width is {half:.2f}% of the "
                         f"headline after {spread.count} trials (--max-noise "
                         f"{self.max_noise_pct:g})")

@@ -117,7 +117,7 @@ class ModelSpec:
 
     def input_shape(self, batch_size: int) -> tuple[int, ...]:
         size = self.image_size
-        if self.family == "video":
+        if self.frames is not None:                 # a video model's clips (family "video")
             return (batch_size, 3, self.frames, size, size)
         return (batch_size, 3, size, size)
 

@@ -276,7 +276,7 @@ def last_level_cache(device: torch.device, properties=None, hip: str | None = No
 
 def cap_memory(device: torch.device, budget_bytes: float) -> float:
     """Cap the caching allocator at ``budget_bytes`` as if the GPU were smaller; the fraction."""
-    fraction = min(1.0, budget_bytes / total_memory_bytes(device))
+    fraction = min(1.0, budget_bytes / torch.cuda.get_device_properties(device).total_memory)
     torch.cuda.set_per_process_memory_fraction(fraction, device)
     return fraction
 
@@ -379,7 +379,8 @@ def compute_capability(device: torch.device) -> tuple[int, int] | None:
     whose kernels are chosen by architecture instead (:func:`architecture`)."""
     if vendor(device) is not Vendor.NVIDIA:
         return None
-    return tuple(torch.cuda.get_device_capability(device))
+    major, minor = torch.cuda.get_device_capability(device)
+    return major, minor
 
 
 def no_fp8_reason(device: torch.device) -> str | None:
@@ -437,8 +438,11 @@ def gpu_identity(device: torch.device) -> GpuIdentity:
     if uuid_text is not None and not uuid_text.replace("-", "").strip("0"):
         uuid_text = None                # all zeros: the runtime has no UUID for it
     pci = None
-    if all(hasattr(props, a) for a in ("pci_domain_id", "pci_bus_id", "pci_device_id")):
-        pci = f"{props.pci_domain_id:04x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}"
+    # Read by name: torch's stubs do not declare the PCI fields (older releases lack them).
+    domain, bus, slot = (getattr(props, a, None)
+                         for a in ("pci_domain_id", "pci_bus_id", "pci_device_id"))
+    if domain is not None and bus is not None and slot is not None:
+        pci = f"{domain:04x}:{bus:02x}:{slot:02x}"
     return GpuIdentity(index, uuid_text, pci)
 
 

@@ -168,10 +168,12 @@ def detect(config, environ: Mapping[str, str] | None = None) -> Launch:
     if stray:
         raise UsageError(f"{', '.join(stray)} only apply with --distributed_dataparallel "
                          f"(under torchrun or srun the launcher sets them)")
-    launch = _from_environment(config, environ)
-    if launch is None:
+    found = _from_environment(config, environ)
+    if found is None:
         launch = Launch(local_batch=config.batch_size, global_batch=config.batch_size)
-    elif launch.distributed:
+    else:
+        launch = found
+    if found is not None and launch.distributed:
         check_fail_rank(launch.world_size, environ)
     global _current
     _current = launch
@@ -217,23 +219,24 @@ def interruptible(call: Callable[[], T]) -> T:
     if threading.current_thread() is not threading.main_thread():
         return call()
     device = devices.current_gpu()
-    outcome: dict = {}
+    values: list[T] = []
+    errors: list[BaseException] = []
 
     def target() -> None:
         try:
             if device is not None:
                 devices.activate(device)
-            outcome["value"] = call()
+            values.append(call())
         except BaseException as error:             # noqa: BLE001 (re-raised in the caller)
-            outcome["error"] = error
+            errors.append(error)
 
     helper = threading.Thread(target=target, name="microbench-collective", daemon=True)
     helper.start()
     while helper.is_alive():
         helper.join(SIGNAL_POLL_S)
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome.get("value")
+    if errors:
+        raise errors[0]
+    return values[0]
 
 
 def _new_group(backend: str, device: torch.device, timeout_s: float, **kwargs) -> None:
@@ -253,7 +256,7 @@ def init_process_group(launch: Launch, device: torch.device, timeout_s: float,
     it takes gloo and never touches the GPU."""
     backend = "gloo" if coordination_only else (
         launch.backend or devices.collective_backend(device))
-    kwargs = {}
+    kwargs: dict[str, int] = {}
     if launch.launcher != "torchrun":      # torchrun's env:// carries rank and world size
         kwargs.update(rank=launch.rank, world_size=launch.world_size)
     _new_group(backend, device, timeout_s, init_method=launch.init_method, **kwargs)

@@ -52,7 +52,7 @@ _IMPORTED_AT_START = frozenset({"rich", "torch", "torchvision", "jsonschema"})
 # The signals that stop a run cleanly, like SIGTERM: temporaries removed, one line, the shell's
 # exit code (128 + the signal). SIGHUP: the terminal or SSH session went away; SIGQUIT: Ctrl-\,
 # handled cleanly too (no core dump, no thread dump: what was asked is to stop).
-STOPPING = {signal.SIGTERM: ("SIGTERM", EXIT_TERMINATED),
+STOPPING: dict[int, tuple[str, int]] = {signal.SIGTERM: ("SIGTERM", EXIT_TERMINATED),
             **({signal.SIGHUP: ("SIGHUP", EXIT_HANGUP)} if hasattr(signal, "SIGHUP") else {}),
             **({signal.SIGQUIT: ("SIGQUIT", EXIT_QUIT)} if hasattr(signal, "SIGQUIT") else {})}
 
@@ -394,8 +394,9 @@ class GuardedOutput(io.TextIOBase):
     def writable(self) -> bool:
         return True
 
+    # typeshed declares TextIOBase.encoding a plain attribute; here it is the stream's, read-only
     @property
-    def encoding(self) -> str:
+    def encoding(self) -> str:  # type: ignore[override]
         return getattr(self.stream, "encoding", None) or "utf-8"
 
 
@@ -730,7 +731,8 @@ def limit_reached(error: BaseException) -> MissingEnvironment | None:
     happened: a DataLoader's pin-memory thread, a loader worker (whose
     error the loader raises again with the worker's traceback as text), the progress line's
     thread, a trial worker. None for any other error (a bug keeps its traceback)."""
-    seen, current = set(), error
+    seen: set[int] = set()
+    current: BaseException | None = error
     while current is not None and id(current) not in seen:
         seen.add(id(current))
         if out_of_descriptors(current):

@@ -44,10 +44,12 @@ from typing import Callable, Iterator, Sequence
 from microbench.platform import process
 from microbench.platform.errors import CannotWrite, UsageError
 
+_flock: Callable[[int, int], None] | None
 try:
     import fcntl
+    _flock, _LOCK_EXCLUSIVE = fcntl.flock, fcntl.LOCK_EX
 except ImportError:                      # not POSIX: appends are still single writes
-    fcntl = None
+    _flock, _LOCK_EXCLUSIVE = None, 0
 
 TEMPORARY_PREFIX = ".tmp-"
 # This host in temporary names: the first 8 hex digits of its name's SHA-1.
@@ -241,7 +243,7 @@ def sweep_stale(directory: str) -> list[str]:
     """Remove the temporary files in ``directory`` that processes of this host left when they
     were killed (their process is gone); the names removed. A pid reused since keeps its file
     until that process is gone too: the sweep errs on the side of keeping."""
-    removed = []
+    removed: list[str] = []
     try:
         entries = list(os.scandir(directory))
     except OSError:
@@ -626,8 +628,8 @@ def append_csv_rows(path: str, header: Sequence[str], rows: Sequence[Sequence[ob
         raise _cannot_write(path, error) from None
     try:
         with signals_deferred():
-            if fcntl is not None:
-                fcntl.flock(fd, fcntl.LOCK_EX)
+            if _flock is not None:
+                _flock(fd, _LOCK_EXCLUSIVE)
             _append_locked(fd, path, header, rows, older)
     finally:
         os.close(fd)                          # releases the lock

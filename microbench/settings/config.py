@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import shlex
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from microbench.platform.errors import UsageError
 
@@ -206,8 +206,10 @@ def _read_schema() -> dict[str, Setting]:
     schema = {}
     for item in dataclasses.fields(BenchConfig):
         meta = item.metadata
+        # A field without a default has a factory (setting() gives one or the other); mypy
+        # does not narrow the MISSING sentinel.
         default = (item.default if item.default is not dataclasses.MISSING
-                   else item.default_factory())
+                   else item.default_factory())  # type: ignore[operator]
         schema[item.name] = Setting(
             name=item.name, default=default,
             flag=meta["flag"] or "--" + item.name.replace("_", "-"), kind=meta["kind"],
@@ -352,7 +354,7 @@ def _words(name: str, value: Any) -> list[str]:
     return list(value)
 
 
-def _scalars(name: str, value: tuple) -> tuple:
+def _scalars(name: str, value: Sequence[Any]) -> Sequence[Any]:
     if not all(isinstance(item, (int, float, str)) and not isinstance(item, bool)
                for item in value):
         return _refuse(name, value)

@@ -33,6 +33,7 @@ import os
 import re
 import stat
 from dataclasses import dataclass, field
+from typing import Iterable
 
 from microbench.platform.inputs import MAX_RESULT_BYTES, check_input
 from microbench.platform.errors import UsageError
@@ -151,8 +152,8 @@ def read(inputs: Inputs) -> Found:
     duplicates = 0
     for path in inputs.files:
         try:
-            document = stored.parse(path, path, MAX_INPUT_BYTES)   # checked again once open
-            schema.validate_result(document, path, fast)
+            document = schema.validate_result(                     # checked again once open
+                stored.parse(path, path, MAX_INPUT_BYTES), path, fast)
         except UsageError as error:
             found.lines.append(f"skipped {error}")
             continue
@@ -201,9 +202,8 @@ def _ab_rows(summary: dict, path: str, found: Found) -> list[Entry]:
     for side in ("a", "b"):
         where = stored.ab_side(path, summary["ab"][f"{side}_result"])
         try:
-            document = stored.parse(where, where, MAX_INPUT_BYTES) if where else None
-            if document is not None:
-                schema.validate_result(document, where)
+            document = (schema.validate_result(stored.parse(where, where, MAX_INPUT_BYTES), where)
+                        if where else None)
         except (UsageError, OSError, UnicodeDecodeError, ValueError, RecursionError):
             document = None
         if document is None or schema.document_kind(document) != schema.RESULT:
@@ -281,8 +281,8 @@ def _known_values(entries, name: str) -> set[str]:
     return {_key(setting_value(entry, name)) for entry in entries if _recorded(entry, name)}
 
 
-def _sort_key(entry: Entry, names) -> tuple:
-    key = []
+def _sort_key(entry: Entry, names: Iterable[str]) -> tuple:
+    key: list[tuple[int, float, str]] = []
     for name in names:
         value = setting_value(entry, name)
         if value is None:

@@ -133,7 +133,7 @@ class Figure:
         where the document does not know it."""
         if self.reader is not None:
             return self.reader(document)
-        return number(value_at(document, self.path))
+        return None if self.path is None else number(value_at(document, self.path))
 
     def csv_cell(self, document: dict) -> str:
         """The CSV row's cell: the stored value in ``csv_format``, empty where unknown."""
@@ -166,9 +166,10 @@ def _interval_end(name: str) -> Reader:
     def read(document: dict) -> float | None:
         low = number(value_at(document, ("trials", "ci95_low")))
         high = number(value_at(document, ("trials", "ci95_high")))
-        if low is None or high is None:
+        end = high if name == "ci95_high" else low
+        if low is None or high is None or end is None:
             return None
-        return number(value_at(document, ("trials", name))) * tokens_per_item(document)
+        return end * tokens_per_item(document)
     return read
 
 
