@@ -31,7 +31,7 @@ from torchvision import ops
 from torchvision.transforms import RandomResizedCrop, v2
 
 from microbench.data import codecs
-from microbench.data.datasets import reason
+from microbench.data.datasets import Failure, reason
 from microbench.data.image_files import FileRefused
 
 # torchvision's ImageNet statistics (the references' and the weights' own transforms).
@@ -95,8 +95,9 @@ class DeviceStage:
             return inputs, failures
 
     def _crop(self, images: list[torch.Tensor]) -> torch.Tensor:
-        if len({tuple(image.shape) for image in images}) > 1:
-            return torch.stack([self.crop(image) for image in images])
+        crop = self.crop                    # made where the device decodes, as here
+        if crop is not None and len({tuple(image.shape) for image in images}) > 1:
+            return torch.stack([crop(image) for image in images])
         return batched_crops(torch.stack(images), self.size, self.training)
 
     def _decode(self, encoded: list[torch.Tensor], sources: tuple[str, ...]):
@@ -107,7 +108,8 @@ class DeviceStage:
             return codecs.decode_jpegs_on_device(encoded, self.device), ()
         except RuntimeError:
             pass
-        images, failures = [], []
+        images: list[torch.Tensor | None] = []
+        failures: list[Failure] = []
         for index, data in enumerate(encoded):
             try:
                 images.append(codecs.decode_jpegs_on_device([data], self.device)[0])

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from microbench.measure.telemetry import TelemetryReport
 from microbench.measure.timing import Measurement
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from microbench.measure.drift import LowPrecision
     from microbench.measure.compile_watch import CompileReport
     from microbench.measure.library_log import LibraryLog
+    from microbench.measure.measured_peaks import MeasuredPeaks
 
 
 def _merged(measurements) -> Measurement:
@@ -127,7 +128,7 @@ class ProcessResult:
     data: DataTrial | None = None        # --data loader|folder: the input pipeline's
     compiler: CompileReport | None = None    # --compile: what the compiler did
     sharded: "ShardedState | None" = None   # --parallel fsdp: what this rank holds
-    peaks: Any = None                    # --measure-peaks: microbench.ops.peaks.MeasuredPeaks
+    peaks: MeasuredPeaks | None = None   # --measure-peaks: the probe (microbench.ops.peaks)
     lowp: LowPrecision | None = None     # --precision fp8, --quantize: what they did
     library_log: "LibraryLog | None" = None  # torch's and torchao's log records, kept
 

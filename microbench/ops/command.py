@@ -157,7 +157,8 @@ def run_peaks(args: argparse.Namespace, device: torch.device) -> int:
     try:
         dtypes = [dtype for dtype in PEAK_DTYPES if dtype in catalog.DTYPES]
         fp8 = devices.fp8_e4m3_dtype(device)          # torch._scaled_mm's GEMM
-        dtypes += [peaks.gemm_dtype(fp8)] if fp8 is not None else []
+        fp8_name = peaks.gemm_dtype(fp8) if fp8 is not None else None
+        dtypes += [fp8_name] if fp8_name is not None else []
         rows, clocks, seconds = peaks.probe_table(device, dtypes, source)
     finally:
         if source is not None:

@@ -39,17 +39,17 @@ import signal
 import socket
 import threading
 import time
+from types import ModuleType
 from typing import Callable, Iterator, Sequence
 
 from microbench.platform import process
 from microbench.platform.errors import CannotWrite, UsageError
 
-_flock: Callable[[int, int], None] | None
+fcntl: ModuleType | None
 try:
     import fcntl
-    _flock, _LOCK_EXCLUSIVE = fcntl.flock, fcntl.LOCK_EX
 except ImportError:                      # not POSIX: appends are still single writes
-    _flock, _LOCK_EXCLUSIVE = None, 0
+    fcntl = None
 
 TEMPORARY_PREFIX = ".tmp-"
 # This host in temporary names: the first 8 hex digits of its name's SHA-1.
@@ -628,8 +628,8 @@ def append_csv_rows(path: str, header: Sequence[str], rows: Sequence[Sequence[ob
         raise _cannot_write(path, error) from None
     try:
         with signals_deferred():
-            if _flock is not None:
-                _flock(fd, _LOCK_EXCLUSIVE)
+            if fcntl is not None:
+                fcntl.flock(fd, fcntl.LOCK_EX)
             _append_locked(fd, path, header, rows, older)
     finally:
         os.close(fd)                          # releases the lock

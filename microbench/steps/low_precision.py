@@ -292,7 +292,7 @@ def quantize_measured(model: nn.Module, quant: quant_layout.QuantPlan,
                                  compile_options=compile_options)
     # One layer at a time, the BF16 layer let go as soon as it is replaced: an 8B model's
     # 16 GB of BF16 weights are not kept beside their quantized copies.
-    errors = [_quantize_layer(model, name, model.get_submodule(name), quant, choice)
+    errors = [_quantize_layer(model, name, quant, choice)
               for name in [name for name, _ in linear_layers(model)]]
     drift = compare_logits(_logits(model, probe), before, reference)
     layer_error = _layer_error(model, watched, layer_io)
@@ -313,11 +313,14 @@ def quantize_measured(model: nn.Module, quant: quant_layout.QuantPlan,
                                                     for layout in quant.layouts)))))
 
 
-def _quantize_layer(model: nn.Module, name: str, layer: nn.Linear,
-                    quant: quant_layout.QuantPlan, choice: "quant_choice.Choice") -> float | None:
-    """Replace layer ``name`` by its quantized form: one layer in the one layout its phases
-    chose, or a PhaseLinear of the decode step's and the prompt's; the largest weight error
-    of its copies (None where a layout leaves the layer in BF16)."""
+def _quantize_layer(model: nn.Module, name: str, quant: quant_layout.QuantPlan,
+                    choice: "quant_choice.Choice") -> float | None:
+    """Replace layer ``name`` (a linear layer) by its quantized form: one layer in the one
+    layout its phases chose, or a PhaseLinear of the decode step's and the prompt's; the
+    largest weight error of its copies (None where a layout leaves the layer in BF16)."""
+    layer = model.get_submodule(name)
+    if not isinstance(layer, nn.Linear):
+        raise TypeError(f"{name} is not a linear layer")
     chosen = {phase.name: choice.layout(phase.name, name) for phase in choice.phases
               if name in phase.rows}
     layouts = list(dict.fromkeys(chosen.values())) or [quant.layouts[0]]
@@ -370,7 +373,8 @@ def _watched_layer(model: nn.Module) -> str | None:
     names = [name for name, _ in linear_layers(model)]
     inner = [name for name in names if not any(name == head or name.endswith("." + head)
                                                for head in _HEADS)]
-    return (inner or names or [None])[0]
+    chosen = inner or names
+    return chosen[0] if chosen else None
 
 
 @contextlib.contextmanager
@@ -421,7 +425,7 @@ def dequantized(weight: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
                             weight.shape[1], dtype, weight.device)
 
 
-def weight_error(original: torch.Tensor, layer: nn.Module) -> float:
+def weight_error(original: torch.Tensor, layer: nn.Linear) -> float:
     """The relative reconstruction error of one quantized layer's weight: the layer's own
     dequantize where it has one (this tool's layers), else its weight's."""
     own = getattr(layer, "dequantize", None)
@@ -458,7 +462,7 @@ def fp8_measured(model: nn.Module, recipe: str, device: torch.device, make_step,
         reference_losses = training_losses(make_step, DRIFT_STEPS, seed)
         _restore(model, saved)
     names = convert_fp8(model, recipe, fsdp)
-    if make_step is not None:
+    if make_step is not None and saved is not None:
         losses = training_losses(make_step, DRIFT_STEPS, seed)
         _restore(model, saved)
         drift = Drift("loss", "AMP-BF16", losses=losses, reference_losses=reference_losses)

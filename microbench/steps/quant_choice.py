@@ -281,23 +281,27 @@ def choose(plan: quant_layout.QuantPlan, model: nn.Module, phases: tuple[Phase, 
     fastest = {}
     for key in keys:
         measured = timings.get(key, {})
-        fastest[key] = min(measured, key=measured.get) if measured else plan.layouts[0]
+        fastest[key] = min(measured, key=measured.__getitem__) if measured else plan.layouts[0]
     choice = Choice(plan.quantize, phases, shapes, fastest, timings, tuple(failures),
                     seconds=time.perf_counter() - started, compile_seconds=compile_s)
     _store(path, cache_key, choice)
     return choice
 
 
-def _measure(plan, model, phases, shapes, keys, device, timer, compile_options):
+def _measure(plan: quant_layout.QuantPlan, model: nn.Module, phases: tuple[Phase, ...],
+             shapes: dict[str, Shape], keys: set[tuple[Shape, int]], device: torch.device,
+             timer: Callable[[Callable[[], object]], float],
+             compile_options: Callable[[str], dict] | None
+             ) -> tuple[dict[tuple[Shape, int], dict[str, float]], list[str], float]:
     """(shape, rows) -> layout -> ms; the failures, one line each; seconds spent compiling."""
-    layers = {}
+    layers: dict[Shape, nn.Linear] = {}
     for name, layer in linear_layers(model):
         layers.setdefault(shapes[name], layer)
-    phase_of = {}
+    phase_of: dict[tuple[Shape, int], str] = {}
     for phase in phases:
         for key in phase.keys(shapes):
             phase_of.setdefault(key, phase.name)
-    timings: dict = defaultdict(dict)
+    timings: dict[tuple[Shape, int], dict[str, float]] = defaultdict(dict)
     failures: list[str] = []
     failed: set[str] = set()
     compile_s, compiled_any = 0.0, False
@@ -312,7 +316,7 @@ def _measure(plan, model, phases, shapes, keys, device, timer, compile_options):
                 failures.append(f"{layout} left out: building it failed "
                                 f"({quant_layout.error_text(error)})")
                 continue
-            product = built
+            product: Callable[[torch.Tensor], object] = built
             for key in sorted(key for key in keys if key[0] == shape):
                 rows = key[1]
                 x = torch.randn(rows, shape[0], device=device,
@@ -337,7 +341,7 @@ def _measure(plan, model, phases, shapes, keys, device, timer, compile_options):
                     failures.append(f"{layout} left out: its product at {shape[0]}x{shape[1]}, "
                                     f"{rows} rows, failed ({quant_layout.error_text(error)})")
                     break
-            built = product = None          # this candidate's layers let go
+            del built, product              # this candidate's layers let go
             if layout in failed:            # a layout is measured everywhere or nowhere
                 for row in timings.values():
                     row.pop(layout, None)
@@ -349,7 +353,7 @@ def _measure(plan, model, phases, shapes, keys, device, timer, compile_options):
 # ---------------------------------------------------------------- the cache
 
 def _versions() -> dict:
-    found = {"torch": torch.__version__}
+    found = {"torch": str(torch.__version__)}
     for name in ("torchao", "mslk-cuda"):
         with contextlib.suppress(importlib.metadata.PackageNotFoundError):
             found[name] = importlib.metadata.version(name)
@@ -377,6 +381,8 @@ def _cached(path: str, key: str) -> dict | None:
     if not os.path.exists(path):
         return None
     entry = _read_cache(path).get(key)
+    if not isinstance(entry, dict):
+        return None
     try:
         return {"when": str(entry["when"]),
                 "fastest": {_parse_key(text): str(layout)

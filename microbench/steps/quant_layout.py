@@ -154,7 +154,7 @@ class QuantPlan:
     requested: str                      # "auto" or the layout named
     layouts: tuple[str, ...]            # the one named, or auto's candidates this device runs
     notes: tuple[str, ...] = ()         # a layout set aside, and why
-    facts: QuantDevice | None = None
+    facts: QuantDevice = dataclasses.field(kw_only=True)     # the device it was planned for
 
     @property
     def measured(self) -> bool:
@@ -205,7 +205,7 @@ def plan(quantize: str, requested: str, facts: QuantDevice) -> QuantPlan:
         reasons = [why_not(quantize, layout, facts) or mslk_traceable(layout)
                    for layout in form.layouts]
         raise UsageError(f"--quantize {quantize} cannot run on this device: {reasons[-1]}")
-    return QuantPlan(quantize, "auto", tuple(runnable), tuple(notes), facts)
+    return QuantPlan(quantize, "auto", tuple(runnable), tuple(notes), facts=facts)
 
 
 # ---------------------------------------------------------------- mslk's fake kernels
@@ -337,7 +337,7 @@ def torchao_config(quantize: str, layout: str, facts: QuantDevice):
     raise UsageError(f"unknown --quantize {quantize!r}")
 
 
-def build(layer: nn.Linear, quantize: str, layout: str, facts: QuantDevice) -> nn.Module:
+def build(layer: nn.Linear, quantize: str, layout: str, facts: QuantDevice) -> nn.Linear:
     """``layer`` quantized with ``quantize`` in ``layout``: a new module (torchao's quantize_
     runs on a copy), ``layer`` itself left as it was, BF16. The caller imports torchao."""
     if layout == "inductor":
@@ -429,7 +429,7 @@ def describe_layer(module: nn.Linear, rows: int | None = None) -> tuple[str, str
     return describe(module.weight)
 
 
-def layout_of(module: nn.Module) -> str:
+def layout_of(module: nn.Linear) -> str:
     """The --quant-layout name of a quantized layer (what quantization.LAYOUTS calls it)."""
     if isinstance(module, Int8WeightOnlyLinear):
         return "unwrapped"

@@ -213,10 +213,13 @@ def process_group(device: torch.device, timeout_s: float = 600.0) -> Iterator[No
         yield
         return
     # NCCL (RCCL on ROCm) is bound to the run's GPU, whichever thread calls it later.
-    gpu = {"device_id": device} if is_gpu(device) else {}
-    dist.init_process_group("nccl" if is_gpu(device) else "gloo", store=dist.HashStore(),
-                            rank=0, world_size=1, timeout=datetime.timedelta(seconds=timeout_s),
-                            **gpu)
+    timeout = datetime.timedelta(seconds=timeout_s)
+    if is_gpu(device):
+        dist.init_process_group("nccl", store=dist.HashStore(), rank=0, world_size=1,
+                                timeout=timeout, device_id=device)
+    else:
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1,
+                                timeout=timeout)
     try:
         yield
     finally:

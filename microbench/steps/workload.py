@@ -193,8 +193,9 @@ def prepare_model(spec: StepSettings) -> nn.Module:
     model = spec.model.build().to(spec.device)
     if spec.precision.model_dtype in (torch.float16, torch.bfloat16):
         fp16util.network_to_half(model, spec.precision.model_dtype)
-    if spec.config.nhwc:
-        model = model.to(memory_format=spec.model.channels_last)
+    layout = spec.model.channels_last       # None for token inputs, which --nhwc refuses
+    if spec.config.nhwc and layout is not None:
+        model = model.to(memory_format=layout)
     return model
 
 
@@ -209,8 +210,9 @@ def build(spec: StepSettings, wrap: Callable[[nn.Module], nn.Module] | None = No
     parameters = sum(p.numel() for p in model.parameters())
     inputs, target = spec.model.make_batch(spec.batch_size, device, precision.model_dtype,
                                            spec.config.seed)
-    if spec.config.nhwc:
-        inputs = inputs.contiguous(memory_format=spec.model.channels_last)
+    layout = spec.model.channels_last
+    if spec.config.nhwc and layout is not None:
+        inputs = inputs.contiguous(memory_format=layout)
     model.train(training)
     iteration_flops = fp8_flops = None
     if count_flops:         # before FP8 (torch counts no FLOPs for its FP8 matmul, _scaled_mm)
