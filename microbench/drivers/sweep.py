@@ -94,10 +94,10 @@ def run_trial(row: Row, env, monitor: benchmark.Monitor, index: int = 0) -> None
     skipped)."""
     try:
         row.spec.check()
-        if in_workers(row.spec):
-            row.trials.append(in_worker(row.spec, index))
-        else:
-            row.trials.append(measure_trial(row.spec, env, monitor))
+        trial = (in_worker(row.spec, index) if in_workers(row.spec)
+                 else measure_trial(row.spec, env, monitor))
+        if trial is not None:                      # one process: its trial, always
+            row.trials.append(trial)
     except OutOfMemory as error:
         row.fail("out of memory", str(error), error.exit_code)
     except BenchmarkError as error:
@@ -137,7 +137,7 @@ def run_sweep(specs, env, out: TextIO, counterbalance: bool = False) -> list[Row
         monitor.close()
     for row in rows:
         if not row.failed:
-            row.record(Summary(row.spec, env, row.trials))
+            row.record(Summary(row.spec, env, tuple(row.trials)))
     return rows
 
 
@@ -146,13 +146,14 @@ def write_files(rows: list[Row], output_dir: str, env) -> str:
     documents = []
     for row in rows:
         spec = row.spec
-        if not row.failed:
+        if not row.failed and row.summary is not None:       # measured rows are recorded
             files.write_files(row.summary, row.document)
             documents.append({"status": "ok", "json_file": spec.json_path,
                               "result": row.document})
         else:
-            files.append_csv(files.failed_csv_row(spec, env, row.status, row.error),
-                             spec.csv_path)
+            if spec.csv_path is not None:                    # files are written: it is named
+                files.append_csv(files.failed_csv_row(spec, env, row.status, row.error or ""),
+                                 spec.csv_path)
             documents.append({"status": row.status, "error": row.error,
                               "config": dataclasses.asdict(spec.config)})
     # Named by what it holds (its first and last rows' result names) and when, and claimed

@@ -29,7 +29,7 @@ import io
 import socket
 import sys
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Sequence, TypeVar
 
 from microbench.drivers import benchmark
 from microbench.drivers.trial_count import TrialCount
@@ -64,8 +64,11 @@ class Job:
         self.status, self.error, self.exit_code = status, error, exit_code
 
 
-def run_rounds(jobs: list[Job], rounds: int, measure: Callable[[Job, int], None],
-               between: Callable[[Job], None] = lambda job: None,
+J = TypeVar("J", bound=Job)         # a Job, or a sweep's Row
+
+
+def run_rounds(jobs: Sequence[J], rounds: int, measure: Callable[[J, int], None],
+               between: Callable[[J], None] = lambda job: None,
                on_round: Callable[[int], None] = lambda index: None,
                until: Callable[[], bool] = lambda: False, counterbalance: bool = False) -> None:
     """Trial ``i`` of every job, for ``i`` in ``range(rounds)``; a failed job is skipped from
@@ -163,7 +166,7 @@ def measure(spec, out) -> Summary | None:
     if count.stopped_by:
         print(f"Stopped after {len(job.trials)} trials: {count.stopped_by}", file=out,
               flush=True)
-    return Summary(spec, env, job.trials, distributed.backend_name(), notes + count.notes(),
+    return Summary(spec, env, tuple(job.trials), distributed.backend_name(), notes + count.notes(),
                    discarded=tuple(count.discarded), stopped_by=count.stopped_by)
 
 
@@ -175,6 +178,8 @@ def _one_trial(job: Job, index: int, place, count: TrialCount) -> None:
         if count.keep(index, trial, place.out):
             break
         place.between()
+    if trial is None:               # another rank's: rank 0 holds the trials
+        return
     job.trials.append(trial)
     if spec.launch.is_main and spec.config.several_trials:
         print(f"{label}{trial.throughput:.2f} {spec.model.item}s/s{place.trial_text(trial)}",
@@ -295,7 +300,7 @@ def _measure_here(spec, rendezvous: str | None, label: str | None) -> Trial | No
     launch = spec.launch
     try:
         with distributed.leaving_group():
-            if launch.distributed:
+            if launch.distributed and rendezvous is not None:   # trial_rendezvous gave it
                 distributed.init_trial_group(launch, spec.device, spec.config.dist_timeout,
                                              rendezvous)
             with shown_phases(label if launch.is_main else None) as activity:

@@ -67,6 +67,7 @@ class ModelSpec:
     tokens_per_item = None                       # images, not token sequences
     reads_tokens = False
     llama_config = None                          # not a llama_* preset
+    attention = ""                               # no attention to choose
     can_generate = False
     loss_name = "cross-entropy over classes"
 

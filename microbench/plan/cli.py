@@ -727,8 +727,8 @@ def _fields_given(dests) -> set[str]:
             fields.add("precision")
         elif dest == "compile_mode":
             fields |= {"compile", "compile_options"}
-        elif field_of_dest(dest) is not None:
-            fields.add(field_of_dest(dest))
+        elif (field := field_of_dest(dest)) is not None:
+            fields.add(field)
     return fields
 
 
@@ -816,7 +816,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     argv, spelling_notes = _own_spellings(argv)
     parser = build_parser()
     given = _given(parser, argv)
-    stored, notes = {}, []
+    stored: dict = {}
+    notes: list[str] = []
     if given.get("rerun") is not None:
         path = given["rerun"]
         words, notes = rerun.flags_of(path)

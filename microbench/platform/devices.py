@@ -25,6 +25,7 @@ import functools
 import platform
 from dataclasses import dataclass
 from types import SimpleNamespace
+from typing import Any, ClassVar, Mapping, Protocol, TypeVar
 
 import torch
 from torch.utils import collect_env
@@ -557,8 +558,23 @@ def tf32_convolutions_exist() -> bool:
     return not torch.version.hip
 
 
-def tf32_on_rocm(policy, hip_version: str | None, conv_model: bool,
-                 environ) -> tuple[object, str | None]:
+class TF32Policy(Protocol):
+    """What :func:`tf32_on_rocm` reads of a precision (``settings.precision.Precision``)."""
+
+    __dataclass_fields__: ClassVar[dict[str, Any]]
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def tf32(self) -> bool: ...
+
+
+P = TypeVar("P", bound=TF32Policy)
+
+
+def tf32_on_rocm(policy: P, hip_version: str | None, conv_model: bool,
+                 environ: Mapping[str, str]) -> tuple[P, str | None]:
     """What TF32 really does on a ROCm build (``policy``: a precision.Precision), and a note
     saying so.
 

@@ -46,7 +46,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Callable, Iterator, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -56,6 +56,8 @@ from microbench.steps.blocks import transformer_blocks
 from microbench.platform.devices import is_gpu
 from microbench.platform.errors import MissingEnvironment, UsageError
 from microbench.settings.precision import Precision
+
+M = TypeVar("M", bound=nn.Module)
 
 FLAG = "--parallel fsdp"
 REDUCE_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -166,8 +168,7 @@ def shard(model: nn.Module, device: torch.device, precision: Precision, *,
                      reduce_dtype=reduce_dtype)
 
 
-def materialize(model: nn.Module, device: torch.device,
-                initialize: Callable[[nn.Module], None]) -> None:
+def materialize(model: M, device: torch.device, initialize: Callable[[M], None]) -> None:
     """Give a model built on the meta device its memory on `device`, then its values.
 
     After `shard`, each rank allocates only its own shards. ``initialize(model)`` must fill every

@@ -25,22 +25,33 @@ from microbench.measure import flops
 from microbench.settings.precision import Precision
 
 if TYPE_CHECKING:
-    from microbench.models.language import LanguageModelSpec
+    from microbench.models.family import ModelFamily
     from microbench.steps.sharding import ShardPlan
-    from microbench.models.registry import ModelSpec
     from microbench.settings.config import BenchConfig
 
 
 class StepSettings(Protocol):
     """What a step builder reads of the resolved spec. A ``RunSpec`` is one; it is named here,
-    below the resolver, so that building a step never imports what chose the kind of run."""
+    below the resolver, so that building a step never imports what chose the kind of run.
+    Read-only: a spec is frozen."""
 
-    config: BenchConfig
-    model: ModelSpec | LanguageModelSpec
-    device: torch.device
-    precision: Precision
-    batch_size: int
-    quant: "quant_layout.QuantPlan | None"      # --quantize resolved for this device
+    @property
+    def config(self) -> BenchConfig: ...
+
+    @property
+    def model(self) -> ModelFamily: ...
+
+    @property
+    def device(self) -> torch.device: ...
+
+    @property
+    def precision(self) -> Precision: ...
+
+    @property
+    def batch_size(self) -> int: ...
+
+    @property
+    def quant(self) -> quant_layout.QuantPlan | None: ...   # --quantize resolved here
 
 
 @dataclass
