@@ -32,7 +32,8 @@ import os
 import signal
 import sys
 import threading
-from typing import Any, Iterator, Protocol
+from types import TracebackType
+from typing import Any, Callable, Iterator, Protocol
 
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
@@ -90,12 +91,12 @@ def _worker_init(worker_id: int) -> None:
     sys.excepthook = _quiet_when_the_receiver_left(sys.excepthook)
 
 
-def _quiet_when_the_receiver_left(previous):
+def _quiet_when_the_receiver_left(previous: ExceptHook) -> ExceptHook:
     """A worker hands each batch's shared memory to the main process over a socket, served by
     multiprocessing's resource-sharer thread, which prints any error through sys.excepthook.
     When the main process is interrupted mid-handover the socket is reset, which is expected
     and not the worker's failure; every other error still goes to the previous hook."""
-    def hook(kind, value, traceback):
+    def hook(kind: type[BaseException], value: BaseException, traceback: TracebackType | None):
         if not issubclass(kind, (ConnectionError, EOFError)):
             previous(kind, value, traceback)
     return hook
@@ -204,6 +205,10 @@ def _worker_death(error: RuntimeError) -> BaseException:
                         f"--prefetch-factor, or --transforms gpu")
 
 
+# sys.excepthook's signature.
+ExceptHook = Callable[[type[BaseException], BaseException, TracebackType | None], object]
+
+
 class Stage(Protocol):
     """What happens to a batch on the device after its copy (``transforms.DeviceStage``; token
     ids: nothing): the model's input and the files that failed to decode there."""
@@ -220,7 +225,7 @@ def to_device(batch: Batch, device: torch.device, stage: Stage
     the device stage could not decode."""
     labels = batch.labels.to(device, non_blocking=True)
     inputs = batch.inputs
-    if not stage.decode:                 # encoded images stay on the host for the decoder
-        inputs = inputs.to(device, non_blocking=True)
+    if not stage.decode and isinstance(inputs, torch.Tensor):    # encoded images stay on the
+        inputs = inputs.to(device, non_blocking=True)            # host for the decoder
     inputs, failures = stage(inputs, batch.sources)
     return inputs, labels, failures

@@ -33,7 +33,7 @@ Example (the scenario's side, simplified)::
 from __future__ import annotations
 
 import time
-from typing import Callable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import torch
 
@@ -93,7 +93,7 @@ class Pipeline:
         self._note(failures)
         return inputs, labels
 
-    def _note(self, failures) -> None:
+    def _note(self, failures: Iterable[Failure]) -> None:
         for path, why in failures:
             self._skipped.setdefault(path, why)
 
@@ -149,7 +149,7 @@ class Pipeline:
     def __enter__(self) -> "Pipeline":
         return self
 
-    def __exit__(self, *exc_info) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
 

@@ -80,19 +80,22 @@ class DeviceStage:
         self.normalise = normalisation(dtype) if normalise else None
         self.channels_last = channels_last
 
-    def __call__(self, inputs, sources: tuple[str, ...] = ()):
-        """The model's input from a batch on the device (encoded images: on the host), and the
-        files that failed to decode there as (path, reason)."""
-        failures: tuple = ()
+    def __call__(self, inputs: torch.Tensor | list[torch.Tensor], sources: tuple[str, ...] = ()
+                 ) -> tuple[torch.Tensor, tuple[Failure, ...]]:
+        """The model's input from a batch on the device (encoded images: on the host, a list),
+        and the files that failed to decode there as (path, reason)."""
+        failures: tuple[Failure, ...] = ()
         with torch.no_grad():
-            if self.decode:
+            if isinstance(inputs, list):                # encoded: self.decode
                 images, failures = self._decode(inputs, sources)
-                inputs = self._crop(images)
+                batch = self._crop(images)
+            else:
+                batch = inputs
             if self.normalise is not None:
-                inputs = self.normalise(inputs)
+                batch = self.normalise(batch)
             if self.channels_last:
-                inputs = inputs.contiguous(memory_format=torch.channels_last)
-            return inputs, failures
+                batch = batch.contiguous(memory_format=torch.channels_last)
+            return batch, failures
 
     def _crop(self, images: list[torch.Tensor]) -> torch.Tensor:
         crop = self.crop                    # made where the device decodes, as here

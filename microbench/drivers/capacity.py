@@ -11,7 +11,12 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Callable, TypeVar
+from typing import TYPE_CHECKING, Callable, TypeVar
+
+if TYPE_CHECKING:
+    import torch
+
+    from microbench.plan.spec import RunSpec
 
 R = TypeVar("R")          # what a full run returns (its exit code)
 
@@ -89,7 +94,7 @@ def largest_that_runs(fits: Callable[[int], bool], run: Callable[[int], R | None
         ceiling = found.largest
 
 
-def batch_fits(spec, batch: int, warmup_steps: int = 2) -> bool:
+def batch_fits(spec: RunSpec, batch: int, warmup_steps: int = 2) -> bool:
     """Build a fresh model at ``batch`` and run a few steps; False when memory runs out."""
     import gc
 
@@ -166,7 +171,7 @@ def host_budget_problem(budget_gb: float | None, memory: HostMemory,
     return None
 
 
-def apply_memory_budget(device, budget_gb: float | None) -> str | None:
+def apply_memory_budget(device: torch.device, budget_gb: float | None) -> str | None:
     """Cap the caching allocator at ``budget_gb``, as if the GPU were smaller; a note to print."""
     from microbench.platform import devices
 

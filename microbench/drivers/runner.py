@@ -12,6 +12,7 @@ import inspect
 import json
 import os
 import sys
+from typing import TextIO
 
 from microbench.drivers import capacity
 from microbench.platform import devices, distributed, environment, process
@@ -26,7 +27,7 @@ from microbench.platform.errors import (EXPECTED_EXIT_CODES, BenchmarkError, Out
 from microbench.output import compare, console, files, sweep_plot, sweep_table
 from microbench.plan.spec import RunSpec, resolve
 from microbench.output.summary import Summary
-from microbench.store.baseline import read_gate, scaling_baseline
+from microbench.store.baseline import Gate, read_gate, scaling_baseline
 
 
 def run_plan(plan: Plan) -> int:
@@ -123,13 +124,13 @@ def run_worker(spec: RunSpec, problem: BenchmarkError | None = None) -> int:
     return 0
 
 
-def report(summary: Summary, out) -> None:
+def report(summary: Summary, out: TextIO) -> None:
     """Everything rank 0 shows and writes after a run, and the --compare gate last (judged
     first: a run that fails the gate never replaces the baseline it failed against)."""
     gate = summary.spec.compare
     document = files.result_document(summary)       # once: judged, written, compared
     verdict = compare.judge(document, gate) if gate is not None else None
-    if verdict is not None and verdict.regression:      # written beside the baseline
+    if gate is not None and verdict is not None and verdict.regression:   # beside the baseline
         summary = dataclasses.replace(summary, spec=_keeping_baseline(summary.spec, gate))
     if not summary.spec.config.quiet:
         console.print_iterations(summary, out)
@@ -141,7 +142,7 @@ def report(summary: Summary, out) -> None:
         compare.compare(document, gate, out, verdict)
 
 
-def _keeping_baseline(spec: RunSpec, gate) -> RunSpec:
+def _keeping_baseline(spec: RunSpec, gate: Gate) -> RunSpec:
     """A regressed run whose result file is the baseline: its result goes beside it
     (``NAME.regressed.json``, or ``NAME.regressed2.json``...), and the baseline stays as it
     was, so that regressed runs in a row cannot ratchet it down."""

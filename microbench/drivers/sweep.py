@@ -11,7 +11,7 @@ import dataclasses
 import datetime
 import os
 from dataclasses import dataclass
-from typing import TextIO
+from typing import Sequence, TextIO
 
 from microbench.drivers import benchmark
 from microbench.drivers.trials import Job, in_worker, in_workers, measure_trial, run_rounds
@@ -21,6 +21,8 @@ from microbench.output import files
 from microbench.platform import units, writing
 from microbench.output.summary import Summary
 from microbench.plan import naming
+from microbench.plan.spec import RunSpec
+from microbench.platform.environment import DeviceInfo
 from microbench.store.entry import Entry, entries_of
 
 
@@ -88,7 +90,7 @@ def _outcome(row: Row) -> str:
             f"CV {units.percent(t.cv)}{memory_text}")
 
 
-def run_trial(row: Row, env, monitor: benchmark.Monitor, index: int = 0) -> None:
+def run_trial(row: Row, env: DeviceInfo, monitor: benchmark.Monitor, index: int = 0) -> None:
     """Trial ``index`` of one configuration (in a worker process when trials run in workers);
     a failure is recorded in the row instead of raised, and ends the row (its later trials are
     skipped)."""
@@ -116,7 +118,8 @@ def outcome(rows: list[Row]) -> int:
                       f"the first, {first.label()}: {first.error}", first.exit_code)
 
 
-def run_sweep(specs, env, out: TextIO, counterbalance: bool = False) -> list[Row]:
+def run_sweep(specs: Sequence[RunSpec], env: DeviceInfo, out: TextIO, counterbalance: bool = False
+             ) -> list[Row]:
     """Every configuration, trial after trial: with --repeat N the rows interleave (trial 1 of
     every row, then trial 2, ...), so a drift of the device's speed hits all rows alike
     (``counterbalance``: in reverse order every other round, trials.run_rounds)."""
@@ -141,7 +144,7 @@ def run_sweep(specs, env, out: TextIO, counterbalance: bool = False) -> list[Row
     return rows
 
 
-def write_files(rows: list[Row], output_dir: str, env) -> str:
+def write_files(rows: list[Row], output_dir: str, env: DeviceInfo) -> str:
     """Each successful row's JSON, every row in the CSV, and one sweep JSON; returns its path."""
     documents = []
     for row in rows:

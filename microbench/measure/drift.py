@@ -9,6 +9,8 @@ Example::
 """
 from __future__ import annotations
 
+from typing import Iterable
+
 from dataclasses import dataclass, field
 
 from microbench.platform import units
@@ -110,7 +112,7 @@ def phase_label(name: str, rows: int) -> str:
     return f"{name} ({rows} row{'s' * (rows != 1)})"
 
 
-def _kernels_text(kernels) -> str:
+def _kernels_text(kernels: Iterable[dict]) -> str:
     return "; ".join(f"{k['tensor']} ({k['packing']}: {k['kernel']}) on {k['layers']} layers"
                      for k in kernels)
 

@@ -44,9 +44,12 @@ import sys
 import time
 import warnings
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from microbench.platform import units
+
+if TYPE_CHECKING:
+    from microbench.measure.telemetry import TelemetryReport
 
 LEVEL = 0.95
 ALPHA = 1 - LEVEL
@@ -421,7 +424,7 @@ class StoppingRule:
 
 # ---------------------------------------------------------------- throttled trials
 
-def throttle_reason(telemetry) -> str | None:
+def throttle_reason(telemetry: TelemetryReport | None) -> str | None:
     """Why a trial counts as throttled, from its telemetry report (``sm_clock_drop``,
     ``stats['sm_clock_mhz']``, ``max_sm_clock_mhz``, ``throttle_reasons_seen``), or None."""
     if telemetry is None:
@@ -444,7 +447,7 @@ class DiscardPolicy:
     max_reruns: int
     discarded: list[tuple[int, str]] = field(default_factory=list)   # (trial index, reason)
 
-    def rerun(self, index: int, telemetry) -> bool:
+    def rerun(self, index: int, telemetry: TelemetryReport | None) -> bool:
         """Whether trial ``index`` (just measured) is to be discarded and measured again."""
         reason = throttle_reason(telemetry)
         if reason is None or len(self.discarded) >= self.max_reruns:

@@ -14,7 +14,7 @@ Example::
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     import torch
@@ -61,11 +61,13 @@ class ModelFamily(Protocol):
 
     def build(self) -> torch.nn.Module: ...
 
+    def input_shape(self, batch_size: int) -> tuple[int, ...]: ...
+
     def check(self) -> None: ...
 
     def make_batch(self, batch_size: int, device: torch.device, dtype: torch.dtype | None,
                    seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]: ...
 
-    def loss(self, output, target: torch.Tensor) -> torch.Tensor: ...
+    def loss(self, output: Any, target: torch.Tensor) -> torch.Tensor: ...
 
     def describe(self) -> str: ...

@@ -28,7 +28,7 @@ from __future__ import annotations
 import ast
 import difflib
 import inspect
-from typing import Any
+from typing import Any, Collection
 import math
 import re
 from types import ModuleType
@@ -125,7 +125,7 @@ def _check_scalar(key: str, value: object, default: object) -> None:
     _check_number(key, value)
 
 
-def _check_value(key: str, value: object, default: object, activations) -> None:
+def _check_value(key: str, value: object, default: object, activations: Collection[str]) -> None:
     if _ACTIVATION.search(key) and isinstance(default, str):
         if value not in activations:
             raise UsageError(f"model argument {key}={_shown(value)}: not an activation "

@@ -20,6 +20,8 @@ Example::
 """
 from __future__ import annotations
 
+from typing import Any
+
 from dataclasses import dataclass, replace
 
 import torch
@@ -170,10 +172,10 @@ class LanguageModelSpec:
                              generator=generator).to(device)
 
     @staticmethod
-    def logits(output) -> torch.Tensor:
+    def logits(output: Any) -> torch.Tensor:
         return output.logits if hasattr(output, "logits") else output
 
-    def loss(self, output, target: torch.Tensor) -> torch.Tensor:
+    def loss(self, output: Any, target: torch.Tensor) -> torch.Tensor:
         logits = self.logits(output)
         return nn.functional.cross_entropy(logits.flatten(0, 1), target.flatten())
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass, replace
 from functools import lru_cache
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 import torchvision.models as tvm
@@ -137,7 +137,7 @@ class ModelSpec:
         return inputs.to(device=device, dtype=dtype), target.to(device)
 
     @staticmethod
-    def logits(output) -> torch.Tensor:
+    def logits(output: Any) -> torch.Tensor:
         """The tensor the loss is taken on: segmentation returns a dict, GoogLeNet a tuple."""
         if isinstance(output, dict):
             return output["out"]
@@ -145,7 +145,7 @@ class ModelSpec:
             return output.logits
         return output
 
-    def loss(self, output, target: torch.Tensor) -> torch.Tensor:
+    def loss(self, output: Any, target: torch.Tensor) -> torch.Tensor:
         return torch.nn.functional.cross_entropy(self.logits(output), target)
 
     def describe(self) -> str:

@@ -33,7 +33,7 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import dataclass, replace
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import torch
 
@@ -45,6 +45,10 @@ from microbench.ops import catalog, runner
 from microbench.ops.report import OpResult
 from microbench.platform import devices
 from microbench.settings.precision import tf32_allowed
+
+if TYPE_CHECKING:
+    from microbench.settings.precision import Precision
+    from microbench.measure.telemetry.sampler import Source
 
 # Below these shares of the datasheet the summary warns: a GEMM that reaches under 75% of the
 # dense peak, or a copy under 80% of the memory bandwidth, is not the part the datasheet
@@ -98,7 +102,7 @@ def gemm_dtype(compute: torch.dtype) -> str | None:
     return None
 
 
-def probe_dtype(precision, device: torch.device) -> torch.dtype:
+def probe_dtype(precision: Precision, device: torch.device) -> torch.dtype:
     """The dtype the GEMM probe multiplies in for a run of ``precision`` (a precision-table
     row): --precision fp8 on a device with FP8 matrix units probes an FP8 GEMM in the E4M3
     encoding those units take (so both of MFU's denominators are FP8); every other run its
@@ -179,7 +183,7 @@ def copy_row(device: torch.device, size: ProbeSize) -> OpResult:
     return _Prober(device, runner.Peaks(flops.peak_for_device(device)), size).copy()
 
 
-def probe_table(device: torch.device, dtypes: Sequence[str], source=None,
+def probe_table(device: torch.device, dtypes: Sequence[str], source: Source | None = None,
                 size: ProbeSize | None = None,
                 clock: Callable[[], float] = time.perf_counter
                 ) -> tuple[list[OpResult], ProbeClocks, float]:
@@ -200,7 +204,7 @@ def probe_table(device: torch.device, dtypes: Sequence[str], source=None,
 
 
 def measure(device: torch.device, compute: torch.dtype, peak_key: str,
-            source=None, size: ProbeSize | None = None,
+            source: Source | None = None, size: ProbeSize | None = None,
             clock: Callable[[], float] = time.perf_counter,
             timing: runner.TimingPlan | None = None) -> MeasuredPeaks:
     """Probe ``device``'s GEMM at ``compute`` and its copy bandwidth; ``source`` is the
@@ -249,7 +253,7 @@ def _device_name(device: torch.device) -> str:
     return devices.device_name(device) if devices.is_gpu(device) else "cpu"
 
 
-def clocks_of(samples: Sequence[Sample], source) -> ProbeClocks:
+def clocks_of(samples: Sequence[Sample], source: Source | None) -> ProbeClocks:
     """The readings taken during the probe, in one :class:`ProbeClocks`."""
     if source is None:
         return ProbeClocks(source="no telemetry source (the CPU, or none could be opened)")
@@ -276,7 +280,7 @@ def clocks_of(samples: Sequence[Sample], source) -> ProbeClocks:
 _MEASURED: dict[tuple, MeasuredPeaks] = {}
 
 
-def once(device: torch.device, compute: torch.dtype, peak_key: str, source=None,
+def once(device: torch.device, compute: torch.dtype, peak_key: str, source: Source | None = None,
          measure_fn: Callable[..., MeasuredPeaks] | None = None) -> MeasuredPeaks:
     key = (str(device), compute, peak_key, tf32_allowed("matmul"))
     if key not in _MEASURED:

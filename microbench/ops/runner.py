@@ -286,7 +286,7 @@ class QueuedDelay:
         if sleep is None or target_ms <= 0:
             return None
         if measure_ms is None:
-            def measure_ms(call):
+            def measure_ms(call: Callable[[], object]) -> float:
                 return time_calls(call, 3, device).median
 
         sleep(SPIN_PROBE_CYCLES)                 # the first launch loads the kernel

@@ -16,7 +16,7 @@ import os
 import shlex
 import sys
 from dataclasses import asdict, replace
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 from microbench import __version__
 from microbench.models import names
@@ -44,7 +44,7 @@ from microbench.platform import gpu_presence
 from microbench.platform.errors import UsageError
 
 
-def _setting(group, name: str, *aliases: str, **kwargs: Any) -> None:
+def _setting(group: argparse._ArgumentGroup, name: str, *aliases: str, **kwargs: Any) -> None:
     """Add the flag of config field ``name`` as its schema declares it: spelling, destination,
     default (a list for a sweep axis, whose ``choices`` are a comma-separated list's), and
     ``store_true`` for switches."""
@@ -719,7 +719,7 @@ def _given(parser: argparse.ArgumentParser, words: Sequence[str]) -> dict[str, A
     return {dest: value for dest, value in parsed.items() if value is not _UNSET}
 
 
-def _fields_given(dests) -> set[str]:
+def _fields_given(dests: Iterable[str]) -> set[str]:
     """The config fields the given destinations set (a preset must not overrule them)."""
     fields = set()
     for dest in dests:

@@ -209,7 +209,7 @@ def _slow_precision_notes(policy: Precision, device: torch.device) -> list[str]:
             f"benchmark; {faster} is faster here"]
 
 
-def _json_name(config: BenchConfig, model, policy: Precision,
+def _json_name(config: BenchConfig, model: ModelFamily, policy: Precision,
                world_size: int, strategy: parallel.Strategy) -> str:
     """``--output-file NAME`` gets ``.json`` appended as the older tool did (scripts then read
     NAME.json). The default is built from what usually tells configurations apart

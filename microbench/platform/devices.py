@@ -25,7 +25,7 @@ import functools
 import platform
 from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import Any, ClassVar, Mapping, Protocol, TypeVar
+from typing import Any, Callable, ClassVar, Mapping, Protocol, TypeVar
 
 import torch
 from torch.utils import collect_env
@@ -253,7 +253,8 @@ class CacheInfo:
         return f"{self.size_bytes / MIB:.0f} MiB ({self.source})"
 
 
-def last_level_cache(device: torch.device, properties=None, hip: str | None = None) -> CacheInfo:
+def last_level_cache(device: torch.device, properties: object = None, hip: str | None = None
+                    ) -> CacheInfo:
     """The last-level cache of ``device`` (L2, or AMD's Infinity Cache behind it). ``properties``
     and ``hip`` default to torch's device properties and the build's HIP version (tests pass
     fakes)."""
@@ -509,7 +510,7 @@ def _proc_cpuinfo_model() -> str | None:
     return None
 
 
-def collect_env_answer(probe, *args) -> str | None:
+def collect_env_answer(probe: Callable[..., str | None], *args: object) -> str | None:
     """collect_env's answer, or None where its probe fails: a description of the host is not
     worth a failed run."""
     try:

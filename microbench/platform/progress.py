@@ -184,7 +184,7 @@ class Activity:
     def __enter__(self) -> "Activity":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         if exc[0] is not None and not self.live:
             self._label = None             # the error line says what happened
         self.finish("failed" if exc[0] is not None else None)

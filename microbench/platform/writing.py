@@ -501,7 +501,7 @@ def write_via(path: str, produce: Callable[[str], object]) -> None:
             raise _cannot_write(path, error) from None
 
 
-def json_safe(value):
+def json_safe(value: object) -> object:
     """NaN and infinity are not JSON; they become null."""
     if isinstance(value, float) and not math.isfinite(value):
         return None

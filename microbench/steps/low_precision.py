@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import torch
 from torch import nn
@@ -45,6 +45,9 @@ from microbench.settings.quantization import FORMATS
 from microbench.steps import quant_choice, quant_layout
 from microbench.steps.quant_choice import Phase
 from microbench.steps.quant_layers import PhaseLinear, linear_layers, through_identity
+
+if TYPE_CHECKING:
+    from microbench.settings.config import BenchConfig
 
 INSTALL = 'pip install "torchao>=0.18" (or pip install ".[quant]")'
 # Training steps the FP8 and the BF16 losses are compared over (from the same weights and input).
@@ -86,7 +89,7 @@ def torchao_version() -> str | None:
 
 # ---------------------------------------------------------------- refusals, before anything runs
 
-def check_flags(config, updates_weights: bool) -> None:
+def check_flags(config: BenchConfig, updates_weights: bool) -> None:
     """Combinations refused from the flags alone (one line, exit 2)."""
     if config.precision == "fp8" and not updates_weights:
         raise UsageError("--precision fp8 is FP8 training (torchao's Float8Linear); for "
@@ -100,7 +103,7 @@ def check_flags(config, updates_weights: bool) -> None:
                          f"--precision out)")
 
 
-def check(config, device: torch.device) -> "quant_layout.QuantPlan | None":
+def check(config: BenchConfig, device: torch.device) -> "quant_layout.QuantPlan | None":
     """Refuse what this device or torchao cannot run: one line, before the model is built.
     ``--quantize``'s layouts are resolved here, once: the plan the run's spec carries."""
     if config.precision == "fp8":
@@ -208,7 +211,8 @@ def linear_rows(model: nn.Module, names: list[str]):
     modules = dict(model.named_modules())
     handles = []
     for name in names:
-        def hook(module, args, output, name=name):
+        def hook(module: nn.Linear, args: tuple[torch.Tensor, ...], output: torch.Tensor,
+                 name: str = name):
             rows[name] = rows.get(name, 0) + args[0].numel() // module.in_features
         handles.append(modules[name].register_forward_hook(hook))
     try:
@@ -274,9 +278,10 @@ def compare_logits(output: torch.Tensor, reference: torch.Tensor, name: str) -> 
                  top1_agreement=float(agree.mean()), positions=agree.numel())
 
 
-def quantize_measured(model: nn.Module, quant: quant_layout.QuantPlan,
-                      phases: tuple[Phase, ...], probe: torch.Tensor, device: torch.device,
-                      reference: str = "BF16", timer=None, compile_options=None) -> LowPrecision:
+def quantize_measured(model: nn.Module, quant: quant_layout.QuantPlan, phases: tuple[Phase, ...],
+                      probe: torch.Tensor, device: torch.device, reference: str = "BF16",
+                      timer: Callable[[Callable[[], object]], float] | None = None,
+                      compile_options: Callable[[str], dict | None] | None = None) -> LowPrecision:
     """Quantize ``model``'s linear layers in place as ``quant`` plans, each layer in each of
     ``phases`` in the layout :func:`quant_choice.choose` measured fastest for its shape and rows
     (a :class:`PhaseLinear` where the phases' layouts differ), with how far it moved the
@@ -352,7 +357,7 @@ def decode_phase(batch: int, model: nn.Module) -> Phase:
     return Phase("decode", {name: batch for name, _ in linear_layers(model)})
 
 
-def with_compile_record(report: LowPrecision, config, device: torch.device,
+def with_compile_record(report: LowPrecision, config: BenchConfig, device: torch.device,
                         phases: dict[str, dict]) -> LowPrecision:
     """``report`` with what a compiled quantized run applied to its graphs (each phase's
     inductor settings, :func:`quant_layout.compile_extras` among them, and whether inductor's
@@ -385,7 +390,7 @@ def _layer_io(model: nn.Module, name: str | None):
         yield seen
         return
 
-    def hook(module, args, output):
+    def hook(module: nn.Module, args: tuple[torch.Tensor, ...], output: torch.Tensor):
         if "input" not in seen:
             seen["input"], seen["output"] = args[0].detach().clone(), output.detach().clone()
 
@@ -439,14 +444,16 @@ def probe_rows(inputs: torch.Tensor) -> torch.Tensor:
     return inputs[:PROBE_ROWS]
 
 
-def training_losses(make_step, steps: int, seed: int) -> tuple[float, ...]:
+def training_losses(make_step: Callable[[], Callable[[], torch.Tensor]], steps: int,
+                    seed: int) -> tuple[float, ...]:
     """The losses of ``steps`` steps of a fresh step function (its own optimizer)."""
     torch.manual_seed(seed)
     step = make_step()
     return tuple(float(step()) for _ in range(steps))
 
 
-def fp8_measured(model: nn.Module, recipe: str, device: torch.device, make_step, seed: int,
+def fp8_measured(model: nn.Module, recipe: str, device: torch.device,
+                 make_step: Callable[[], Callable[[], torch.Tensor]] | None, seed: int,
                  fp8_flops: int | None, total_flops: int | None,
                  fsdp: bool = False) -> LowPrecision:
     """Convert ``model`` to FP8 training, with the first steps' losses from the same weights

@@ -40,7 +40,7 @@ import statistics
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Iterable
 
 import torch
 from torch import nn
@@ -214,7 +214,7 @@ def device_timer(device: torch.device) -> Callable[[Callable[[], object]], float
     return time_ms
 
 
-def _replay_ms(graph, device: torch.device) -> float:
+def _replay_ms(graph: torch.cuda.CUDAGraph, device: torch.device) -> float:
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
     graph.replay()
@@ -239,7 +239,8 @@ def count_rows(model: nn.Module, run: Callable[[], object]) -> dict[str, int]:
     counted: dict[str, int] = {}
     handles = []
     for name, layer in linear_layers(model):
-        def hook(module, args, output, name=name):
+        def hook(module: nn.Linear, args: tuple[torch.Tensor, ...], output: torch.Tensor,
+                 name: str = name):
             counted[name] = counted.get(name, 0) + args[0].numel() // module.in_features
         handles.append(layer.register_forward_hook(hook))
     try:
@@ -254,7 +255,7 @@ def count_rows(model: nn.Module, run: Callable[[], object]) -> dict[str, int]:
 def choose(plan: quant_layout.QuantPlan, model: nn.Module, phases: tuple[Phase, ...],
            device: torch.device, timer: Callable[[Callable[[], object]], float] | None = None,
            cache_path: str | None = None,
-           compile_options: Callable[[str], dict] | None = None) -> Choice:
+           compile_options: Callable[[str], dict | None] | None = None) -> Choice:
     """The layout of each linear layer of ``model`` (BF16, not yet quantized) in each phase:
     the plan's only layout, or the fastest of its candidates measured here (or found in the
     cache). ``compile_options(phase)``: torch.compile's keyword arguments for that phase's
@@ -291,7 +292,7 @@ def choose(plan: quant_layout.QuantPlan, model: nn.Module, phases: tuple[Phase, 
 def _measure(plan: quant_layout.QuantPlan, model: nn.Module, phases: tuple[Phase, ...],
              shapes: dict[str, Shape], keys: set[tuple[Shape, int]], device: torch.device,
              timer: Callable[[Callable[[], object]], float],
-             compile_options: Callable[[str], dict] | None
+             compile_options: Callable[[str], dict | None] | None
              ) -> tuple[dict[tuple[Shape, int], dict[str, float]], list[str], float]:
     """(shape, rows) -> layout -> ms; the failures, one line each; seconds spent compiling."""
     layers: dict[Shape, nn.Linear] = {}
@@ -323,12 +324,16 @@ def _measure(plan: quant_layout.QuantPlan, model: nn.Module, phases: tuple[Phase
                                 dtype=layers[shape].weight.dtype)
                 product = built
                 try:
-                    if layout in COMPILED and compile_options is not None:
+                    # None for the phase: timed as an uncompiled run runs it (a run without
+                    # --compile, or not through inductor)
+                    options = (compile_options(phase_of[key])
+                               if layout in COMPILED and compile_options is not None else None)
+                    if options is not None:
                         # A fresh compiler for each: the shapes share one forward, which
                         # dynamo would stop compiling after its recompile limit (8).
                         torch.compiler.reset()
                         compiled_any = True
-                        product = torch.compile(built, **compile_options(phase_of[key]))
+                        product = torch.compile(built, **options)
                         started = time.perf_counter()
                         with torch.inference_mode():
                             product(x)
@@ -360,7 +365,8 @@ def _versions() -> dict:
     return found
 
 
-def _cache_key(plan: quant_layout.QuantPlan, keys, device: torch.device) -> str:
+def _cache_key(plan: quant_layout.QuantPlan, keys: Iterable[tuple[Shape, int]], device: torch.device
+              ) -> str:
     facts = plan.facts
     return json.dumps({"method": METHOD, "device": devices.device_name(device),
                        "capability": list(facts.capability) if facts and facts.capability

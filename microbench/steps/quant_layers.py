@@ -34,7 +34,7 @@ Example::
 """
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 from torch import nn
@@ -59,8 +59,8 @@ def rows_of(x: torch.Tensor) -> int:
 IDENTITY_SLICE = 1024
 
 
-def through_identity(product, columns: int, dtype: torch.dtype,
-                     device: torch.device) -> torch.Tensor:
+def through_identity(product: Callable[[torch.Tensor], torch.Tensor], columns: int,
+                     dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """The weight (out, ``columns``) a linear ``product`` multiplies by, recovered by pushing
     the identity through it in slices of rows: for weights whose kernel is their only reader
     (torchao's int4 tensors, tinygemm's packing)."""

@@ -39,6 +39,8 @@ Example::
 """
 from __future__ import annotations
 
+from typing import Any, Sequence
+
 import dataclasses
 import importlib
 import importlib.util
@@ -238,7 +240,7 @@ def int4_product_fake(X: torch.Tensor, W: torch.Tensor, w_scale_group: torch.Ten
     return X.new_empty((X.numel() // X.shape[-1], W.shape[0]), dtype=torch.bfloat16)
 
 
-def _has_fake(qualname: str, op) -> bool:
+def _has_fake(qualname: str, op: object) -> bool:
     """Whether torch.compile can trace ``op``: a fake or meta kernel, however registered
     (torch._library.utils.has_fake_kernel where this torch has it)."""
     check = getattr(importlib.import_module("torch._library.utils"), "has_fake_kernel", None)
@@ -373,7 +375,7 @@ class Kernel:
                 "layers": self.layers}
 
 
-def _scales(weight) -> str:
+def _scales(weight: Any) -> str:
     """rowwise or tensorwise, from the weight's block size (a row of the weight per scale, or
     the whole weight)."""
     block = list(getattr(weight, "block_size", []) or [])
@@ -457,7 +459,7 @@ def kernels(model: nn.Module, rows: int | None = None) -> tuple[Kernel, ...]:
 WEIGHT_METADATA_GUARD = "TENSOR_SUBCLASS_METADATA_MATCH"
 
 
-def skip_weight_metadata_guards(entries) -> list[bool]:
+def skip_weight_metadata_guards(entries: Sequence[Any]) -> list[bool]:
     """torch.compile's ``guard_filter_fn``: keep every guard but the subclass-metadata ones."""
     return [entry.guard_type != WEIGHT_METADATA_GUARD for entry in entries]
 

@@ -137,7 +137,7 @@ def mixed_precision(precision: Precision, reduce_dtype: str = "fp32"):
 
 def shard(model: nn.Module, device: torch.device, precision: Precision, *,
           reshard_after_forward: bool = True, reduce_dtype: str = "fp32",
-          name: str = "this model", **keywords) -> ShardPlan:
+          name: str = "this model", **keywords: object) -> ShardPlan:
     """Apply fully_shard to each transformer block of `model`, then to the root, in place
     (``keywords``: fully_shard's other keywords for each block, --fsdp-options).
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Protocol
+from typing import TYPE_CHECKING, Callable, Iterable, Protocol
 
 import torch
 from torch import nn
@@ -25,6 +25,7 @@ from microbench.measure import flops
 from microbench.settings.precision import Precision
 
 if TYPE_CHECKING:
+    from microbench.measure.timing import Recorder
     from microbench.models.family import ModelFamily
     from microbench.steps.sharding import ShardPlan
     from microbench.settings.config import BenchConfig
@@ -69,7 +70,7 @@ class Workload:
     lowp: "low_precision.LowPrecision | None" = None      # --precision fp8, --quantize: what changed
 
 
-def make_sgd(params, impl: str = "foreach") -> torch.optim.Optimizer:
+def make_sgd(params: Iterable[torch.Tensor], impl: str = "foreach") -> torch.optim.Optimizer:
     """SGD as torchvision's ImageNet recipe, with the multi-tensor or the fused implementation
     (:mod:`microbench.steps.optim` holds the recipes)."""
     return optim.make_optimizer(params, "sgd", impl)
@@ -107,8 +108,21 @@ class _ScaledUpdate(_PlainUpdate):
         self.scaler.update()
 
 
+class Update(Protocol):
+    """A precision's update rule around its optimizer: ``_PlainUpdate``, ``_ScaledUpdate``,
+    ``fp16util.MasterWeightOptimizer``."""
+
+    optimizer: torch.optim.Optimizer
+
+    def backward(self, loss: torch.Tensor) -> None: ...
+
+    def step(self) -> None: ...
+
+    def zero_grad(self) -> None: ...
+
+
 def make_update(model: nn.Module, precision: Precision, device: torch.device,
-                impl: str = "foreach", name: str = "sgd"):
+                impl: str = "foreach", name: str = "sgd") -> Update:
     """The optimizer ``name`` (microbench.steps.optim's recipes) with the precision's update rule."""
     if precision.master_weights:
         # BF16 gradients have FP32's exponent range: no loss scale (1.0); FP16's need one.
@@ -133,7 +147,7 @@ class PhaseMarks:
     def __init__(self) -> None:
         self.mark: Callable[[], None] = _nothing
 
-    def record_on(self, recorder) -> None:
+    def record_on(self, recorder: Recorder) -> None:
         self.mark = recorder.mark
 
     def stop(self) -> None:
@@ -144,9 +158,11 @@ def _nothing() -> None:
     pass
 
 
-def training_step(model: nn.Module, spec, inputs: torch.Tensor, target: torch.Tensor,
+def training_step(model: nn.Module, spec: ModelFamily, inputs: torch.Tensor,
+                  target: torch.Tensor,
                   precision: Precision, device: torch.device, opt_step: int,
-                  phases: PhaseMarks, optimizer_impl: str = "foreach", update=None):
+                  phases: PhaseMarks, optimizer_impl: str = "foreach",
+                  update: Update | None = None) -> Callable[[], torch.Tensor]:
     """``update`` (make_update's) is made here from ``optimizer_impl`` with SGD if not given.
 
     After each optimizer step the step runs the precision recipe's post-step hooks
@@ -253,9 +269,9 @@ def build(spec: StepSettings, wrap: Callable[[nn.Module], nn.Module] | None = No
                     target=target if training else None, lowp=reduced)
 
 
-def _measured_low_precision(spec: StepSettings, model: nn.Module, inputs: torch.Tensor, target,
-                            fp8_flops: int | None,
-                            iteration_flops: int | None) -> "low_precision.LowPrecision | None":
+def _measured_low_precision(spec: StepSettings, model: nn.Module, inputs: torch.Tensor,
+                            target: torch.Tensor, fp8_flops: int | None, iteration_flops: int | None
+                           ) -> "low_precision.LowPrecision | None":
     """``--precision fp8`` or ``--quantize`` applied to the ready model, with how far each moved
     the numbers (:mod:`microbench.steps.low_precision`); None for the other precisions."""
     config, device, precision = spec.config, spec.device, spec.precision

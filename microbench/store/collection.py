@@ -33,7 +33,7 @@ import os
 import re
 import stat
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Iterable, Sequence
 
 from microbench.platform.inputs import MAX_RESULT_BYTES, check_input
 from microbench.platform.errors import UsageError
@@ -87,7 +87,7 @@ class Inputs:
             self.files.append(path)
 
 
-def input_files(arguments) -> Inputs:
+def input_files(arguments: Sequence[str]) -> Inputs:
     """Every argument checked, directories expanded; raises UsageError on the first path that
     is not a readable regular file or directory of results. Nothing is opened."""
     inputs = Inputs()
@@ -251,7 +251,7 @@ def setting_value(entry: Entry, name: str):
     return entry.settings.get(name)
 
 
-def _key(value) -> str:
+def _key(value: object) -> str:
     return json.dumps(value, sort_keys=True, default=str)
 
 
@@ -268,7 +268,7 @@ def _recorded(entry: Entry, name: str) -> bool:
     return name in HEADLINE_SETTINGS or name in entry.settings
 
 
-def rows_split(entries, name: str) -> int:
+def rows_split(entries: Sequence[Entry], name: str) -> int:
     """How many rows a setting sets apart: those whose value is not the most common one (a
     setting only one run differs in sets one row apart; precision fp32 vs tf32 half of them)."""
     values = [_key(setting_value(entry, name)) for entry in entries if _recorded(entry, name)]
@@ -277,7 +277,7 @@ def rows_split(entries, name: str) -> int:
     return len(values) - max(values.count(value) for value in set(values))
 
 
-def _known_values(entries, name: str) -> set[str]:
+def _known_values(entries: Iterable[Entry], name: str) -> set[str]:
     return {_key(setting_value(entry, name)) for entry in entries if _recorded(entry, name)}
 
 

@@ -42,7 +42,7 @@ Example::
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 MODEL, OP, NODE = "model", "op", "node"    # the table a figure belongs to (store.entry's; NODE:
                                            # one GPU or link of a node check, microbench-node)
@@ -70,7 +70,7 @@ NO_BARS, THROUGHPUT_BARS, CALL_TIME_BARS = "none", "throughput", "call time"
 Reader = Callable[[dict], object]
 
 
-def value_at(document, path: tuple[str, ...]):
+def value_at(document: object, path: tuple[str, ...]) -> Any:
     """document[k1][k2]...; None where any level is missing or not an object."""
     for key in path:
         if not isinstance(document, dict):
@@ -79,7 +79,7 @@ def value_at(document, path: tuple[str, ...]):
     return document
 
 
-def number(value) -> float | None:
+def number(value: object) -> float | None:
     """A stored number as a float; None for anything else (a flag, a string, a missing key)."""
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) \
         else None

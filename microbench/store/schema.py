@@ -62,7 +62,7 @@ def enums() -> dict[str, tuple]:
             "FP8_RECIPES": precision.FP8_RECIPES}
 
 
-def _with_enums(node):
+def _with_enums(node: Any) -> Any:          # JSON
     """``node`` with every ``{"x-enum-of": NAME}`` given the enum of that name."""
     if isinstance(node, list):
         return [_with_enums(item) for item in node]
