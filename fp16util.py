@@ -69,7 +69,8 @@ def _copy_all(destinations: list[torch.Tensor], sources: list[torch.Tensor]) -> 
     torch's foreach kernels take their fast path only when every tensor of a list has one dtype,
     and a model in FP16 keeps its norm layers in FP32, so a single mixed list would fall back to
     one copy per parameter."""
-    groups: dict = {}
+    groups: dict[tuple[torch.dtype, torch.dtype, torch.device],
+                 tuple[list[torch.Tensor], list[torch.Tensor]]] = {}
     for destination, source in zip(destinations, sources):
         key = (source.dtype, destination.dtype, source.device)
         groups.setdefault(key, ([], []))
@@ -101,21 +102,26 @@ class MasterWeightOptimizer:
 
     @torch.no_grad()
     def step(self) -> None:
-        with_grad = []
+        masters: list[torch.Tensor] = []
+        master_grads: list[torch.Tensor] = []           # each the master's .grad, its buffer
+        params: list[torch.Tensor] = []
+        grads: list[torch.Tensor] = []
         for master, buffer, param in zip(self.master_params, self.master_grads,
                                          self.model_params):
             # A parameter that got no gradient this step is not stepped (SGD would still apply
             # momentum and weight decay to it): the optimizer skips a None gradient.
             master.grad = buffer if param.grad is not None else None
             if param.grad is not None:
-                with_grad.append((master, param))
-        if not with_grad:
+                masters.append(master)
+                master_grads.append(buffer)
+                params.append(param)
+                grads.append(param.grad)
+        if not masters:
             return
-        master_grads = [m.grad for m, _ in with_grad]
-        _copy_all(master_grads, [p.grad for _, p in with_grad])
+        _copy_all(master_grads, grads)
         torch._foreach_mul_(master_grads, 1.0 / self.loss_scale)
         self.optimizer.step()
-        _copy_all([p for _, p in with_grad], [m for m, _ in with_grad])
+        _copy_all(params, masters)
 
     def zero_grad(self) -> None:
         for param in self.model_params:

@@ -33,6 +33,7 @@ import shutil
 import stat
 import sys
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Callable, Iterator
 
 import torch
@@ -44,6 +45,7 @@ from microbench.data import codecs
 from microbench.data.image_files import FileRefused, read_checked
 from microbench.data.settings import JPEG_QUALITY
 
+fcntl: ModuleType | None
 try:
     import fcntl
 except ImportError:                      # not POSIX: the first rename wins
@@ -255,7 +257,8 @@ def ensure_image_set(root: str, image_format: str, count: int, side: int, seed: 
 
     def build(directory: str) -> dict:
         generator = torch.Generator().manual_seed(seed)
-        files = []
+        files: list[list[str | int]] = []           # [name, bytes], as the manifest holds them
+        total = 0
         for index in range(count):
             encoded = codecs.encode(synthetic_image(generator, side), image_format, quality)
             if index == 0:                    # the set's size, from its first image
@@ -265,7 +268,7 @@ def ensure_image_set(root: str, image_format: str, count: int, side: int, seed: 
             file_name = f"{index:07d}{SUFFIXES[image_format]}"
             _write_new(os.path.join(directory, file_name), encoded)
             files.append([file_name, encoded.numel()])
-        total = sum(size for _, size in files)
+            total += encoded.numel()
         return {"files": files, "total_bytes": total, "mean_file_bytes": total / count,
                 "encoder": codecs.LIBRARY}
 

@@ -19,7 +19,7 @@ Example::
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Sequence
 
 import torch
 from torch.utils.data import Dataset
@@ -36,8 +36,8 @@ class Batch:
 
     __slots__ = ("inputs", "labels", "failures", "sources")
 
-    def __init__(self, inputs, labels: torch.Tensor, failures: tuple[Failure, ...] = (),
-                 sources: tuple[str, ...] = ()):
+    def __init__(self, inputs: torch.Tensor | list[torch.Tensor] | None, labels: torch.Tensor,
+                 failures: tuple[Failure, ...] = (), sources: tuple[str, ...] = ()):
         self.inputs = inputs              # Tensor | list[Tensor] | None (no file was usable)
         self.labels = labels
         self.failures = failures
@@ -59,7 +59,7 @@ class EncodedImages(Dataset):
     """Images from files; sample ``i`` is (image, label, failures met while making it, the file
     used)."""
 
-    def __init__(self, paths: tuple[str, ...] | list[str], labels, num_classes: int,
+    def __init__(self, paths: tuple[str, ...] | list[str], labels: Sequence[int], num_classes: int,
                  max_file_bytes: int, transform: Callable[[torch.Tensor], torch.Tensor] | None,
                  decode_on_host: bool = True):
         self.paths = tuple(paths)

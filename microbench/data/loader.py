@@ -32,13 +32,15 @@ import os
 import signal
 import sys
 import threading
+from types import TracebackType
+from typing import Any, Callable, Iterator, Protocol
 
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 
 from microbench.platform import process
 from microbench.platform.errors import EXIT_UNEXPECTED, BenchmarkError, MissingEnvironment
-from microbench.data.datasets import Batch, collate
+from microbench.data.datasets import Batch, Failure, collate
 
 # Where a worker's batches live until the main process takes them (torch.multiprocessing shares
 # tensors through POSIX shared memory, which Linux keeps in this tmpfs).
@@ -89,12 +91,12 @@ def _worker_init(worker_id: int) -> None:
     sys.excepthook = _quiet_when_the_receiver_left(sys.excepthook)
 
 
-def _quiet_when_the_receiver_left(previous):
+def _quiet_when_the_receiver_left(previous: ExceptHook) -> ExceptHook:
     """A worker hands each batch's shared memory to the main process over a socket, served by
     multiprocessing's resource-sharer thread, which prints any error through sys.excepthook.
     When the main process is interrupted mid-handover the socket is reset, which is expected
     and not the worker's failure; every other error still goes to the previous hook."""
-    def hook(kind, value, traceback):
+    def hook(kind: type[BaseException], value: BaseException, traceback: TracebackType | None):
         if not issubclass(kind, (ConnectionError, EOFError)):
             previous(kind, value, traceback)
     return hook
@@ -103,17 +105,16 @@ def _quiet_when_the_receiver_left(previous):
 def make_loader(dataset: Dataset, batch_size: int, workers: int, pin_memory: bool,
                 prefetch_factor: int, persistent_workers: bool, rank: int, world_size: int,
                 seed: int, shuffle: bool) -> DataLoader:
-    shard = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=shuffle,
-                               seed=seed, drop_last=True)
-    options = {}
-    if workers > 0:                      # DataLoader refuses these without worker processes
-        options = {"prefetch_factor": prefetch_factor, "persistent_workers": persistent_workers}
+    shard: DistributedSampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank,
+                                                   shuffle=shuffle, seed=seed, drop_last=True)
+    # DataLoader refuses prefetch_factor and persistent_workers without worker processes.
     return DataLoader(dataset, batch_size=batch_size, sampler=EndlessSampler(shard),
                       num_workers=workers, collate_fn=collate, pin_memory=pin_memory,
                       drop_last=True, worker_init_fn=_worker_init,
                       # Each rank's workers draw their own random crops, reproducibly.
                       generator=torch.Generator().manual_seed(seed * 1009 + rank),
-                      **options)
+                      prefetch_factor=prefetch_factor if workers > 0 else None,
+                      persistent_workers=persistent_workers if workers > 0 else False)
 
 
 class EndlessSampler(Sampler):
@@ -152,12 +153,15 @@ class EndlessBatches:
     def __init__(self, loader: DataLoader):
         self.loader = loader
         self.delivered = 0
-        self._iterator = None
+        self._iterator: Iterator[Batch] | None = None
 
     @property
     def epoch(self) -> int:
         """The epoch of the next batch's first item (a batch may straddle two epochs)."""
-        return self.delivered * self.loader.batch_size // self.loader.sampler.shard_length
+        sampler, batch_size = self.loader.sampler, self.loader.batch_size
+        if not isinstance(sampler, EndlessSampler) or batch_size is None:
+            raise TypeError("an EndlessBatches loader has a batch size and an EndlessSampler")
+        return self.delivered * batch_size // sampler.shard_length
 
     def __iter__(self) -> "EndlessBatches":
         return self
@@ -201,13 +205,27 @@ def _worker_death(error: RuntimeError) -> BaseException:
                         f"--prefetch-factor, or --transforms gpu")
 
 
-def to_device(batch: Batch, device: torch.device, stage) -> tuple[torch.Tensor, torch.Tensor,
-                                                                   tuple]:
+# sys.excepthook's signature.
+ExceptHook = Callable[[type[BaseException], BaseException, TracebackType | None], object]
+
+
+class Stage(Protocol):
+    """What happens to a batch on the device after its copy (``transforms.DeviceStage``; token
+    ids: nothing): the model's input and the files that failed to decode there."""
+
+    decode: bool                         # encoded images: decoded on the device
+
+    def __call__(self, inputs: Any, sources: tuple[str, ...] = ()
+                 ) -> tuple[torch.Tensor, tuple[Failure, ...]]: ...
+
+
+def to_device(batch: Batch, device: torch.device, stage: Stage
+              ) -> tuple[torch.Tensor, torch.Tensor, tuple[Failure, ...]]:
     """The model's input and labels on ``device`` (copies queued non-blocking), and the files
     the device stage could not decode."""
     labels = batch.labels.to(device, non_blocking=True)
     inputs = batch.inputs
-    if not stage.decode:                 # encoded images stay on the host for the decoder
-        inputs = inputs.to(device, non_blocking=True)
+    if not stage.decode and isinstance(inputs, torch.Tensor):    # encoded images stay on the
+        inputs = inputs.to(device, non_blocking=True)            # host for the decoder
     inputs, failures = stage(inputs, batch.sources)
     return inputs, labels, failures

@@ -33,17 +33,17 @@ Example (the scenario's side, simplified)::
 from __future__ import annotations
 
 import time
-from typing import Callable
+from typing import Callable, Iterable, Sequence
 
 import torch
 
 from microbench.platform import devices, safe_text
 from microbench.platform.errors import MissingEnvironment, UsageError
 from microbench.data import cache, codecs
-from microbench.data.datasets import EncodedImages, TokenWindows
+from microbench.data.datasets import EncodedImages, Failure, TokenWindows
 from microbench.data.image_files import FileRefused
 from microbench.data.folder import scan_folder
-from microbench.data.loader import (EndlessBatches, batches_per_epoch, check_shared_memory,
+from microbench.data.loader import (Stage, EndlessBatches, batches_per_epoch, check_shared_memory,
                                     make_loader, to_device)
 from microbench.measure.input_bound import (CpuMeter, CpuUse, LoaderRun, PipelineRun, WaitTimes,
                                             proc_cpu_seconds)
@@ -57,7 +57,8 @@ class _TokenStage:
 
     decode = False
 
-    def __call__(self, inputs, sources=()):
+    def __call__(self, inputs: torch.Tensor,
+                 sources: tuple[str, ...] = ()) -> tuple[torch.Tensor, tuple[Failure, ...]]:
         return inputs, ()
 
 
@@ -65,7 +66,7 @@ class Pipeline:
     """See the module docstring; made by :func:`open_pipeline`."""
 
     def __init__(self, settings: DataSettings, model_input: ModelInput, device: torch.device,
-                 batches: EndlessBatches, stage, description: dict,
+                 batches: EndlessBatches, stage: Stage, description: dict,
                  rejected: tuple[tuple[str, str], ...], batch_size: int,
                  clock: Callable[[], float], cpu_seconds: Callable[[int], float | None]):
         self.settings, self.model_input, self.device = settings, model_input, device
@@ -92,7 +93,7 @@ class Pipeline:
         self._note(failures)
         return inputs, labels
 
-    def _note(self, failures) -> None:
+    def _note(self, failures: Iterable[Failure]) -> None:
         for path, why in failures:
             self._skipped.setdefault(path, why)
 
@@ -148,7 +149,7 @@ class Pipeline:
     def __enter__(self) -> "Pipeline":
         return self
 
-    def __exit__(self, *exc_info) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
 
@@ -218,9 +219,11 @@ class FedStep:
     def worker_cpu(self) -> CpuUse | None:
         """The workers' CPU over the recorded segments (unknown if any segment's is)."""
         uses = self._cpu
-        if not uses or any(use is None for use in uses):
+        known = [use for use in uses if use is not None]
+        if not uses or len(known) < len(uses):
             return None
-        return CpuUse(sum(u.cpu_s for u in uses), sum(u.wall_s for u in uses), uses[0].workers)
+        return CpuUse(sum(u.cpu_s for u in known), sum(u.wall_s for u in known),
+                      known[0].workers)
 
     def result(self, per_s: float) -> PipelineRun:
         """The pipeline's run: ``per_s`` is the run's own throughput (its timed total, on the
@@ -246,6 +249,8 @@ def open_pipeline(settings: DataSettings, model_input: ModelInput, batch_size: i
     check_placement(settings, device)
     workers = settings.resolved_workers(local_world_size)
     on_gpu = devices.is_gpu(device)
+    stage: Stage
+    dataset: TokenWindows | EncodedImages
     if model_input.kind == "tokens":
         dataset, description, rejected = _token_source(settings, model_input, notify)
         stage = _TokenStage()
@@ -303,19 +308,24 @@ def check_placement(settings: DataSettings, device: torch.device) -> None:
         codecs.probe_device_decode(device)
 
 
-def _image_source(settings: DataSettings, model_input: ModelInput, notify):
+def _image_source(settings: DataSettings, model_input: ModelInput, notify: Callable[[str], None]
+                  ) -> tuple[EncodedImages, dict, tuple[Failure, ...]]:
+    paths: Sequence[str]
+    labels: Sequence[int]
+    rejected: tuple[Failure, ...]
     if settings.source == "loader":
         made = cache.ensure_image_set(settings.cache_dir or user_cache_root(),
                                       settings.image_format, settings.count,
                                       settings.image_side, settings.seed, notify=notify)
         paths = made.file_paths()
         labels = range(len(paths))              # image i is of class i % num_classes
-        rejected: tuple = ()
-        description = {"source": "loader", "format": settings.image_format,
+        rejected = ()
+        description: dict = {"source": "loader", "format": settings.image_format,
                        "items": len(paths), "image_side": settings.image_side,
                        "mean_file_bytes": made.mean_file_bytes,
                        "location": made.path, "cache_built": made.built}
     else:
+        assert settings.data_dir is not None        # settings.check(): --data folder names it
         listing = scan_folder(settings.data_dir, settings.max_file_bytes)
         formats = listing.suffix_formats()
         if settings.decode == "gpu" and set(formats) != {"jpeg"}:
@@ -345,7 +355,8 @@ def _image_source(settings: DataSettings, model_input: ModelInput, notify):
     return dataset, description, rejected
 
 
-def _token_source(settings: DataSettings, model_input: ModelInput, notify):
+def _token_source(settings: DataSettings, model_input: ModelInput, notify: Callable[[str], None]
+                  ) -> tuple[TokenWindows, dict, tuple[Failure, ...]]:
     tokens = settings.count * model_input.seq_len + 1
     made = cache.ensure_token_corpus(settings.cache_dir or user_cache_root(),
                                      model_input.vocab_size, tokens, settings.seed,

@@ -21,6 +21,10 @@ from dataclasses import dataclass
 
 import torch
 
+from microbench.models.family import ModelFamily
+from microbench.models.language import LanguageModelSpec
+from microbench.models.registry import ModelSpec
+
 from microbench.platform.errors import UsageError
 
 SOURCES = ("synthetic", "loader", "folder")
@@ -141,16 +145,16 @@ class ModelInput:
         return "image" if self.kind == "image" else "sequence"
 
     @classmethod
-    def of(cls, model_spec, dtype: torch.dtype = torch.float32, channels_last: bool = False,
-           training: bool = True) -> "ModelInput":
+    def of(cls, model_spec: ModelFamily, dtype: torch.dtype = torch.float32,
+           channels_last: bool = False, training: bool = True) -> "ModelInput":
         """The input of a registry spec (microbench.models.registry / microbench.models.language): classification
         models take images, language models token ids; others have no pipeline here."""
         family = model_spec.family
-        if family == "classification":
+        if family == "classification" and isinstance(model_spec, ModelSpec):
             return cls("image", training, image_size=model_spec.image_size,
                        num_classes=model_spec.num_classes, dtype=dtype,
                        channels_last=channels_last)
-        if model_spec.reads_tokens:
+        if isinstance(model_spec, LanguageModelSpec):       # reads_tokens
             return cls("tokens", training, seq_len=model_spec.seq_len,
                        vocab_size=model_spec.vocab_size)
         raise UsageError(f"--data loader and --data folder feed classification models (an image "

@@ -31,7 +31,7 @@ from torchvision import ops
 from torchvision.transforms import RandomResizedCrop, v2
 
 from microbench.data import codecs
-from microbench.data.datasets import reason
+from microbench.data.datasets import Failure, reason
 from microbench.data.image_files import FileRefused
 
 # torchvision's ImageNet statistics (the references' and the weights' own transforms).
@@ -80,23 +80,27 @@ class DeviceStage:
         self.normalise = normalisation(dtype) if normalise else None
         self.channels_last = channels_last
 
-    def __call__(self, inputs, sources: tuple[str, ...] = ()):
-        """The model's input from a batch on the device (encoded images: on the host), and the
-        files that failed to decode there as (path, reason)."""
-        failures: tuple = ()
+    def __call__(self, inputs: torch.Tensor | list[torch.Tensor], sources: tuple[str, ...] = ()
+                 ) -> tuple[torch.Tensor, tuple[Failure, ...]]:
+        """The model's input from a batch on the device (encoded images: on the host, a list),
+        and the files that failed to decode there as (path, reason)."""
+        failures: tuple[Failure, ...] = ()
         with torch.no_grad():
-            if self.decode:
+            if isinstance(inputs, list):                # encoded: self.decode
                 images, failures = self._decode(inputs, sources)
-                inputs = self._crop(images)
+                batch = self._crop(images)
+            else:
+                batch = inputs
             if self.normalise is not None:
-                inputs = self.normalise(inputs)
+                batch = self.normalise(batch)
             if self.channels_last:
-                inputs = inputs.contiguous(memory_format=torch.channels_last)
-            return inputs, failures
+                batch = batch.contiguous(memory_format=torch.channels_last)
+            return batch, failures
 
     def _crop(self, images: list[torch.Tensor]) -> torch.Tensor:
-        if len({tuple(image.shape) for image in images}) > 1:
-            return torch.stack([self.crop(image) for image in images])
+        crop = self.crop                    # made where the device decodes, as here
+        if crop is not None and len({tuple(image.shape) for image in images}) > 1:
+            return torch.stack([crop(image) for image in images])
         return batched_crops(torch.stack(images), self.size, self.training)
 
     def _decode(self, encoded: list[torch.Tensor], sources: tuple[str, ...]):
@@ -107,7 +111,8 @@ class DeviceStage:
             return codecs.decode_jpegs_on_device(encoded, self.device), ()
         except RuntimeError:
             pass
-        images, failures = [], []
+        images: list[torch.Tensor | None] = []
+        failures: list[Failure] = []
         for index, data in enumerate(encoded):
             try:
                 images.append(codecs.decode_jpegs_on_device([data], self.device)[0])

@@ -11,7 +11,7 @@ import dataclasses
 import gc
 import os
 import time
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Sequence, cast
 
 import torch
 
@@ -25,13 +25,17 @@ from microbench.measure import profilers
 from microbench.measure import telemetry
 from microbench.platform.errors import OutOfMemory, UsageError
 from microbench.measure.results import ProcessResult, Timed
+from microbench.measure.telemetry.sampler import Sample
+from microbench.scenarios.base import Scenario
+from microbench.scenarios.strategy import Wrap
+from microbench.scenarios.views import Work
+from microbench.settings.config import BenchConfig
 
 if TYPE_CHECKING:
     from microbench.plan.spec import RunSpec
 
 
-def _compile_wrapper(config, device: torch.device
-                     ) -> Callable[[torch.nn.Module], torch.nn.Module] | None:
+def _compile_wrapper(config: BenchConfig, device: torch.device) -> Wrap | None:
     if not config.compile:
         return None
     options = config.compile_options
@@ -43,7 +47,11 @@ def _compile_wrapper(config, device: torch.device
             options = compile_options.with_inductor_settings(options, settings)
     # Before this process's first compile: the CPU's int8 lowering out of a GPU's graphs.
     quant_layout.keep_out_cpu_int8_lowering(devices.is_gpu(device))
-    return lambda model: torch.compile(model, **options)
+
+    def compiled(model: torch.nn.Module) -> torch.nn.Module:
+        # torch.compile of a module is an OptimizedModule, a Module (its stub: any callable)
+        return cast(torch.nn.Module, torch.compile(model, **options))
+    return compiled
 
 
 def warm_up(step: Callable[[], object], iterations: int, device: torch.device,
@@ -61,7 +69,8 @@ def warm_up(step: Callable[[], object], iterations: int, device: torch.device,
     return clock() - start, first
 
 
-def measure(config, scenario, work, device: torch.device, is_main: bool,
+def measure(config: BenchConfig, scenario: Scenario, work: Work, device: torch.device,
+            is_main: bool,
             time_fn: Callable[[], float] | None = None,
             rejoin: Callable[[], None] = lambda: None) -> Timed:
     """The timed iterations, with the profilers that wrap them. With --flops-prof-step N the
@@ -85,7 +94,7 @@ def measure(config, scenario, work, device: torch.device, is_main: bool,
     return dataclasses.replace(before.join(after), deepspeed_profile=profile)
 
 
-def profiled_passes(config, work, device: torch.device,
+def profiled_passes(config: BenchConfig, work: Work, device: torch.device,
                     is_main: bool, rank: int, world_size: int, stem: str = "") -> list[str]:
     """Profiler passes after the timed one, on every rank; reports to print on rank 0."""
     reports = []
@@ -131,7 +140,7 @@ def batch_norm_needs_more_values(error: BaseException) -> UsageError | None:
 
 def build_workload(spec: "RunSpec",
                    wrap: Callable[[torch.nn.Module], torch.nn.Module] | None = None,
-                   count_flops: bool = True):
+                   count_flops: bool = True) -> Work:
     """The work of ``spec``'s scenario, compiled when asked, inside ``wrap`` (DDP) if given."""
     return spec.scenario.build(spec, _compose(wrap, _compile_wrapper(spec.config, spec.device)),
                                count_flops)
@@ -192,7 +201,8 @@ def run(spec: "RunSpec", on_phase: Callable[..., None] = lambda phase, timed=Fal
             raise
         raise expected_failure(error, spec) from None
     finally:
-        spec.scenario.release_inputs(work)      # the loader's workers stopped, whatever happened
+        if work is not None:                    # the loader's workers stopped, whatever happened
+            spec.scenario.release_inputs(work)
     losses = [float(loss) for loss in timed.outputs if loss is not None]
     return ProcessResult(times=timed.times, losses=losses, warmup_s=warmup_s,
                          first_iteration_s=first_s, peak_allocated_mb=allocated,
@@ -201,7 +211,7 @@ def run(spec: "RunSpec", on_phase: Callable[..., None] = lambda phase, timed=Fal
                          detail=detail, telemetry=report, pid=os.getpid(),
                          seed=config.seed, data=spec.scenario.input_measured(work),
                          sharded=spec.scenario.sharded_state(work),
-                         lowp=getattr(work, "lowp", None), peaks=measured,
+                         lowp=work.lowp, peaks=measured,
                          compiler=watch.report() if config.compile else None,
                          library_log=library.report())
 
@@ -239,7 +249,8 @@ class Monitor:
         sampler.start()
         return sampler
 
-    def report(self, samples, items: int, timed_s: float) -> telemetry.TelemetryReport:
+    def report(self, samples: Sequence[Sample] | None, items: int,
+               timed_s: float) -> telemetry.TelemetryReport:
         if self.source is None or samples is None:
             return telemetry.TelemetryReport.unavailable(self.note)
         return telemetry.summarize(samples, self.source, items, timed_s)
@@ -253,7 +264,7 @@ def _is_expected(error: BaseException) -> bool:
     return devices.is_out_of_memory(error) or batch_norm_needs_more_values(error) is not None
 
 
-def expected_failure(error: BaseException, spec: "RunSpec") -> Exception:
+def expected_failure(error: BaseException, spec: "RunSpec") -> BaseException:
     """The BenchmarkError an expected torch failure stands for (out of memory, a batch too
     small for batch norm); ``error`` itself when it is not one of those."""
     if devices.is_out_of_memory(error):
@@ -269,10 +280,11 @@ def release(spec: "RunSpec", reset_compiler: bool = False) -> None:
     devices.empty_cache(spec.device)
 
 
-def _compose(inner, outer):
+def _compose(inner: Wrap | None, outer: Wrap | None) -> Wrap | None:
     """Apply ``inner`` then ``outer`` (either may be None)."""
     if inner is None:
         return outer
     if outer is None:
         return inner
-    return lambda model: outer(inner(model))
+    first, then = inner, outer
+    return lambda model: then(first(model))

@@ -11,7 +11,14 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable, TypeVar
+
+if TYPE_CHECKING:
+    import torch
+
+    from microbench.plan.spec import RunSpec
+
+R = TypeVar("R")          # what a full run returns (its exit code)
 
 
 @dataclass
@@ -60,9 +67,9 @@ def _round_down(batch: int, granularity: int) -> int:
     return 1 << (batch.bit_length() - 1) if batch else 0
 
 
-def largest_that_runs(fits: Callable[[int], bool], run: Callable[[int], object | None],
+def largest_that_runs(fits: Callable[[int], bool], run: Callable[[int], R | None],
                       start: int = 1, limit: int = 65536,
-                      granularity: int = 1) -> tuple[SearchResult, object | None]:
+                      granularity: int = 1) -> tuple[SearchResult, R | None]:
     """Search with ``fits``, then confirm with ``run`` (None: out of memory). When the run
     fails at a batch that passed the probe, that batch and every larger one count as not
     fitting, and the search repeats below it (on the same granularity); probes are remembered,
@@ -87,7 +94,7 @@ def largest_that_runs(fits: Callable[[int], bool], run: Callable[[int], object |
         ceiling = found.largest
 
 
-def batch_fits(spec, batch: int, warmup_steps: int = 2) -> bool:
+def batch_fits(spec: RunSpec, batch: int, warmup_steps: int = 2) -> bool:
     """Build a fresh model at ``batch`` and run a few steps; False when memory runs out."""
     import gc
 
@@ -164,7 +171,7 @@ def host_budget_problem(budget_gb: float | None, memory: HostMemory,
     return None
 
 
-def apply_memory_budget(device, budget_gb: float | None) -> str | None:
+def apply_memory_budget(device: torch.device, budget_gb: float | None) -> str | None:
     """Cap the caching allocator at ``budget_gb``, as if the GPU were smaller; a note to print."""
     from microbench.platform import devices
 
@@ -174,6 +181,7 @@ def apply_memory_budget(device, budget_gb: float | None) -> str | None:
         return (f"memory budget {budget_gb:g} GB of host memory: a batch fits when the "
                 f"process's peak resident memory stays within it")
     fraction = devices.cap_memory(device, budget_gb * 1e9)
-    total = devices.total_memory_bytes(device)
-    return (f"memory budget {budget_gb:g} GB ({fraction:.1%} of {total / 1e9:.1f} GB) for the "
+    total = devices.total_memory_bytes(device)            # a GPU's: always known
+    of = f"{total / 1e9:.1f} GB" if total is not None else "its memory"
+    return (f"memory budget {budget_gb:g} GB ({fraction:.1%} of {of}) for the "
             f"search and the run")

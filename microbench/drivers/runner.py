@@ -12,6 +12,7 @@ import inspect
 import json
 import os
 import sys
+from typing import TextIO
 
 from microbench.drivers import capacity
 from microbench.platform import devices, distributed, environment, process
@@ -26,7 +27,7 @@ from microbench.platform.errors import (EXPECTED_EXIT_CODES, BenchmarkError, Out
 from microbench.output import compare, console, files, sweep_plot, sweep_table
 from microbench.plan.spec import RunSpec, resolve
 from microbench.output.summary import Summary
-from microbench.store.baseline import read_gate, scaling_baseline
+from microbench.store.baseline import Gate, read_gate, scaling_baseline
 
 
 def run_plan(plan: Plan) -> int:
@@ -123,13 +124,13 @@ def run_worker(spec: RunSpec, problem: BenchmarkError | None = None) -> int:
     return 0
 
 
-def report(summary: Summary, out) -> None:
+def report(summary: Summary, out: TextIO) -> None:
     """Everything rank 0 shows and writes after a run, and the --compare gate last (judged
     first: a run that fails the gate never replaces the baseline it failed against)."""
     gate = summary.spec.compare
     document = files.result_document(summary)       # once: judged, written, compared
     verdict = compare.judge(document, gate) if gate is not None else None
-    if verdict is not None and verdict.regression:      # written beside the baseline
+    if gate is not None and verdict is not None and verdict.regression:   # beside the baseline
         summary = dataclasses.replace(summary, spec=_keeping_baseline(summary.spec, gate))
     if not summary.spec.config.quiet:
         console.print_iterations(summary, out)
@@ -141,7 +142,7 @@ def report(summary: Summary, out) -> None:
         compare.compare(document, gate, out, verdict)
 
 
-def _keeping_baseline(spec: RunSpec, gate) -> RunSpec:
+def _keeping_baseline(spec: RunSpec, gate: Gate) -> RunSpec:
     """A regressed run whose result file is the baseline: its result goes beside it
     (``NAME.regressed.json``, or ``NAME.regressed2.json``...), and the baseline stays as it
     was, so that regressed runs in a row cannot ratchet it down."""
@@ -278,7 +279,10 @@ def run_sweep(plan: Plan, specs: list[RunSpec]) -> int:
 def run_ab(plan: Plan) -> int:
     """``--ab``: A (the command as given) and B, alternating by round in one process on one
     device (each trial in a fresh worker by default), then the paired verdict."""
-    specs = [resolve(plan.configs[0]), resolve(plan.ab.config)]
+    ab_plan = plan.ab
+    if ab_plan is None:
+        raise ValueError("run_ab runs a plan of --ab")
+    specs = [resolve(plan.configs[0]), resolve(ab_plan.config)]
     ab.check_same_unit(specs)
     if specs[0].launch.distributed:
         raise UsageError("--ab runs in one process on one device; launch it without torchrun, "
@@ -293,20 +297,20 @@ def run_ab(plan: Plan) -> int:
     where = ("each trial in a fresh worker process" if trials.in_workers(specs[0])
              else "all trials in this process (--trials in-process)")
     print(f"A/B on {env.device} {env.device_name}: A is the command as given, B adds "
-          f"{plan.ab.flags}; {rounds} rounds, A B then B A in turn, {where}", flush=True)
+          f"{ab_plan.flags}; {rounds} rounds, A B then B A in turn, {where}", flush=True)
     rows = sweep.run_sweep(specs, env, sys.stdout, counterbalance=True)
     for side, row in zip("AB", rows):
         if row.failed:
             raise ReportedFailure(f"--ab: {side} failed ({row.status}): {row.error}",
                                   row.exit_code)
     result = ab.verdict_of(rows, plan.tolerance_pct)
-    ab.print_verdict(result, plan.ab, rows, sys.stdout)
-    path = ab.write(result, plan.ab, rows)
+    ab.print_verdict(result, ab_plan, rows, sys.stdout)
+    path = ab.write(result, ab_plan, rows)
     if path is not None:
         print(safe_text.terminal(
             f"Results JSON : {rows[0].spec.json_path} (A), {rows[1].spec.json_path} (B)"))
         print(safe_text.terminal(f"A/B JSON     : {path}"))
-    ab.fail_if_slower(result, plan.ab, rows)
+    ab.fail_if_slower(result, ab_plan, rows)
     return 0
 
 
@@ -319,11 +323,12 @@ def _batch_probe(spec: RunSpec, plan: Plan):
     if devices.is_gpu(spec.device):
         return probe
     memory = capacity.HostMemory()
-    problem = capacity.host_budget_problem(plan.memory_budget_gb, memory,
+    budget = plan.memory_budget_gb
+    problem = capacity.host_budget_problem(budget, memory,
                                            devices.total_memory_bytes(spec.device))
-    if problem:
-        raise UsageError(problem)
-    return capacity.within_host_budget(probe, plan.memory_budget_gb * 1e9, memory)
+    if problem or budget is None:                 # no budget is a problem on the CPU
+        raise UsageError(problem or "--memory-budget-gb is needed on the CPU")
+    return capacity.within_host_budget(probe, budget * 1e9, memory)
 
 
 def run_largest_batch(spec: RunSpec, plan: Plan) -> int:
@@ -356,7 +361,7 @@ def run_largest_batch(spec: RunSpec, plan: Plan) -> int:
 
     found, code = capacity.largest_that_runs(fits, full_run, config.batch_size,
                                              plan.max_batch_limit, plan.batch_granularity)
-    if found.largest == 0:
+    if found.largest == 0 or code is None:        # a batch that fits has its run's code
         raise OutOfMemory(f"not even batch 1 of {config.network} fits: try --amp or --fp16 1, "
                           f"a smaller --image-size, or a larger --memory-budget-gb")
     limit = (" (the --max-batch-limit; more may fit)"

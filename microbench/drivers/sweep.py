@@ -11,7 +11,7 @@ import dataclasses
 import datetime
 import os
 from dataclasses import dataclass
-from typing import TextIO
+from typing import Sequence, TextIO
 
 from microbench.drivers import benchmark
 from microbench.drivers.trials import Job, in_worker, in_workers, measure_trial, run_rounds
@@ -21,6 +21,8 @@ from microbench.output import files
 from microbench.platform import units, writing
 from microbench.output.summary import Summary
 from microbench.plan import naming
+from microbench.plan.spec import RunSpec
+from microbench.platform.environment import DeviceInfo
 from microbench.store.entry import Entry, entries_of
 
 
@@ -88,16 +90,16 @@ def _outcome(row: Row) -> str:
             f"CV {units.percent(t.cv)}{memory_text}")
 
 
-def run_trial(row: Row, env, monitor: benchmark.Monitor, index: int = 0) -> None:
+def run_trial(row: Row, env: DeviceInfo, monitor: benchmark.Monitor, index: int = 0) -> None:
     """Trial ``index`` of one configuration (in a worker process when trials run in workers);
     a failure is recorded in the row instead of raised, and ends the row (its later trials are
     skipped)."""
     try:
         row.spec.check()
-        if in_workers(row.spec):
-            row.trials.append(in_worker(row.spec, index))
-        else:
-            row.trials.append(measure_trial(row.spec, env, monitor))
+        trial = (in_worker(row.spec, index) if in_workers(row.spec)
+                 else measure_trial(row.spec, env, monitor))
+        if trial is not None:                      # one process: its trial, always
+            row.trials.append(trial)
     except OutOfMemory as error:
         row.fail("out of memory", str(error), error.exit_code)
     except BenchmarkError as error:
@@ -116,7 +118,8 @@ def outcome(rows: list[Row]) -> int:
                       f"the first, {first.label()}: {first.error}", first.exit_code)
 
 
-def run_sweep(specs, env, out: TextIO, counterbalance: bool = False) -> list[Row]:
+def run_sweep(specs: Sequence[RunSpec], env: DeviceInfo, out: TextIO, counterbalance: bool = False
+             ) -> list[Row]:
     """Every configuration, trial after trial: with --repeat N the rows interleave (trial 1 of
     every row, then trial 2, ...), so a drift of the device's speed hits all rows alike
     (``counterbalance``: in reverse order every other round, trials.run_rounds)."""
@@ -137,22 +140,23 @@ def run_sweep(specs, env, out: TextIO, counterbalance: bool = False) -> list[Row
         monitor.close()
     for row in rows:
         if not row.failed:
-            row.record(Summary(row.spec, env, row.trials))
+            row.record(Summary(row.spec, env, tuple(row.trials)))
     return rows
 
 
-def write_files(rows: list[Row], output_dir: str, env) -> str:
+def write_files(rows: list[Row], output_dir: str, env: DeviceInfo) -> str:
     """Each successful row's JSON, every row in the CSV, and one sweep JSON; returns its path."""
     documents = []
     for row in rows:
         spec = row.spec
-        if not row.failed:
+        if not row.failed and row.summary is not None:       # measured rows are recorded
             files.write_files(row.summary, row.document)
             documents.append({"status": "ok", "json_file": spec.json_path,
                               "result": row.document})
         else:
-            files.append_csv(files.failed_csv_row(spec, env, row.status, row.error),
-                             spec.csv_path)
+            if spec.csv_path is not None:                    # files are written: it is named
+                files.append_csv(files.failed_csv_row(spec, env, row.status, row.error or ""),
+                                 spec.csv_path)
             documents.append({"status": row.status, "error": row.error,
                               "config": dataclasses.asdict(spec.config)})
     # Named by what it holds (its first and last rows' result names) and when, and claimed

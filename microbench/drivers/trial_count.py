@@ -22,12 +22,15 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable, TextIO
+from typing import TYPE_CHECKING, Callable, Sequence, TextIO
 
 from microbench.settings.config import min_noise_trials
 from microbench.platform.errors import UsageError
 from microbench.measure.results import Trial
 from microbench.measure.stats import DiscardPolicy, StoppingRule, throttle_reason
+
+if TYPE_CHECKING:
+    from microbench.plan.spec import RunSpec
 
 # --discard-throttled measures at most this many trials again in one run; later throttled
 # trials are kept, flagged, and the run says so (a device that throttles all the time must not
@@ -55,7 +58,7 @@ class TrialCount:
     stopped_by: str | None = None
 
     @classmethod
-    def of(cls, spec, clock: Callable[[], float] | None = None) -> TrialCount:
+    def of(cls, spec: RunSpec, clock: Callable[[], float] | None = None) -> TrialCount:
         config = spec.config
         if spec.launch.distributed and (config.max_noise_pct is not None
                                         or config.discard_throttled):
@@ -80,7 +83,7 @@ class TrialCount:
             return f"Trial {index + 1} (of at most {self.rule.max_trials}): "
         return f"Trial {index + 1}/{self.repeat}: " if self.repeat > 1 else ""
 
-    def keep(self, index: int, trial, out: TextIO) -> bool:
+    def keep(self, index: int, trial: Trial | None, out: TextIO) -> bool:
         """Whether trial ``index`` counts; a throttled one is discarded (and measured again by
         the caller) while the policy allows, and said so. None (another rank's) is kept."""
         if trial is None or self.policy is None:
@@ -99,7 +102,7 @@ class TrialCount:
               file=out, flush=True)
         return False
 
-    def done(self, trials) -> bool:
+    def done(self, trials: Sequence[Trial]) -> bool:
         """After a trial: whether --max-noise's rule stops the run (its reason kept)."""
         if self.rule is None:
             return False

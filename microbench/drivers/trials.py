@@ -29,7 +29,8 @@ import io
 import socket
 import sys
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from multiprocessing.connection import Connection
+from typing import TYPE_CHECKING, Callable, Sequence, TextIO, TypeVar
 
 from microbench.drivers import benchmark
 from microbench.drivers.trial_count import TrialCount
@@ -39,6 +40,7 @@ from microbench.platform import progress
 from microbench.measure.results import Trial
 from microbench.output.summary import Summary, record_of, trial_of_process
 from microbench.settings.config import min_noise_trials
+from microbench.platform.environment import DeviceInfo
 
 if TYPE_CHECKING:
     from microbench.plan.spec import RunSpec
@@ -64,8 +66,11 @@ class Job:
         self.status, self.error, self.exit_code = status, error, exit_code
 
 
-def run_rounds(jobs: list[Job], rounds: int, measure: Callable[[Job, int], None],
-               between: Callable[[Job], None] = lambda job: None,
+J = TypeVar("J", bound=Job)         # a Job, or a sweep's Row
+
+
+def run_rounds(jobs: Sequence[J], rounds: int, measure: Callable[[J, int], None],
+               between: Callable[[J], None] = lambda job: None,
                on_round: Callable[[int], None] = lambda index: None,
                until: Callable[[], bool] = lambda: False, counterbalance: bool = False) -> None:
     """Trial ``i`` of every job, for ``i`` in ``range(rounds)``; a failed job is skipped from
@@ -85,12 +90,12 @@ def run_rounds(jobs: list[Job], rounds: int, measure: Callable[[Job, int], None]
             return
 
 
-def seed_of(spec, index: int) -> int:
+def seed_of(spec: RunSpec, index: int) -> int:
     """Trial ``index``'s seed: the run's own for the first trial, then one more per trial."""
     return (spec.config.seed + index) % 2**63
 
 
-def in_workers(spec) -> bool:
+def in_workers(spec: RunSpec) -> bool:
     """Whether this run's trials each run in a fresh worker process."""
     return spec.config.trials_in_workers
 
@@ -105,9 +110,9 @@ class RankHooks:
     rejoin: Callable[[], None] = lambda: None
 
 
-def measure_trial(spec, env, monitor: benchmark.Monitor, hooks: RankHooks = RankHooks(),
-                  on_phase: Callable[..., None] = lambda phase, timed=False: None
-                  ) -> Trial | None:
+def measure_trial(spec: RunSpec, env: DeviceInfo, monitor: benchmark.Monitor,
+                  hooks: RankHooks = RankHooks(),
+                  on_phase: Callable[..., None] = lambda phase, timed=False: None) -> Trial | None:
     """One trial of ``spec`` on this process: a Trial on rank 0 (every rank's record gathered
     there), None on the other ranks."""
     with spec.parallel.process_group(spec):    # FSDP with one process: a one-rank group
@@ -118,10 +123,10 @@ def measure_trial(spec, env, monitor: benchmark.Monitor, hooks: RankHooks = Rank
         return trial_of_process(spec, env, result)
     distributed.barrier(spec.device)           # ...and meet again at its end
     records = distributed.gather_to_main(record_of(spec, env, result))
-    return Trial.of_ranks(result, records) if spec.launch.is_main else None
+    return Trial.of_ranks(result, records) if records is not None else None   # rank 0's
 
 
-def rank_hooks(spec) -> RankHooks:
+def rank_hooks(spec: RunSpec) -> RankHooks:
     """In a multi-process job: the strategy's wrapper (DDP's, when the scenario steps an
     optimizer), meet before the timed region, meet again after an excluded iteration."""
     if not spec.launch.distributed:
@@ -141,7 +146,7 @@ def rank_hooks(spec) -> RankHooks:
 
 # ---------------------------------------------------------------- one configuration's run
 
-def measure(spec, out) -> Summary | None:
+def measure(spec: RunSpec, out: TextIO) -> Summary | None:
     """Run the benchmark's trials (here, or each in a worker process); the job's Summary on
     rank 0, None elsewhere. The two places differ only in how one trial is measured
     (:class:`_InWorkers`, :class:`_Here`); the rounds, the console lines, --max-noise's stop and
@@ -163,11 +168,11 @@ def measure(spec, out) -> Summary | None:
     if count.stopped_by:
         print(f"Stopped after {len(job.trials)} trials: {count.stopped_by}", file=out,
               flush=True)
-    return Summary(spec, env, job.trials, distributed.backend_name(), notes + count.notes(),
+    return Summary(spec, env, tuple(job.trials), distributed.backend_name(), notes + count.notes(),
                    discarded=tuple(count.discarded), stopped_by=count.stopped_by)
 
 
-def _one_trial(job: Job, index: int, place, count: TrialCount) -> None:
+def _one_trial(job: Job, index: int, place: _InWorkers | _Here, count: TrialCount) -> None:
     """Trial ``index``, measured again while --discard-throttled discards it, then its line."""
     spec, label = job.spec, count.label(index)
     while True:
@@ -175,6 +180,8 @@ def _one_trial(job: Job, index: int, place, count: TrialCount) -> None:
         if count.keep(index, trial, place.out):
             break
         place.between()
+    if trial is None:               # another rank's: rank 0 holds the trials
+        return
     job.trials.append(trial)
     if spec.launch.is_main and spec.config.several_trials:
         print(f"{label}{trial.throughput:.2f} {spec.model.item}s/s{place.trial_text(trial)}",
@@ -185,8 +192,9 @@ class _InWorkers:
     """Each trial in a fresh worker process; under DDP the ranks' workers meet at a rendezvous
     of their own, and the ranks again once it is done."""
 
-    def __init__(self, spec, out):
-        self.spec, self.out, self.notes = spec, out, []
+    def __init__(self, spec: RunSpec, out: TextIO):
+        self.spec, self.out = spec, out
+        self.notes: list[str] = []
 
     def once(self, index: int, label: str) -> Trial | None:
         trial = in_worker(self.spec, index, trial_rendezvous(self.spec), label)
@@ -208,7 +216,7 @@ class _Here:
     """Each trial in this process, under one telemetry monitor; what a trial left is freed
     before the next."""
 
-    def __init__(self, spec, env, out):
+    def __init__(self, spec: RunSpec, env: DeviceInfo, out: TextIO):
         self.spec, self.env, self.out = spec, env, out
         self.monitor = benchmark.Monitor(spec.device, spec.config.telemetry_interval_ms / 1e3)
         self.notes = [self.monitor.note] if self.monitor.source is None and env.on_gpu else []
@@ -231,7 +239,7 @@ class _Here:
         self.monitor.close()
 
 
-def _trial_notes(spec) -> list[str]:
+def _trial_notes(spec: RunSpec) -> list[str]:
     if not spec.config.several_trials:
         return []
     config = spec.config
@@ -251,7 +259,7 @@ def _trial_notes(spec) -> list[str]:
 
 # ---------------------------------------------------------------- trials in worker processes
 
-def trial_rendezvous(spec) -> str | None:
+def trial_rendezvous(spec: RunSpec) -> str | None:
     """Where the workers of this trial meet (multi-process jobs only): rank 0's host, as the job
     reaches it, at a port rank 0 finds free now, told to every rank."""
     launch = spec.launch
@@ -266,7 +274,7 @@ def trial_rendezvous(spec) -> str | None:
     return f"tcp://{distributed.rendezvous_host(launch)}:{chosen[0]}"
 
 
-def in_worker(spec, index: int, rendezvous: str | None = None,
+def in_worker(spec: RunSpec, index: int, rendezvous: str | None = None,
               label: str | None = None) -> Trial | None:
     """Trial ``index`` of ``spec`` in a fresh worker process; its Trial on rank 0, None on the
     other ranks. ``label`` prefixes the worker's progress lines (None: it shows none). The
@@ -281,21 +289,22 @@ def in_worker(spec, index: int, rendezvous: str | None = None,
     return trial
 
 
-def _worker_main(spec, rendezvous: str | None, label: str | None, connection) -> None:
+def _worker_main(spec: RunSpec, rendezvous: str | None, label: str | None, connection: Connection
+                ) -> None:
     """The worker process (started through process.orphan_safe_worker, which ends it quietly
     when the parent dies): one trial, its Trial (or its error) sent back to the parent."""
     workers.serve(connection, lambda: _measure_here(spec, rendezvous, label),
                   "the worker of a trial")
 
 
-def _measure_here(spec, rendezvous: str | None, label: str | None) -> Trial | None:
+def _measure_here(spec: RunSpec, rendezvous: str | None, label: str | None) -> Trial | None:
     devices.activate(spec.device)
     env = environment.describe(spec.device)
     monitor = benchmark.Monitor(spec.device, spec.config.telemetry_interval_ms / 1e3)
     launch = spec.launch
     try:
         with distributed.leaving_group():
-            if launch.distributed:
+            if launch.distributed and rendezvous is not None:   # trial_rendezvous gave it
                 distributed.init_trial_group(launch, spec.device, spec.config.dist_timeout,
                                              rendezvous)
             with shown_phases(label if launch.is_main else None) as activity:
@@ -306,7 +315,7 @@ def _measure_here(spec, rendezvous: str | None, label: str | None) -> Trial | No
         monitor.close()
 
 
-def shown_phases(label: str | None, out=None) -> progress.Activity:
+def shown_phases(label: str | None, out: TextIO | None = None) -> progress.Activity:
     """Where a trial shows its phases: ``out`` (the terminal or log) for the process that speaks
     for the job, nowhere for the others (``label`` None: their lines would repeat rank 0's)."""
     if label is None:

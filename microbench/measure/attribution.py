@@ -21,7 +21,11 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
+
+if TYPE_CHECKING:
+    import torch
+    from torch.autograd.profiler_util import FunctionEvent
 
 from microbench.platform import units
 
@@ -182,7 +186,7 @@ def attribute(profile: Profile, measured_step_ms: float | None = None,
 
 # ------------------------------------------------------------------ reading torch.profiler
 
-def _is_top_level_operator(event) -> bool:
+def _is_top_level_operator(event: FunctionEvent) -> bool:
     """An operator no other operator called (its time is not inside another's)."""
     if not event.name.startswith("aten::"):
         return False
@@ -194,7 +198,7 @@ def _is_top_level_operator(event) -> bool:
     return True
 
 
-def activities_of(events, on_gpu: bool) -> tuple[Activity, ...]:
+def activities_of(events: Iterable[FunctionEvent], on_gpu: bool) -> tuple[Activity, ...]:
     """Kernels, copies and fills the device ran (GPU), or top-level operators (CPU), from
     torch.profiler's events."""
     from torch.autograd import DeviceType
@@ -211,7 +215,7 @@ def activities_of(events, on_gpu: bool) -> tuple[Activity, ...]:
                  for e in chosen)
 
 
-def profile_steps(step: Callable[[], object], steps: int, device,
+def profile_steps(step: Callable[[], object], steps: int, device: torch.device,
                   before: Callable[[], object] = lambda: None,
                   clock: Callable[[], float] = time.perf_counter) -> Profile:
     """Run ``before`` (unprofiled), then ``steps`` calls of ``step`` under torch.profiler,

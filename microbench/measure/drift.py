@@ -9,6 +9,8 @@ Example::
 """
 from __future__ import annotations
 
+from typing import Iterable
+
 from dataclasses import dataclass, field
 
 from microbench.platform import units
@@ -110,7 +112,7 @@ def phase_label(name: str, rows: int) -> str:
     return f"{name} ({rows} row{'s' * (rows != 1)})"
 
 
-def _kernels_text(kernels) -> str:
+def _kernels_text(kernels: Iterable[dict]) -> str:
     return "; ".join(f"{k['tensor']} ({k['packing']}: {k['kernel']}) on {k['layers']} layers"
                      for k in kernels)
 
@@ -159,7 +161,8 @@ class LowPrecision:
             rows.append(("FP8 layers", f"{len(self.fp8_layers)} of {self.linear_layers} linear "
                                        f"layers ({share}), {self.fp8_recipe} scaling, "
                                        f"{self.fp8_format}{gather}; the rest in BF16"))
-        if self.quantize is not None:
+        if (self.quantize is not None and self.weight_bytes is not None
+                and self.weight_bytes_before is not None):  # both measured where it quantized
             rows.append(("Quantized", f"{self.quantize}: {self.quantize_description}; weights "
                                       f"{units.megabytes(self.weight_bytes / 1e6)} as stored "
                                       f"(BF16: {units.megabytes(self.weight_bytes_before / 1e6)})"))

@@ -35,7 +35,7 @@ from __future__ import annotations
 import contextlib
 import re
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, ContextManager, Sequence
 
 import torch
 from torch.utils import flop_counter
@@ -280,7 +280,7 @@ def peak_tflops(peak: DevicePeak | None, precision: str) -> float | None:
 # FLOP counting and MFU
 # ----------------------------------------------------------------------------------------------
 
-def _as_query_heads(query_shape, shape) -> tuple:
+def _as_query_heads(query_shape: Sequence[int], shape: Sequence[int]) -> tuple:
     """A key or value shape with the query's head count. Grouped-query attention (fewer key/value
     heads than query heads) does the multiply-adds of each kv head repeated for its query heads;
     torch's formula takes that shape on every release (older ones, 2.11 among them, assert equal
@@ -289,14 +289,16 @@ def _as_query_heads(query_shape, shape) -> tuple:
     return (batch, query_shape[1], length, width)
 
 
-def _attention_forward(query_shape, key_shape, value_shape, *args, out_shape=None,
-                       **kwargs) -> int:
+def _attention_forward(query_shape: Sequence[int], key_shape: Sequence[int],
+                       value_shape: Sequence[int], *args: object,
+                       out_shape: Sequence[int] | None = None, **kwargs: object) -> int:
     return flop_counter.sdpa_flop_count(query_shape, _as_query_heads(query_shape, key_shape),
                                         _as_query_heads(query_shape, value_shape))
 
 
-def _attention_backward(grad_out_shape, query_shape, key_shape, value_shape, *args,
-                        out_shape=None, **kwargs) -> int:
+def _attention_backward(grad_out_shape: Sequence[int], query_shape: Sequence[int],
+                        key_shape: Sequence[int], value_shape: Sequence[int], *args: object,
+                        out_shape: Sequence[int] | None = None, **kwargs: object) -> int:
     return flop_counter.sdpa_backward_flop_count(
         grad_out_shape, query_shape, _as_query_heads(query_shape, key_shape),
         _as_query_heads(query_shape, value_shape))
@@ -330,7 +332,7 @@ def counting() -> FlopCounterMode:
 
 
 def count_iteration_flops(model: torch.nn.Module, inputs: torch.Tensor, target: torch.Tensor,
-                          loss: Callable, autocast, training: bool) -> int:
+                          loss: Callable, autocast: ContextManager[object], training: bool) -> int:
     """FLOPs of one iteration, counted once by torch's FlopCounterMode on the eager model:
     forward for inference, forward + loss + backward for training (the optimizer's elementwise
     update is not counted, as in the usual MFU convention). Gradients it leaves are cleared.
@@ -340,7 +342,7 @@ def count_iteration_flops(model: torch.nn.Module, inputs: torch.Tensor, target: 
         with grad_mode, autocast:
             output = model(inputs)
             value = loss(output, target) if training else None
-        if training:
+        if value is not None:
             value.backward()
     if training:
         model.zero_grad(set_to_none=True)
@@ -373,7 +375,7 @@ def choose_peak(device: torch.device, peak_key: str, override: float | None) -> 
         return PeakChoice(override, "--peak-tflops")
     peak = peak_for_device(device)
     value = overridden(override, peak_tflops(peak, peak_key))
-    if value is None:
+    if value is None or peak is None:
         what = "this device" if is_gpu(device) else "the CPU"
         return PeakChoice(None, f"no peak known for {what}; pass --peak-tflops")
     return PeakChoice(value, f"{peak.name} dense {peak_key.replace('_matrix', '')}, "

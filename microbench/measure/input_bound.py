@@ -156,7 +156,8 @@ class CpuMeter:
 
     def _total(self, pids: tuple[int, ...]) -> float | None:
         readings = [self._cpu_seconds(pid) for pid in pids]
-        return None if not pids or None in readings else math.fsum(readings)
+        known = [reading for reading in readings if reading is not None]
+        return None if not pids or len(known) < len(readings) else math.fsum(known)
 
     def start(self) -> None:
         pids = self._pids()
@@ -239,10 +240,11 @@ def _median_run(runs: list):
 def _pooled_cpu(uses: list[CpuUse | None]) -> CpuUse | None:
     """Worker CPU pooled over ranks and trials (per rank: the CPU time over the wall time);
     unknown if any part is."""
-    if not uses or any(use is None for use in uses):
+    known = [use for use in uses if use is not None]
+    if not uses or len(known) < len(uses):
         return None
-    return CpuUse(math.fsum(u.cpu_s for u in uses), math.fsum(u.wall_s for u in uses),
-                  uses[0].workers)
+    return CpuUse(math.fsum(u.cpu_s for u in known), math.fsum(u.wall_s for u in known),
+                  known[0].workers)
 
 
 def combine(trials: list[list[DataTrial]], pipeline_per_s: float) -> "DataReport":
@@ -290,9 +292,8 @@ def verdict(pipeline_per_s: float | None, loader_per_s: float | None,
     keeps less than KEEPS_UP of it although each side alone is fast enough, the two slow each
     other down (CPU cores shared by workers and the training process, memory bandwidth, copies).
     """
-    known = [v for v in (pipeline_per_s, loader_per_s, model_per_s)
-             if v is not None and math.isfinite(v) and v > 0]
-    if len(known) < 3:
+    if pipeline_per_s is None or loader_per_s is None or model_per_s is None or not all(
+            math.isfinite(v) and v > 0 for v in (pipeline_per_s, loader_per_s, model_per_s)):
         return Verdict("unknown", math.nan, "verdict unknown: the pipeline, loader-alone and "
                                             "model-alone figures are not all known")
     kept = pipeline_per_s / model_per_s

@@ -141,7 +141,8 @@ class _Keeper(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         if not self.watch.filter(record):
             return
-        logging.lastResort.handle(record)     # TORCH_LOGS: shown as before
+        if logging.lastResort is not None:
+            logging.lastResort.handle(record)     # TORCH_LOGS: shown as before
 
 
 def _library_loggers() -> list[logging.Logger]:

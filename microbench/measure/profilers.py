@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from typing import Callable, ContextManager
 
 import torch
+
+from microbench.settings.config import BenchConfig
 from torch.profiler import ProfilerActivity, profile, schedule
 
 from microbench.platform import devices, noise
@@ -191,11 +193,11 @@ def trace_directory(output: str) -> str:
     return os.path.dirname(output) or "."
 
 
-def trace_output(config) -> str:
+def trace_output(config: BenchConfig) -> str:
     return config.profiler_output or config.output_dir + os.sep
 
 
-def prepare_trace_output(config) -> None:
+def prepare_trace_output(config: BenchConfig) -> None:
     """Before the run: the trace directory exists (created now) and is writable."""
     output = trace_output(config)
     directory = trace_directory(output)
@@ -226,7 +228,7 @@ def kineto_pass(step: Callable[[], object], device: torch.device, plan: KinetoSc
     """A scheduled torch.profiler pass; returns the trace files and the operator table."""
     written: list[str] = []
 
-    def export(profiler) -> None:
+    def export(profiler: torch.profiler.profile) -> None:
         path = trace_path(output, profiler.step_num, rank, world_size, stem)
         writing.write_via(path, profiler.export_chrome_trace)
         written.append(path)

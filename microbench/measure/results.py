@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Iterable
 
 from microbench.measure.telemetry import TelemetryReport
 from microbench.measure.timing import Measurement
@@ -31,9 +31,10 @@ if TYPE_CHECKING:
     from microbench.measure.drift import LowPrecision
     from microbench.measure.compile_watch import CompileReport
     from microbench.measure.library_log import LibraryLog
+    from microbench.measure.measured_peaks import MeasuredPeaks
 
 
-def _merged(measurements) -> Measurement:
+def _merged(measurements: Iterable[Measurement]) -> Measurement:
     return Measurement.merge(measurements)
 
 
@@ -48,7 +49,7 @@ class PhaseTimes:
     optimizer: Measurement
 
     @classmethod
-    def merge(cls, parts) -> "PhaseTimes":
+    def merge(cls, parts: Iterable[PhaseTimes]) -> "PhaseTimes":
         parts = list(parts)
         return cls(*(_merged(getattr(part, name) for part in parts) for name in cls.NAMES))
 
@@ -72,7 +73,7 @@ class GenerationTimes:
     attribution: Attribution | None = None  # a decode step profiled after the timed loop
 
     @classmethod
-    def merge(cls, parts) -> "GenerationTimes":
+    def merge(cls, parts: Iterable[GenerationTimes]) -> "GenerationTimes":
         parts = list(parts)
         return cls(_merged(p.prefill for p in parts), _merged(p.decode for p in parts),
                    _merged(p.e2e for p in parts), sum(p.decode_bytes for p in parts),
@@ -84,10 +85,15 @@ class GenerationTimes:
 Detail = PhaseTimes | GenerationTimes | None
 
 
-def merge_detail(details) -> Detail:
+def merge_detail(details: Iterable[Detail]) -> Detail:
     """Merge the scenario details of several segments or trials (None when there are none)."""
-    details = [detail for detail in details if detail is not None]
-    return type(details[0]).merge(details) if details else None
+    known = [detail for detail in details if detail is not None]
+    phases = [detail for detail in known if isinstance(detail, PhaseTimes)]
+    generations = [detail for detail in known if isinstance(detail, GenerationTimes)]
+    if not known:
+        return None
+    # One kind of run: every detail is the first's type.
+    return PhaseTimes.merge(phases) if phases else GenerationTimes.merge(generations)
 
 
 @dataclass
@@ -127,7 +133,7 @@ class ProcessResult:
     data: DataTrial | None = None        # --data loader|folder: the input pipeline's
     compiler: CompileReport | None = None    # --compile: what the compiler did
     sharded: "ShardedState | None" = None   # --parallel fsdp: what this rank holds
-    peaks: Any = None                    # --measure-peaks: microbench.ops.peaks.MeasuredPeaks
+    peaks: MeasuredPeaks | None = None   # --measure-peaks: the probe (microbench.ops.peaks)
     lowp: LowPrecision | None = None     # --precision fp8, --quantize: what they did
     library_log: "LibraryLog | None" = None  # torch's and torchao's log records, kept
 
@@ -182,7 +188,7 @@ class Trial:
     ranks: tuple[RankRecord, ...]          # sorted by rank; one for a single-device run
 
     @classmethod
-    def of_ranks(cls, result: ProcessResult, records) -> "Trial":
+    def of_ranks(cls, result: ProcessResult, records: Iterable[RankRecord]) -> "Trial":
         return cls(result, tuple(sorted(records, key=lambda r: r.rank)))
 
     @property

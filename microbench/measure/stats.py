@@ -44,9 +44,12 @@ import sys
 import time
 import warnings
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from microbench.platform import units
+
+if TYPE_CHECKING:
+    from microbench.measure.telemetry import TelemetryReport
 
 LEVEL = 0.95
 ALPHA = 1 - LEVEL
@@ -234,7 +237,9 @@ class Comparison:
 
 def compared(ratio: float, interval: tuple[float, float] | None,
              tolerance_pct: float = DEFAULT_TOLERANCE_PCT) -> Comparison:
-    return Comparison(ratio, tuple(interval) if interval is not None else None, tolerance_pct)
+    # a stored interval may be a list (JSON): kept as a pair
+    return Comparison(ratio, (interval[0], interval[1]) if interval is not None else None,
+                      tolerance_pct)
 
 
 # ---------------------------------------------------------------- A/B, paired by round
@@ -402,7 +407,7 @@ class StoppingRule:
         spread = self.stats
         if spread is not None and spread.count >= max(2, self.min_trials):
             half = spread.half_width_pct
-            if half < self.max_noise_pct:
+            if half is not None and half < self.max_noise_pct:
                 return (f"noise target met: the 95% CI's half-width is {half:.2f}% of the "
                         f"headline after {spread.count} trials (--max-noise "
                         f"{self.max_noise_pct:g})")
@@ -419,7 +424,7 @@ class StoppingRule:
 
 # ---------------------------------------------------------------- throttled trials
 
-def throttle_reason(telemetry) -> str | None:
+def throttle_reason(telemetry: TelemetryReport | None) -> str | None:
     """Why a trial counts as throttled, from its telemetry report (``sm_clock_drop``,
     ``stats['sm_clock_mhz']``, ``max_sm_clock_mhz``, ``throttle_reasons_seen``), or None."""
     if telemetry is None:
@@ -442,7 +447,7 @@ class DiscardPolicy:
     max_reruns: int
     discarded: list[tuple[int, str]] = field(default_factory=list)   # (trial index, reason)
 
-    def rerun(self, index: int, telemetry) -> bool:
+    def rerun(self, index: int, telemetry: TelemetryReport | None) -> bool:
         """Whether trial ``index`` (just measured) is to be discarded and measured again."""
         reason = throttle_reason(telemetry)
         if reason is None or len(self.discarded) >= self.max_reruns:

@@ -76,8 +76,12 @@ class HostRecorder:
         return [(b - a) * 1e3 for a, b in zip(stamps, stamps[1:])]
 
 
+# What marks the timed loop's iterations: device events on a GPU, the host clock otherwise.
+Recorder = EventRecorder | HostRecorder
+
+
 def make_recorder(device: torch.device, marks: int,
-                  time_fn: Callable[[], float] | None = None):
+                  time_fn: Callable[[], float] | None = None) -> Recorder:
     """The recorder for ``device``: device events on a GPU, the host clock otherwise.
 
     ``time_fn`` forces a host recorder with that clock (tests inject a fake clock).

@@ -14,7 +14,7 @@ Example::
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     import torch
@@ -23,15 +23,35 @@ if TYPE_CHECKING:
 
 
 class ModelFamily(Protocol):
-    """What every model spec answers; ``None`` or ``False`` where it does not apply."""
+    """What every model spec answers; ``None`` or ``False`` where it does not apply. Read-only
+    (a spec is frozen)."""
 
-    name: str
-    family: str                         # "classification", "segmentation", "video", "language"
-    reads_tokens: bool                  # token ids in (a language model), not images
-    tokens_per_item: int | None         # a language model's sequence length; None for images
-    llama_config: LlamaConfig | None    # the llama_* presets' architecture (FSDP, torchtitan)
-    can_generate: bool                  # --mode generate can decode it (static KV cache)
-    loss_name: str
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def family(self) -> str: ...        # "classification", "segmentation", "video", "language"
+
+    @property
+    def reads_tokens(self) -> bool: ...     # token ids in (a language model), not images
+
+    @property
+    def tokens_per_item(self) -> int | None: ...   # a language model's sequence length
+
+    @property
+    def llama_config(self) -> LlamaConfig | None: ...   # the llama_* presets' architecture
+
+    @property
+    def can_generate(self) -> bool: ...     # --mode generate can decode it (static KV cache)
+
+    @property
+    def loss_name(self) -> str: ...
+
+    @property
+    def channels_last(self) -> torch.memory_format | None: ...  # --nhwc's; None: token ids
+
+    @property
+    def attention(self) -> str: ...     # a language model's attention; "" for images
 
     @property
     def item(self) -> str: ...
@@ -41,11 +61,13 @@ class ModelFamily(Protocol):
 
     def build(self) -> torch.nn.Module: ...
 
+    def input_shape(self, batch_size: int) -> tuple[int, ...]: ...
+
     def check(self) -> None: ...
 
     def make_batch(self, batch_size: int, device: torch.device, dtype: torch.dtype | None,
                    seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]: ...
 
-    def loss(self, output, target: torch.Tensor) -> torch.Tensor: ...
+    def loss(self, output: Any, target: torch.Tensor) -> torch.Tensor: ...
 
     def describe(self) -> str: ...

@@ -28,6 +28,7 @@ from __future__ import annotations
 import ast
 import difflib
 import inspect
+from typing import Any, Collection
 import math
 import re
 from types import ModuleType
@@ -64,7 +65,7 @@ def parse_literal(text: str, key: str) -> object:
         return stripped
 
 
-def _known_settings(config_class: type) -> dict[str, object]:
+def _known_settings(config_class: type[Any]) -> dict[str, object]:
     """Every setting of ``config_class`` and its default value (None where only the signature
     names it)."""
     defaults = {name: value for name, value in vars(config_class()).items()
@@ -124,7 +125,7 @@ def _check_scalar(key: str, value: object, default: object) -> None:
     _check_number(key, value)
 
 
-def _check_value(key: str, value: object, default: object, activations) -> None:
+def _check_value(key: str, value: object, default: object, activations: Collection[str]) -> None:
     if _ACTIVATION.search(key) and isinstance(default, str):
         if value not in activations:
             raise UsageError(f"model argument {key}={_shown(value)}: not an activation "

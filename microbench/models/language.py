@@ -20,12 +20,13 @@ Example::
 """
 from __future__ import annotations
 
+from typing import Any
+
 from dataclasses import dataclass, replace
 
 import torch
 from torch import nn
 
-from microbench.models import llama_config
 from microbench.models.archs import llama
 from microbench.platform.errors import UsageError
 from microbench.settings.model_options import ModelOptions
@@ -83,28 +84,28 @@ class LanguageModelSpec:
 
     # ------------------------------------------------------------ configuring
 
-    def configure(self, options) -> "LanguageModelSpec":
+    def configure(self, options: ModelOptions) -> "LanguageModelSpec":
         if options.image_size is not None:
             raise UsageError(f"--image-size applies to vision models; {self.name} reads "
                              f"token sequences: use --seq-len")
         attention = options.attention or DEFAULT_ATTENTION
         if self.llama_config is not None:
-            return self._configure_llama(options, attention)
+            return self._configure_llama(self.llama_config, options, attention)
         return self._configure_hf(options, attention)
 
-    def _configure_llama(self, options, attention: str) -> "LanguageModelSpec":
+    def _configure_llama(self, base: llama.LlamaConfig, options: ModelOptions,
+                         attention: str) -> "LanguageModelSpec":
         if options.model_kwargs:
             raise UsageError(f"--model-kwargs applies to hf:<model_type> models; {self.name} "
                              f"takes --seq-len, --vocab-size and --kv-heads")
         if attention not in llama.ATTENTION_IMPLS:
             raise UsageError(f"--attention {attention}: choose one of "
                              f"{', '.join(llama.ATTENTION_IMPLS)}")
-        arch = self.llama_config.with_overrides(options.seq_len, options.vocab_size,
-                                                options.kv_heads)
+        arch = base.with_overrides(options.seq_len, options.vocab_size, options.kv_heads)
         return replace(self, seq_len=arch.max_seq_len, vocab_size=arch.vocab_size,
                        attention=attention, llama_config=arch)
 
-    def _configure_hf(self, options, attention: str) -> "LanguageModelSpec":
+    def _configure_hf(self, options: ModelOptions, attention: str) -> "LanguageModelSpec":
         from microbench.models import hf
         if options.kv_heads is not None:
             raise UsageError("--kv-heads applies to the llama_* presets; for hf: models set "
@@ -117,7 +118,7 @@ class LanguageModelSpec:
         overrides = hf.parse_model_kwargs(list(options.model_kwargs))
         if options.vocab_size is not None:
             overrides["vocab_size"] = str(options.vocab_size)
-        config = hf.hf_config(self.hf_type, overrides)          # checks the overrides now
+        config = hf.hf_config(self._hf_type(), overrides)       # checks the overrides now
         hf.check_runs(config, overrides)
         limit = hf.hf_max_positions(config)
         seq_len = options.seq_len or min(HF_DEFAULT_SEQ_LEN, limit or HF_DEFAULT_SEQ_LEN)
@@ -144,7 +145,14 @@ class LanguageModelSpec:
             return llama.build(self.llama_config, self.attention)
         from microbench.models import hf
         overrides = hf.parse_model_kwargs(list(self.hf_overrides))
-        return hf.hf_model(hf.hf_config(self.hf_type, overrides), self.attention)
+        return hf.hf_model(hf.hf_config(self._hf_type(), overrides), self.attention)
+
+    def _hf_type(self) -> str:
+        """The hf: model type of a spec that is not a LLaMA preset (every spec is one or the
+        other: ``hf_spec`` and ``presets`` make them)."""
+        if self.hf_type is None:
+            raise ValueError(f"{self.name} is neither a LLaMA preset nor an hf: model")
+        return self.hf_type
 
     def input_shape(self, batch_size: int) -> tuple[int, ...]:
         return (batch_size, self.seq_len)
@@ -164,10 +172,10 @@ class LanguageModelSpec:
                              generator=generator).to(device)
 
     @staticmethod
-    def logits(output) -> torch.Tensor:
+    def logits(output: Any) -> torch.Tensor:
         return output.logits if hasattr(output, "logits") else output
 
-    def loss(self, output, target: torch.Tensor) -> torch.Tensor:
+    def loss(self, output: Any, target: torch.Tensor) -> torch.Tensor:
         logits = self.logits(output)
         return nn.functional.cross_entropy(logits.flatten(0, 1), target.flatten())
 
@@ -186,9 +194,6 @@ class LanguageModelSpec:
                 f"{arch.num_heads} heads / {arch.num_kv_heads} kv, sequence {self.seq_len}, "
                 f"vocab {self.vocab_size}, attention {self.attention})")
 
-    def summary(self) -> str:
-        """One line for --list-networks."""
-        return llama_config.summary(self.llama_config)
 
 
 def _configured(name: str, options: ModelOptions) -> LanguageModelSpec:

@@ -13,6 +13,7 @@ Example::
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import TypedDict
 
 from microbench.platform.errors import UsageError
 
@@ -71,14 +72,9 @@ class LlamaConfig:
     def with_overrides(self, seq_len: int | None = None, vocab_size: int | None = None,
                        kv_heads: int | None = None) -> LlamaConfig:
         """A validated copy with the user-settable fields (--seq-len, --vocab-size, --kv-heads)."""
-        changes: dict[str, int] = {}
-        if seq_len is not None:
-            changes["max_seq_len"] = seq_len
-        if vocab_size is not None:
-            changes["vocab_size"] = vocab_size
-        if kv_heads is not None:
-            changes["num_kv_heads"] = kv_heads
-        return replace(self, **changes)
+        return replace(self, max_seq_len=self.max_seq_len if seq_len is None else seq_len,
+                       vocab_size=self.vocab_size if vocab_size is None else vocab_size,
+                       num_kv_heads=self.num_kv_heads if kv_heads is None else kv_heads)
 
 
 def _divisors(n: int) -> list[int]:
@@ -124,10 +120,28 @@ def _positive_int(value: object) -> bool:
 # launch_performance_study.sh: "small" = hidden 512, 8 layers (the README runs it with
 # --seq-len 128) and "medium" = hidden 1024, 12 layers, seq 512, which passes no --num-heads, so
 # the workshop's medium model keeps the default 8 heads (head_dim 128).
-_WORKSHOP = dict(vocab_size=1000, num_kv_heads=4, rope_theta=10000.0, norm_eps=1e-6,
-                 tie_embeddings=True)
-_LLAMA3 = dict(vocab_size=128256, num_kv_heads=8, max_seq_len=8192, rope_theta=500000.0,
-               norm_eps=1e-5)
+class _Workshop(TypedDict):
+    """The fields the workshop's presets share."""
+    vocab_size: int
+    num_kv_heads: int
+    rope_theta: float
+    norm_eps: float
+    tie_embeddings: bool
+
+
+class _Llama3(TypedDict):
+    """The fields the Llama 3 presets share."""
+    vocab_size: int
+    num_kv_heads: int
+    max_seq_len: int
+    rope_theta: float
+    norm_eps: float
+
+
+_WORKSHOP = _Workshop(vocab_size=1000, num_kv_heads=4, rope_theta=10000.0, norm_eps=1e-6,
+                      tie_embeddings=True)
+_LLAMA3 = _Llama3(vocab_size=128256, num_kv_heads=8, max_seq_len=8192, rope_theta=500000.0,
+                  norm_eps=1e-5)
 
 PRESETS: dict[str, LlamaConfig] = {
     "llama_tiny": LlamaConfig(hidden_size=512, num_layers=8, num_heads=8, intermediate_size=2048,

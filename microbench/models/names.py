@@ -13,6 +13,8 @@ Example::
 """
 from __future__ import annotations
 
+from typing import Iterable
+
 import difflib
 import importlib.metadata
 
@@ -127,7 +129,7 @@ def unknown(name: str) -> UsageError:
     return UsageError(f"unknown network '{name}': {hint}")
 
 
-def check(names) -> None:
+def check(names: Iterable[str]) -> None:
     """Refuse the first unknown name of ``names`` (the command line's, before anything heavy
     is imported)."""
     known = model_names()

@@ -20,7 +20,7 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass, replace
 from functools import lru_cache
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 import torchvision.models as tvm
@@ -67,6 +67,7 @@ class ModelSpec:
     tokens_per_item = None                       # images, not token sequences
     reads_tokens = False
     llama_config = None                          # not a llama_* preset
+    attention = ""                               # no attention to choose
     can_generate = False
     loss_name = "cross-entropy over classes"
 
@@ -117,7 +118,7 @@ class ModelSpec:
 
     def input_shape(self, batch_size: int) -> tuple[int, ...]:
         size = self.image_size
-        if self.family == "video":
+        if self.frames is not None:                 # a video model's clips (family "video")
             return (batch_size, 3, self.frames, size, size)
         return (batch_size, 3, size, size)
 
@@ -136,7 +137,7 @@ class ModelSpec:
         return inputs.to(device=device, dtype=dtype), target.to(device)
 
     @staticmethod
-    def logits(output) -> torch.Tensor:
+    def logits(output: Any) -> torch.Tensor:
         """The tensor the loss is taken on: segmentation returns a dict, GoogLeNet a tuple."""
         if isinstance(output, dict):
             return output["out"]
@@ -144,7 +145,7 @@ class ModelSpec:
             return output.logits
         return output
 
-    def loss(self, output, target: torch.Tensor) -> torch.Tensor:
+    def loss(self, output: Any, target: torch.Tensor) -> torch.Tensor:
         return torch.nn.functional.cross_entropy(self.logits(output), target)
 
     def describe(self) -> str:

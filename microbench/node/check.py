@@ -9,6 +9,8 @@ thread or process limit exit 4, as everywhere else).
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Callable
+
 import contextlib
 import os
 import socket
@@ -28,6 +30,11 @@ from microbench.platform import devices
 from microbench.platform import distributed, process, safe_text, workers, writing
 from microbench.platform.errors import EXIT_FLAGGED, UsageError
 from microbench.store.schema import validate_result
+
+if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
+    import argparse
+    import torch.distributed as dist
 
 
 @dataclass(frozen=True)
@@ -63,7 +70,7 @@ class _LaunchAsk:
     distributed_dataparallel: bool = False
     rank: int | None = None
     world_size: int | None = None
-    device_ids: tuple | None = None
+    device_ids: tuple[int, ...] | None = None
     batch_size: int = 0
     dist_backend: str | None = None
     dist_url: str | None = None
@@ -77,7 +84,7 @@ def _device_type(requested: str) -> str:
     return requested
 
 
-def run(args, argv: list[str], stored: Baseline | None) -> int:
+def run(args: argparse.Namespace, argv: list[str], stored: Baseline | None) -> int:
     """The check as ``argv`` (the command line, for the document) asked for it, judged against
     ``stored`` (--baseline, read by :func:`~microbench.node.arguments.validate`)."""
     started = time.perf_counter()
@@ -94,7 +101,7 @@ def run(args, argv: list[str], stored: Baseline | None) -> int:
                              f"the processes (one per GPU); drop --processes")
         program.scale_of(os.environ, launch.world_size)
         outcome = _measure_rank(launch, options)
-        if not launch.is_main:
+        if not launch.is_main or outcome is None:       # rank 0 has the outcome
             return 0
     else:
         count = _process_count(args.processes, options.device_type)
@@ -130,7 +137,8 @@ def _spawned(count: int, options: Options) -> Outcome:
     return outcomes[0]
 
 
-def _worker_main(index: int, count: int, port: int, options: Options, connection) -> None:
+def _worker_main(index: int, count: int, port: int, options: Options, connection: Connection
+                ) -> None:
     launch = distributed.Launch(launcher="manual", rank=index, local_rank=index,
                                 world_size=count, init_method=f"tcp://127.0.0.1:{port}",
                                 device_index=index)
@@ -157,7 +165,7 @@ def _measure_rank(launch: distributed.Launch, options: Options) -> Outcome | Non
         distributed.fail_if_asked(launch)         # the test hook: this rank dies here
         with distributed.leaving_group(), \
                 distributed.failures_reported(launch, options.timeout_s, "run"):
-            def measure(only=None) -> program.GpuRecord:
+            def measure(only: tuple[str, ...] | None = None) -> program.GpuRecord:
                 return program.run(device, launch.rank, launch.local_rank, options.samples,
                                    options.quick, source, note,
                                    align=lambda: distributed.barrier(device), only=only,
@@ -181,7 +189,8 @@ def _bind_near(device: torch.device) -> None:
             os.sched_setaffinity(0, near & allowed)
 
 
-def _recheck(record: program.GpuRecord, measure, options: Options) -> list | None:
+def _recheck(record: program.GpuRecord, measure: Callable[..., program.GpuRecord], options: Options
+            ) -> list | None:
     """A flag is confirmed before it counts: every rank sees every GPU's figures, judges them
     as rank 0 will (the same records, the same rule: the same parts on every rank, without a
     message to agree on), and every GPU measures the flagged parts again, all at once as the
@@ -195,7 +204,7 @@ def _recheck(record: program.GpuRecord, measure, options: Options) -> list | Non
     return distributed.all_gather_objects(measure(only=again))
 
 
-def _links_and_gather(launch, device: torch.device, options: Options,
+def _links_and_gather(launch: distributed.Launch, device: torch.device, options: Options,
                       record: program.GpuRecord, rechecks: list | None) -> Outcome | None:
     # Nodes by name and node rank: two nodes of one host name (containers, two torchrun
     # agents on one host) are two nodes.
@@ -235,8 +244,8 @@ def _links_and_gather(launch, device: torch.device, options: Options,
     return outcome
 
 
-def _pairs_again(copies: list, group, mine: list[int], host: str, rank: int,
-                 device: torch.device, options: Options) -> list:
+def _pairs_again(copies: list, group: dist.ProcessGroup | None, mine: list[int], host: str,
+                 rank: int, device: torch.device, options: Options) -> list:
     """A link's flag is confirmed as a GPU's is: every rank judges every pair's copies as rank
     0 will, and the flagged pairs are measured again (each node its own, in rounds)."""
     everyone = [c for copies_ in distributed.all_gather_objects(copies) for c in copies_]
@@ -248,7 +257,7 @@ def _pairs_again(copies: list, group, mine: list[int], host: str, rank: int,
 
 # ---------------------------------------------------------------- the verdict
 
-def _finish(outcome: Outcome, args, options: Options, argv: list[str],
+def _finish(outcome: Outcome, args: argparse.Namespace, options: Options, argv: list[str],
             seconds: float) -> int:
     # Nothing flagged at first: nothing measured again, and no flag to confirm ([]).
     verdict = judge(outcome.records, outcome.copies, outcome.collectives, options.tolerance_pct,

@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import datetime
 import statistics
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from microbench import __version__
 from microbench.node.parts import FIGURES, HOST_BOUND
 from microbench.node.links import Collective, PairCopy
 from microbench.node.verdict import Judged, Verdict
 from microbench.store.schema import SCHEMA_VERSION
+
+if TYPE_CHECKING:
+    from microbench.node.verdict import GpuVerdict
 
 METHOD = ("each figure is the median of its samples; a GPU is flagged when a figure it decides "
           "(not_judged: those bound by the host, shown only) lies below the median of its "
@@ -41,7 +44,7 @@ def _against_baseline(judged: Judged | None) -> dict | None:
     return {**_judged(judged), "recheck": _recheck(judged)}
 
 
-def _gpu(verdict) -> dict:
+def _gpu(verdict: GpuVerdict) -> dict:
     record = verdict.record
     figures = {}
     for key, part in record.parts.items():

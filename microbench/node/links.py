@@ -17,12 +17,17 @@ rank's time is reduced with MAX: the collective ends when its last rank does).
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from dataclasses import dataclass, field
 
 import torch
 
 from microbench.platform import devices
 from microbench.platform import distributed
+
+if TYPE_CHECKING:
+    import torch.distributed as dist
 
 # Message sizes (bytes): a GPU's reach the NVLink/Infinity Fabric peak at the largest; gloo on
 # two CPU processes stays within a second.
@@ -66,8 +71,8 @@ def node_groups(hosts: list[str]) -> dict[str, list[int]]:
     return groups
 
 
-def all_reduce(group, ranks: list[int], device: torch.device, samples: int,
-               scope: str) -> Collective:
+def all_reduce(group: dist.ProcessGroup | None, ranks: list[int], device: torch.device,
+               samples: int, scope: str) -> Collective:
     """Bus bandwidth of ``group``'s all-reduce at each size, ``samples`` times each."""
     gpu = devices.is_gpu(device)
     sizes, iterations = (GPU_SIZES, GPU_ITERATIONS) if gpu else (CPU_SIZES, CPU_ITERATIONS)
@@ -101,8 +106,9 @@ def rounds(ranks: list[int]) -> list[list[tuple[int, int]]]:
     return schedule
 
 
-def pair_copies(group, ranks: list[int], host: str, rank: int, device: torch.device,
-                samples: int, only: frozenset | None = None) -> list[PairCopy]:
+def pair_copies(group: dist.ProcessGroup | None, ranks: list[int], host: str, rank: int,
+                device: torch.device, samples: int, only: frozenset | None = None
+               ) -> list[PairCopy]:
     """Every ordered pair of ``ranks`` (one node), in rounds of disjoint pairs (``rounds``),
     each pair both ways at once, the node's ranks waiting for each other between rounds; the
     receiver's records (a copy into this rank's GPU). ``only``: these pairs (``(low, high)``
@@ -123,8 +129,8 @@ def pair_copies(group, ranks: list[int], host: str, rank: int, device: torch.dev
     return copies
 
 
-def _one_pair(outgoing: torch.Tensor, incoming: torch.Tensor, peer: int,
-              device: torch.device, samples: int, group) -> tuple[float, ...]:
+def _one_pair(outgoing: torch.Tensor, incoming: torch.Tensor, peer: int, device: torch.device,
+              samples: int, group: dist.ProcessGroup | None) -> tuple[float, ...]:
     """GB/s into this GPU of each sample of ``P2P_ITERATIONS`` exchanges with ``peer``."""
     distributed.timed_exchange(outgoing, incoming, peer, 1, device, group)     # warm-up
     return tuple(incoming.numel() * P2P_ITERATIONS

@@ -7,6 +7,8 @@ far it falls below its peers' median. A new figure is its registry row and its m
 """
 from __future__ import annotations
 
+from typing import Iterable
+
 from microbench.platform import units
 from microbench.store.figures import NODE, Figure, of_table
 
@@ -38,9 +40,9 @@ def judged(key: str) -> bool:
     return key not in HOST_BOUND
 
 
-def not_judged_note(keys) -> str | None:
+def not_judged_note(keys: Iterable[str]) -> str | None:
     """The line under the verdict table that says which columns are shown, not judged."""
-    named = [FIGURES[key].console for key in keys if not judged(key)]
+    named = [FIGURES[key].console or key for key in keys if not judged(key)]   # labelled
     if not named:
         return None
     return (f"{NOT_JUDGED_MARK} shown, not judged: {', '.join(named)} (bound by the host's "

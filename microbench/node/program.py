@@ -20,10 +20,11 @@ import math
 import os
 import socket
 from dataclasses import dataclass, field, replace
-from typing import Callable
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping
 
 import torch
 
+from microbench.measure.results import GenerationTimes
 from microbench.measure.telemetry.health import DeviceHealth
 from microbench.measure.timing import time_calls
 from microbench.node.parts import FIGURES, GPU_FIGURES, QUICK_PARTS
@@ -32,6 +33,9 @@ from microbench.ops import peaks
 from microbench.platform import devices
 from microbench.platform.errors import BenchmarkError, UsageError
 from microbench.store import ranges
+
+if TYPE_CHECKING:
+    from microbench.measure.telemetry.sampler import Source
 
 # A test hook, as distributed.FAIL_RANK_VARIABLE: "RANK:FACTOR" multiplies every figure that
 # rank measures by FACTOR (a slow GPU without a slow GPU; tests and the docs' dry run); several
@@ -130,8 +134,8 @@ def sizes_for(device: torch.device) -> Sizes:
 
 
 def run(device: torch.device, rank: int, local_rank: int, samples: int, quick: bool,
-        source=None, telemetry_note: str = "", environ=None,
-        align: Callable[[], object] = lambda: None,
+        source: Source | None = None, telemetry_note: str = "",
+        environ: Mapping[str, str] | None = None, align: Callable[[], object] = lambda: None,
         only: tuple[str, ...] | None = None, node_rank: int | None = None) -> GpuRecord:
     """Every part on ``device`` (``only``: these parts, the flagged ones measured again);
     ``source`` the telemetry source read meanwhile; ``align`` runs before each part (a
@@ -198,14 +202,14 @@ def _guarded(key: str, measure: Callable[[], Part], device: torch.device) -> Par
         return Part(key, failure=" ".join(str(error).split())[:300] or type(error).__name__)
 
 
-def _rates(samples_ms, work: float, scale: float) -> tuple[float, ...]:
+def _rates(samples_ms: Iterable[float], work: float, scale: float) -> tuple[float, ...]:
     """Work per sample over each sample's time, in the figure's unit (``scale`` per second)."""
     return tuple(work / (ms / 1e3) / scale for ms in samples_ms if ms > 0)
 
 
 def _gemm(key: str, device: torch.device, dtype: str, size: peaks.ProbeSize) -> Part:
     row = peaks.gemm_row(device, dtype, size)
-    if row.status != "ok" or row.measurement is None:
+    if row.status != "ok" or row.measurement is None or row.flops is None:
         return Part(key, failure=row.message or row.status)
     return Part(key, _rates(row.measurement.samples_ms, row.flops, 1e12),
                 basis=f"{dtype} GEMM {size.gemm_n}^3 (torch.{peaks.gemm_op(dtype)}), per call")
@@ -222,7 +226,7 @@ def _fp8_gemm(device: torch.device, size: peaks.ProbeSize) -> Part:
 
 def _memory(device: torch.device, size: peaks.ProbeSize) -> Part:
     row = peaks.copy_row(device, size)
-    if row.status != "ok" or row.measurement is None:
+    if row.status != "ok" or row.measurement is None or row.bytes_moved is None:
         return Part("memory_gbs", failure=row.message or row.status)
     return Part("memory_gbs", _rates(row.measurement.samples_ms, row.bytes_moved, 1e9),
                 basis=f"device copy of {size.copy_bytes >> 20} MiB, bytes read + written, "
@@ -230,7 +234,7 @@ def _memory(device: torch.device, size: peaks.ProbeSize) -> Part:
 
 
 def _host_copy(device: torch.device, nbytes: int, samples: int, to_device: bool,
-               source, health: list) -> Part:
+               source: Source | None, health: list) -> Part:
     key = "h2d_gbs" if to_device else "d2h_gbs"
     if nbytes == 0:
         return Part(key, skipped="no host-device link on the CPU")
@@ -276,7 +280,10 @@ def _model_part(key: str, device: torch.device, settings: dict, samples: int) ->
         return Part(key, _rates(result.times.samples_ms, per_iteration, 1.0),
                     basis=f"{spec.model.name} training step, {spec.batch_size} images, "
                           f"{spec.precision.label}, per iteration")
-    steps = result.detail.decode.samples_ms
+    detail = result.detail
+    if not isinstance(detail, GenerationTimes):     # a generate run's: its token times
+        raise TypeError(f"{key}: a generation measures its decode steps")
+    steps = detail.decode.samples_ms
     return Part(key, _rates(steps, spec.batch_size, 1.0),
                 basis=f"{spec.model.name} decode step, {spec.batch_size} sequences, "
                       f"{spec.precision.label}, per step")
@@ -286,7 +293,7 @@ def _device_name(device: torch.device) -> str:
     return devices.device_name(device) if devices.is_gpu(device) else "cpu"
 
 
-def scale_of(environ, world_size: int | None = None) -> dict | None:
+def scale_of(environ: Mapping[str, str], world_size: int | None = None) -> dict | None:
     """The factor ``SCALE_VARIABLE`` names for each rank ("*": every rank); None when it is
     unset. Refused (one line, exit 2) before the run: a factor outside :data:`SCALE_RANGE`
     and, given the job's ``world_size``, a rank outside it (it would scale nothing)."""
@@ -296,24 +303,25 @@ def scale_of(environ, world_size: int | None = None) -> dict | None:
     factors: dict = {}
     for item in text.split(","):
         try:
-            rank, factor = item.split(":")
-            rank = "*" if rank.strip() == "*" else int(rank)
-            factor = float(factor)
+            rank_text, factor_text = item.split(":")
+            rank: str | int = "*" if rank_text.strip() == "*" else int(rank_text)
+            factor = float(factor_text)
         except ValueError:
             raise UsageError(f"{SCALE_VARIABLE}={text!r}: expected RANK:FACTOR (several "
                              f"separated by commas, * for every rank), e.g. 1:0.5, or unset "
                              f"it") from None
-        if not ((rank == "*" or rank >= 0) and SCALE_RANGE[0] <= factor <= SCALE_RANGE[1]):
+        if not ((isinstance(rank, str) or rank >= 0)                 # str: "*"
+                and SCALE_RANGE[0] <= factor <= SCALE_RANGE[1]):
             raise UsageError(f"{SCALE_VARIABLE}={text!r}: the rank must be 0 or more (or *) "
                              f"and the factor from {SCALE_RANGE[0]:g} to {SCALE_RANGE[1]:g}")
-        if world_size is not None and rank != "*" and rank >= world_size:
+        if world_size is not None and isinstance(rank, int) and rank >= world_size:
             raise UsageError(f"{SCALE_VARIABLE}={text!r}: rank {rank} is not in this job of "
                              f"{world_size} processes (ranks 0 to {world_size - 1})")
         factors[rank] = factor
     return factors
 
 
-def scaled(record: GpuRecord, environ) -> GpuRecord:
+def scaled(record: GpuRecord, environ: Mapping[str, str]) -> GpuRecord:
     """The record with every figure multiplied by the factor ``SCALE_VARIABLE`` names for its
     rank (the test hook); the record itself otherwise."""
     factors = scale_of(environ) or {}

@@ -3,7 +3,7 @@ difference (and the baseline's, given one), the columns shown but not judged mar
 links, then one line of verdict."""
 from __future__ import annotations
 
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence, TextIO
 
 from microbench.node.parts import (FIGURES, GPU_FIGURES, NOT_JUDGED_MARK, judged,
                                    not_judged_note, shown)
@@ -12,8 +12,11 @@ from microbench.node.verdict import Judged, Verdict
 from microbench.platform import text_table
 from microbench.platform.safe_text import terminal
 
+if TYPE_CHECKING:
+    from microbench.store.figures import Figure
 
-def _cell(figure, judged_: Judged | None, base: Judged | None = None) -> str:
+
+def _cell(figure: Figure, judged_: Judged | None, base: Judged | None = None) -> str:
     if judged_ is None or judged_.value is None:
         return "-"
     diffs = [] if judged_.diff_pct is None else [f"{judged_.diff_pct:+.0f}%"]
@@ -24,7 +27,7 @@ def _cell(figure, judged_: Judged | None, base: Judged | None = None) -> str:
     return f"{shown(figure, judged_.value)}{diff}{' !' if flagged else ''}"
 
 
-def gpu_table(verdict: Verdict) -> tuple[list[str], list[list[str]]]:
+def gpu_table(verdict: Verdict) -> tuple[list[str], list[list[str]], str | None]:
     known = [f for f in GPU_FIGURES
              if any(g.figures.get(f.key) and g.figures[f.key].value is not None
                     for g in verdict.gpus)]
@@ -55,7 +58,7 @@ def gpu_table(verdict: Verdict) -> tuple[list[str], list[list[str]]]:
 
 
 def print_verdict(verdict: Verdict, collectives: Sequence[Collective], p2p_note: str | None,
-                  out) -> None:
+                  out: TextIO) -> None:
     header, rows, not_judged = gpu_table(verdict)
     columns = [text_table.Column(h, numeric=2 <= i < len(header) - 1)
                for i, h in enumerate(header)]

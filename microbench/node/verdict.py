@@ -174,7 +174,7 @@ def judge_figure(own: Sequence[float], peers: Sequence[Sequence[float]],
                  tolerance_pct: float, below: str = BELOW[PEERS]) -> Judged:
     """``own`` samples against ``peers`` (every other GPU's or link's samples)."""
     value = _median(own)
-    values = [_median(p) for p in peers if p] + ([value] if value is not None else [])
+    values = [statistics.median(p) for p in peers if p] + ([value] if value is not None else [])
     return _ruled(own, value, _median(values), [s for p in peers for s in p], tolerance_pct,
                   below)
 
@@ -216,8 +216,9 @@ def _confirmed(first: Judged, second: Judged | None, samples: tuple[float, ...])
     if not first.flagged or second is None:
         return first
     if second.flagged:
+        drop = "unknown" if second.diff_pct is None else f"{-second.diff_pct:.0f}%"
         return dataclasses.replace(first, recheck=second, recheck_samples=samples,
-                                   why=f"{first.why} (confirmed: {-second.diff_pct:.0f}% when "
+                                   why=f"{first.why} (confirmed: {drop} when "
                                        f"measured again)")
     again = "unknown" if second.diff_pct is None else f"{second.diff_pct:+.0f}%"
     return dataclasses.replace(first, flagged=False, why="", recheck=second,

@@ -9,10 +9,13 @@ from __future__ import annotations
 import contextlib
 import statistics
 from dataclasses import asdict, dataclass
-from typing import Iterator, Sequence
+from typing import TYPE_CHECKING, Iterator, Sequence
 
 from microbench.measure.telemetry import Sampler
 from microbench.measure.telemetry.sampler import Sample
+
+if TYPE_CHECKING:
+    from microbench.measure.telemetry.sampler import Source
 
 # Readings a part takes: often enough to catch a short throttle in a part of a second or two.
 SAMPLE_INTERVAL_S = 0.05
@@ -64,7 +67,7 @@ class Watch:
 
 
 @contextlib.contextmanager
-def watched(source) -> Iterator[Watch]:
+def watched(source: Source | None) -> Iterator[Watch]:
     """Sample ``source`` (None: nothing to read) while the block runs (the sampler reads once
     more as it stops, so that a part shorter than the interval is read too)."""
     watch = Watch()

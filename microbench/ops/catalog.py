@@ -53,6 +53,14 @@ class Shapes:
     input1: Shape
     input2: Shape | None = None
 
+    @property
+    def second(self) -> Shape:
+        """input2, for an op of two inputs (the runner gives it its default where none is
+        given)."""
+        if self.input2 is None:
+            raise UsageError("this op takes two inputs: pass --input2-dim")
+        return self.input2
+
 
 @dataclass(frozen=True)
 class OpCost:
@@ -159,7 +167,7 @@ def _require_rank(shape: Shape, rank: int, what: str) -> None:
 # ---------------------------------------------------------------------------------------------
 
 def _binary_check(shapes: Shapes, inplace: bool) -> None:
-    out = broadcast_shape(shapes.input1, shapes.input2)
+    out = broadcast_shape(shapes.input1, shapes.second)
     if inplace and out != shapes.input1:
         raise UsageError(f"in place, the result {format_shape(out)} must have input1's shape "
                          f"{format_shape(shapes.input1)}; swap the shapes or drop --inplace")
@@ -171,9 +179,9 @@ def _binary_cost(output_element_size: int | None) -> Callable[[Shapes, int, bool
     ``output_element_size`` is fixed for ops whose output dtype is not the input's (eq: bool).
     """
     def cost(shapes: Shapes, element_size: int, inplace: bool) -> OpCost:
-        out_elements = numel(broadcast_shape(shapes.input1, shapes.input2))
+        out_elements = numel(broadcast_shape(shapes.input1, shapes.second))
         out_size = element_size if inplace or output_element_size is None else output_element_size
-        inputs = (numel(shapes.input1) + numel(shapes.input2)) * element_size
+        inputs = (numel(shapes.input1) + numel(shapes.second)) * element_size
         written = out_elements * out_size
         return OpCost(bytes_read=inputs, bytes_written=written, flops=out_elements,
                       bytes_allocated=inputs + (0 if inplace else written))
@@ -183,7 +191,7 @@ def _binary_cost(output_element_size: int | None) -> Callable[[Shapes, int, bool
 def _binary_build(method: str):
     def build(shapes: Shapes, dtype: torch.dtype, device: torch.device, inplace: bool):
         first = _random_input(shapes.input1, dtype, device)
-        second = _random_input(shapes.input2, dtype, device)
+        second = _random_input(shapes.second, dtype, device)
         call = getattr(first, method + "_" if inplace else method)
         return lambda: call(second)
     return build
@@ -261,10 +269,10 @@ _REDUCTIONS = {
 
 def _sparse_check(shapes: Shapes, inplace: bool) -> None:
     _require_rank(shapes.input1, 2, "the sparse update's table (input1, rows-dim)")
-    if len(shapes.input2) != 1:
+    if len(shapes.second) != 1:
         raise UsageError(f"the sparse update's input2 is the number of rows updated, one "
-                         f"integer such as 851968, got {format_shape(shapes.input2)}")
-    rows, updated = shapes.input1[0], shapes.input2[0]
+                         f"integer such as 851968, got {format_shape(shapes.second)}")
+    rows, updated = shapes.input1[0], shapes.second[0]
     if updated > rows:
         raise UsageError(f"the sparse update touches {updated} distinct rows but the table has "
                          f"only {rows}")
@@ -278,7 +286,7 @@ def _sparse_cost(shapes: Shapes, element_size: int, inplace: bool) -> OpCost:
     written. One add per updated element. Rows are distinct (see the build), so this is exact.
     """
     rows, dim = shapes.input1
-    updated = shapes.input2[0]
+    updated = shapes.second[0]
     table = rows * dim * element_size
     values = updated * dim * element_size
     indices = updated * INDEX_BYTES
@@ -295,7 +303,7 @@ def _sparse_cost(shapes: Shapes, element_size: int, inplace: bool) -> OpCost:
 
 def _sparse_build(shapes: Shapes, dtype: torch.dtype, device: torch.device, inplace: bool):
     rows, dim = shapes.input1
-    updated = shapes.input2[0]
+    updated = shapes.second[0]
     table = _random_input(shapes.input1, dtype, device)
     # Distinct rows, coalesced once here, so the timed call is the update itself and not a sort
     # merging duplicate rows, and the byte count above is exact.
@@ -313,7 +321,7 @@ def _sparse_build(shapes: Shapes, dtype: torch.dtype, device: torch.device, inpl
 
 def _matmul_dims(shapes: Shapes) -> tuple[Shape, int, int, int]:
     """(broadcast batch, M, N, K) of ``input1 @ input2`` with shapes (..., M, K) and (..., K, N)."""
-    first, second = shapes.input1, shapes.input2
+    first, second = shapes.input1, shapes.second
     if len(first) < 2 or len(second) < 2:
         raise UsageError(f"matmul needs shapes of at least 2 dims (..., M, K) and (..., K, N), "
                          f"got {format_shape(first)} and {format_shape(second)}")
@@ -332,7 +340,7 @@ def _matmul_check(shapes: Shapes, inplace: bool) -> None:
 def _matmul_cost(shapes: Shapes, element_size: int, inplace: bool) -> OpCost:
     """2*M*N*K FLOPs per matrix (multiply and add per term), times the broadcast batch."""
     batch, m, n, k = _matmul_dims(shapes)
-    read = (numel(shapes.input1) + numel(shapes.input2)) * element_size
+    read = (numel(shapes.input1) + numel(shapes.second)) * element_size
     written = numel(batch) * m * n * element_size
     return OpCost(bytes_read=read, bytes_written=written, flops=2 * numel(batch) * m * n * k,
                   bytes_allocated=read + written)
@@ -341,7 +349,7 @@ def _matmul_cost(shapes: Shapes, element_size: int, inplace: bool) -> OpCost:
 def _two_input_build(function: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]):
     def build(shapes: Shapes, dtype: torch.dtype, device: torch.device, inplace: bool):
         first = _random_input(shapes.input1, dtype, device)
-        second = _random_input(shapes.input2, dtype, device)
+        second = _random_input(shapes.second, dtype, device)
         return lambda: function(first, second)
     return build
 
@@ -352,7 +360,7 @@ SCALED_MM_ALIGNMENT = 16
 
 def _scaled_mm_check(shapes: Shapes, inplace: bool) -> None:
     batch, _, n, k = _matmul_dims(shapes)
-    if batch or len(shapes.input1) != 2 or len(shapes.input2) != 2:
+    if batch or len(shapes.input1) != 2 or len(shapes.second) != 2:
         raise UsageError("scaled_mm multiplies two 2-d matrices (M-K and K-N)")
     if k % SCALED_MM_ALIGNMENT or n % SCALED_MM_ALIGNMENT:
         raise UsageError(f"scaled_mm needs K and N multiples of {SCALED_MM_ALIGNMENT} "
@@ -375,7 +383,7 @@ def _scaled_mm_build(shapes: Shapes, dtype: torch.dtype, device: torch.device, i
     if dtype not in FP8_DTYPES.values():
         raise UsageError(f"scaled_mm multiplies FP8 matrices ({', '.join(FP8_DTYPES)}), "
                          f"not {dtype}")
-    (m, k), (_, n) = shapes.input1, shapes.input2
+    (m, k), (_, n) = shapes.input1, shapes.second
     first = _random_input((m, k), torch.bfloat16, device).to(dtype)
     second = _random_input((n, k), torch.bfloat16, device).to(dtype).t()
     scale = torch.ones((), dtype=torch.float32, device=device)
@@ -385,25 +393,25 @@ def _scaled_mm_build(shapes: Shapes, dtype: torch.dtype, device: torch.device, i
 
 def _bmm_check(shapes: Shapes, inplace: bool) -> None:
     _require_rank(shapes.input1, 3, "bmm's input1 (B-M-K)")
-    _require_rank(shapes.input2, 3, "bmm's input2 (B-K-N)")
-    if shapes.input1[0] != shapes.input2[0]:
-        raise UsageError(f"bmm batch sizes differ: {shapes.input1[0]} and {shapes.input2[0]}")
+    _require_rank(shapes.second, 3, "bmm's input2 (B-K-N)")
+    if shapes.input1[0] != shapes.second[0]:
+        raise UsageError(f"bmm batch sizes differ: {shapes.input1[0]} and {shapes.second[0]}")
     _matmul_dims(shapes)
 
 
 def _conv_output_hw(shapes: Shapes) -> tuple[int, int]:
     # Stride 1, padding k//2 on each side: 'same' size for the odd kernels networks use.
-    (_, _, height, width), (_, _, kernel_h, kernel_w) = shapes.input1, shapes.input2
+    (_, _, height, width), (_, _, kernel_h, kernel_w) = shapes.input1, shapes.second
     return height + 2 * (kernel_h // 2) - kernel_h + 1, width + 2 * (kernel_w // 2) - kernel_w + 1
 
 
 def _conv2d_check(shapes: Shapes, inplace: bool) -> None:
     _require_rank(shapes.input1, 4, "conv2d's input1 (N-C-H-W)")
-    _require_rank(shapes.input2, 4, "conv2d's weight, input2 (Cout-C-kH-kW)")
-    if shapes.input1[1] != shapes.input2[1]:
+    _require_rank(shapes.second, 4, "conv2d's weight, input2 (Cout-C-kH-kW)")
+    if shapes.input1[1] != shapes.second[1]:
         raise UsageError(f"conv2d channels differ: input has C={shapes.input1[1]}, weight "
-                         f"expects C={shapes.input2[1]}")
-    (height, width), (kernel_h, kernel_w) = shapes.input1[2:], shapes.input2[2:]
+                         f"expects C={shapes.second[1]}")
+    (height, width), (kernel_h, kernel_w) = shapes.input1[2:], shapes.second[2:]
     if kernel_h > height or kernel_w > width:
         raise UsageError(f"conv2d's kernel {kernel_h}x{kernel_w} is larger than its "
                          f"{height}x{width} input: most taps would read padding, not the input; "
@@ -413,10 +421,10 @@ def _conv2d_check(shapes: Shapes, inplace: bool) -> None:
 def _conv2d_cost(shapes: Shapes, element_size: int, inplace: bool) -> OpCost:
     """2*N*Cout*Ho*Wo*C*kH*kW FLOPs: a multiply-add per weight tap per output element."""
     batch, channels = shapes.input1[:2]
-    out_channels, _, kernel_h, kernel_w = shapes.input2
+    out_channels, _, kernel_h, kernel_w = shapes.second
     out_h, out_w = _conv_output_hw(shapes)
     output = batch * out_channels * out_h * out_w
-    read = (numel(shapes.input1) + numel(shapes.input2)) * element_size
+    read = (numel(shapes.input1) + numel(shapes.second)) * element_size
     written = output * element_size
     return OpCost(bytes_read=read, bytes_written=written,
                   flops=2 * output * channels * kernel_h * kernel_w,
@@ -429,8 +437,8 @@ def _conv2d(input_: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
 
 def _sdpa_check(shapes: Shapes, inplace: bool) -> None:
     _require_rank(shapes.input1, 4, "sdpa's query, input1 (B-H-S-D)")
-    _require_rank(shapes.input2, 4, "sdpa's key and value, input2 (B-H-Skv-D)")
-    query, key = shapes.input1, shapes.input2
+    _require_rank(shapes.second, 4, "sdpa's key and value, input2 (B-H-Skv-D)")
+    query, key = shapes.input1, shapes.second
     if query[:2] != key[:2] or query[3] != key[3]:
         raise UsageError(f"sdpa query {format_shape(query)} and key/value {format_shape(key)} "
                          f"must agree on batch, heads and head dim (B-H-S-D)")
@@ -440,9 +448,9 @@ def _sdpa_cost(shapes: Shapes, element_size: int, inplace: bool) -> OpCost:
     """Q@K^T and P@V: 2 * (2*Sq*Skv*D) FLOPs per head, non-causal; the softmax is not counted
     (FlashAttention's convention). Reads Q, K, V once and writes the output (shape of Q)."""
     batch, heads, query_len, head_dim = shapes.input1
-    key_len = shapes.input2[2]
+    key_len = shapes.second[2]
     query = numel(shapes.input1) * element_size
-    key_value = 2 * numel(shapes.input2) * element_size
+    key_value = 2 * numel(shapes.second) * element_size
     return OpCost(bytes_read=query + key_value, bytes_written=query,
                   flops=4 * batch * heads * query_len * key_len * head_dim,
                   bytes_allocated=2 * query + key_value)
@@ -450,8 +458,8 @@ def _sdpa_cost(shapes: Shapes, element_size: int, inplace: bool) -> OpCost:
 
 def _sdpa_build(shapes: Shapes, dtype: torch.dtype, device: torch.device, inplace: bool):
     query = _random_input(shapes.input1, dtype, device)
-    key = _random_input(shapes.input2, dtype, device)
-    value = _random_input(shapes.input2, dtype, device)
+    key = _random_input(shapes.second, dtype, device)
+    value = _random_input(shapes.second, dtype, device)
     return lambda: F.scaled_dot_product_attention(query, key, value)
 
 

@@ -4,6 +4,8 @@ hold, so that --help needs no torch).
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Sequence
+
 import argparse
 import datetime
 import sys
@@ -18,6 +20,9 @@ from microbench.platform.devices import clock_name
 from microbench.platform import writing
 from microbench.store.schema import SCHEMA_VERSION
 from microbench.ops import catalog, report, runner
+
+if TYPE_CHECKING:
+    from microbench.ops.report import OpResult
 
 
 def requests_from_args(args: argparse.Namespace) -> list[runner.CaseRequest]:
@@ -121,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
     # once (tick=False): an op's phase holds its timed calls, when no thread may wake to redraw.
     activity = progress.Activity(sys.stdout)
 
-    def row_done(row) -> None:
+    def row_done(row: OpResult) -> None:
         activity.clear()
         printer(row)
 
@@ -157,7 +162,8 @@ def run_peaks(args: argparse.Namespace, device: torch.device) -> int:
     try:
         dtypes = [dtype for dtype in PEAK_DTYPES if dtype in catalog.DTYPES]
         fp8 = devices.fp8_e4m3_dtype(device)          # torch._scaled_mm's GEMM
-        dtypes += [peaks.gemm_dtype(fp8)] if fp8 is not None else []
+        fp8_name = peaks.gemm_dtype(fp8) if fp8 is not None else None
+        dtypes += [fp8_name] if fp8_name is not None else []
         rows, clocks, seconds = peaks.probe_table(device, dtypes, source)
     finally:
         if source is not None:
@@ -193,7 +199,7 @@ def _probe_info(device: torch.device) -> dict:
             "bytes_convention": report.BYTES_NOTE}
 
 
-def peaks_table(rows, terminal: bool) -> str:
+def peaks_table(rows: Sequence[OpResult], terminal: bool) -> str:
     """The probe's rows: measured rate beside the datasheet's peak and the share."""
     Column = text_table.Column
     columns = [Column("probe"), Column("dtype"), Column("shape"),

@@ -33,17 +33,22 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import dataclass, replace
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import torch
 
 from microbench.measure import flops
+from microbench.measure.measured_peaks import MeasuredPeaks, ProbeClocks
 from microbench.measure.telemetry import Sampler
 from microbench.measure.telemetry.sampler import Sample
 from microbench.ops import catalog, runner
 from microbench.ops.report import OpResult
 from microbench.platform import devices
 from microbench.settings.precision import tf32_allowed
+
+if TYPE_CHECKING:
+    from microbench.settings.precision import Precision
+    from microbench.measure.telemetry.sampler import Source
 
 # Below these shares of the datasheet the summary warns: a GEMM that reaches under 75% of the
 # dense peak, or a copy under 80% of the memory bandwidth, is not the part the datasheet
@@ -85,129 +90,6 @@ def default_size(device: torch.device) -> ProbeSize:
     return GPU_SIZE if devices.is_gpu(device) else CPU_SIZE
 
 
-@dataclass(frozen=True)
-class ProbeClocks:
-    """What the device said while the probe ran; None where it does not say (the CPU)."""
-
-    source: str                          # the library, or why there is none
-    sm_clock_mhz: float | None = None    # median of the readings
-    max_sm_clock_mhz: float | None = None
-    memory_clock_mhz: float | None = None
-    power_w: float | None = None         # highest reading
-    power_limit_w: float | None = None   # enforced now
-    default_power_limit_w: float | None = None
-    throttle_reasons: tuple[str, ...] | None = None   # every reason seen; () none
-    samples: int = 0
-
-    @property
-    def power_capped(self) -> bool | None:
-        if self.power_limit_w is None or self.default_power_limit_w is None:
-            return None
-        return self.power_limit_w < self.default_power_limit_w
-
-    def describe(self) -> str:
-        if not self.samples:
-            return f"clocks not read ({self.source})"
-        parts = []
-        if self.sm_clock_mhz is not None:
-            top = f" of {self.max_sm_clock_mhz:.0f} max" if self.max_sm_clock_mhz else ""
-            parts.append(f"SM clock {self.sm_clock_mhz:.0f} MHz{top}")
-        if self.memory_clock_mhz is not None:
-            parts.append(f"memory clock {self.memory_clock_mhz:.0f} MHz")
-        if self.power_w is not None:
-            parts.append(f"power up to {self.power_w:.0f} W")
-        if self.power_limit_w is not None:
-            default = (f" (default {self.default_power_limit_w:.0f} W)"
-                       if self.default_power_limit_w else "")
-            parts.append(f"power limit {self.power_limit_w:.0f} W{default}")
-        reasons = self.throttle_reasons
-        parts.append("throttle reasons not reported" if reasons is None
-                     else f"throttled: {', '.join(reasons)}" if reasons else "not throttled")
-        return ", ".join(parts)
-
-    def to_dict(self) -> dict:
-        return {"source": self.source, "samples": self.samples,
-                "sm_clock_mhz": self.sm_clock_mhz, "max_sm_clock_mhz": self.max_sm_clock_mhz,
-                "memory_clock_mhz": self.memory_clock_mhz, "power_w_max": self.power_w,
-                "power_limit_w": self.power_limit_w,
-                "default_power_limit_w": self.default_power_limit_w,
-                "power_capped": self.power_capped,
-                "throttle_reasons": (None if self.throttle_reasons is None
-                                     else list(self.throttle_reasons))}
-
-
-@dataclass(frozen=True)
-class MeasuredPeaks:
-    """The probe's two rows (the op benchmark's :class:`OpResult`), the clocks, and its cost."""
-
-    device_name: str
-    dtype: str                           # the GEMM's, e.g. "bf16"
-    peak_key: str                        # the datasheet column it compares with, e.g. "tf32"
-    gemm: OpResult | None                # None: no GEMM of this dtype yet (FP8)
-    copy: OpResult
-    clocks: ProbeClocks
-    seconds: float                       # the whole probe, inputs and warm-up included
-    note: str = ""                       # why a row is missing or failed
-
-    @property
-    def tflops(self) -> float | None:
-        return _rate(self.gemm, "tflops")
-
-    @property
-    def gbs(self) -> float | None:
-        return _rate(self.copy, "gbs")
-
-    @property
-    def gemm_label(self) -> str:
-        """'bf16 GEMM 8192^3' (the measured MFU's basis)."""
-        shapes = self.gemm.shapes.split(",")[0].split("-") if self.gemm else ["?"]
-        return f"{self.dtype} GEMM {shapes[0]}^3"
-
-    @property
-    def copy_label(self) -> str:
-        """'device copy 1 GiB (2 GiB read + written)' (the measured MBU's basis)."""
-        moved = self.copy.bytes_moved or 0
-        return f"device copy {_binary_bytes(moved // 2)} ({_binary_bytes(moved)} read + written)"
-
-    def to_dict(self) -> dict:
-        return {
-            "method": ("microbench.ops: torch.matmul N x N x N (FP8: torch._scaled_mm, "
-                       "tensorwise scales, into BF16) and a device-to-device copy, "
-                       "each call timed alone with device events after warm-up calls, L2 "
-                       "flushed before each on a GPU; rate = work / median call"),
-            "device_name": self.device_name, "dtype": self.dtype,
-            "datasheet_column": self.peak_key,
-            "gemm": _row_dict(self.gemm, "tflops"),
-            "bandwidth": {**_row_dict(self.copy, "gbs"),
-                          "basis": "bytes read + bytes written"},
-            "tflops": self.tflops, "gb_per_s": self.gbs,
-            "clocks": self.clocks.to_dict(), "seconds": self.seconds, "note": self.note or None,
-        }
-
-
-def _binary_bytes(count: int) -> str:
-    return f"{count / 2**30:g} GiB" if count >= 2**30 else f"{count / 2**20:g} MiB"
-
-
-def _rate(row: OpResult | None, key: str) -> float | None:
-    if row is None or row.status != "ok":
-        return None
-    value = getattr(row, key)
-    return value if value and value > 0 else None
-
-
-def _row_dict(row: OpResult | None, key: str) -> dict | None:
-    if row is None:
-        return None
-    stats = row.measurement.stats() if row.measurement else {}
-    return {"op": row.op, "shape": row.shapes, "dtype": row.dtype, "status": row.status,
-            "message": row.message or None, "rate": _rate(row, key),
-            "unit": "TFLOP/s" if key == "tflops" else "GB/s",
-            "work_per_call": row.flops if key == "tflops" else row.bytes_moved,
-            "median_ms": stats.get("median_ms"),
-            "samples_ms": list(row.measurement.samples_ms) if row.measurement else []}
-
-
 # ---------------------------------------------------------------------------------------------
 # Measuring
 # ---------------------------------------------------------------------------------------------
@@ -220,7 +102,7 @@ def gemm_dtype(compute: torch.dtype) -> str | None:
     return None
 
 
-def probe_dtype(precision, device: torch.device) -> torch.dtype:
+def probe_dtype(precision: Precision, device: torch.device) -> torch.dtype:
     """The dtype the GEMM probe multiplies in for a run of ``precision`` (a precision-table
     row): --precision fp8 on a device with FP8 matrix units probes an FP8 GEMM in the E4M3
     encoding those units take (so both of MFU's denominators are FP8); every other run its
@@ -301,7 +183,7 @@ def copy_row(device: torch.device, size: ProbeSize) -> OpResult:
     return _Prober(device, runner.Peaks(flops.peak_for_device(device)), size).copy()
 
 
-def probe_table(device: torch.device, dtypes: Sequence[str], source=None,
+def probe_table(device: torch.device, dtypes: Sequence[str], source: Source | None = None,
                 size: ProbeSize | None = None,
                 clock: Callable[[], float] = time.perf_counter
                 ) -> tuple[list[OpResult], ProbeClocks, float]:
@@ -322,7 +204,7 @@ def probe_table(device: torch.device, dtypes: Sequence[str], source=None,
 
 
 def measure(device: torch.device, compute: torch.dtype, peak_key: str,
-            source=None, size: ProbeSize | None = None,
+            source: Source | None = None, size: ProbeSize | None = None,
             clock: Callable[[], float] = time.perf_counter,
             timing: runner.TimingPlan | None = None) -> MeasuredPeaks:
     """Probe ``device``'s GEMM at ``compute`` and its copy bandwidth; ``source`` is the
@@ -371,7 +253,7 @@ def _device_name(device: torch.device) -> str:
     return devices.device_name(device) if devices.is_gpu(device) else "cpu"
 
 
-def clocks_of(samples: Sequence[Sample], source) -> ProbeClocks:
+def clocks_of(samples: Sequence[Sample], source: Source | None) -> ProbeClocks:
     """The readings taken during the probe, in one :class:`ProbeClocks`."""
     if source is None:
         return ProbeClocks(source="no telemetry source (the CPU, or none could be opened)")
@@ -398,7 +280,7 @@ def clocks_of(samples: Sequence[Sample], source) -> ProbeClocks:
 _MEASURED: dict[tuple, MeasuredPeaks] = {}
 
 
-def once(device: torch.device, compute: torch.dtype, peak_key: str, source=None,
+def once(device: torch.device, compute: torch.dtype, peak_key: str, source: Source | None = None,
          measure_fn: Callable[..., MeasuredPeaks] | None = None) -> MeasuredPeaks:
     key = (str(device), compute, peak_key, tf32_allowed("matmul"))
     if key not in _MEASURED:

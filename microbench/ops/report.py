@@ -99,7 +99,7 @@ class OpResult:
     def as_dict(self, with_samples: bool = True) -> dict:
         """Flat fields (the CSV row); JSON adds the raw samples."""
         stats = self.measurement.stats() if self.measurement else {}
-        row = {
+        row: dict[str, object] = {
             "op": self.op, "op_type": self.op_type, "shapes": self.shapes, "dtype": self.dtype,
             "status": self.status, "message": self.message,
             "median_ms": stats.get("median_ms"), "mean_ms": stats.get("mean_ms"),
@@ -171,10 +171,11 @@ _MIN_WIDTHS = {"median": 9, "cv %": 6, "GB/s": 9, "FLOP/s": 12, "% of peak": 18,
 
 
 def row_cells(row: OpResult) -> tuple[str, ...]:
-    measurement = row.measurement
-    return (row.op, row.shapes, row.dtype, _format_ms(measurement.median),
-            _format_cv(measurement), _format_rate(row.gbs), _format_flops(row.tflops),
-            _format_pct(row), " ".join(row.flags))
+    measurement = row.measurement                  # a measured row's (status "ok")
+    median, cv = (("", "") if measurement is None
+                  else (_format_ms(measurement.median), _format_cv(measurement)))
+    return (row.op, row.shapes, row.dtype, median, cv, _format_rate(row.gbs),
+            _format_flops(row.tflops), _format_pct(row), " ".join(row.flags))
 
 
 class TablePrinter:

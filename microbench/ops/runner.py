@@ -286,7 +286,7 @@ class QueuedDelay:
         if sleep is None or target_ms <= 0:
             return None
         if measure_ms is None:
-            def measure_ms(call):
+            def measure_ms(call: Callable[[], object]) -> float:
                 return time_calls(call, 3, device).median
 
         sleep(SPIN_PROBE_CYCLES)                 # the first launch loads the kernel
@@ -435,6 +435,7 @@ def measure_case(case: OpCase, config: RunConfig, peaks: Peaks,
     if available is not None and needed > available:
         return row.skipped(f"needs {_gigabytes(needed)}, {_gigabytes(available)} free "
                            f"on {config.device}")
+    call: Callable[[], object] | None = None
     try:
         call = case.spec.build(case.shapes, config.dtype, config.device, case.inplace)
         measurement = _call_and_measure(call, config, between)
@@ -456,9 +457,12 @@ def _has_fp32_matrix(peak: flops.DevicePeak | None) -> bool:
 
 def _with_rates(row: OpResult, measurement: Measurement, spec: catalog.OpSpec, dtype_name: str,
                 peaks: Peaks) -> OpResult:
+    moved, counted = row.bytes_moved, row.flops
+    if moved is None or counted is None:
+        raise ValueError(f"{row.op}: a measured case's row carries its cost (OpResult.for_case)")
     seconds = measurement.median / 1e3
-    gbs = row.bytes_moved / seconds / 1e9 if seconds > 0 else math.nan
-    tflops = row.flops / seconds / 1e12 if seconds > 0 else math.nan
+    gbs = moved / seconds / 1e9 if seconds > 0 else math.nan
+    tflops = counted / seconds / 1e12 if seconds > 0 else math.nan
     if spec.roof == catalog.MEMORY_BOUND:
         peak_label, peak_value = "BW", peaks.gbs()
         achieved = gbs

@@ -49,7 +49,7 @@ import os
 import statistics
 import textwrap
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from microbench.platform import process, safe_text
 from microbench.platform.errors import BenchmarkError, UsageError
@@ -58,6 +58,13 @@ from microbench.store.collection import FILE, HEADLINE_SETTINGS, RUN_AT, setting
 from microbench.store import figures
 from microbench.store.entry import MODEL, OP, Entry
 from microbench.output.table import Table, format_setting
+
+if TYPE_CHECKING:           # the one module that imports matplotlib names its types too
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+# Series of rows drawn as one line or one colour of bars: label -> (row number, entry).
+Series = dict[str, list[tuple[int, Entry]]]
 
 # --metric: the headline and the median time, drawn here with their own bars, then every figure
 # the registry charts (figures.FIGURES' ``chart``: MFU, an op's GB/s and TFLOP/s), each for the
@@ -106,7 +113,7 @@ def check_path(path: str, flag: str = "--plot") -> None:
     writing.check_target(path, flag)
 
 
-def new_figure(width: float, height: float):
+def new_figure(width: float, height: float) -> Figure:
     """An empty matplotlib Figure of ``width`` x ``height`` inches (no pyplot: no GUI state)."""
     require_matplotlib()
     from matplotlib.figure import Figure
@@ -128,7 +135,7 @@ def _lines(text: str) -> int:
     return text.count("\n") + 1 if text else 0
 
 
-def frame(panels: int, width: float, panel_height: float, subtitle: str, notes=(),
+def frame(panels: int, width: float, panel_height: float, subtitle: str, notes: Sequence[str] = (),
           side_by_side: bool = False) -> Frame:
     """A figure ``width`` inches wide of ``panels`` axes, one above the other (or side by side),
     each ``panel_height`` high, with room above for ``subtitle`` (what every point shares) and
@@ -145,7 +152,7 @@ def frame(panels: int, width: float, panel_height: float, subtitle: str, notes=(
     return Frame(figure, list(axes.flat), wrapped, footnote)
 
 
-def finish(drawn: Frame):
+def finish(drawn: Frame) -> Figure:
     """The subtitle at the top and the footnote at the bottom of the frame's figure, and the
     panels laid out between them; returns the figure."""
     figure = drawn.figure
@@ -163,7 +170,7 @@ def finish(drawn: Frame):
     return figure
 
 
-def from_zero(axis, headroom: float = 0.1) -> None:
+def from_zero(axis: Axes, headroom: float = 0.1) -> None:
     """The y axis from 0 to the top of what is drawn (error bars included) plus ``headroom``
     of it, so that no point or bar sits on the frame."""
     axis.relim()
@@ -172,7 +179,8 @@ def from_zero(axis, headroom: float = 0.1) -> None:
     axis.set_ylim(0, top * (1 + headroom) if top > 0 else 1)
 
 
-def fixed_ticks(axis, values, text, log2: bool = False) -> None:
+def fixed_ticks(axis: Axes, values: Sequence[float], text: Callable[[float], str],
+                log2: bool = False) -> None:
     """Ticks at exactly ``values`` on the x axis, written by ``text(value)``; ``log2``: doubling
     steps evenly spaced, with half a doubling of margin each side so end bars are not clipped."""
     from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
@@ -184,7 +192,7 @@ def fixed_ticks(axis, values, text, log2: bool = False) -> None:
     axis.xaxis.set_minor_locator(NullLocator())
 
 
-def figure_bytes(build, image_format: str) -> bytes:
+def figure_bytes(build: Callable[[], Figure], image_format: str) -> bytes:
     """The figure ``build()`` makes, as ``image_format`` bytes, with every text drawn literally:
     a ``$`` in a name read from a result file would start mathtext (``$\\frac{$`` crashes the
     drawing) and control characters would reach matplotlib's warnings. Built and drawn under
@@ -198,7 +206,8 @@ def figure_bytes(build, image_format: str) -> bytes:
             # A glyph the font lacks is drawn as a box; the warning would quote the character.
             warnings.filterwarnings("ignore", message="Glyph .* missing from font")
             figure = build()
-            for text in figure.findobj(lambda artist: hasattr(artist, "set_parse_math")):
+            from matplotlib.text import Text        # every artist that draws text is one
+            for text in [artist for artist in figure.findobj() if isinstance(artist, Text)]:
                 text.set_parse_math(False)
                 text.set_text(safe_text.terminal(text.get_text(), keep="\n"))
             image = io.BytesIO()
@@ -211,7 +220,7 @@ def figure_bytes(build, image_format: str) -> bytes:
     return image.getvalue()
 
 
-def write_figure(build, path: str) -> None:
+def write_figure(build: Callable[[], Figure], path: str) -> None:
     """Write the figure ``build()`` makes to ``path`` whole or not at all, in the format its
     suffix names."""
     writing.write_whole(path, figure_bytes(build, os.path.splitext(path)[1].lstrip(".").lower()))
@@ -248,7 +257,7 @@ class Point:
         return self.bar()[1]
 
 
-def _time_percentiles(samples) -> tuple[float, float] | None:
+def _time_percentiles(samples: Sequence[float]) -> tuple[float, float] | None:
     """The 10th and 90th percentile of the samples, interpolated linearly between closest
     ranks (numpy's default, as microbench.measure.timing.percentile)."""
     if not samples:
@@ -277,9 +286,18 @@ def _scaled(point: Point | None, value: float | None, reference: float | None) -
     """A figure proportional to the point's quantity, with the point's bars scaled to it."""
     if value is None:
         return None
-    if point is None or point.low is None or not reference:
+    if point is None or point.low is None or point.high is None or not reference:
         return Point(value)
     return Point(value, value * point.low / reference, value * point.high / reference)
+
+
+def measured_point(entry: Entry) -> Point:
+    """The throughput point of an entry that was measured (every row a sweep's or a history's
+    chart draws)."""
+    point = point_of(entry, "throughput")
+    if point is None:
+        raise ValueError(f"{entry.source}: not measured, no throughput to draw")
+    return point
 
 
 def point_of(entry: Entry, metric: str) -> Point | None:
@@ -310,19 +328,19 @@ def point_of(entry: Entry, metric: str) -> Point | None:
 
 def _label(metric: str, table: Table, unit: str | None = None) -> str:
     if metric in CHARTED:
-        return CHARTED[metric].chart
+        return CHARTED[metric].chart or metric          # charted figures name their axis
     return {"throughput": f"throughput [{unit or _main_unit(table)}]",
             "latency": "median iteration time [ms]" if table.group.table == MODEL
             else "median time per call [ms]"}[metric]
 
 
-def _numeric(entries, name: str) -> bool:
+def _numeric(entries: Sequence[Entry], name: str) -> bool:
     values = [setting_value(e, name) for e in entries if e.measured]
     return bool(values) and all(isinstance(v, (int, float)) and not isinstance(v, bool)
                                 for v in values)
 
 
-def choose_x(table: Table, wanted: str | None, entries=None) -> str:
+def choose_x(table: Table, wanted: str | None, entries: Sequence[Entry] | None=None) -> str:
     """The setting across which the metric is drawn (see the module docstring); with
     ``entries`` (a panel's rows), one that varies among them, else ``#`` (a bar per row): a
     setting that varies only between panels would stack the panel's rows on one point."""
@@ -362,7 +380,7 @@ _SELF_NAMING = frozenset({"network", "mode", "precision", "layout", "device", "a
                           "op type", "shapes", "dtype"})
 
 
-def _series_label(entry: Entry, names) -> str:
+def _series_label(entry: Entry, names: Sequence[str]) -> str:
     """What a series differs in; settings that do not apply to the row are left out."""
     parts = []
     for name in names:
@@ -377,7 +395,8 @@ def _units(table: Table) -> list[str | None]:
     """The throughput units of the measured rows (images/s, tokens/s), most rows' first: each
     gets a panel of its own, so that no row is left out for its unit."""
     units_ = [entry.unit for entry in table.group.entries if entry.measured]
-    return sorted(dict.fromkeys(units_), key=lambda unit: -units_.count(unit)) or [None]
+    ordered = sorted(dict.fromkeys(units_), key=lambda unit: -units_.count(unit))
+    return [*ordered] or [None]
 
 
 def _main_unit(table: Table) -> str | None:
@@ -388,26 +407,26 @@ def _drawn(table: Table, entry: Entry, metric: str) -> bool:
     return point_of(entry, metric) is not None
 
 
-def _shared(entries, name: str):
+def _shared(entries: Sequence[Entry], name: str) -> object:
     """The value every entry has for a setting; None where they differ or do not say."""
     values = {json.dumps(setting_value(e, name), default=str) for e in entries}
     return setting_value(entries[0], name) if len(values) == 1 else None
 
 
-def _known(entries, name: str) -> set[str]:
+def _known(entries: Sequence[Entry], name: str) -> set[str]:
     """The distinct known values of a setting (a row that does not record it has none)."""
     return {json.dumps(setting_value(e, name), default=str) for e in entries
             if setting_value(e, name) is not None}
 
 
-def _subtitle(entries) -> str:
+def _subtitle(entries: Sequence[Entry]) -> str:
     """What every drawn row shares, so that a reader knows what the points are of."""
     shared = [(name, _shared(entries, name)) for name in HEADLINE_SETTINGS] if entries else []
     return " · ".join(f"{name} {_drawn_setting(value)}" for name, value in shared
                       if value is not None)
 
 
-def _drawn_setting(value) -> str:
+def _drawn_setting(value: object) -> str:
     """A setting as the chart draws it: a name from a file with its controls escaped."""
     return safe_text.terminal(format_setting(value))
 
@@ -546,9 +565,10 @@ def build_figure(table: Table, metric: str, wanted_x: str | None = None):
     return finish(drawn_frame)
 
 
-def _points(table: Table, members, metric):
-    return [(index, entry, point_of(entry, metric)) for index, entry in members
-            if _drawn(table, entry, metric)]
+def _points(table: Table, members: list[tuple[int, Entry]], metric: str
+            ) -> list[tuple[int, Entry, Point]]:
+    found = [(index, entry, point_of(entry, metric)) for index, entry in members]
+    return [(index, entry, point) for index, entry, point in found if point is not None]
 
 
 def _scale(metric: str) -> float:
@@ -556,7 +576,7 @@ def _scale(metric: str) -> float:
     return 100.0 if metric in CHARTED and CHARTED[metric].unit == figures.FRACTION else 1.0
 
 
-def _draw_lines(axis, table: Table, series, metric: str, x: str) -> None:
+def _draw_lines(axis: Axes, table: Table, series: Series, metric: str, x: str) -> None:
     values = sorted({setting_value(e, x) for members in series.values() for _, e in members
                      if e.measured})
     for number, (label, members) in enumerate(series.items()):
@@ -575,8 +595,8 @@ def _draw_lines(axis, table: Table, series, metric: str, x: str) -> None:
     axis.set_xlabel(x)
 
 
-def _draw_bars(axis, table: Table, series, metric: str, x: str) -> None:
-    def category(index, entry):
+def _draw_bars(axis: Axes, table: Table, series: Series, metric: str, x: str) -> None:
+    def category(index: int, entry: Entry) -> str:
         return f"#{index}" if x == "#" else _drawn_setting(setting_value(entry, x))
     rows = sorted((item for members in series.values() for item in members),
                   key=lambda item: item[0])

@@ -27,7 +27,7 @@ from microbench.measure import stats
 from microbench.platform import safe_text
 from microbench.platform.errors import Regression, UsageError
 from microbench.settings import identity
-from microbench.store.baseline import check_same_configuration, metrics, trial_values
+from microbench.store.baseline import Gate, check_same_configuration, metrics, trial_values
 from microbench.store.entry import Entry, entries_of
 from microbench.store import iteration_noise, ranges
 from microbench.store.figures import FRACTION, gate_figures
@@ -38,7 +38,7 @@ def _entry(document: dict) -> Entry:
     return entries_of(document, "this run")[0]
 
 
-def judge(current: dict, gate) -> stats.GateVerdict:
+def judge(current: dict, gate: Gate) -> stats.GateVerdict:
     """The gate's verdict on this run (its result document, ``current``) against
     ``gate.baseline``, known before anything is written (a failed gate must not replace the
     baseline it failed against)."""
@@ -48,7 +48,8 @@ def judge(current: dict, gate) -> stats.GateVerdict:
     return iteration_noise.ruled(verdict, (gate.entry, ours))
 
 
-def compare(current: dict, gate, out: TextIO, verdict: stats.GateVerdict | None = None) -> None:
+def compare(current: dict, gate: Gate, out: TextIO, verdict: stats.GateVerdict | None = None
+           ) -> None:
     """Print this run (its result document, the one its file holds) against ``gate.baseline``
     and the verdict; raise Regression when the gate finds a significant drop beyond the
     tolerance."""

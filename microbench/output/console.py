@@ -9,13 +9,18 @@ from __future__ import annotations
 import statistics
 import sys
 from dataclasses import dataclass
-from typing import TextIO
+from typing import Sequence, TextIO, cast
 
 from microbench import __version__
 from microbench.platform.devices import clock_name, conv_autotuner_name
 from microbench.output.summary import Summary
+from microbench.plan.spec import RunSpec
 from microbench.platform import safe_text, units
 from microbench.store import figures
+from microbench.measure.flops import Utilization
+from microbench.measure.measured_peaks import ProbeRow
+from microbench.platform.environment import DeviceInfo
+from microbench.settings.config import BenchConfig
 
 RULE = "=" * 60
 
@@ -49,18 +54,21 @@ class Console:
     err: TextIO
 
     @classmethod
-    def for_spec(cls, spec) -> "Console":
+    def for_spec(cls, spec: RunSpec) -> "Console":
         launch = spec.launch
         if not launch.distributed:
             return cls(sys.stdout, sys.stderr)
         prefix = f"[rank {launch.rank}] "
-        out = sys.stdout if launch.is_main else PrefixedLines(sys.stdout, prefix)
-        return cls(out, PrefixedLines(sys.stderr, prefix))
+        # A PrefixedLines is written and flushed, all that its readers (print, rich) call of
+        # a text stream: a TextIO to them.
+        out = sys.stdout if launch.is_main else cast(TextIO, PrefixedLines(sys.stdout, prefix))
+        return cls(out, cast(TextIO, PrefixedLines(sys.stderr, prefix)))
 
 
 # ---------------------------------------------------------------- before the run
 
-def print_config(spec, env, out: TextIO, notes=None) -> None:
+def print_config(spec: RunSpec, env: DeviceInfo, out: TextIO, notes: Sequence[str] | None = None
+                ) -> None:
     """The configuration echo (``spec``: the RunSpec; ``env``: the DeviceInfo)."""
     config, model, launch = spec.config, spec.model, spec.launch
     tf32 = "allowed" if spec.precision.tf32 else "off"
@@ -90,7 +98,7 @@ def print_config(spec, env, out: TextIO, notes=None) -> None:
         print(safe_text.terminal(f"Note: {note}"), file=out)
 
 
-def compile_text(config) -> str:
+def compile_text(config: BenchConfig) -> str:
     """``off``, ``on (default)``, ``on (mode reduce-overhead)``, ``on (mode max-autotune,
     fullgraph True)``: what was asked of torch.compile, in words, not a Python dict."""
     if not config.compile:
@@ -105,7 +113,7 @@ def compile_text(config) -> str:
     return f"on ({', '.join(parts)})"
 
 
-def _optimizer_text(spec) -> str:
+def _optimizer_text(spec: RunSpec) -> str:
     config = spec.config
     autotune = f"{conv_autotuner_name()} {'on' if config.cudnn_benchmark else 'off'}"
     if not spec.scenario.updates_weights:
@@ -114,7 +122,7 @@ def _optimizer_text(spec) -> str:
     return f"{name}, {config.optimizer_impl}; {autotune}"
 
 
-def _batch_text(spec) -> str:
+def _batch_text(spec: RunSpec) -> str:
     launch = spec.launch
     if not launch.distributed:
         return str(launch.local_batch)
@@ -211,8 +219,9 @@ def _headline_spread(summary: Summary) -> str:
     """The headline's spread, in the headline's unit (the unit of work: tokens/s for a
     language model, never its sequences/s)."""
     spread = summary.unit_trial_spread
-    if spread.count > 1:
-        low, high = spread.ci95
+    interval = spread.ci95                  # None with one trial
+    if spread.count > 1 and interval is not None:
+        low, high = interval
         return (f"geometric mean of {spread.count} trials, 95% CI {units.rate(low)} to "
                 f"{units.rate(high)}")
     times = summary.times
@@ -231,7 +240,7 @@ def _where(summary: Summary) -> str:
 
 
 def _memory(summary: Summary) -> str:
-    if summary.peak_allocated_mb is None:
+    if summary.peak_allocated_mb is None or summary.peak_reserved_mb is None:
         return "not tracked on the CPU"
     text = (f"allocated {units.megabytes(summary.peak_allocated_mb)}, reserved "
             f"{units.megabytes(summary.peak_reserved_mb)}")
@@ -242,14 +251,15 @@ def _memory(summary: Summary) -> str:
 
 def _warmup(summary: Summary) -> str:
     config, result = summary.spec.config, summary.first
-    if config.warmup == 0:
+    first_s = result.first_iteration_s          # None without warm-up
+    if config.warmup == 0 or first_s is None:
         return "none"
     first = "compile + first iteration" if config.compile else "first iteration"
     trials = len(summary.trials)
     which = f" (first of {trials} trials)" if trials > 1 else ""
     seconds = units.duration_ms
     return (f"{config.warmup} iterations in {seconds(result.warmup_s * 1e3)}{which}; {first} "
-            f"{seconds(result.first_iteration_s * 1e3)}")
+            f"{seconds(first_s * 1e3)}")
 
 
 def _summary_rows(summary: Summary) -> list[tuple[str, str]]:
@@ -287,7 +297,8 @@ def _registry_rows(summary: Summary) -> list[tuple[str, str]]:
     (store/figures.py), where this kind of run has it."""
     rows = []
     for figure in figures.written_by_summary():
-        if figure.console and figure.applies_to(summary.spec.scenario.mode):
+        if (figure.console and figure.of_summary is not None
+                and figure.applies_to(summary.spec.scenario.mode)):
             value = figure.of_summary(summary)
             rows.append((figure.console, "unknown" if value is None else
                          f"{format(value, figure.console_format)} {figure.unit}"))
@@ -329,9 +340,10 @@ LIBRARY_LINE_SHOWN = 70
 def _trial_rows(summary: Summary) -> list[tuple[str, str]]:
     # In the headline's unit (tokens/s for a language model), as the headline's interval.
     spread = summary.unit_trial_spread
-    if spread.count < 2:
+    ci, prediction = spread.ci95, spread.prediction95       # None with one trial
+    if spread.count < 2 or ci is None or prediction is None:
         return []
-    (low, high), (next_low, next_high) = spread.ci95, spread.prediction95
+    (low, high), (next_low, next_high) = ci, prediction
     unit = f"{summary.scenario.unit}s/s"
     values = "  ".join(units.rate(value) for value in spread.values)
     within = statistics.median(trial.slowest.times.cv for trial in summary.trials)
@@ -350,7 +362,7 @@ def _telemetry_rows(summary: Summary) -> list[tuple[str, str]]:
     if report is None:
         return []
     if not report.available:
-        return [("Telemetry", report.reason.removeprefix("telemetry: "))]
+        return [("Telemetry", (report.reason or "").removeprefix("telemetry: "))]
     rows = []
     for label, quantity, digits in (("SM clock [MHz]", "sm_clock_mhz", 0),
                                     ("Memory clock [MHz]", "memory_clock_mhz", 0),
@@ -388,7 +400,7 @@ def _flops_rows(summary: Summary) -> list[tuple[str, str]]:
             ("MFU", mfu_text(use, summary.measured_utilization))] + _second_mfu_rows(summary)
 
 
-def mfu_text(use, measured) -> str:
+def mfu_text(use: Utilization, measured: Utilization | None) -> str:
     """MFU against the datasheet peak and, with --measure-peaks, the measured one."""
     return units.two_denominators(
         use.mfu, use.peak.tflops, use.peak.source,
@@ -431,7 +443,7 @@ def _peaks_rows(summary: Summary) -> list[tuple[str, str]]:
     return rows
 
 
-def _row_problem(row) -> str:
+def _row_problem(row: ProbeRow | None) -> str:
     return "not measured" if row is None else (row.message or row.status)
 
 

@@ -12,6 +12,10 @@ import dataclasses
 import os
 import tempfile
 
+from microbench.measure.results import Trial
+from microbench.platform.environment import DeviceInfo
+from microbench.plan.spec import RunSpec
+
 from microbench import __version__
 from microbench.settings import identity
 from microbench.measure import stats
@@ -19,6 +23,8 @@ from microbench.store import figures, stored
 from microbench.platform import safe_text
 from microbench.platform.devices import clock_name
 from microbench.platform.errors import UsageError
+from microbench.models.language import LanguageModelSpec
+from microbench.models.registry import ModelSpec
 from microbench.output.summary import Summary
 from microbench.platform import writing
 
@@ -41,7 +47,7 @@ _ENDING = CSV_COLUMNS_BEFORE_PEAKS[-2:]          # status and error stay last
 # Figure columns added since (--measure-peaks' first, issue 35), in the registry's order, just
 # before status and error: a figure's row in figures.FIGURES with a ``csv`` column adds it.
 NEWER_COLUMNS = tuple(figure.csv for figure in figures.csv_figures()
-                      if figure.csv not in CSV_COLUMNS_BEFORE_PEAKS)
+                      if figure.csv is not None and figure.csv not in CSV_COLUMNS_BEFORE_PEAKS)
 CSV_COLUMNS = CSV_COLUMNS_BEFORE_PEAKS[:-2] + NEWER_COLUMNS + _ENDING
 # Every header this tool may have written, newest first; a new file gets the first. A file
 # with an older one keeps it and takes rows in its own columns (append_csv), so adding a
@@ -109,13 +115,14 @@ def result_document(summary: Summary) -> dict:
     document["telemetry"] = report.to_dict() if report is not None else None
     if summary.distributed:
         document["distributed"] = _distributed_document(summary)
-    for figure in figures.written_by_summary():
-        if figure.applies_to(summary.spec.scenario.mode):
+    for figure in figures.written_by_summary():         # each has its path and property
+        if (figure.path is not None and figure.of_summary is not None
+                and figure.applies_to(summary.spec.scenario.mode)):
             _place(document, figure.path, figure.of_summary(summary))
     return document
 
 
-def _place(document: dict, path: tuple[str, ...], value) -> None:
+def _place(document: dict, path: tuple[str, ...], value: object) -> None:
     """A figure of the registry at its path, the blocks above it made where missing; a block
     that is null (not measured: no FLOP count, no telemetry) stays null, its figures unknown."""
     *blocks, key = path
@@ -126,7 +133,7 @@ def _place(document: dict, path: tuple[str, ...], value) -> None:
     document[key] = value
 
 
-def _trial_document(trial) -> dict:
+def _trial_document(trial: Trial) -> dict:
     times, result = trial.slowest.times, trial.result
     telemetry = result.telemetry.to_dict() if result.telemetry is not None else None
     return {"throughput": trial.throughput, "samples_ms": list(times.samples_ms),
@@ -141,10 +148,10 @@ def _model_document(summary: Summary) -> dict:
     document = {"name": model.name, "family": model.family,
                 "parameters": summary.result.parameters, "item": model.item,
                 "input_shape": list(model.input_shape(spec.batch_size))}
-    if model.tokens_per_item is not None:
+    if isinstance(model, LanguageModelSpec):            # tokens_per_item: its seq_len
         document.update(seq_len=model.seq_len, vocab_size=model.vocab_size,
                         attention=model.attention)
-    else:
+    elif isinstance(model, ModelSpec):
         document.update(num_classes=model.num_classes, image_size=model.image_size)
     return document
 
@@ -219,7 +226,7 @@ def figure_cells(document: dict) -> dict:
     return {figure.csv: figure.csv_cell(document) for figure in figures.csv_figures()}
 
 
-def _identity_cells(spec, env) -> dict:
+def _identity_cells(spec: RunSpec, env: DeviceInfo) -> dict:
     """The columns that say what ran, for measured and failed rows alike (``spec``: a RunSpec;
     ``env``: the DeviceInfo)."""
     config = spec.config
@@ -228,8 +235,9 @@ def _identity_cells(spec, env) -> dict:
         "precision": spec.precision.name, "nhwc": int(config.nhwc),
         "compile": int(config.compile), "batch_size": spec.batch_size,
         "global_batch_size": spec.launch.global_batch, "world_size": spec.launch.world_size,
-        "image_size": "" if spec.model.reads_tokens else spec.model.image_size,
-        "seq_len": spec.model.seq_len if spec.model.reads_tokens else "",
+        # input_size: an image model's image size, a language model's sequence length
+        "image_size": "" if spec.model.reads_tokens else spec.model.input_size,
+        "seq_len": spec.model.input_size if spec.model.reads_tokens else "",
         "attention": spec.model.attention if spec.model.reads_tokens else "",
         "iterations": config.iterations, "warmup": config.warmup,
         "device_name": env.device_name, "device_type": env.device_type, "torch": env.torch,
@@ -248,7 +256,7 @@ def csv_row(summary: Summary) -> dict:
     }
 
 
-def failed_csv_row(spec, env, status: str, error: str) -> dict:
+def failed_csv_row(spec: RunSpec, env: DeviceInfo, status: str, error: str) -> dict:
     """A sweep row that did not run to the end: what it was, and why it stopped."""
     row = {column: "" for column in CSV_COLUMNS}
     row.update({**_identity_cells(spec, env), "status": status, "error": error})
@@ -280,7 +288,7 @@ def append_csv(row: dict, path: str) -> None:
                             older=CSV_HEADERS[1:])
 
 
-def _guarded(value):
+def _guarded(value: object) -> object:
     """Text a spreadsheet would run as a formula (a network or error named from outside)
     guarded; numbers as they are."""
     return safe_text.csv_cell(value) if isinstance(value, str) else value
@@ -288,7 +296,7 @@ def _guarded(value):
 
 # ---------------------------------------------------------------- before and after the run
 
-def prepare_output(spec, plot_path: str | None = None) -> None:
+def prepare_output(spec: RunSpec, plot_path: str | None = None) -> None:
     """Every output path of this process checked before the model is built, so no problem with
     them costs the user a run: the result directory, the JSON and the CSV (on rank 0, which
     writes them), the --plot file, and the --kineto trace directory (every rank writes its own)."""
@@ -300,7 +308,7 @@ def prepare_output(spec, plot_path: str | None = None) -> None:
     if plot_path is not None:
         from microbench.output.chart import check_path
         check_path(plot_path)
-    if spec.json_path is None:
+    if spec.json_path is None or spec.csv_path is None:     # --no-files: neither
         return
     output_dir = spec.config.output_dir
     _check_output_dir(output_dir)
@@ -342,7 +350,7 @@ def _identity_on_disk(path: str) -> dict | None:
     return identity.of_document(document) if document is not None else None
 
 
-def claim_result_path(spec, taken: set[str] | None = None):
+def claim_result_path(spec: RunSpec, taken: set[str] | None = None) -> tuple[RunSpec, str | None]:
     """The JSON path this run may write, and a note when it is not the one asked for.
 
     A result of the same configuration is replaced (a re-run refreshes it). A result of another
@@ -375,7 +383,8 @@ def claim_result_path(spec, taken: set[str] | None = None):
         if same(theirs):
             return spec, None
         return spec, (f"{path} held a result of another configuration (differing in "
-                      f"{_differences(ours, theirs)}); --output-file names it, so this run's "
+                      f"{_differences(ours, theirs or {})}); --output-file names it, so this "
+                      f"run's "
                       f"result replaces it")
     stem, number = path[:-len(".json")], 2
     while not free(f"{stem}-{number}.json"):
@@ -387,7 +396,7 @@ def claim_result_path(spec, taken: set[str] | None = None):
         why = "is another row's of this invocation"
     elif not same(theirs) and not named:
         why = (f"holds a result of another configuration (differing in "
-               f"{_differences(ours, theirs)})")
+               f"{_differences(ours, theirs or {})})")
     else:
         why = "is claimed by another run writing into this directory now"
     name = os.path.basename(candidate).removesuffix(".json")
@@ -405,5 +414,6 @@ def write_files(summary: Summary, document: dict | None = None) -> None:
     if spec.json_path is None:
         return
     text = writing.json_text(document or result_document(summary)).encode("utf-8")
+    csv_path = spec.csv_path
     writing.write_then(spec.json_path, text,
-                       lambda: append_csv(csv_row(summary), spec.csv_path))
+                       lambda: append_csv(csv_row(summary), csv_path) if csv_path else None)

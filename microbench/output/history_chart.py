@@ -13,9 +13,14 @@ Example::
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from microbench.output import chart
 from microbench.output.history_table import change_text, point_name, shift_text
 from microbench.store.history import History, Series
+
+if TYPE_CHECKING:
+    from microbench.output.chart import Axes
 
 # A figure of more panels than this is too tall to read; the largest series are drawn.
 MAX_PANELS = 12
@@ -31,14 +36,14 @@ def _ticks(series: Series) -> list[int]:
     return list(range(0, count, step))
 
 
-def _draw_points(axis, series: Series) -> None:
-    points = [chart.point_of(entry, "throughput") for entry in series.entries]
+def _draw_points(axis: Axes, series: Series) -> None:
+    points = [chart.measured_point(entry) for entry in series.entries]
     axis.errorbar(range(len(points)), [point.value for point in points],
                   yerr=[[point.below for point in points], [point.above for point in points]],
                   fmt="o", markersize=3, capsize=2, color="C0", ecolor="0.6", label="result")
 
 
-def _draw_levels(axis, series: Series) -> None:
+def _draw_levels(axis: Axes, series: Series) -> None:
     """Each segment's level as a line over its runs (the geometric mean the gate compared)."""
     bounds = [0, *[step.change.index for step in series.steps], len(series.entries)]
     levels = [step.levels[0] for step in series.steps] + \
@@ -47,7 +52,7 @@ def _draw_levels(axis, series: Series) -> None:
         axis.hlines(level, start - 0.4, stop - 0.6, colors="C1", linewidth=1.5)
 
 
-def _draw_changes(axis, series: Series) -> None:
+def _draw_changes(axis: Axes, series: Series) -> None:
     for number, step in enumerate(series.steps, 1):
         where = step.change.index - 0.5
         axis.axvline(where, color="C3", linestyle="--", linewidth=1)
@@ -58,7 +63,7 @@ def _draw_changes(axis, series: Series) -> None:
                       fontsize="x-small", color="C3")
 
 
-def _draw_series(axis, series: Series) -> None:
+def _draw_series(axis: Axes, series: Series) -> None:
     _draw_points(axis, series)
     _draw_levels(axis, series)
     _draw_changes(axis, series)
@@ -70,7 +75,7 @@ def _draw_series(axis, series: Series) -> None:
     _room_for_labels(axis)
 
 
-def _room_for_labels(axis) -> None:
+def _room_for_labels(axis: Axes) -> None:
     """The y axis around what is drawn, not from zero (a 3% change must be seen), with room
     above the points for the changes' labels."""
     axis.relim()

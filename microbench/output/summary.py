@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import socket
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterable
 
 from microbench.measure import compile_watch, input_bound, library_log, telemetry
 from microbench.measure.telemetry import TelemetryReport
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from microbench.plan.spec import RunSpec
 
 
-def record_of(spec, env, result: ProcessResult) -> RankRecord:
+def record_of(spec: RunSpec, env: DeviceInfo, result: ProcessResult) -> RankRecord:
     """This rank's record of ``result`` (``spec``: a RunSpec; ``env``: the DeviceInfo)."""
     return RankRecord(rank=spec.launch.rank, local_rank=spec.launch.local_rank,
                       node_rank=spec.launch.node_rank,
@@ -52,12 +52,12 @@ def record_of(spec, env, result: ProcessResult) -> RankRecord:
                       data=result.data, sharded=result.sharded)
 
 
-def trial_of_process(spec, env, result: ProcessResult) -> Trial:
+def trial_of_process(spec: RunSpec, env: DeviceInfo, result: ProcessResult) -> Trial:
     """A trial of a single process: its result and its own record."""
     return Trial(result, (record_of(spec, env, result),))
 
 
-def _max_known(values) -> float | None:
+def _max_known(values: Iterable[float | None]) -> float | None:
     known = [value for value in values if value is not None]
     return max(known) if known else None
 

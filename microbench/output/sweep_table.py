@@ -15,12 +15,37 @@ Example::
 from __future__ import annotations
 
 import dataclasses
-from typing import TextIO
+from typing import Protocol, Sequence, TextIO
 
 from microbench.platform import progress, text_table, units
 from microbench.store import figures
 from microbench.store.entry import Entry, accuracy_reference
 from microbench.output.table import format_setting, versus
+from microbench.platform.environment import DeviceInfo
+from microbench.plan.spec import RunSpec
+
+
+class SweptRow(Protocol):
+    """What the closing tables and ``--plot`` read of a sweep's row (``drivers.sweep.Row``):
+    its configuration, its stored result as the report reads it (None: it failed), and why it
+    failed."""
+
+    @property
+    def spec(self) -> RunSpec: ...
+
+    @property
+    def entry(self) -> Entry | None: ...
+
+    @property
+    def env(self) -> DeviceInfo | None: ...
+
+    @property
+    def failed(self) -> bool: ...
+
+    @property
+    def status(self) -> str: ...
+
+    def label(self) -> str: ...
 
 
 def _numeric(heading: str, width: int = 0) -> text_table.Column:
@@ -68,7 +93,8 @@ def _memory_cells(entry: Entry, reference: Entry) -> tuple[str, str]:
     return f"{memory:.0f}", change
 
 
-def comparison_cells(rows: list) -> tuple[list[text_table.Column], list[tuple[str, ...]]]:
+def comparison_cells(rows: Sequence[SweptRow]
+                     ) -> tuple[list[text_table.Column], list[tuple[str, ...]]]:
     """The sweep table, from each row's stored result (``row.entry``, as the report reads it):
     each row's rate in its unit, its speedup and its peak memory against the first successful
     row (a failed row shows its status where the rate would be)."""
@@ -84,11 +110,11 @@ def comparison_cells(rows: list) -> tuple[list[text_table.Column], list[tuple[st
     # The registry's figures with a sweep column (figures.FIGURES: ``sweep``) some row knows.
     swept = [figure for figure in figures.swept()
              if any(entry.figures.get(figure.key) is not None for entry in measured)]
-    columns += [_numeric(figure.sweep) for figure in swept]
+    columns += [_numeric(figure.sweep or figure.key) for figure in swept]   # swept: named
     cells = []
     for index, row in enumerate(rows, 1):
         entry = row.entry
-        if entry is None:
+        if entry is None or reference is None:          # a measured row: the first is one
             cells.append((str(index), row.label(), row.status, "", "", "")
                          + (("",) if accuracy else ()) + ("",) * len(swept))
             continue
@@ -110,7 +136,7 @@ def _any_in_noise(columns: list[text_table.Column], cells: list[tuple[str, ...]]
     return at is not None and any(row[at].endswith(IN_NOISE_MARK) for row in cells)
 
 
-def print_comparison(rows: list, out: TextIO) -> None:
+def print_comparison(rows: Sequence[SweptRow], out: TextIO) -> None:
     """The comparison table, without the columns no row has a value in (peak memory on the
     CPU)."""
     reference = next((index for index, row in enumerate(rows, 1) if row.entry is not None), "-")
@@ -136,7 +162,8 @@ GENERATION_SETTINGS = ("network", "precision", "quantize", "attention", "seq len
                        "prompt", "generated")
 
 
-def generation_cells(rows: list) -> tuple[list[text_table.Column], list[tuple[str, ...]]]:
+def generation_cells(rows: Sequence[SweptRow]
+                     ) -> tuple[list[text_table.Column], list[tuple[str, ...]]]:
     """Generate rows: what differs between them, decode tokens/s of the whole batch,
     inter-token latency p50 and p99, time to first token and MBU, each from that row's own
     timed samples."""
@@ -160,7 +187,7 @@ def generation_cells(rows: list) -> tuple[list[text_table.Column], list[tuple[st
     return columns, cells
 
 
-def print_generation_table(rows: list, out: TextIO) -> None:
+def print_generation_table(rows: Sequence[SweptRow], out: TextIO) -> None:
     columns, cells = text_table.with_values(*generation_cells(rows))
     if not cells:
         return
@@ -187,7 +214,7 @@ def accuracy_cell(entry: Entry, named_in_heading: bool = True) -> str:
             + ("" if named_in_heading else versus))
 
 
-def slower_than_bf16(rows: list) -> list[str]:
+def slower_than_bf16(rows: Sequence[SweptRow]) -> list[str]:
     """A line for each quantized or FP8 row slower than the row without it (the same other
     settings): torchao's kernels do not beat BF16 everywhere (int8 weight-only decode on an
     H100, for one), and a reader should not have to spot that in the ratios."""
@@ -201,7 +228,7 @@ def slower_than_bf16(rows: list) -> list[str]:
         base = next((other for other in rows if other.entry is not None
                      and dataclasses.replace(other.spec.config, fp8_recipe=config.fp8_recipe)
                      == plain), None)
-        if base is None:
+        if base is None or base.entry is None:
             continue
         ratio = row.entry.figures["throughput"] / base.entry.figures["throughput"]
         if ratio < 1:
@@ -212,7 +239,7 @@ def slower_than_bf16(rows: list) -> list[str]:
     return lines
 
 
-def print_data_table(rows: list, out: TextIO) -> None:
+def print_data_table(rows: Sequence[SweptRow], out: TextIO) -> None:
     """Rows fed by an input pipeline: what it delivered beside what each side does alone."""
     # Each row's result as its file holds it and the report reads it (drivers.sweep.Row).
     fed = [(index, row.entry) for index, row in enumerate(rows, 1)
@@ -244,11 +271,11 @@ def print_data_table(rows: list, out: TextIO) -> None:
     out.flush()
 
 
-def _whole(value):
+def _whole(value: float | None) -> float | None:
     """A count the document stores as a number (4, not 4.0)."""
     return int(value) if value is not None and float(value).is_integer() else value
 
 
-def _share(value, spec: str) -> str:
+def _share(value: float | None, spec: str) -> str:
     """A figure of the data table; n/a where the document does not know it."""
     return "n/a" if value is None else format(value, spec)

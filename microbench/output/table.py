@@ -37,6 +37,7 @@ import io
 import json
 import os
 from dataclasses import dataclass, field
+from typing import Sequence
 
 from microbench.measure import stats
 from microbench.platform import safe_text
@@ -89,13 +90,14 @@ def speed(entry: Entry) -> float | None:
     return 1.0 / median if median else None
 
 
-def trial_verdict(baseline_trials, trials, tolerance_pct: float = DEFAULT_TOLERANCE_PCT
-                  ) -> Versus:
+def trial_verdict(baseline_trials: Sequence[float], trials: Sequence[float],
+                  tolerance_pct: float = DEFAULT_TOLERANCE_PCT) -> Versus:
     """Two sets of trial throughputs (two or more each) compared as ``--compare`` compares
     them: the ratio of their geometric means, its 95% interval (Welch on logs) and the
     verdict in the shared words."""
     ruled = stats.gate(baseline_trials, trials, tolerance_pct).comparison
-    low, high = ruled.interval
+    # trials on both sides give an interval (a point's ratio would stand for itself)
+    low, high = ruled.interval if ruled.interval is not None else (ruled.ratio, ruled.ratio)
     if any(ranges.ratio_problem(value) for value in (ruled.ratio, low, high)):
         return Versus(None, text=ranges.BEYOND_RATIO)
     return Versus(ruled.ratio, low, high, ruled.verdict, ruled.text)
@@ -155,19 +157,19 @@ def shown_figures(table: str) -> tuple[figures.Figure, ...]:
     return tuple(figure for figure in figures.of_table(table) if figure.heading)
 
 
-def _figure_known(entries, figure: figures.Figure) -> bool:
+def _figure_known(entries: Sequence[Entry], figure: figures.Figure) -> bool:
     if figure.style == figures.COUNT:
         return any((e.figures.get(figure.key) or 1) > 1 for e in entries)
     return any(e.figures.get(figure.key) is not None for e in entries)
 
 
-def _numeric_setting(entries, name: str) -> bool:
+def _numeric_setting(entries: Sequence[Entry], name: str) -> bool:
     values = [setting_value(e, name) for e in entries if setting_value(e, name) is not None]
     return bool(values) and all(isinstance(v, (int, float)) and not isinstance(v, bool)
                                 for v in values)
 
 
-def _units(entries) -> list[str]:
+def _units(entries: Sequence[Entry]) -> list[str]:
     return list(dict.fromkeys(e.unit for e in entries if e.measured and e.unit))
 
 
@@ -177,7 +179,7 @@ NODE_COLUMNS = ("host", "rank", "device", "verdict", "flagged by")
 HEADLINE_FIGURES = ("throughput", "ci95", "median_ms")
 
 
-def _values_where_set(entries, name: str) -> set[str]:
+def _values_where_set(entries: Sequence[Entry], name: str) -> set[str]:
     return {json.dumps(setting_value(e, name), sort_keys=True, default=str) for e in entries
             if setting_value(e, name) is not None}
 
@@ -217,8 +219,9 @@ def _columns(group: Group) -> tuple[list[Column], list[str]]:
     headline and its interval, the settings that split the rows, then the other figures."""
     entries = group.entries
     columns = [Column("#", "#")]
-    settings = [Column(name, name, setting=True, numeric=_numeric_setting(entries, name))
-                for name in setting_columns(group)]
+    settings: list[Column] | None = [
+        Column(name, name, setting=True, numeric=_numeric_setting(entries, name))
+        for name in setting_columns(group)]
     unknown = []
     units_ = _units(entries)
     unit = units_[0] if len(units_) == 1 else "unit"
@@ -228,7 +231,7 @@ def _columns(group: Group) -> tuple[list[Column], list[str]]:
         if key not in HEADLINE_FIGURES and settings is not None:
             columns += settings                     # after the headline and its interval
             settings = None
-        heading = figure.heading
+        heading = figure.heading or figure.key          # shown figures have a heading
         if figure.key == "accuracy":
             heading = f"vs {accuracy_reference(entries) or 'its reference'} (error)"
         if _figure_known(entries, figure) or figure.always:
@@ -335,7 +338,7 @@ def build_tables(groups: list[Group], baseline: str | None = None) -> list[Table
 
 # ---------------------------------------------------------------- cells
 
-def format_setting(value) -> str:
+def format_setting(value: object) -> str:
     if value is None:
         return "-"
     if isinstance(value, bool):
@@ -370,10 +373,13 @@ def _figure_cell(table: Table, entry: Entry, column: Column) -> str:
     if column.key == FLAGS:
         return " ".join(entry.flags)
     figure = column.figure
+    if figure is None:                          # a figure's column (settings have their own)
+        return "-"
     value, style = entry.figures.get(figure.key), figure.style
     if style == figures.INTERVAL:
         high = entry.figures.get(figure.key.removesuffix("_low") + "_high")
-        return "-" if value is None else f"[{units.rate(value)}, {units.rate(high)}]"
+        return ("-" if value is None or high is None
+                else f"[{units.rate(value)}, {units.rate(high)}]")
     if style == figures.COUNT:
         return str(value or 1)
     if style in (figures.PERCENT, figures.PERCENT_POINTS):
@@ -463,7 +469,8 @@ def notes(table: Table) -> list[str]:
         if entry.note:
             lines.append(f"#{index}: {entry.note}")
         beyond = table.versus.get(id(entry))
-        if beyond is not None and beyond.ratio is None and beyond.text:
+        if (beyond is not None and beyond.ratio is None and beyond.text
+                and table.baseline is not None):      # a versus is against the baseline
             lines.append(f"#{index} vs #{table.index_of(table.baseline)}: not shown, "
                          f"{beyond.text}")
     if table.unknown:
@@ -637,7 +644,7 @@ def render_csv(tables: list[Table]) -> str:
     return buffer.getvalue()
 
 
-def _csv_value(value) -> str:
+def _csv_value(value: object) -> str:
     if value is None:
         return ""
     if isinstance(value, bool):

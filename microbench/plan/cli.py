@@ -18,7 +18,7 @@ import os
 import shlex
 import sys
 from dataclasses import asdict, replace
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 from microbench import __version__
 from microbench.models import names
@@ -121,8 +121,8 @@ def build_parser() -> argparse.ArgumentParser:
     added to its --help section in the order --help lists them."""
     parser = OneLineParser(description=DESCRIPTION, epilog=EPILOG,
                            formatter_class=HelpFormatter)
-    sections = {None: parser, **{key: parser.add_argument_group(title)
-                                 for key, title in GROUPS.items()}}
+    sections: dict[str | None, Any] = {None: parser, **{key: parser.add_argument_group(title)
+                                                        for key, title in GROUPS.items()}}
     declared = [item.as_flag() for item in SCHEMA.values()]
     for flag in in_help_order([*filter(None, declared), *PLAN_FLAGS]):
         flag.add_to(sections[flag.group])
@@ -370,14 +370,14 @@ def _given(parser: argparse.ArgumentParser, words: Sequence[str]) -> dict[str, A
     return {dest: value for dest, value in parsed.items() if value is not _UNSET}
 
 
-def _fields_given(dests) -> set[str]:
+def _fields_given(dests: Iterable[str]) -> set[str]:
     """The config fields the given destinations set (a preset must not overrule them)."""
     sets = {flag.name: flag.sets for flag in PLAN_FLAGS}
     fields = set()
     for dest in dests:
         fields |= set(sets.get(dest, ()))
-        if field_of_dest(dest) is not None:
-            fields.add(field_of_dest(dest))
+        if (field := field_of_dest(dest)) is not None:
+            fields.add(field)
     return fields
 
 
@@ -465,7 +465,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     argv, spelling_notes = _own_spellings(argv)
     parser = build_parser()
     given = _given(parser, argv)
-    stored, notes = {}, []
+    stored: dict = {}
+    notes: list[str] = []
     if given.get("rerun") is not None:
         path = given["rerun"]
         words, notes = rerun.flags_of(path)

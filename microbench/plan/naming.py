@@ -29,7 +29,7 @@ from microbench.settings.config import SCHEMA
 
 if TYPE_CHECKING:     # the run's types, named without importing torch for --help
     from microbench.models.family import ModelFamily
-    from microbench.scenarios.strategy import Strategy
+    from microbench.scenarios.views import RunView, StrategyView
     from microbench.settings.config import BenchConfig
     from microbench.settings.precision import Precision
 
@@ -41,11 +41,11 @@ class Described:
     config: BenchConfig
     model: ModelFamily          # the configured model (its name, attention, seq_len)
     precision: Precision        # the precision row
-    strategy: Strategy
+    strategy: StrategyView
     batch: int | None = None    # this process's batch (the facet); None: the config's
 
     @classmethod
-    def of(cls, spec) -> "Described":
+    def of(cls, spec: RunView) -> "Described":
         return cls(spec.config, spec.model, spec.precision, spec.parallel, spec.batch_size)
 
 
@@ -88,7 +88,8 @@ def _compile_name(d: Described) -> str:
 
 
 def _language(d: Described, between: str) -> str:
-    return f"{d.model.attention}{between}s{d.model.seq_len}" if d.model.reads_tokens else ""
+    model = d.model
+    return f"{model.attention}{between}s{model.tokens_per_item}" if model.reads_tokens else ""
 
 
 def _profilers(d: Described) -> str:
@@ -112,7 +113,7 @@ def _workers(d: Described) -> str:
     return "auto" if d.config.workers is None else str(d.config.workers)
 
 
-def _fed(d: Described, spelled: Spelling) -> Spelling:
+def _fed(d: Described, spelled: Spelling) -> str:
     """An input pipeline's part: left out for synthetic inputs."""
     return "" if d.config.data == "synthetic" else spelled(d)
 

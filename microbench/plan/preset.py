@@ -55,6 +55,7 @@ from microbench.scenarios import parallel
 from microbench.scenarios.strategy import Strategy
 
 if TYPE_CHECKING:
+    from microbench.settings.config import BenchConfig
     from microbench.models.family import ModelFamily
 
 
@@ -90,8 +91,8 @@ def fast_choices(model: ModelFamily, device: torch.device, world_size: int, trai
     return choices
 
 
-def apply(config, model: ModelFamily, device: torch.device, world_size: int, training: bool,
-          half_weights: bool = False):
+def apply(config: BenchConfig, model: ModelFamily, device: torch.device, world_size: int,
+          training: bool, half_weights: bool = False):
     """``config`` with the preset's choices for every setting the user did not give
     (``training``: the kind of run steps an optimizer; ``half_weights``: it generates)."""
     if config.preset is None:
@@ -103,7 +104,7 @@ def apply(config, model: ModelFamily, device: torch.device, world_size: int, tra
     return replace(config, **kept)
 
 
-def cpu_note(config, device: torch.device) -> str | None:
+def cpu_note(config: BenchConfig, device: torch.device) -> str | None:
     """What the preset buys on the CPU and what its compile costs; None on a GPU or without
     the preset."""
     if config.preset is None or is_gpu(device):
@@ -121,7 +122,7 @@ def cpu_note(config, device: torch.device) -> str | None:
             f"autocast is slow without AMX) and has no CUDA graphs to replay.{cost}")
 
 
-def as_flags(config) -> str:
+def as_flags(config: BenchConfig) -> str:
     """The settings a preset may choose, as the flags that reproduce them (FP32 left unsaid)."""
     words = [word for word in spelled(config, PRESET_FIELDS) if word != "--precision=fp32"]
     return as_command_line(words)

@@ -33,6 +33,7 @@ from microbench.settings.config import CSV_NAME, BenchConfig, validate
 from microbench.platform.distributed import Launch
 from microbench.platform.errors import BenchmarkError, UsageError
 from microbench.models.family import ModelFamily
+from microbench.models.language import LanguageModelSpec
 from microbench.store.baseline import Gate
 
 
@@ -78,7 +79,7 @@ class RunSpec:
         """Settings that may not suit the model (a sweep records this as the row's failure)."""
         self.model.check()
         self.scenario.check_spec(self)
-        if self.model.reads_tokens:
+        if isinstance(self.model, LanguageModelSpec):      # reads_tokens: its attention
             compute = self.precision.autocast_dtype or self.precision.model_dtype
             self.model.check_attention(self.device, compute)
 
@@ -208,7 +209,7 @@ def _slow_precision_notes(policy: Precision, device: torch.device) -> list[str]:
             f"benchmark; {faster} is faster here"]
 
 
-def _json_name(config: BenchConfig, model, policy: Precision,
+def _json_name(config: BenchConfig, model: ModelFamily, policy: Precision,
                world_size: int, strategy: parallel.Strategy) -> str:
     """``--output-file NAME`` gets ``.json`` appended as the older tool did (scripts then read
     NAME.json). The default is built from what usually tells configurations apart

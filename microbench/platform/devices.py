@@ -25,6 +25,7 @@ import functools
 import platform
 from dataclasses import dataclass
 from types import SimpleNamespace
+from typing import Any, Callable, ClassVar, Mapping, Protocol, TypeVar
 
 import torch
 from torch.utils import collect_env
@@ -252,7 +253,8 @@ class CacheInfo:
         return f"{self.size_bytes / MIB:.0f} MiB ({self.source})"
 
 
-def last_level_cache(device: torch.device, properties=None, hip: str | None = None) -> CacheInfo:
+def last_level_cache(device: torch.device, properties: object = None, hip: str | None = None
+                    ) -> CacheInfo:
     """The last-level cache of ``device`` (L2, or AMD's Infinity Cache behind it). ``properties``
     and ``hip`` default to torch's device properties and the build's HIP version (tests pass
     fakes)."""
@@ -276,7 +278,7 @@ def last_level_cache(device: torch.device, properties=None, hip: str | None = No
 
 def cap_memory(device: torch.device, budget_bytes: float) -> float:
     """Cap the caching allocator at ``budget_bytes`` as if the GPU were smaller; the fraction."""
-    fraction = min(1.0, budget_bytes / total_memory_bytes(device))
+    fraction = min(1.0, budget_bytes / torch.cuda.get_device_properties(device).total_memory)
     torch.cuda.set_per_process_memory_fraction(fraction, device)
     return fraction
 
@@ -379,7 +381,8 @@ def compute_capability(device: torch.device) -> tuple[int, int] | None:
     whose kernels are chosen by architecture instead (:func:`architecture`)."""
     if vendor(device) is not Vendor.NVIDIA:
         return None
-    return tuple(torch.cuda.get_device_capability(device))
+    major, minor = torch.cuda.get_device_capability(device)
+    return major, minor
 
 
 def no_fp8_reason(device: torch.device) -> str | None:
@@ -437,8 +440,11 @@ def gpu_identity(device: torch.device) -> GpuIdentity:
     if uuid_text is not None and not uuid_text.replace("-", "").strip("0"):
         uuid_text = None                # all zeros: the runtime has no UUID for it
     pci = None
-    if all(hasattr(props, a) for a in ("pci_domain_id", "pci_bus_id", "pci_device_id")):
-        pci = f"{props.pci_domain_id:04x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}"
+    # Read by name: torch's stubs do not declare the PCI fields (older releases lack them).
+    domain, bus, slot = (getattr(props, a, None)
+                         for a in ("pci_domain_id", "pci_bus_id", "pci_device_id"))
+    if domain is not None and bus is not None and slot is not None:
+        pci = f"{domain:04x}:{bus:02x}:{slot:02x}"
     return GpuIdentity(index, uuid_text, pci)
 
 
@@ -504,7 +510,7 @@ def _proc_cpuinfo_model() -> str | None:
     return None
 
 
-def collect_env_answer(probe, *args) -> str | None:
+def collect_env_answer(probe: Callable[..., str | None], *args: object) -> str | None:
     """collect_env's answer, or None where its probe fails: a description of the host is not
     worth a failed run."""
     try:
@@ -553,8 +559,23 @@ def tf32_convolutions_exist() -> bool:
     return not torch.version.hip
 
 
-def tf32_on_rocm(policy, hip_version: str | None, conv_model: bool,
-                 environ) -> tuple[object, str | None]:
+class TF32Policy(Protocol):
+    """What :func:`tf32_on_rocm` reads of a precision (``settings.precision.Precision``)."""
+
+    __dataclass_fields__: ClassVar[dict[str, Any]]
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def tf32(self) -> bool: ...
+
+
+P = TypeVar("P", bound=TF32Policy)
+
+
+def tf32_on_rocm(policy: P, hip_version: str | None, conv_model: bool,
+                 environ: Mapping[str, str]) -> tuple[P, str | None]:
     """What TF32 really does on a ROCm build (``policy``: a precision.Precision), and a note
     saying so.
 

@@ -23,7 +23,7 @@ import threading
 import time
 import urllib.parse
 from dataclasses import dataclass, replace
-from typing import Callable, Iterator, Mapping, TypeVar
+from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -114,27 +114,28 @@ def _split(batch: int, parts: int, what: str) -> int:
     return batch // parts
 
 
-def _manual(config, environ: Mapping[str, str]) -> Launch:
-    missing = [flag for flag, value in (("--rank", config.rank), ("--world-size", config.world_size),
+def _manual(config: LaunchFlags, environ: Mapping[str, str]) -> Launch:
+    rank, world = config.rank, config.world_size
+    missing = [flag for flag, value in (("--rank", rank), ("--world-size", world),
                                         ("--dist-backend", config.dist_backend),
                                         ("--dist-url", config.dist_url)) if value is None]
-    if missing:
+    if missing or rank is None or world is None:
         raise UsageError("--distributed_dataparallel needs --rank, --world-size, --dist-backend "
                          f"and --dist-url (missing: {', '.join(missing)})")
-    if not 0 <= config.rank < config.world_size:
-        raise UsageError(f"--rank {config.rank} must be in [0, --world-size {config.world_size})")
+    if not 0 <= rank < world:
+        raise UsageError(f"--rank {rank} must be in [0, --world-size {world})")
     workers = len(config.device_ids) if config.device_ids else 1
     global _current                  # known from here on: later error lines carry the rank
-    _current = Launch(launcher="manual", rank=config.rank * workers)
+    _current = Launch(launcher="manual", rank=rank * workers)
     local = _split(config.batch_size, workers, "devices of this process")
-    return Launch(launcher="manual", rank=config.rank * workers, node_rank=config.rank,
-                  world_size=config.world_size * workers, backend=config.dist_backend,
+    return Launch(launcher="manual", rank=rank * workers, node_rank=rank,
+                  world_size=world * workers, backend=config.dist_backend,
                   init_method=config.dist_url, workers=workers,
                   device_index=config.device_ids[0] if config.device_ids else None,
-                  local_batch=local, global_batch=local * config.world_size * workers)
+                  local_batch=local, global_batch=local * world * workers)
 
 
-def _from_environment(config, environ: Mapping[str, str]) -> Launch | None:
+def _from_environment(config: LaunchFlags, environ: Mapping[str, str]) -> Launch | None:
     if "TORCHELASTIC_RUN_ID" in environ or any(name in environ
                                                for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK")):
         _check_torchrun_environment(environ)
@@ -159,6 +160,32 @@ def _from_environment(config, environ: Mapping[str, str]) -> Launch | None:
                   local_batch=local_batch, global_batch=config.batch_size)
 
 
+class LaunchFlags(Protocol):
+    """What :func:`detect` reads of the flags: ``settings.config.BenchConfig``, or the node
+    check's own (which has no manual-launch flags)."""
+
+    @property
+    def distributed_dataparallel(self) -> bool: ...
+
+    @property
+    def rank(self) -> int | None: ...
+
+    @property
+    def world_size(self) -> int | None: ...
+
+    @property
+    def device_ids(self) -> tuple[int, ...] | None: ...
+
+    @property
+    def batch_size(self) -> int: ...
+
+    @property
+    def dist_backend(self) -> str | None: ...
+
+    @property
+    def dist_url(self) -> str | None: ...
+
+
 def _slurm_rendezvous(environ: Mapping[str, str]) -> str:
     if "MASTER_ADDR" in environ and "MASTER_PORT" in environ:
         return "env://"
@@ -166,7 +193,7 @@ def _slurm_rendezvous(environ: Mapping[str, str]) -> str:
                      "$SLURM_JOB_NODELIST and a free port) or pass --dist-url tcp://host:port")
 
 
-def detect(config, environ: Mapping[str, str] | None = None) -> Launch:
+def detect(config: LaunchFlags, environ: Mapping[str, str] | None = None) -> Launch:
     """The launch this process belongs to; usage errors are raised before any rendezvous, so
     every rank fails the same way at once instead of waiting for the others."""
     environ = os.environ if environ is None else environ
@@ -180,10 +207,12 @@ def detect(config, environ: Mapping[str, str] | None = None) -> Launch:
     if stray:
         raise UsageError(f"{', '.join(stray)} only apply with --distributed_dataparallel "
                          f"(under torchrun or srun the launcher sets them)")
-    launch = _from_environment(config, environ)
-    if launch is None:
+    found = _from_environment(config, environ)
+    if found is None:
         launch = Launch(local_batch=config.batch_size, global_batch=config.batch_size)
-    elif launch.distributed:
+    else:
+        launch = found
+    if found is not None and launch.distributed:
         check_fail_rank(launch.world_size, environ)
     global _current
     _current = launch
@@ -204,7 +233,7 @@ def rank_prefix(environ: Mapping[str, str] | None = None) -> str:
     return env_rank_prefix(environ)
 
 
-def worker_launch(launch: Launch, index: int, device_ids) -> Launch:
+def worker_launch(launch: Launch, index: int, device_ids: Sequence[int] | None) -> Launch:
     """Worker ``index`` of a manual launch that starts several."""
     return replace(launch, rank=launch.rank + index, local_rank=index,
                    device_index=device_ids[index] if device_ids else None)
@@ -229,33 +258,41 @@ def interruptible(call: Callable[[], T]) -> T:
     if threading.current_thread() is not threading.main_thread():
         return call()
     device = devices.current_gpu()
-    outcome: dict = {}
+    values: list[T] = []
+    errors: list[BaseException] = []
 
     def target() -> None:
         try:
             if device is not None:
                 devices.activate(device)
-            outcome["value"] = call()
+            values.append(call())
         except BaseException as error:             # noqa: BLE001 (re-raised in the caller)
-            outcome["error"] = error
+            errors.append(error)
 
     helper = threading.Thread(target=target, name="microbench-collective", daemon=True)
     helper.start()
     while helper.is_alive():
         helper.join(SIGNAL_POLL_S)
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome.get("value")
+    if errors:
+        raise errors[0]
+    return values[0]
 
 
-def _new_group(backend: str, device: torch.device, timeout_s: float, **kwargs) -> None:
+def _new_group(backend: str, device: torch.device, timeout_s: float, init_method: str | None,
+               rank: int = -1, world_size: int = -1) -> None:
     """``dist.init_process_group`` bound to this rank's GPU where the backend drives GPUs: the
     group then knows its device (barriers and object collectives use it, and NCCL forms its
-    communicator for it at once) instead of guessing it from the calling thread."""
+    communicator for it at once) instead of guessing it from the calling thread. ``rank`` and
+    ``world_size`` -1: the launcher's environment gives them (torch's defaults)."""
+    timeout = datetime.timedelta(seconds=timeout_s)
     if backend != "gloo" and devices.is_gpu(device):
-        kwargs["device_id"] = device
-    interruptible(lambda: dist.init_process_group(
-        backend=backend, timeout=datetime.timedelta(seconds=timeout_s), **kwargs))
+        interruptible(lambda: dist.init_process_group(
+            backend=backend, timeout=timeout, init_method=init_method, rank=rank,
+            world_size=world_size, device_id=device))
+    else:
+        interruptible(lambda: dist.init_process_group(
+            backend=backend, timeout=timeout, init_method=init_method, rank=rank,
+            world_size=world_size))
 
 
 def init_process_group(launch: Launch, device: torch.device, timeout_s: float,
@@ -265,17 +302,18 @@ def init_process_group(launch: Launch, device: torch.device, timeout_s: float,
     it takes gloo and never touches the GPU."""
     backend = "gloo" if coordination_only else (
         launch.backend or devices.collective_backend(device))
-    kwargs = {}
     if launch.launcher != "torchrun":      # torchrun's env:// carries rank and world size
-        kwargs.update(rank=launch.rank, world_size=launch.world_size)
-    _new_group(backend, device, timeout_s, init_method=launch.init_method, **kwargs)
+        _new_group(backend, device, timeout_s, launch.init_method, launch.rank,
+                   launch.world_size)
+    else:
+        _new_group(backend, device, timeout_s, launch.init_method)
 
 
 def init_trial_group(launch: Launch, device: torch.device, timeout_s: float,
                      rendezvous: str) -> None:
     """A trial worker's process group, at the rendezvous rank 0 chose for this trial."""
     _new_group(launch.backend or devices.collective_backend(device), device, timeout_s,
-               init_method=rendezvous, rank=launch.rank, world_size=launch.world_size)
+               rendezvous, launch.rank, launch.world_size)
 
 
 def rendezvous_host(launch: Launch) -> str:
@@ -438,7 +476,7 @@ def failures_reported(launch: Launch, timeout_s: float, phase: str) -> Iterator[
         raise DistributedFailure(_failure_line(launch, timeout_s, phase, error)) from None
 
 
-def barrier(device: torch.device, group=None) -> None:
+def barrier(device: torch.device, group: dist.ProcessGroup | None = None) -> None:
     """Every rank of ``group`` (None: the job) waits for the others."""
     ids = devices.rank_device_ids(device)
     if ids is not None and dist.get_backend() == "nccl":
@@ -447,7 +485,7 @@ def barrier(device: torch.device, group=None) -> None:
         interruptible(lambda: dist.barrier(group=group))
 
 
-def all_gather_objects(item) -> list:
+def all_gather_objects(item: object) -> list:
     """Every rank's ``item``, on every rank, in rank order."""
     gathered: list = [None] * dist.get_world_size()
     interruptible(lambda: dist.all_gather_object(gathered, item))
@@ -475,13 +513,13 @@ def _timed(call: Callable[[], object], times: int, device: torch.device) -> floa
 
 
 def timed_all_reduce(tensor: torch.Tensor, times: int, device: torch.device,
-                     group=None) -> float:
+                     group: dist.ProcessGroup | None = None) -> float:
     """Seconds for ``times`` back-to-back all-reduces (sum) of ``tensor`` over ``group``."""
     return interruptible(lambda: _timed(lambda: dist.all_reduce(tensor, group=group), times, device))
 
 
 def timed_exchange(outgoing: torch.Tensor, incoming: torch.Tensor, peer: int, times: int,
-                   device: torch.device, group=None) -> float:
+                   device: torch.device, group: dist.ProcessGroup | None = None) -> float:
     """Seconds for ``times`` exchanges with global rank ``peer``: ``outgoing`` sent while
     ``incoming`` is received, both ways at once, as one batch of point-to-point operations
     (``batch_isend_irecv``). NCCL's advice: a batched operation runs on the group's own
@@ -495,7 +533,7 @@ def timed_exchange(outgoing: torch.Tensor, incoming: torch.Tensor, peer: int, ti
     return interruptible(lambda: _timed(exchange, times, device))
 
 
-def slowest(seconds: float, device: torch.device, group=None) -> float:
+def slowest(seconds: float, device: torch.device, group: dist.ProcessGroup | None = None) -> float:
     """The largest of every rank's ``seconds`` in ``group``: a collective ends with its last
     rank."""
     value = torch.tensor([seconds], dtype=torch.float64, device=device)
@@ -549,9 +587,9 @@ def shutdown(failed: bool = False) -> None:
         dist.destroy_process_group()
 
 
-def gather_to_main(item):
+def gather_to_main(item: T) -> list[T] | None:
     """Every rank's ``item`` on global rank 0 (in rank order); None on the other ranks."""
-    gathered = [None] * dist.get_world_size() if dist.get_rank() == 0 else None
+    gathered: list[Any] | None = [None] * dist.get_world_size() if dist.get_rank() == 0 else None
     interruptible(lambda: dist.gather_object(item, gathered, dst=0))
     return gathered
 

@@ -14,6 +14,8 @@ be either: not known. Strings in, booleans out, so each case is tested without i
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import ctypes
 import importlib.metadata
 import re
@@ -35,7 +37,7 @@ def none_visible() -> bool:
     return none_visible_for(version, sys.platform, _loadable)
 
 
-def none_visible_for(torch_version: str, platform: str, loadable) -> bool:
+def none_visible_for(torch_version: str, platform: str, loadable: Callable[[str], bool]) -> bool:
     build = install_pair.Build.of(torch_version).build
     if build == "cpu":
         return True

@@ -25,6 +25,8 @@ Example::
 """
 from __future__ import annotations
 
+from typing import BinaryIO
+
 import errno
 import os
 import stat
@@ -185,7 +187,7 @@ def _raise_limit(error: OSError) -> None:
 READ_CHUNK_BYTES = 1 << 20
 
 
-def _read_at_most(stream, wanted: int) -> bytes:
+def _read_at_most(stream: BinaryIO, wanted: int) -> bytes:
     """Up to ``wanted`` bytes of ``stream``, in chunks: memory grows with the file read, not
     with the bound it is read against."""
     chunks, done = [], 0

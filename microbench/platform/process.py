@@ -36,7 +36,9 @@ import threading
 import time
 import traceback
 from types import ModuleType
-from typing import Callable, Iterator, Mapping
+from multiprocessing.connection import Connection
+from types import FrameType
+from typing import Callable, Iterator, Mapping, Sequence, TextIO
 
 from microbench.platform import install_pair, safe_text
 from microbench.platform.errors import (EXIT_HANGUP, EXIT_INTERRUPTED, EXIT_MISSING_ENVIRONMENT,
@@ -52,12 +54,12 @@ _IMPORTED_AT_START = frozenset({"rich", "torch", "torchvision", "jsonschema"})
 # The signals that stop a run cleanly, like SIGTERM: temporaries removed, one line, the shell's
 # exit code (128 + the signal). SIGHUP: the terminal or SSH session went away; SIGQUIT: Ctrl-\,
 # handled cleanly too (no core dump, no thread dump: what was asked is to stop).
-STOPPING = {signal.SIGTERM: ("SIGTERM", EXIT_TERMINATED),
+STOPPING: dict[int, tuple[str, int]] = {signal.SIGTERM: ("SIGTERM", EXIT_TERMINATED),
             **({signal.SIGHUP: ("SIGHUP", EXIT_HANGUP)} if hasattr(signal, "SIGHUP") else {}),
             **({signal.SIGQUIT: ("SIGQUIT", EXIT_QUIT)} if hasattr(signal, "SIGQUIT") else {})}
 
 
-def _raise_terminated(signum, frame) -> None:
+def _raise_terminated(signum: int, frame: FrameType | None) -> None:
     # A second signal must not cut the cleanup of the first short.
     for number in STOPPING:
         signal.signal(number, signal.SIG_IGN)
@@ -327,7 +329,7 @@ class GuardedOutput(io.TextIOBase):
     process's one line, that the console output was lost. A reader that went away
     (``BrokenPipeError``, ``| head``) is not this: it propagates, as before."""
 
-    def __init__(self, stream):
+    def __init__(self, stream: TextIO):             # sys.stdout: None where it is closed
         super().__init__()
         self.stream = stream
         self.lost: str | None = None if stream is not None else "it is closed"
@@ -394,12 +396,13 @@ class GuardedOutput(io.TextIOBase):
     def writable(self) -> bool:
         return True
 
+    # typeshed declares TextIOBase.encoding a plain attribute; here it is the stream's, read-only
     @property
-    def encoding(self) -> str:
+    def encoding(self) -> str:  # type: ignore[override]
         return getattr(self.stream, "encoding", None) or "utf-8"
 
 
-def _raw_buffer(stream) -> io.RawIOBase | None:
+def _raw_buffer(stream: object) -> io.RawIOBase | None:
     """The raw binary stream under text ``stream`` when nothing buffers between them
     (``python -u``, ``PYTHONUNBUFFERED``), else None."""
     buffer = getattr(stream, "buffer", None)
@@ -473,7 +476,7 @@ def entry(module: str) -> int:
     return code
 
 
-def _stop_after_body(number: int, _frame) -> None:
+def _stop_after_body(number: int, _frame: FrameType | None) -> None:
     """A stop after the command's body returned (its results written and shown, the
     interpreter ending): its one line and its code at once. Python's own Ctrl-C there ends
     with no line (or a traceback from an exit handler); a claim this skips is taken over as
@@ -671,7 +674,8 @@ def process_headroom(proc_cgroup: str = "/proc/self/cgroup", root: str = CGROUP_
     return min(found) if found else None
 
 
-def check_can_start(count: int, what: str, flag: str, headroom=None) -> None:
+def check_can_start(count: int, what: str, flag: str, headroom: tuple[int, str] | None = None
+                   ) -> None:
     """Refuse, before anything is built, ``count`` processes that the process limits cannot
     give: the start would fail part way, with workers already running."""
     found = process_headroom() if headroom is None else headroom
@@ -730,7 +734,8 @@ def limit_reached(error: BaseException) -> MissingEnvironment | None:
     happened: a DataLoader's pin-memory thread, a loader worker (whose
     error the loader raises again with the worker's traceback as text), the progress line's
     thread, a trial worker. None for any other error (a bug keeps its traceback)."""
-    seen, current = set(), error
+    seen: set[int] = set()
+    current: BaseException | None = error
     while current is not None and id(current) not in seen:
         seen.add(id(current))
         if out_of_descriptors(current):
@@ -763,7 +768,7 @@ def _child_deaths_expected() -> Iterator[None]:
         signal.signal(signal.SIGCHLD, previous)
 
 
-def stop_children(children, grace_s: float) -> None:
+def stop_children(children: Sequence[multiprocessing.process.BaseProcess], grace_s: float) -> None:
     """SIGTERM, up to ``grace_s`` for all to end, then SIGKILL to those that ignore it (a
     DataLoader worker ignores it: its parent owns its lifetime); each waited for. ``grace_s``
     0: SIGKILL at once."""
@@ -771,14 +776,16 @@ def stop_children(children, grace_s: float) -> None:
         _terminate_then_kill(children, grace_s)
 
 
-def _terminate_then_kill(children, grace_s: float) -> None:
+def _terminate_then_kill(children: Sequence[multiprocessing.process.BaseProcess],
+                         grace_s: float) -> None:
     children = [child for child in children if child.is_alive()]
     for child in children if grace_s > 0 else ():
         with contextlib.suppress(OSError, AttributeError, ValueError):
             child.terminate()
             # A stopped child (SIGSTOP, Ctrl-Z, a debugger) would hold its SIGTERM, and the
             # run, for the whole grace: continued, it handles the SIGTERM at once.
-            os.kill(child.pid, signal.SIGCONT)
+            if child.pid is not None:               # alive: started, so it has one
+                os.kill(child.pid, signal.SIGCONT)
     deadline = time.monotonic() + grace_s
     for child in children:
         child.join(max(0.0, deadline - time.monotonic()))
@@ -864,7 +871,8 @@ def die_with_parent(parent_pid: int) -> None:
             raise
 
 
-def orphan_safe_worker(parent_pid: int, target: str, arguments: bytes, *channels) -> None:
+def orphan_safe_worker(parent_pid: int, target: str, arguments: bytes, *channels: Connection
+                      ) -> None:
     """A spawned worker's first code: it watches its parent before the heavy imports that
     unpickling its ``arguments`` (a pickled tuple) and importing ``target`` ("module:function")
     bring, so that a parent killed meanwhile does not leave it running its whole trial; then

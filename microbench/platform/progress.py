@@ -133,7 +133,7 @@ class Activity:
         its own format, e.g. a table row)."""
         self._stop_ticking()
         with self._lock:
-            if self._label is not None and self.live:
+            if self._label is not None and self._display is not None:
                 self._display.transient = True      # rich erases a transient display's lines
                 self._close_display()
             self._label = None
@@ -159,7 +159,8 @@ class Activity:
 
     def _close_display(self) -> None:
         display, self._display = self._display, None
-        display.stop()                                # draws the final line, then a newline
+        if display is not None:
+            display.stop()                            # draws the final line, then a newline
         self.out.flush()
 
     def _line(self) -> Text:
@@ -183,7 +184,7 @@ class Activity:
     def __enter__(self) -> "Activity":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         if exc[0] is not None and not self.live:
             self._label = None             # the error line says what happened
         self.finish("failed" if exc[0] is not None else None)

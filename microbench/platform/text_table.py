@@ -54,11 +54,11 @@ class Column:
     width: int = 0
 
 
-def _console(terminal: bool) -> Console:
+def _console(terminal: bool, into: io.StringIO) -> Console:
     if terminal:
-        return Console(file=io.StringIO(), force_terminal=True, highlight=False, markup=False,
+        return Console(file=into, force_terminal=True, highlight=False, markup=False,
                        width=shutil.get_terminal_size().columns, emoji=False)
-    return Console(file=io.StringIO(), force_terminal=False, no_color=True, color_system=None,
+    return Console(file=into, force_terminal=False, no_color=True, color_system=None,
                    highlight=False, markup=False, width=_UNBOUNDED, emoji=False)
 
 
@@ -74,9 +74,9 @@ def _table(columns: Sequence[Column], terminal: bool, show_header: bool = True) 
 
 
 def _text(table: Table, terminal: bool) -> str:
-    console = _console(terminal)
-    console.print(table)
-    lines = console.file.getvalue().splitlines()
+    captured = io.StringIO()
+    _console(terminal, captured).print(table)
+    lines = captured.getvalue().splitlines()
     return "\n".join(line.rstrip() for line in lines) + "\n"
 
 

@@ -11,6 +11,8 @@ Example::
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import math
 
 _SI = ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, ""))
@@ -104,14 +106,14 @@ gbs_rate = bandwidth
 
 def two_denominators(share: float | None, peak: float | None, source: str,
                      measured_share: float | None, measured: float | None,
-                     measured_source: str, rate) -> str:
+                     measured_source: str, rate: Callable[[float], str]) -> str:
     """A utilisation against both peaks, each labelled: ``29.9% of 989.5 TFLOP/s (datasheet
     ...); 37.5% of 790 TFLOP/s (measured: bf16 GEMM 8192^3, this run)``. ``rate`` formats a
     peak (:func:`tflops_rate`, :func:`gbs_rate`). Without a datasheet peak the measured share
     leads and the missing one says why; without a probe the datasheet's stands alone."""
-    datasheet = (f"{percent(share)} of {rate(peak)} ({source})" if share is not None
-                 else f"unknown ({source})")
-    if measured_share is None:
+    datasheet = (f"{percent(share)} of {rate(peak)} ({source})"
+                 if share is not None and peak is not None else f"unknown ({source})")
+    if measured_share is None or measured is None:      # a share has its peak
         return datasheet
     probe = f"{percent(measured_share)} of {rate(measured)} ({measured_source})"
     if share is None:

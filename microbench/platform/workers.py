@@ -34,6 +34,7 @@ import sys
 import traceback
 from multiprocessing.connection import wait
 from multiprocessing.reduction import ForkingPickler
+from multiprocessing.connection import Connection
 from typing import Callable, Sequence
 
 from microbench.platform import distributed, process
@@ -83,7 +84,8 @@ def run(target: str, arguments: Sequence[tuple], names: Sequence[str],
             worker.join(STOP_GRACE_S)
 
 
-def _replies(channels, started, what: Callable[[int], str]) -> list:
+def _replies(channels: Sequence[Connection], started: Sequence[multiprocessing.process.BaseProcess],
+             what: Callable[[int], str]) -> list:
     """Every worker's value, in order; the first failure raised (a worker that ended without a
     reply is one)."""
     values: dict[int, object] = {}
@@ -120,7 +122,7 @@ def how_it_ended(exit_code: int | None) -> str:
 
 # ---------------------------------------------------------------- the worker
 
-def serve(connection, body: Callable[[], object], what: str, prefix: str = "") -> None:
+def serve(connection: Connection, body: Callable[[], object], what: str, prefix: str = "") -> None:
     """In a worker: ``body()``'s value sent on ``connection``, or its failure (:func:`failure`);
     nothing when a stop ends it. ``what`` names this worker in the line of a bug; ``prefix``
     (``[rank N] ``) starts the line of any other failure."""
@@ -159,7 +161,7 @@ def failure(error: Exception, what: str, prefix: str = "") -> BenchmarkError:
     return ReportedFailure(prefix + str(error), error.exit_code)
 
 
-def _send(connection, message) -> None:
+def _send(connection: Connection, message: object) -> None:
     """``message`` to the parent; nothing where the parent no longer reads (it died, or it
     stopped the run): there is no one left to tell."""
     with contextlib.suppress(OSError, EOFError):

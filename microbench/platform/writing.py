@@ -39,11 +39,13 @@ import signal
 import socket
 import threading
 import time
+from types import ModuleType
 from typing import Callable, Iterator, Sequence
 
 from microbench.platform import process
 from microbench.platform.errors import CannotWrite, UsageError
 
+fcntl: ModuleType | None
 try:
     import fcntl
 except ImportError:                      # not POSIX: appends are still single writes
@@ -241,7 +243,7 @@ def sweep_stale(directory: str) -> list[str]:
     """Remove the temporary files in ``directory`` that processes of this host left when they
     were killed (their process is gone); the names removed. A pid reused since keeps its file
     until that process is gone too: the sweep errs on the side of keeping."""
-    removed = []
+    removed: list[str] = []
     try:
         entries = list(os.scandir(directory))
     except OSError:
@@ -499,7 +501,7 @@ def write_via(path: str, produce: Callable[[str], object]) -> None:
             raise _cannot_write(path, error) from None
 
 
-def json_safe(value):
+def json_safe(value: object) -> object:
     """NaN and infinity are not JSON; they become null."""
     if isinstance(value, float) and not math.isfinite(value):
         return None

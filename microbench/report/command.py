@@ -28,6 +28,8 @@ reading results does not wait for torch's imports.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Sequence
+
 import argparse
 import os
 import sys
@@ -43,6 +45,9 @@ from microbench.report import history_view, page
 from microbench.store import collection
 from microbench.store.history import BY_TIME, ORDERS
 from microbench.platform import writing
+
+if TYPE_CHECKING:
+    from microbench.output.table import Table
 
 
 DEFAULT_TITLE = "Benchmark results"
@@ -169,7 +174,7 @@ def _check_outputs_are_not_inputs(args: argparse.Namespace, files: list[str]) ->
                                  f"reads ({read}): name another file")
 
 
-def _page_chart(tables, args) -> tuple[bytes | None, str | None]:
+def _page_chart(tables: list[Table], args: argparse.Namespace) -> tuple[bytes | None, str | None]:
     """The page's chart as PNG, or why there is none."""
     try:
         chart.require_matplotlib()

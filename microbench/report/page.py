@@ -14,6 +14,8 @@ Example::
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import base64
 import datetime
 
@@ -22,6 +24,9 @@ from microbench.platform import safe_text
 from microbench.output import history_table
 from microbench.output.table import Table, cell, common_line, file_line, notes, title_of
 from microbench.store.history import History, Series
+
+if TYPE_CHECKING:
+    from microbench.platform.text_table import Column
 
 _STYLE = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2em;
@@ -62,7 +67,7 @@ def page_columns(table: Table) -> list:
     return first + [column for column in table.columns if column not in first]
 
 
-def _classes(column, position: int, pinned: int) -> str:
+def _classes(column: Column, position: int, pinned: int) -> str:
     names = (["number"] if column.numeric else []) + \
         ([f"pin{position}"] if position < pinned else [])
     return f' class="{" ".join(names)}"' if names else ""

@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import importlib
 
+from microbench.models.family import ModelFamily
 from microbench.steps import low_precision
 from microbench.scenarios import feeding, parallel
 from microbench.scenarios.base import Scenario
-from microbench.settings.config import MODES
+from microbench.settings.config import MODES, BenchConfig
 
 
 def _scenario_of(mode: str) -> type[Scenario]:
@@ -45,7 +46,7 @@ def kind_of(mode: str) -> type[Scenario]:
     return SCENARIOS[mode]
 
 
-def check(config) -> None:
+def check(config: BenchConfig) -> None:
     """The rules of the configuration's kind of run (a UsageError where one is broken), and of
     its input data (which only some kinds take)."""
     kind = kind_of(config.mode)
@@ -55,6 +56,6 @@ def check(config) -> None:
     low_precision.check_flags(config, kind.updates_weights)
 
 
-def for_config(config, model) -> Scenario:
+def for_config(config: BenchConfig, model: ModelFamily) -> Scenario:
     """The scenario of ``config`` for its configured model spec."""
     return kind_of(config.mode)(config, model)

@@ -14,13 +14,24 @@ Example::
 """
 from __future__ import annotations
 
-from typing import Callable, ClassVar
+from typing import TYPE_CHECKING, Callable, ClassVar, ContextManager
 
 import torch
 
 from microbench.platform.errors import UsageError
-from microbench.measure.results import PhaseTimes, Timed
+from microbench.measure.results import Detail, PhaseTimes, Timed
 from microbench.measure.timing import Measurement, make_recorder
+from microbench.models.family import ModelFamily
+from microbench.settings.config import BenchConfig
+from microbench.scenarios.views import RunView, SummaryView, Work
+
+if TYPE_CHECKING:
+    from microbench.measure.input_bound import DataTrial
+    from microbench.measure.results import ShardedState
+    from microbench.steps.workload import PhaseMarks
+
+# What a scenario's loop is: (iterations, index of the first iteration) -> its timed result.
+Loop = Callable[[int, int], Timed]
 
 
 class Scenario:
@@ -42,20 +53,20 @@ class Scenario:
     # sweep then gets the generation table and the throughput-latency figure.
     decodes_tokens: ClassVar[bool] = False
 
-    def __init__(self, config, model) -> None:
+    def __init__(self, config: BenchConfig, model: ModelFamily) -> None:
         self.config, self.model = config, model
 
     # ------------------------------------------------------------ rules
 
     @classmethod
-    def check_config(cls, config) -> None:
+    def check_config(cls, config: BenchConfig) -> None:
         """Settings that do not apply to this kind of run (checked from the flags alone)."""
         if config.opt_step > 1 and not cls.updates_weights:
             raise UsageError("--opt-step applies to training only")
         if config.prompt_len or config.gen_len:
             raise UsageError("--prompt-len and --gen-len apply to --mode generate")
 
-    def check_spec(self, spec) -> None:
+    def check_spec(self, spec: RunView) -> None:
         """Settings that do not suit the resolved run (its device, its model); see RunSpec."""
 
     # ------------------------------------------------------------ the unit of work
@@ -83,39 +94,38 @@ class Scenario:
 
     # ------------------------------------------------------------ building and timing
 
-    def build(self, spec, wrap: Callable[[torch.nn.Module], torch.nn.Module] | None,
-              count_flops: bool):
+    def build(self, spec: RunView, wrap: Callable[[torch.nn.Module], torch.nn.Module] | None,
+              count_flops: bool) -> Work:
         """The model, inputs and step of this run; ``wrap`` goes around the ready model."""
         raise NotImplementedError
 
-    def loop(self, work, device: torch.device, time_fn: Callable[[], float] | None = None,
-             around: Callable[[int], object] | None = None) -> Callable[[int, int], Timed]:
+    def loop(self, work: Work, device: torch.device, time_fn: Callable[[], float] | None = None,
+             around: Callable[[int], ContextManager[object]] | None = None) -> Loop:
         """The timed loop as a function of (iterations, index of the first iteration)."""
         return lambda iterations, first_index: timed_loop(
-            work.step, iterations, device, time_fn, around, first_index,
-            getattr(work, "phases", None))
+            work.step, iterations, device, time_fn, around, first_index, work.phases)
 
     # ------------------------------------------------------------ the input pipeline
 
-    def before_timing(self, spec, work, on_phase: Callable[..., None]):
+    def before_timing(self, spec: RunView, work: Work, on_phase: Callable[[str], None]) -> Work:
         """The work the timed loop runs, called after warm-up: ``work`` itself here (inputs
         made once on the device); :class:`~.feeding.PipelineFed` measures the model and the
         loader alone, then returns the step fed by the loader."""
         return work
 
-    def input_measured(self, work):
+    def input_measured(self, work: Work) -> DataTrial | None:
         """What this process's input pipeline measured (None: no pipeline)."""
         return None
 
-    def release_inputs(self, work) -> None:
+    def release_inputs(self, work: Work) -> None:
         """Stop the input pipeline's worker processes (called however the run ended)."""
 
-    def after_timing(self, spec, work, detail):
+    def after_timing(self, spec: RunView, work: Work, detail: Detail) -> Detail:
         """The scenario's detail of the timed loop, with what a pass after it adds (generation:
         where a decode step's time goes); ``detail`` itself here."""
         return detail
 
-    def sharded_state(self, work):
+    def sharded_state(self, work: Work) -> ShardedState | None:
         """What this rank holds of a sharded model after the timed loop (None: not sharded)."""
         return None
 
@@ -124,19 +134,19 @@ class Scenario:
     def mode_text(self) -> str:
         return self.config.mode
 
-    def console_rows(self, summary) -> list[tuple[str, str]]:
+    def console_rows(self, summary: SummaryView) -> list[tuple[str, str]]:
         """Rows this kind of run adds to the console summary."""
         return []
 
-    def document(self, summary) -> dict:
+    def document(self, summary: SummaryView) -> dict:
         """Keys this kind of run adds to the result JSON."""
         return {}
 
 
-def timed_loop(step: Callable[[], torch.Tensor | None], iterations: int, device: torch.device,
+def timed_loop(step: Callable[[], object], iterations: int, device: torch.device,
                time_fn: Callable[[], float] | None = None,
-               around_step: Callable[[int], object] | None = None,
-               first_index: int = 0, phases=None) -> Timed:
+               around_step: Callable[[int], ContextManager[object]] | None = None,
+               first_index: int = 0, phases: PhaseMarks | None = None) -> Timed:
     """The timed region: ``iterations`` steps between device-event marks.
 
     ``around_step(i)`` is a context per iteration (a named ROCTX/NVTX range); the loop is chosen

@@ -13,11 +13,12 @@ Example::
 """
 from __future__ import annotations
 
-from typing import Callable
+import torch
 
 from microbench.platform import devices
 from microbench.platform.errors import UsageError
-from microbench.scenarios.strategy import Strategy, boolean
+from microbench.scenarios.strategy import Strategy, Wrap, boolean
+from microbench.scenarios.views import RunView, SummaryView
 
 
 class Replicated(Strategy):
@@ -37,18 +38,18 @@ class Replicated(Strategy):
         return UsageError(f"DistributedDataParallel's options ({', '.join(flags)}) do not apply "
                           f"to --parallel {chosen.name}: drop them or use --parallel ddp")
 
-    def wrapper(self, spec) -> Callable | None:
+    def wrapper(self, spec: RunView) -> Wrap | None:
         """Each rank's model in DistributedDataParallel with this run's options, for a kind of
         run that steps an optimizer (there are no gradients to all-reduce otherwise)."""
         if not spec.scenario.updates_weights:
             return None
         options, device = self.options(spec.config), spec.device
 
-        def wrap(model):
+        def wrap(model: torch.nn.Module) -> torch.nn.Module:
             from torch.nn.parallel import DistributedDataParallel
             return DistributedDataParallel(model, device_ids=devices.rank_device_ids(device),
                                            **options)
         return wrap
 
-    def console_rows(self, summary) -> list[tuple[str, str]]:
+    def console_rows(self, summary: SummaryView) -> list[tuple[str, str]]:
         return [("Parallel", f"DDP over {summary.world_size} ranks (whole model on each)")]

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable, ContextManager
 
 import torch
 from torch import nn
@@ -38,6 +38,10 @@ from microbench.platform import devices
 from microbench.settings.compile_options import with_inductor_settings
 from microbench.steps import low_precision, quant_choice, quant_layout
 from microbench.models.archs import llama
+from microbench.measure.drift import LowPrecision
+from microbench.models.language import LanguageModelSpec
+from microbench.platform.errors import UsageError
+from microbench.scenarios.views import RunView
 from microbench.measure.results import GenerationTimes
 from microbench.measure.timing import Measurement, make_recorder
 
@@ -90,13 +94,22 @@ def _embedding_weights(model: nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
     """The token embedding's and the output projection's weights (one tensor when tied)."""
     if isinstance(model, llama.Llama):
         return model.embed.weight, model.output.weight
-    return model.get_input_embeddings().weight, model.get_output_embeddings().weight
+    causal_lm: Any = model              # a transformers model (its methods: per model type)
+    return causal_lm.get_input_embeddings().weight, causal_lm.get_output_embeddings().weight
 
 
 class GenerationState(nn.Module):
     """The model and everything a generation step reads or writes, as buffers set up once."""
 
-    def __init__(self, model: nn.Module, cache, prompt: torch.Tensor) -> None:
+    # A Llama and its llama.KVCache here; a transformers causal LM and its StaticCache in
+    # HfGenerationState, whose attributes transformers declares per model type: Any to both.
+    model: Any
+    cache: Any
+    prompt: torch.Tensor                # buffers
+    token: torch.Tensor
+    input_pos: torch.Tensor
+
+    def __init__(self, model: nn.Module, cache: object, prompt: torch.Tensor) -> None:
         super().__init__()
         self.model, self.cache = model, cache
         batch, prompt_len = prompt.shape
@@ -131,7 +144,8 @@ class HfGenerationState(GenerationState):
     a compiled region, so ``hf_state`` fills it once eagerly before anything is compiled; the
     compiled steps then mutate it in place and CUDA graphs replay over it."""
 
-    def __init__(self, model: nn.Module, cache, prompt: torch.Tensor, max_len: int) -> None:
+    def __init__(self, model: nn.Module, cache: object, prompt: torch.Tensor,
+                 max_len: int) -> None:
         super().__init__(model, cache, prompt)
         import inspect
         parameters = inspect.signature(model.forward).parameters
@@ -145,7 +159,7 @@ class HfGenerationState(GenerationState):
         tensors = [t for layer in self.cache.layers for t in (layer.keys, layer.values)]
         return sum(t.numel() * t.element_size() for t in tensors) // self.max_len
 
-    def _logits(self, **inputs) -> torch.Tensor:
+    def _logits(self, **inputs: torch.Tensor | int) -> torch.Tensor:
         output = self.model(use_cache=True, **{self.cache_argument: self.cache}, **inputs)
         return output.logits[:, -1].argmax(dim=-1, keepdim=True)
 
@@ -164,8 +178,8 @@ class HfGenerationState(GenerationState):
                             position_ids=self.input_pos.expand(self.batch, 1))
 
 
-def hf_state(model: nn.Module, prompt: torch.Tensor, max_len: int,
-             autocast) -> HfGenerationState:
+def hf_state(model: Any, prompt: torch.Tensor, max_len: int,
+             autocast: ContextManager[object]) -> HfGenerationState:
     """``model``'s generation state over a transformers StaticCache of ``max_len`` positions,
     filled once by an eager prefill (see HfGenerationState); a model type whose transformers
     class does not declare static-cache, one-graph support is refused in one line."""
@@ -210,7 +224,8 @@ class DecodeStep(nn.Module):
         state.input_pos.add_(1)
 
 
-def compiled(step: nn.Module, options: dict, inductor: dict | None = None) -> nn.Module:
+def compiled(step: nn.Module, options: dict, inductor: dict | None = None
+             ) -> Callable[[], object]:
     """``step`` compiled on its own: one graph (fullgraph), static shapes, then the user's
     ``--compileContext`` options (their mode: reduce-overhead replays the decode step as a
     CUDA/HIP graph). ``inductor`` adds inductor settings under the user's own."""
@@ -239,17 +254,21 @@ class GenerationWorkload:
     """The model, prompt and cache of a generation run, and its prefill and decode steps."""
 
     phases = None               # no forward/backward split in generation
-    lowp = None                 # --quantize: what it did (measure.drift.LowPrecision)
+    sharding = None             # nor shards (--parallel applies to training)
+    lowp: LowPrecision | None = None    # --quantize: what it did
 
-    def __init__(self, state: GenerationState, shape: GenerationShape, autocast,
-                 compile_options: dict | None, quantized: bool = False):
-        self.state, self.eager_model, self.shape = state, state.model, shape
+    def __init__(self, state: GenerationState, shape: GenerationShape,
+                 autocast: ContextManager[object], compile_options: dict | None,
+                 quantized: bool = False):
+        self.state, self.shape = state, shape
+        self.eager_model: nn.Module = state.model
         self.autocast = autocast
         self.parameters = sum(p.numel() for p in state.model.parameters())
         self.flops_per_iteration: int | None = None
         self.prefill_flops: int | None = None
         self.traffic = DecodeTraffic.of(state)
-        self.prefill_step, self.decode_step = PrefillStep(state), DecodeStep(state)
+        self.prefill_step: Callable[[], object] = PrefillStep(state)
+        self.decode_step: Callable[[], object] = DecodeStep(state)
         if compile_options is not None:
             self.prefill_step = compiled(self.prefill_step, compile_options,
                                          step_settings("prefill", quantized))
@@ -276,16 +295,21 @@ class GenerationWorkload:
             self.decode()
 
 
-def build(spec, model: nn.Module, compile_options: dict | None = None,
-          count_flops: bool = True) -> GenerationWorkload:
-    """``model`` is the prepared eager model of ``spec`` (a RunSpec in generate mode);
-    ``compile_options`` are torch.compile's (None: eager)."""
+def build(spec: RunView, model: nn.Module, compile_options: dict | None = None,
+          count_flops: bool = True, *, shape: GenerationShape) -> GenerationWorkload:
+    """``model`` is the prepared eager model of ``spec`` (a RunSpec in generate mode), which
+    generates ``shape`` (the scenario's); ``compile_options`` are torch.compile's (None:
+    eager)."""
     model.eval()
-    if hasattr(model, "fuse_projections"):      # one q|k|v product per layer (llama)
-        model.fuse_projections()
-    precision, shape = spec.precision, spec.scenario.shape
-    prompt = spec.model.make_prompt(spec.batch_size, shape.prompt_len, spec.device,
-                                    spec.config.seed)
+    fuse = getattr(model, "fuse_projections", None)     # one q|k|v product per layer (llama)
+    if fuse is not None:
+        fuse()
+    language = spec.model
+    if not isinstance(language, LanguageModelSpec):    # Generate refuses others first
+        raise UsageError(f"--mode generate runs language models, not {language.name}")
+    precision = spec.precision
+    prompt = language.make_prompt(spec.batch_size, shape.prompt_len, spec.device,
+                                  spec.config.seed)
     autocast = precision.autocast(spec.device)
     if isinstance(model, llama.Llama):
         cache_dtype = precision.autocast_dtype or precision.model_dtype
@@ -301,7 +325,7 @@ def build(spec, model: nn.Module, compile_options: dict | None = None,
         prefill_flops = flops.count_step_flops(eager.prefill)
     reduced = None
     if spec.quant is not None:       # in place: the state holds the model, not its layers
-        reduced = _quantized(spec, state, autocast, compile_options)
+        reduced = _quantized(spec, spec.quant, state, autocast, compile_options)
     if compile_options is not None:     # before this process's first compile (any row)
         quant_layout.keep_out_cpu_int8_lowering(devices.is_gpu(spec.device))
     work = GenerationWorkload(state, shape, autocast, compile_options,
@@ -312,7 +336,9 @@ def build(spec, model: nn.Module, compile_options: dict | None = None,
     return work
 
 
-def _quantized(spec, state: GenerationState, autocast, compile_options: dict | None):
+def _quantized(spec: RunView, quant: quant_layout.QuantPlan, state: GenerationState,
+               autocast: ContextManager[object], compile_options: dict | None
+               ) -> LowPrecision:
     """``--quantize`` applied to ``state``'s model in place, each layer in each phase in the
     layout measured fastest for the rows it multiplies there (the prompt's, counted on one
     eager prefill; one per sequence in a decode step), with how far it moved the numbers (on
@@ -325,7 +351,7 @@ def _quantized(spec, state: GenerationState, autocast, compile_options: dict | N
     def options(phase: str) -> dict | None:         # None: timed as an uncompiled run runs
         return quant_layout.product_compile_options(compile_options, phase,
                                                     step_settings(phase, False))
-    reduced = low_precision.quantize_measured(model, spec.quant, phases,
+    reduced = low_precision.quantize_measured(model, quant, phases,
                                               low_precision.probe_rows(state.prompt),
                                               spec.device, spec.precision.label,
                                               compile_options=options)

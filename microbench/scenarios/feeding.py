@@ -38,15 +38,22 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass
+from typing import Callable, ContextManager
 
+import torch
+
+from microbench.measure.results import Timed
 from microbench.platform import devices, process
-from microbench.settings.config import SCHEMA
 from microbench.data.pipeline import FedStep, Pipeline, check_placement, open_pipeline
 from microbench.data.folder import list_images
 from microbench.measure.input_bound import DataTrial, LoaderRun, ModelAloneRun
 from microbench.data.settings import DataSettings, ModelInput
 from microbench.platform.errors import UsageError
 from microbench.steps.workload import Workload
+from microbench.scenarios.base import Loop, Scenario
+from microbench.scenarios.views import RunView, SummaryView, Work
+from microbench.settings.config import SCHEMA, BenchConfig
+from microbench.platform.distributed import Launch
 
 # Settings that mean something only with a pipeline, and those only of one source.
 PIPELINE_FIELDS = ("data_format", "data_cache", "data_images", "data_dir", "decode",
@@ -56,7 +63,7 @@ GENERATED_SET_FIELDS = ("data_format", "data_cache", "data_images")
 LOADER_BATCHES_PER_WORKER = 4
 
 
-def settings_of(config) -> DataSettings:
+def settings_of(config: BenchConfig) -> DataSettings:
     """The pipeline's settings from a configuration's flags."""
     return DataSettings(source=config.data, image_format=config.data_format,
                         count=config.data_images, cache_dir=config.data_cache,
@@ -66,11 +73,11 @@ def settings_of(config) -> DataSettings:
                         seed=config.seed)
 
 
-def _given(config, names) -> list[str]:
+def _given(config: BenchConfig, names: tuple[str, ...]) -> list[str]:
     return [SCHEMA[name].flag for name in names if getattr(config, name) != SCHEMA[name].default]
 
 
-def check_flags(config, mode: str, feeds: bool) -> None:
+def check_flags(config: BenchConfig, mode: str, feeds: bool) -> None:
     """Data settings that cannot take effect, from the flags alone: UsageError (exit 2)."""
     if config.data == "synthetic":
         given = _given(config, PIPELINE_FIELDS)
@@ -90,12 +97,12 @@ def check_flags(config, mode: str, feeds: bool) -> None:
     settings_of(config).check()
 
 
-def model_input(spec) -> ModelInput:
+def model_input(spec: RunView) -> ModelInput:
     return ModelInput.of(spec.model, spec.precision.model_dtype, spec.config.nhwc,
                          spec.scenario.updates_weights)
 
 
-def check_resolved(spec) -> None:
+def check_resolved(spec: RunView) -> None:
     """Before the model is built: the model takes images or token ids, decoding and transforms
     have a GPU where asked (and GPU decoding a build that has it), the folder is a tree of
     images. UsageError (exit 2) or MissingEnvironment (exit 4)."""
@@ -106,11 +113,11 @@ def check_resolved(spec) -> None:
     # Every rank of this host starts its own; the ranks themselves are running already.
     process.check_can_start(workers * ranks_on_this_host(spec.launch), "loader workers",
                             "--workers")
-    if settings.source == "folder":
+    if settings.source == "folder" and settings.data_dir is not None:   # check(): named
         list_images(settings.data_dir)
 
 
-def ranks_on_this_host(launch) -> int:
+def ranks_on_this_host(launch: Launch) -> int:
     """The ranks that share this host's cores: torchrun's LOCAL_WORLD_SIZE, the manual launch's
     workers, else one."""
     local = os.environ.get("LOCAL_WORLD_SIZE", "")
@@ -129,12 +136,15 @@ class FedWork(Workload):
     loader: LoaderRun | None = None
 
     def measured(self) -> DataTrial:
-        return DataTrial(self.pipeline.description(), self.fed.waits(), self.fed.worker_cpu(),
-                         self.loader, self.model_alone, self.pipeline.skipped(),
-                         self.pipeline.unit)
+        pipeline, fed, loader, alone = self.pipeline, self.fed, self.loader, self.model_alone
+        if pipeline is None or fed is None or loader is None or alone is None:   # feed()'s
+            raise ValueError("a FedWork without its pipeline")
+        return DataTrial(pipeline.description(), fed.waits(), fed.worker_cpu(), loader, alone,
+                         pipeline.skipped(), pipeline.unit)
 
 
-def feed(spec, work: Workload, loop, on_phase) -> FedWork:
+def feed(spec: RunView, work: Workload, loop: Callable[[Work, torch.device], Loop],
+         on_phase: Callable[[str], None]) -> FedWork:
     """Steps 1 to 4 of the module docstring; the returned work's step is the fed one."""
     config, device, launch = spec.config, spec.device, spec.launch
     on_phase(f"timing the model alone ({config.iterations} iterations, synthetic input)")
@@ -164,48 +174,50 @@ def feed(spec, work: Workload, loop, on_phase) -> FedWork:
                    model_alone=model_alone, loader=loader)
 
 
-class PipelineFed:
+class PipelineFed(Scenario):
     """The training and inference scenarios' side of the input pipeline (a mixin before
     :class:`~.base.Scenario`); with ``--data synthetic`` every method does what the base does."""
 
     feeds_input_pipeline = True
 
-    def check_spec(self, spec) -> None:
+    def check_spec(self, spec: RunView) -> None:
         super().check_spec(spec)
         if spec.config.data != "synthetic":
             check_resolved(spec)
 
-    def before_timing(self, spec, work, on_phase):
-        if spec.config.data == "synthetic":
+    def before_timing(self, spec: RunView, work: Work, on_phase: Callable[[str], None]) -> Work:
+        if spec.config.data == "synthetic" or not isinstance(work, Workload):
             return super().before_timing(spec, work, on_phase)
         return feed(spec, work, super().loop, on_phase)
 
-    def loop(self, work, device, time_fn=None, around=None):
+    def loop(self, work: Work, device: torch.device, time_fn: Callable[[], float] | None = None,
+             around: Callable[[int], ContextManager[object]] | None = None) -> Loop:
         inner = super().loop(work, device, time_fn, around)
-        if not isinstance(work, FedWork):
+        fed = work.fed if isinstance(work, FedWork) else None
+        if fed is None:
             return inner
 
-        def fed_loop(iterations: int, first_index: int):
-            work.fed.start(iterations)
+        def fed_loop(iterations: int, first_index: int) -> Timed:
+            fed.start(iterations)
             try:
                 return inner(iterations, first_index)
             finally:
-                work.fed.stop()            # after the loop's own device synchronisation
+                fed.stop()                 # after the loop's own device synchronisation
         return fed_loop
 
-    def input_measured(self, work):
+    def input_measured(self, work: Work) -> DataTrial | None:
         return work.measured() if isinstance(work, FedWork) else None
 
-    def release_inputs(self, work) -> None:
-        if isinstance(work, FedWork):
+    def release_inputs(self, work: Work) -> None:
+        if isinstance(work, FedWork) and work.pipeline is not None:
             work.pipeline.close()
 
     # ------------------------------------------------------------ the report
 
-    def console_rows(self, summary) -> list[tuple[str, str]]:
+    def console_rows(self, summary: SummaryView) -> list[tuple[str, str]]:
         data = summary.data
         return super().console_rows(summary) + (data.rows() if data is not None else [])
 
-    def document(self, summary) -> dict:
+    def document(self, summary: SummaryView) -> dict:
         data = summary.data
         return {**super().document(summary), **({"data": data.block()} if data else {})}

@@ -22,13 +22,17 @@ Example::
 from __future__ import annotations
 
 import contextlib
+from typing import Iterator
 
 import torch
 
 from microbench.measure import flops
 from microbench.models.archs import llama
 from microbench.platform.errors import UsageError
-from microbench.scenarios.strategy import Strategy
+from microbench.models.language import LanguageModelSpec
+from microbench.scenarios.strategy import Strategy, Wrap
+from microbench.scenarios.views import RunView, SummaryView
+from microbench.settings.config import BenchConfig
 from microbench.steps import activation_checkpointing, low_precision, sharding, workload
 
 # How the counted FLOPs of a sharded run differ from a plain run's (FlopCounterMode counts the
@@ -51,7 +55,7 @@ class Sharded(Strategy):
     NAMED = {"reshard_after_forward": "reshard_after_forward"}
     counted_flops = META_COUNT
 
-    def check_flags(self, config) -> None:
+    def check_flags(self, config: BenchConfig) -> None:
         super().check_flags(config)
         if "fp16" in config.precision:
             raise UsageError(f"--parallel fsdp does not run --precision {config.precision}: FP16 "
@@ -73,7 +77,7 @@ class Sharded(Strategy):
         return UsageError(f"{', '.join(flags)} appl{'y' if len(flags) > 1 else 'ies'} to "
                           f"--parallel fsdp (DDP keeps whole parameters on every rank)")
 
-    def adjust_preset(self, config, choices: dict) -> dict:
+    def adjust_preset(self, config: BenchConfig, choices: dict) -> dict:
         """PyTorch has no fused SGD kernel for sharded (DTensor) parameters, and CUDA graphs
         are not captured around FSDP's collectives here: compiled without a graph mode
         instead."""
@@ -84,7 +88,7 @@ class Sharded(Strategy):
             kept["compile_options"] = {}
         return kept
 
-    def check_model(self, spec) -> None:
+    def check_model(self, spec: RunView) -> None:
         model = spec.model
         if model.llama_config is None:
             kind = "an image model with no transformer blocks" if not model.reads_tokens \
@@ -94,7 +98,7 @@ class Sharded(Strategy):
                              f"use --parallel ddp")
 
     @contextlib.contextmanager
-    def process_group(self, spec):
+    def process_group(self, spec: RunView) -> Iterator[None]:
         """A one-rank process group around a single-process FSDP trial (the launcher's group
         where there is one)."""
         if not spec.scenario.updates_weights:
@@ -103,10 +107,10 @@ class Sharded(Strategy):
         with sharding.process_group(spec.device, spec.config.dist_timeout):
             yield
 
-    def build(self, spec, wrap, count_flops: bool) -> workload.Workload:
+    def build(self, spec: RunView, wrap: Wrap | None, count_flops: bool) -> workload.Workload:
         return build_sharded(spec, wrap, count_flops, self.options(spec.config))
 
-    def console_rows(self, summary) -> list[tuple[str, str]]:
+    def console_rows(self, summary: SummaryView) -> list[tuple[str, str]]:
         ranks = sorted(summary.ranks, key=lambda r: r.rank)
         sharded = [r.sharded for r in ranks if r.sharded is not None]
         return [("Parallel", _plan_text(sharded[0].plan)), ("FLOPs counted", META_COUNT)] \
@@ -115,12 +119,17 @@ class Sharded(Strategy):
 
 # ---------------------------------------------------------------- the sharded work
 
-def build_sharded(spec, wrap, count_flops: bool, options: dict) -> workload.Workload:
+def build_sharded(spec: RunView, wrap: Wrap | None, count_flops: bool,
+                  options: dict) -> workload.Workload:
     """FSDP2 training of a llama_* preset: no rank ever holds the whole model (``options``:
     fully_shard's keywords for each block)."""
     config, device, precision = spec.config, spec.device, spec.precision
-    arch = spec.model.llama_config
-    model = llama.build_on_meta(arch, spec.model.attention)
+    language = spec.model
+    arch = language.llama_config
+    if arch is None or not isinstance(language, LanguageModelSpec):     # check_model's rule
+        raise UsageError(f"--parallel fsdp shards the llama_* presets; {language.name} is not "
+                         f"one: use --parallel ddp")
+    model = llama.build_on_meta(arch, language.attention)
     model.train()
     inputs, target = spec.model.make_batch(spec.batch_size, device, None, config.seed)
     iteration_flops, fp8_flops = _count_on_meta(model, spec) if count_flops else (None, None)
@@ -148,7 +157,7 @@ def build_sharded(spec, wrap, count_flops: bool, options: dict) -> workload.Work
         optimizer=update.optimizer, sharding=plan, lowp=reduced)
 
 
-def _count_on_meta(model: torch.nn.Module, spec) -> tuple[int, int | None]:
+def _count_on_meta(model: torch.nn.Module, spec: RunView) -> tuple[int, int | None]:
     """One iteration's FLOPs, counted on the meta-device model before it is checkpointed or
     sharded: the whole model's operators, without memory (FlopCounterMode reads shapes only),
     so the count is the model's and not one rank's shard of it (see META_COUNT); and, under

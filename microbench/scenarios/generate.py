@@ -13,15 +13,23 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+from typing import Callable, ContextManager
+
+import torch
 
 from microbench.measure import attribution, flops
+from microbench.models.family import ModelFamily
+from microbench.models.language import LanguageModelSpec
+from microbench.settings.config import BenchConfig
 from microbench.steps import workload
 from microbench.platform.errors import UsageError
 from microbench.platform import units
-from microbench.measure.results import Timed
+from microbench.measure.results import Detail, GenerationTimes, Timed
 from microbench.measure.telemetry import ENERGY_COUNTER
+from microbench.measure.timing import Measurement
 from microbench.scenarios import decoding
-from microbench.scenarios.base import Scenario
+from microbench.scenarios.base import Loop, Scenario
+from microbench.scenarios.views import RunView, SummaryView, Work
 
 # Default prompt and generation lengths: up to 128 tokens each, within the model's positions.
 DEFAULT_PROMPT_LEN = 128
@@ -33,12 +41,12 @@ MIN_GEN_LEN = 2
 ATTRIBUTION_STEPS = 32
 
 
-def _latency(times) -> str:
+def _latency(times: Measurement) -> str:
     ms = units.duration_ms
     return f"median {ms(times.median)}  p90 {ms(times.p90)}  p99 {ms(times.p99)}"
 
 
-def _bandwidth_rows(use: flops.BandwidthUtilization | None, times, batch: int,
+def _bandwidth_rows(use: flops.BandwidthUtilization | None, times: GenerationTimes, batch: int,
                     measured: flops.BandwidthUtilization | None = None
                     ) -> list[tuple[str, str]]:
     if use is None or use.achieved_gbs is None:
@@ -59,10 +67,10 @@ def _prefill_rows(use: flops.Utilization | None,
                   measured: flops.Utilization | None = None) -> list[tuple[str, str]]:
     if use is None:
         return []
-    if measured is None and use.mfu is None:
-        mfu = ""        # no peak: the MFU line says so once (issue 64: said two or three times)
-    elif measured is None:
-        mfu = f"; MFU {units.percent(use.mfu)} of {use.peak.tflops:g} TFLOP/s"
+    if measured is None:
+        # no peak: the MFU line says so once (issue 64: said two or three times)
+        mfu = ("" if use.mfu is None
+               else f"; MFU {units.percent(use.mfu)} of {use.peak.tflops:g} TFLOP/s")
     else:
         mfu = "; MFU " + units.two_denominators(
             use.mfu, use.peak.tflops, use.peak.source, measured.mfu if measured else None,
@@ -86,6 +94,19 @@ def _attribution_rows(found: attribution.Attribution | None) -> list[tuple[str, 
     return [] if found is None else [("Decode step (profiled)", found.line())]
 
 
+def _times(summary: SummaryView) -> GenerationTimes | None:
+    """A generation's token times (the summary's detail of this kind of run)."""
+    detail = summary.detail
+    return detail if isinstance(detail, GenerationTimes) else None
+
+
+def _generation(work: Work) -> decoding.GenerationWorkload:
+    """The work :meth:`Generate.build` made."""
+    if not isinstance(work, decoding.GenerationWorkload):
+        raise TypeError(f"a generation times its own work, not {type(work).__name__}")
+    return work
+
+
 class Generate(Scenario):
     mode = "generate"
     flops_counted = "prefill + decode steps"
@@ -93,18 +114,18 @@ class Generate(Scenario):
     fast_half_weights = True
     decodes_tokens = True
 
-    def __init__(self, config, model) -> None:
+    def __init__(self, config: BenchConfig, model: ModelFamily) -> None:
         super().__init__(config, model)
         self.shape = self._shape()
 
     @classmethod
-    def check_config(cls, config) -> None:
+    def check_config(cls, config: BenchConfig) -> None:
         if config.opt_step > 1:
             raise UsageError("--opt-step applies to training only")
 
     def _shape(self) -> decoding.GenerationShape:
         model, config = self.model, self.config
-        if not model.can_generate:
+        if not model.can_generate or not isinstance(model, LanguageModelSpec):
             raise UsageError(f"--mode generate runs language models (the llama_* presets, "
                              f"hf: decoders), not {model.name}")
         prompt = config.prompt_len or min(DEFAULT_PROMPT_LEN, model.seq_len // 2)
@@ -136,27 +157,33 @@ class Generate(Scenario):
 
     # ------------------------------------------------------------ building and timing
 
-    def build(self, spec, wrap, count_flops: bool):
+    def build(self, spec: RunView, wrap: Callable[[torch.nn.Module], torch.nn.Module] | None,
+              count_flops: bool) -> Work:
         # Not ``wrap``: the prefill and the decode step are compiled apart, each as one graph
         # (decoding.compiled); nothing else wraps a generating model (no optimizer, no DDP).
         options = spec.config.compile_options if spec.config.compile else None
-        return decoding.build(spec, workload.prepare_model(spec), options, count_flops)
+        return decoding.build(spec, workload.prepare_model(spec), options, count_flops,
+                              shape=self.shape)
 
-    def loop(self, work, device, time_fn=None, around=None):
+    def loop(self, work: Work, device: torch.device, time_fn: Callable[[], float] | None = None,
+             around: Callable[[int], ContextManager[object]] | None = None) -> Loop:
+        generation = _generation(work)
+
         def generate(iterations: int, first_index: int) -> Timed:
-            times = decoding.timed_generation(work, iterations, device, time_fn)
+            times = decoding.timed_generation(generation, iterations, device, time_fn)
             return Timed(times.e2e, [], detail=times)
         return generate
 
-    def after_timing(self, spec, work, times):
+    def after_timing(self, spec: RunView, work: Work, times: Detail) -> Detail:
         """The timed token times with where a decode step's time goes: ``ATTRIBUTION_STEPS``
         decode steps after a fresh prefill, under torch.profiler, after the timed loop (its
         wall time is stated), set beside the timed steps' mean and the roofline."""
         steps = min(ATTRIBUTION_STEPS, self.shape.gen_len - 1)
-        if times is None or steps < 1 or not times.decode.count:
+        if not isinstance(times, GenerationTimes) or steps < 1 or not times.decode.count:
             return times
-        profile = attribution.profile_steps(work.decode, steps, spec.device,
-                                            before=work.prefill)
+        generation = _generation(work)
+        profile = attribution.profile_steps(generation.decode, steps, spec.device,
+                                            before=generation.prefill)
         per_step = times.decode_bytes / times.decode.count
         peak = spec.bandwidth.gbs
         found = attribution.attribute(
@@ -173,30 +200,31 @@ class Generate(Scenario):
         return (f"generate ({self.shape.prompt_len}-token prompt, {self.shape.gen_len} tokens "
                 f"generated per sequence, KV cache)")
 
-    def decode_tokens_per_s(self, summary) -> float | None:
+    def decode_tokens_per_s(self, summary: SummaryView) -> float | None:
         """Tokens generated per second by the decode steps alone (this process's batch)."""
-        times = summary.detail
+        times = _times(summary)
         if times is None or not times.decode.count:
             return None
         return summary.spec.batch_size * times.decode.count / (times.decode.total_ms / 1e3)
 
-    def decode_bandwidth(self, summary, measured: bool = False
+    def decode_bandwidth(self, summary: SummaryView, measured: bool = False
                          ) -> flops.BandwidthUtilization | None:
         """The bytes the timed decode steps had to read over their summed time (the same
         samples as the inter-token latency), against the device's memory bandwidth: the
         datasheet's, or with ``measured`` the probe's copy rate (None without a probe)."""
-        times = summary.detail
+        times = _times(summary)
         peak = summary.measured_bandwidth if measured else summary.spec.bandwidth
         if times is None or not times.decode.count or not times.decode_bytes or peak is None:
             return None
         return flops.BandwidthUtilization(times.decode_bytes, times.decode.total_ms / 1e3,
                                           peak)
 
-    def prefill_utilization(self, summary, measured: bool = False) -> flops.Utilization | None:
+    def prefill_utilization(self, summary: SummaryView, measured: bool = False
+                            ) -> flops.Utilization | None:
         """The prefill's FLOPs (counted once) at the rate of the timed prefills (their own
         samples), against the precision's dense peak: MFU for the compute-bound phase; with
         ``measured`` against the probe's GEMM rate (None without a probe)."""
-        times = summary.detail
+        times = _times(summary)
         peak = summary.measured_peak if measured else summary.spec.peak
         if times is None or not times.prefill_flops or not times.prefill.total_ms or \
                 peak is None:
@@ -204,13 +232,13 @@ class Generate(Scenario):
         per_s = times.prefill.count / (times.prefill.total_ms / 1e3)
         return flops.Utilization(times.prefill_flops, per_s, peak)
 
-    def energy_per_token(self, summary) -> dict | None:
+    def energy_per_token(self, summary: SummaryView) -> dict | None:
         """Joules per generated token over whole generations (the telemetry's own figure, by
         the energy counter or estimated) and per token of the decode steps alone. The decode
         figure is always an estimate: the timed region's energy shared out by time (decode
         steps' summed time over the generations'), which assumes the prefill draws the same
         power as decoding; a compute-bound prefill draws more, so it errs high."""
-        times, report = summary.detail, summary.telemetry
+        times, report = _times(summary), summary.telemetry
         if (times is None or report is None or not report.available
                 or report.joules_per_item is None or not times.e2e.total_ms
                 or self.shape.gen_len < 2):
@@ -224,18 +252,19 @@ class Generate(Scenario):
                 "decode_basis": "the timed region's energy shared out by the decode steps' "
                                 "share of its time, estimated"}
 
-    def console_rows(self, summary) -> list[tuple[str, str]]:
-        times = summary.detail
+    def console_rows(self, summary: SummaryView) -> list[tuple[str, str]]:
+        times = _times(summary)
         if times is None:
             return []
         batch = summary.spec.batch_size
+        decode = self.decode_tokens_per_s(summary)
         return [
             ("Time to first token", _latency(times.prefill)
              + f"  ({self.shape.prompt_len}-token prompt, batch {batch})"),
             ("Inter-token latency", _latency(times.decode)
              + f"  ({times.decode.count} decode steps)"),
-            ("Decode", f"{units.rate(self.decode_tokens_per_s(summary))} tokens/s (decode "
-                       f"steps only)"),
+            ("Decode", f"{units.rate(decode) if decode is not None else 'unknown'} tokens/s "
+                       f"(decode steps only)"),
             ("Time per sequence", f"mean {units.duration_ms(times.e2e.mean)}  (prefill and "
                                   f"{self.shape.gen_len - 1} decode steps: every sequence of "
                                   f"the batch takes this long)"),
@@ -246,8 +275,8 @@ class Generate(Scenario):
           + _energy_rows(self.energy_per_token(summary)) \
           + _attribution_rows(times.attribution)
 
-    def document(self, summary) -> dict:
-        times = summary.detail
+    def document(self, summary: SummaryView) -> dict:
+        times = _times(summary)
         if times is None:
             return {}
         bandwidth, prefill = self.decode_bandwidth(summary), self.prefill_utilization(summary)

@@ -7,13 +7,19 @@ Example::
 """
 from __future__ import annotations
 
+from typing import Callable
+
+import torch
+
 from microbench.steps import workload
 from microbench.scenarios.base import Scenario
 from microbench.scenarios.feeding import PipelineFed
+from microbench.scenarios.views import RunView, Work
 
 
 class Inference(PipelineFed, Scenario):
     mode = "inference"
 
-    def build(self, spec, wrap, count_flops: bool):
+    def build(self, spec: RunView, wrap: Callable[[torch.nn.Module], torch.nn.Module] | None,
+              count_flops: bool) -> Work:
         return workload.build(spec, wrap, count_flops, training=False)

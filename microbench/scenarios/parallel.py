@@ -23,9 +23,14 @@ Example::
 from __future__ import annotations
 
 import importlib
+from typing import Sequence
 
 from microbench.measure import token_flops
-from microbench.measure.results import ShardedState
+from microbench.measure.results import RankRecord, ShardedState
+from microbench.platform.distributed import Launch
+from microbench.scenarios.views import RunView, SummaryView, Work
+from microbench.settings.config import BenchConfig
+from microbench.steps.workload import Workload
 from microbench.platform import units
 from microbench.platform.errors import UsageError
 from microbench.scenarios.strategy import Strategy
@@ -56,7 +61,7 @@ def named(flag: str) -> Strategy:
     return STRATEGIES[flag]
 
 
-def strategy_of(config, launch) -> Strategy:
+def strategy_of(config: BenchConfig, launch: Launch) -> Strategy:
     """The run's strategy: --parallel fsdp shards; otherwise DDP across a launcher's ranks, and
     a single process with no wrapper alone."""
     strategy = named(config.parallel)
@@ -65,7 +70,7 @@ def strategy_of(config, launch) -> Strategy:
 
 # ---------------------------------------------------------------- rules
 
-def check_flags(config, training: bool) -> None:
+def check_flags(config: BenchConfig, training: bool) -> None:
     """The combinations refused before anything runs (one line each, exit 2)."""
     if not training:
         for name, given, default in (("--parallel", config.parallel, "ddp"),
@@ -83,7 +88,7 @@ def check_flags(config, training: bool) -> None:
             raise other.not_here(flags, chosen)
 
 
-def check_model(spec) -> None:
+def check_model(spec: RunView) -> None:
     """What the model must be for these settings (its family, its blocks)."""
     config, model = spec.config, spec.model
     spec.parallel.check_model(spec)
@@ -93,35 +98,37 @@ def check_model(spec) -> None:
                          f"with none: use it with a llama_* or hf: model")
 
 
-def sharded_state(work) -> ShardedState | None:
+def sharded_state(work: Work) -> ShardedState | None:
     """This rank's shards of the parameters and optimizer state (after the optimizer's first
     step, which creates its state)."""
-    if getattr(work, "sharding", None) is None:
+    plan = work.sharding
+    if plan is None or not isinstance(work, Workload):     # a Workload is what fsdp builds
         return None
     held = sharding.local_state_bytes(work.eager_model, work.optimizer)
-    return ShardedState(plan=work.sharding.to_dict(), parameter_bytes=held.parameters,
+    return ShardedState(plan=plan.to_dict(), parameter_bytes=held.parameters,
                         optimizer_state_bytes=held.optimizer)
 
 
 # ---------------------------------------------------------------- the report
 
-def mode_of(summary) -> str:
+def mode_of(summary: SummaryView) -> str:
     """What replicated or sharded the model: fsdp, ddp, or single (one process, no wrapper)."""
     return summary.spec.parallel.name
 
 
-def token_utilization(summary) -> token_flops.TokenUtilization | None:
+def token_utilization(summary: SummaryView) -> token_flops.TokenUtilization | None:
     """MFU on torchtitan's basis (llama_* presets only: it needs the architecture's shape),
     at the headline's tokens per second per device."""
-    arch = summary.spec.model.llama_config
-    if arch is None or summary.token_throughput is None:
+    model = summary.spec.model
+    arch, seq_len = model.llama_config, model.tokens_per_item     # a preset's --seq-len
+    if arch is None or seq_len is None or summary.token_throughput is None:
         return None
-    return token_flops.TokenUtilization(token_flops.llama_flops(arch, summary.spec.model.seq_len),
+    return token_flops.TokenUtilization(token_flops.llama_flops(arch, seq_len),
                                         summary.token_throughput / summary.world_size,
                                         summary.spec.peak)
 
 
-def console_rows(summary) -> list[tuple[str, str]]:
+def console_rows(summary: SummaryView) -> list[tuple[str, str]]:
     config, strategy = summary.spec.config, summary.spec.parallel
     ranks = sorted((r for r in summary.ranks), key=lambda r: r.rank)
     rows = strategy.console_rows(summary)
@@ -149,7 +156,7 @@ def console_rows(summary) -> list[tuple[str, str]]:
 LISTED_RANKS = 8
 
 
-def _memory_rows(ranks) -> list[tuple[str, str]]:
+def _memory_rows(ranks: Sequence[RankRecord]) -> list[tuple[str, str]]:
     if len(ranks) <= LISTED_RANKS:
         return [(f"Memory rank {record.rank}", _memory_text(record)) for record in ranks]
     largest = max(ranks, key=lambda r: (r.peak_reserved_mb or 0,
@@ -158,7 +165,7 @@ def _memory_rows(ranks) -> list[tuple[str, str]]:
              f" (the largest of {len(ranks)} ranks; each rank's in the JSON)")]
 
 
-def _titan_text(summary, titan: token_flops.TokenUtilization) -> str:
+def _titan_text(summary: SummaryView, titan: token_flops.TokenUtilization) -> str:
     mfu = f"{titan.mfu:.1%} of {titan.peak.tflops:g} TFLOP/s"
     counted = summary.utilization
     beside = ("; counted MFU unknown" if counted is None or counted.mfu is None
@@ -168,9 +175,9 @@ def _titan_text(summary, titan: token_flops.TokenUtilization) -> str:
             f"counted FLOPs)")
 
 
-def _memory_text(record) -> str:
+def _memory_text(record: RankRecord) -> str:
     parts = []
-    if record.peak_allocated_mb is not None:
+    if record.peak_allocated_mb is not None and record.peak_reserved_mb is not None:
         parts.append(f"peak allocated {units.megabytes(record.peak_allocated_mb)}, reserved "
                      f"{units.megabytes(record.peak_reserved_mb)}")
     else:
@@ -185,7 +192,7 @@ def _bytes(count: int) -> str:
     return units.megabytes(count / 1e6)
 
 
-def document(summary) -> dict:
+def document(summary: SummaryView) -> dict:
     """The result's ``parallel`` block."""
     config = summary.spec.config
     fsdp = summary.spec.parallel.shards

@@ -21,11 +21,17 @@ from __future__ import annotations
 
 import contextlib
 import difflib
-from typing import Any, Callable
+from typing import Any, Callable, ContextManager
+
+import torch
 
 from microbench.platform.errors import UsageError
-from microbench.settings.config import ONE_PROCESS, SCHEMA
+from microbench.settings.config import ONE_PROCESS, SCHEMA, BenchConfig
 from microbench.steps import workload
+from microbench.scenarios.views import RunView, SummaryView
+
+# What wraps a training run's model on each rank (DDP's constructor).
+Wrap = Callable[[torch.nn.Module], torch.nn.Module]
 
 
 def boolean(where: str, value: Any) -> Any:
@@ -62,16 +68,16 @@ class Strategy:
     def options_flag(self) -> str:
         return f"--{self.name}-options"
 
-    def given_options(self, config) -> dict:
+    def given_options(self, config: BenchConfig) -> dict:
         """What the dict flag gave (empty for a strategy without one)."""
         return dict(getattr(config, self.options_field, None) or {})
 
-    def options(self, config) -> dict:
+    def options(self, config: BenchConfig) -> dict:
         """Every keyword the wrapper takes: the named flags' values, then the dict flag's."""
         return {**{keyword: getattr(config, name) for keyword, name in self.NAMED.items()},
                 **self.given_options(config)}
 
-    def flags_given(self, config) -> list[str]:
+    def flags_given(self, config: BenchConfig) -> list[str]:
         """This strategy's option flags the command line set to other than their default (to
         refuse them under another strategy)."""
         flags = [SCHEMA[name].flag for name in self.NAMED.values()
@@ -80,7 +86,7 @@ class Strategy:
             flags.append(self.options_flag)
         return flags
 
-    def check_options(self, config) -> None:
+    def check_options(self, config: BenchConfig) -> None:
         """Every keyword of the dict flag is in the allow-list, with a value it takes; one with
         a flag of its own is given there (one spelling a setting, one identity a result)."""
         for keyword, value in self.given_options(config).items():
@@ -113,29 +119,29 @@ class Strategy:
                   if keyword not in self.NAMED}
         return {**chosen, **({self.options_field: others} if others else {})}
 
-    def adjust_preset(self, config, choices: dict) -> dict:
+    def adjust_preset(self, config: BenchConfig, choices: dict) -> dict:
         """The preset's other choices as this strategy can run them."""
         return choices
 
     # ---------------------------------------------------------------- the run
 
-    def check_flags(self, config) -> None:
+    def check_flags(self, config: BenchConfig) -> None:
         """The rules the flags alone break (before resolve: ``--parallel`` names the class)."""
         self.check_options(config)
 
-    def check_model(self, spec) -> None:
+    def check_model(self, spec: RunView) -> None:
         """What the resolved model must be for this strategy."""
 
-    def wrapper(self, spec) -> Callable | None:
+    def wrapper(self, spec: RunView) -> Wrap | None:
         """What wraps the model of a training run on each rank (None: nothing)."""
         return None
 
-    def process_group(self, spec):
+    def process_group(self, spec: RunView) -> ContextManager[None]:
         """The process group a trial runs in (a launcher's job has its own already)."""
         return contextlib.nullcontext()
 
-    def build(self, spec, wrap, count_flops: bool) -> workload.Workload:
+    def build(self, spec: RunView, wrap: Wrap | None, count_flops: bool) -> workload.Workload:
         return workload.build(spec, wrap, count_flops, training=True)
 
-    def console_rows(self, summary) -> list[tuple[str, str]]:
+    def console_rows(self, summary: SummaryView) -> list[tuple[str, str]]:
         return []

@@ -10,10 +10,16 @@ Example::
 """
 from __future__ import annotations
 
+from typing import Callable
+
+import torch
+
+from microbench.measure.results import PhaseTimes, ShardedState
 from microbench.platform import units
 from microbench.scenarios import parallel
 from microbench.scenarios.base import Scenario
 from microbench.scenarios.feeding import PipelineFed
+from microbench.scenarios.views import RunView, SummaryView, Work
 
 
 class Training(PipelineFed, Scenario):
@@ -21,14 +27,15 @@ class Training(PipelineFed, Scenario):
     updates_weights = True
     flops_counted = "forward + backward"
 
-    def check_spec(self, spec) -> None:
+    def check_spec(self, spec: RunView) -> None:
         super().check_spec(spec)
         parallel.check_model(spec)
 
-    def build(self, spec, wrap, count_flops: bool):
+    def build(self, spec: RunView, wrap: Callable[[torch.nn.Module], torch.nn.Module] | None,
+              count_flops: bool) -> Work:
         return spec.parallel.build(spec, wrap, count_flops)
 
-    def sharded_state(self, work):
+    def sharded_state(self, work: Work) -> ShardedState | None:
         return parallel.sharded_state(work)
 
     def mode_text(self) -> str:
@@ -36,9 +43,9 @@ class Training(PipelineFed, Scenario):
             return f"training (optimizer step every {self.config.opt_step} iterations)"
         return "training"
 
-    def console_rows(self, summary) -> list[tuple[str, str]]:
+    def console_rows(self, summary: SummaryView) -> list[tuple[str, str]]:
         phases = summary.detail
-        if phases is None:
+        if not isinstance(phases, PhaseTimes):          # --no-phases: None
             return super().console_rows(summary) + parallel.console_rows(summary)
         means = phases.means_ms()
         total = sum(means.values())
@@ -48,9 +55,9 @@ class Training(PipelineFed, Scenario):
         return ([(f"Phases (mean{whose})", parts)] + super().console_rows(summary)
                 + parallel.console_rows(summary))
 
-    def document(self, summary) -> dict:
+    def document(self, summary: SummaryView) -> dict:
         phases = summary.detail
-        if phases is None:
+        if not isinstance(phases, PhaseTimes):
             return {**super().document(summary), **parallel.document(summary)}
         return {"phases": {name: {"mean_ms": times.mean, "stats": times.stats(),
                                   "samples_ms": list(times.samples_ms)}

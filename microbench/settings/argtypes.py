@@ -110,17 +110,25 @@ def list_of(parse_one: Callable[[str], int]) -> Callable[[str], list[int]]:
     return lambda text: [parse_one(part) for part in text.split(",")]
 
 
-def choices(allowed: Sequence[str]) -> Callable[[str], list[str]]:
-    """A comma-separated list, each value one of ``allowed``."""
-    def parse(text: str) -> list[str]:
+class Choices:
+    """A comma-separated list, each value one of ``allowed`` (what the parser takes, for checks
+    against the schema)."""
+
+    def __init__(self, allowed: Sequence[str]) -> None:
+        self.allowed = tuple(allowed)
+
+    def __call__(self, text: str) -> list[str]:
         values = name_list(text)
         for value in values:
-            if value not in allowed:
+            if value not in self.allowed:
                 raise argparse.ArgumentTypeError(f"invalid choice '{value}' (choose from "
-                                                 f"{', '.join(allowed)})")
+                                                 f"{', '.join(self.allowed)})")
         return values
-    parse.allowed = tuple(allowed)        # what the parser takes, for checks against the schema
-    return parse
+
+
+def choices(allowed: Sequence[str]) -> Choices:
+    """A comma-separated list, each value one of ``allowed``."""
+    return Choices(allowed)
 
 
 def _int(text: str) -> int:

@@ -540,8 +540,10 @@ def _read_schema() -> dict[str, Setting]:
     schema = {}
     for item in dataclasses.fields(BenchConfig):
         meta = item.metadata
+        # A field without a default has a factory (setting() gives one or the other); mypy
+        # does not narrow the MISSING sentinel.
         default = (item.default if item.default is not dataclasses.MISSING
-                   else item.default_factory())
+                   else item.default_factory())  # type: ignore[operator]
         if meta["kind"] != DERIVED and not (meta["help"] and meta["group"]):
             raise TypeError(f"setting {item.name} declares no help or group for --help")
         schema[item.name] = Setting(
@@ -679,7 +681,7 @@ def _words(name: str, value: Any) -> list[str]:
     return list(value)
 
 
-def _scalars(name: str, value: tuple) -> tuple:
+def _scalars(name: str, value: Sequence[Any]) -> Sequence[Any]:
     if not all(isinstance(item, (int, float, str)) and not isinstance(item, bool)
                for item in value):
         return _refuse(name, value)

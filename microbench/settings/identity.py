@@ -84,7 +84,8 @@ ONLY_UNDER = (
 def not_in_effect(settings: dict) -> dict[str, str]:
     """Each setting of :data:`ONLY_UNDER` whose condition does not hold in ``settings`` (an
     identity, or a config's fields), with the other setting it acts under."""
-    used, found, defaults = dict(settings), {}, _defaults()
+    found: dict[str, str] = {}
+    used, defaults = dict(settings), _defaults()
     for names, under, holds in ONLY_UNDER:
         if not holds(used):
             for name in names:

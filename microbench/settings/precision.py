@@ -166,7 +166,8 @@ def apply_tf32(enabled: bool) -> None:
     if hasattr(torch.backends, "fp32_precision"):        # PyTorch >= 2.9
         mode = "tf32" if enabled else "ieee"
         torch.backends.cuda.matmul.fp32_precision = mode
-        torch.backends.cudnn.conv.fp32_precision = mode
+        # torch's stubs lack cudnn.conv, which PyTorch >= 2.9 has (checked above)
+        torch.backends.cudnn.conv.fp32_precision = mode  # type: ignore[attr-defined]
     else:
         torch.backends.cuda.matmul.allow_tf32 = enabled
         torch.backends.cudnn.allow_tf32 = enabled
@@ -180,7 +181,8 @@ def tf32_allowed(kind: str) -> bool:
     """
     import torch
     if hasattr(torch.backends, "fp32_precision"):
-        node = torch.backends.cuda.matmul if kind == "matmul" else torch.backends.cudnn.conv
+        node = (torch.backends.cuda.matmul if kind == "matmul"    # stubs lack cudnn.conv
+                else torch.backends.cudnn.conv)  # type: ignore[attr-defined]
         if node.fp32_precision in ("tf32", "ieee"):
             return node.fp32_precision == "tf32"
     # "none" (inherit) or an older PyTorch: the older flags hold the effective default.

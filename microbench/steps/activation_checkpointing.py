@@ -51,9 +51,9 @@ def apply(model: nn.Module, mode: str, name: str = "this model") -> int:
         return 0
     blocks = transformer_blocks(model, name, f"{FLAG} {mode}")
     _stop_caching_keys_and_values(model)
-    context = {} if mode == "full" else {"context_fn": _selective_contexts}
     for index, block in enumerate(blocks):
-        blocks.replace(index, checkpoint_wrapper(block, **context))
+        blocks.replace(index, checkpoint_wrapper(block) if mode == "full"
+                       else checkpoint_wrapper(block, context_fn=_selective_contexts))
     return len(blocks)
 
 
@@ -62,7 +62,7 @@ def _stop_caching_keys_and_values(model: nn.Module) -> None:
     recomputed block would append to it again and differ from its forward (checkpointing raises).
     transformers itself turns the cache off when its own gradient checkpointing is on."""
     config = getattr(model, "config", None)
-    if getattr(config, "use_cache", False):
+    if config is not None and getattr(config, "use_cache", False):
         config.use_cache = False
 
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import torch
 from torch import nn
@@ -45,6 +45,9 @@ from microbench.settings.quantization import FORMATS
 from microbench.steps import quant_choice, quant_layout
 from microbench.steps.quant_choice import Phase
 from microbench.steps.quant_layers import PhaseLinear, linear_layers, through_identity
+
+if TYPE_CHECKING:
+    from microbench.settings.config import BenchConfig
 
 INSTALL = 'pip install "torchao>=0.18" (or pip install ".[quant]")'
 # Training steps the FP8 and the BF16 losses are compared over (from the same weights and input).
@@ -86,7 +89,7 @@ def torchao_version() -> str | None:
 
 # ---------------------------------------------------------------- refusals, before anything runs
 
-def check_flags(config, updates_weights: bool) -> None:
+def check_flags(config: BenchConfig, updates_weights: bool) -> None:
     """Combinations refused from the flags alone (one line, exit 2)."""
     if config.precision == "fp8" and not updates_weights:
         raise UsageError("--precision fp8 is FP8 training (torchao's Float8Linear); for "
@@ -100,7 +103,7 @@ def check_flags(config, updates_weights: bool) -> None:
                          f"--precision out)")
 
 
-def check(config, device: torch.device) -> "quant_layout.QuantPlan | None":
+def check(config: BenchConfig, device: torch.device) -> "quant_layout.QuantPlan | None":
     """Refuse what this device or torchao cannot run: one line, before the model is built.
     ``--quantize``'s layouts are resolved here, once: the plan the run's spec carries."""
     if config.precision == "fp8":
@@ -208,7 +211,8 @@ def linear_rows(model: nn.Module, names: list[str]):
     modules = dict(model.named_modules())
     handles = []
     for name in names:
-        def hook(module, args, output, name=name):
+        def hook(module: nn.Linear, args: tuple[torch.Tensor, ...], output: torch.Tensor,
+                 name: str = name):
             rows[name] = rows.get(name, 0) + args[0].numel() // module.in_features
         handles.append(modules[name].register_forward_hook(hook))
     try:
@@ -274,9 +278,10 @@ def compare_logits(output: torch.Tensor, reference: torch.Tensor, name: str) -> 
                  top1_agreement=float(agree.mean()), positions=agree.numel())
 
 
-def quantize_measured(model: nn.Module, quant: quant_layout.QuantPlan,
-                      phases: tuple[Phase, ...], probe: torch.Tensor, device: torch.device,
-                      reference: str = "BF16", timer=None, compile_options=None) -> LowPrecision:
+def quantize_measured(model: nn.Module, quant: quant_layout.QuantPlan, phases: tuple[Phase, ...],
+                      probe: torch.Tensor, device: torch.device, reference: str = "BF16",
+                      timer: Callable[[Callable[[], object]], float] | None = None,
+                      compile_options: Callable[[str], dict | None] | None = None) -> LowPrecision:
     """Quantize ``model``'s linear layers in place as ``quant`` plans, each layer in each of
     ``phases`` in the layout :func:`quant_choice.choose` measured fastest for its shape and rows
     (a :class:`PhaseLinear` where the phases' layouts differ), with how far it moved the
@@ -292,7 +297,7 @@ def quantize_measured(model: nn.Module, quant: quant_layout.QuantPlan,
                                  compile_options=compile_options)
     # One layer at a time, the BF16 layer let go as soon as it is replaced: an 8B model's
     # 16 GB of BF16 weights are not kept beside their quantized copies.
-    errors = [_quantize_layer(model, name, model.get_submodule(name), quant, choice)
+    errors = [_quantize_layer(model, name, quant, choice)
               for name in [name for name, _ in linear_layers(model)]]
     drift = compare_logits(_logits(model, probe), before, reference)
     layer_error = _layer_error(model, watched, layer_io)
@@ -313,11 +318,14 @@ def quantize_measured(model: nn.Module, quant: quant_layout.QuantPlan,
                                                     for layout in quant.layouts)))))
 
 
-def _quantize_layer(model: nn.Module, name: str, layer: nn.Linear,
-                    quant: quant_layout.QuantPlan, choice: "quant_choice.Choice") -> float | None:
-    """Replace layer ``name`` by its quantized form: one layer in the one layout its phases
-    chose, or a PhaseLinear of the decode step's and the prompt's; the largest weight error
-    of its copies (None where a layout leaves the layer in BF16)."""
+def _quantize_layer(model: nn.Module, name: str, quant: quant_layout.QuantPlan,
+                    choice: "quant_choice.Choice") -> float | None:
+    """Replace layer ``name`` (a linear layer) by its quantized form: one layer in the one
+    layout its phases chose, or a PhaseLinear of the decode step's and the prompt's; the
+    largest weight error of its copies (None where a layout leaves the layer in BF16)."""
+    layer = model.get_submodule(name)
+    if not isinstance(layer, nn.Linear):
+        raise TypeError(f"{name} is not a linear layer")
     chosen = {phase.name: choice.layout(phase.name, name) for phase in choice.phases
               if name in phase.rows}
     layouts = list(dict.fromkeys(chosen.values())) or [quant.layouts[0]]
@@ -349,7 +357,7 @@ def decode_phase(batch: int, model: nn.Module) -> Phase:
     return Phase("decode", {name: batch for name, _ in linear_layers(model)})
 
 
-def with_compile_record(report: LowPrecision, config, device: torch.device,
+def with_compile_record(report: LowPrecision, config: BenchConfig, device: torch.device,
                         phases: dict[str, dict]) -> LowPrecision:
     """``report`` with what a compiled quantized run applied to its graphs (each phase's
     inductor settings, :func:`quant_layout.compile_extras` among them, and whether inductor's
@@ -370,7 +378,8 @@ def _watched_layer(model: nn.Module) -> str | None:
     names = [name for name, _ in linear_layers(model)]
     inner = [name for name in names if not any(name == head or name.endswith("." + head)
                                                for head in _HEADS)]
-    return (inner or names or [None])[0]
+    chosen = inner or names
+    return chosen[0] if chosen else None
 
 
 @contextlib.contextmanager
@@ -381,7 +390,7 @@ def _layer_io(model: nn.Module, name: str | None):
         yield seen
         return
 
-    def hook(module, args, output):
+    def hook(module: nn.Module, args: tuple[torch.Tensor, ...], output: torch.Tensor):
         if "input" not in seen:
             seen["input"], seen["output"] = args[0].detach().clone(), output.detach().clone()
 
@@ -421,7 +430,7 @@ def dequantized(weight: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
                             weight.shape[1], dtype, weight.device)
 
 
-def weight_error(original: torch.Tensor, layer: nn.Module) -> float:
+def weight_error(original: torch.Tensor, layer: nn.Linear) -> float:
     """The relative reconstruction error of one quantized layer's weight: the layer's own
     dequantize where it has one (this tool's layers), else its weight's."""
     own = getattr(layer, "dequantize", None)
@@ -435,14 +444,16 @@ def probe_rows(inputs: torch.Tensor) -> torch.Tensor:
     return inputs[:PROBE_ROWS]
 
 
-def training_losses(make_step, steps: int, seed: int) -> tuple[float, ...]:
+def training_losses(make_step: Callable[[], Callable[[], torch.Tensor]], steps: int,
+                    seed: int) -> tuple[float, ...]:
     """The losses of ``steps`` steps of a fresh step function (its own optimizer)."""
     torch.manual_seed(seed)
     step = make_step()
     return tuple(float(step()) for _ in range(steps))
 
 
-def fp8_measured(model: nn.Module, recipe: str, device: torch.device, make_step, seed: int,
+def fp8_measured(model: nn.Module, recipe: str, device: torch.device,
+                 make_step: Callable[[], Callable[[], torch.Tensor]] | None, seed: int,
                  fp8_flops: int | None, total_flops: int | None,
                  fsdp: bool = False) -> LowPrecision:
     """Convert ``model`` to FP8 training, with the first steps' losses from the same weights
@@ -458,7 +469,7 @@ def fp8_measured(model: nn.Module, recipe: str, device: torch.device, make_step,
         reference_losses = training_losses(make_step, DRIFT_STEPS, seed)
         _restore(model, saved)
     names = convert_fp8(model, recipe, fsdp)
-    if make_step is not None:
+    if make_step is not None and saved is not None:
         losses = training_losses(make_step, DRIFT_STEPS, seed)
         _restore(model, saved)
         drift = Drift("loss", "AMP-BF16", losses=losses, reference_losses=reference_losses)

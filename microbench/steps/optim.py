@@ -24,7 +24,7 @@ Example::
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Callable, Iterable
 
 import torch
 
@@ -36,7 +36,7 @@ IMPLEMENTATIONS = ("foreach", "fused", "auto")
 
 @dataclass(frozen=True)
 class Recipe:
-    optimizer: type[torch.optim.Optimizer]
+    optimizer: Callable[..., torch.optim.Optimizer]     # its class
     hyperparameters: dict
     source: str                    # where the numbers come from, for a report
 

@@ -40,7 +40,7 @@ import statistics
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Iterable
 
 import torch
 from torch import nn
@@ -214,7 +214,7 @@ def device_timer(device: torch.device) -> Callable[[Callable[[], object]], float
     return time_ms
 
 
-def _replay_ms(graph, device: torch.device) -> float:
+def _replay_ms(graph: torch.cuda.CUDAGraph, device: torch.device) -> float:
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
     graph.replay()
@@ -239,7 +239,8 @@ def count_rows(model: nn.Module, run: Callable[[], object]) -> dict[str, int]:
     counted: dict[str, int] = {}
     handles = []
     for name, layer in linear_layers(model):
-        def hook(module, args, output, name=name):
+        def hook(module: nn.Linear, args: tuple[torch.Tensor, ...], output: torch.Tensor,
+                 name: str = name):
             counted[name] = counted.get(name, 0) + args[0].numel() // module.in_features
         handles.append(layer.register_forward_hook(hook))
     try:
@@ -254,7 +255,7 @@ def count_rows(model: nn.Module, run: Callable[[], object]) -> dict[str, int]:
 def choose(plan: quant_layout.QuantPlan, model: nn.Module, phases: tuple[Phase, ...],
            device: torch.device, timer: Callable[[Callable[[], object]], float] | None = None,
            cache_path: str | None = None,
-           compile_options: Callable[[str], dict] | None = None) -> Choice:
+           compile_options: Callable[[str], dict | None] | None = None) -> Choice:
     """The layout of each linear layer of ``model`` (BF16, not yet quantized) in each phase:
     the plan's only layout, or the fastest of its candidates measured here (or found in the
     cache). ``compile_options(phase)``: torch.compile's keyword arguments for that phase's
@@ -281,23 +282,27 @@ def choose(plan: quant_layout.QuantPlan, model: nn.Module, phases: tuple[Phase, 
     fastest = {}
     for key in keys:
         measured = timings.get(key, {})
-        fastest[key] = min(measured, key=measured.get) if measured else plan.layouts[0]
+        fastest[key] = min(measured, key=measured.__getitem__) if measured else plan.layouts[0]
     choice = Choice(plan.quantize, phases, shapes, fastest, timings, tuple(failures),
                     seconds=time.perf_counter() - started, compile_seconds=compile_s)
     _store(path, cache_key, choice)
     return choice
 
 
-def _measure(plan, model, phases, shapes, keys, device, timer, compile_options):
+def _measure(plan: quant_layout.QuantPlan, model: nn.Module, phases: tuple[Phase, ...],
+             shapes: dict[str, Shape], keys: set[tuple[Shape, int]], device: torch.device,
+             timer: Callable[[Callable[[], object]], float],
+             compile_options: Callable[[str], dict | None] | None
+             ) -> tuple[dict[tuple[Shape, int], dict[str, float]], list[str], float]:
     """(shape, rows) -> layout -> ms; the failures, one line each; seconds spent compiling."""
-    layers = {}
+    layers: dict[Shape, nn.Linear] = {}
     for name, layer in linear_layers(model):
         layers.setdefault(shapes[name], layer)
-    phase_of = {}
+    phase_of: dict[tuple[Shape, int], str] = {}
     for phase in phases:
         for key in phase.keys(shapes):
             phase_of.setdefault(key, phase.name)
-    timings: dict = defaultdict(dict)
+    timings: dict[tuple[Shape, int], dict[str, float]] = defaultdict(dict)
     failures: list[str] = []
     failed: set[str] = set()
     compile_s, compiled_any = 0.0, False
@@ -312,19 +317,23 @@ def _measure(plan, model, phases, shapes, keys, device, timer, compile_options):
                 failures.append(f"{layout} left out: building it failed "
                                 f"({quant_layout.error_text(error)})")
                 continue
-            product = built
+            product: Callable[[torch.Tensor], object] = built
             for key in sorted(key for key in keys if key[0] == shape):
                 rows = key[1]
                 x = torch.randn(rows, shape[0], device=device,
                                 dtype=layers[shape].weight.dtype)
                 product = built
                 try:
-                    if layout in COMPILED and compile_options is not None:
+                    # None for the phase: timed as an uncompiled run runs it (a run without
+                    # --compile, or not through inductor)
+                    options = (compile_options(phase_of[key])
+                               if layout in COMPILED and compile_options is not None else None)
+                    if options is not None:
                         # A fresh compiler for each: the shapes share one forward, which
                         # dynamo would stop compiling after its recompile limit (8).
                         torch.compiler.reset()
                         compiled_any = True
-                        product = torch.compile(built, **compile_options(phase_of[key]))
+                        product = torch.compile(built, **options)
                         started = time.perf_counter()
                         with torch.inference_mode():
                             product(x)
@@ -337,7 +346,7 @@ def _measure(plan, model, phases, shapes, keys, device, timer, compile_options):
                     failures.append(f"{layout} left out: its product at {shape[0]}x{shape[1]}, "
                                     f"{rows} rows, failed ({quant_layout.error_text(error)})")
                     break
-            built = product = None          # this candidate's layers let go
+            del built, product              # this candidate's layers let go
             if layout in failed:            # a layout is measured everywhere or nowhere
                 for row in timings.values():
                     row.pop(layout, None)
@@ -349,14 +358,15 @@ def _measure(plan, model, phases, shapes, keys, device, timer, compile_options):
 # ---------------------------------------------------------------- the cache
 
 def _versions() -> dict:
-    found = {"torch": torch.__version__}
+    found = {"torch": str(torch.__version__)}
     for name in ("torchao", "mslk-cuda"):
         with contextlib.suppress(importlib.metadata.PackageNotFoundError):
             found[name] = importlib.metadata.version(name)
     return found
 
 
-def _cache_key(plan: quant_layout.QuantPlan, keys, device: torch.device) -> str:
+def _cache_key(plan: quant_layout.QuantPlan, keys: Iterable[tuple[Shape, int]], device: torch.device
+              ) -> str:
     facts = plan.facts
     return json.dumps({"method": METHOD, "device": devices.device_name(device),
                        "capability": list(facts.capability) if facts and facts.capability
@@ -377,6 +387,8 @@ def _cached(path: str, key: str) -> dict | None:
     if not os.path.exists(path):
         return None
     entry = _read_cache(path).get(key)
+    if not isinstance(entry, dict):
+        return None
     try:
         return {"when": str(entry["when"]),
                 "fastest": {_parse_key(text): str(layout)

@@ -34,6 +34,8 @@ Example::
 """
 from __future__ import annotations
 
+from typing import Any, Callable, Iterator
+
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -57,8 +59,8 @@ def rows_of(x: torch.Tensor) -> int:
 IDENTITY_SLICE = 1024
 
 
-def through_identity(product, columns: int, dtype: torch.dtype,
-                     device: torch.device) -> torch.Tensor:
+def through_identity(product: Callable[[torch.Tensor], torch.Tensor], columns: int,
+                     dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """The weight (out, ``columns``) a linear ``product`` multiplies by, recovered by pushing
     the identity through it in slices of rows: for weights whose kernel is their only reader
     (torchao's int4 tensors, tinygemm's packing)."""
@@ -79,13 +81,13 @@ class Int8WeightOnlyLinear(nn.Linear):
     loads), then the scale, as gpt-fast's ``WeightOnlyInt8Linear`` does."""
 
     def __init__(self, qdata: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype,
-                 bias: torch.Tensor | None = None) -> None:
+                 bias: nn.Parameter | None = None) -> None:
         out_features, in_features = qdata.shape
         super().__init__(in_features, out_features, bias=False, device="meta")
         self.weight = nn.Parameter(qdata, requires_grad=False)
         # torchao casts its FP32 scale to the activations' dtype on every call; cast once here.
         self.scale = nn.Parameter(scale.reshape(out_features).to(dtype), requires_grad=False)
-        self.bias = bias
+        self.register_parameter("bias", bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = F.linear(x, self.weight.to(x.dtype)) * self.scale
@@ -107,10 +109,10 @@ def convertible(weight: torch.Tensor) -> bool:
     return bool(block) and block[-1] == weight.shape[-1]            # not per group
 
 
-def unwrapped(layer: nn.Linear) -> nn.Module:
+def unwrapped(layer: nn.Linear) -> nn.Linear:
     """``layer`` as an :class:`Int8WeightOnlyLinear` over the same int8 data and scales where
     its weight is :func:`convertible`; else ``layer`` itself."""
-    weight = layer.weight
+    weight: Any = layer.weight              # torchao's Int8Tensor: its qdata and scale
     if isinstance(layer, Int8WeightOnlyLinear) or not convertible(weight):
         return layer
     scale = weight.scale.expand(weight.shape[0], 1) if weight.scale.numel() == 1 else weight.scale
@@ -138,19 +140,19 @@ class Int4TinygemmLinear(nn.Linear):
     (one per weight per decode step)."""
 
     def __init__(self, qdata: torch.Tensor, scale_and_zero: torch.Tensor, out_features: int,
-                 in_features: int, group: int, bias: torch.Tensor | None = None) -> None:
+                 in_features: int, group: int, bias: nn.Parameter | None = None) -> None:
         super().__init__(in_features, out_features, bias=False, device="meta")
         self.weight = nn.Parameter(qdata, requires_grad=False)
         self.scale_and_zero = nn.Parameter(scale_and_zero, requires_grad=False)
         self.group = group
         # torchao packs the input dimension padded to a multiple of 1024
         self.packed_in = -(-in_features // 1024) * 1024
-        self.bias = bias
+        self.register_parameter("bias", bias)
 
     @classmethod
     def of(cls, layer: nn.Linear) -> "Int4TinygemmLinear":
         """The plain form of a layer whose weight is torchao's Int4TilePackedTo4dTensor."""
-        weight = layer.weight
+        weight: Any = layer.weight          # its qdata, scale_and_zero and block_size
         out_features, in_features = weight.shape
         return cls(weight.qdata.detach(), weight.scale_and_zero.detach(), out_features,
                    in_features, int(weight.block_size[-1]), layer.bias)
@@ -194,16 +196,16 @@ class Int4MslkLinear(nn.Linear):
 
     def __init__(self, layout: str, qdata: torch.Tensor, scale: torch.Tensor,
                  zero: torch.Tensor, out_features: int, in_features: int,
-                 bias: torch.Tensor | None = None) -> None:
+                 bias: nn.Parameter | None = None) -> None:
         super().__init__(in_features, out_features, bias=False, device="meta")
         self.layout = layout
         self.weight = nn.Parameter(qdata.contiguous(), requires_grad=False)
         self.scale = nn.Parameter(scale.contiguous(), requires_grad=False)
         self.zero = nn.Parameter(zero.contiguous(), requires_grad=False)
-        self.bias = bias
+        self.register_parameter("bias", bias)
 
     @classmethod
-    def takes(cls, weight) -> bool:
+    def takes(cls, weight: Any) -> bool:
         """Whether ``weight`` is an mslk int4 tensor with BF16 activations (the FP8-activation
         forms call other operators and stay torchao's tensors)."""
         names = MSLK_TENSORS.get(type(weight).__name__)
@@ -214,7 +216,7 @@ class Int4MslkLinear(nn.Linear):
     @classmethod
     def of(cls, layer: nn.Linear) -> "Int4MslkLinear":
         """The plain form of a layer whose weight :meth:`takes`."""
-        weight = layer.weight
+        weight: Any = layer.weight          # torchao's tensor: its values and scales
         layout, values, scale, zero = MSLK_TENSORS[type(weight).__name__]
         out_features, in_features = weight.shape
         return cls(layout, getattr(weight, values).detach(), getattr(weight, scale).detach(),
@@ -272,7 +274,7 @@ class Int4InductorLinear(nn.Linear):
     parameters; the product in torch operations that inductor compiles (see the module)."""
 
     def __init__(self, packed: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor,
-                 bias: torch.Tensor | None = None) -> None:
+                 bias: nn.Parameter | None = None) -> None:
         out_features, half = packed.shape
         super().__init__(half * 2, out_features, bias=False, device="meta")
         if (half * 2) % INT4_GROUP:
@@ -281,7 +283,7 @@ class Int4InductorLinear(nn.Linear):
         self.weight = nn.Parameter(packed, requires_grad=False)
         self.scale = nn.Parameter(scale, requires_grad=False)
         self.zero = nn.Parameter(zero, requires_grad=False)
-        self.bias = bias
+        self.register_parameter("bias", bias)
 
     @classmethod
     def from_linear(cls, layer: nn.Linear) -> "Int4InductorLinear":
@@ -330,7 +332,7 @@ class PhaseLinear(nn.Linear):
     rows (a decode step: one per sequence), ``prompt`` for more (the prompt's rows). Each is a
     quantized layer of the same BF16 weight; both are kept (the summary counts their bytes)."""
 
-    def __init__(self, decode: nn.Module, prompt: nn.Module, decode_rows: int) -> None:
+    def __init__(self, decode: nn.Linear, prompt: nn.Linear, decode_rows: int) -> None:
         super().__init__(decode.in_features, decode.out_features, bias=False, device="meta")
         del self.weight             # the phases' layers hold the weights
         self.decode, self.prompt, self.decode_rows = decode, prompt, decode_rows
@@ -338,16 +340,16 @@ class PhaseLinear(nn.Linear):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return (self.decode if rows_of(x) <= self.decode_rows else self.prompt)(x)
 
-    def phase_layer(self, rows: int) -> nn.Module:
+    def phase_layer(self, rows: int) -> nn.Linear:
         """The layer that multiplies inputs of ``rows`` rows."""
         return self.decode if rows <= self.decode_rows else self.prompt
 
 
-def linear_layers(model: nn.Module, rows: int | None = None):
+def linear_layers(model: nn.Module, rows: int | None = None) -> Iterator[tuple[str, nn.Linear]]:
     """(name, layer) of every linear layer as it runs for inputs of ``rows`` rows: a
     :class:`PhaseLinear` as the phase's own layer (its other phase's left out), every other
     ``nn.Linear`` as it is; ``rows=None``: every layer each PhaseLinear holds."""
-    def walk(module: nn.Module, prefix: str):
+    def walk(module: nn.Module, prefix: str) -> Iterator[tuple[str, nn.Linear]]:
         for name, child in module.named_children():
             path = f"{prefix}{name}"
             if isinstance(child, PhaseLinear):

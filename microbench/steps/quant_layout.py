@@ -41,6 +41,8 @@ Example::
 """
 from __future__ import annotations
 
+from typing import Any, Sequence
+
 import dataclasses
 import importlib
 import importlib.util
@@ -157,7 +159,7 @@ class QuantPlan:
     requested: str                      # "auto" or the layout named
     layouts: tuple[str, ...]            # the one named, or auto's candidates this device runs
     notes: tuple[str, ...] = ()         # a layout set aside, and why
-    facts: QuantDevice | None = None
+    facts: QuantDevice = dataclasses.field(kw_only=True)     # the device it was planned for
 
     @property
     def measured(self) -> bool:
@@ -208,7 +210,7 @@ def plan(quantize: str, requested: str, facts: QuantDevice) -> QuantPlan:
         reasons = [why_not(quantize, layout, facts) or mslk_traceable(layout)
                    for layout in form.layouts]
         raise UsageError(f"--quantize {quantize} cannot run on this device: {reasons[-1]}")
-    return QuantPlan(quantize, "auto", tuple(runnable), tuple(notes), facts)
+    return QuantPlan(quantize, "auto", tuple(runnable), tuple(notes), facts=facts)
 
 
 # ---------------------------------------------------------------- mslk's fake kernels
@@ -239,7 +241,7 @@ def int4_product_fake(X: torch.Tensor, W: torch.Tensor, w_scale_group: torch.Ten
     return X.new_empty((X.numel() // X.shape[-1], W.shape[0]), dtype=torch.bfloat16)
 
 
-def _has_fake(qualname: str, op) -> bool:
+def _has_fake(qualname: str, op: object) -> bool:
     """Whether torch.compile can trace ``op``: a fake or meta kernel, however registered
     (torch._library.utils.has_fake_kernel where this torch has it)."""
     check = getattr(importlib.import_module("torch._library.utils"), "has_fake_kernel", None)
@@ -338,7 +340,7 @@ def torchao_config(quantize: str, layout: str, facts: QuantDevice):
     raise UsageError(f"unknown --quantize {quantize!r}")
 
 
-def build(layer: nn.Linear, quantize: str, layout: str, facts: QuantDevice) -> nn.Module:
+def build(layer: nn.Linear, quantize: str, layout: str, facts: QuantDevice) -> nn.Linear:
     """``layer`` quantized with ``quantize`` in ``layout``: a new module (torchao's quantize_
     runs on a copy), ``layer`` itself left as it was, BF16. The caller imports torchao."""
     if layout == "inductor":
@@ -376,7 +378,7 @@ class Kernel:
                 "layers": self.layers}
 
 
-def _scales(weight) -> str:
+def _scales(weight: Any) -> str:
     """rowwise or tensorwise, from the weight's block size (a row of the weight per scale, or
     the whole weight)."""
     block = list(getattr(weight, "block_size", []) or [])
@@ -435,7 +437,7 @@ def describe_layer(module: nn.Linear, rows: int | None = None) -> tuple[str, str
     return describe(module.weight)
 
 
-def layout_of(module: nn.Module) -> str:
+def layout_of(module: nn.Linear) -> str:
     """The --quant-layout name of a quantized layer (what quantization.LAYOUTS calls it)."""
     if isinstance(module, Int8WeightOnlyLinear):
         return "unwrapped"
@@ -465,7 +467,7 @@ def kernels(model: nn.Module, rows: int | None = None) -> tuple[Kernel, ...]:
 WEIGHT_METADATA_GUARD = "TENSOR_SUBCLASS_METADATA_MATCH"
 
 
-def skip_weight_metadata_guards(entries) -> list[bool]:
+def skip_weight_metadata_guards(entries: Sequence[Any]) -> list[bool]:
     """torch.compile's ``guard_filter_fn``: keep every guard but the subclass-metadata ones."""
     return [entry.guard_type != WEIGHT_METADATA_GUARD for entry in entries]
 

@@ -46,7 +46,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Callable, Iterator, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -56,6 +56,8 @@ from microbench.steps.blocks import transformer_blocks
 from microbench.platform.devices import is_gpu
 from microbench.platform.errors import MissingEnvironment, UsageError
 from microbench.settings.precision import Precision
+
+M = TypeVar("M", bound=nn.Module)
 
 FLAG = "--parallel fsdp"
 REDUCE_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -135,7 +137,7 @@ def mixed_precision(precision: Precision, reduce_dtype: str = "fp32"):
 
 def shard(model: nn.Module, device: torch.device, precision: Precision, *,
           reshard_after_forward: bool = True, reduce_dtype: str = "fp32",
-          name: str = "this model", **keywords) -> ShardPlan:
+          name: str = "this model", **keywords: object) -> ShardPlan:
     """Apply fully_shard to each transformer block of `model`, then to the root, in place
     (``keywords``: fully_shard's other keywords for each block, --fsdp-options).
 
@@ -166,8 +168,7 @@ def shard(model: nn.Module, device: torch.device, precision: Precision, *,
                      reduce_dtype=reduce_dtype)
 
 
-def materialize(model: nn.Module, device: torch.device,
-                initialize: Callable[[nn.Module], None]) -> None:
+def materialize(model: M, device: torch.device, initialize: Callable[[M], None]) -> None:
     """Give a model built on the meta device its memory on `device`, then its values.
 
     After `shard`, each rank allocates only its own shards. ``initialize(model)`` must fill every
@@ -213,10 +214,13 @@ def process_group(device: torch.device, timeout_s: float = 600.0) -> Iterator[No
         yield
         return
     # NCCL (RCCL on ROCm) is bound to the run's GPU, whichever thread calls it later.
-    gpu = {"device_id": device} if is_gpu(device) else {}
-    dist.init_process_group("nccl" if is_gpu(device) else "gloo", store=dist.HashStore(),
-                            rank=0, world_size=1, timeout=datetime.timedelta(seconds=timeout_s),
-                            **gpu)
+    timeout = datetime.timedelta(seconds=timeout_s)
+    if is_gpu(device):
+        dist.init_process_group("nccl", store=dist.HashStore(), rank=0, world_size=1,
+                                timeout=timeout, device_id=device)
+    else:
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1,
+                                timeout=timeout)
     try:
         yield
     finally:

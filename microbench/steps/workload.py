@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Protocol
+from typing import TYPE_CHECKING, Callable, Iterable, Protocol
 
 import torch
 from torch import nn
@@ -26,22 +26,35 @@ from microbench.measure import flops
 from microbench.settings.precision import Precision
 
 if TYPE_CHECKING:
-    from microbench.models.language import LanguageModelSpec
+    from microbench.measure.timing import Recorder
+    from microbench.models.archs.llama import LlamaConfig
+    from microbench.models.family import ModelFamily
     from microbench.steps.sharding import ShardPlan
-    from microbench.models.registry import ModelSpec
     from microbench.settings.config import BenchConfig
 
 
 class StepSettings(Protocol):
     """What a step builder reads of the resolved spec. A ``RunSpec`` is one; it is named here,
-    below the resolver, so that building a step never imports what chose the kind of run."""
+    below the resolver, so that building a step never imports what chose the kind of run.
+    Read-only: a spec is frozen."""
 
-    config: BenchConfig
-    model: ModelSpec | LanguageModelSpec
-    device: torch.device
-    precision: Precision
-    batch_size: int
-    quant: "quant_layout.QuantPlan | None"      # --quantize resolved for this device
+    @property
+    def config(self) -> BenchConfig: ...
+
+    @property
+    def model(self) -> ModelFamily: ...
+
+    @property
+    def device(self) -> torch.device: ...
+
+    @property
+    def precision(self) -> Precision: ...
+
+    @property
+    def batch_size(self) -> int: ...
+
+    @property
+    def quant(self) -> quant_layout.QuantPlan | None: ...   # --quantize resolved here
 
 
 @dataclass
@@ -59,7 +72,7 @@ class Workload:
     lowp: "low_precision.LowPrecision | None" = None      # --precision fp8, --quantize: what changed
 
 
-def make_sgd(params, impl: str = "foreach") -> torch.optim.Optimizer:
+def make_sgd(params: Iterable[torch.Tensor], impl: str = "foreach") -> torch.optim.Optimizer:
     """SGD as torchvision's ImageNet recipe, with the multi-tensor or the fused implementation
     (:mod:`microbench.steps.optim` holds the recipes)."""
     return optim.make_optimizer(params, "sgd", impl)
@@ -97,8 +110,21 @@ class _ScaledUpdate(_PlainUpdate):
         self.scaler.update()
 
 
+class Update(Protocol):
+    """A precision's update rule around its optimizer: ``_PlainUpdate``, ``_ScaledUpdate``,
+    ``fp16util.MasterWeightOptimizer``."""
+
+    optimizer: torch.optim.Optimizer
+
+    def backward(self, loss: torch.Tensor) -> None: ...
+
+    def step(self) -> None: ...
+
+    def zero_grad(self) -> None: ...
+
+
 def make_update(model: nn.Module, precision: Precision, device: torch.device,
-                impl: str = "foreach", name: str = "sgd"):
+                impl: str = "foreach", name: str = "sgd") -> Update:
     """The optimizer ``name`` (microbench.steps.optim's recipes) with the precision's update rule."""
     if precision.master_weights:
         # BF16 gradients have FP32's exponent range: no loss scale (1.0); FP16's need one.
@@ -123,7 +149,7 @@ class PhaseMarks:
     def __init__(self) -> None:
         self.mark: Callable[[], None] = _nothing
 
-    def record_on(self, recorder) -> None:
+    def record_on(self, recorder: Recorder) -> None:
         self.mark = recorder.mark
 
     def stop(self) -> None:
@@ -134,9 +160,11 @@ def _nothing() -> None:
     pass
 
 
-def training_step(model: nn.Module, spec, inputs: torch.Tensor, target: torch.Tensor,
+def training_step(model: nn.Module, spec: ModelFamily, inputs: torch.Tensor,
+                  target: torch.Tensor,
                   precision: Precision, device: torch.device, opt_step: int,
-                  phases: PhaseMarks, optimizer_impl: str = "foreach", update=None):
+                  phases: PhaseMarks, optimizer_impl: str = "foreach",
+                  update: Update | None = None) -> Callable[[], torch.Tensor]:
     """``update`` (make_update's) is made here from ``optimizer_impl`` with SGD if not given.
 
     After each optimizer step the step runs the precision recipe's post-step hooks
@@ -193,21 +221,22 @@ def prepare_model(spec: StepSettings) -> nn.Module:
     """The model on its device, in the run's dtype, with its initial values."""
     torch.manual_seed(spec.config.seed)
     if spec.model.llama_config is not None:
-        return _llama_on_device(spec)
+        return _llama_on_device(spec, spec.model.llama_config)
     model = spec.model.build().to(spec.device)
     _to_model_dtype(model, spec)
-    if spec.config.nhwc:
-        model = model.to(memory_format=spec.model.channels_last)
+    layout = spec.model.channels_last       # None for token inputs, which --nhwc refuses
+    if spec.config.nhwc and layout is not None:
+        model = model.to(memory_format=layout)
     return model
 
 
-def _llama_on_device(spec: StepSettings) -> nn.Module:
+def _llama_on_device(spec: StepSettings, config: LlamaConfig) -> nn.Module:
     """A llama preset built where it runs: shapes on the meta device, converted to the run's
     dtype there, then memory on the device and values drawn one parameter at a time
     (``llama.initialize``, as FSDP materialises its shards). Built whole in FP32 on the host
     and then moved, llama3_8b took two minutes and 32 GB of host memory before its first step
     (4x H200 host, 2026-11-28); here the largest temporary is one parameter."""
-    model = llama.build_on_meta(spec.model.llama_config, spec.model.attention)
+    model = llama.build_on_meta(config, spec.model.attention)
     _to_model_dtype(model, spec)
     sharding.materialize(model, spec.device, lambda built: llama.initialize(built,
                                                                           spec.config.seed))
@@ -230,8 +259,9 @@ def build(spec: StepSettings, wrap: Callable[[nn.Module], nn.Module] | None = No
     parameters = sum(p.numel() for p in model.parameters())
     inputs, target = spec.model.make_batch(spec.batch_size, device, precision.model_dtype,
                                            spec.config.seed)
-    if spec.config.nhwc:
-        inputs = inputs.contiguous(memory_format=spec.model.channels_last)
+    layout = spec.model.channels_last
+    if spec.config.nhwc and layout is not None:
+        inputs = inputs.contiguous(memory_format=layout)
     model.train(training)
     iteration_flops = fp8_flops = None
     if count_flops:         # before FP8 (torch counts no FLOPs for its FP8 matmul, _scaled_mm)
@@ -261,9 +291,9 @@ def build(spec: StepSettings, wrap: Callable[[nn.Module], nn.Module] | None = No
                     target=target if training else None, lowp=reduced)
 
 
-def _measured_low_precision(spec: StepSettings, model: nn.Module, inputs: torch.Tensor, target,
-                            fp8_flops: int | None,
-                            iteration_flops: int | None) -> "low_precision.LowPrecision | None":
+def _measured_low_precision(spec: StepSettings, model: nn.Module, inputs: torch.Tensor,
+                            target: torch.Tensor, fp8_flops: int | None, iteration_flops: int | None
+                           ) -> "low_precision.LowPrecision | None":
     """``--precision fp8`` or ``--quantize`` applied to the ready model, with how far each moved
     the numbers (:mod:`microbench.steps.low_precision`); None for the other precisions."""
     config, device, precision = spec.config, spec.device, spec.precision

@@ -83,7 +83,8 @@ def scaling_baseline(path: str, spec) -> float:
 def metrics(entry: Entry) -> dict[str, float | None]:
     """--compare's table: the figures the registry names for it (``gate``, in its order), as
     store.entry reads them (None: not recorded)."""
-    return {figure.gate: entry.figures.get(figure.key) for figure in gate_figures()}
+    return {figure.gate: entry.figures.get(figure.key) for figure in gate_figures()
+            if figure.gate}
 
 
 def trial_values(entry: Entry) -> tuple[float, ...]:

@@ -33,6 +33,7 @@ import os
 import re
 import stat
 from dataclasses import dataclass, field
+from typing import Iterable, Sequence
 
 from microbench.platform.inputs import MAX_RESULT_BYTES, check_input
 from microbench.platform.errors import UsageError
@@ -86,7 +87,7 @@ class Inputs:
             self.files.append(path)
 
 
-def input_files(arguments) -> Inputs:
+def input_files(arguments: Sequence[str]) -> Inputs:
     """Every argument checked, directories expanded; raises UsageError on the first path that
     is not a readable regular file or directory of results. Nothing is opened."""
     inputs = Inputs()
@@ -151,8 +152,8 @@ def read(inputs: Inputs) -> Found:
     duplicates = 0
     for path in inputs.files:
         try:
-            document = stored.parse(path, path, MAX_INPUT_BYTES)   # checked again once open
-            schema.validate_result(document, path, fast)
+            document = schema.validate_result(                     # checked again once open
+                stored.parse(path, path, MAX_INPUT_BYTES), path, fast)
         except UsageError as error:
             found.lines.append(f"skipped {error}")
             continue
@@ -201,9 +202,8 @@ def _ab_rows(summary: dict, path: str, found: Found) -> list[Entry]:
     for side in ("a", "b"):
         where = stored.ab_side(path, summary["ab"][f"{side}_result"])
         try:
-            document = stored.parse(where, where, MAX_INPUT_BYTES) if where else None
-            if document is not None:
-                schema.validate_result(document, where)
+            document = (schema.validate_result(stored.parse(where, where, MAX_INPUT_BYTES), where)
+                        if where else None)
         except (UsageError, OSError, UnicodeDecodeError, ValueError, RecursionError):
             document = None
         if document is None or schema.document_kind(document) != schema.RESULT:
@@ -251,7 +251,7 @@ def setting_value(entry: Entry, name: str):
     return entry.settings.get(name)
 
 
-def _key(value) -> str:
+def _key(value: object) -> str:
     return json.dumps(value, sort_keys=True, default=str)
 
 
@@ -268,7 +268,7 @@ def _recorded(entry: Entry, name: str) -> bool:
     return name in HEADLINE_SETTINGS or name in entry.settings
 
 
-def rows_split(entries, name: str) -> int:
+def rows_split(entries: Sequence[Entry], name: str) -> int:
     """How many rows a setting sets apart: those whose value is not the most common one (a
     setting only one run differs in sets one row apart; precision fp32 vs tf32 half of them)."""
     values = [_key(setting_value(entry, name)) for entry in entries if _recorded(entry, name)]
@@ -277,12 +277,12 @@ def rows_split(entries, name: str) -> int:
     return len(values) - max(values.count(value) for value in set(values))
 
 
-def _known_values(entries, name: str) -> set[str]:
+def _known_values(entries: Iterable[Entry], name: str) -> set[str]:
     return {_key(setting_value(entry, name)) for entry in entries if _recorded(entry, name)}
 
 
-def _sort_key(entry: Entry, names) -> tuple:
-    key = []
+def _sort_key(entry: Entry, names: Iterable[str]) -> tuple:
+    key: list[tuple[int, float, str]] = []
     for name in names:
         value = setting_value(entry, name)
         if value is None:

@@ -21,6 +21,8 @@ Example::
 """
 from __future__ import annotations
 
+from typing import Any, Iterable
+
 import dataclasses
 import functools
 import json
@@ -81,7 +83,7 @@ class Entry:
         return self.status == "ok"
 
 
-def _get(document, *keys):
+def _get(document: object, *keys: str) -> Any:
     """document[k1][k2]...; None where any level is missing or not an object."""
     return value_at(document, keys)
 
@@ -261,7 +263,7 @@ def _precision_name(name: str) -> str:
     return name.upper().removeprefix("AMP-")
 
 
-def accuracy_reference(entries) -> str | None:
+def accuracy_reference(entries: Iterable[Entry]) -> str | None:
     """What every reduced-precision row among ``entries`` measured its distance from (``BF16``,
     ``FP16``), or None when they name different references (then each cell names its own) or
     no row measured one. A label says "vs BF16" only where that is what was measured."""

@@ -42,7 +42,7 @@ Example::
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 MODEL, OP, NODE = "model", "op", "node"    # the table a figure belongs to (store.entry's; NODE:
                                            # one GPU or link of a node check, microbench-node)
@@ -70,7 +70,7 @@ NO_BARS, THROUGHPUT_BARS, CALL_TIME_BARS = "none", "throughput", "call time"
 Reader = Callable[[dict], object]
 
 
-def value_at(document, path: tuple[str, ...]):
+def value_at(document: object, path: tuple[str, ...]) -> Any:
     """document[k1][k2]...; None where any level is missing or not an object."""
     for key in path:
         if not isinstance(document, dict):
@@ -79,7 +79,7 @@ def value_at(document, path: tuple[str, ...]):
     return document
 
 
-def number(value) -> float | None:
+def number(value: object) -> float | None:
     """A stored number as a float; None for anything else (a flag, a string, a missing key)."""
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) \
         else None
@@ -133,7 +133,7 @@ class Figure:
         where the document does not know it."""
         if self.reader is not None:
             return self.reader(document)
-        return number(value_at(document, self.path))
+        return None if self.path is None else number(value_at(document, self.path))
 
     def csv_cell(self, document: dict) -> str:
         """The CSV row's cell: the stored value in ``csv_format``, empty where unknown."""
@@ -166,9 +166,10 @@ def _interval_end(name: str) -> Reader:
     def read(document: dict) -> float | None:
         low = number(value_at(document, ("trials", "ci95_low")))
         high = number(value_at(document, ("trials", "ci95_high")))
-        if low is None or high is None:
+        end = high if name == "ci95_high" else low
+        if low is None or high is None or end is None:
             return None
-        return number(value_at(document, ("trials", name))) * tokens_per_item(document)
+        return end * tokens_per_item(document)
     return read
 
 

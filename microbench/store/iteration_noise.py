@@ -46,8 +46,11 @@ _Z = statistics.NormalDist().inv_cdf(1 - stats.ALPHA / 2)
 class Measured(Protocol):
     """What the rule reads of a stored result (a :class:`~microbench.store.entry.Entry`)."""
 
-    figures: dict
-    samples_ms: tuple[float, ...]
+    @property
+    def figures(self) -> dict: ...
+
+    @property
+    def samples_ms(self) -> tuple[float, ...]: ...
 
 
 def iteration_cv(entry: Measured) -> float | None:

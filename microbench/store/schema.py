@@ -26,6 +26,7 @@ import functools
 import json
 import math
 from importlib import resources
+from typing import Any, Iterable, overload
 
 from microbench.platform.errors import MissingEnvironment, UsageError
 from microbench.settings import config, precision, quantization
@@ -61,7 +62,7 @@ def enums() -> dict[str, tuple]:
             "FP8_RECIPES": precision.FP8_RECIPES}
 
 
-def _with_enums(node):
+def _with_enums(node: Any) -> Any:          # JSON
     """``node`` with every ``{"x-enum-of": NAME}`` given the enum of that name."""
     if isinstance(node, list):
         return [_with_enums(item) for item in node]
@@ -183,6 +184,12 @@ def _validator():
         raise MissingEnvironment("reading result files needs jsonschema: "
                                  "pip install jsonschema") from None
     return jsonschema.Draft202012Validator(schema())
+
+
+@overload
+def _as_draft7(node: dict) -> dict: ...
+@overload
+def _as_draft7(node: object) -> object: ...
 
 
 def _as_draft7(node: object) -> object:
@@ -320,12 +327,17 @@ def _clean(document: object, numbers: bool) -> bool:
         container, keys, depth = stack.pop()
         if depth > MAX_DEPTH:
             return False
-        named = isinstance(container, dict)
-        natures = _natures_in(keys) if named and numbers else None
-        for name, item in container.items() if named else ((None, item) for item in container):
+        pairs: Iterable[tuple[str | None, Any]]
+        if isinstance(container, dict):
+            natures = _natures_in(keys) if numbers else None
+            pairs = container.items()
+        else:
+            natures, pairs = None, ((None, item) for item in container)
+        for name, item in pairs:
             if item.__class__ in _PLAIN:
                 continue
-            if (item.__class__ is float or item.__class__ is int) and natures is not None:
+            if ((item.__class__ is float or item.__class__ is int) and natures is not None
+                    and name is not None):                  # natures: an object's names
                 if not _number_clean(item, keys, name, natures):     # most numbers
                     return False
             elif isinstance(item, (dict, list)):
@@ -359,15 +371,13 @@ def _number_clean(value: int | float, keys: tuple[str, ...], name: str,
     if value.__class__ is int and not -MAX_INTEGER <= value <= MAX_INTEGER:
         return False
     value = float(value)
-    kind = natures.get(name, _UNKNOWN)
-    if kind is _UNKNOWN:
+    if name in natures:
+        kind = natures[name]
+    else:
         kind = ranges.nature_at((*keys, name))
         if len(natures) < _NAMES_HELD:
             natures[name] = kind
     return math.isfinite(value) and (kind is None or ranges.problem_of(kind, value) is None)
-
-
-_UNKNOWN = object()
 
 
 def number_problem(document: object, numbers: bool = True) -> str | None:
@@ -399,26 +409,29 @@ def number_problem(document: object, numbers: bool = True) -> str | None:
 def _read_problem(document: object) -> str | None:
     """The first figure a reader derives (a headline in tokens/s, an interval end, MBU) out of
     the range of what it is, though every number it is read from is in range."""
+    if not isinstance(document, dict):          # none of the tool's documents
+        return None
     kind = document_kind(document)
     if kind == RESULT:
         return ranges.read_problem(document, "$")
     if kind == SWEEP and isinstance(document.get("rows"), list):
         for index, row in enumerate(document["rows"]):
             result = row.get("result") if isinstance(row, dict) else None
-            if document_kind(result) == RESULT:
+            if isinstance(result, dict) and document_kind(result) == RESULT:
                 problem = ranges.read_problem(result, f"$.rows[{index}].result")
                 if problem is not None:
                     return problem
     return None
 
 
-def validate_result(document: object, source: str, fast: bool = False) -> None:
-    """Raise UsageError (one line naming ``source``) unless ``document`` is one of the tool's
-    documents, of the schema version this tool reads, matching the published schema. ``fast``:
-    a reader of many files (:mod:`.collection`) checks each with fastjsonschema first, where
-    it is installed (:func:`_fast_validator`: the same verdicts, compiled once)."""
+def validate_result(document: object, source: str, fast: bool = False) -> dict:
+    """``document``, the object it is, or UsageError (one line naming ``source``) unless it is
+    one of the tool's documents, of the schema version this tool reads, matching the published
+    schema. ``fast``: a reader of many files (:mod:`.collection`) checks each with
+    fastjsonschema first, where it is installed (:func:`_fast_validator`: the same verdicts,
+    compiled once)."""
     kind = document_kind(document)
-    if kind is None:
+    if kind is None or not isinstance(document, dict):      # every kind is an object
         what = type(document).__name__ if not isinstance(document, dict) else "object"
         raise UsageError(f"{source}: not a result of this tool (a JSON {what} without "
                          f"schema_version, or the older tool's 'Name' and "
@@ -441,6 +454,7 @@ def validate_result(document: object, source: str, fast: bool = False) -> None:
     problem = node_problem(document) if kind == NODE else None
     if problem is not None:
         raise UsageError(f"{source}: a node check that contradicts itself: {problem}")
+    return document
 
 
 def node_problem(document: dict) -> str | None:

@@ -45,8 +45,7 @@ def load_document(path: str, flag: str) -> dict:
         raise UsageError(message) from None
     except (ValueError, RecursionError) as error:
         raise UsageError(f"{label}: cannot read a result JSON ({error})") from None
-    schema.validate_result(document, label)
-    return document
+    return schema.validate_result(document, label)
 
 
 def ab_side(path: str, named: object) -> str | None:

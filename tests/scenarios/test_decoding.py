@@ -23,7 +23,7 @@ def workload(*flags: str, compile_options=None):
     spec = resolved(*flags)
     from microbench.steps import workload as workload_mod
     return decoding.build(spec, workload_mod.prepare_model(spec), compile_options,
-                          count_flops=False)
+                          count_flops=False, shape=spec.scenario.shape)
 
 
 # ---------------------------------------------------------------- half-precision weights

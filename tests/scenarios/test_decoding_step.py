@@ -211,7 +211,8 @@ def generate_row(batch, itl_ms, rate, quantize="none"):
     config = BenchConfig(network="llama_1b", mode="generate", precision="bf16",
                          quantize=quantize, batch_size=batch)
     spec = SimpleNamespace(config=config, batch_size=batch, precision=precision.lookup("bf16"),
-                           model=SimpleNamespace(attention="sdpa", seq_len=32, reads_tokens=True,
+                           model=SimpleNamespace(attention="sdpa", seq_len=32, tokens_per_item=32,
+                                                 reads_tokens=True,
                                                  item="sequence"),
                            parallel=SimpleNamespace(name="single", shards=False),
                            scenario=SimpleNamespace(decodes_tokens=True),
@@ -301,13 +302,14 @@ def test_hf_generation_gives_transformers_greedy_tokens_through_its_static_cache
     from microbench.steps import workload as workload_mod
     spec = spec_mod.resolve(cli.to_plan(cli.parse_args([*HF_TINY, "--no-files"])).configs[0])
     model = workload_mod.prepare_model(spec)
-    work = decoding.build(spec, model, None, count_flops=False)
+    work = decoding.build(spec, model, None, count_flops=False, shape=spec.scenario.shape)
     assert isinstance(work.state, decoding.HfGenerationState)
     reference = model.generate(work.state.prompt, max_new_tokens=6, min_new_tokens=6,
                                do_sample=False, pad_token_id=0)[:, 5:]
     assert torch.equal(decoding.generated_tokens(work), reference)
     assert work.traffic.kv_bytes_per_position == 2 * 2 * 2 * 2 * 16 * 4   # layers k,v batch kv dim fp32
-    compiled = decoding.build(spec, model, {"backend": "aot_eager"}, count_flops=False)
+    compiled = decoding.build(spec, model, {"backend": "aot_eager"}, count_flops=False,
+                              shape=spec.scenario.shape)
     assert torch.equal(decoding.generated_tokens(compiled), reference)
 
 

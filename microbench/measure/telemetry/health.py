@@ -8,6 +8,8 @@ errors or retired pages are above zero, and a link narrower or slower than its p
 """
 from __future__ import annotations
 
+from typing import Any
+
 from dataclasses import asdict, dataclass
 
 # amdsmi reports a link's speed in MT/s per lane (pcie_metric.pcie_speed; AMD SMI docs); the
@@ -43,7 +45,7 @@ class DeviceHealth:
         return asdict(self)
 
 
-def pcie_generation_of(speed_mts) -> int | None:
+def pcie_generation_of(speed_mts: Any) -> int | None:      # amdsmi's field, whatever it holds
     """The PCIe generation of an amdsmi link speed in MT/s; None where unknown."""
     try:
         return PCIE_GENERATION_OF_MTS.get(int(speed_mts))

@@ -22,7 +22,7 @@ from __future__ import annotations
 import importlib
 import re
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
 from microbench.platform.devices import GpuIdentity
 from microbench.platform.errors import MissingEnvironment
@@ -70,14 +70,15 @@ def as_text(value: Any) -> str:
 
 # ---------------------------------------------------------------- matching
 
-def as_identity(device: GpuIdentity | str | int, text_is: str) -> GpuIdentity:
+def as_identity(device: GpuIdentity | str | int,
+                text_is: Literal["uuid", "pci_bus_id"]) -> GpuIdentity:
     """What a source was asked to open: an identity as is, an int as torch's index, a string as
     the field ``text_is`` names ("uuid" for NVML, "pci_bus_id" for amdsmi)."""
     if isinstance(device, GpuIdentity):
         return device
     if isinstance(device, int):
         return GpuIdentity(index=device)
-    return GpuIdentity(**{text_is: device})
+    return GpuIdentity(uuid=device) if text_is == "uuid" else GpuIdentity(pci_bus_id=device)
 
 
 def normalize_uuid(text: str) -> str:

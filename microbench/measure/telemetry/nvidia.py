@@ -66,7 +66,8 @@ class FirstAvailable:
     nvmlDeviceGetCurrentClocksEventReasons) that an older driver lacks, which NVML reports as
     NVML_ERROR_FUNCTION_NOT_FOUND (pynvml.py); then the older name is used from then on."""
 
-    def __init__(self, functions: Sequence[Callable | None], error: type, not_found: int):
+    def __init__(self, functions: Sequence[Callable[..., Any] | None],
+                 error: type[BaseException], not_found: int):
         self._functions = [f for f in functions if f is not None]
         self._error = error
         self._not_found = not_found

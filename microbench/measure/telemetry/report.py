@@ -127,8 +127,9 @@ def per_item_and_per_joule(energy_j: float | None,
 
 def sum_known(values: Iterable[float | None]) -> float | None:
     """The sum where every value is known (and there is one); else None, never a partial sum."""
-    values = list(values)
-    return math.fsum(values) if values and all(v is not None for v in values) else None
+    given = list(values)
+    known = [value for value in given if value is not None]
+    return math.fsum(known) if given and len(known) == len(given) else None
 
 
 # ---------------------------------------------------------------- report
@@ -178,8 +179,10 @@ class TelemetryReport:
 
     def warnings(self) -> list[str]:
         lines = []
-        if self.sm_clock_drop is not None and self.sm_clock_drop > SM_CLOCK_DROP_WARN:
-            low = self.stats["sm_clock_mhz"].min
+        clock = self.stats.get("sm_clock_mhz")
+        if (self.sm_clock_drop is not None and self.sm_clock_drop > SM_CLOCK_DROP_WARN
+                and clock is not None):               # a drop is measured from the clock's
+            low = clock.min
             lines.append(f"telemetry: SM clock fell {self.sm_clock_drop:.1%} below its "
                          f"{self.sm_clock_reference} "
                          f"({low:.0f} of {self.max_sm_clock_mhz:.0f} MHz) during timing")
@@ -270,7 +273,7 @@ def _highest_clock_reference(
     known = [r for r in reports if r.max_sm_clock_mhz]
     if not known:
         return None, None
-    highest = max(known, key=lambda r: r.max_sm_clock_mhz)
+    highest = max(known, key=lambda r: r.max_sm_clock_mhz or 0.0)
     return highest.max_sm_clock_mhz, highest.sm_clock_reference
 
 

@@ -60,6 +60,7 @@ import itertools
 import math
 import warnings
 from contextlib import AbstractContextManager, nullcontext
+from typing import TYPE_CHECKING, Any, Callable, cast
 
 import torch
 import torch.nn.functional as F
@@ -71,6 +72,9 @@ from microbench.models.llama_config import PRESETS, LlamaConfig, RopeScaling, pa
 from microbench.platform import devices
 from microbench.platform.errors import UsageError
 from microbench.settings.model_options import ATTENTION_IMPLS
+
+if TYPE_CHECKING:
+    from torch.nn.attention import SDPBackend
 
 __all__ = [
     "ATTENTION_IMPLS", "KVCache", "Llama", "LlamaConfig", "PRESETS", "RopeScaling", "build",
@@ -197,7 +201,7 @@ def _groups_as_rows(impl: str) -> bool:
     return impl not in ("eager", "math") or not torch.compiler.is_compiling()
 
 
-def _sdpa_backends() -> dict[str, object]:
+def _sdpa_backends() -> dict[str, SDPBackend]:
     """SDPBackend members for the pinned impls (torch.nn.attention exists from torch 2.3)."""
     from torch.nn.attention import SDPBackend
     return {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
@@ -279,10 +283,12 @@ def _fused_takes_groups(impl: str, q: torch.Tensor, k: torch.Tensor, v: torch.Te
         params = checks.SDPAParams(q, k, v, None, 0.0, True, True)
     except TypeError:                   # PyTorch < 2.5: no enable_gqa
         return False
-    fused = {"flash": [checks.can_use_flash_attention],
-             "efficient": [checks.can_use_efficient_attention],
-             "sdpa": [checks.can_use_flash_attention, checks.can_use_efficient_attention,
-                      getattr(checks, "can_use_cudnn_attention", None)]}[impl]
+    by_impl: dict[str, list[Callable[[Any, bool], bool] | None]] = {
+        "flash": [checks.can_use_flash_attention],
+        "efficient": [checks.can_use_efficient_attention],
+        "sdpa": [checks.can_use_flash_attention, checks.can_use_efficient_attention,
+                 getattr(checks, "can_use_cudnn_attention", None)]}
+    fused = by_impl[impl]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")     # each refusal is also a UserWarning
         return any(check(params, False) for check in fused if check is not None)
@@ -294,6 +300,9 @@ def _fused_takes_groups(impl: str, q: torch.Tensor, k: torch.Tensor, v: torch.Te
 
 class LayerCache(nn.Module):
     """One layer's keys and values, (batch, kv_heads, max_len, head_dim) each, as buffers."""
+
+    k: torch.Tensor                     # the buffers' types (a Module's own attributes are
+    v: torch.Tensor                     # Tensor | Module to a type checker)
 
     def __init__(self, shape: tuple[int, ...], device: torch.device | str,
                  dtype: torch.dtype) -> None:
@@ -319,6 +328,7 @@ class KVCache(nn.Module):
     where tensors passed in as arguments would make inductor skip the graphs ("mutated inputs").
     """
 
+    causal_mask: torch.Tensor
     def __init__(self, num_layers: int, batch: int, kv_heads: int, max_len: int, head_dim: int,
                  device: torch.device | str, dtype: torch.dtype) -> None:
         super().__init__()
@@ -328,21 +338,25 @@ class KVCache(nn.Module):
         self.register_buffer("causal_mask", torch.ones(max_len, max_len, dtype=torch.bool,
                                                        device=device).tril(), persistent=False)
 
+    def _layers(self) -> list[LayerCache]:
+        """The layers' caches, as their type (an nn.ModuleList holds Modules to a checker)."""
+        return [layer for layer in self.layers if isinstance(layer, LayerCache)]
+
     @property
     def keys(self) -> list[torch.Tensor]:
-        return [layer.k for layer in self.layers]
+        return [layer.k for layer in self._layers()]
 
     @property
     def values(self) -> list[torch.Tensor]:
-        return [layer.v for layer in self.layers]
+        return [layer.v for layer in self._layers()]
 
     @property
     def batch(self) -> int:
-        return self.layers[0].k.shape[0]
+        return self._layers()[0].k.shape[0]
 
     @property
     def max_len(self) -> int:
-        return self.layers[0].k.shape[2]
+        return self._layers()[0].k.shape[2]
 
     @property
     def nbytes(self) -> int:
@@ -351,7 +365,9 @@ class KVCache(nn.Module):
     def update(self, layer: int, input_pos: torch.Tensor, k: torch.Tensor,
                v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Write k, v (batch, kv_heads, seq, head_dim) at `input_pos`; return the whole cache."""
-        keys, values = self.layers[layer].k, self.layers[layer].v
+        cache = self.layers[layer]
+        assert isinstance(cache, LayerCache)    # for the type checker; folded away when compiled
+        keys, values = cache.k, cache.v
         keys.index_copy_(2, input_pos, k.to(keys.dtype))
         values.index_copy_(2, input_pos, v.to(values.dtype))
         return keys, values
@@ -483,6 +499,9 @@ class Llama(nn.Module):
     (attends over the whole cache through its mask). Chunked prefill is not supported.
     """
 
+    rope_cos: torch.Tensor              # buffers (a Module's attributes are Tensor | Module to
+    rope_sin: torch.Tensor              # a type checker)
+
     def __init__(self, config: LlamaConfig, attention: str = "sdpa") -> None:
         super().__init__()
         _check_impl(attention)
@@ -500,19 +519,24 @@ class Llama(nn.Module):
         self.register_buffer("rope_sin", sin, persistent=False)
         self.apply(_init_weights)
 
+    def _blocks(self) -> list[Block]:
+        """The layers, as their type (an nn.ModuleList holds Modules to a type checker): each a
+        Block, or activation checkpointing's wrapper, which forwards a Block's attributes."""
+        return [cast(Block, block) for block in self.layers]
+
     @property
     def attention(self) -> str:
-        return self.layers[0].attention.impl
+        return self._blocks()[0].attention.impl
 
     def set_attention(self, impl: str) -> None:
         """Switch every layer to another attention implementation (weights unchanged)."""
         _check_impl(impl)
-        for block in self.layers:
+        for block in self._blocks():
             block.attention.impl = impl
 
     def fuse_projections(self) -> None:
         """Each layer's q, k and v projections as one (see `Attention.fuse_projections`)."""
-        for block in self.layers:
+        for block in self._blocks():
             block.attention.fuse_projections()
 
     def make_cache(self, batch: int, max_len: int, device: torch.device | str | None = None,
