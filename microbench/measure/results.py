@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from microbench.measure.input_bound import DataTrial
     from microbench.measure.drift import LowPrecision
     from microbench.measure.compile_watch import CompileReport
+    from microbench.measure.host_load import HostLoad
     from microbench.measure.library_log import LibraryLog
 
 
@@ -130,6 +131,7 @@ class ProcessResult:
     peaks: Any = None                    # --measure-peaks: microbench.ops.peaks.MeasuredPeaks
     lowp: LowPrecision | None = None     # --precision fp8, --quantize: what they did
     library_log: "LibraryLog | None" = None  # torch's and torchao's log records, kept
+    host_load: "HostLoad | None" = None  # the host's load around the timed region
 
 
 @dataclass(frozen=True)
@@ -161,6 +163,7 @@ class RankRecord:
     telemetry: TelemetryReport | None = None
     data: DataTrial | None = None        # this rank's input pipeline (--data loader|folder)
     sharded: ShardedState | None = None  # --parallel fsdp: this rank's shards
+    host_load: "HostLoad | None" = None  # this rank's host around its timed region
 
     @property
     def times(self) -> Measurement:

@@ -31,6 +31,7 @@ from microbench.measure.telemetry import TelemetryReport
 from microbench.ops import peaks
 from microbench.settings.config import CUDA_GRAPH_MODES
 from microbench.measure.drift import LowPrecision
+from microbench.measure.host_load import HostLoad
 from microbench.measure.flops import BandwidthPeak, PeakChoice, Utilization
 from microbench.measure.results import ProcessResult, RankRecord, Trial, merge_detail
 from microbench.measure.stats import TrialStats
@@ -48,7 +49,7 @@ def record_of(spec, env, result: ProcessResult) -> RankRecord:
                       batch_size=spec.batch_size, samples_ms=result.times.samples_ms,
                       peak_allocated_mb=result.peak_allocated_mb,
                       peak_reserved_mb=result.peak_reserved_mb, telemetry=result.telemetry,
-                      data=result.data, sharded=result.sharded)
+                      data=result.data, sharded=result.sharded, host_load=result.host_load)
 
 
 def trial_of_process(spec, env, result: ProcessResult) -> Trial:
@@ -285,6 +286,12 @@ class Summary:
         reports = [r.telemetry for trial in self.trials for r in trial.ranks
                    if r.telemetry is not None]
         return telemetry.combine(reports) if reports else None
+
+    @property
+    def host_load(self) -> HostLoad | None:
+        """The host's load around this process's timed region, in the representative trial
+        (measure/host_load.py); every trial's and every rank's are in their own records."""
+        return self.result.host_load
 
     @property
     def peak_allocated_mb(self) -> float | None:
