@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Callable, Sequence, cast
 
 import torch
 
-from microbench.measure import compile_watch, library_log
+from microbench.measure import compile_watch, host_load, library_log
 from microbench.ops import peaks
 from microbench.steps import low_precision, quant_layout
 from microbench.settings import compile_options
@@ -150,14 +150,17 @@ def run(spec: "RunSpec", on_phase: Callable[..., None] = lambda phase, timed=Fal
         wrap: Callable[[torch.nn.Module], torch.nn.Module] | None = None,
         before_timing: Callable[[], None] = lambda: None,
         monitor: "Monitor | None" = None,
-        rejoin: Callable[[], None] = lambda: None) -> ProcessResult:
+        rejoin: Callable[[], None] = lambda: None,
+        host: host_load.Probe | None = None) -> ProcessResult:
     """Build, warm up and time one configuration on this process's device.
 
     ``wrap`` goes around the model before compilation (DDP); ``before_timing`` runs just before
     the timed region (a barrier across ranks); ``monitor`` samples telemetry during it;
-    ``rejoin`` brings the ranks together after an excluded (profiled) iteration.
+    ``rejoin`` brings the ranks together after an excluded (profiled) iteration; ``host``
+    reads the host's load just before the timed region and just after it (issue 64).
     """
     config, device, launch = spec.config, spec.device, spec.launch
+    host = host if host is not None else host_load.Probe.for_launcher(launch.launcher)
     precision.apply_tf32(spec.precision.tf32)
     devices.set_conv_autotuner(config.cudnn_benchmark)
     work = None
@@ -178,6 +181,8 @@ def run(spec: "RunSpec", on_phase: Callable[..., None] = lambda phase, timed=Fal
             work = spec.scenario.before_timing(spec, work, on_phase)
             devices.reset_peak_memory(device)
             on_phase(f"timing {config.iterations} iterations", timed=True)
+            # Read before the ranks meet and after the loop: nothing inside the timed region.
+            host_before = host.read()
             before_timing()
             sampler = monitor.start() if monitor is not None else None
             try:
@@ -186,6 +191,7 @@ def run(spec: "RunSpec", on_phase: Callable[..., None] = lambda phase, timed=Fal
                                     rejoin=rejoin)
             finally:
                 samples = sampler.stop() if sampler is not None else None
+            host_during = host.between(host_before, host.read())
             units = spec.scenario.units_per_iteration(spec.batch_size) * timed.times.count
             report = monitor.report(samples, units, timed.times.total_ms / 1e3) \
                 if monitor is not None else None
@@ -213,7 +219,7 @@ def run(spec: "RunSpec", on_phase: Callable[..., None] = lambda phase, timed=Fal
                          sharded=spec.scenario.sharded_state(work),
                          lowp=work.lowp, peaks=measured,
                          compiler=watch.report() if config.compile else None,
-                         library_log=library.report())
+                         library_log=library.report(), host_load=host_during)
 
 
 def measure_peaks(spec: "RunSpec", monitor: "Monitor | None",

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from microbench.measure.input_bound import DataTrial
     from microbench.measure.drift import LowPrecision
     from microbench.measure.compile_watch import CompileReport
+    from microbench.measure.host_load import HostLoad
     from microbench.measure.library_log import LibraryLog
     from microbench.measure.measured_peaks import MeasuredPeaks
 
@@ -136,6 +137,7 @@ class ProcessResult:
     peaks: MeasuredPeaks | None = None   # --measure-peaks: the probe (microbench.ops.peaks)
     lowp: LowPrecision | None = None     # --precision fp8, --quantize: what they did
     library_log: "LibraryLog | None" = None  # torch's and torchao's log records, kept
+    host_load: "HostLoad | None" = None  # the host's load around the timed region
 
 
 @dataclass(frozen=True)
@@ -168,6 +170,7 @@ class RankRecord:
     node_rank: int | None = None         # the launcher's number of this rank's node
     data: DataTrial | None = None        # this rank's input pipeline (--data loader|folder)
     sharded: ShardedState | None = None  # --parallel fsdp: this rank's shards
+    host_load: "HostLoad | None" = None  # this rank's host around its timed region
 
     @property
     def times(self) -> Measurement:

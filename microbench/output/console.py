@@ -283,6 +283,8 @@ def _summary_rows(summary: Summary) -> list[tuple[str, str]]:
     rows += summary.scenario.console_rows(summary)
     rows += _flops_rows(summary) + _peaks_rows(summary) + _trial_rows(summary)
     rows += _telemetry_rows(summary)
+    if summary.host_load is not None:
+        rows.append(("Host load", summary.host_load.text()))
     rows += _registry_rows(summary)
     per_rank = " per rank" if summary.distributed else ""
     trials = f" in {len(summary.trials)} trials" if len(summary.trials) > 1 else ""

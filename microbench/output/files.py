@@ -113,6 +113,7 @@ def result_document(summary: Summary) -> dict:
                                         for d in summary.discarded]}
     report = summary.telemetry
     document["telemetry"] = report.to_dict() if report is not None else None
+    document["host_load"] = _host_load(summary.host_load)
     if summary.distributed:
         document["distributed"] = _distributed_document(summary)
     for figure in figures.written_by_summary():         # each has its path and property
@@ -140,7 +141,12 @@ def _trial_document(trial: Trial) -> dict:
             "stats": times.stats(), "warmup_s": result.warmup_s,
             "first_iteration_s": result.first_iteration_s, "pid": result.pid,
             "seed": result.seed, "throttled": stats.throttle_reason(result.telemetry),
-            "telemetry": telemetry}
+            "telemetry": telemetry, "host_load": _host_load(result.host_load)}
+
+
+def _host_load(load) -> dict | None:
+    """The host's load around a timed region (measure/host_load.py); null where not read."""
+    return load.to_dict() if load is not None else None
 
 
 def _model_document(summary: Summary) -> dict:
@@ -213,7 +219,8 @@ def _distributed_document(summary: Summary) -> dict:
                       "device_name": r.device_name, "batch_size": r.batch_size,
                       "throughput_img_s": r.throughput, "stats": r.times.stats(),
                       "samples_ms": list(r.samples_ms), "peak_allocated_mb": r.peak_allocated_mb,
-                      "peak_reserved_mb": r.peak_reserved_mb} for r in summary.ranks],
+                      "peak_reserved_mb": r.peak_reserved_mb,
+                      "host_load": _host_load(r.host_load)} for r in summary.ranks],
     }
 
 

@@ -31,6 +31,7 @@ from microbench.measure.telemetry import TelemetryReport
 from microbench.ops import peaks
 from microbench.settings.config import CUDA_GRAPH_MODES
 from microbench.measure.drift import LowPrecision
+from microbench.measure.host_load import HostLoad
 from microbench.measure.flops import BandwidthPeak, PeakChoice, Utilization
 from microbench.measure.results import ProcessResult, RankRecord, Trial, merge_detail
 from microbench.measure.stats import TrialStats
@@ -49,7 +50,7 @@ def record_of(spec: RunSpec, env: DeviceInfo, result: ProcessResult) -> RankReco
                       batch_size=spec.batch_size, samples_ms=result.times.samples_ms,
                       peak_allocated_mb=result.peak_allocated_mb,
                       peak_reserved_mb=result.peak_reserved_mb, telemetry=result.telemetry,
-                      data=result.data, sharded=result.sharded)
+                      data=result.data, sharded=result.sharded, host_load=result.host_load)
 
 
 def trial_of_process(spec: RunSpec, env: DeviceInfo, result: ProcessResult) -> Trial:
@@ -288,6 +289,37 @@ class Summary:
         return telemetry.combine(reports) if reports else None
 
     @property
+    def host_load(self) -> HostLoad | None:
+        """The host's load around this process's timed region, in the representative trial
+        (measure/host_load.py); every trial's and every rank's are in their own records."""
+        return self.result.host_load
+
+    @property
+    def loaded_host(self) -> str | None:
+        """The words naming the host's load where it is the likely cause of noise or drift:
+        of the records that find the host loaded (every trial's, every rank's), the one whose
+        other processes took the most, with the trials and ranks it was seen in; None when
+        no record does."""
+        found = [(index, record.rank, record.host_load)
+                 for index, trial in enumerate(self.trials, 1) for record in trial.ranks
+                 if record.host_load is not None and record.host_load.loaded]
+        if not found:
+            return None
+        where = []
+        indices = sorted({index for index, _, _ in found})
+        if len(indices) == len(self.trials) > 1:
+            where.append(f"in all {len(self.trials)} trials")
+        elif len(self.trials) > 1:
+            where.append(f"in trial{'s' * (len(indices) > 1)} "
+                         f"{', '.join(map(str, indices))} of {len(self.trials)}")
+        if self.distributed:
+            ranks = sorted({rank for _, rank, _ in found})
+            where.append(f"on the host of rank{'s' * (len(ranks) > 1)} "
+                         f"{', '.join(map(str, ranks))}")
+        worst = max(found, key=lambda item: item[2].others_cpu_percent or 0.0)[2]
+        return worst.cause(" ".join(where))
+
+    @property
     def peak_allocated_mb(self) -> float | None:
         return _max_known(r.peak_allocated_mb for trial in self.trials for r in trial.ranks)
 
@@ -328,15 +360,22 @@ class Summary:
             found.append("--warmup 0: the first timed iteration carries one-time costs (kernel "
                          "selection, autotuning, allocator growth); its time is in the "
                          "statistics")
+        loaded = self.loaded_host
         if self.is_noisy:
-            found.append(f"coefficient of variation {self.times.cv:.1%} exceeds "
-                         f"{NOISY_CV_THRESHOLD:.0%}: timings are noisy; run more --iterations, "
-                         f"make sure nothing else uses the device, and check clocks and "
-                         f"temperature")
+            noisy = (f"coefficient of variation {self.times.cv:.1%} exceeds "
+                     f"{NOISY_CV_THRESHOLD:.0%}: timings are noisy; ")
+            found.append(noisy + (f"the likely cause: {loaded}; run when the host is idle, run "
+                                  f"more --iterations, and check clocks and temperature"
+                                  if loaded else
+                                  "run more --iterations, make sure nothing else uses the "
+                                  "device, and check clocks and temperature"))
         spread = self.trial_spread
         if spread.count > 1 and spread.cv > NOISY_CV_THRESHOLD:
-            found.append(f"the {spread.count} trials differ by {spread.cv:.1%} (CV of their "
-                         f"throughputs): the device's speed drifted between trials")
+            differ = (f"the {spread.count} trials differ by {spread.cv:.1%} (CV of their "
+                      f"throughputs): ")
+            found.append(differ + (f"likely because {loaded}, not because the device's speed "
+                                   f"drifted" if loaded else
+                                   "the device's speed drifted between trials"))
         if not all(trial.finite_losses for trial in self.trials):
             found.append("non-finite loss values: the numbers still time the work, but the model "
                          "diverged (FP16 overflow?)")

@@ -41,6 +41,10 @@ def test_torchrun_two_ranks_one_summary_one_file(tmp_path, mode):
     assert [r["rank"] for r in dist["per_rank"]] == [0, 1]
     slowest = max(sum(r["samples_ms"]) for r in dist["per_rank"])
     assert doc["Throughput [img/sec]"] == pytest.approx(4 * 3 / (slowest / 1e3))
+    # Each rank reads its own host (issue 64); the other rank, under torchrun's agent, is
+    # this run's, never another process's load: the agent and both ranks at least.
+    loads = [r["host_load"] for r in dist["per_rank"]]
+    assert doc["host_load"] == loads[0] and all(load["run_processes"] >= 3 for load in loads)
     rows = list(csv.DictReader((tmp_path / "benchmark_summary.csv").open()))
     assert len(rows) == 1 and rows[0]["world_size"] == "2"
     assert rows[0]["global_batch_size"] == "4" and rows[0]["batch_size"] == "2"
