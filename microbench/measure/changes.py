@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from microbench.measure import stats
+from microbench.platform import process
 
 # The penalty per change, in units of sigma^2 * ln(n): see the module docstring.
 PENALTY = 4.0
@@ -76,8 +77,10 @@ def candidates(values: Sequence[float]) -> list[int]:
     """The indices where ruptures puts a new segment's first run."""
     if len(values) < 2 * MIN_RUNS_A_SIDE:
         return []
-    import numpy
-    import ruptures
+    with process.imports_checked():         # one line where they cannot load (ulimit -v)
+        process.blas_within_address_limit()
+        import numpy
+        import ruptures
     logs = [math.log(value) for value in values]
     penalty = PENALTY * noise(logs) ** 2 * math.log(len(logs))
     found = ruptures.KernelCPD(kernel="linear", min_size=MIN_RUNS_A_SIDE).fit(

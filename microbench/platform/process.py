@@ -524,6 +524,22 @@ def _memory_refused(error: BaseException, text: str) -> bool:
             or any(words in text for words in _UNMAPPED))
 
 
+# The packages whose libraries a command loads, innermost first (torchvision imports torch;
+# ruptures, scipy; scipy and matplotlib, numpy): the first a failing frame lies in is named.
+_LOADING_LIBRARIES = ("torchvision", "torch", "ruptures", "scipy", "matplotlib", "numpy")
+
+
+def blas_within_address_limit() -> None:
+    """Under an address-space limit (``ulimit -v``) one OpenBLAS thread, set before a library
+    that bundles OpenBLAS loads it (scipy, through ruptures): the buffers of its other threads
+    do not fit, and at 300 MB scipy's OpenBLAS span at 100% CPU in its load for minutes,
+    deaf to SIGTERM, where one thread loads or fails at once (issue 65). A limit the user set
+    on OPENBLAS_NUM_THREADS is kept."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft != resource.RLIM_INFINITY:
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+
 def short_of_memory(error: BaseException) -> str | None:
     """The one line for torch or torchvision that could not load its libraries for want of
     memory, or None. Reinstalling is not the cure: under ``ulimit -v`` (an address-space
@@ -531,8 +547,7 @@ def short_of_memory(error: BaseException) -> str | None:
     text = " ".join(str(error).split())
     if not _memory_refused(error, text.lower()):
         return None
-    package = next((name for name in ("torchvision", "torch") if _raised_inside(error, name)),
-                   None)
+    package = next((name for name in _LOADING_LIBRARIES if _raised_inside(error, name)), None)
     if package is None:
         return None
     cause = text[:200] or type(error).__name__

@@ -375,6 +375,56 @@ class TestInstallAdviceForAnyVersion:
         assert "reinstall" not in ran.stderr.replace("reinstalling does not help", "")
 
 
+    def test_the_historys_libraries_short_of_address_space_are_named_too(self, monkeypatch):
+        """scipy, ruptures, numpy and matplotlib load libraries as torch does: a failure for
+        want of address space is the limit's one line, whichever of them raised it."""
+        monkeypatch.setattr(process.resource, "getrlimit",
+                            lambda which: (300000 * 1024, resource.RLIM_INFINITY))
+        for package in ("scipy", "ruptures", "numpy", "matplotlib"):
+            code = compile("raise ImportError('_core.so: failed to map segment from shared "
+                           "object')", f"/site-packages/{package}/__init__.py", "exec")
+            with pytest.raises(MissingEnvironment, match=f"{package} could not load its "
+                                                         f"libraries within the address-space "
+                                                         f"limit \\(ulimit -v is 300000 KiB"):
+                with process.imports_checked():
+                    exec(code)
+
+    @pytest.mark.parametrize("limit, given, threads", [
+        (300000 * 1024, None, "1"), (300000 * 1024, "4", "4"), (resource.RLIM_INFINITY, None,
+                                                                None)])
+    def test_under_ulimit_v_openblas_loads_with_one_thread(self, monkeypatch, limit, given,
+                                                           threads):
+        """At 300 MB scipy's OpenBLAS span in its load for minutes, deaf to SIGTERM, where
+        one thread loads or fails at once; a user's own setting is kept."""
+        monkeypatch.setattr(process.resource, "getrlimit",
+                            lambda which: (limit, resource.RLIM_INFINITY))
+        if given is None:
+            monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+        else:
+            monkeypatch.setenv("OPENBLAS_NUM_THREADS", given)
+        process.blas_within_address_limit()
+        assert os.environ.get("OPENBLAS_NUM_THREADS") == threads
+
+    @pytest.mark.slow
+    def test_the_history_under_a_small_address_space_is_one_line_exit_4(self, tmp_path):
+        from benchmarks.history_scale import write_files
+        write_files(tmp_path, 40, 2)
+
+        def limited():
+            resource.setrlimit(resource.RLIMIT_AS, (300_000 * 1024, resource.RLIM_INFINITY))
+        env = {key: value for key, value in os.environ.items()
+               if key != "OPENBLAS_NUM_THREADS"}
+        ran = subprocess.run([sys.executable, "-m", "microbench.report", "--history",
+                              str(tmp_path)], cwd=ROOT, capture_output=True, text=True,
+                             timeout=120, preexec_fn=limited, env=env)
+        # Here scipy's libraries do not fit 300 MB (the one line, exit 4); where a smaller
+        # build of them would, the history runs. Never a hang (it span for minutes before,
+        # deaf to SIGTERM) and never a traceback.
+        if ran.returncode == 4:
+            assert_one_line_error(ran, 4, "ulimit -v is 300000 KiB")
+        else:
+            assert ran.returncode in (0, 5) and "Traceback" not in ran.stderr, ran.stderr
+
 def _raised_in(code) -> BaseException:
     try:
         exec(code)
