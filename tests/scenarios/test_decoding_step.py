@@ -30,6 +30,9 @@ def test_fused_projections_give_the_same_logits_and_parameter_count():
     model.fuse_projections()
     attention = model.layers[0].attention
     assert attention.wqkv is not None and not hasattr(attention, "wq")
+    feed_forward = model.layers[0].feed_forward
+    assert feed_forward.w13 is not None and not hasattr(feed_forward, "w1")
+    assert feed_forward.w13.out_features == 2 * feed_forward.w2.in_features
     assert sum(p.numel() for p in model.parameters()) == count
     torch.testing.assert_close(model(tokens), before, rtol=1e-5, atol=1e-5)
 

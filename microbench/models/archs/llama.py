@@ -462,9 +462,31 @@ class FeedForward(nn.Module):
         self.w1 = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)   # gate
         self.w3 = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)   # up
         self.w2 = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)   # down
+        self.w13: nn.Linear | None = None        # set by fuse_projections (generation)
+
+    def fuse_projections(self) -> None:
+        """Replace the gate (w1) and up (w3) projections by one onto their concatenated outputs.
+
+        One product reads both weights, as vLLM's merged gate_up_proj does: one kernel where a
+        decode step launched two, each on half the rows (a quantized layer: one set of
+        scales and one kernel choice for both). The same weights, so the same outputs; in
+        place, for generation only.
+        """
+        if self.w13 is not None:
+            return
+        first = self.w1.weight
+        with torch.no_grad():
+            weight = torch.cat([self.w1.weight, self.w3.weight])
+        self.w13 = nn.Linear(weight.shape[1], weight.shape[0], bias=False,
+                             device=first.device, dtype=first.dtype)
+        self.w13.weight = nn.Parameter(weight, requires_grad=first.requires_grad)
+        del self.w1, self.w3
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+        if self.w13 is None:
+            return self.w2(F.silu(self.w1(x)) * self.w3(x))
+        gate, up = self.w13(x).chunk(2, dim=-1)
+        return self.w2(F.silu(gate) * up)
 
 
 class Block(nn.Module):
@@ -535,9 +557,11 @@ class Llama(nn.Module):
             block.attention.impl = impl
 
     def fuse_projections(self) -> None:
-        """Each layer's q, k and v projections as one (see `Attention.fuse_projections`)."""
+        """Each layer's q, k and v projections as one, and its gate and up projections as one
+        (see `Attention.fuse_projections` and `FeedForward.fuse_projections`)."""
         for block in self._blocks():
             block.attention.fuse_projections()
+            block.feed_forward.fuse_projections()
 
     def make_cache(self, batch: int, max_len: int, device: torch.device | str | None = None,
                    dtype: torch.dtype | None = None) -> KVCache:
