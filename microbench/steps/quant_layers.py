@@ -9,6 +9,10 @@ step and another for a prompt (issue 61).
   CPU, issue 53). What differs is the tensor subclass: on every call of a compiled step
   AOTAutograd flattens each subclass weight into its inner tensors in Python and Dynamo guards
   them, one Python call per weight per step.
+* :class:`Float8WeightOnlyLinear` (``--quant-layout unwrapped`` of float8wo): torchao's FP8
+  values and row scales as plain parameters, multiplied as torchao 0.18's ``Float8Tensor``
+  multiplies a weight-only FP8 weight (the weight dequantized in FP32, cast to the activations'
+  dtype, inside the product): the same numbers, no tensor subclass.
 * :class:`Int4TinygemmLinear` (``--quant-layout tinygemm``): torchao's tinygemm values (its
   ``Int4TilePackedTo4dTensor``) as plain parameters, multiplied by the same kernel: the same
   bits out, without a tensor subclass to unwrap per weight on every call (see above).
@@ -97,9 +101,36 @@ class Int8WeightOnlyLinear(nn.Linear):
         return self.weight.to(self.scale.dtype) * self.scale[:, None]
 
 
+class Float8WeightOnlyLinear(nn.Linear):
+    """A linear layer over an FP8 weight (out, in) and an FP32 scale per output row, both plain
+    parameters (never trained): ``x @ W.T`` with W dequantized as torchao's ``Float8Tensor``
+    dequantizes it (``(W.float() * scale).to(x.dtype)``) inside the product, which inductor
+    fuses into the product's loads of a decode step."""
+
+    def __init__(self, qdata: torch.Tensor, scale: torch.Tensor,
+                 bias: nn.Parameter | None = None) -> None:
+        out_features, in_features = qdata.shape
+        super().__init__(in_features, out_features, bias=False, device="meta")
+        self.weight = nn.Parameter(qdata, requires_grad=False)
+        self.scale = nn.Parameter(scale.reshape(out_features, 1).float(), requires_grad=False)
+        self.register_parameter("bias", bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = F.linear(x, self.dequantize().to(x.dtype))
+        return out if self.bias is None else out + self.bias
+
+    def dequantize(self) -> torch.Tensor:
+        return self.weight.float() * self.scale
+
+
+# torchao's weight-only tensors the unwrapped layout holds as plain parameters.
+UNWRAPPED = ("Int8Tensor", "Float8Tensor")
+
+
 def convertible(weight: torch.Tensor) -> bool:
-    """A torchao Int8Tensor quantized weight-only with a scale per row (or per tensor)."""
-    if type(weight).__name__ != "Int8Tensor":
+    """A torchao Int8Tensor or Float8Tensor quantized weight-only with a scale per row (or per
+    tensor)."""
+    if type(weight).__name__ not in UNWRAPPED:
         return False
     if getattr(weight, "act_quant_kwargs", None) is not None:       # dynamic activations
         return False
@@ -110,18 +141,21 @@ def convertible(weight: torch.Tensor) -> bool:
 
 
 def unwrapped(layer: nn.Linear) -> nn.Linear:
-    """``layer`` as an :class:`Int8WeightOnlyLinear` over the same int8 data and scales where
-    its weight is :func:`convertible`; else ``layer`` itself."""
-    weight: Any = layer.weight              # torchao's Int8Tensor: its qdata and scale
-    if isinstance(layer, Int8WeightOnlyLinear) or not convertible(weight):
+    """``layer`` as an :class:`Int8WeightOnlyLinear` or :class:`Float8WeightOnlyLinear` over the
+    same data and scales where its weight is :func:`convertible`; else ``layer`` itself."""
+    weight: Any = layer.weight              # torchao's Int8Tensor or Float8Tensor
+    if isinstance(layer, (Int8WeightOnlyLinear, Float8WeightOnlyLinear)) or \
+            not convertible(weight):
         return layer
     scale = weight.scale.expand(weight.shape[0], 1) if weight.scale.numel() == 1 else weight.scale
+    if type(weight).__name__ == "Float8Tensor":
+        return Float8WeightOnlyLinear(weight.qdata.detach(), scale.detach(), layer.bias)
     return Int8WeightOnlyLinear(weight.qdata.detach(), scale.detach(), weight.dtype, layer.bias)
 
 
 def unwrap(model: nn.Module) -> int:
-    """Replace, in place, every linear layer whose weight :func:`convertible` admits with an
-    :class:`Int8WeightOnlyLinear`; how many it replaced."""
+    """Replace, in place, every linear layer whose weight :func:`convertible` admits with its
+    :func:`unwrapped` layer; how many it replaced."""
     replaced = 0
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):

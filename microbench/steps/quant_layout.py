@@ -24,11 +24,13 @@ The layouts (torchao 0.18, ``torchao/quantization/quant_api.py``):
   and ``inductor``
   (:class:`~microbench.steps.quant_layers.Int4InductorLinear`: tinygemm's values as plain
   tensors, the product written for inductor). torchao 0.18 has no Marlin int4 layout.
-* int8wo: ``rowwise`` (torchao's ``Int8Tensor``, a scale per output row), ``tensorwise``, or by
-  name on GPUs ``unwrapped`` (torchao's values as plain tensors of an
-  :class:`~microbench.steps.quant_layers.Int8WeightOnlyLinear`, gpt-fast's form).
-* float8wo: ``rowwise`` or ``tensorwise``; the weight cast to BF16 inside the product, which
-  inductor fuses when it writes a one-row product as a reduction (coordinate-descent tuning).
+* int8wo: ``unwrapped`` on GPUs (torchao's per-row values as plain tensors of an
+  :class:`~microbench.steps.quant_layers.Int8WeightOnlyLinear`, gpt-fast's form), ``rowwise``
+  (torchao's ``Int8Tensor``, a scale per output row) elsewhere, or ``tensorwise``.
+* float8wo: ``unwrapped`` (a
+  :class:`~microbench.steps.quant_layers.Float8WeightOnlyLinear`), ``rowwise`` or
+  ``tensorwise``; the weight cast to BF16 inside the product, which inductor fuses when it
+  writes a one-row product as a reduction (coordinate-descent tuning).
 * float8dq: ``rowwise`` (``torch._scaled_mm`` with a scale per row of each side: sm_90 and newer
   on NVIDIA, MI300 on ROCm) or ``tensorwise`` (sm_89 too).
 
@@ -59,7 +61,8 @@ from microbench.settings import quantization
 from microbench.settings.compile_options import with_inductor_settings
 from microbench.settings.quantization import FORMATS, LAYOUTS, RULES
 from microbench.steps import quant_layers
-from microbench.steps.quant_layers import (MSLK_OPS, Int4InductorLinear, Int4MslkLinear,
+from microbench.steps.quant_layers import (MSLK_OPS, Float8WeightOnlyLinear,
+                                           Int4InductorLinear, Int4MslkLinear,
                                            Int4TinygemmLinear, Int8WeightOnlyLinear,
                                            linear_layers, unwrapped)
 
@@ -420,6 +423,9 @@ def describe_layer(module: nn.Linear, rows: int | None = None) -> tuple[str, str
         return ("Int8WeightOnlyLinear", "unwrapped rowwise",
                 "int8 weight cast to BF16 inside the product, row scales after (gpt-fast's "
                 "form, inductor)")
+    if isinstance(module, Float8WeightOnlyLinear):
+        return ("Float8WeightOnlyLinear", "unwrapped rowwise",
+                "FP8 weight dequantized to BF16 inside the product (torchao's form, inductor)")
     if isinstance(module, Int4InductorLinear):
         few = rows is not None and rows <= quant_layers.INT4_REDUCE_ROWS
         many = rows is not None and not few
@@ -439,7 +445,7 @@ def describe_layer(module: nn.Linear, rows: int | None = None) -> tuple[str, str
 
 def layout_of(module: nn.Linear) -> str:
     """The --quant-layout name of a quantized layer (what quantization.LAYOUTS calls it)."""
-    if isinstance(module, Int8WeightOnlyLinear):
+    if isinstance(module, (Int8WeightOnlyLinear, Float8WeightOnlyLinear)):
         return "unwrapped"
     if isinstance(module, Int4InductorLinear):
         return "inductor"

@@ -42,14 +42,37 @@ def test_float8_dynamic_is_rowwise_where_scaled_mm_takes_row_scales(facts, expec
     assert planned.layouts == expected and not planned.measured
 
 
-def test_int8_is_torchaos_rowwise_and_unwrapped_only_by_name_on_gpus():
+def test_int8_and_float8_run_unwrapped_on_gpus_and_torchaos_rowwise_elsewhere():
     assert plan("int8wo", "auto", CPU).layouts == ("rowwise",)
     assert plan("int8wo", "tensorwise", CPU).layouts == ("tensorwise",)
     for gpu in (H100_BARE, MI300, L4):
-        assert plan("int8wo", "auto", gpu).layouts == ("rowwise",)
-        assert plan("int8wo", "unwrapped", gpu).layouts == ("unwrapped",)
+        assert plan("int8wo", "auto", gpu).layouts == ("unwrapped",)
+        assert plan("int8wo", "rowwise", gpu).layouts == ("rowwise",)
+    assert plan("float8wo", "auto", H100_BARE).layouts == ("unwrapped",)
+    assert plan("float8wo", "rowwise", H100_BARE).layouts == ("rowwise",)
     with pytest.raises(UsageError, match="unwrapped layout .* needs a GPU"):
         plan("int8wo", "unwrapped", CPU)
+
+
+def test_unwrapped_float8_runs_torchaos_numbers_without_the_subclass():
+    """torchao's weight-only FP8 values and row scales as plain parameters of a
+    Float8WeightOnlyLinear give its Float8Tensor's outputs bit for bit."""
+    pytest.importorskip("torchao")
+    from torchao.quantization import quantize_
+    from microbench.steps import quant_layers
+    reference = _tiny()
+    quantize_(reference, quant_layout.torchao_config("float8wo", "rowwise", CPU))
+    inputs = torch.randn(3, 64, dtype=torch.bfloat16)
+    expected = reference(inputs)
+    assert quant_layers.unwrap(reference) == 2
+    layer = reference[0]
+    assert isinstance(layer, quant_layers.Float8WeightOnlyLinear)
+    assert type(layer.weight) is nn.Parameter and layer.weight.dtype == torch.float8_e4m3fn
+    assert layer.scale.shape == (64, 1) and layer.scale.dtype == torch.float32
+    assert torch.equal(reference(inputs), expected)
+    assert quant_layout.layout_of(layer) == "unwrapped"
+    assert quant_layout.describe_layer(layer)[0] == "Float8WeightOnlyLinear"
+    assert quant_layers.unwrap(reference) == 0              # once
 
 
 def test_unwrapped_int8_runs_torchaos_numbers_without_the_subclass(monkeypatch):
