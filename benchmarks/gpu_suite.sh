@@ -26,18 +26,19 @@ echo "GPUs: $gpus; $(python3 -c 'import torch; print(torch.__version__, torch.cu
 
 # One suite on two GPUs (A,B) in two phases, so that no GPU waits while another works (issue 64:
 # one after the other the suite took 491 s, its goal is 300): first the one-GPU tests, split into
-# two shares of about equal time (2026-11-28, H200: quant ~126 s + trials and compile-SIGTERM ~40 s
-# against the rest of test_one_gpu.py ~170 s), each share alone on one GPU; then every other
-# gpu-marked test (a new file lands here: it may need both GPUs) on both. A share names its tests by node id,
-# so a renamed test fails loudly instead of dropping out.
+# two shares of about equal time (2026-11-28, H200: share A, quant 124 s + trials 18 s, took
+# 154 s with the compile-SIGTERM test's 11 s, share B 129 s without it), each share alone on one
+# GPU; then every other gpu-marked test (a new file lands here: it may need both GPUs) on both.
+# A share names its tests by node id, so a renamed test fails loudly instead of dropping out.
 SHARE_A=(tests/gpu/test_quant_gpu.py
-         tests/gpu/test_one_gpu.py::test_trials_run_in_worker_processes_each_on_the_gpu
-         tests/gpu/test_one_gpu.py::test_sigterm_during_gpu_compilation_ends_the_run)
+         tests/gpu/test_one_gpu.py::test_trials_run_in_worker_processes_each_on_the_gpu)
 SHARE_B=(tests/gpu/test_one_gpu.py
-         --deselect tests/gpu/test_one_gpu.py::test_trials_run_in_worker_processes_each_on_the_gpu
-         --deselect tests/gpu/test_one_gpu.py::test_sigterm_during_gpu_compilation_ends_the_run)
-# Every other test the gpu mark selects, wherever it lives (tests/ops has some).
-BOTH=(tests --ignore tests/gpu/test_quant_gpu.py --ignore tests/gpu/test_one_gpu.py)
+         --deselect tests/gpu/test_one_gpu.py::test_trials_run_in_worker_processes_each_on_the_gpu)
+# Every other test the gpu mark selects: gpu-marked tests live in these folders only
+# (tests/test_gpu_suite_layout.py holds it), so collection imports no other test module.
+GPU_TEST_DIRS=(tests/gpu tests/ops)
+BOTH=("${GPU_TEST_DIRS[@]}" --ignore tests/gpu/test_quant_gpu.py
+      --ignore tests/gpu/test_one_gpu.py)
 
 part() {    # LOG DEVICES PYTHONPATH CACHE pytest-args...
     local log=$1 devices=$2 path=$3 cache=$4
