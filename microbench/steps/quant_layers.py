@@ -165,7 +165,28 @@ def unwrap(model: nn.Module) -> int:
     return replaced
 
 
-class Int4TinygemmLinear(nn.Linear):
+class KernelInt4Linear(nn.Linear):
+    """An int4 layer whose weight only its kernel reads (tinygemm's or mslk's packing, as plain
+    parameters): the bias added to the kernel's product, and the weight recovered through the
+    kernel. A subclass says how it multiplies (``_product``)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self._product(x)
+        if self.bias is not None:
+            out = out + self.bias.to(out.dtype)
+        return out.to(x.dtype)
+
+    def _product(self, x: torch.Tensor) -> torch.Tensor:
+        """x @ W.T in BF16, the bias left out."""
+        raise NotImplementedError
+
+    def dequantize(self) -> torch.Tensor:
+        """The weight (out, in) in BF16, as the kernel sees it."""
+        return through_identity(self._product, self.in_features, torch.bfloat16,
+                                self.weight.device)
+
+
+class Int4TinygemmLinear(KernelInt4Linear):
     """tinygemm's int4 weight (``--quant-layout tinygemm``) as plain parameters of the layer:
     torchao's tile-packed int32 values and its interleaved scales and zero points, multiplied by
     the kernel torchao's ``Int4TilePackedTo4dTensor`` calls (``aten._weight_int4pack_mm``), the
@@ -191,24 +212,12 @@ class Int4TinygemmLinear(nn.Linear):
         return cls(weight.qdata.detach(), weight.scale_and_zero.detach(), out_features,
                    in_features, int(weight.block_size[-1]), layer.bias)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = self._product(x)
-        if self.bias is not None:
-            out = out + self.bias.to(out.dtype)
-        return out.to(x.dtype)
-
     def _product(self, x: torch.Tensor) -> torch.Tensor:
-        """x @ W.T in BF16, the bias left out."""
         rows = x.reshape(-1, self.in_features).to(torch.bfloat16)
         if self.packed_in != self.in_features:
             rows = F.pad(rows, (0, self.packed_in - self.in_features))
         out = int4pack_mm(rows, self.weight, self.group, self.scale_and_zero)
         return out[:, :self.out_features].reshape(*x.shape[:-1], self.out_features)
-
-    def dequantize(self) -> torch.Tensor:
-        """The weight (out, in) in BF16, as the kernel sees it."""
-        return through_identity(self._product, self.in_features, torch.bfloat16,
-                                self.weight.device)
 
 
 # The mslk operator each mslk int4 layout multiplies by with BF16 activations (torchao 0.18:
@@ -219,7 +228,7 @@ MSLK_TENSORS = {"Int4Tensor": ("plain", "qdata", "scale", "zero_point"),
                 "Int4PreshuffledTensor": ("preshuffled", "qdata", "group_scale", "group_zero")}
 
 
-class Int4MslkLinear(nn.Linear):
+class Int4MslkLinear(KernelInt4Linear):
     """mslk's int4 weight (``--quant-layout plain`` or ``preshuffled``) as plain parameters of
     the layer: the values, group scales and zero points of torchao's ``Int4Tensor`` or
     ``Int4PreshuffledTensor``, multiplied by the mslk operator that tensor calls with BF16
@@ -256,22 +265,10 @@ class Int4MslkLinear(nn.Linear):
         return cls(layout, getattr(weight, values).detach(), getattr(weight, scale).detach(),
                    getattr(weight, zero).detach(), out_features, in_features, layer.bias)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = self._product(x)
-        if self.bias is not None:
-            out = out + self.bias.to(out.dtype)
-        return out.to(x.dtype)
-
     def _product(self, x: torch.Tensor) -> torch.Tensor:
-        """x @ W.T in BF16, the bias left out."""
         rows = x.reshape(-1, self.in_features).to(torch.bfloat16)
         out = mslk_int4_mm(self.layout, rows, self.weight, self.scale, self.zero)
         return out.reshape(*x.shape[:-1], self.out_features)
-
-    def dequantize(self) -> torch.Tensor:
-        """The weight (out, in) in BF16, as the kernel sees it."""
-        return through_identity(self._product, self.in_features, torch.bfloat16,
-                                self.weight.device)
 
 
 def mslk_int4_mm(layout: str, rows: torch.Tensor, values: torch.Tensor, scale: torch.Tensor,
