@@ -45,8 +45,8 @@ def hybrid_shape(world_size: int, shard_size: int | None) -> tuple[int, int]:
                          f"node (the launcher did not say: torchrun sets LOCAL_WORLD_SIZE, "
                          f"srun SLURM_NTASKS_PER_NODE): give {SHARD_FLAG} N")
     if shard_size > world_size or world_size % shard_size:
-        raise UsageError(f"--parallel hsdp: {world_size} rank{'s' if world_size > 1 else ''} do "
-                         f"not form groups of {shard_size} (shard group size, {SHARD_FLAG} or "
+        ranks = f"{world_size} ranks do" if world_size > 1 else "1 rank does"
+        raise UsageError(f"--parallel hsdp: {ranks} not form groups of {shard_size} (shard group size, {SHARD_FLAG} or "
                          f"the ranks of one node): give a {SHARD_FLAG} that divides "
                          f"{world_size}")
     return world_size // shard_size, shard_size
