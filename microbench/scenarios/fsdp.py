@@ -188,7 +188,7 @@ def _plan_text(plan: dict) -> str:
     mesh = plan.get("mesh_shape") or [ranks]
     over = f"{ranks} rank{'s' if ranks > 1 else ''}"
     if len(mesh) > 1:
-        over += f", mesh {mesh[0]} replicas x {mesh[1]} shards"
+        over += f", mesh {sharding.mesh_text(mesh)}"
     return (f"FSDP2 over {over} ({plan['blocks']} blocks + "
             f"root, {reshard}; compute {plan['param_dtype'].upper()}, gradients reduced in "
             f"{plan['reduce_dtype'].upper()})")

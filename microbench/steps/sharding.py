@@ -47,7 +47,7 @@ import contextlib
 import datetime
 import math
 from dataclasses import dataclass
-from typing import Callable, Iterator, TypeVar
+from typing import Callable, Iterator, Sequence, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -88,7 +88,7 @@ class ShardPlan:
                    if self.reshard_after_forward else "kept gathered from forward to backward")
         over = (f"{self.world_size} rank{'s' if self.world_size > 1 else ''}"
                 if len(self.mesh) < 2 else
-                f"{self.world_size} ranks: {self.mesh[0]} replicas x {self.mesh[1]} shards")
+                f"{self.world_size} ranks: {mesh_text(self.mesh)}")
         return (f"FSDP2 over {over}: {self.blocks} blocks + root; block parameters {reshard}; "
                 f"compute in {self.param_dtype.upper()}, gradients reduced in "
                 f"{self.reduce_dtype.upper()}, master weights and optimizer state FP32")
@@ -98,6 +98,13 @@ class ShardPlan:
                 "reshard_after_forward": self.reshard_after_forward,
                 "param_dtype": self.param_dtype, "reduce_dtype": self.reduce_dtype,
                 "mesh_shape": list(self.mesh or (self.world_size,))}
+
+
+def mesh_text(mesh: Sequence[int]) -> str:
+    """'2 replicas x 2 shards' of a hybrid mesh's shape."""
+    replicas, shards = mesh
+    return (f"{replicas} replica{'s' if replicas > 1 else ''} x {shards} "
+            f"shard{'s' if shards > 1 else ''}")
 
 
 @dataclass(frozen=True)
