@@ -198,8 +198,9 @@ def test_two_nodes_of_two_ranks_shard_over_the_job_or_inside_each_node(tmp_path,
                                                                        mesh, text):
     """Issue 62: --nnodes 2 with two ranks a node (two torchrun agents): fsdp shards over all
     four ranks; hsdp inside each node (LOCAL_WORLD_SIZE 2), replicated across the two."""
+    checkpointing = ["--activation-checkpointing", "selective"] if strategy == "hsdp" else []
     agents = run_two_nodes(*TINY_LLAMA, "--batch-size", "4", "--parallel", strategy,
-                           "--output-dir", str(tmp_path))
+                           *checkpointing, "--output-dir", str(tmp_path))
     assert [code for code, _, _ in agents] == [0, 0], [err[-3000:] for _, _, err in agents]
     [out] = [out for _, out, _ in agents if "--------------------SUMMARY" in out]
     assert text in out

@@ -61,3 +61,32 @@ def test_refused_in_one_line_before_anything_runs(tmp_path, capfd, flags, text):
     ran = run_main(capfd, *flags, "--device", "cpu", "--output-dir", str(out_dir))
     assert_one_line_error(ran, 2, text)
     assert not out_dir.exists()
+
+
+@pytest.mark.slow
+def test_fp8_and_checkpointing_run_as_under_fsdp(tmp_path, capfd, monkeypatch):
+    """One process: a 1 x 1 mesh, FP8 tensorwise through fsdp's conversion (nothing gathered
+    in FP8 with one shard), selective checkpointing; the CPU is told it has FP8 units, as
+    tests/e2e/test_fsdp_run.py does."""
+    pytest.importorskip("torchao")
+    from microbench.plan import cli
+    from microbench.platform import devices
+    from support.documents import check_document
+    monkeypatch.setattr(devices, "no_fp8_reason", lambda device: None)
+    monkeypatch.setattr(devices, "fp8_formats", lambda device: ("float8_e4m3fn", "float8_e5m2"))
+    monkeypatch.setattr(cli, "_refuse_fp8_on_cpu", lambda configs: None)
+    out_dir = tmp_path / "results"
+    ran = run_main(capfd, "--network", "llama_tiny", "--seq-len", "16", "--vocab-size", "512",
+                   "--iterations", "1", "--warmup", "0", "--device", "cpu",
+                   "--telemetry-interval", "0", "--batch-size", "1", "--parallel", "hsdp",
+                   "--precision", "fp8", "--activation-checkpointing", "selective",
+                   "--output-dir", str(out_dir))
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert "FSDP2 over 1 rank, mesh 1 replica x 1 shard" in ran.stdout
+    [path] = out_dir.glob("*.json")
+    document = check_document(path)
+    block = document["parallel"]
+    assert (block["mode"], block["mesh_shape"], block["activation_checkpointing"]) == (
+        "hsdp", [1, 1], "selective")
+    assert 0.5 < document["low_precision"]["fp8_flops_share"] < 1
+    assert document["low_precision"]["fp8_all_gather"] is False
