@@ -49,7 +49,8 @@ def boolean(where: str, value: Any) -> Any:
 class Strategy:
     """How training's work is spread over the ranks, chosen once, in resolve
     (``parallel.strategy_of``): one process (``single``, this class), a replica per rank
-    (``ddp``), or shards (``fsdp``)."""
+    (``ddp``), shards over every rank (``fsdp``), or shards inside groups replicated across
+    them (``hsdp``)."""
 
     name = ONE_PROCESS             # the result's parallel.mode
     replicates = False             # a DDP wrapper around the model of a training run
