@@ -264,10 +264,16 @@ def test_one_module_parses_stored_results():
     assert readers <= set(JSON_READERS), sorted(readers - set(JSON_READERS))
 
 
+# Where --parallel's value is read: the registry, and the hybrid mesh's arithmetic, which
+# refuses a world size the shard group does not divide before torch's import (settings/mesh.py,
+# called by plan/cli.py; the strategy, scenarios/hsdp.py, builds its mesh with it).
+PARALLEL_READERS = ("microbench/scenarios/parallel.py", "microbench/settings/mesh.py")
+
+
 def test_only_the_strategies_read_the_parallel_flag():
     """--parallel's value becomes a Strategy in resolve; everything else asks the strategy."""
     hits = _hits(r"(?<!named\()config\.parallel\b")
-    assert all(hit.startswith("microbench/scenarios/parallel.py") for hit in hits), hits
+    assert all(hit.startswith(PARALLEL_READERS) for hit in hits), hits
 
 
 def test_model_specs_are_asked_not_probed():
@@ -402,8 +408,8 @@ REPLAYED_SAMPLES = {
     "data": "loader", "data_format": "png", "data_images": 64, "data_dir": "/data/images",
     "decode": "gpu", "transforms": "gpu", "workers": 3, "pin_memory": False,
     "prefetch_factor": 4,
-    "parallel": "fsdp", "reshard_after_forward": False, "activation_checkpointing": "full",
-    "optimizer": "adamw", "fp8_recipe": "rowwise", "quantize": "int8wo",
+    "parallel": "fsdp", "reshard_after_forward": False, "hsdp_shard_size": 2,
+    "activation_checkpointing": "full", "optimizer": "adamw", "fp8_recipe": "rowwise", "quantize": "int8wo",
     "quant_layout": "tensorwise",
 }
 
@@ -416,7 +422,7 @@ NEEDS = {"prompt_len": {"mode": "generate"}, "gen_len": {"mode": "generate"},
                                                   "transforms")},
          "data_dir": {"data": "folder"}, "decode": {"data": "loader", "transforms": "gpu"},
          "max_trials": {"max_noise_pct": 2.5}, "time_limit_s": {"max_noise_pct": 2.5},
-         "reshard_after_forward": {"parallel": "fsdp"},
+         "reshard_after_forward": {"parallel": "fsdp"}, "hsdp_shard_size": {"parallel": "hsdp"},
          "fp8_recipe": {"precision": "fp8"}, "quantize": {"mode": "inference"},
          "quant_layout": {"mode": "inference", "quantize": "int8wo"}}
 

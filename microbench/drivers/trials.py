@@ -123,7 +123,9 @@ def measure_trial(spec: RunSpec, env: DeviceInfo, monitor: benchmark.Monitor,
         return trial_of_process(spec, env, result)
     distributed.barrier(spec.device)           # ...and meet again at its end
     records = distributed.gather_to_main(record_of(spec, env, result))
-    return Trial.of_ranks(result, records) if records is not None else None   # rank 0's
+    if records is None:
+        return None                            # rank 0 alone holds the trial
+    return Trial.of_ranks(result, records, spec.launch.sharing_a_batch)
 
 
 def rank_hooks(spec: RunSpec) -> RankHooks:

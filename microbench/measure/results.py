@@ -189,10 +189,14 @@ class Trial:
 
     result: ProcessResult
     ranks: tuple[RankRecord, ...]          # sorted by rank; one for a single-device run
+    # Ranks that take the same share of the batch (the launch's world size over its
+    # data-parallel degree): 1 under DDP, FSDP and HSDP, where every rank takes its own.
+    sharing_a_batch: int = 1
 
     @classmethod
-    def of_ranks(cls, result: ProcessResult, records: Iterable[RankRecord]) -> "Trial":
-        return cls(result, tuple(sorted(records, key=lambda r: r.rank)))
+    def of_ranks(cls, result: ProcessResult, records: Iterable[RankRecord],
+                 sharing_a_batch: int = 1) -> "Trial":
+        return cls(result, tuple(sorted(records, key=lambda r: r.rank)), sharing_a_batch)
 
     @property
     def slowest(self) -> RankRecord:
@@ -200,7 +204,8 @@ class Trial:
 
     @property
     def global_batch(self) -> int:
-        return sum(record.batch_size for record in self.ranks)
+        """Items of one iteration of the job: every rank's, each share counted once."""
+        return sum(record.batch_size for record in self.ranks) // self.sharing_a_batch
 
     @property
     def throughput(self) -> float:

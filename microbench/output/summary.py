@@ -116,6 +116,12 @@ class Summary:
         return self.representative.global_batch
 
     @property
+    def data_parallel(self) -> int:
+        """Ranks that each took their own share of the global batch (the strategy's
+        data-parallel degree; the world size under DDP, FSDP and HSDP)."""
+        return self.world_size // self.representative.sharing_a_batch
+
+    @property
     def own(self) -> RankRecord:
         """The reporting process's record (of the representative trial)."""
         return next(r for r in self.ranks if r.rank == self.spec.launch.rank)
@@ -154,6 +160,9 @@ class Summary:
 
     @property
     def per_device_throughput(self) -> float:
+        """Items per second per device: every device of the job shares the work, whether it
+        took its own share of the batch or split one with others (the data-parallel degree
+        only decides the global batch)."""
         return self.throughput / self.world_size
 
     @property
@@ -185,8 +194,10 @@ class Summary:
         """Achieved TFLOP/s per device and MFU, at the headline throughput's iteration rate."""
         if self.result.flops_per_iteration is None:
             return None
-        return Utilization(self.result.flops_per_iteration, self.throughput / self.global_batch,
-                           self.spec.peak)
+        # A rank counts the model's FLOPs at its share of the batch; ranks that share one split
+        # that work between them.
+        per_device = self.result.flops_per_iteration // self.representative.sharing_a_batch
+        return Utilization(per_device, self.throughput / self.global_batch, self.spec.peak)
 
     # ------------------------------------------------------------ measured peaks
 

@@ -22,7 +22,7 @@ from typing import Any, Iterable, Sequence
 
 from microbench import __version__
 from microbench.models import names
-from microbench.settings import identity
+from microbench.settings import identity, mesh
 from microbench.settings.precision import from_older_flags, lookup
 from microbench.plan import rerun
 from microbench.settings.argtypes import (MAX_BATCH, MAX_MEMORY_GB, HelpFormatter,
@@ -318,8 +318,19 @@ def to_plan(args: argparse.Namespace) -> Plan:
     plan = _checked_plan(args, base, configs)
     b_configs = [plan.ab.config] if plan.ab is not None else []
     _refuse_fp8_on_cpu([*configs, *b_configs])
+    _refuse_uneven_mesh([*configs, *b_configs])
     _check_kinds([base, *configs, *b_configs])
     return plan
+
+
+def _refuse_uneven_mesh(configs: Sequence[BenchConfig]) -> None:
+    """--parallel hsdp over a world size its shard group does not divide, refused from the
+    launcher's variables before torch's import (issue 62; resolve refuses the manual launch's,
+    whose world is known only there). A training run's: under another mode --parallel is
+    refused on its own."""
+    for config in configs:
+        if config.mode == "training":
+            mesh.refuse_before_torch(config, os.environ)
 
 
 def _checked_plan(args: argparse.Namespace, base: BenchConfig,

@@ -108,7 +108,9 @@ def resolve(config: BenchConfig, environ: Mapping[str, str] | None = None,
 
     ``check=False`` leaves :meth:`RunSpec.check` to the caller (a sweep row fails alone).
     """
-    spec = _derive(config, distributed.detect(config, environ))
+    spec = _derive(config, distributed.detect(
+        config, environ, lambda launch: parallel.strategy_of(config, launch).data_parallel(
+            config, launch)))
     if check:
         spec.check()
     return spec
@@ -146,6 +148,7 @@ def _derive(config: BenchConfig, launch: Launch) -> RunSpec:
                      f"rank 0 only; the other ranks run that iteration unprofiled, and every "
                      f"rank leaves it out of its statistics")
     strategy = parallel.strategy_of(config, launch)
+    strategy.mesh(config, launch)       # a mesh the launch cannot form: refused here, once
     if policy.fp8 and config.compile:
         notes.append(low_precision.fp8_compile_note(strategy.shards))
     name = _json_name(config, model, policy, launch.world_size, strategy)

@@ -10,8 +10,9 @@ Launchers (torch.distributed is the engine: NCCL, which is RCCL on ROCm, on GPUs
   --dist-url tcp://host:port --dist-backend nccl [--device_ids 0,1]``; each process starts one
   worker per listed device, worker i being global rank R * n + i of W * n.
 
-Under torchrun and SLURM ``--batch-size`` is the global batch, split evenly across ranks; the
-manual launch keeps the older meaning: the batch of this process, split over its devices.
+Under torchrun and SLURM ``--batch-size`` is the global batch, split evenly across the
+data-parallel ranks (every rank, unless the strategy says otherwise: ``Launch.data_parallel``);
+the manual launch keeps the older meaning: the batch of this process, split over its devices.
 """
 from __future__ import annotations
 
@@ -55,8 +56,21 @@ class Launch:
     init_method: str | None = None
     device_index: int | None = None   # the GPU of this rank
     workers: int = 1                  # manual launch: workers this process starts
+    # The ranks of this node (torchrun's LOCAL_WORLD_SIZE, srun's SLURM_NTASKS_PER_NODE, a
+    # manual launch's workers); None where the launcher does not say.
+    local_world_size: int | None = 1
+    # Ranks that each take their own share of the global batch (the strategy's data-parallel
+    # degree: every rank under DDP, FSDP and HSDP); the other world_size / data_parallel ranks
+    # of a share (tensor or pipeline parallel) take the same one. The batch split and the
+    # global batch read it.
+    data_parallel: int = 1
     local_batch: int = 0
     global_batch: int = 0
+
+    @property
+    def sharing_a_batch(self) -> int:
+        """Ranks that take the same share of the batch (1: every rank its own)."""
+        return self.world_size // self.data_parallel
 
     @property
     def distributed(self) -> bool:
@@ -114,7 +128,22 @@ def _split(batch: int, parts: int, what: str) -> int:
     return batch // parts
 
 
-def _manual(config: LaunchFlags, environ: Mapping[str, str]) -> Launch:
+# What the strategy says of a launch: its data-parallel degree (None: every rank).
+DataParallel = Callable[["Launch"], int]
+
+
+def _degree(launch: Launch, data_parallel: DataParallel | None) -> int:
+    """The data-parallel degree ``data_parallel`` gives ``launch``, checked: a divisor of its
+    world size."""
+    degree = launch.world_size if data_parallel is None else data_parallel(launch)
+    if not 1 <= degree <= launch.world_size or launch.world_size % degree:
+        raise ValueError(f"a data-parallel degree of {degree} does not divide "
+                         f"{launch.world_size} ranks")
+    return degree
+
+
+def _manual(config: LaunchFlags, environ: Mapping[str, str],
+            data_parallel: DataParallel | None = None) -> Launch:
     rank, world = config.rank, config.world_size
     missing = [flag for flag, value in (("--rank", rank), ("--world-size", world),
                                         ("--dist-backend", config.dist_backend),
@@ -128,14 +157,16 @@ def _manual(config: LaunchFlags, environ: Mapping[str, str]) -> Launch:
     global _current                  # known from here on: later error lines carry the rank
     _current = Launch(launcher="manual", rank=rank * workers)
     local = _split(config.batch_size, workers, "devices of this process")
-    return Launch(launcher="manual", rank=rank * workers, node_rank=rank,
-                  world_size=world * workers, backend=config.dist_backend,
-                  init_method=config.dist_url, workers=workers,
-                  device_index=config.device_ids[0] if config.device_ids else None,
-                  local_batch=local, global_batch=local * world * workers)
+    launch = Launch(launcher="manual", rank=rank * workers, node_rank=rank,
+                    world_size=world * workers, backend=config.dist_backend,
+                    init_method=config.dist_url, workers=workers, local_world_size=workers,
+                    device_index=config.device_ids[0] if config.device_ids else None)
+    degree = _degree(launch, data_parallel)
+    return replace(launch, data_parallel=degree, local_batch=local, global_batch=local * degree)
 
 
-def _from_environment(config: LaunchFlags, environ: Mapping[str, str]) -> Launch | None:
+def _from_environment(config: LaunchFlags, environ: Mapping[str, str],
+                      data_parallel: DataParallel | None = None) -> Launch | None:
     if "TORCHELASTIC_RUN_ID" in environ or any(name in environ
                                                for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK")):
         _check_torchrun_environment(environ)
@@ -143,6 +174,7 @@ def _from_environment(config: LaunchFlags, environ: Mapping[str, str]) -> Launch
         launcher, rank, local = ("torchrun", _int_env(environ, "RANK", 0, world - 1),
                                  _int_env(environ, "LOCAL_RANK"))
         node = _optional_int_env(environ, "GROUP_RANK")
+        here = _optional_int_env(environ, "LOCAL_WORLD_SIZE")
         init_method = "env://"
     elif "SLURM_PROCID" in environ and "SLURM_NTASKS" in environ \
             and _int_env(environ, "SLURM_NTASKS", 1) > 1:
@@ -150,14 +182,20 @@ def _from_environment(config: LaunchFlags, environ: Mapping[str, str]) -> Launch
         launcher, rank, local = ("slurm", _int_env(environ, "SLURM_PROCID", 0, world - 1),
                                  _int_env(environ, "SLURM_LOCALID"))
         node = _optional_int_env(environ, "SLURM_NODEID")
+        # srun sets it only where every node runs as many tasks (--ntasks-per-node).
+        here = _optional_int_env(environ, "SLURM_NTASKS_PER_NODE") \
+            if environ.get("SLURM_NTASKS_PER_NODE", "").isdigit() else None
         init_method = config.dist_url or _slurm_rendezvous(environ)
     else:
         return None
-    local_batch = _split(config.batch_size, world, "ranks")
-    return Launch(launcher=launcher, rank=rank, local_rank=local, world_size=world,
-                  node_rank=node, backend=config.dist_backend, init_method=init_method,
-                  device_index=local,
-                  local_batch=local_batch, global_batch=config.batch_size)
+    launch = Launch(launcher=launcher, rank=rank, local_rank=local, world_size=world,
+                    node_rank=node, backend=config.dist_backend, init_method=init_method,
+                    device_index=local, local_world_size=here)
+    degree = _degree(launch, data_parallel)
+    what = "ranks" if degree == world else "data-parallel groups of ranks"
+    return replace(launch, data_parallel=degree,
+                   local_batch=_split(config.batch_size, degree, what),
+                   global_batch=config.batch_size)
 
 
 class LaunchFlags(Protocol):
@@ -193,13 +231,16 @@ def _slurm_rendezvous(environ: Mapping[str, str]) -> str:
                      "$SLURM_JOB_NODELIST and a free port) or pass --dist-url tcp://host:port")
 
 
-def detect(config: LaunchFlags, environ: Mapping[str, str] | None = None) -> Launch:
+def detect(config: LaunchFlags, environ: Mapping[str, str] | None = None,
+           data_parallel: DataParallel | None = None) -> Launch:
     """The launch this process belongs to; usage errors are raised before any rendezvous, so
-    every rank fails the same way at once instead of waiting for the others."""
+    every rank fails the same way at once instead of waiting for the others. ``data_parallel``:
+    the strategy's data-parallel degree of the launch (None: every rank), which the batch is
+    split by."""
     environ = os.environ if environ is None else environ
     _fail_rank(environ)                          # a test hook, but checked like the others
     if config.distributed_dataparallel:
-        launch = _manual(config, environ)
+        launch = _manual(config, environ, data_parallel)
         check_fail_rank(launch.world_size, environ)
         return launch
     stray = [flag for flag, value in (("--rank", config.rank), ("--world-size", config.world_size),
@@ -207,7 +248,7 @@ def detect(config: LaunchFlags, environ: Mapping[str, str] | None = None) -> Lau
     if stray:
         raise UsageError(f"{', '.join(stray)} only apply with --distributed_dataparallel "
                          f"(under torchrun or srun the launcher sets them)")
-    found = _from_environment(config, environ)
+    found = _from_environment(config, environ, data_parallel)
     if found is None:
         launch = Launch(local_batch=config.batch_size, global_batch=config.batch_size)
     else:

@@ -33,6 +33,7 @@ from microbench.models.language import LanguageModelSpec
 from microbench.scenarios.strategy import Strategy, Wrap
 from microbench.scenarios.views import RunView, SummaryView
 from microbench.settings.config import BenchConfig
+from microbench.settings.mesh import Mesh
 from microbench.steps import activation_checkpointing, low_precision, sharding, workload
 
 # How the counted FLOPs of a sharded run differ from a plain run's (FlopCounterMode counts the
@@ -57,25 +58,27 @@ class Sharded(Strategy):
 
     def check_flags(self, config: BenchConfig) -> None:
         super().check_flags(config)
+        flag = f"--parallel {self.name}"
         if "fp16" in config.precision:
-            raise UsageError(f"--parallel fsdp does not run --precision {config.precision}: FP16 "
+            raise UsageError(f"{flag} does not run --precision {config.precision}: FP16 "
                              f"gradients need loss scaling, which FSDP's sharded gradients do not "
                              f"get here; use --precision amp-bf16 (or fp32, tf32)")
         if config.precision == "bf16":
-            raise UsageError("--parallel fsdp does not run --precision bf16: its FP32 master "
-                             "weights are not sharded here; use --precision amp-bf16 (FSDP keeps "
-                             "FP32 shards and computes with BF16 copies)")
+            raise UsageError(f"{flag} does not run --precision bf16: its FP32 master "
+                             f"weights are not sharded here; use --precision amp-bf16 (FSDP keeps "
+                             f"FP32 shards and computes with BF16 copies)")
         if config.opt_step > 1:
-            raise UsageError("--opt-step applies to --parallel ddp: under fsdp every micro-batch "
-                             "would reduce-scatter its gradients")
+            raise UsageError(f"--opt-step applies to --parallel ddp: under {self.name} every "
+                             f"micro-batch would reduce-scatter its gradients")
         if config.optimizer == "sgd" and config.optimizer_impl == "fused":
             raise UsageError("--optimizer-impl fused cannot step FSDP's sharded parameters with "
                              "SGD (PyTorch's fused SGD kernel has no DTensor support): use "
                              "--optimizer-impl foreach or --optimizer adamw")
 
     def not_here(self, flags: list[str], chosen: Strategy) -> UsageError:
+        whole = " (DDP keeps whole parameters on every rank)" if chosen.replicates else ""
         return UsageError(f"{', '.join(flags)} appl{'y' if len(flags) > 1 else 'ies'} to "
-                          f"--parallel fsdp (DDP keeps whole parameters on every rank)")
+                          f"--parallel {self.name}, not to {chosen.name}{whole}")
 
     def adjust_preset(self, config: BenchConfig, choices: dict) -> dict:
         """PyTorch has no fused SGD kernel for sharded (DTensor) parameters, and CUDA graphs
@@ -93,9 +96,9 @@ class Sharded(Strategy):
         if model.llama_config is None:
             kind = "an image model with no transformer blocks" if not model.reads_tokens \
                 else "an hf: model, which has no initialiser that writes shards"
-            raise UsageError(f"--parallel fsdp shards the llama_* presets (built on the meta "
-                             f"device and materialised shard by shard); {model.name} is {kind}: "
-                             f"use --parallel ddp")
+            raise UsageError(f"--parallel {self.name} shards the llama_* presets (built on the "
+                             f"meta device and materialised shard by shard); {model.name} is "
+                             f"{kind}: use --parallel ddp")
 
     @contextlib.contextmanager
     def process_group(self, spec: RunView) -> Iterator[None]:
@@ -108,7 +111,8 @@ class Sharded(Strategy):
             yield
 
     def build(self, spec: RunView, wrap: Wrap | None, count_flops: bool) -> workload.Workload:
-        return build_sharded(spec, wrap, count_flops, self.options(spec.config))
+        return build_sharded(spec, wrap, count_flops, self.options(spec.config),
+                             self.mesh(spec.config, spec.launch), self.name)
 
     def console_rows(self, summary: SummaryView) -> list[tuple[str, str]]:
         ranks = sorted(summary.ranks, key=lambda r: r.rank)
@@ -119,30 +123,33 @@ class Sharded(Strategy):
 
 # ---------------------------------------------------------------- the sharded work
 
-def build_sharded(spec: RunView, wrap: Wrap | None, count_flops: bool,
-                  options: dict) -> workload.Workload:
+def build_sharded(spec: RunView, wrap: Wrap | None, count_flops: bool, options: dict,
+                  mesh: Mesh | None = None, strategy: str = "fsdp") -> workload.Workload:
     """FSDP2 training of a llama_* preset: no rank ever holds the whole model (``options``:
-    fully_shard's keywords for each block)."""
+    fully_shard's keywords for each block; ``mesh``: the strategy's device mesh, one
+    dimension of every rank by default, or HSDP's replicas x shards)."""
     config, device, precision = spec.config, spec.device, spec.precision
     language = spec.model
     arch = language.llama_config
     if arch is None or not isinstance(language, LanguageModelSpec):     # check_model's rule
-        raise UsageError(f"--parallel fsdp shards the llama_* presets; {language.name} is not "
-                         f"one: use --parallel ddp")
+        raise UsageError(f"--parallel {strategy} shards the llama_* presets; {language.name} is "
+                         f"not one: use --parallel ddp")
     model = llama.build_on_meta(arch, language.attention)
     model.train()
     inputs, target = spec.model.make_batch(spec.batch_size, device, None, config.seed)
     iteration_flops, fp8_flops = _count_on_meta(model, spec) if count_flops else (None, None)
+    shape = mesh.shape if mesh is not None else (torch.distributed.get_world_size(),)
     reduced = None
     if precision.fp8:           # before sharding, as torchtitan does; no weights to compare yet
         # FP8 all-gather only where there is something to send: torchtitan turns it on only
-        # with more than one FSDP rank (dp_shard_enabled); with one, the weights' casts stay
+        # with more than one FSDP rank (dp_shard_enabled: the mesh's shard dimension; HSDP's
+        # replicas all-reduce gradients and gather nothing); with one, the weights' casts stay
         # inside the compiled blocks instead of running eagerly in FSDP's all-gather hook.
         reduced = low_precision.fp8_measured(model, config.fp8_recipe, device, None, config.seed,
-                                             fp8_flops, iteration_flops,
-                                             fsdp=torch.distributed.get_world_size() > 1)
+                                             fp8_flops, iteration_flops, fsdp=shape[-1] > 1)
     activation_checkpointing.apply(model, config.activation_checkpointing, spec.model.name)
-    plan = sharding.shard(model, device, precision, name=spec.model.name, **options)
+    plan = sharding.shard(model, device, precision, name=spec.model.name, mesh=shape,
+                          parallel=strategy, **options)
     sharding.materialize(model, device, lambda m: llama.initialize(m, config.seed))
     runnable = wrap(model) if wrap is not None else model
     phases = workload.PhaseMarks()
@@ -178,6 +185,10 @@ def _plan_text(plan: dict) -> str:
     reshard = "resharded after forward but the last" if plan["reshard_after_forward"] else \
         "kept gathered to backward"
     ranks = plan["world_size"]
-    return (f"FSDP2 over {ranks} rank{'s' if ranks > 1 else ''} ({plan['blocks']} blocks + "
+    mesh = plan.get("mesh_shape") or [ranks]
+    over = f"{ranks} rank{'s' if ranks > 1 else ''}"
+    if len(mesh) > 1:
+        over += f", mesh {sharding.mesh_text(mesh)}"
+    return (f"FSDP2 over {over} ({plan['blocks']} blocks + "
             f"root, {reshard}; compute {plan['param_dtype'].upper()}, gradients reduced in "
             f"{plan['reduce_dtype'].upper()})")

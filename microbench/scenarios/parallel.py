@@ -82,8 +82,10 @@ def check_flags(config: BenchConfig, training: bool) -> None:
                                  f"{config.mode}")
     chosen = named(config.parallel)
     chosen.check_flags(config)
+    taken = chosen.flags_given(config)          # a flag two strategies take (hsdp's fsdp's)
     for other in STRATEGIES.values():
-        flags = other.flags_given(config) if other is not chosen else []
+        flags = [flag for flag in other.flags_given(config) if flag not in taken] \
+            if other is not chosen else []
         if flags:
             raise other.not_here(flags, chosen)
 
@@ -112,7 +114,8 @@ def sharded_state(work: Work) -> ShardedState | None:
 # ---------------------------------------------------------------- the report
 
 def mode_of(summary: SummaryView) -> str:
-    """What replicated or sharded the model: fsdp, ddp, or single (one process, no wrapper)."""
+    """What replicated or sharded the model: fsdp, hsdp, ddp, or single (one process, no
+    wrapper)."""
     return summary.spec.parallel.name
 
 
@@ -200,8 +203,11 @@ def document(summary: SummaryView) -> dict:
     tokens = summary.token_throughput
     ranks = sorted(summary.ranks, key=lambda r: r.rank)
     first = next((r.sharded for r in ranks if r.sharded is not None), None)
+    mesh = summary.spec.parallel.mesh(config, summary.spec.launch)
     return {"parallel": {
         "mode": mode_of(summary), "world_size": summary.world_size,
+        "data_parallel": summary.data_parallel,
+        "mesh_shape": list(mesh.shape), "mesh_dims": list(mesh.names),
         "reshard_after_forward": config.reshard_after_forward if fsdp else None,
         "activation_checkpointing": config.activation_checkpointing,
         "optimizer": config.optimizer, "optimizer_impl": config.optimizer_impl,

@@ -8,6 +8,9 @@ strategy alone knows (issue 54). Each strategy is one module of this package, na
 * its wrapper (``wrapper``: DDP's constructor; FSDP shards in its own build);
 * its preset choices (``PRESET``, what ``--preset fast`` picks under it) and its preset's
   adjustments (``adjust_preset``);
+* its device mesh (``mesh``: the sizes and names of its dimensions) and its data-parallel
+  degree (``data_parallel``: the ranks that each take their own share of the batch, which the
+  batch split and the global batch read; every rank unless it says otherwise);
 * its refusals (``check_flags``, ``check_model``) and its console rows.
 
 ``scenarios/parallel.py`` registers them by the names of ``settings/config.PARALLEL``.
@@ -25,8 +28,10 @@ from typing import Any, Callable, ContextManager
 
 import torch
 
+from microbench.platform.distributed import Launch
 from microbench.platform.errors import UsageError
 from microbench.settings.config import ONE_PROCESS, SCHEMA, BenchConfig
+from microbench.settings.mesh import Mesh
 from microbench.steps import workload
 from microbench.scenarios.views import RunView, SummaryView
 
@@ -44,7 +49,8 @@ def boolean(where: str, value: Any) -> Any:
 class Strategy:
     """How training's work is spread over the ranks, chosen once, in resolve
     (``parallel.strategy_of``): one process (``single``, this class), a replica per rank
-    (``ddp``), or shards (``fsdp``)."""
+    (``ddp``), shards over every rank (``fsdp``), or shards inside groups replicated across
+    them (``hsdp``)."""
 
     name = ONE_PROCESS             # the result's parallel.mode
     replicates = False             # a DDP wrapper around the model of a training run
@@ -122,6 +128,18 @@ class Strategy:
     def adjust_preset(self, config: BenchConfig, choices: dict) -> dict:
         """The preset's other choices as this strategy can run them."""
         return choices
+
+    # ---------------------------------------------------------------- the mesh
+
+    def mesh(self, config: BenchConfig, launch: Launch) -> Mesh:
+        """The device mesh of the job's ranks: one dimension of them all (a UsageError where
+        the launch cannot form this strategy's mesh)."""
+        return Mesh((launch.world_size,), ("data",))
+
+    def data_parallel(self, config: BenchConfig, launch: Launch) -> int:
+        """Ranks that each take their own share of the global batch: every rank (a strategy
+        whose ranks share a batch, tensor or pipeline parallel, gives fewer)."""
+        return launch.world_size
 
     # ---------------------------------------------------------------- the run
 

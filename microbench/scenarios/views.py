@@ -25,6 +25,8 @@ if TYPE_CHECKING:
     from microbench.measure.results import Detail, RankRecord
     from microbench.measure.telemetry import TelemetryReport
     from microbench.platform.distributed import Launch
+    from microbench.settings.config import BenchConfig
+    from microbench.settings.mesh import Mesh
     from microbench.steps import workload
     from microbench.steps.sharding import ShardPlan
     from microbench.steps.workload import PhaseMarks
@@ -50,6 +52,8 @@ class StrategyView(Protocol):
     def counted_flops(self) -> str: ...
 
     def check_model(self, spec: RunView) -> None: ...
+
+    def mesh(self, config: BenchConfig, launch: Launch) -> Mesh: ...
 
     def console_rows(self, summary: SummaryView) -> list[tuple[str, str]]: ...
 
@@ -90,6 +94,9 @@ class SummaryView(Protocol):
 
     @property
     def world_size(self) -> int: ...
+
+    @property
+    def data_parallel(self) -> int: ...
 
     @property
     def ranks(self) -> tuple[RankRecord, ...]: ...

@@ -62,7 +62,7 @@ DERIVED = "derived"         # computed from other flags by cli.to_config (precis
 # its name there too (parallel.STRATEGIES; tests/test_structure.py checks both).
 PRESETS = ("fast",)
 MODES = ("training", "inference", "generate")
-PARALLEL = ("ddp", "fsdp")
+PARALLEL = ("ddp", "fsdp", "hsdp")
 # The strategy a result names for a training run of one process without --parallel fsdp.
 ONE_PROCESS = "single"
 
@@ -440,17 +440,23 @@ class BenchConfig:
         help="batches each worker keeps in flight")
     # Training beyond one device's memory (issue 24): sharding, recomputation and the optimizer
     # (microbench.steps.sharding, activation_checkpointing, optim; scenarios/training.py checks them).
-    parallel: str = setting(                          # PARALLEL: ddp | fsdp (FSDP2)
+    parallel: str = setting(                          # PARALLEL: ddp | fsdp | hsdp (FSDP2)
         "ddp", axis=90, group="sharding", choices=lambda: PARALLEL, metavar="MODE[,MODE]",
         help="training with several processes (or fsdp with one): ddp replicates the model on "
              "every rank; fsdp shards parameters, gradients and optimizer state over the ranks "
              "with FSDP2 (fully_shard per transformer block and at the root; llama_* presets, "
-             "built on the meta device and materialised shard by shard); a list sweeps "
-             "(default: ddp)")
-    reshard_after_forward: bool = setting(            # fsdp: free block params after fwd
+             "built on the meta device and materialised shard by shard); hsdp shards inside "
+             "each group of --hsdp-shard-size ranks and replicates across the groups (FSDP2 on "
+             "a 2-D device mesh); a list sweeps (default: ddp)")
+    reshard_after_forward: bool = setting(            # fsdp, hsdp: free block params after fwd
         True, group="sharding", type=zero_or_one, metavar="{0,1}",
-        help="fsdp: 1 frees a block's gathered parameters after its forward and gathers them "
-             "again for its backward (less memory); 0 keeps them (default: 1)")
+        help="fsdp, hsdp: 1 frees a block's gathered parameters after its forward and gathers "
+             "them again for its backward (less memory); 0 keeps them (default: 1)")
+    hsdp_shard_size: int | None = setting(            # hsdp: ranks of a shard group
+        group="sharding", type=bounded_int(1, MAX_RANKS), metavar="N",
+        help="hsdp: the ranks each shard group spans (parameters sharded inside a group, "
+             "replicated across groups); it must divide the world size (default: the ranks of "
+             "one node, torchrun's LOCAL_WORLD_SIZE)")
     activation_checkpointing: str = setting(          # none | full | selective
         "none", axis=100, group="sharding", choices=("none", "full", "selective"),
         metavar="MODE[,MODE]",

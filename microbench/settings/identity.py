@@ -38,7 +38,8 @@ WORK = ("model", "mode", "precision", "tf32", "nhwc", "compile", "compile_option
         "per_device_batch", "input_size", "vocab_size", "kv_heads", "attention", "model_kwargs",
         "prompt_len", "gen_len", "opt_step", "device_name",
         # sharded or replicated, recomputed or not, and the optimizer: different work per step
-        "parallel", "reshard_after_forward", "activation_checkpointing", "optimizer",
+        "parallel", "reshard_after_forward", "hsdp_shard_size", "activation_checkpointing",
+        "optimizer",
         # FP8's scaling recipe and the weights' quantization: other kernels, other bytes
         "fp8_recipe", "quantize", "quant_layout")
 GATE = WORK + ("world_size",)
@@ -66,7 +67,9 @@ ONLY_UNDER = (
     (("fp8_recipe",), "--precision fp8", lambda s: s.get("precision") == "fp8"),
     (("quant_layout",), "--quantize", lambda s: s.get("quantize", "none") != "none"),
     (("compile_options",), "--compile", lambda s: s.get("compile") is True),
-    (("reshard_after_forward",), "--parallel fsdp", lambda s: s.get("parallel") == "fsdp"),
+    (("reshard_after_forward",), "--parallel fsdp or hsdp",
+     lambda s: s.get("parallel") in ("fsdp", "hsdp")),
+    (("hsdp_shard_size",), "--parallel hsdp", lambda s: s.get("parallel") == "hsdp"),
     (("ddp_bucket_cap_mb", "ddp_static_graph", "ddp_gradient_as_bucket_view", "ddp_options"),
      "--parallel ddp", lambda s: s.get("parallel", "ddp") == "ddp"),
     (("trials",), "--repeat above 1 or --max-noise", _several_trials),

@@ -45,8 +45,9 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import math
 from dataclasses import dataclass
-from typing import Callable, Iterator, TypeVar
+from typing import Callable, Iterator, Sequence, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -72,19 +73,38 @@ class ShardPlan:
     reshard_after_forward: bool
     param_dtype: str            # the dtype blocks compute with: "bf16" or "fp32"
     reduce_dtype: str           # the dtype gradients are reduce-scattered in
+    # The device mesh fully_shard ran on: (ranks,) shards over every rank; (replicas, shards)
+    # shards inside each group of `shards` ranks and replicates across groups (HSDP).
+    mesh: tuple[int, ...] = ()
+    parallel: str = "fsdp"      # the strategy that sharded: fsdp, or hsdp on a 2-D mesh
+
+    @property
+    def shards(self) -> int:
+        """Ranks each parameter is split over."""
+        return self.mesh[-1] if self.mesh else self.world_size
 
     def describe(self) -> str:
         reshard = ("freed after forward, gathered again for backward (the last block's kept)"
                    if self.reshard_after_forward else "kept gathered from forward to backward")
-        return (f"FSDP2 over {self.world_size} rank{'s' if self.world_size > 1 else ''}: "
-                f"{self.blocks} blocks + root; block parameters {reshard}; compute in "
-                f"{self.param_dtype.upper()}, gradients reduced in {self.reduce_dtype.upper()}, "
-                f"master weights and optimizer state FP32")
+        over = (f"{self.world_size} rank{'s' if self.world_size > 1 else ''}"
+                if len(self.mesh) < 2 else
+                f"{self.world_size} ranks: {mesh_text(self.mesh)}")
+        return (f"FSDP2 over {over}: {self.blocks} blocks + root; block parameters {reshard}; "
+                f"compute in {self.param_dtype.upper()}, gradients reduced in "
+                f"{self.reduce_dtype.upper()}, master weights and optimizer state FP32")
 
     def to_dict(self) -> dict:
-        return {"parallel": "fsdp", "world_size": self.world_size, "blocks": self.blocks,
+        return {"parallel": self.parallel, "world_size": self.world_size, "blocks": self.blocks,
                 "reshard_after_forward": self.reshard_after_forward,
-                "param_dtype": self.param_dtype, "reduce_dtype": self.reduce_dtype}
+                "param_dtype": self.param_dtype, "reduce_dtype": self.reduce_dtype,
+                "mesh_shape": list(self.mesh or (self.world_size,))}
+
+
+def mesh_text(mesh: Sequence[int]) -> str:
+    """'2 replicas x 2 shards' of a hybrid mesh's shape."""
+    replicas, shards = mesh
+    return (f"{replicas} replica{'s' if replicas > 1 else ''} x {shards} "
+            f"shard{'s' if shards > 1 else ''}")
 
 
 @dataclass(frozen=True)
@@ -137,9 +157,14 @@ def mixed_precision(precision: Precision, reduce_dtype: str = "fp32"):
 
 def shard(model: nn.Module, device: torch.device, precision: Precision, *,
           reshard_after_forward: bool = True, reduce_dtype: str = "fp32",
-          name: str = "this model", **keywords: object) -> ShardPlan:
+          name: str = "this model", mesh: tuple[int, ...] | None = None,
+          parallel: str = "fsdp", **keywords: object) -> ShardPlan:
     """Apply fully_shard to each transformer block of `model`, then to the root, in place
-    (``keywords``: fully_shard's other keywords for each block, --fsdp-options).
+    (``keywords``: fully_shard's other keywords for each block, --fsdp-options). ``mesh``: the
+    device mesh's shape, (world size,) by default; (replicas, shards) is hybrid sharding, FSDP2
+    on a 2-D mesh: each parameter sharded over the consecutive ranks of a row (a node, under
+    torchrun), replicated down the columns, its gradients reduce-scattered in the row and
+    all-reduced down the column (``parallel``: the strategy's name, for the plan).
 
     Needs a process group (torchrun's, or `process_group`'s one-rank group) and, on a GPU, the
     rank's device set as current. Call it on the plain module: after activation checkpointing,
@@ -152,20 +177,25 @@ def shard(model: nn.Module, device: torch.device, precision: Precision, *,
     blocks = transformer_blocks(model, name, FLAG)
     policy = mixed_precision(precision, reduce_dtype)
     from torch.distributed.device_mesh import init_device_mesh
-    mesh = init_device_mesh(device.type, (dist.get_world_size(),))
+    shape = mesh or (dist.get_world_size(),)
+    if math.prod(shape) != dist.get_world_size() or len(shape) not in (1, 2):
+        raise ValueError(f"a device mesh of {shape} does not hold the "
+                         f"{dist.get_world_size()} ranks of this job")
+    names = ("shard",) if len(shape) == 1 else ("replicate", "shard")
+    device_mesh = init_device_mesh(device.type, shape, mesh_dim_names=names)
     last = len(blocks) - 1
     for index, block in enumerate(blocks):
         # The last block's backward is the first to run, right after the forward (through the
         # root's norm, head and loss): freeing its parameters would only gather them again at
         # once, so it keeps them, as torchtitan's recipe does (the root's stay for the same
         # reason).
-        fully_shard(block, mesh=mesh, mp_policy=policy,
+        fully_shard(block, mesh=device_mesh, mp_policy=policy,
                     reshard_after_forward=reshard_after_forward and index < last, **keywords)
-    fully_shard(model, mesh=mesh, mp_policy=policy, reshard_after_forward=False)
+    fully_shard(model, mesh=device_mesh, mp_policy=policy, reshard_after_forward=False)
     compute = "bf16" if policy.param_dtype == torch.bfloat16 else "fp32"
     return ShardPlan(world_size=dist.get_world_size(), blocks=len(blocks),
                      reshard_after_forward=reshard_after_forward, param_dtype=compute,
-                     reduce_dtype=reduce_dtype)
+                     reduce_dtype=reduce_dtype, mesh=tuple(shape), parallel=parallel)
 
 
 def materialize(model: M, device: torch.device, initialize: Callable[[M], None]) -> None:

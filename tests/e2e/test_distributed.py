@@ -10,7 +10,7 @@ import pytest
 
 from conftest import ROOT, SCRIPT, free_port, run_main, spawn
 from support.documents import check_document
-from support.launch import RUN, TIMEOUT, child_env, run_torchrun, torchrun
+from support.launch import RUN, TIMEOUT, child_env, run_torchrun, run_two_nodes, torchrun
 from microbench.platform import distributed
 from microbench.platform.errors import UsageError
 from microbench.measure.results import RankRecord, Trial
@@ -73,6 +73,21 @@ def test_two_nodes_on_one_machine_have_distinct_global_ranks(tmp_path):
     assert sum(out.count("--------------------SUMMARY") for out, _ in outputs) == 1
     [table] = [out for out, _ in outputs if "Skew between ranks" in out]
     assert " rank local  node  host" in table
+
+
+@pytest.mark.slow
+def test_two_nodes_of_two_ranks_under_ddp_name_each_ranks_node(tmp_path):
+    """Issue 62: --nnodes 2 with two ranks a node; the batch split over all four."""
+    agents = run_two_nodes(*RUN, "--batch-size", "8", "--output-dir", str(tmp_path))
+    assert [code for code, _, _ in agents] == [0, 0], [err[-2000:] for _, _, err in agents]
+    [path] = result_files(tmp_path)
+    document = check_document(path)
+    per_rank = sorted(document["distributed"]["per_rank"], key=lambda r: r["rank"])
+    assert [(r["rank"], r["local_rank"], r["node_rank"]) for r in per_rank] == [
+        (0, 0, 0), (1, 1, 0), (2, 0, 1), (3, 1, 1)]
+    assert (document["GPUs"], document["Mini batch size [img/gpu]"]) == (4, 2)
+    assert (document["parallel"]["mode"], document["parallel"]["mesh_shape"],
+            document["parallel"]["data_parallel"]) == ("ddp", [4], 4)
 
 
 def launch_by_hand(tmp_path, per_rank_env, per_rank_args, batch="4"):

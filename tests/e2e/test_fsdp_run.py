@@ -11,7 +11,7 @@ import torch
 
 from conftest import LANGUAGE_MODEL, ROOT, assert_one_line_error, free_port, requires_gpu, run_main
 from support.documents import check_document
-from support.launch import TIMEOUT, torchrun
+from support.launch import TIMEOUT, run_two_nodes, torchrun
 from microbench.plan import cli, spec as spec_mod
 from microbench.steps import workload
 from microbench.settings.config import BenchConfig
@@ -187,6 +187,34 @@ def test_torchrun_two_ranks_shard_the_model_in_halves(tmp_path):
     assert all(abs(held - whole / 2) <= 0.01 * whole for held in halves)
     assert all(rank["optimizer_state_bytes"] >= 2 * held
                for rank, held in zip(block["per_rank"], halves))
+    assert torch.isfinite(torch.tensor(document["losses"])).all()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy, mesh, text", [
+    ("fsdp", [4], "FSDP2 over 4 ranks ("),
+    ("hsdp", [2, 2], "FSDP2 over 4 ranks, mesh 2 replicas x 2 shards")])
+def test_two_nodes_of_two_ranks_shard_over_the_job_or_inside_each_node(tmp_path, strategy,
+                                                                       mesh, text):
+    """Issue 62: --nnodes 2 with two ranks a node (two torchrun agents): fsdp shards over all
+    four ranks; hsdp inside each node (LOCAL_WORLD_SIZE 2), replicated across the two."""
+    checkpointing = ["--activation-checkpointing", "selective"] if strategy == "hsdp" else []
+    agents = run_two_nodes(*TINY_LLAMA, "--batch-size", "4", "--parallel", strategy,
+                           *checkpointing, "--output-dir", str(tmp_path))
+    assert [code for code, _, _ in agents] == [0, 0], [err[-3000:] for _, _, err in agents]
+    [out] = [out for _, out, _ in agents if "--------------------SUMMARY" in out]
+    assert text in out
+    _, document = _only_result(tmp_path)
+    block = document["parallel"]
+    assert (block["mode"], block["mesh_shape"], block["sharding"]["mesh_shape"],
+            block["data_parallel"]) == (strategy, mesh, mesh, 4)
+    per_rank = sorted(document["distributed"]["per_rank"], key=lambda r: r["rank"])
+    assert [(r["rank"], r["node_rank"]) for r in per_rank] == [(0, 0), (1, 0), (2, 1), (3, 1)]
+    # Each rank holds 1/shards of every parameter: a quarter under fsdp, a half under hsdp.
+    whole, shards = 4 * document["model"]["parameters"], mesh[-1]
+    held = [rank["parameter_bytes"] for rank in block["per_rank"]]
+    assert all(abs(part - whole / shards) <= 0.01 * whole for part in held)
+    assert document["Mini batch size [img]"] == 4          # the older key, whatever the unit
     assert torch.isfinite(torch.tensor(document["losses"])).all()
 
 

@@ -129,6 +129,28 @@ def _two_agents(tool: list[str], tmp_path) -> list[tuple[str, str]]:
     return outputs
 
 
+def test_hsdp_on_two_agents_replicates_across_the_nodes(tmp_path):
+    """Issue 62: --parallel hsdp over two torchrun agents of one GPU each (two nodes of one
+    rank): the shard group is a node (LOCAL_WORLD_SIZE 1), so the mesh is 2 replicas x 1
+    shard, each rank holding the whole model and all-reducing its gradients across nodes."""
+    out = tmp_path / "hsdp"
+    outputs = _two_agents([str(SCRIPT), "--network", "llama_tiny", "--parallel", "hsdp",
+                           "--precision", "amp-bf16", "--optimizer", "adamw", "--seq-len",
+                           "256", "--batch-size", "4", "--iterations", "3", "--warmup", "1",
+                           "--device", "cuda", "--output-dir", str(out)], tmp_path)
+    [doc] = results(out)
+    assert doc["distributed"]["world_size"] == 2 and doc["distributed"]["backend"] == "nccl"
+    parallel = doc["parallel"]
+    assert (parallel["mode"], parallel["mesh_shape"], parallel["sharding"]["mesh_shape"],
+            parallel["data_parallel"]) == ("hsdp", [2, 1], [2, 1], 2)
+    assert sorted(r["node_rank"] for r in doc["distributed"]["per_rank"]) == [0, 1]
+    whole = 4 * doc["model"]["parameters"]
+    assert [r["parameter_bytes"] for r in parallel["per_rank"]] == [whole, whole]
+    assert all(r["peak_allocated_mb"] > 0 for r in parallel["per_rank"])
+    assert any("mesh 2 replicas x 1 shard " in o for o, _ in outputs)
+    assert parallel["tokens_per_s"] > 0
+
+
 def test_ddp_and_the_node_check_on_two_agents_of_one_host_are_two_nodes(tmp_path):
     """The several-node path on GPUs (issue 62): DDP over two torchrun agents (nodes 0 and 1,
     one host name) and the node check, which measures each node's all-reduce and the one

@@ -65,7 +65,7 @@ def test_one_process_trains_exactly_like_plain_training(one_rank):
     assert all(isinstance(p, DTensor) for p in model.parameters())
     assert plan.to_dict() == {"parallel": "fsdp", "world_size": 1, "blocks": 2,
                               "reshard_after_forward": True, "param_dtype": "fp32",
-                              "reduce_dtype": "fp32"}
+                              "reduce_dtype": "fp32", "mesh_shape": [1]}
     sharded_losses, optimizer = train(model, "fp32")
     assert sharded_losses == train(whole_model(), "fp32")[0]
     # One rank holds everything: FP32 weights, and AdamW's two FP32 moments plus a step count

@@ -27,3 +27,19 @@ def run_torchrun(nproc, *tool_args, env=None):
                               env=env)
     return subprocess.run(command + list(tool_args), cwd=ROOT, env=child, capture_output=True,
                           text=True, timeout=TIMEOUT)
+
+
+def run_two_nodes(*tool_args, nproc_per_node=2, env=None):
+    """Two torchrun agents on this host as two nodes (``--nnodes 2``, c10d rendezvous on
+    localhost), ``nproc_per_node`` ranks each: [(returncode, stdout, stderr)] of each agent."""
+    from conftest import spawn
+    port, processes = free_port(), []
+    for node in range(2):
+        command, child = torchrun("--nnodes", "2", "--nproc-per-node", str(nproc_per_node),
+                                  "--rdzv-backend", "c10d", "--rdzv-endpoint",
+                                  f"127.0.0.1:{port}", "--rdzv-id", f"two-nodes-{port}",
+                                  "--node-rank", str(node), env=env)
+        processes.append(spawn(command + list(tool_args), cwd=ROOT, env=child,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    outputs = [process.communicate(timeout=TIMEOUT) for process in processes]
+    return [(process.returncode, out, err) for process, (out, err) in zip(processes, outputs)]
