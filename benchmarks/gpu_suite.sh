@@ -35,7 +35,7 @@ SHARE_A=(tests/gpu/test_quant_gpu.py
 SHARE_B=(tests/gpu/test_one_gpu.py
          --deselect tests/gpu/test_one_gpu.py::test_trials_run_in_worker_processes_each_on_the_gpu)
 # Every other test the gpu mark selects: gpu-marked tests live in these folders only
-# (tests/test_gpu_suite_layout.py holds it), so collection imports no other test module.
+# (tests/e2e/test_gpu_suite_layout.py holds it), so collection imports no other test module.
 GPU_TEST_DIRS=(tests/gpu tests/ops)
 BOTH=("${GPU_TEST_DIRS[@]}" --ignore tests/gpu/test_quant_gpu.py
       --ignore tests/gpu/test_one_gpu.py)

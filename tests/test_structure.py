@@ -264,14 +264,17 @@ def test_one_module_parses_stored_results():
     assert readers <= set(JSON_READERS), sorted(readers - set(JSON_READERS))
 
 
-# Where --parallel's value is read: the registry, and the hybrid mesh's arithmetic, which
-# refuses a world size the shard group does not divide before torch's import (settings/mesh.py,
-# called by plan/cli.py; the strategy, scenarios/hsdp.py, builds its mesh with it).
-PARALLEL_READERS = ("microbench/scenarios/parallel.py", "microbench/settings/mesh.py")
+# Where --parallel's value is read: the registry, the strategies' flag side below torch
+# (settings/strategy_flags.py), and the hybrid mesh's arithmetic, which refuses a world size the
+# shard group does not divide before torch's import (settings/mesh.py, called by plan/cli.py;
+# the strategy, scenarios/hsdp.py, builds its mesh with it).
+PARALLEL_READERS = ("microbench/scenarios/parallel.py", "microbench/settings/strategy_flags.py",
+                    "microbench/settings/mesh.py")
 
 
 def test_only_the_strategies_read_the_parallel_flag():
-    """--parallel's value becomes a Strategy in resolve; everything else asks the strategy."""
+    """--parallel's value becomes a Strategy in resolve (and the flag side of one in the plan's
+    checks below torch); everything else asks the strategy."""
     hits = _hits(r"(?<!named\()config\.parallel\b")
     assert all(hit.startswith(PARALLEL_READERS) for hit in hits), hits
 
@@ -385,6 +388,19 @@ def test_the_names_below_torch_are_the_scenarios_and_the_strategies():
     assert written == set(config.MODES)
     assert set(parallel.STRATEGIES) == {config.ONE_PROCESS, *config.PARALLEL}
     assert all(name == strategy.name for name, strategy in parallel.STRATEGIES.items())
+
+
+def test_what_the_plan_checks_below_torch_is_the_scenarios_and_the_strategies():
+    """Issue 64: the plan runs the flags' rules before torch with settings/kinds.KINDS and
+    settings/strategy_flags.FLAGS; each kind is its scenario's class flags, and each strategy
+    is a subclass of its flag side (its options and rules declared there, once)."""
+    from microbench import scenarios
+    from microbench.scenarios import parallel
+    from microbench.settings import kinds, strategy_flags
+    assert {mode: kind.kind() for mode, kind in scenarios.SCENARIOS.items()} == kinds.KINDS
+    assert strategy_flags.FLAGS.keys() == parallel.STRATEGIES.keys()
+    assert all(isinstance(strategy, type(strategy_flags.FLAGS[name]))
+               for name, strategy in parallel.STRATEGIES.items())
 
 
 # A value other than the default for every setting --rerun replays. A new setting must be added

@@ -13,7 +13,8 @@ or compute-bound, and by how much.
 
 Modules, one concern each:
 
-* ``settings``   DataSettings (the flags' values), ModelInput (what the model takes)
+* ``settings``   ModelInput (what the model takes); DataSettings (the flags' values) is
+  settings/data_settings.py's, re-exported here
 * ``image_files`` an image's bound and format (read through platform/inputs.py)
 * ``codecs``     the one place that calls an image codec (torchvision.io)
 * ``cache``      generated sets made once, whole or not at all, safe under concurrent ranks
@@ -43,7 +44,8 @@ from microbench.measure.input_bound import (CpuUse, DataReport, DataTrial, Loade
                                             PipelineRun, Verdict, WaitTimes, combine, report,
                                             verdict)
 from microbench.data.pipeline import FedStep, Pipeline, open_pipeline
-from microbench.data.settings import DataSettings, ModelInput
+from microbench.data.settings import ModelInput
+from microbench.settings.data_settings import DataSettings
 
 __all__ = ["CpuUse", "DataReport", "DataSettings", "DataTrial", "FedStep", "LoaderRun",
            "ModelAloneRun", "ModelInput", "Pipeline", "PipelineRun", "Verdict", "WaitTimes",

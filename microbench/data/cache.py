@@ -43,7 +43,7 @@ from microbench.platform import writing
 from microbench.store import schema
 from microbench.data import codecs
 from microbench.data.image_files import FileRefused, read_checked
-from microbench.data.settings import JPEG_QUALITY
+from microbench.settings.data_settings import JPEG_QUALITY
 
 fcntl: ModuleType | None
 try:

@@ -47,7 +47,8 @@ from microbench.data.loader import (Stage, EndlessBatches, batches_per_epoch, ch
                                     make_loader, to_device)
 from microbench.measure.input_bound import (CpuMeter, CpuUse, LoaderRun, PipelineRun, WaitTimes,
                                             proc_cpu_seconds)
-from microbench.data.settings import DataSettings, ModelInput
+from microbench.data.settings import ModelInput, check_for
+from microbench.settings.data_settings import DataSettings
 from microbench.platform.writing import user_cache_root
 from microbench.data.transforms import DeviceStage, host_transform
 
@@ -242,7 +243,7 @@ def open_pipeline(settings: DataSettings, model_input: ModelInput, batch_size: i
     docstring). ``batch_size`` is this rank's; ``notify`` gets one-line progress (making the
     generated set once, waiting for another rank that makes it)."""
     settings.check()
-    settings.check_for(model_input)
+    check_for(settings, model_input)
     if settings.is_synthetic:
         raise UsageError("--data synthetic needs no pipeline: the model's inputs are made on "
                          "the device")

@@ -27,6 +27,9 @@ from microbench.store.provenance import FLAG, KIND_OF
 from microbench.store.history import WANDERS, History, Series, Shift, Step
 
 FORMATS = ("text", "markdown", "json")
+# The figures of the host around each result's timed region (store/figures.py, issue 64) that
+# the JSON keeps beside each result's throughput: a change may be the host's, not the code's.
+HOST_FIGURES = ("host_load_per_core", "host_others_cpu_pct", "host_loaded")
 # What-changed cells name this many fields; the rest are counted (all are in the notes).
 SHOWN_SHIFTS = 3
 
@@ -180,7 +183,8 @@ def render_json(past: History) -> str:
     document = {"series": [{
         "title": series.title, "unit": series.unit,
         "results": [{"file": entry.source, "label": entry.label or None,
-                     "time_utc": entry.time_utc, "throughput": value}
+                     "time_utc": entry.time_utc, "throughput": value,
+                     **{key: entry.figures.get(key) for key in HOST_FIGURES}}
                     for entry, value in zip(series.entries, series.values)],
         "changes": [_step_json(step) for step in series.steps],
         "regression": series.regression is not None} for series in past.series],

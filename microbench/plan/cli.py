@@ -22,7 +22,7 @@ from typing import Any, Iterable, Sequence
 
 from microbench import __version__
 from microbench.models import names
-from microbench.settings import identity, mesh
+from microbench.settings import identity, kinds, mesh
 from microbench.settings.precision import from_older_flags, lookup
 from microbench.plan import rerun
 from microbench.settings.argtypes import (MAX_BATCH, MAX_MEMORY_GB, HelpFormatter,
@@ -136,10 +136,16 @@ def _check(config: BenchConfig) -> BenchConfig:
 
 
 def _check_kinds(configs: Sequence[BenchConfig]) -> None:
-    """The rules of each configuration's kind of run. microbench.scenarios imports torch and
-    torchvision (seconds; tens on a loaded machine): here, last, once every rule that needs
-    neither has passed, so that --help, --version and a refused flag or combination answer
-    without them (issues 45 and 64)."""
+    """The rules of each configuration's kind of run, its input data, strategy and precision,
+    from the flags alone: first below torch (``settings/kinds.py``, for the kinds it knows), so
+    that a refused combination answers without torch and torchvision (seconds, tens on a
+    loaded machine: issues 45 and 64); then, once every rule has passed, through the registered
+    scenarios and strategies (microbench.scenarios imports torch), which adds the rules of a
+    kind or strategy registered above."""
+    for config in configs:
+        kind = kinds.KINDS.get(config.mode)
+        if kind is not None:
+            kinds.check(config, kind)
     from microbench import scenarios
     for config in configs:
         scenarios.check(config)

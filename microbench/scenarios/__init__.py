@@ -24,9 +24,9 @@ from __future__ import annotations
 import importlib
 
 from microbench.models.family import ModelFamily
-from microbench.steps import low_precision
-from microbench.scenarios import feeding, parallel
+from microbench.scenarios import parallel
 from microbench.scenarios.base import Scenario
+from microbench.settings import kinds
 from microbench.settings.config import MODES, BenchConfig
 
 
@@ -47,13 +47,11 @@ def kind_of(mode: str) -> type[Scenario]:
 
 
 def check(config: BenchConfig) -> None:
-    """The rules of the configuration's kind of run (a UsageError where one is broken), and of
-    its input data (which only some kinds take)."""
-    kind = kind_of(config.mode)
-    kind.check_config(config)
-    feeding.check_flags(config, kind.mode, kind.feeds_input_pipeline)
-    parallel.check_flags(config, kind.updates_weights)
-    low_precision.check_flags(config, kind.updates_weights)
+    """The rules of the configuration's kind of run (a UsageError where one is broken), of its
+    input data (which only some kinds take), its strategy and its precision: those of
+    ``settings/kinds.py`` (which the plan runs before torch's import), here with the registered
+    scenario's class flags and every registered strategy."""
+    kinds.check(config, kind_of(config.mode).kind(), parallel.STRATEGIES)
 
 
 def for_config(config: BenchConfig, model: ModelFamily) -> Scenario:

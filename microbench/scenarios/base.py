@@ -23,6 +23,7 @@ from microbench.measure.results import Detail, PhaseTimes, Timed
 from microbench.measure.timing import Measurement, make_recorder
 from microbench.models.family import ModelFamily
 from microbench.settings.config import BenchConfig
+from microbench.settings.kinds import Kind
 from microbench.scenarios.views import RunView, SummaryView, Work
 
 if TYPE_CHECKING:
@@ -59,12 +60,13 @@ class Scenario:
     # ------------------------------------------------------------ rules
 
     @classmethod
-    def check_config(cls, config: BenchConfig) -> None:
-        """Settings that do not apply to this kind of run (checked from the flags alone)."""
-        if config.opt_step > 1 and not cls.updates_weights:
-            raise UsageError("--opt-step applies to training only")
-        if config.prompt_len or config.gen_len:
-            raise UsageError("--prompt-len and --gen-len apply to --mode generate")
+    def kind(cls) -> Kind:
+        """What the flags' rules need of this kind of run: its class flags, which
+        ``settings/kinds.KINDS`` repeats below torch for the plan's checks (held equal by
+        tests/test_structure.py); the rules are there, declared once."""
+        return Kind(cls.mode, updates_weights=cls.updates_weights,
+                    feeds_input_pipeline=cls.feeds_input_pipeline,
+                    decodes_tokens=cls.decodes_tokens)
 
     def check_spec(self, spec: RunView) -> None:
         """Settings that do not suit the resolved run (its device, its model); see RunSpec."""

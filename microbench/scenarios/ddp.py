@@ -3,9 +3,10 @@ DistributedDataParallel; everything this tool knows of DDP is here.
 
 Its options are DistributedDataParallel's keywords: three have flags of their own, the older
 spellings (``--ddp-bucket-cap-mb``, ``--ddp-static-graph``, ``--ddp-gradient-as-bucket-view``),
-and the others are given in ``--ddp-options``, a dict checked against :data:`Replicated.OPTIONS`.
-A new keyword is its word in that allow-list (and its line in docs/flags.md); ``--preset fast``
-chooses :data:`Replicated.PRESET`.
+and the others are given in ``--ddp-options``, a dict checked against ``OPTIONS`` (its flag
+side, ``settings/strategy_flags.ReplicatedFlags``, below torch). A new keyword is its word in
+that allow-list (and its line in docs/flags.md); ``--preset fast`` chooses
+:data:`Replicated.PRESET`.
 
 Example::
 
@@ -16,27 +17,18 @@ from __future__ import annotations
 import torch
 
 from microbench.platform import devices
-from microbench.platform.errors import UsageError
-from microbench.scenarios.strategy import Strategy, Wrap, boolean
+from microbench.scenarios.strategy import Strategy, Wrap
+from microbench.settings.strategy_flags import ReplicatedFlags
 from microbench.scenarios.views import RunView, SummaryView
 
 
-class Replicated(Strategy):
+class Replicated(ReplicatedFlags, Strategy):
     """DDP: the whole model on every rank, gradients all-reduced."""
 
-    name = "ddp"
     replicates = True
-    OPTIONS = {"broadcast_buffers": boolean, "find_unused_parameters": boolean}
-    NAMED = {"static_graph": "ddp_static_graph",
-             "gradient_as_bucket_view": "ddp_gradient_as_bucket_view",
-             "bucket_cap_mb": "ddp_bucket_cap_mb"}
     # Gradients as views of the communication buckets (no copy) and a static graph (the
     # reducer's order learned once): what measured fastest under DDP (plan/preset.py).
     PRESET = {"gradient_as_bucket_view": True, "static_graph": True}
-
-    def not_here(self, flags: list[str], chosen: Strategy) -> UsageError:
-        return UsageError(f"DistributedDataParallel's options ({', '.join(flags)}) do not apply "
-                          f"to --parallel {chosen.name}: drop them or use --parallel ddp")
 
     def wrapper(self, spec: RunView) -> Wrap | None:
         """Each rank's model in DistributedDataParallel with this run's options, for a kind of

@@ -23,7 +23,8 @@ warm-up on the synthetic inputs (where compilation and autotuning happen):
 The loader alone runs right before the pipeline so that the files it read are in the page
 cache for both, as the model alone runs before both so that the workers are not running yet.
 :class:`PipelineFed` is the mixin that gives the training and inference scenarios all this;
-:func:`check_flags` refuses, from the flags alone, data settings that would not take effect.
+``settings/data_settings.check_flags`` refuses, from the flags alone (below torch), data
+settings that would not take effect.
 
 Example::
 
@@ -47,54 +48,17 @@ from microbench.platform import devices, process
 from microbench.data.pipeline import FedStep, Pipeline, check_placement, open_pipeline
 from microbench.data.folder import list_images
 from microbench.measure.input_bound import DataTrial, LoaderRun, ModelAloneRun
-from microbench.data.settings import DataSettings, ModelInput
+from microbench.data.settings import ModelInput, check_for
 from microbench.platform.errors import UsageError
 from microbench.steps.workload import Workload
 from microbench.scenarios.base import Loop, Scenario
 from microbench.scenarios.views import RunView, SummaryView, Work
-from microbench.settings.config import SCHEMA, BenchConfig
+from microbench.settings.config import BenchConfig
+from microbench.settings.data_settings import settings_of
 from microbench.platform.distributed import Launch
 
-# Settings that mean something only with a pipeline, and those only of one source.
-PIPELINE_FIELDS = ("data_format", "data_cache", "data_images", "data_dir", "decode",
-                   "transforms", "workers", "pin_memory", "prefetch_factor")
-GENERATED_SET_FIELDS = ("data_format", "data_cache", "data_images")
 # The loader alone: batches per worker at least (see the module docstring).
 LOADER_BATCHES_PER_WORKER = 4
-
-
-def settings_of(config: BenchConfig) -> DataSettings:
-    """The pipeline's settings from a configuration's flags."""
-    return DataSettings(source=config.data, image_format=config.data_format,
-                        count=config.data_images, cache_dir=config.data_cache,
-                        data_dir=config.data_dir, decode=config.decode,
-                        transforms=config.transforms, workers=config.workers,
-                        pin_memory=config.pin_memory, prefetch_factor=config.prefetch_factor,
-                        seed=config.seed)
-
-
-def _given(config: BenchConfig, names: tuple[str, ...]) -> list[str]:
-    return [SCHEMA[name].flag for name in names if getattr(config, name) != SCHEMA[name].default]
-
-
-def check_flags(config: BenchConfig, mode: str, feeds: bool) -> None:
-    """Data settings that cannot take effect, from the flags alone: UsageError (exit 2)."""
-    if config.data == "synthetic":
-        given = _given(config, PIPELINE_FIELDS)
-        if given:
-            raise UsageError(f"{', '.join(given)} appl{'ies' if len(given) == 1 else 'y'} to "
-                             f"--data loader or --data folder; with --data synthetic the "
-                             f"inputs are made once on the device: add --data loader")
-        return
-    if not feeds:
-        raise UsageError(f"--data {config.data} feeds training and inference steps; --mode "
-                         f"{mode} makes its own prompts: use --data synthetic")
-    if config.data == "folder":
-        given = _given(config, GENERATED_SET_FIELDS)
-        if given:
-            raise UsageError(f"{', '.join(given)} describe the generated set of --data loader; "
-                             f"--data folder reads your images as they are: drop them")
-    settings_of(config).check()
 
 
 def model_input(spec: RunView) -> ModelInput:
@@ -107,7 +71,7 @@ def check_resolved(spec: RunView) -> None:
     have a GPU where asked (and GPU decoding a build that has it), the folder is a tree of
     images. UsageError (exit 2) or MissingEnvironment (exit 4)."""
     settings = settings_of(spec.config)
-    settings.check_for(model_input(spec))
+    check_for(settings, model_input(spec))
     check_placement(settings, spec.device)
     workers = settings.resolved_workers(ranks_on_this_host(spec.launch))
     # Every rank of this host starts its own; the ranks themselves are running already.

@@ -1,12 +1,12 @@
 """``--parallel fsdp``: FSDP2 sharding of the llama_* presets; everything this tool knows of
 FSDP is here (issue 24; one module a strategy since issue 54).
 
-* its rules: FSDP refuses FP16 (its sharded gradients get no loss scaling), BF16 weights (no
-  sharded FP32 master), gradient accumulation and PyTorch's fused SGD (no DTensor kernel); it
+* its rules: those of the flags alone (FP16, BF16 weights, gradient accumulation and fused SGD
+  refused) in its flag side, ``settings/strategy_flags.ShardedFlags`` (below torch); it
   shards the llama_* presets only (built on the meta device, materialised shard by shard: the
   image models have no transformer blocks to shard, and an hf: model has no initialiser that
   writes shards);
-* its options: fully_shard's keywords (``--reshard-after-forward``);
+* its options: fully_shard's keywords (``--reshard-after-forward``, in its flag side);
 * :func:`build_sharded` -- the work: the model built on meta, FLOPs counted there, blocks
   checkpointed, ``fully_shard`` per block and at the root with the precision row's
   ``MixedPrecisionPolicy``, then each rank allocates and initialises its own shards only; the
@@ -34,6 +34,7 @@ from microbench.scenarios.strategy import Strategy, Wrap
 from microbench.scenarios.views import RunView, SummaryView
 from microbench.settings.config import BenchConfig
 from microbench.settings.mesh import Mesh
+from microbench.settings.strategy_flags import ShardedFlags
 from microbench.steps import activation_checkpointing, low_precision, sharding, workload
 
 # How the counted FLOPs of a sharded run differ from a plain run's (FlopCounterMode counts the
@@ -45,40 +46,11 @@ META_COUNT = ("counted on the meta device before sharding and checkpointing; att
               "math form (no recomputation of scores, unlike a fused GPU kernel's count)")
 
 
-class Sharded(Strategy):
+class Sharded(ShardedFlags, Strategy):
     """FSDP2: the llama_* presets built on the meta device, each rank materialising its shards."""
 
-    name = "fsdp"
     shards = True
-    # fully_shard's keywords: the one with a flag of its own. fully_shard has no other scalar
-    # keyword yet; the first one gets the dict flag --fsdp-options (a field fsdp_options, as
-    # ddp_options) and its word in OPTIONS, with the check of its value.
-    NAMED = {"reshard_after_forward": "reshard_after_forward"}
     counted_flops = META_COUNT
-
-    def check_flags(self, config: BenchConfig) -> None:
-        super().check_flags(config)
-        flag = f"--parallel {self.name}"
-        if "fp16" in config.precision:
-            raise UsageError(f"{flag} does not run --precision {config.precision}: FP16 "
-                             f"gradients need loss scaling, which FSDP's sharded gradients do not "
-                             f"get here; use --precision amp-bf16 (or fp32, tf32)")
-        if config.precision == "bf16":
-            raise UsageError(f"{flag} does not run --precision bf16: its FP32 master "
-                             f"weights are not sharded here; use --precision amp-bf16 (FSDP keeps "
-                             f"FP32 shards and computes with BF16 copies)")
-        if config.opt_step > 1:
-            raise UsageError(f"--opt-step applies to --parallel ddp: under {self.name} every "
-                             f"micro-batch would reduce-scatter its gradients")
-        if config.optimizer == "sgd" and config.optimizer_impl == "fused":
-            raise UsageError("--optimizer-impl fused cannot step FSDP's sharded parameters with "
-                             "SGD (PyTorch's fused SGD kernel has no DTensor support): use "
-                             "--optimizer-impl foreach or --optimizer adamw")
-
-    def not_here(self, flags: list[str], chosen: Strategy) -> UsageError:
-        whole = " (DDP keeps whole parameters on every rank)" if chosen.replicates else ""
-        return UsageError(f"{', '.join(flags)} appl{'y' if len(flags) > 1 else 'ies'} to "
-                          f"--parallel {self.name}, not to {chosen.name}{whole}")
 
     def adjust_preset(self, config: BenchConfig, choices: dict) -> dict:
         """PyTorch has no fused SGD kernel for sharded (DTensor) parameters, and CUDA graphs

@@ -20,6 +20,7 @@ import torch
 from microbench.measure import attribution, flops
 from microbench.models.family import ModelFamily
 from microbench.models.language import LanguageModelSpec
+from microbench.settings import kinds
 from microbench.settings.config import BenchConfig
 from microbench.steps import workload
 from microbench.platform.errors import UsageError
@@ -34,8 +35,6 @@ from microbench.scenarios.views import RunView, SummaryView, Work
 # Default prompt and generation lengths: up to 128 tokens each, within the model's positions.
 DEFAULT_PROMPT_LEN = 128
 DEFAULT_GEN_LEN = 128
-# A generation of one token is its prefill alone: the decode loop needs at least one step.
-MIN_GEN_LEN = 2
 # Decode steps of the profiled pass after the timed loop (where a step's time goes): enough
 # to average the per-step figures, few enough to cost well under a second on a GPU.
 ATTRIBUTION_STEPS = 32
@@ -118,11 +117,6 @@ class Generate(Scenario):
         super().__init__(config, model)
         self.shape = self._shape()
 
-    @classmethod
-    def check_config(cls, config: BenchConfig) -> None:
-        if config.opt_step > 1:
-            raise UsageError("--opt-step applies to training only")
-
     def _shape(self) -> decoding.GenerationShape:
         model, config = self.model, self.config
         if not model.can_generate or not isinstance(model, LanguageModelSpec):
@@ -131,13 +125,7 @@ class Generate(Scenario):
         prompt = config.prompt_len or min(DEFAULT_PROMPT_LEN, model.seq_len // 2)
         generated = config.gen_len or min(DEFAULT_GEN_LEN, model.seq_len - prompt + 1)
         shape = decoding.GenerationShape(prompt, generated)
-        if generated < MIN_GEN_LEN:
-            # The prefill makes the first token; every figure of generation but the time to
-            # first token (inter-token latency, decode tokens/s, MBU, the attribution) is of
-            # the decode steps, and one generated token has none.
-            raise UsageError(f"--gen-len {generated} generates only the prefill's token: no "
-                             f"decode step to time; pass --gen-len {MIN_GEN_LEN} or more (the "
-                             f"time to first token is measured in every generation)")
+        kinds.check_gen_len(generated)      # given, the plan refused it already
         if prompt < 1 or generated < 1 or shape.positions > model.seq_len:
             raise UsageError(f"a {prompt}-token prompt and {generated} generated tokens need "
                              f"{shape.positions} positions, but {model.name} has "

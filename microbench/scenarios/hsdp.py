@@ -28,18 +28,12 @@ from microbench.scenarios.fsdp import Sharded
 from microbench.settings import mesh
 from microbench.settings.config import BenchConfig
 from microbench.settings.mesh import Mesh
+from microbench.settings.strategy_flags import HybridFlags
 
 
-class Hybrid(Sharded):
-    """HSDP: FSDP2 inside each shard group, replicated across the groups."""
-
-    name = mesh.HYBRID
-    NAMED = {**Sharded.NAMED, "shard_size": "hsdp_shard_size"}
-
-    def options(self, config: BenchConfig) -> dict:
-        """fully_shard's keywords (the shard group's size is the mesh's, not fully_shard's)."""
-        return {keyword: value for keyword, value in super().options(config).items()
-                if keyword != "shard_size"}
+class Hybrid(HybridFlags, Sharded):
+    """HSDP: FSDP2 inside each shard group, replicated across the groups (its flags and rules:
+    ``settings/strategy_flags.HybridFlags``)."""
 
     def mesh(self, config: BenchConfig, launch: Launch) -> Mesh:
         """(replicas, shards): groups of --hsdp-shard-size ranks, by default the ranks of one

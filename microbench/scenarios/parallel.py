@@ -6,8 +6,9 @@ one process, in ``strategy.py``) that owns its options, wrapper, preset choices,
 console rows; :data:`STRATEGIES` finds it by its name in ``settings/config.PARALLEL``, as
 ``scenarios.SCENARIOS`` finds a kind of run. A new strategy is its module and its name there.
 
-* :func:`check_flags` -- the rules that the flags alone break (from ``scenarios.check``): these
-  settings apply to training; a strategy's own rules; another strategy's options refused.
+* :func:`check_flags` -- the rules that the flags alone break (from ``scenarios.check``; declared
+  in ``settings/strategy_flags.py``, below torch): these settings apply to training; a
+  strategy's own rules; another strategy's options refused.
 * :func:`check_model` -- the rules of the resolved model (``Training.check_spec``): the
   strategy's, and checkpointing needs transformer blocks (language models).
 * :func:`console_rows` / :func:`document` -- the report: the parallel mode and world size, tokens
@@ -34,6 +35,7 @@ from microbench.steps.workload import Workload
 from microbench.platform import units
 from microbench.platform.errors import UsageError
 from microbench.scenarios.strategy import Strategy
+from microbench.settings import strategy_flags
 from microbench.settings.config import ONE_PROCESS, PARALLEL
 from microbench.steps import sharding
 
@@ -71,23 +73,10 @@ def strategy_of(config: BenchConfig, launch: Launch) -> Strategy:
 # ---------------------------------------------------------------- rules
 
 def check_flags(config: BenchConfig, training: bool) -> None:
-    """The combinations refused before anything runs (one line each, exit 2)."""
-    if not training:
-        for name, given, default in (("--parallel", config.parallel, "ddp"),
-                                     ("--activation-checkpointing",
-                                      config.activation_checkpointing, "none"),
-                                     ("--optimizer", config.optimizer, "sgd")):
-            if given != default:
-                raise UsageError(f"{name} {given} applies to --mode training, not "
-                                 f"{config.mode}")
-    chosen = named(config.parallel)
-    chosen.check_flags(config)
-    taken = chosen.flags_given(config)          # a flag two strategies take (hsdp's fsdp's)
-    for other in STRATEGIES.values():
-        flags = [flag for flag in other.flags_given(config) if flag not in taken] \
-            if other is not chosen else []
-        if flags:
-            raise other.not_here(flags, chosen)
+    """The combinations refused before anything runs (one line each, exit 2), declared below
+    torch (``settings/strategy_flags.check``, which the plan runs before torch's import), here
+    over every registered strategy."""
+    strategy_flags.check(config, training, STRATEGIES)
 
 
 def check_model(spec: RunView) -> None:

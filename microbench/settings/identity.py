@@ -75,7 +75,7 @@ ONLY_UNDER = (
     (("trials",), "--repeat above 1 or --max-noise", _several_trials),
     (("max_trials", "time_limit_s"), "--max-noise", lambda s: s.get("max_noise_pct") is not None),
     (("profiler_schedule",), "--kineto", lambda s: bool(s.get("kineto"))),
-    # microbench.scenarios.feeding's PIPELINE_FIELDS and GENERATED_SET_FIELDS
+    # microbench.settings.data_settings's PIPELINE_FIELDS and GENERATED_SET_FIELDS
     (("data_format", "data_images", "data_dir", "decode", "transforms", "workers",
       "pin_memory", "prefetch_factor"), "--data loader or folder",
      lambda s: s.get("data", "synthetic") != "synthetic"),

@@ -21,7 +21,8 @@ logits and the share of greedy (argmax) tokens that agree. Weight bytes are coun
 
 torchao is an optional dependency (``pip install ".[quant]"``); a run that needs it without it
 stops with the install line (exit 4). What a device cannot run is refused before anything is
-built (exit 2): see :func:`check`.
+built (exit 2): see :func:`check` (what the flags alone refuse is ``settings/kinds.py``'s,
+before torch is imported).
 
 Example::
 
@@ -88,20 +89,6 @@ def torchao_version() -> str | None:
 
 
 # ---------------------------------------------------------------- refusals, before anything runs
-
-def check_flags(config: BenchConfig, updates_weights: bool) -> None:
-    """Combinations refused from the flags alone (one line, exit 2)."""
-    if config.precision == "fp8" and not updates_weights:
-        raise UsageError("--precision fp8 is FP8 training (torchao's Float8Linear); for "
-                         "inference and generate use --quantize float8dq or float8wo")
-    if config.quantize != "none" and updates_weights:
-        raise UsageError("--quantize applies to --mode inference and generate; training in FP8 "
-                         "is --precision fp8")
-    if config.quantize != "none" and config.precision not in ("bf16", "fp16"):
-        raise UsageError(f"--quantize quantizes half-precision weights, not "
-                         f"--precision {config.precision}: give --precision bf16 (or leave "
-                         f"--precision out)")
-
 
 def check(config: BenchConfig, device: torch.device) -> "quant_layout.QuantPlan | None":
     """Refuse what this device or torchao cannot run: one line, before the model is built.

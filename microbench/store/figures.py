@@ -211,6 +211,21 @@ def _throttled(document: dict) -> int | None:
     return int(throttled) if isinstance(throttled, bool) else None
 
 
+def _host_load_per_core(document: dict) -> float | None:
+    """The host's 1-minute load average over its cores, the higher of the two readings around
+    the timed region (measure/host_load.py: ``HostLoad.peak_load`` over ``cores``)."""
+    cores = number(value_at(document, ("host_load", "cores")))
+    loads = [number(value_at(document, ("host_load", end, "load_1m"))) for end in ("start", "end")]
+    known = [load for load in loads if load is not None]
+    return max(known) / cores if known and cores else None
+
+
+def _host_loaded(document: dict) -> int | None:
+    """1 or 0: the host-load verdict the noise and drift warnings name; None where unread."""
+    loaded = value_at(document, ("host_load", "loaded"))
+    return int(loaded) if isinstance(loaded, bool) else None
+
+
 def _op_tflops(row: dict) -> float | None:
     """An op's TFLOP/s, where it does any FLOPs (a copy does none)."""
     return number(row.get("tflops")) if row.get("flops") else None
@@ -323,6 +338,15 @@ FIGURES: tuple[Figure, ...] = (
     Figure("peak_allocated_mb", "MB", LOWER, path=("memory", "peak_allocated_mb"),
            csv="peak_allocated_mb", heading="peak alloc [MB]",
            gate="Peak memory allocated [MB]"),
+    # The host around the timed region (issue 64): not the benchmark's figures, what they ran
+    # beside; the run's own processes are not counted as other processes.
+    Figure("host_load_per_core", "load/core", None, reader=_host_load_per_core,
+           csv="host_load_per_core", csv_format=".2f"),
+    Figure("host_others_cpu_pct", "% of a core", None,
+           path=("host_load", "others_cpu_percent"), csv="host_others_cpu_pct",
+           csv_format=".1f"),
+    Figure("host_loaded", "flag", None, reader=_host_loaded, csv="host_loaded",
+           csv_format=".0f"),
     # --data loader|folder: the input pipeline's figures (per device on several).
     Figure("pipeline_per_s", "{data unit}", HIGHER, path=(*_DATA, "pipeline_per_s")),
     Figure("loader_alone_per_s", "{data unit}", HIGHER, path=(*_DATA, "loader_alone_per_s")),

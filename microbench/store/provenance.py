@@ -25,7 +25,7 @@ from typing import Callable
 
 from microbench.settings import identity
 from microbench.settings.config import SCHEMA
-from microbench.store.figures import number, value_at
+from microbench.store.figures import by_key, number, value_at
 
 FLAG, SOFTWARE, DRIVER, CLOCKS, TOOL, HOST = ("flag", "software", "driver and device",
                                               "clocks and power", "tool", "host")
@@ -41,6 +41,21 @@ def _two_digits(*path: str) -> Callable[[dict], object]:
         value = number(value_at(document, path))
         return None if value is None else float(f"{value:.2g}")
     return read
+
+
+def _figure(key: str, digits: int | None = None) -> Callable[[dict], object]:
+    """A figure of the registry (store/figures.py, where it is declared and read): a flag as
+    True or False, a number to ``digits`` significant digits where it varies run to run."""
+    figure = by_key()[key]
+
+    def field(document: dict) -> object:
+        value = figure.read(document)
+        if value is None:
+            return None
+        if figure.unit == "flag":
+            return bool(value)
+        return value if digits is None else float(f"{value:.{digits}g}")
+    return field
 
 
 def _dnn_library(document: dict) -> object:
@@ -76,6 +91,11 @@ FIELDS: tuple[tuple[str, str, Callable[[dict], object]], ...] = (
     ("CPU", HOST, _at("env", "cpu")),
     ("CPU threads", HOST, _at("env", "cpu_threads")),
     ("visible devices", HOST, _at("env", "visible_devices")),
+    # The host's load around the timed region (issue 64): its verdict, and the load average per
+    # core to one significant digit (it varies from run to run; a change beside a host that
+    # went from idle to loaded names it).
+    ("host loaded", HOST, _figure("host_loaded")),
+    ("host load [per core]", HOST, _figure("host_load_per_core", digits=1)),
 )
 
 # The settings that make a run's identity, by their config names (and those the identity holds

@@ -327,7 +327,7 @@ def test_gpu_transforms_on_the_cpu_are_a_missing_environment(tmp_path):
 
 
 def test_the_default_workers_share_this_process_cores_between_local_ranks(monkeypatch):
-    from microbench.data import settings as settings_module
+    from microbench.settings import data_settings as settings_module
     assert settings_module.available_cores() == len(os.sched_getaffinity(0))
     monkeypatch.setattr(settings_module, "available_cores", lambda: 16)
     assert DataSettings().resolved_workers(local_world_size=1) == 16

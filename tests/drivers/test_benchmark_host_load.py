@@ -1,8 +1,9 @@
 """The host's load read around the timed region of a real run (issue 64): before the loop
 starts and after it ends, never inside it; into the JSON (the run's, each trial's, each sweep
-row's own) and onto the console. The probe is a fake: no dependence on this machine's load."""
+row's own), the CSV row and the stored entry's figures, and onto the console. The probe is a fake: no dependence on this machine's load."""
 from __future__ import annotations
 
+import csv
 import json
 
 import pytest
@@ -11,6 +12,7 @@ from conftest import TINY, run_main
 from microbench.drivers import benchmark
 from microbench.measure import host_load
 from microbench.measure.host_load import Busy, HostLoad
+from microbench.store.entry import entries_of
 
 
 class FakeProbe:
@@ -62,6 +64,16 @@ def test_a_run_reads_the_host_around_its_timed_region_and_prints_it(capfd, tmp_p
         "others_cpu_percent": 140.0, "steal_percent": None,
         "busiest": [{"command": "python3", "pid": 77, "cpu_percent": 97.0}],
         "processes_unknown": None, "run_processes": 1, "judged": True, "loaded": True}
+    # The CSV row and the stored entry read it through the figures' registry: the higher load
+    # average over the cores, the other processes' share of a core, the verdict.
+    with open(tmp_path / "benchmark_summary.csv", newline="") as handle:
+        [row] = csv.DictReader(handle)
+    assert (row["host_load_per_core"], row["host_others_cpu_pct"], row["host_loaded"]) == (
+        "2.50", "140.0", "1")
+    [entry] = entries_of(document, str(path))
+    assert {key: entry.figures[key] for key in ("host_load_per_core", "host_others_cpu_pct",
+                                                "host_loaded")} == {
+        "host_load_per_core": 2.5, "host_others_cpu_pct": 140.0, "host_loaded": 1}
 
 
 def test_each_row_of_a_sweep_keeps_its_own_reading(capfd, tmp_path, probe):

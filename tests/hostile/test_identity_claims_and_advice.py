@@ -110,11 +110,11 @@ class TestIneffectiveFlags:
         assert set(shown.values()) <= {None}
 
     def test_every_setting_of_the_rule_is_a_setting_and_the_data_rows_match_the_pipeline(self):
-        from microbench.scenarios import feeding
+        from microbench.settings import data_settings
         named = {name for names, _, _ in identity.ONLY_UNDER for name in names}
         assert named <= set(SCHEMA)
         data = set(identity.ONLY_UNDER[-3][0])
-        assert data == {name for name in feeding.PIPELINE_FIELDS if SCHEMA[name].replayed}
+        assert data == {name for name in data_settings.PIPELINE_FIELDS if SCHEMA[name].replayed}
 
     def test_a_sweeps_row_where_the_flag_does_nothing_is_that_rows_plain_configuration(self):
         plan = cli.to_plan(cli.parse_args(["--precision", "bf16,fp8", "--fp8-recipe", "rowwise"]))

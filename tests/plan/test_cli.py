@@ -97,6 +97,27 @@ REFUSED_BEFORE_TORCH = [
     ["--precision", "amp,amp-fp16"],
     ["--precision", "fp8", "--device", "cpu"],
     ["--network", "resnet18,resnet18", "--max-noise", "5"],
+    # The rules of a kind of run, its input data, strategy and precision (settings/kinds.py,
+    # settings/data_settings.py, settings/strategy_flags.py), which waited for torch until then.
+    ["--mode", "inference", "--opt-step", "2"],
+    ["--prompt-len", "8"],
+    ["--network", "llama_tiny", "--mode", "generate", "--gen-len", "1"],
+    ["--mode", "inference", "--precision", "fp8"],
+    ["--quantize", "int8wo", "--precision", "bf16"],
+    ["--mode", "inference", "--quantize", "int8wo", "--precision", "fp32"],
+    ["--mode", "inference", "--parallel", "fsdp"],
+    ["--mode", "inference", "--optimizer", "adamw"],
+    ["--parallel", "fsdp", "--precision", "amp-fp16"],
+    ["--parallel", "fsdp", "--opt-step", "2"],
+    ["--parallel", "fsdp", "--optimizer-impl", "fused"],
+    ["--parallel", "fsdp", "--ddp-static-graph"],
+    ["--ddp-options", "{'bogus': 1}"],
+    ["--reshard-after-forward", "0"],
+    ["--workers", "2"],
+    ["--network", "llama_tiny", "--mode", "generate", "--data", "loader"],
+    ["--data", "folder"],
+    ["--data", "loader", "--decode", "gpu"],
+    ["--mode", "inference,training", "--quantize", "int8wo"],
 ]
 
 

@@ -72,6 +72,11 @@ def test_markdown_and_json(nightly, capfd):
     assert change["ratio"] == pytest.approx(0.9, rel=0.02)
     assert change["ci95"][0] < change["ratio"] < change["ci95"][1]
     assert len(slower["results"]) == 2 * NIGHTS
+    # Each result keeps the host's load beside its throughput (unknown: none was recorded).
+    assert {key: slower["results"][0][key] for key in ("host_load_per_core",
+                                                       "host_others_cpu_pct",
+                                                       "host_loaded")} == dict.fromkeys(
+        ("host_load_per_core", "host_others_cpu_pct", "host_loaded"))
 
 
 def test_the_chart_and_the_page_are_written_before_the_exit(nightly, capfd, tmp_path):

@@ -12,7 +12,7 @@ from conftest import IMAGE_MODEL
 from microbench.plan import cli, preset
 from microbench.platform.errors import UsageError
 from microbench.scenarios import ddp, parallel
-from microbench.scenarios.strategy import boolean
+from microbench.settings.strategy_flags import boolean
 
 GPU = torch.device("cuda", 0)
 DDP = parallel.STRATEGIES["ddp"]
@@ -85,8 +85,8 @@ def test_the_preset_chooses_ddp_options_under_ddp_only(monkeypatch):
 
 def test_a_new_keyword_is_one_word_in_the_allow_list(monkeypatch):
     """Issue 54's measure: a DDP keyword added to the options and to the preset is its word in
-    scenarios/ddp.py (and its line in docs/flags.md); the flag, its check, the wrapper, the
-    preset, its reproducing flags and --rerun's spelling follow."""
+    its flag side, settings/strategy_flags.py (and its line in docs/flags.md); the flag, its
+    check, the wrapper, the preset, its reproducing flags and --rerun's spelling follow."""
     monkeypatch.setitem(ddp.Replicated.OPTIONS, "scratch_keyword", boolean)
     monkeypatch.setattr(ddp.Replicated, "PRESET", {**ddp.Replicated.PRESET,
                                                    "scratch_keyword": True})

@@ -140,6 +140,30 @@ def test_what_changed_lists_differences_and_sameness():
     assert "torch" in unchanged and "driver" not in unchanged
 
 
+def loaded(document: dict, load_1m: float, others: float) -> dict:
+    """``document`` with the host's load around its timed region, on 2 cores."""
+    document["host_load"] = {"cores": 2, "usable_cores": 2,
+                             "start": {"load_1m": load_1m, "load_5m": 1.0, "load_15m": 1.0},
+                             "end": None, "window_s": 3.0, "others_cpu_percent": others,
+                             "steal_percent": None, "busiest": [], "processes_unknown": None,
+                             "run_processes": 1, "judged": True,
+                             "loaded": others >= 50 and load_1m >= 2}
+    return document
+
+
+def test_a_step_where_the_host_became_loaded_names_the_hosts_load():
+    """Issue 64: a slowdown that came with a loaded host says so; the load average per core
+    is kept to one digit (it varies from run to run)."""
+    documents = [loaded(nightly_result(value, night), 5.1 if night >= NIGHTS else 0.2,
+                        140.0 if night >= NIGHTS else 3.0)
+                 for night, value in enumerate(levels(1.0, 0.6))]
+    [step] = history.history(entries(documents)).series[0].steps
+    shifts = {shift.name: (shift.before, shift.after) for shift in step.changed}
+    assert shifts["host loaded"] == (False, True)
+    assert shifts["host load [per core]"] == (0.1, 3.0)
+    assert "torch" in step.unchanged
+
+
 def test_every_field_has_a_kind_and_the_flags_leave_out_the_identity():
     assert {kind for _, kind, _ in provenance.FIELDS} <= set(provenance.KINDS)
     assert "cudnn_benchmark" in provenance.FLAGS and "iterations" in provenance.FLAGS

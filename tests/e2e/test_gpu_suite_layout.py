@@ -4,7 +4,7 @@ GPU. This holds the layout the script relies on."""
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 MARKS = re.compile(r"pytest\.mark\.gpu\b|\bgpu_suite\b")
 
 
