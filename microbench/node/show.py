@@ -37,7 +37,7 @@ def gpu_table(verdict: Verdict) -> tuple[list[str], list[list[str]], str | None]
                                   f"[{f.unit}]" for f in known] + ["verdict"]
     rows = []
     for gpu in verdict.gpus:
-        rows.append([f"{gpu.record.node} rank {gpu.record.rank}", gpu.record.device_name]
+        rows.append([gpu.record.label, gpu.record.device_name]
                     + [_cell(f, gpu.figures.get(f.key), gpu.baseline.get(f.key))
                        for f in known]
                     + ["FLAGGED" if gpu.flagged else "ok"])
@@ -68,7 +68,7 @@ def print_verdict(verdict: Verdict, collectives: Sequence[Collective], p2p_note:
         print(terminal(not_judged), file=out)
     for gpu in verdict.gpus:
         for finding in gpu.findings:
-            print(terminal(f"  {gpu.record.node} rank {gpu.record.rank}: {finding}"), file=out)
+            print(terminal(f"  {gpu.record.label}: {finding}"), file=out)
     bus = FIGURES["allreduce_busbw_gbs"]
     for collective in collectives:
         if collective.busbw_gbs:
@@ -94,7 +94,7 @@ def print_verdict(verdict: Verdict, collectives: Sequence[Collective], p2p_note:
         print(f"Node check: PASS, {measured}, nothing flagged (tolerance "
               f"{verdict.tolerance_pct:g}% and each figure's noise)", file=out)
         return
-    names = ", ".join(f"{g.record.node} rank {g.record.rank}" for g in flagged) or "none"
+    names = ", ".join(g.record.label for g in flagged) or "none"
     print(terminal(f"Node check: FLAGGED GPUs: {names}; links: {len(links)}; hosts: "
                    f"{', '.join(verdict.flagged_hosts())}; flagged by: "
                    f"{', '.join(verdict.flagged_by())}"), file=out)

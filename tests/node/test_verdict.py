@@ -85,7 +85,8 @@ def test_two_nodes_of_one_host_name_are_named_and_grouped_apart():
     verdict = judge(records)
     assert verdict.flagged_hosts() == ["node1 node 1"]
     header, rows, _ = show.gpu_table(verdict)
-    assert header[0] == "GPU" and rows[3][0] == "node1 node 1 rank 3"
+    assert header[0] == "GPU" and rows[3][0] == "node1 node 1 rank 3" == records[3].label
+    assert records[3].labelled("\n") == "node1 node 1\nrank 3"        # the plot's ticks
     gpus = _check_document(verdict)["gpus"]
     assert [(g["host"], g["node_rank"]) for g in gpus] == [("node1", 0), ("node1", 0),
                                                            ("node1", 1), ("node1", 1)]
