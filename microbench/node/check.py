@@ -208,7 +208,9 @@ def _links_and_gather(launch: distributed.Launch, device: torch.device, options:
                       record: program.GpuRecord, rechecks: list | None) -> Outcome | None:
     # Nodes by name and node rank: two nodes of one host name (containers, two torchrun
     # agents on one host) are two nodes.
-    groups = links.node_groups(distributed.all_gather_objects(record.node))
+    everyone = distributed.all_gather_objects((record.node, record.device_name))
+    groups = links.node_groups([node for node, _ in everyone])
+    models = {rank: model for rank, (_, model) in enumerate(everyone)}
     # Every rank creates every node's group, in the same order (torch.distributed's rule).
     node_groups = {node: (distributed.new_group(ranks) if len(groups) > 1 else None)
                    for node, ranks in groups.items()}
@@ -227,7 +229,7 @@ def _links_and_gather(launch: distributed.Launch, device: torch.device, options:
         copies = links.pair_copies(node_groups[record.node], mine, record.node, launch.rank,
                                    device, options.samples)
         copies_again = _pairs_again(copies, node_groups[record.node], mine, record.node,
-                                    launch.rank, device, options)
+                                    launch.rank, device, options, models)
     # Each node's all-reduce once (its first rank's), the job's once (rank 0's).
     shared = [c for c in collectives if c.scope == "all nodes"] if launch.rank == 0 else []
     own = [c for c in collectives if c.scope != "all nodes"] if launch.rank == mine[0] else []
@@ -245,11 +247,13 @@ def _links_and_gather(launch: distributed.Launch, device: torch.device, options:
 
 
 def _pairs_again(copies: list, group: dist.ProcessGroup | None, mine: list[int], host: str,
-                 rank: int, device: torch.device, options: Options) -> list:
+                 rank: int, device: torch.device, options: Options, models: dict) -> list:
     """A link's flag is confirmed as a GPU's is: every rank judges every pair's copies as rank
-    0 will, and the flagged pairs are measured again (each node its own, in rounds)."""
+    0 will (against the other pairs and the baseline), and the flagged pairs are measured
+    again (each node its own, in rounds)."""
     everyone = [c for copies_ in distributed.all_gather_objects(copies) for c in copies_]
-    again = pairs_to_confirm(judge_links(everyone, (), options.tolerance_pct))
+    again = pairs_to_confirm(judge_links(everyone, (), options.tolerance_pct,
+                                         baseline=options.baseline, models=models))
     if not again:
         return []
     return links.pair_copies(group, mine, host, rank, device, options.samples, only=again)

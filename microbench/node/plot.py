@@ -12,7 +12,7 @@ def title(verdict: Verdict) -> str:
     """The chart's title: the verdict, the device(s) and what the GPUs were judged against."""
     models = sorted({g.record.device_name for g in verdict.gpus})
     flagged = [g.record.label for g in verdict.gpus if g.flagged]
-    links = sum(1 for link in verdict.links if link.judged.flagged)
+    links = sum(1 for link in verdict.links if link.flagged)
     if verdict.flagged:
         outcome = (f"FLAGGED: {', '.join(flagged) or 'no GPU'}"
                    + (f", {links} link{'s' if links != 1 else ''}" if links else ""))

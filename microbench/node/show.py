@@ -78,16 +78,18 @@ def print_verdict(verdict: Verdict, collectives: Sequence[Collective], p2p_note:
             print(terminal(f"{bus.console} [{bus.unit}], {collective.scope} "
                            f"({len(collective.ranks)} ranks): {sizes}"), file=out)
     for link in verdict.links:
-        if link.kind == "p2p" or link.judged.flagged:
-            print(terminal(f"{link.name}: {_cell(FIGURES['p2p_gbs'], link.judged)} GB/s"
-                           f"{' FLAGGED ' + link.judged.why if link.judged.flagged else ''}"),
-                  file=out)
+        # A pair's copy always; an all-reduce (its figures are above) where it flagged or has
+        # a baseline to be shown beside.
+        if link.kind == "p2p" or link.flagged or link.baseline is not None:
+            figure = FIGURES["p2p_gbs" if link.kind == "p2p" else "allreduce_busbw_gbs"]
+            print(terminal(f"{link.name}: {_cell(figure, link.judged, link.baseline)} GB/s"
+                           f"{' FLAGGED ' + link.why if link.flagged else ''}"), file=out)
     if p2p_note:
         print(terminal(p2p_note), file=out)
     for note in verdict.notes:
         print(terminal(f"note: {note}"), file=out)
     flagged = [g for g in verdict.gpus if g.flagged]
-    links = [l for l in verdict.links if l.judged.flagged]
+    links = [l for l in verdict.links if l.flagged]
     if not flagged and not links:
         on_gpus = any(not g.record.device.startswith("cpu") for g in verdict.gpus)
         measured = f"{len(verdict.gpus)} {'GPUs' if on_gpus else 'processes on the CPU'}"
