@@ -95,20 +95,47 @@ def run(args: argparse.Namespace, argv: list[str], stored: Baseline | None) -> i
     options = Options(_device_type(args.device), args.samples, args.quick, args.dist_timeout,
                       args.tolerance, stored)
     launch = distributed.detect(_LaunchAsk())
-    if launch.distributed:
-        if args.processes is not None:
-            raise UsageError(f"--processes: under {launch.launcher} the launcher started "
-                             f"the processes (one per GPU); drop --processes")
-        program.scale_of(os.environ, launch.world_size)
-        outcome = _measure_rank(launch, options)
-        if not launch.is_main or outcome is None:       # rank 0 has the outcome
-            return 0
-    else:
-        count = _process_count(args.processes, options.device_type)
-        program.scale_of(os.environ, count)     # a rank outside the job: refused before it
-        distributed.check_fail_rank(count)
-        outcome = _spawned(count, options)
-    return _finish(outcome, args, options, argv, time.perf_counter() - started)
+    if launch.distributed and args.processes is not None:
+        raise UsageError(f"--processes: under {launch.launcher} the launcher started "
+                         f"the processes (one per GPU); drop --processes")
+    # The process that writes (rank 0, or the spawning parent) claims --json's name first.
+    # Given back when the check ends, however (a check called in-process, as tests do, may
+    # not end its process).
+    json_path = claim_json(args.json) if launch.is_main and not args.no_files else None
+    try:
+        if launch.distributed:
+            program.scale_of(os.environ, launch.world_size)
+            outcome = _measure_rank(launch, options)
+            if not launch.is_main or outcome is None:       # rank 0 has the outcome
+                return 0
+        else:
+            count = _process_count(args.processes, options.device_type)
+            program.scale_of(os.environ, count)  # a rank outside the job: refused before it
+            distributed.check_fail_rank(count)
+            outcome = _spawned(count, options)
+        return _finish(outcome, args, options, argv, time.perf_counter() - started, json_path)
+    finally:
+        writing.release_claims()
+
+
+def claim_json(path: str) -> str:
+    """``--json``'s name for this check, claimed for it (``writing.claim``: an exclusive
+    create beside it) before the GPUs are measured. A file of an earlier check is replaced (a
+    re-run refreshes it); a name another live check claimed sends this one to the next name
+    no file has (``NAME-2.json``...), with a note: two checks at once into one --json
+    otherwise both wrote it, and the first result was lost (issue 65)."""
+    if writing.claim(path):
+        return path
+    stem, extension = os.path.splitext(path)
+    number = 2
+    while True:
+        candidate = f"{stem}-{number}{extension}"
+        if not os.path.lexists(candidate) and writing.claim(candidate):
+            break
+        number += 1
+    print(safe_text.terminal(f"note: {path} is claimed by another node check running now; "
+                             f"this check's result goes to {candidate}"))
+    return candidate
 
 
 def _process_count(requested: int | None, device_type: str) -> int:
@@ -262,7 +289,8 @@ def _pairs_again(copies: list, group: dist.ProcessGroup | None, mine: list[int],
 # ---------------------------------------------------------------- the verdict
 
 def _finish(outcome: Outcome, args: argparse.Namespace, options: Options, argv: list[str],
-            seconds: float) -> int:
+            seconds: float, json_path: str | None = None) -> int:
+    """The verdict, printed and written (``json_path``: --json's claimed name; None: none)."""
     # Nothing flagged at first: nothing measured again, and no flag to confirm ([]).
     verdict = judge(outcome.records, outcome.copies, outcome.collectives, options.tolerance_pct,
                     options.baseline, outcome.rechecks or [], outcome.copies_again)
@@ -272,10 +300,10 @@ def _finish(outcome: Outcome, args: argparse.Namespace, options: Options, argv: 
         quick=options.quick, samples=options.samples, command=["microbench-node", *argv],
         seconds=seconds, backend=outcome.backend, p2p_note=outcome.p2p_note)
     validate_result(built, "the node check's own document")   # the schema holds
-    if not args.no_files:
+    if json_path is not None and not args.no_files:
         import json
-        writing.write_whole(args.json, json.dumps(built, indent=1) + "\n")
-        print(safe_text.terminal(f"Result: {args.json}"))
+        writing.write_whole(json_path, json.dumps(built, indent=1) + "\n")
+        print(safe_text.terminal(f"Result: {json_path}"))
     if args.save_baseline is not None:
         print(reference.save(built["node_check"], args.save_baseline))
     if args.plot is not None:
