@@ -56,6 +56,7 @@ class Outcome:
     records: list = field(default_factory=list)
     rechecks: list | None = None      # every GPU's second measurement of the flagged parts
     copies_again: list = field(default_factory=list)  # the flagged pairs' copies, again
+    collectives_again: list = field(default_factory=list)  # the flagged all-reduces, again
     collectives: list = field(default_factory=list)
     copies: list = field(default_factory=list)
     p2p_note: str | None = None
@@ -247,6 +248,8 @@ def _links_and_gather(launch: distributed.Launch, device: torch.device, options:
     if len(groups) > 1:
         collectives.append(links.all_reduce(None, list(range(launch.world_size)), device,
                                             options.samples, "all nodes"))
+    collectives_again = _collectives_again(collectives, node_groups, groups, record.node,
+                                           launch.world_size, device, options, models)
     copies, copies_again, p2p_note = [], [], None
     if options.quick:
         p2p_note = "peer-to-peer copies: not measured with --quick"
@@ -258,19 +261,47 @@ def _links_and_gather(launch: distributed.Launch, device: torch.device, options:
         copies_again = _pairs_again(copies, node_groups[record.node], mine, record.node,
                                     launch.rank, device, options, models)
     # Each node's all-reduce once (its first rank's), the job's once (rank 0's).
-    shared = [c for c in collectives if c.scope == "all nodes"] if launch.rank == 0 else []
-    own = [c for c in collectives if c.scope != "all nodes"] if launch.rank == mine[0] else []
-    gathered = distributed.gather_to_main((record, own + shared, copies, copies_again))
+    def once(measured: list) -> list:
+        shared = [c for c in measured if c.scope == "all nodes"] if launch.rank == 0 else []
+        own = [c for c in measured if c.scope != "all nodes"] if launch.rank == mine[0] else []
+        return own + shared
+
+    gathered = distributed.gather_to_main((record, once(collectives), copies, copies_again,
+                                           once(collectives_again)))
     if gathered is None:
         return None
     outcome = Outcome(p2p_note=p2p_note, backend=distributed.backend_name(),
                       rechecks=rechecks)
-    for record_, collectives_, copies_, again_ in gathered:
+    for record_, collectives_, copies_, again_, reduced_again in gathered:
         outcome.records.append(record_)
         outcome.collectives += collectives_
         outcome.copies += copies_
         outcome.copies_again += again_
+        outcome.collectives_again += reduced_again
     return outcome
+
+
+def _collectives_again(collectives: list, node_groups: dict, groups: dict, node: str,
+                       world_size: int, device: torch.device, options: Options,
+                       models: dict) -> list:
+    """An all-reduce's flag is confirmed as a pair's is: every rank judges every all-reduce as
+    rank 0 will (against the other nodes' and the baseline), and the flagged ones are measured
+    again: the job's by every rank, then each node's by its own ranks (one order on every
+    rank: the job's scope sorts first)."""
+    everyone = {c.scope: c for measured in distributed.all_gather_objects(collectives)
+                for c in measured}
+    flagged = sorted({link.scope for link in judge_links(
+        (), list(everyone.values()), options.tolerance_pct, baseline=options.baseline,
+        models=models) if link.flagged and link.scope})
+    again = []
+    for scope in flagged:
+        if scope == "all nodes":
+            again.append(links.all_reduce(None, list(range(world_size)), device,
+                                          options.samples, scope))
+        elif scope == f"node {node}":
+            again.append(links.all_reduce(node_groups[node], groups[node], device,
+                                          options.samples, scope))
+    return again
 
 
 def _pairs_again(copies: list, group: dist.ProcessGroup | None, mine: list[int], host: str,
@@ -293,7 +324,8 @@ def _finish(outcome: Outcome, args: argparse.Namespace, options: Options, argv: 
     """The verdict, printed and written (``json_path``: --json's claimed name; None: none)."""
     # Nothing flagged at first: nothing measured again, and no flag to confirm ([]).
     verdict = judge(outcome.records, outcome.copies, outcome.collectives, options.tolerance_pct,
-                    options.baseline, outcome.rechecks or [], outcome.copies_again)
+                    options.baseline, outcome.rechecks or [], outcome.copies_again,
+                    outcome.collectives_again)
     show.print_verdict(verdict, outcome.collectives, outcome.p2p_note, sys.stdout)
     built = document.build(
         verdict, outcome.collectives, outcome.copies, device_type=options.device_type,

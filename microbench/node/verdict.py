@@ -320,16 +320,18 @@ def judge_gpu(record: GpuRecord, records: Sequence[GpuRecord],
 
 def judge_links(copies: Sequence[PairCopy], collectives: Sequence[Collective],
                 tolerance_pct: float, recheck: Sequence[PairCopy] | None = None,
-                baseline: Baseline | None = None,
-                models: dict[int, str] | None = None) -> list[LinkVerdict]:
+                baseline: Baseline | None = None, models: dict[int, str] | None = None,
+                collectives_again: Sequence[Collective] = ()) -> list[LinkVerdict]:
     """``recheck``: the flagged pairs' copies measured again, each judged against the other
     pairs' first measurement and the baseline (None: the preliminary verdict, flags as first
-    measured). ``models``: each rank's device model, whose baseline links a link is judged
-    against (a pair's by its receiver, an all-reduce's where all its ranks are of one)."""
+    measured), and ``collectives_again`` the flagged all-reduces measured again.
+    ``models``: each rank's device model, whose baseline links a link is judged against (a
+    pair's by its receiver, an all-reduce's where all its ranks are of one)."""
     verdicts = []
     below = "the other links' median"
     models = models or {}
     again = {(c.source_rank, c.target_rank): c for c in recheck or ()}
+    reduced_again = {c.scope: c for c in collectives_again}
     for copy in copies:
         others = [c.gbs for c in copies if c is not copy]
         judged_ = judge_figure(copy.gbs, others, tolerance_pct, below)
@@ -364,6 +366,15 @@ def judge_links(copies: Sequence[PairCopy], collectives: Sequence[Collective],
         base = judge_reference(own, reference, tolerance_pct) if reference else None
         if judged_.median is None and base is None:
             continue                    # nothing to judge it against: shown, not a link
+        measured_again = reduced_again.get(collective.scope)
+        samples = measured_again.busbw_gbs.get(largest, ()) if measured_again else ()
+        if recheck is not None and samples:
+            if collective in measured:
+                judged_ = _confirmed(judged_, judge_figure(samples, others, tolerance_pct,
+                                                           below), samples)
+            if base is not None:
+                base = _confirmed(base, judge_reference(samples, reference, tolerance_pct),
+                                  samples)
         where = (collective.scope.removeprefix("node ") if collective in nodes
                  else f"all {len(nodes)} nodes")
         verdicts.append(LinkVerdict(f"all-reduce {largest >> 20} MiB ({where})", "allreduce",
@@ -396,10 +407,11 @@ def judge(records: Sequence[GpuRecord], copies: Sequence[PairCopy] = (),
           collectives: Sequence[Collective] = (),
           tolerance_pct: float = DEFAULT_TOLERANCE_PCT, baseline: Baseline | None = None,
           recheck: Sequence[GpuRecord] | None = None,
-          copies_again: Sequence[PairCopy] | None = None) -> Verdict:
+          copies_again: Sequence[PairCopy] | None = None,
+          collectives_again: Sequence[Collective] = ()) -> Verdict:
     """``recheck``: every GPU's second measurement of the parts the first flagged;
     ``copies_again``: the flagged pairs' copies measured again (None: the preliminary verdict,
-    flags as first measured). A node's all-reduce is not measured again."""
+    flags as first measured), and ``collectives_again`` the flagged all-reduces."""
     notes = []
     if len(records) < 2:
         notes.append("one GPU: its figures have no peers to be compared with (throttling "
@@ -419,6 +431,7 @@ def judge(records: Sequence[GpuRecord], copies: Sequence[PairCopy] = (),
     if baseline is not None:
         notes += link_notes(collectives, baseline, models_of)
     gpus = tuple(judge_gpu(r, records, tolerance_pct, baseline, recheck) for r in records)
-    links = judge_links(copies, collectives, tolerance_pct, copies_again, baseline, models_of)
+    links = judge_links(copies, collectives, tolerance_pct, copies_again, baseline, models_of,
+                        collectives_again)
     return Verdict(gpus, tuple(links), tolerance_pct, tuple(notes),
                    baseline_source=None if baseline is None else baseline.source)

@@ -89,3 +89,26 @@ def test_two_checks_into_one_json_keep_both_results(tmp_path, capsys, monkeypatc
     assert json.loads((tmp_path / "node-3.json").read_text())["node_check"]["gpus"]
     assert (tmp_path / "node.json").read_text() == "{}" == (tmp_path / "node-2.json").read_text()
     assert not (tmp_path / ".node-3.json.claim").exists()        # given back at the end
+
+
+def test_only_the_flagged_all_reduces_are_measured_again(monkeypatch):
+    """Every rank judges every all-reduce as rank 0 will; the flagged ones are measured again,
+    the job's by every rank, a node's by its own ranks only (the other node's rank skips it)."""
+    from microbench.node.links import Collective
+    measured = lambda scope, scale=1.0: Collective(scope, (0, 1), (1 << 20,), {1 << 20: tuple(
+        s * scale for s in STEADY)})
+    nodes = [measured("node a"), measured("node b", 0.5), measured("node c"),
+             measured("all nodes")]
+    _gathering(monkeypatch, [nodes[:1] + nodes[3:], nodes[1:2], nodes[2:3]])
+    asked = []
+    monkeypatch.setattr(check.links, "all_reduce", lambda group, ranks, device, samples, scope:
+                        asked.append((group, scope)) or measured(scope))
+    groups = {"a": [0], "b": [1], "c": [2]}
+    again = check._collectives_again(nodes, {"a": "ga", "b": "gb", "c": "gc"}, groups, "b", 3,
+                                     None, OPTIONS, {0: "x", 1: "x", 2: "x"})
+    assert asked == [("gb", "node b")] and [c.scope for c in again] == ["node b"]
+    _gathering(monkeypatch, [nodes[:1] + nodes[3:], nodes[1:2], nodes[2:3]])
+    asked.clear()
+    check._collectives_again(nodes, {"a": "ga", "b": "gb", "c": "gc"}, groups, "a", 3, None,
+                             OPTIONS, {0: "x", 1: "x", 2: "x"})
+    assert asked == []                         # node a's rank: node b's is not its to measure

@@ -416,7 +416,7 @@ def _saved_baseline(tmp_path, records, copies, collectives) -> reference.Baselin
 def test_a_baseline_flags_links_that_are_all_equally_slow(tmp_path, capsys):
     """Issue 62: every pair and the node's all-reduce half as fast as the healthy run's: against
     each other nothing is seen; the baseline flags every one, by name and node, once the pairs
-    measured again are slow too (the all-reduce is not measured again)."""
+    and the all-reduce measured again are slow too."""
     from microbench.node import show
     records = [_record(r) for r in range(4)]
     stored = _saved_baseline(tmp_path, records, _copies(),
@@ -428,19 +428,19 @@ def test_a_baseline_flags_links_that_are_all_equally_slow(tmp_path, capsys):
     assert pairs_to_confirm(first.links) == frozenset(
         (a, b) for a in range(4) for b in range(a + 1, 4))
     verdict = judge(records, slow_copies, slow_node, baseline=stored, recheck=[],
-                    copies_again=slow_copies)
+                    copies_again=slow_copies, collectives_again=slow_node)
     flagged = [link for link in verdict.links if link.flagged]
     assert len(flagged) == 12 + 1 and not any(link.judged.flagged for link in flagged)
     allreduce = flagged[-1]
     assert allreduce.name == "all-reduce 512 MiB (node1)" and allreduce.ranks == (0, 1, 2, 3)
-    assert allreduce.why == "55% below the baseline's median"
+    assert allreduce.why.startswith("55% below the baseline's median (confirmed: 55%")
     assert flagged[0].why.startswith("53% below the baseline's median (confirmed: 53%")
     assert verdict.flagged_by() == ["baseline", "links"]
     assert verdict.flagged_hosts() == ["node1"] and not any(g.flagged for g in verdict.gpus)
     show.print_verdict(verdict, slow_node, None, __import__("sys").stdout)
     out = capsys.readouterr().out
     assert "all-reduce 512 MiB (node1): 154 (+0%, -55% vs baseline) ! GB/s FLAGGED 55% below " \
-           "the baseline's median" in out
+           "the baseline's median (confirmed" in out
     assert "links: 13; hosts: node1; flagged by: baseline, links" in out
     built = document.build(verdict, slow_node, slow_copies, device_type="cuda", quick=False,
                            samples=6, command=["microbench-node"], seconds=1.0,
@@ -448,11 +448,17 @@ def test_a_baseline_flags_links_that_are_all_equally_slow(tmp_path, capsys):
     schema.validate_result(built, "the node check")
     link = built["node_check"]["links"][-1]
     assert link["flagged"] and link["baseline"]["flagged"] and link["scope"] == "node node1"
-    # The pairs measured again at their healthy speed: their flags are not confirmed.
+    # The pairs measured again at their healthy speed: their flags are not confirmed; the
+    # all-reduce, not measured again, stands as first measured.
     level = judge(records, slow_copies, slow_node, baseline=stored, recheck=[],
                   copies_again=_copies())
     assert [link.name for link in level.links if link.flagged] == [allreduce.name]
     assert level.links[0].baseline.noise.startswith("not confirmed")
+    passing = judge(records, slow_copies, slow_node, baseline=stored, recheck=[],
+                    copies_again=_copies(),
+                    collectives_again=[_collective("node node1", range(4))])
+    assert not passing.flagged
+    assert passing.links[-1].baseline.noise.startswith("not confirmed: -55% at first, +0%")
     # A healthy run against the same baseline: nothing.
     assert not judge(records, _copies(1.01), [_collective("node node1", range(4), 0.99)],
                      baseline=stored, recheck=[], copies_again=[]).flagged
