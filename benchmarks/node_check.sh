@@ -4,8 +4,9 @@
 #      "unbatched P2P op" warning in their logs (the first run saves the baseline of target 3);
 #   2. one GPU (the last) kept busy by another process's loop of large matrix products: that
 #      GPU, and only it, flagged in 3 of 3 runs;
-#   3. every GPU kept busy at once: with --baseline from the healthy run every GPU flagged in 3
-#      of 3 runs; without it the summary says the node was judged only against itself;
+#   3. every GPU kept busy at once: with --baseline from the healthy run every GPU, and the
+#      links (the all-reduce, and the pairs outside --reduced), flagged in 3 of 3 runs;
+#      without it the summary says the node was judged only against itself;
 #   4. the all-reduce bus bandwidth at the tool's largest size at least 0.9x what a tight
 #      all_reduce loop written here measures on the same GPUs.
 # One PASS or FAIL line per target; logs, result documents and the scripts it wrote under OUT.
@@ -78,6 +79,19 @@ try:
     print(",".join(json.load(open(sys.argv[1]))["node_check"].get("flagged_by", [])))
 except (OSError, ValueError, KeyError):
     print("unreadable")
+EOF
+}
+
+# baseline_links FILE: the kinds of link the baseline flagged ("allreduce,p2p"; "" none).
+baseline_links() {
+    "$PY" - "$1" <<'EOF'
+import json, sys
+try:
+    links = json.load(open(sys.argv[1]))["node_check"]["links"]
+except (OSError, ValueError, KeyError):
+    print("unreadable")
+    sys.exit(0)
+print(",".join(sorted({l["kind"] for l in links if (l.get("baseline") or {}).get("flagged")})))
 EOF
 }
 
@@ -168,6 +182,11 @@ else
         ok=0
         [ "$code" = 6 ] && [ "$flagged" = "$ALL_RANKS" ] && [[ ",$by," == *",baseline,"* ]] && ok=1
         verdict "every GPU busy with --baseline, run $run of $BUSY_RUNS" "$ok" "exit $code (6 expected), flagged ranks: '${flagged}' ('$ALL_RANKS' expected), flagged by: '$by' (baseline expected)"
+        # Issue 62: the links too (the pairs are not measured with --quick, the reduced mode's).
+        kinds=$(baseline_links "$OUT/all_busy_$run.json")
+        expected="allreduce,p2p"; [ "$MODE" = reduced ] && expected="allreduce"
+        ok=0; [ "$kinds" = "$expected" ] && ok=1
+        verdict "every GPU busy with --baseline, its links, run $run of $BUSY_RUNS" "$ok" "links the baseline flagged: '${kinds}' ('$expected' expected)"
     done
     "$PY" -m microbench.node --processes "$NGPUS" ${SAMPLES[@]+"${SAMPLES[@]}"} --quick \
         --json "$OUT/all_busy_self.json" > "$OUT/all_busy_self.log" 2>&1

@@ -56,6 +56,7 @@ class Outcome:
     records: list = field(default_factory=list)
     rechecks: list | None = None      # every GPU's second measurement of the flagged parts
     copies_again: list = field(default_factory=list)  # the flagged pairs' copies, again
+    collectives_again: list = field(default_factory=list)  # the flagged all-reduces, again
     collectives: list = field(default_factory=list)
     copies: list = field(default_factory=list)
     p2p_note: str | None = None
@@ -95,20 +96,47 @@ def run(args: argparse.Namespace, argv: list[str], stored: Baseline | None) -> i
     options = Options(_device_type(args.device), args.samples, args.quick, args.dist_timeout,
                       args.tolerance, stored)
     launch = distributed.detect(_LaunchAsk())
-    if launch.distributed:
-        if args.processes is not None:
-            raise UsageError(f"--processes: under {launch.launcher} the launcher started "
-                             f"the processes (one per GPU); drop --processes")
-        program.scale_of(os.environ, launch.world_size)
-        outcome = _measure_rank(launch, options)
-        if not launch.is_main or outcome is None:       # rank 0 has the outcome
-            return 0
-    else:
-        count = _process_count(args.processes, options.device_type)
-        program.scale_of(os.environ, count)     # a rank outside the job: refused before it
-        distributed.check_fail_rank(count)
-        outcome = _spawned(count, options)
-    return _finish(outcome, args, options, argv, time.perf_counter() - started)
+    if launch.distributed and args.processes is not None:
+        raise UsageError(f"--processes: under {launch.launcher} the launcher started "
+                         f"the processes (one per GPU); drop --processes")
+    # The process that writes (rank 0, or the spawning parent) claims --json's name first.
+    # Given back when the check ends, however (a check called in-process, as tests do, may
+    # not end its process).
+    json_path = claim_json(args.json) if launch.is_main and not args.no_files else None
+    try:
+        if launch.distributed:
+            program.scale_of(os.environ, launch.world_size)
+            outcome = _measure_rank(launch, options)
+            if not launch.is_main or outcome is None:       # rank 0 has the outcome
+                return 0
+        else:
+            count = _process_count(args.processes, options.device_type)
+            program.scale_of(os.environ, count)  # a rank outside the job: refused before it
+            distributed.check_fail_rank(count)
+            outcome = _spawned(count, options)
+        return _finish(outcome, args, options, argv, time.perf_counter() - started, json_path)
+    finally:
+        writing.release_claims()
+
+
+def claim_json(path: str) -> str:
+    """``--json``'s name for this check, claimed for it (``writing.claim``: an exclusive
+    create beside it) before the GPUs are measured. A file of an earlier check is replaced (a
+    re-run refreshes it); a name another live check claimed sends this one to the next name
+    no file has (``NAME-2.json``...), with a note: two checks at once into one --json
+    otherwise both wrote it, and the first result was lost (issue 65)."""
+    if writing.claim(path):
+        return path
+    stem, extension = os.path.splitext(path)
+    number = 2
+    while True:
+        candidate = f"{stem}-{number}{extension}"
+        if not os.path.lexists(candidate) and writing.claim(candidate):
+            break
+        number += 1
+    print(safe_text.terminal(f"note: {path} is claimed by another node check running now; "
+                             f"this check's result goes to {candidate}"))
+    return candidate
 
 
 def _process_count(requested: int | None, device_type: str) -> int:
@@ -208,7 +236,9 @@ def _links_and_gather(launch: distributed.Launch, device: torch.device, options:
                       record: program.GpuRecord, rechecks: list | None) -> Outcome | None:
     # Nodes by name and node rank: two nodes of one host name (containers, two torchrun
     # agents on one host) are two nodes.
-    groups = links.node_groups(distributed.all_gather_objects(record.node))
+    everyone = distributed.all_gather_objects((record.node, record.device_name))
+    groups = links.node_groups([node for node, _ in everyone])
+    models = {rank: model for rank, (_, model) in enumerate(everyone)}
     # Every rank creates every node's group, in the same order (torch.distributed's rule).
     node_groups = {node: (distributed.new_group(ranks) if len(groups) > 1 else None)
                    for node, ranks in groups.items()}
@@ -218,6 +248,8 @@ def _links_and_gather(launch: distributed.Launch, device: torch.device, options:
     if len(groups) > 1:
         collectives.append(links.all_reduce(None, list(range(launch.world_size)), device,
                                             options.samples, "all nodes"))
+    collectives_again = _collectives_again(collectives, node_groups, groups, record.node,
+                                           launch.world_size, device, options, models)
     copies, copies_again, p2p_note = [], [], None
     if options.quick:
         p2p_note = "peer-to-peer copies: not measured with --quick"
@@ -227,29 +259,59 @@ def _links_and_gather(launch: distributed.Launch, device: torch.device, options:
         copies = links.pair_copies(node_groups[record.node], mine, record.node, launch.rank,
                                    device, options.samples)
         copies_again = _pairs_again(copies, node_groups[record.node], mine, record.node,
-                                    launch.rank, device, options)
+                                    launch.rank, device, options, models)
     # Each node's all-reduce once (its first rank's), the job's once (rank 0's).
-    shared = [c for c in collectives if c.scope == "all nodes"] if launch.rank == 0 else []
-    own = [c for c in collectives if c.scope != "all nodes"] if launch.rank == mine[0] else []
-    gathered = distributed.gather_to_main((record, own + shared, copies, copies_again))
+    def once(measured: list) -> list:
+        shared = [c for c in measured if c.scope == "all nodes"] if launch.rank == 0 else []
+        own = [c for c in measured if c.scope != "all nodes"] if launch.rank == mine[0] else []
+        return own + shared
+
+    gathered = distributed.gather_to_main((record, once(collectives), copies, copies_again,
+                                           once(collectives_again)))
     if gathered is None:
         return None
     outcome = Outcome(p2p_note=p2p_note, backend=distributed.backend_name(),
                       rechecks=rechecks)
-    for record_, collectives_, copies_, again_ in gathered:
+    for record_, collectives_, copies_, again_, reduced_again in gathered:
         outcome.records.append(record_)
         outcome.collectives += collectives_
         outcome.copies += copies_
         outcome.copies_again += again_
+        outcome.collectives_again += reduced_again
     return outcome
 
 
+def _collectives_again(collectives: list, node_groups: dict, groups: dict, node: str,
+                       world_size: int, device: torch.device, options: Options,
+                       models: dict) -> list:
+    """An all-reduce's flag is confirmed as a pair's is: every rank judges every all-reduce as
+    rank 0 will (against the other nodes' and the baseline), and the flagged ones are measured
+    again: the job's by every rank, then each node's by its own ranks (one order on every
+    rank: the job's scope sorts first)."""
+    everyone = {c.scope: c for measured in distributed.all_gather_objects(collectives)
+                for c in measured}
+    flagged = sorted({link.scope for link in judge_links(
+        (), list(everyone.values()), options.tolerance_pct, baseline=options.baseline,
+        models=models) if link.flagged and link.scope})
+    again = []
+    for scope in flagged:
+        if scope == "all nodes":
+            again.append(links.all_reduce(None, list(range(world_size)), device,
+                                          options.samples, scope))
+        elif scope == f"node {node}":
+            again.append(links.all_reduce(node_groups[node], groups[node], device,
+                                          options.samples, scope))
+    return again
+
+
 def _pairs_again(copies: list, group: dist.ProcessGroup | None, mine: list[int], host: str,
-                 rank: int, device: torch.device, options: Options) -> list:
+                 rank: int, device: torch.device, options: Options, models: dict) -> list:
     """A link's flag is confirmed as a GPU's is: every rank judges every pair's copies as rank
-    0 will, and the flagged pairs are measured again (each node its own, in rounds)."""
+    0 will (against the other pairs and the baseline), and the flagged pairs are measured
+    again (each node its own, in rounds)."""
     everyone = [c for copies_ in distributed.all_gather_objects(copies) for c in copies_]
-    again = pairs_to_confirm(judge_links(everyone, (), options.tolerance_pct))
+    again = pairs_to_confirm(judge_links(everyone, (), options.tolerance_pct,
+                                         baseline=options.baseline, models=models))
     if not again:
         return []
     return links.pair_copies(group, mine, host, rank, device, options.samples, only=again)
@@ -258,20 +320,22 @@ def _pairs_again(copies: list, group: dist.ProcessGroup | None, mine: list[int],
 # ---------------------------------------------------------------- the verdict
 
 def _finish(outcome: Outcome, args: argparse.Namespace, options: Options, argv: list[str],
-            seconds: float) -> int:
+            seconds: float, json_path: str | None = None) -> int:
+    """The verdict, printed and written (``json_path``: --json's claimed name; None: none)."""
     # Nothing flagged at first: nothing measured again, and no flag to confirm ([]).
     verdict = judge(outcome.records, outcome.copies, outcome.collectives, options.tolerance_pct,
-                    options.baseline, outcome.rechecks or [], outcome.copies_again)
+                    options.baseline, outcome.rechecks or [], outcome.copies_again,
+                    outcome.collectives_again)
     show.print_verdict(verdict, outcome.collectives, outcome.p2p_note, sys.stdout)
     built = document.build(
         verdict, outcome.collectives, outcome.copies, device_type=options.device_type,
         quick=options.quick, samples=options.samples, command=["microbench-node", *argv],
         seconds=seconds, backend=outcome.backend, p2p_note=outcome.p2p_note)
     validate_result(built, "the node check's own document")   # the schema holds
-    if not args.no_files:
+    if json_path is not None and not args.no_files:
         import json
-        writing.write_whole(args.json, json.dumps(built, indent=1) + "\n")
-        print(safe_text.terminal(f"Result: {args.json}"))
+        writing.write_whole(json_path, json.dumps(built, indent=1) + "\n")
+        print(safe_text.terminal(f"Result: {json_path}"))
     if args.save_baseline is not None:
         print(reference.save(built["node_check"], args.save_baseline))
     if args.plot is not None:

@@ -23,7 +23,9 @@ METHOD = ("each figure is the median of its samples; a GPU is flagged when a fig
           "lies below 1, and the part measured again on every GPU (recheck) flags it again; "
           "when it throttles (idle and the rated power limit excluded), reports uncorrectable ECC "
           "errors or retired pages, trained a narrower or slower PCIe link than its peers, or "
-          "failed a part; links are judged against the other links by the same rule")
+          "failed a part; links are judged by the same rule against the other links and, with a "
+          "baseline, against its links of the same model and shape (scope, ranks, nodes, "
+          "size)")
 
 
 def _judged(judged: Judged) -> dict:
@@ -88,7 +90,9 @@ def build(verdict: Verdict, collectives: Sequence[Collective], copies: Sequence[
         "figures": [{"key": f.key, "unit": f.unit, "label": f.console} for f in FIGURES.values()],
         "gpus": [_gpu(g) for g in verdict.gpus],
         "links": [{"name": link.name, "kind": link.kind, **_judged(link.judged),
-                   "recheck": _recheck(link.judged)} for link in verdict.links],
+                   "flagged": link.flagged, "recheck": _recheck(link.judged),
+                   "scope": link.scope, "ranks": list(link.ranks),
+                   "baseline": _against_baseline(link.baseline)} for link in verdict.links],
         "allreduce": [_collective(c, backend) for c in collectives],
         "p2p": [{"host": c.host, "source_rank": c.source_rank, "target_rank": c.target_rank,
                  "gbs": list(c.gbs)} for c in copies],

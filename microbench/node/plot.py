@@ -11,8 +11,8 @@ from microbench.output import chart
 def title(verdict: Verdict) -> str:
     """The chart's title: the verdict, the device(s) and what the GPUs were judged against."""
     models = sorted({g.record.device_name for g in verdict.gpus})
-    flagged = [f"{g.record.node} rank {g.record.rank}" for g in verdict.gpus if g.flagged]
-    links = sum(1 for link in verdict.links if link.judged.flagged)
+    flagged = [g.record.label for g in verdict.gpus if g.flagged]
+    links = sum(1 for link in verdict.links if link.flagged)
     if verdict.flagged:
         outcome = (f"FLAGGED: {', '.join(flagged) or 'no GPU'}"
                    + (f", {links} link{'s' if links != 1 else ''}" if links else ""))
@@ -28,7 +28,7 @@ def write(verdict: Verdict, path: str) -> None:
     shown = [f for f in GPU_FIGURES
              if any(g.figures.get(f.key) and g.figures[f.key].diff_pct is not None
                     for g in verdict.gpus)]
-    names = [f"{g.record.node}\nrank {g.record.rank}" for g in verdict.gpus]
+    names = [g.record.labelled("\n") for g in verdict.gpus]
     notes = [f"Bars: each GPU's figure (median of its samples) as a share of its peers' median; "
              f"red: flagged; dashed: the tolerance, {verdict.tolerance_pct:g}% below the median "
              f"(a figure below it flags its GPU only beyond its noise, and when measured "

@@ -119,6 +119,15 @@ class GpuRecord:
         return self.host if self.node_rank is None else f"{self.host} node {self.node_rank}"
 
     @property
+    def label(self) -> str:
+        """This GPU as the table, the findings, the verdict line and the plot name it."""
+        return self.labelled()
+
+    def labelled(self, between: str = " ") -> str:
+        """The label with ``between`` before the rank (the plot's ticks break the line)."""
+        return f"{self.node}{between}rank {self.rank}"
+
+    @property
     def power_capped(self) -> bool | None:
         if self.power_limit_w is None or self.default_power_limit_w is None:
             return None

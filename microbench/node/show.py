@@ -37,7 +37,7 @@ def gpu_table(verdict: Verdict) -> tuple[list[str], list[list[str]], str | None]
                                   f"[{f.unit}]" for f in known] + ["verdict"]
     rows = []
     for gpu in verdict.gpus:
-        rows.append([f"{gpu.record.node} rank {gpu.record.rank}", gpu.record.device_name]
+        rows.append([gpu.record.label, gpu.record.device_name]
                     + [_cell(f, gpu.figures.get(f.key), gpu.baseline.get(f.key))
                        for f in known]
                     + ["FLAGGED" if gpu.flagged else "ok"])
@@ -68,7 +68,7 @@ def print_verdict(verdict: Verdict, collectives: Sequence[Collective], p2p_note:
         print(terminal(not_judged), file=out)
     for gpu in verdict.gpus:
         for finding in gpu.findings:
-            print(terminal(f"  {gpu.record.node} rank {gpu.record.rank}: {finding}"), file=out)
+            print(terminal(f"  {gpu.record.label}: {finding}"), file=out)
     bus = FIGURES["allreduce_busbw_gbs"]
     for collective in collectives:
         if collective.busbw_gbs:
@@ -78,23 +78,25 @@ def print_verdict(verdict: Verdict, collectives: Sequence[Collective], p2p_note:
             print(terminal(f"{bus.console} [{bus.unit}], {collective.scope} "
                            f"({len(collective.ranks)} ranks): {sizes}"), file=out)
     for link in verdict.links:
-        if link.kind == "p2p" or link.judged.flagged:
-            print(terminal(f"{link.name}: {_cell(FIGURES['p2p_gbs'], link.judged)} GB/s"
-                           f"{' FLAGGED ' + link.judged.why if link.judged.flagged else ''}"),
-                  file=out)
+        # A pair's copy always; an all-reduce (its figures are above) where it flagged or has
+        # a baseline to be shown beside.
+        if link.kind == "p2p" or link.flagged or link.baseline is not None:
+            figure = FIGURES["p2p_gbs" if link.kind == "p2p" else "allreduce_busbw_gbs"]
+            print(terminal(f"{link.name}: {_cell(figure, link.judged, link.baseline)} GB/s"
+                           f"{' FLAGGED ' + link.why if link.flagged else ''}"), file=out)
     if p2p_note:
         print(terminal(p2p_note), file=out)
     for note in verdict.notes:
         print(terminal(f"note: {note}"), file=out)
     flagged = [g for g in verdict.gpus if g.flagged]
-    links = [l for l in verdict.links if l.judged.flagged]
+    links = [l for l in verdict.links if l.flagged]
     if not flagged and not links:
         on_gpus = any(not g.record.device.startswith("cpu") for g in verdict.gpus)
         measured = f"{len(verdict.gpus)} {'GPUs' if on_gpus else 'processes on the CPU'}"
         print(f"Node check: PASS, {measured}, nothing flagged (tolerance "
               f"{verdict.tolerance_pct:g}% and each figure's noise)", file=out)
         return
-    names = ", ".join(f"{g.record.node} rank {g.record.rank}" for g in flagged) or "none"
+    names = ", ".join(g.record.label for g in flagged) or "none"
     print(terminal(f"Node check: FLAGGED GPUs: {names}; links: {len(links)}; hosts: "
                    f"{', '.join(verdict.flagged_hosts())}; flagged by: "
                    f"{', '.join(verdict.flagged_by())}"), file=out)

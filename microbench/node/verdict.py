@@ -25,7 +25,11 @@ says what to measure again.
 A GPU is flagged too when it throttles (``watch.throttling``: idle and the rated power limit
 excluded), reports errors (uncorrectable ECC, retired pages), trained its PCIe link narrower
 or slower than its peers, or could not run a part: facts read from the device, not compared.
-A link (a pair's copy, a node's all-reduce) is judged by the same rule against the other links.
+A link (a pair's copy, a node's all-reduce) is judged by the same rule against the other links
+and, given a baseline, against the baseline's links of its model and shape
+(``reference.LinkShape``: a pair's copy, or an all-reduce over as many ranks and nodes at the
+same size): a node whose links are all slow is seen only so, and the job's all-reduce across
+nodes, which has no peer, only so.
 
 This module computes; ``show.py`` prints and ``document.py`` writes what it found.
 """
@@ -38,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from microbench.measure import stats
-from microbench.node.reference import Baseline
+from microbench.node.reference import Baseline, LinkShape, P2P, collective_shape
 from microbench.node.links import Collective, PairCopy
 from microbench.node.parts import DEFAULT_TOLERANCE_PCT, GPU_FIGURES, HOST_BOUND, judged
 from microbench.node.program import GpuRecord
@@ -89,16 +93,29 @@ class GpuVerdict:
 
 @dataclass(frozen=True)
 class LinkVerdict:
-    name: str                            # "rank 0 -> rank 1 (host)", "node host all-reduce"
+    name: str                            # "rank 0 -> rank 1 (host)", "all-reduce 512 MiB (host)"
     kind: str                            # "p2p" | "allreduce"
-    judged: Judged
+    judged: Judged                       # against the other links
     pair: tuple[int, int] | None = None  # a p2p link's ranks, lower first (both directions
                                          # are measured at once, and again together)
+    baseline: Judged | None = None       # against --baseline's links of its shape
+    scope: str | None = None             # an all-reduce's ("node <name>", "all nodes")
+    ranks: tuple[int, ...] = ()          # a pair's (source, target); an all-reduce's
+
+    @property
+    def flagged(self) -> bool:
+        return self.judged.flagged or (self.baseline is not None and self.baseline.flagged)
+
+    @property
+    def why(self) -> str:
+        """Every finding of this link, in words ("" not flagged)."""
+        return "; ".join(j.why for j in (self.judged, self.baseline)
+                         if j is not None and j.flagged)
 
 
 def pairs_to_confirm(links: Sequence[LinkVerdict]) -> frozenset:
     """The pairs of GPUs whose copy flagged a link: measured again before the flag counts."""
-    return frozenset(link.pair for link in links if link.judged.flagged and link.pair)
+    return frozenset(link.pair for link in links if link.flagged and link.pair)
 
 
 @dataclass(frozen=True)
@@ -111,19 +128,21 @@ class Verdict:
 
     @property
     def flagged(self) -> bool:
-        return any(g.flagged for g in self.gpus) or any(l.judged.flagged for l in self.links)
+        return any(g.flagged for g in self.gpus) or any(l.flagged for l in self.links)
 
     def flagged_hosts(self) -> list[str]:
         hosts = [g.record.node for g in self.gpus if g.flagged]
         hosts += [l.name.rsplit("(", 1)[-1].rstrip(")") for l in self.links
-                  if l.judged.flagged and "(" in l.name]
+                  if l.flagged and "(" in l.name and l.scope != "all nodes"]
         return sorted(set(hosts))
 
     def flagged_by(self) -> list[str]:
         """Which comparisons flagged something, in a fixed order."""
         seen = {by for g in self.gpus for by in g.flagged_by}
-        if any(l.judged.flagged for l in self.links):
+        if any(l.flagged for l in self.links):
             seen.add("links")
+        if any(l.baseline is not None and l.baseline.flagged for l in self.links):
+            seen.add(BASELINE)
         return [by for by in (PEERS, BASELINE, "device", "links") if by in seen]
 
     def to_confirm(self) -> tuple[str, ...]:
@@ -300,43 +319,99 @@ def judge_gpu(record: GpuRecord, records: Sequence[GpuRecord],
 
 
 def judge_links(copies: Sequence[PairCopy], collectives: Sequence[Collective],
-                tolerance_pct: float,
-                recheck: Sequence[PairCopy] | None = None) -> list[LinkVerdict]:
+                tolerance_pct: float, recheck: Sequence[PairCopy] | None = None,
+                baseline: Baseline | None = None, models: dict[int, str] | None = None,
+                collectives_again: Sequence[Collective] = ()) -> list[LinkVerdict]:
     """``recheck``: the flagged pairs' copies measured again, each judged against the other
-    pairs' first measurement (None: the preliminary verdict, flags as first measured)."""
+    pairs' first measurement and the baseline (None: the preliminary verdict, flags as first
+    measured), and ``collectives_again`` the flagged all-reduces measured again.
+    ``models``: each rank's device model, whose baseline links a link is judged against (a
+    pair's by its receiver, an all-reduce's where all its ranks are of one)."""
     verdicts = []
     below = "the other links' median"
+    models = models or {}
     again = {(c.source_rank, c.target_rank): c for c in recheck or ()}
+    reduced_again = {c.scope: c for c in collectives_again}
     for copy in copies:
         others = [c.gbs for c in copies if c is not copy]
         judged_ = judge_figure(copy.gbs, others, tolerance_pct, below)
+        reference = (baseline.link_samples(models.get(copy.target_rank), LinkShape(P2P))
+                     if baseline is not None else ())
+        base = judge_reference(copy.gbs, reference, tolerance_pct) if reference else None
         second = again.get((copy.source_rank, copy.target_rank))
         if recheck is not None and second is not None:
             judged_ = _confirmed(judged_, judge_figure(second.gbs, others, tolerance_pct, below),
                                  second.gbs)
+            if base is not None:
+                base = _confirmed(base, judge_reference(second.gbs, reference, tolerance_pct),
+                                  second.gbs)
         pair = (min(copy.source_rank, copy.target_rank), max(copy.source_rank, copy.target_rank))
         verdicts.append(LinkVerdict(f"rank {copy.source_rank} -> rank {copy.target_rank} "
-                                    f"({copy.host})", "p2p", judged_, pair))
-    nodes = [c for c in collectives if c.scope.startswith("node ") and c.busbw_gbs]
-    for collective in nodes:
+                                    f"({copy.host})", "p2p", judged_, pair, base,
+                                    ranks=(copy.source_rank, copy.target_rank)))
+    nodes = [c for c in collectives if c.scope.startswith("node ")]
+    measured = [c for c in nodes if c.busbw_gbs]
+    for collective in [c for c in collectives if c.busbw_gbs]:
         largest = max(collective.busbw_gbs)
-        others = [c.busbw_gbs.get(largest, ()) for c in nodes if c is not collective]
-        verdicts.append(LinkVerdict(f"all-reduce {largest >> 20} MiB "
-                                    f"({collective.scope.removeprefix('node ')})",
-                                    "allreduce",
-                                    judge_figure(collective.busbw_gbs[largest], others,
-                                                 tolerance_pct, below)))
+        own = collective.busbw_gbs[largest]
+        if collective in measured:
+            others = [c.busbw_gbs.get(largest, ()) for c in measured if c is not collective]
+            judged_ = judge_figure(own, others, tolerance_pct, below)
+        else:                           # the job's, across nodes: no other link is like it
+            judged_ = Judged(_median(own), None, None)
+        shape = collective_shape(collective.scope, len(collective.ranks), len(nodes), largest)
+        kinds = {models.get(rank) for rank in collective.ranks}
+        reference = (baseline.link_samples(kinds.pop(), shape)
+                     if baseline is not None and len(kinds) == 1 else ())
+        base = judge_reference(own, reference, tolerance_pct) if reference else None
+        if judged_.median is None and base is None:
+            continue                    # nothing to judge it against: shown, not a link
+        measured_again = reduced_again.get(collective.scope)
+        samples = measured_again.busbw_gbs.get(largest, ()) if measured_again else ()
+        if recheck is not None and samples:
+            if collective in measured:
+                judged_ = _confirmed(judged_, judge_figure(samples, others, tolerance_pct,
+                                                           below), samples)
+            if base is not None:
+                base = _confirmed(base, judge_reference(samples, reference, tolerance_pct),
+                                  samples)
+        where = (collective.scope.removeprefix("node ") if collective in nodes
+                 else f"all {len(nodes)} nodes")
+        verdicts.append(LinkVerdict(f"all-reduce {largest >> 20} MiB ({where})", "allreduce",
+                                    judged_, baseline=base, scope=collective.scope,
+                                    ranks=collective.ranks))
     return verdicts
+
+
+def link_notes(collectives: Sequence[Collective], baseline: Baseline,
+               models: dict[int, str]) -> list[str]:
+    """What the baseline cannot judge: an all-reduce of a shape it lacks (another count of
+    ranks or nodes: bus bandwidth differs with them)."""
+    nodes = sum(1 for c in collectives if c.scope.startswith("node "))
+    missing = []
+    for collective in collectives:
+        kinds = {models.get(rank) for rank in collective.ranks}
+        if not collective.busbw_gbs or len(kinds) != 1:
+            continue
+        shape = collective_shape(collective.scope, len(collective.ranks), nodes,
+                                 max(collective.busbw_gbs))
+        if not baseline.link_samples(kinds.pop(), shape):
+            missing.append(shape.words())
+    if not missing:
+        return []
+    return [f"the baseline {baseline.source} has no {', '.join(dict.fromkeys(missing))}: "
+            f"judged against the other links only"]
 
 
 def judge(records: Sequence[GpuRecord], copies: Sequence[PairCopy] = (),
           collectives: Sequence[Collective] = (),
           tolerance_pct: float = DEFAULT_TOLERANCE_PCT, baseline: Baseline | None = None,
           recheck: Sequence[GpuRecord] | None = None,
-          copies_again: Sequence[PairCopy] | None = None) -> Verdict:
+          copies_again: Sequence[PairCopy] | None = None,
+          collectives_again: Sequence[Collective] = ()) -> Verdict:
     """``recheck``: every GPU's second measurement of the parts the first flagged;
     ``copies_again``: the flagged pairs' copies measured again (None: the preliminary verdict,
-    flags as first measured). A node's all-reduce is not measured again."""
+    flags as first measured), and ``collectives_again`` the flagged all-reduces."""
     notes = []
     if len(records) < 2:
         notes.append("one GPU: its figures have no peers to be compared with (throttling "
@@ -352,7 +427,11 @@ def judge(records: Sequence[GpuRecord], copies: Sequence[PairCopy] = (),
         if missing:
             notes.append(f"the baseline {baseline.source} has no figures of "
                          f"{', '.join(missing)}: judged against its peers only")
+    models_of = {r.rank: r.device_name for r in records}
+    if baseline is not None:
+        notes += link_notes(collectives, baseline, models_of)
     gpus = tuple(judge_gpu(r, records, tolerance_pct, baseline, recheck) for r in records)
-    return Verdict(gpus, tuple(judge_links(copies, collectives, tolerance_pct, copies_again)),
-                   tolerance_pct, tuple(notes),
+    links = judge_links(copies, collectives, tolerance_pct, copies_again, baseline, models_of,
+                        collectives_again)
+    return Verdict(gpus, tuple(links), tolerance_pct, tuple(notes),
                    baseline_source=None if baseline is None else baseline.source)

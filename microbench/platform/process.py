@@ -38,7 +38,7 @@ import traceback
 from types import ModuleType
 from multiprocessing.connection import Connection
 from types import FrameType
-from typing import Callable, Iterator, Mapping, Sequence, TextIO
+from typing import Callable, Iterator, Mapping, MutableMapping, Sequence, TextIO
 
 from microbench.platform import install_pair, safe_text
 from microbench.platform.errors import (EXIT_HANGUP, EXIT_INTERRUPTED, EXIT_MISSING_ENVIRONMENT,
@@ -456,6 +456,7 @@ def entry(module: str) -> int:
     _adopt_orphans()
     _watch_stopping_signals()
     _fill_closed_descriptors()                          # before any file is opened
+    quiet_native_logs()                                 # before torch loads c10
     try:
         with imports_checked():
             main = importlib.import_module(module).main
@@ -474,6 +475,25 @@ def entry(module: str) -> int:
     for number in (signal.SIGINT, *STOPPING):
         signal.signal(number, _stop_after_body)
     return code
+
+
+# c10's own log (the glog-style ``[E... socket.cpp] [c10d] ...`` lines C++ writes to file
+# descriptor 2), read from the environment once, when torch loads it. At its default level a
+# rank whose rendezvous never forms printed 41 lines (c10d's socket retries, each with ~20 C++
+# frames) before the tool's one line (issue 65); at ERROR, 22. FATAL leaves the one line: the
+# reason is in the error the tool reports, and a process ended by NCCL's watchdog still says
+# why (its exception reaches std::terminate, which prints it without c10's log).
+NATIVE_LOG_VARIABLE, NATIVE_LOG_LEVEL = "TORCH_CPP_LOG_LEVEL", "FATAL"
+
+
+def quiet_native_logs(environ: MutableMapping[str, str] | None = None) -> None:
+    """c10's native log at FATAL in this process and the ones it starts (which inherit the
+    environment: spawned workers, a rank's trial workers), unless the user set a level (their
+    ``TORCH_CPP_LOG_LEVEL=INFO`` shows every line again). Before torch is imported: c10 reads
+    it once, when it loads."""
+    environ = os.environ if environ is None else environ
+    if not environ.get(NATIVE_LOG_VARIABLE):
+        environ[NATIVE_LOG_VARIABLE] = NATIVE_LOG_LEVEL
 
 
 def _stop_after_body(number: int, _frame: FrameType | None) -> None:

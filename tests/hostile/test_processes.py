@@ -3,7 +3,8 @@ standing in for a full disk, signals in the timed loop and during the imports, r
 disagree, workers that cannot start, and workers outliving their parent; a thread or process
 limit met anywhere (exit 4, in a trial's or a node check's worker too), a stop that ends the
 process and everything below it within seconds (inductor's compilers, orphans), and how a
-worker or a stop after the body ended, as its line says (issues 46 and 57).
+worker or a stop after the body ended, as its line says (issues 46 and 57); a rendezvous that
+never forms or a peer killed mid-run without c10d's native log (issue 65).
 
 (Part of the hostile-input tests, split from one file by what is attacked.)"""
 from __future__ import annotations
@@ -511,3 +512,62 @@ class TestHowARunEnds:
         with pytest.raises(SystemExit) as ended:
             process._stop_after_body(number, None)
         assert ended.value.code == code and written == [(2, line)]
+
+
+class TestNativeLogs:
+    """Issue 65, mechanism 13: c10d's native log (socket retries, each with its C++ frames)
+    stays off stderr when a rendezvous never forms or a peer dies mid-run: the tool's one line
+    only. c10's level is set for the tool's processes unless the user set one."""
+
+    @pytest.mark.parametrize("given, kept", ((None, "FATAL"), ("", "FATAL"), ("INFO", "INFO"),
+                                             ("WARNING", "WARNING")))
+    def test_the_level_is_set_unless_the_user_set_one(self, given, kept):
+        environ = {} if given is None else {process.NATIVE_LOG_VARIABLE: given}
+        process.quiet_native_logs(environ)
+        assert environ[process.NATIVE_LOG_VARIABLE] == kept
+
+    @staticmethod
+    def _rank(rank: int, port: int, timeout_s: int, *argv: str) -> subprocess.Popen:
+        environ = {key: value for key, value in os.environ.items()
+                   if key != process.NATIVE_LOG_VARIABLE}       # the tool's default
+        return child([*RUN, "--dist-timeout", str(timeout_s), *argv],
+                     env={**environ, "RANK": str(rank), "WORLD_SIZE": "2",
+                          "LOCAL_RANK": str(rank), "MASTER_ADDR": "127.0.0.1",
+                          "MASTER_PORT": str(port)})
+
+    @staticmethod
+    def _no_native_log(stderr: str) -> None:
+        for said in ("frame #", "Exception raised from", "socket.cpp", "TCPStore.cpp", "[c10d]"):
+            assert said not in stderr, stderr
+
+    @pytest.mark.slow
+    def test_a_peer_that_never_joins_is_one_line(self, tmp_path):
+        """Rank 1 started alone: its client socket retries the absent rank 0 (41 lines of
+        c10d's log and frames before; now none)."""
+        proc = self._rank(1, free_port(), 1, "--output-dir", str(tmp_path))
+        stdout, stderr = proc.communicate(timeout=120)
+        ran = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+        assert_one_line_error(ran, 1, "[rank 1] error: rendezvous failed")
+        self._no_native_log(stderr)
+        assert snapshot(tmp_path) == {}
+
+    @pytest.mark.slow
+    @pytest.mark.parametrize("killed", (0, 1), ids=["rank 0 (the store) killed",
+                                                    "rank 1 killed"])
+    def test_a_peer_killed_mid_run_leaves_one_line(self, tmp_path, killed):
+        """Both ranks time a long run; the python process of one is killed (SIGKILL: no line of
+        its own) once rank 0 says it is timing; the other ends with one line, exit 1."""
+        port = free_port()
+        procs = [self._rank(rank, port, 60, "--batch-size", "4", "--iterations", str(10**6),
+                            "--output-dir", str(tmp_path)) for rank in (0, 1)]
+        deadline = time.monotonic() + 180
+        for line in procs[0].stdout:          # rank 0 prints (the others do not); no sleeps
+            if line.startswith("Timing") or time.monotonic() > deadline:
+                break
+        procs[killed].kill()
+        procs[killed].communicate(timeout=60)
+        survivor = procs[1 - killed]
+        stdout, stderr = survivor.communicate(timeout=120)
+        ran = subprocess.CompletedProcess(survivor.args, survivor.returncode, stdout, stderr)
+        assert_one_line_error(ran, 1, f"[rank {1 - killed}] error: lost the other ranks")
+        self._no_native_log(stderr)

@@ -4,6 +4,8 @@ verdict count a flag only once the second measurement confirms it."""
 from __future__ import annotations
 
 import argparse
+import json
+import os
 
 from microbench.node import check
 from microbench.node.program import GpuRecord, Part
@@ -60,3 +62,53 @@ def test_a_flag_is_reported_only_once_confirmed(capsys):
     code, out = _finished(capsys, [_record(0), _record(1, gemm=0.6), _record(2)])
     assert code == EXIT_FLAGGED and "Node check: FLAGGED GPUs: node1 rank 1" in out
     assert "GEMM 40% below its peers' median (confirmed: 40% when measured again)" in out
+
+
+def test_two_checks_into_one_json_keep_both_results(tmp_path, capsys, monkeypatch):
+    """Issue 65's note: two checks at once with one --json both wrote it, and the first result
+    was lost. The name is claimed before the GPUs are measured; a name another live check
+    holds sends this one to the next free name, with a note; each writes its own, whole."""
+    from microbench.platform import writing
+    path = str(tmp_path / "node.json")
+    (tmp_path / "node.json").write_text("{}")                # an earlier check's: replaced
+    assert check.claim_json(path) == path and capsys.readouterr().out == ""
+    writing.release_claims()
+    # Another check, alive (this test's parent process), claimed node.json; node-2.json is an
+    # earlier result of its own, never replaced by a name chosen for this one.
+    (tmp_path / ".node.json.claim").write_text(f"{os.getppid()} {writing._HOST}")
+    (tmp_path / "node-2.json").write_text("{}")
+    monkeypatch.setattr(check, "_spawned", lambda count, options: check.Outcome(
+        records=[_record(0), _record(1)], rechecks=None, p2p_note="not measured with --quick"))
+    from microbench.node import arguments
+    code = arguments.main(["--device", "cpu", "--quick", "--json", path])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert f"note: {path} is claimed by another node check running now; this check's " \
+           f"result goes to {tmp_path / 'node-3.json'}" in out
+    assert f"Result: {tmp_path / 'node-3.json'}" in out
+    assert json.loads((tmp_path / "node-3.json").read_text())["node_check"]["gpus"]
+    assert (tmp_path / "node.json").read_text() == "{}" == (tmp_path / "node-2.json").read_text()
+    assert not (tmp_path / ".node-3.json.claim").exists()        # given back at the end
+
+
+def test_only_the_flagged_all_reduces_are_measured_again(monkeypatch):
+    """Every rank judges every all-reduce as rank 0 will; the flagged ones are measured again,
+    the job's by every rank, a node's by its own ranks only (the other node's rank skips it)."""
+    from microbench.node.links import Collective
+    measured = lambda scope, scale=1.0: Collective(scope, (0, 1), (1 << 20,), {1 << 20: tuple(
+        s * scale for s in STEADY)})
+    nodes = [measured("node a"), measured("node b", 0.5), measured("node c"),
+             measured("all nodes")]
+    _gathering(monkeypatch, [nodes[:1] + nodes[3:], nodes[1:2], nodes[2:3]])
+    asked = []
+    monkeypatch.setattr(check.links, "all_reduce", lambda group, ranks, device, samples, scope:
+                        asked.append((group, scope)) or measured(scope))
+    groups = {"a": [0], "b": [1], "c": [2]}
+    again = check._collectives_again(nodes, {"a": "ga", "b": "gb", "c": "gc"}, groups, "b", 3,
+                                     None, OPTIONS, {0: "x", 1: "x", 2: "x"})
+    assert asked == [("gb", "node b")] and [c.scope for c in again] == ["node b"]
+    _gathering(monkeypatch, [nodes[:1] + nodes[3:], nodes[1:2], nodes[2:3]])
+    asked.clear()
+    check._collectives_again(nodes, {"a": "ga", "b": "gb", "c": "gc"}, groups, "a", 3, None,
+                             OPTIONS, {0: "x", 1: "x", 2: "x"})
+    assert asked == []                         # node a's rank: node b's is not its to measure

@@ -85,7 +85,8 @@ def test_two_nodes_of_one_host_name_are_named_and_grouped_apart():
     verdict = judge(records)
     assert verdict.flagged_hosts() == ["node1 node 1"]
     header, rows, _ = show.gpu_table(verdict)
-    assert header[0] == "GPU" and rows[3][0] == "node1 node 1 rank 3"
+    assert header[0] == "GPU" and rows[3][0] == "node1 node 1 rank 3" == records[3].label
+    assert records[3].labelled("\n") == "node1 node 1\nrank 3"        # the plot's ticks
     gpus = _check_document(verdict)["gpus"]
     assert [(g["host"], g["node_rank"]) for g in gpus] == [("node1", 0), ("node1", 0),
                                                            ("node1", 1), ("node1", 1)]
@@ -380,3 +381,118 @@ def test_a_difference_near_the_float_range_stays_a_short_bounded_percentage(own,
     figure = parts.GPU_FIGURES[0]
     assert len(show._cell(figure, judged, judged)) < 60
     assert len(judged.why) < 60
+
+
+# Issue 62's measurement: with every GPU of a 4x H200 host busy, peer links fell from ~273 to
+# ~128 GB/s and the all-reduce from 340 to 154 GB/s, every link alike, so no link flagged.
+P2P_GBS, BUSBW_GBS = 273.0, 340.0
+SIZES = (8 << 20, 512 << 20)
+
+
+def _copies(scale: float = 1.0, ranks: int = 4) -> list[PairCopy]:
+    return [PairCopy("node1", a, b, tuple(s / 100 * P2P_GBS * scale for s in STEADY))
+            for a in range(ranks) for b in range(ranks) if a != b]
+
+
+def _collective(scope: str, ranks, scale: float = 1.0) -> Collective:
+    return Collective(scope, tuple(ranks), SIZES,
+                      {size: tuple(s / 100 * BUSBW_GBS * scale for s in STEADY)
+                       for size in SIZES})
+
+
+def _saved_baseline(tmp_path, records, copies, collectives) -> reference.Baseline:
+    healthy = judge(records, copies, collectives)
+    assert not healthy.flagged
+    check = document.build(healthy, collectives, copies, device_type="cuda", quick=False,
+                           samples=6, command=["microbench-node"], seconds=1.0,
+                           backend="nccl", p2p_note=None)["node_check"]
+    path = tmp_path / "baseline.json"
+    assert reference.save(check, str(path)) == \
+        f"Baseline: {path} (Fake H100 ({len(records)} GPUs and their links))"
+    schema.validate_result(json.loads(path.read_text()), str(path))
+    return reference.load(str(path))
+
+
+def test_a_baseline_flags_links_that_are_all_equally_slow(tmp_path, capsys):
+    """Issue 62: every pair and the node's all-reduce half as fast as the healthy run's: against
+    each other nothing is seen; the baseline flags every one, by name and node, once the pairs
+    and the all-reduce measured again are slow too."""
+    from microbench.node import show
+    records = [_record(r) for r in range(4)]
+    stored = _saved_baseline(tmp_path, records, _copies(),
+                             [_collective("node node1", range(4))])
+    slow_copies = _copies(128 / P2P_GBS)
+    slow_node = [_collective("node node1", range(4), 154 / BUSBW_GBS)]
+    assert not judge(records, slow_copies, slow_node).flagged           # alike: unseen
+    first = judge(records, slow_copies, slow_node, baseline=stored)
+    assert pairs_to_confirm(first.links) == frozenset(
+        (a, b) for a in range(4) for b in range(a + 1, 4))
+    verdict = judge(records, slow_copies, slow_node, baseline=stored, recheck=[],
+                    copies_again=slow_copies, collectives_again=slow_node)
+    flagged = [link for link in verdict.links if link.flagged]
+    assert len(flagged) == 12 + 1 and not any(link.judged.flagged for link in flagged)
+    allreduce = flagged[-1]
+    assert allreduce.name == "all-reduce 512 MiB (node1)" and allreduce.ranks == (0, 1, 2, 3)
+    assert allreduce.why.startswith("55% below the baseline's median (confirmed: 55%")
+    assert flagged[0].why.startswith("53% below the baseline's median (confirmed: 53%")
+    assert verdict.flagged_by() == ["baseline", "links"]
+    assert verdict.flagged_hosts() == ["node1"] and not any(g.flagged for g in verdict.gpus)
+    show.print_verdict(verdict, slow_node, None, __import__("sys").stdout)
+    out = capsys.readouterr().out
+    assert "all-reduce 512 MiB (node1): 154 (+0%, -55% vs baseline) ! GB/s FLAGGED 55% below " \
+           "the baseline's median (confirmed" in out
+    assert "links: 13; hosts: node1; flagged by: baseline, links" in out
+    built = document.build(verdict, slow_node, slow_copies, device_type="cuda", quick=False,
+                           samples=6, command=["microbench-node"], seconds=1.0,
+                           backend="nccl", p2p_note=None)
+    schema.validate_result(built, "the node check")
+    link = built["node_check"]["links"][-1]
+    assert link["flagged"] and link["baseline"]["flagged"] and link["scope"] == "node node1"
+    # The pairs measured again at their healthy speed: their flags are not confirmed; the
+    # all-reduce, not measured again, stands as first measured.
+    level = judge(records, slow_copies, slow_node, baseline=stored, recheck=[],
+                  copies_again=_copies())
+    assert [link.name for link in level.links if link.flagged] == [allreduce.name]
+    assert level.links[0].baseline.noise.startswith("not confirmed")
+    passing = judge(records, slow_copies, slow_node, baseline=stored, recheck=[],
+                    copies_again=_copies(),
+                    collectives_again=[_collective("node node1", range(4))])
+    assert not passing.flagged
+    assert passing.links[-1].baseline.noise.startswith("not confirmed: -55% at first, +0%")
+    # A healthy run against the same baseline: nothing.
+    assert not judge(records, _copies(1.01), [_collective("node node1", range(4), 0.99)],
+                     baseline=stored, recheck=[], copies_again=[]).flagged
+
+
+def test_across_nodes_the_slow_node_is_named_and_the_job_all_reduce_judged_by_the_baseline(
+        tmp_path):
+    """Two nodes of two GPUs: each node's all-reduce and the job's across them. Node 1's own
+    all-reduce at half speed names node 1 (against node 0, and the baseline); the job's, which
+    has no peer, is judged by the baseline only. A baseline of another shape (one node of 4)
+    judges no all-reduce of this job, and says so."""
+    records = [_record(r, node_rank=r // 2) for r in range(4)]
+
+    def collectives(node1: float = 1.0, across: float = 1.0) -> list[Collective]:
+        return [_collective("node node1 node 0", (0, 1)),
+                _collective("node node1 node 1", (2, 3), node1),
+                _collective("all nodes", range(4), across)]
+
+    stored = _saved_baseline(tmp_path, records, (), collectives())
+    assert {shape.scope for shape in stored.links["Fake H100"]} == {"node", "all nodes"}
+    verdict = judge(records, (), collectives(0.5, 0.6), baseline=stored, recheck=[])
+    flagged = {link.name: link for link in verdict.links if link.flagged}
+    assert sorted(flagged) == ["all-reduce 512 MiB (all 2 nodes)",
+                               "all-reduce 512 MiB (node1 node 1)"]
+    node1 = flagged["all-reduce 512 MiB (node1 node 1)"]
+    assert node1.judged.flagged and node1.baseline.flagged          # by both references
+    across = flagged["all-reduce 512 MiB (all 2 nodes)"]
+    assert across.judged.median is None and across.baseline.flagged
+    assert verdict.flagged_hosts() == ["node1 node 1"]
+    assert not judge(records, (), collectives(), baseline=stored, recheck=[]).flagged
+    one_node = _saved_baseline(tmp_path, [_record(r) for r in range(4)], (),
+                               [_collective("node node1", range(4))])
+    other = judge(records, (), collectives(1.0, 0.6), baseline=one_node, recheck=[])
+    assert not other.flagged
+    assert any("has no all-reduce of 2 ranks inside a node at 512 MiB, all-reduce of 4 "
+               "ranks across 2 nodes at 512 MiB: judged against the other links only" in note
+               for note in other.notes), other.notes
