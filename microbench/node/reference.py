@@ -145,8 +145,14 @@ def _links_of_check(check: dict) -> dict:
 
 
 def of_baseline_document(document: dict, source: str) -> Baseline:
+    """A saved baseline; one naming a device model twice is refused (one line, exit 2): which
+    of its two sets of samples to judge by is not for the tool to guess."""
     models, gpus, links = {}, {}, {}
     for model in document["node_baseline"]["models"]:
+        if model["device_name"] in models:
+            raise UsageError(f"--baseline {source}: names {model['device_name']!r} twice: "
+                             f"keep one entry per device model (save it again with "
+                             f"--save-baseline)")
         models[model["device_name"]] = {key: tuple(figure["samples"])
                                         for key, figure in model["figures"].items()
                                         if judged(key)}

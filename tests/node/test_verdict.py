@@ -139,6 +139,21 @@ def test_a_baseline_flags_a_uniformly_slow_node_and_not_a_healthy_one():
     assert not judge(again, baseline=stored, recheck=[]).flagged
 
 
+def test_a_baseline_naming_one_device_model_twice_is_refused(tmp_path):
+    """Issue 65's note: the second entry of one model silently replaced the first."""
+    check = _check_document(judge([_record(0), _record(1), _record(2)]))
+    path = tmp_path / "baseline.json"
+    reference.save(check, str(path))
+    written = json.loads(path.read_text())
+    models = written["node_baseline"]["models"]
+    models.append(json.loads(json.dumps(models[0])))
+    path.write_text(json.dumps(written))
+    before = path.read_bytes()
+    with pytest.raises(UsageError, match="names 'Fake H100' twice: keep one entry per device"):
+        reference.load(str(path))
+    assert path.read_bytes() == before
+
+
 def test_a_baseline_round_trips_and_validates(tmp_path):
     records = [_record(0), _record(1), _record(2, scale=0.5)]
     check = _check_document(judge(records))
