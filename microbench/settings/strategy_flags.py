@@ -17,7 +17,7 @@ Example::
 from __future__ import annotations
 
 import difflib
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from microbench.platform.errors import UsageError
 from microbench.settings.config import ONE_PROCESS, SCHEMA, BenchConfig
@@ -81,10 +81,17 @@ class StrategyFlags:
                                  f"takes {known} (docs/flags.md)")
             self.OPTIONS[keyword](f"{self.options_flag} '{keyword}'", value)
 
-    def not_here(self, flags: list[str], chosen: "StrategyFlags") -> UsageError:
-        """The refusal of this strategy's ``flags`` under the ``chosen`` one."""
+    def not_here(self, flags: list[str], chosen: "StrategyFlags",
+                 takers: Sequence[str] = ()) -> UsageError:
+        """The refusal of this strategy's ``flags`` under the ``chosen`` one; ``takers``: every
+        strategy that takes them (hsdp takes fsdp's flag), this one where none is given."""
         return UsageError(f"{', '.join(flags)} appl{'y' if len(flags) > 1 else 'ies'} to "
-                          f"--parallel {self.name}, not to {chosen.name}")
+                          f"--parallel {' or '.join(takers or (self.name,))}, not to "
+                          f"{chosen.name}{self.unlike(chosen)}")
+
+    def unlike(self, chosen: "StrategyFlags") -> str:
+        """Why this strategy's options mean nothing under ``chosen``, in a clause ("" none)."""
+        return ""
 
     def check_flags(self, config: BenchConfig) -> None:
         """The rules the flags alone break (before resolve: ``--parallel`` names the class)."""
@@ -103,7 +110,8 @@ class ReplicatedFlags(StrategyFlags):
              "gradient_as_bucket_view": "ddp_gradient_as_bucket_view",
              "bucket_cap_mb": "ddp_bucket_cap_mb"}
 
-    def not_here(self, flags: list[str], chosen: StrategyFlags) -> UsageError:
+    def not_here(self, flags: list[str], chosen: StrategyFlags,
+                 takers: Sequence[str] = ()) -> UsageError:
         return UsageError(f"DistributedDataParallel's options ({', '.join(flags)}) do not apply "
                           f"to --parallel {chosen.name}: drop them or use --parallel ddp")
 
@@ -138,11 +146,9 @@ class ShardedFlags(StrategyFlags):
                              "SGD (PyTorch's fused SGD kernel has no DTensor support): use "
                              "--optimizer-impl foreach or --optimizer adamw")
 
-    def not_here(self, flags: list[str], chosen: StrategyFlags) -> UsageError:
-        whole = " (DDP keeps whole parameters on every rank)" \
+    def unlike(self, chosen: StrategyFlags) -> str:
+        return " (DDP keeps whole parameters on every rank)" \
             if isinstance(chosen, ReplicatedFlags) else ""
-        return UsageError(f"{', '.join(flags)} appl{'y' if len(flags) > 1 else 'ies'} to "
-                          f"--parallel {self.name}, not to {chosen.name}{whole}")
 
 
 class HybridFlags(ShardedFlags):
@@ -187,4 +193,6 @@ def check(config: BenchConfig, training: bool,
         flags = [flag for flag in other.flags_given(config) if flag not in taken] \
             if other is not chosen else []
         if flags:
-            raise other.not_here(flags, chosen)
+            takers = [strategy.name for strategy in strategies.values()
+                      if strategy is not chosen and set(flags) <= set(strategy.flags_given(config))]
+            raise other.not_here(flags, chosen, takers)

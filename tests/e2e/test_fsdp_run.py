@@ -146,7 +146,7 @@ def test_the_fp8_share_under_fsdp_is_counted_from_the_layer_shapes():
     (["--network", "llama_tiny", "--parallel", "fsdp", "--fp16", "1"],
      "does not run --precision fp16"),
     (["--network", "llama_tiny", "--reshard-after-forward", "0"],
-     "--reshard-after-forward applies to --parallel fsdp"),
+     "--reshard-after-forward applies to --parallel fsdp or hsdp, not to ddp"),
     (["--network", "llama_tiny", "--mode", "inference", "--parallel", "fsdp"],
      "--parallel fsdp applies to --mode training"),
     (["--network", "llama_tiny", "--mode", "inference", "--optimizer", "adamw"],
