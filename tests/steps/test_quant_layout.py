@@ -54,22 +54,30 @@ def test_int8_and_float8_run_unwrapped_on_gpus_and_torchaos_rowwise_elsewhere():
         plan("int8wo", "unwrapped", CPU)
 
 
-def test_unwrapped_float8_runs_torchaos_numbers_without_the_subclass():
-    """torchao's weight-only FP8 values and row scales as plain parameters of a
-    Float8WeightOnlyLinear give its Float8Tensor's outputs bit for bit."""
+def _unwrapped_beside_torchao(quantize: str) -> nn.Module:
+    """A tiny model quantized by torchao in ``quantize``'s rowwise layout, then unwrapped: its
+    two layers replaced, its outputs torchao's bit for bit (asserted here)."""
     pytest.importorskip("torchao")
     from torchao.quantization import quantize_
     from microbench.steps import quant_layers
     reference = _tiny()
-    quantize_(reference, quant_layout.torchao_config("float8wo", "rowwise", CPU))
+    quantize_(reference, quant_layout.torchao_config(quantize, "rowwise", CPU))
     inputs = torch.randn(3, 64, dtype=torch.bfloat16)
     expected = reference(inputs)
     assert quant_layers.unwrap(reference) == 2
+    assert torch.equal(reference(inputs), expected)
+    return reference
+
+
+def test_unwrapped_float8_runs_torchaos_numbers_without_the_subclass():
+    """torchao's weight-only FP8 values and row scales as plain parameters of a
+    Float8WeightOnlyLinear give its Float8Tensor's outputs bit for bit."""
+    from microbench.steps import quant_layers
+    reference = _unwrapped_beside_torchao("float8wo")
     layer = reference[0]
     assert isinstance(layer, quant_layers.Float8WeightOnlyLinear)
     assert type(layer.weight) is nn.Parameter and layer.weight.dtype == torch.float8_e4m3fn
     assert layer.scale.shape == (64, 1) and layer.scale.dtype == torch.float32
-    assert torch.equal(reference(inputs), expected)
     assert quant_layout.layout_of(layer) == "unwrapped"
     assert quant_layout.describe_layer(layer)[0] == "Float8WeightOnlyLinear"
     assert quant_layers.unwrap(reference) == 0              # once
@@ -78,15 +86,7 @@ def test_unwrapped_float8_runs_torchaos_numbers_without_the_subclass():
 def test_unwrapped_int8_runs_torchaos_numbers_without_the_subclass(monkeypatch):
     """The unwrapped layout on a (faked) GPU: the same int8 values and scales torchao made,
     as plain parameters, giving torchao's Int8Tensor outputs bit for bit."""
-    pytest.importorskip("torchao")
-    from torchao.quantization import quantize_
-    from microbench.steps import quant_layers
-    reference = _tiny()
-    quantize_(reference, quant_layout.torchao_config("int8wo", "rowwise", CPU))
-    inputs = torch.randn(3, 64, dtype=torch.bfloat16)
-    expected = reference(inputs)
-    assert quant_layers.unwrap(reference) == 2
-    assert torch.equal(reference(inputs), expected)
+    reference = _unwrapped_beside_torchao("int8wo")
     layer = reference[0]
     assert type(layer.weight) is nn.Parameter and layer.weight.dtype == torch.int8
     assert layer.scale.dtype == torch.bfloat16 and layer.scale.shape == (64,)
