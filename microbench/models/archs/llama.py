@@ -385,6 +385,18 @@ class KVCache(nn.Module):
 # Model
 # ----------------------------------------------------------------------------------------------
 
+def concatenated(*layers: nn.Linear) -> nn.Linear:
+    """One bias-free linear layer whose outputs are ``layers``' outputs in order, over their one
+    input: their weights stacked (a new tensor; the layers keep theirs until dropped)."""
+    first = layers[0].weight
+    with torch.no_grad():
+        weight = torch.cat([layer.weight for layer in layers])
+    joined = nn.Linear(weight.shape[1], weight.shape[0], bias=False, device=first.device,
+                       dtype=first.dtype)
+    joined.weight = nn.Parameter(weight, requires_grad=first.requires_grad)
+    return joined
+
+
 class Attention(nn.Module):
     """Multi-head causal self-attention with rotary embeddings and grouped-query k/v heads."""
 
@@ -409,12 +421,7 @@ class Attention(nn.Module):
         """
         if self.wqkv is not None:
             return
-        first = self.wq.weight
-        with torch.no_grad():
-            weight = torch.cat([self.wq.weight, self.wk.weight, self.wv.weight])
-        self.wqkv = nn.Linear(weight.shape[1], weight.shape[0], bias=False,
-                              device=first.device, dtype=first.dtype)
-        self.wqkv.weight = nn.Parameter(weight, requires_grad=first.requires_grad)
+        self.wqkv = concatenated(self.wq, self.wk, self.wv)
         del self.wq, self.wk, self.wv
 
     def _project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -474,12 +481,7 @@ class FeedForward(nn.Module):
         """
         if self.w13 is not None:
             return
-        first = self.w1.weight
-        with torch.no_grad():
-            weight = torch.cat([self.w1.weight, self.w3.weight])
-        self.w13 = nn.Linear(weight.shape[1], weight.shape[0], bias=False,
-                             device=first.device, dtype=first.dtype)
-        self.w13.weight = nn.Parameter(weight, requires_grad=first.requires_grad)
+        self.w13 = concatenated(self.w1, self.w3)
         del self.w1, self.w3
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
