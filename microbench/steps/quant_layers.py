@@ -84,6 +84,11 @@ class Int8WeightOnlyLinear(nn.Linear):
     to the activations' dtype inside the product (inductor fuses the cast into the product's
     loads), then the scale, as gpt-fast's ``WeightOnlyInt8Linear`` does."""
 
+    # Its input is worth a buffer of its own: inductor fuses the cast into a one-row product's
+    # reduction, and would recompute a pointwise producer (the SwiGLU product before the down
+    # projection) there per weight element (microbench.models.archs.llama.materialized).
+    materialize_input = True
+
     def __init__(self, qdata: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype,
                  bias: nn.Parameter | None = None) -> None:
         out_features, in_features = qdata.shape

@@ -1,7 +1,10 @@
 """Which kernels the LLaMA model hands its work to (issue 44): the fused RMSNorm, rotary
 embeddings in the activations' dtype, and grouped k/v heads given to a fused attention kernel
-instead of copied. Each is checked against the formula it replaces; CPU only."""
+instead of copied; the SwiGLU product as its own buffer before an int8 down projection
+(issue 61). Each is checked against the formula it replaces; CPU only."""
 from __future__ import annotations
+
+from typing import Callable
 
 import pytest
 import torch
@@ -131,3 +134,39 @@ def test_the_answer_is_asked_once_per_device_and_dtype(monkeypatch):
                                                                                   kv)
     assert checks.asked == ["flash"]
     assert list(llama._GROUPED_KERNEL) == [("sdpa", torch.device("cuda", 0), torch.float32, 16)]
+
+
+class _DownAskingForItsInput(torch.nn.Linear):
+    materialize_input = True
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_the_swiglu_product_is_its_own_buffer_where_the_down_projection_asks(fused):
+    """A down projection that says ``materialize_input`` (the int8 layer) gets the SwiGLU
+    product through the opaque ``materialized`` op, so the compiled graph holds a boundary
+    inductor cannot fuse across; the outputs are the same. A plain layer gets no copy."""
+    config = llama.PRESETS["llama_tiny"]
+    feed_forward = llama.FeedForward(config)
+    inputs = torch.randn(2, 3, config.hidden_size)
+    expected = feed_forward(inputs)
+    if fused:
+        feed_forward.fuse_projections()
+
+    def ops_in_graph(module: torch.nn.Module) -> list[str]:
+        seen: list[str] = []
+
+        def backend(graph: torch.fx.GraphModule, example_inputs: list) -> Callable:
+            seen.extend(str(node.target) for node in graph.graph.nodes)
+            return graph.forward
+
+        torch._dynamo.reset()
+        compiled = torch.compile(module, backend=backend, fullgraph=True)
+        assert torch.allclose(compiled(inputs), expected, atol=1e-5)
+        return seen
+
+    assert not any("materialized" in op for op in ops_in_graph(feed_forward))
+    down = _DownAskingForItsInput(config.intermediate_size, config.hidden_size, bias=False)
+    down.weight = feed_forward.w2.weight
+    feed_forward.w2 = down
+    assert any("microbench.materialized" in op for op in ops_in_graph(feed_forward))
+    assert torch.equal(feed_forward(inputs), expected)
