@@ -122,6 +122,19 @@ def canonical(name: str, known: list[str] | None = None) -> str | None:
     return {known_name.lower(): known_name for known_name in known}.get(name.lower())
 
 
+def language_positions(name: str, seq_len: int | None) -> tuple[str, int] | None:
+    """A language model's name and positions where the flags tell them without torch:
+    ``--seq-len`` for a llama preset or an ``hf:`` model (whose own limit its config judges,
+    later), else the preset's length; None for any other network and for an ``hf:`` model
+    without ``--seq-len``."""
+    if name.startswith(HF_PREFIX):
+        return None if seq_len is None else (name, seq_len)
+    preset = canonical(name, list(llama_config.PRESETS))
+    if preset is None:
+        return None
+    return preset, seq_len or llama_config.PRESETS[preset].max_seq_len
+
+
 def unknown(name: str) -> UsageError:
     """The refusal of a name no model has, with the closest names."""
     close = difflib.get_close_matches(name, available_names(), n=3, cutoff=0.5)

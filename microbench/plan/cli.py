@@ -146,9 +146,20 @@ def _check_kinds(configs: Sequence[BenchConfig]) -> None:
         kind = kinds.KINDS.get(config.mode)
         if kind is not None:
             kinds.check(config, kind)
+            _check_generation_fits(config, kind)
     from microbench import scenarios
     for config in configs:
         scenarios.check(config)
+
+
+def _check_generation_fits(config: BenchConfig, kind: kinds.Kind) -> None:
+    """A prompt and generation longer than the model's positions, where the flags tell them (a
+    llama preset, --seq-len): refused here, before torch (issue 64), in the generate
+    scenario's words; the scenario checks every model again once built."""
+    model = names.language_positions(config.network, config.seq_len) \
+        if kind.decodes_tokens else None
+    if model is not None:
+        kinds.GenerationShape.fitted(config.prompt_len, config.gen_len, *model)
 
 
 def _refuse_fp8_on_cpu(configs: Sequence[BenchConfig]) -> None:

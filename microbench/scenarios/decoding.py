@@ -36,6 +36,7 @@ from torch import nn
 from microbench.measure import flops
 from microbench.platform import devices
 from microbench.settings.compile_options import with_inductor_settings
+from microbench.settings.kinds import GenerationShape
 from microbench.steps import low_precision, quant_choice, quant_layout
 from microbench.models.archs import llama
 from microbench.measure.drift import LowPrecision
@@ -44,19 +45,6 @@ from microbench.platform.errors import UsageError
 from microbench.scenarios.views import RunView
 from microbench.measure.results import GenerationTimes
 from microbench.measure.timing import Measurement, make_recorder
-
-
-@dataclass(frozen=True)
-class GenerationShape:
-    """How long the prompt is and how many tokens each sequence generates."""
-
-    prompt_len: int
-    gen_len: int
-
-    @property
-    def positions(self) -> int:
-        """KV-cache slots used: the last generated token is never fed back."""
-        return self.prompt_len + self.gen_len - 1
 
 
 @dataclass(frozen=True)

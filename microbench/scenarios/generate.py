@@ -32,9 +32,6 @@ from microbench.scenarios import decoding
 from microbench.scenarios.base import Loop, Scenario
 from microbench.scenarios.views import RunView, SummaryView, Work
 
-# Default prompt and generation lengths: up to 128 tokens each, within the model's positions.
-DEFAULT_PROMPT_LEN = 128
-DEFAULT_GEN_LEN = 128
 # Decode steps of the profiled pass after the timed loop (where a step's time goes): enough
 # to average the per-step figures, few enough to cost well under a second on a GPU.
 ATTRIBUTION_STEPS = 32
@@ -117,21 +114,13 @@ class Generate(Scenario):
         super().__init__(config, model)
         self.shape = self._shape()
 
-    def _shape(self) -> decoding.GenerationShape:
+    def _shape(self) -> kinds.GenerationShape:
         model, config = self.model, self.config
         if not model.can_generate or not isinstance(model, LanguageModelSpec):
             raise UsageError(f"--mode generate runs language models (the llama_* presets, "
                              f"hf: decoders), not {model.name}")
-        prompt = config.prompt_len or min(DEFAULT_PROMPT_LEN, model.seq_len // 2)
-        generated = config.gen_len or min(DEFAULT_GEN_LEN, model.seq_len - prompt + 1)
-        shape = decoding.GenerationShape(prompt, generated)
-        kinds.check_gen_len(generated)      # given, the plan refused it already
-        if prompt < 1 or generated < 1 or shape.positions > model.seq_len:
-            raise UsageError(f"a {prompt}-token prompt and {generated} generated tokens need "
-                             f"{shape.positions} positions, but {model.name} has "
-                             f"{model.seq_len}: pass --seq-len {shape.positions} or shorter "
-                             f"--prompt-len/--gen-len")
-        return shape
+        return kinds.GenerationShape.fitted(config.prompt_len, config.gen_len, model.name,
+                                            model.seq_len)
 
     # ------------------------------------------------------------ the unit of work
 

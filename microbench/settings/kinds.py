@@ -9,7 +9,8 @@ runs :func:`check` before torch is imported; ``scenarios.check`` runs the same r
 registered scenario's own flags (a kind registered above, which this table does not know).
 
 The rules, each declared once: a kind's own (:func:`check_kind`: ``--opt-step``,
-``--prompt-len``/``--gen-len``), low precision's (:func:`check_low_precision`: FP8 is
+``--prompt-len``/``--gen-len``; whether a generation fits its model, :meth:`GenerationShape.fitted`,
+where the flags tell the model's length), low precision's (:func:`check_low_precision`: FP8 is
 training, ``--quantize`` inference and generate, on half-precision weights), the input
 pipeline's (``settings/data_settings.check_flags``) and the parallel strategies'
 (``settings/strategy_flags.check``).
@@ -31,6 +32,45 @@ from microbench.settings.config import BenchConfig
 # prefill makes the first token; every figure of generation but the time to first token
 # (inter-token latency, decode tokens/s, MBU, the attribution) is of the decode steps.
 MIN_GEN_LEN = 2
+# A generation's lengths where --prompt-len/--gen-len are not given (a shorter model: what fits).
+DEFAULT_PROMPT_LEN = 128
+DEFAULT_GEN_LEN = 128
+
+
+@dataclass(frozen=True)
+class GenerationShape:
+    """How long the prompt is and how many tokens each sequence generates."""
+
+    prompt_len: int
+    gen_len: int
+
+    @property
+    def positions(self) -> int:
+        """KV-cache slots used: the last generated token is never fed back."""
+        return self.prompt_len + self.gen_len - 1
+
+    @classmethod
+    def fitted(cls, prompt_len: int | None, gen_len: int | None, model: str,
+               model_positions: int) -> "GenerationShape":
+        """The lengths given, or the defaults a model of ``model_positions`` leaves; refused in
+        one line where they need more positions than the model has. The plan asks this before
+        torch where the flags tell the model's length (a llama preset, or --seq-len), the
+        generate scenario for every model."""
+        prompt = prompt_len or min(DEFAULT_PROMPT_LEN, model_positions // 2)
+        generated = gen_len or min(DEFAULT_GEN_LEN, model_positions - prompt + 1)
+        shape = cls(prompt, generated)
+        if not gen_len and generated < MIN_GEN_LEN:     # the prompt left no decode step
+            needed = cls(prompt, MIN_GEN_LEN).positions
+            raise UsageError(f"a {prompt}-token prompt leaves {model}'s {model_positions} "
+                             f"positions no room for a decode step: pass --seq-len {needed} "
+                             f"or a shorter --prompt-len")
+        check_gen_len(generated)        # given, the plan refused it already
+        if prompt < 1 or shape.positions > model_positions:
+            raise UsageError(f"a {prompt}-token prompt and {generated} generated tokens need "
+                             f"{shape.positions} positions, but {model} has "
+                             f"{model_positions}: pass --seq-len {shape.positions} or shorter "
+                             f"--prompt-len/--gen-len")
+        return shape
 
 
 @dataclass(frozen=True)

@@ -118,6 +118,11 @@ REFUSED_BEFORE_TORCH = [
     ["--data", "folder"],
     ["--data", "loader", "--decode", "gpu"],
     ["--mode", "inference,training", "--quantize", "int8wo"],
+    # A generation longer than its model, where the flags tell the model's length.
+    ["--network", "llama_tiny", "--mode", "generate", "--prompt-len", "500"],
+    ["--network", "Llama_Tiny", "--mode", "generate", "--gen-len", "200"],
+    ["--network", "llama_tiny", "--mode", "generate", "--seq-len", "64", "--prompt-len", "64"],
+    ["--network", "hf:gpt2", "--mode", "generate", "--seq-len", "32", "--gen-len", "40"],
 ]
 
 

@@ -9,6 +9,7 @@ from microbench.plan import cli, spec as spec_mod
 from microbench.settings import precision
 from microbench.models.archs import llama
 from microbench.scenarios import decoding
+from microbench.settings import kinds
 
 TINY_LM = ["--network", "llama_tiny", "--seq-len", "16", "--vocab-size", "128",
            "--batch-size", "2", "--mode", "generate", "--prompt-len", "5", "--gen-len", "6"]
@@ -76,7 +77,7 @@ def small_generation(compile_options=None, device="cpu") -> decoding.GenerationW
         seq_len=16, vocab_size=128), num_layers=2)
     torch.manual_seed(0)
     model = llama.build(config).eval().to(device)
-    shape = decoding.GenerationShape(prompt_len=5, gen_len=6)
+    shape = kinds.GenerationShape(prompt_len=5, gen_len=6)
     prompt = torch.randint(0, 128, (2, shape.prompt_len)).to(device)
     state = decoding.GenerationState(model, model.make_cache(2, shape.positions), prompt)
     return decoding.GenerationWorkload(state, shape, contextlib.nullcontext(), compile_options)

@@ -12,6 +12,7 @@ from support import llama_reference
 from microbench.measure import attribution
 from microbench.models.archs import llama
 from microbench.scenarios import decoding
+from microbench.settings import kinds
 
 
 def tiny_model(kv_heads: int = 2, layers: int = 2) -> llama.Llama:
@@ -55,7 +56,7 @@ def test_built_generation_gives_the_plain_forwards_greedy_tokens_at_fp32(kv_head
     prompt = torch.randint(0, 128, (2, 5))
     reference = llama_reference.generate_without_cache(model, prompt, 6)
     model.fuse_projections()
-    shape = decoding.GenerationShape(prompt_len=5, gen_len=6)
+    shape = kinds.GenerationShape(prompt_len=5, gen_len=6)
     state = decoding.GenerationState(model, model.make_cache(2, shape.positions), prompt)
     for options in (None, {"backend": "aot_eager"}):
         work = decoding.GenerationWorkload(state, shape, contextlib.nullcontext(), options)
