@@ -372,6 +372,10 @@ class PhaseLinear(nn.Linear):
         super().__init__(decode.in_features, decode.out_features, bias=False, device="meta")
         del self.weight             # the phases' layers hold the weights
         self.decode, self.prompt, self.decode_rows = decode, prompt, decode_rows
+        # A phase's layer that wants its input as a buffer of its own gets it (the int8 decode
+        # step's down projection); the other phase pays a copy of its input.
+        self.materialize_input = any(getattr(layer, "materialize_input", False)
+                                     for layer in (decode, prompt))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return (self.decode if rows_of(x) <= self.decode_rows else self.prompt)(x)

@@ -190,3 +190,21 @@ def test_an_mslk_weight_with_fp8_activations_stays_torchaos_tensor(monkeypatch):
     holder, *_ = _mslk_layer(monkeypatch, Int4PreshuffledTensor)
     holder.weight.group_zero = None                 # FP8 activations' preshuffled form
     assert not Int4MslkLinear.takes(holder.weight)
+
+
+def _int8_layer(bias=False):
+    """An Int8WeightOnlyLinear over symmetric int8 values and BF16 row scales (gpt-fast's)."""
+    from microbench.steps.quant_layers import Int8WeightOnlyLinear
+    torch.manual_seed(3)
+    values = torch.randint(-127, 128, (48, 64), dtype=torch.int8)
+    scale = torch.rand(48, dtype=torch.float32) / 100
+    offset = nn.Parameter(torch.randn(48, dtype=torch.bfloat16), requires_grad=False) \
+        if bias else None
+    return Int8WeightOnlyLinear(values, scale, torch.bfloat16, offset)
+
+
+def test_a_phase_layer_gives_a_phases_layer_the_buffered_input_it_asks_for():
+    """int8's decode step reads the SwiGLU product as a buffer of its own (llama's
+    materialized): where the prompt's layer is another layout, the phase layer still asks."""
+    assert PhaseLinear(_int8_layer(), _linear(64, 48), decode_rows=1).materialize_input
+    assert not PhaseLinear(_linear(64, 48), _linear(64, 48), decode_rows=1).materialize_input
