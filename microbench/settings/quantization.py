@@ -12,16 +12,19 @@ A format's *candidates* are the layouts ``auto`` chooses among by measurement, p
 run (a decode step's few rows, a prompt's many) and per linear shape: they hold the same
 quantized values, so the choice changes the kernel, not the numbers. Its other layouts (another
 scale granularity) are taken only by name, or where no candidate runs on the device. int8wo's
-and float8wo's one candidate on a GPU is ``unwrapped``: its product is the same inductor kernel
-as torchao's ``rowwise`` tensor's (so measuring products could not tell them apart); what
-differs is the host's work on every call of a compiled step, where torchao's tensor subclass is
-flattened in Python per weight (llama3_8b's int8 decode step on an H100: 5.45 ms of host time
-against 3.89, issue 61). Off a GPU they fall back to ``rowwise``.
+and float8wo's candidates on a GPU are ``unwrapped`` and, where gemlite imports, ``gemlite``
+(the same values and row scales repacked for gemlite's Triton kernels). ``unwrapped`` stands
+for torchao's ``rowwise`` too: its product is the same inductor kernel as torchao's tensor's (so
+measuring products could not tell them apart); what differs is the host's work on every call of
+a compiled step, where torchao's tensor subclass is flattened in Python per weight (llama3_8b's
+int8 decode step on an H100: 5.45 ms of host time against 3.89, issue 61). Off a GPU they fall
+back to ``rowwise``.
 
 Example::
 
     tuple(FORMATS)                    # --quantize's choices, the schema's enum
     FORMATS["int4wo"].candidates      # ('tinygemm', 'preshuffled', 'plain', 'inductor')
+    FORMATS["int8wo"].candidates      # ('unwrapped', 'gemlite')
     LAYOUTS["preshuffled"].rules      # ('nvidia', 'hopper', 'mslk')
     RULES["hopper"].format(kernel="mslk's preshuffled int4 kernel")
 """
@@ -30,6 +33,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 MSLK_INSTALL = "pip install mslk-cuda (FBGEMM GenAI's kernels, which torchao 0.18 calls mslk)"
+GEMLITE_INSTALL = ("pip install gemlite (Dropbox's Triton kernels for int8 and FP8 weights with "
+                   "BF16 activations, which torchao 0.18's UIntxWeightOnlyConfig wraps)")
 
 # What a format or a layout may need of the device and the installed libraries, in words that
 # take the kernel's name (microbench.steps.quant_layout.why_not evaluates them).
@@ -41,6 +46,7 @@ RULES = {
     # csrc/gemm/cutlass/bf16i4bf16*.cu, mslk 1.1.0), which neither Ampere/Ada nor Blackwell runs.
     "hopper": "{kernel} is built for sm_90 (Hopper: H100, H200) only",
     "mslk": "{kernel} runs mslk's kernels: " + MSLK_INSTALL,
+    "gemlite": "{kernel} needs the gemlite package: " + GEMLITE_INSTALL,
     "rowwise_scaled_mm": "torch._scaled_mm with rowwise scales needs sm_90 (H100) or newer",
 }
 
@@ -87,6 +93,14 @@ LAYOUT_TABLE = (
                         "as torchao multiplies them (int8: gpt-fast's form); GPUs",
            "the unwrapped layout (plain tensors; on the CPU inductor turns torchao's "
            "Int8Tensor product into its own int8 kernel)", ("gpu",)),
+    # A prompt's rows otherwise reach cuBLAS through a BF16 copy of the whole weight (issue 61:
+    # int8's and FP8's time to first token 2.2x BF16's), and inductor's one-row reductions read
+    # the weight at a third of the memory bandwidth: gemlite multiplies the 8-bit weight as it
+    # is stored, whatever the rows.
+    Layout("gemlite", "int8wo, float8wo: the unwrapped layout's values and row scales repacked "
+                      "for gemlite's A16W8 Triton kernels (a GEMV for a few rows, a GEMM for "
+                      "many, the 8-bit weight read as stored); GPUs, needs the gemlite package",
+           "the gemlite layout (gemlite's A16W8 Triton kernels)", ("gpu", "gemlite")),
     Layout("rowwise", "int8wo, float8wo, float8dq: one scale per output row; the weight cast "
                       "to BF16 inside the product (weight-only), or torch._scaled_mm rowwise "
                       "(float8dq)", "one scale per row"),
@@ -98,13 +112,13 @@ LAYOUTS = {row.name: row for row in LAYOUT_TABLE}
 FORMAT_TABLE = (
     Format("none", "no quantization"),
     Format("int8wo", "int8 weight-only, per output channel (Int8WeightOnlyConfig)",
-           ("rowwise", "tensorwise", "unwrapped"), ("unwrapped",)),
+           ("rowwise", "tensorwise", "unwrapped", "gemlite"), ("unwrapped", "gemlite")),
     Format("int4wo", "int4 weight-only, groups of 128 (Int4WeightOnlyConfig)",
            ("tinygemm", "preshuffled", "plain", "inductor"),
            ("tinygemm", "preshuffled", "plain", "inductor"), ("gpu",),
            "use --quantize int8wo on the CPU"),
     Format("float8wo", "float8 weight-only, per output channel (Float8WeightOnlyConfig)",
-           ("rowwise", "tensorwise", "unwrapped"), ("unwrapped",), ("fp8",),
+           ("rowwise", "tensorwise", "unwrapped", "gemlite"), ("unwrapped", "gemlite"), ("fp8",),
            "use --quantize int8wo here"),
     Format("float8dq", "float8 dynamic activations and weights, rowwise scales "
                        "(Float8DynamicActivationFloat8WeightConfig)",

@@ -59,7 +59,10 @@ CACHE_ENTRIES = 64          # the newest choices the cache file keeps
 CACHE_LIMIT_BYTES = 4 << 20
 # Bumped when what is measured changes, so that older cached choices are not reused.
 METHOD = "graph-flushed-v1"
-# Layouts whose product is written for inductor: timed compiled, as the run runs them.
+# Layouts whose product is written for inductor: timed compiled, as the run runs them. The
+# others call their kernels (tinygemm's, mslk's, gemlite's Triton kernels through its custom
+# op) whether compiled or not: timed as they are. gemlite may tune its kernels at the first call
+# of each shape and row count, which the timer's first calls, outside its graphs, make.
 COMPILED = ("inductor",)
 
 Shape = tuple[int, int]     # (in_features, out_features)
@@ -359,7 +362,7 @@ def _measure(plan: quant_layout.QuantPlan, model: nn.Module, phases: tuple[Phase
 
 def _versions() -> dict:
     found = {"torch": str(torch.__version__)}
-    for name in ("torchao", "mslk-cuda"):
+    for name in ("torchao", "mslk-cuda", "gemlite"):
         with contextlib.suppress(importlib.metadata.PackageNotFoundError):
             found[name] = importlib.metadata.version(name)
     return found

@@ -13,6 +13,12 @@ step and another for a prompt (issue 61).
   values and row scales as plain parameters, multiplied as torchao 0.18's ``Float8Tensor``
   multiplies a weight-only FP8 weight (the weight dequantized in FP32, cast to the activations'
   dtype, inside the product): the same numbers, no tensor subclass.
+* :class:`GemliteLinear` (``--quant-layout gemlite`` of int8wo and float8wo): the unwrapped
+  layer's values and row scales repacked by gemlite's ``A16W8`` helper and multiplied by
+  gemlite's Triton kernels (``gemlite::forward_functional``: a split-K GEMV for a few rows, a
+  GEMM for many), which read the 8-bit weight as stored whatever the rows, where a prompt's
+  rows otherwise reach cuBLAS through a BF16 copy of the weight. The same values; the scales
+  applied where the unwrapped layer applies them (see the class).
 * :class:`Int4TinygemmLinear` (``--quant-layout tinygemm``): torchao's tinygemm values (its
   ``Int4TilePackedTo4dTensor``) as plain parameters, multiplied by the same kernel: the same
   bits out, without a tensor subclass to unwrap per weight on every call (see above).
@@ -33,12 +39,15 @@ Example::
 
     quantize_(model, Int8WeightOnlyConfig(granularity=PerRow()))
     unwrap(model)          # each per-row Int8Tensor weight-only layer -> Int8WeightOnlyLinear
+    GemliteLinear.repack(model[0], torch.bfloat16)    # the same int8 values, gemlite's kernels
     layer = Int4InductorLinear.from_linear(linear)          # tinygemm's int4 values, plain
     PhaseLinear(decode=tinygemm_layer, prompt=layer, decode_rows=1)
 """
 from __future__ import annotations
 
 from typing import Any, Callable, Iterator
+
+import importlib
 
 import torch
 from torch import nn
@@ -168,6 +177,106 @@ def unwrap(model: nn.Module) -> int:
                 setattr(parent, name, unwrapped(child))
                 replaced += 1
     return replaced
+
+
+class GemliteLinear(nn.Linear):
+    """An int8 or FP8 weight with a scale per output row, packed by gemlite's ``A16W8`` helper
+    (gemlite 0.6: https://github.com/dropbox/gemlite, ``gemlite/helper.py``), multiplied with
+    BF16 activations by gemlite's Triton kernels through its custom op
+    ``gemlite::forward_functional``, which has a fake kernel, so torch.compile traces it. What
+    gemlite's packed layer holds (``get_tensor_args``: the weight, the scales, the zero points
+    and a meta scale) are plain parameters here, never trained, and its ``get_meta_args`` a
+    tuple of ints: no gemlite module, no tensor subclass.
+
+    Built from the unwrapped layer (:meth:`repack`), the same values and scales, each scale
+    applied where that layer applies it, so that the two differ in their kernels only:
+
+    * int8 (:class:`Int8WeightOnlyLinear`: ``bf16(x @ W) * bf16 scale``): ``post_scale`` with
+      the BF16 scales, gemlite's ``channel_scale_mode`` 1, ``acc.to(scale dtype) * scale``
+      after the product (gemv_splitK_kernels.py);
+    * FP8 (:class:`Float8WeightOnlyLinear`: ``x @ bf16(W.float() * fp32 scale)``): gemlite's
+      default pre-scaling (``W_group_mode`` 2, ``W.to(scale dtype) * scale`` before the product,
+      utils.py ``dequantize``) with the FP32 scales.
+
+    gemlite 0.6 takes the scales' dtype as given (its ``fp32_scale`` is unused) and, unless
+    ``dtype`` is given, would take FP16 activations beside FP32 scales: ``dtype`` is always
+    given. Outputs differ from the unwrapped layer's by the order of accumulation only (its
+    split-K GEMV adds partial sums in BF16)."""
+
+    # What get_tensor_args gives, in its order (gemlite before 0.5 gave the first three).
+    TENSOR_NAMES = ("weight", "scale", "zeros", "meta_scale")
+    scale: nn.Parameter             # (1, out): the row scales, BF16 (int8) or FP32 (FP8)
+
+    def __init__(self, tensor_args: list[torch.Tensor], meta_args: list[int], in_features: int,
+                 out_features: int, post_scale: bool, bias: nn.Parameter | None = None) -> None:
+        super().__init__(in_features, out_features, bias=False, device="meta")
+        if not 3 <= len(tensor_args) <= len(self.TENSOR_NAMES):
+            raise ValueError(f"gemlite's A16W8 gave {len(tensor_args)} tensors, where this "
+                             f"tool knows 3 or 4")
+        self.tensor_names = self.TENSOR_NAMES[:len(tensor_args)]
+        for name, tensor in zip(self.tensor_names, tensor_args):
+            # gemlite's weight is the values transposed, a view: kept with its strides
+            setattr(self, name, nn.Parameter(tensor.detach(), requires_grad=False))
+        self.meta_args = tuple(int(value) for value in meta_args)
+        self.post_scale = post_scale
+        self.register_parameter("bias", bias)
+
+    @property
+    def fp8(self) -> bool:
+        return self.weight.dtype.is_floating_point
+
+    @classmethod
+    def repack(cls, layer: nn.Linear, dtype: torch.dtype) -> "GemliteLinear":
+        """``layer`` (an :class:`Int8WeightOnlyLinear` or :class:`Float8WeightOnlyLinear`)
+        packed by gemlite for ``dtype`` (BF16) activations; refused in words where gemlite
+        did not keep the values and scales as given (another gemlite's packing)."""
+        if not isinstance(layer, (Int8WeightOnlyLinear, Float8WeightOnlyLinear)):
+            raise TypeError(f"gemlite repacks the unwrapped layout's layers, not "
+                            f"{type(layer).__name__}")
+        values = layer.weight.detach()
+        post_scale = isinstance(layer, Int8WeightOnlyLinear)
+        scale = layer.scale.detach().reshape(layer.out_features, 1)
+        helper = importlib.import_module("gemlite.helper")
+        packer = helper.A16W8(device=values.device, dtype=dtype,
+                              fp8=values.dtype if values.dtype.is_floating_point else None,
+                              post_scale=post_scale)
+        packed = packer.from_weights(values, scales=scale)
+        tensor_args = list(packed.get_tensor_args())
+        built = cls(tensor_args, list(packed.get_meta_args()), layer.in_features,
+                    layer.out_features, post_scale, layer.bias)
+        if not (_same(built.weight.t(), values) and _same(built.scale.reshape(-1, 1), scale)):
+            raise ValueError("gemlite's A16W8 did not keep the values and row scales as given "
+                             "(an A16W8 packing this tool does not know)")
+        return built
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = gemlite_product(x, [getattr(self, name) for name in self.tensor_names],
+                              list(self.meta_args))
+        return out if self.bias is None else out + self.bias
+
+    def dequantize(self) -> torch.Tensor:
+        """The weight (out, in) from the values and scales it was built from, as the
+        unwrapped layer dequantizes them (BF16 for int8, FP32 for FP8)."""
+        values, scale = self.weight.t(), self.scale.reshape(-1, 1)
+        return values.float() * scale if self.fp8 else values.to(scale.dtype) * scale
+
+
+def _same(held: torch.Tensor, given: torch.Tensor) -> bool:
+    """Whether ``held`` is ``given``: the same tensor viewed alike, or equal values."""
+    if held.shape != given.shape or held.dtype != given.dtype:
+        return False
+    if held.data_ptr() == given.data_ptr() and held.stride() == given.stride():
+        return True
+    if held.dtype.is_floating_point and held.element_size() == 1:     # FP8: compare the bits
+        return torch.equal(held.view(torch.uint8), given.view(torch.uint8))
+    return torch.equal(held, given)
+
+
+def gemlite_product(x: torch.Tensor, tensor_args: list[torch.Tensor],
+                    meta_args: list[int]) -> torch.Tensor:
+    """gemlite's product (its Triton kernels, on GPUs; a seam the CPU tests replace). The bias
+    is left to the layer, as the unwrapped layer adds it."""
+    return torch.ops.gemlite.forward_functional(x, None, tensor_args, meta_args)
 
 
 class KernelInt4Linear(nn.Linear):

@@ -31,6 +31,10 @@ The layouts (torchao 0.18, ``torchao/quantization/quant_api.py``):
   :class:`~microbench.steps.quant_layers.Float8WeightOnlyLinear`), ``rowwise`` or
   ``tensorwise``; the weight cast to BF16 inside the product, which inductor fuses when it
   writes a one-row product as a reduction (coordinate-descent tuning).
+* int8wo and float8wo: ``gemlite`` on GPUs where the gemlite package imports (the unwrapped
+  layer's values and scales repacked for gemlite's Triton kernels, a
+  :class:`~microbench.steps.quant_layers.GemliteLinear`); :func:`gemlite_loads` imports it
+  once, before anything is built, and sets the layout aside with a note where it fails.
 * float8dq: ``rowwise`` (``torch._scaled_mm`` with a scale per row of each side: sm_90 and newer
   on NVIDIA, MI300 on ROCm) or ``tensorwise`` (sm_89 too).
 
@@ -48,6 +52,7 @@ from typing import Any, Sequence
 import dataclasses
 import importlib
 import importlib.util
+import logging
 import sys
 from collections import Counter
 from dataclasses import dataclass
@@ -61,7 +66,7 @@ from microbench.settings import quantization
 from microbench.settings.compile_options import with_inductor_settings
 from microbench.settings.quantization import FORMATS, LAYOUTS, RULES
 from microbench.steps import quant_layers
-from microbench.steps.quant_layers import (MSLK_OPS, Float8WeightOnlyLinear,
+from microbench.steps.quant_layers import (MSLK_OPS, Float8WeightOnlyLinear, GemliteLinear,
                                            Int4InductorLinear, Int4MslkLinear,
                                            Int4TinygemmLinear, Int8WeightOnlyLinear,
                                            linear_layers, unwrapped)
@@ -91,13 +96,15 @@ class QuantDevice:
     fp8: bool                               # FP8 matrix units
     mslk: bool                              # the mslk package can be imported
     fp8_missing: str = ""                   # why there are no FP8 units, in words
+    gemlite: bool = False                   # the gemlite package can be found
 
     @classmethod
     def of(cls, device: torch.device) -> "QuantDevice":
         return cls(vendor=devices.vendor(device),
                    capability=devices.compute_capability(device),
                    fp8=bool(devices.fp8_formats(device)), mslk=mslk_installed(),
-                   fp8_missing=devices.no_fp8_reason(device) or "")
+                   fp8_missing=devices.no_fp8_reason(device) or "",
+                   gemlite=gemlite_installed())
 
     @property
     def gpu(self) -> bool:
@@ -108,8 +115,17 @@ class QuantDevice:
 
 
 def mslk_installed() -> bool:
+    return _found("mslk")
+
+
+def gemlite_installed() -> bool:
+    """Whether gemlite can be found, without importing it (its import reads the GPU)."""
+    return _found("gemlite")
+
+
+def _found(name: str) -> bool:
     try:
-        return importlib.util.find_spec("mslk") is not None
+        return importlib.util.find_spec(name) is not None
     except (ImportError, ValueError):
         return False
 
@@ -126,6 +142,8 @@ def _broken(rule: str, facts: QuantDevice) -> bool:
         return not (facts.capability and facts.capability[0] == 9)
     if rule == "mslk":
         return not facts.mslk
+    if rule == "gemlite":
+        return not facts.gemlite
     if rule == "rowwise_scaled_mm":
         return facts.vendor is devices.Vendor.NVIDIA and not facts.at_least((9, 0))
     raise ValueError(f"unknown device rule {rule!r}")
@@ -172,10 +190,11 @@ class QuantPlan:
 
 def plan(quantize: str, requested: str, facts: QuantDevice) -> QuantPlan:
     """The layouts ``quantize`` may run here: ``requested``, or for "auto" every candidate of
-    the format this device and the installed libraries run (an mslk layout whose operator
-    torch.compile cannot trace is set aside with a note), else the first of its layouts that
-    runs. A layout the format does not have, or the device cannot run, is refused in one line
-    (exit 2); a named mslk layout that cannot be traced falls back to auto's choice, with a note."""
+    the format this device and the installed libraries run (a layout whose library cannot
+    serve it, :func:`cannot_load`, is set aside with a note), else the first of its layouts
+    that runs. A layout the format does not have, or the device cannot run, is refused in one
+    line (exit 2); a named layout whose library cannot serve it falls back to auto's choice,
+    with a note. What gemlite said as it was imported is a note where gemlite may run."""
     form = FORMATS[quantize]
     refusal = format_refusal(quantize, facts)
     if refusal is not None:
@@ -189,9 +208,10 @@ def plan(quantize: str, requested: str, facts: QuantDevice) -> QuantPlan:
         if reason is not None:
             raise UsageError(f"--quant-layout {requested} for --quantize {quantize}: {reason}; "
                              f"--quant-layout auto picks one this device runs")
-        untraceable = mslk_traceable(requested)
+        untraceable = cannot_load(requested)
         if untraceable is None:
-            return QuantPlan(quantize, requested, (requested,), facts=facts)
+            return QuantPlan(quantize, requested, (requested,), gemlite_notes((requested,)),
+                             facts=facts)
         fallback = plan(quantize, "auto", facts)
         return dataclasses.replace(fallback, requested=requested, notes=(
             f"--quant-layout {requested} cannot run: {untraceable}; auto's layouts instead",
@@ -200,7 +220,7 @@ def plan(quantize: str, requested: str, facts: QuantDevice) -> QuantPlan:
     for layout in form.candidates:
         if why_not(quantize, layout, facts) is not None:
             continue
-        untraceable = mslk_traceable(layout)
+        untraceable = cannot_load(layout)
         if untraceable is not None:
             notes.append(f"--quantize {quantize} leaves out layout {layout}: {untraceable}")
             continue
@@ -208,12 +228,88 @@ def plan(quantize: str, requested: str, facts: QuantDevice) -> QuantPlan:
     if not runnable:
         runnable = [layout for layout in form.layouts
                     if why_not(quantize, layout, facts) is None
-                    and mslk_traceable(layout) is None][:1]
+                    and cannot_load(layout) is None][:1]
     if not runnable:
-        reasons = [why_not(quantize, layout, facts) or mslk_traceable(layout)
+        reasons = [why_not(quantize, layout, facts) or cannot_load(layout)
                    for layout in form.layouts]
         raise UsageError(f"--quantize {quantize} cannot run on this device: {reasons[-1]}")
-    return QuantPlan(quantize, "auto", tuple(runnable), tuple(notes), facts=facts)
+    return QuantPlan(quantize, "auto", tuple(runnable), (*notes, *gemlite_notes(runnable)),
+                     facts=facts)
+
+
+def cannot_load(layout: str) -> str | None:
+    """Why the library ``layout`` runs cannot serve it in this process, in words (mslk's
+    operator cannot be traced, gemlite fails to import); None where it can, or where the
+    layout needs no library."""
+    return gemlite_loads() if layout == "gemlite" else mslk_traceable(layout)
+
+
+# ---------------------------------------------------------------- gemlite
+
+# gemlite's custom op (gemlite/core.py, gemlite 0.6), registered with its fake kernel when
+# gemlite is imported.
+GEMLITE_NAMESPACE = "gemlite"
+GEMLITE_OP = "forward_functional"
+# What gemlite logged at its import, as 'logger LEVEL: message' (gemlite/core.py loads its
+# tuned kernel settings for GPUs it knows by name, and says so: on an H100, configs/h100.json).
+_GEMLITE_SAID: list[str] = []
+
+
+class _Said(logging.Handler):
+    def emit(self, record: logging.LogRecord) -> None:
+        line = f"{record.name} {record.levelname}: {' '.join(record.getMessage().split())}"
+        if line[:300] not in _GEMLITE_SAID:
+            _GEMLITE_SAID.append(line[:300])
+
+
+def gemlite_loads() -> str | None:
+    """Import gemlite (its Triton kernels and the custom op it multiplies through, with that
+    op's fake kernel, which torch.compile traces): None where it serves, else why not, in
+    words. What it logs as it is imported is kept (:func:`gemlite_notes`), not printed before
+    the run's header. ``import gemlite`` reads the GPU's name: call it on a GPU only."""
+    logger = logging.getLogger("gemlite")
+    said, propagate = _Said(logging.INFO), logger.propagate
+    logger.addHandler(said)
+    logger.propagate = False
+    try:
+        gemlite = importlib.import_module("gemlite")
+    except Exception as error:           # noqa: BLE001 (a broken install: leave it out, say why)
+        return f"gemlite fails to import ({error_text(error)})"
+    finally:
+        logger.removeHandler(said)
+        logger.propagate = propagate
+    version = getattr(gemlite, "__version__", "of unknown version")
+    if not hasattr(getattr(gemlite, "helper", None), "A16W8"):
+        return f"the installed gemlite ({version}) has no helper.A16W8"
+    qualname = f"{GEMLITE_NAMESPACE}::{GEMLITE_OP}"
+    try:
+        op = getattr(getattr(torch.ops, GEMLITE_NAMESPACE), GEMLITE_OP).default
+    except (AttributeError, RuntimeError):
+        return f"the installed gemlite ({version}) has no operator {qualname}"
+    if not _has_fake(qualname, op):
+        return (f"the installed gemlite ({version}) has no fake kernel for {qualname}, "
+                f"through which torch.compile traces it")
+    return None
+
+
+def gemlite_notes(layouts: Sequence[str]) -> tuple[str, ...]:
+    """What gemlite said at its import, a line each, where ``layouts`` run it."""
+    if "gemlite" not in layouts:
+        return ()
+    return tuple(f"gemlite at its import: {line}" for line in _GEMLITE_SAID)
+
+
+def gemlite_kernel(rows: int | None) -> str:
+    """The kernel gemlite runs for inputs of ``rows`` rows, as gemlite itself chooses it
+    (gemlite.core.get_matmul_type; 0.6: a split-K GEMV up to 2 rows, a split-K GEMM below 64,
+    a GEMM from 64); its rule in words where the rows or gemlite are unknown."""
+    choose = getattr(sys.modules.get("gemlite.core"), "get_matmul_type", None)
+    if rows is not None and choose is not None:
+        try:
+            return f"{choose(rows, 8)} kernel"
+        except Exception:                # noqa: BLE001 (another gemlite's signature: the rule)
+            pass
+    return "kernels (a GEMV for a few rows, a GEMM for many, as gemlite chooses)"
 
 
 # ---------------------------------------------------------------- mslk's fake kernels
@@ -348,6 +444,9 @@ def build(layer: nn.Linear, quantize: str, layout: str, facts: QuantDevice) -> n
     runs on a copy), ``layer`` itself left as it was, BF16. The caller imports torchao."""
     if layout == "inductor":
         return Int4InductorLinear.from_linear(layer)
+    if layout == "gemlite":         # the unwrapped layer's values, repacked: the same numbers
+        return GemliteLinear.repack(build(layer, quantize, "unwrapped", facts),
+                                    layer.weight.dtype)
     from torchao.quantization import quantize_
     copy = nn.Linear(layer.in_features, layer.out_features, bias=layer.bias is not None,
                      device="meta")
@@ -426,6 +525,13 @@ def describe_layer(module: nn.Linear, rows: int | None = None) -> tuple[str, str
     if isinstance(module, Float8WeightOnlyLinear):
         return ("Float8WeightOnlyLinear", "unwrapped rowwise",
                 "FP8 weight dequantized to BF16 inside the product (torchao's form, inductor)")
+    if isinstance(module, GemliteLinear):
+        kind = "FP8" if module.fp8 else "int8"
+        how = ("FP8 weight times its FP32 row scale, cast to BF16, inside the product"
+               if module.fp8 else "int8 weight cast to BF16 inside the product, row scales "
+               "after it")
+        return ("GemliteLinear", f"gemlite A16W8 {kind}",
+                f"gemlite's Triton {gemlite_kernel(rows)} ({how})")
     if isinstance(module, Int4InductorLinear):
         few = rows is not None and rows <= quant_layers.INT4_REDUCE_ROWS
         many = rows is not None and not few
@@ -447,6 +553,8 @@ def layout_of(module: nn.Linear) -> str:
     """The --quant-layout name of a quantized layer (what quantization.LAYOUTS calls it)."""
     if isinstance(module, (Int8WeightOnlyLinear, Float8WeightOnlyLinear)):
         return "unwrapped"
+    if isinstance(module, GemliteLinear):
+        return "gemlite"
     if isinstance(module, Int4InductorLinear):
         return "inductor"
     if isinstance(module, Int4TinygemmLinear):

@@ -51,6 +51,18 @@ def test_a_layout_the_format_does_not_have_is_one_line(run, layout, words):
     assert_one_line_error(ran, 2, words)
 
 
+def test_gemlite_named_on_a_gpu_without_it_is_one_line(run, monkeypatch):
+    """An H100 without gemlite (faked: the refusal comes before anything is built)."""
+    from microbench.platform.devices import Vendor
+    from microbench.steps.quant_layout import QuantDevice
+    h100 = QuantDevice(Vendor.NVIDIA, (9, 0), fp8=True, mslk=False, gemlite=False)
+    monkeypatch.setattr(QuantDevice, "of", classmethod(lambda cls, device: h100))
+    ran = run(*TINY, "--quant-layout", "gemlite")
+    assert_one_line_error(ran, 2, "--quant-layout gemlite for --quantize int8wo: the gemlite "
+                                  "layout (gemlite's A16W8 Triton kernels) needs the gemlite "
+                                  "package: pip install gemlite")
+
+
 @pytest.mark.slow
 def test_a_compiled_quantized_run_records_its_compile_settings(run, tmp_path):
     """The eager backend keeps the CPU test short: the record is written all the same."""

@@ -5,7 +5,8 @@ the fake kernel this tool registers where mslk 1.1.x lacks it) in CUDA graphs at
 shapes, for the prompt and for the decode step, and each phase names the kernels it ran, read
 back from the layers; only the decode step is compiled with coordinate-descent tuning; a
 compiled int8 run keeps inductor's CPU int8 lowering out; an FP8 run's measured peak is an FP8
-product. Asserts what a GPU run must show, never a speed: the speeds are
+product; with gemlite installed, its layer multiplies the unwrapped layer's values, compiled and
+in a CUDA graph, and auto measures it beside the unwrapped layout. Asserts what a GPU run must show, never a speed: the speeds are
 benchmarks/quant_decode.py's."""
 import sys
 
@@ -21,7 +22,8 @@ pytestmark = gpu_suite
 COMPILED = [*GENERATE, "--batch-size", "1", "--compile-mode", "reduce-overhead"]
 TENSORS = {"preshuffled": "Int4MslkLinear", "plain": "Int4MslkLinear",
            "tinygemm": "Int4TinygemmLinear", "inductor": "Int4InductorLinear",
-           "unwrapped": "Int8WeightOnlyLinear", "rowwise": "Int8Tensor"}
+           "unwrapped": "Int8WeightOnlyLinear", "rowwise": "Int8Tensor",
+           "gemlite": "GemliteLinear"}
 
 
 @pytest.mark.parametrize("quantize", ["int4wo", "int8wo"])
@@ -79,3 +81,41 @@ def test_an_fp8_runs_measured_peak_is_an_fp8_product(cli):
     assert peaks["dtype"].startswith("fp8_e4m3") and peaks["gemm"]["op"] == "scaled_mm", peaks
     assert peaks["datasheet_column"] == "fp8" and peaks["tflops"] > 0
     assert "measured: fp8_e4m3" in ran.stdout
+
+
+@pytest.mark.parametrize("quantize", ["int8wo", "float8wo"])
+def test_gemlite_multiplies_the_unwrapped_values_compiled_and_in_a_cuda_graph(quantize):
+    """gemlite's kernels on the unwrapped layer's values and scales (issue 61): the same
+    weight, outputs within the rounding of another order of sums (its split-K GEMV adds
+    partial sums in BF16), the compiled layer (through gemlite's fake kernel) the eager one's,
+    and the product captured and replayed in a CUDA graph, as auto times it."""
+    if not (has_module("torchao") and has_module("gemlite")):
+        pytest.skip("needs torchao and gemlite")
+    if quantize == "float8wo" and not fp8_device():
+        pytest.skip("needs a GPU with FP8 matrix products")
+    from torch import nn
+
+    from microbench.steps import quant_choice
+    device = torch.device("cuda")
+    facts = quant_layout.QuantDevice.of(device)
+    assert facts.gemlite and quant_layout.gemlite_loads() is None
+    assert quant_layout.plan(quantize, "auto", facts).layouts == ("unwrapped", "gemlite")
+    torch.manual_seed(0)
+    layer = nn.Linear(4096, 1024, bias=False, device=device, dtype=torch.bfloat16)
+    nn.init.normal_(layer.weight, std=0.02)
+    unwrapped = quant_layout.build(layer, quantize, "unwrapped", facts)
+    gemlite = quant_layout.build(layer, quantize, "gemlite", facts)
+    assert quant_layout.layout_of(gemlite) == "gemlite"
+    assert torch.equal(gemlite.dequantize(), unwrapped.dequantize())
+    timer = quant_choice.device_timer(device)
+    with torch.inference_mode():
+        for rows in (1, 2, 16, 128):
+            x = torch.randn(rows, 4096, device=device, dtype=torch.bfloat16)
+            expected, got = unwrapped(x).float(), gemlite(x)
+            assert got.shape == (rows, 1024) and got.dtype == torch.bfloat16
+            error = float((got.float() - expected).norm() / expected.norm())
+            assert error < 0.02, (rows, error, quant_layout.describe_layer(gemlite, rows))
+            compiled = torch.compile(gemlite, fullgraph=True, dynamic=False)
+            assert torch.allclose(compiled(x).float(), got.float(), rtol=1e-2, atol=1e-2)
+            assert timer(lambda: gemlite(x)) > 0
+    torch.compiler.reset()

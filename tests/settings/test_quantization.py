@@ -55,3 +55,18 @@ def test_every_layout_a_format_names_is_in_the_table_and_every_rule_is_known():
         for layout in form.layouts:
             assert set(quantization.rules_of(form.name, layout)) <= set(quantization.RULES)
     assert list(FORMATS)[0] == "none" and not FORMATS["none"].layouts
+
+
+def test_the_gemlite_layout_is_the_tables_everywhere():
+    """Issue 61: one row in the table offers gemlite to the command line, its help, the schema
+    and auto's candidates of int8wo and float8wo, with the install its rule names."""
+    parser = cli.build_parser()
+    layout = next(action for action in parser._actions if action.dest == "quant_layout")
+    assert "gemlite" in layout.choices
+    assert "gemlite (int8wo, float8wo: the unwrapped layout's values and row scales repacked " \
+           "for gemlite's A16W8 Triton kernels" in layout.help
+    assert "gemlite" in schema.enums()["QUANT_LAYOUTS"]
+    for name in ("int8wo", "float8wo"):
+        assert FORMATS[name].candidates == ("unwrapped", "gemlite")
+        assert quantization.rules_of(name, "gemlite")[-2:] == ("gpu", "gemlite")
+    assert "pip install gemlite" in quantization.RULES["gemlite"]

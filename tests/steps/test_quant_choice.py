@@ -199,3 +199,27 @@ def test_the_cpus_timer_times_the_calls_themselves():
     calls = []
     assert quant_choice.device_timer(CPU)(lambda: calls.append(1)) >= 0
     assert len(calls) == 1 + quant_choice.REPEATS
+
+
+def test_a_gemlite_that_fails_to_build_is_left_out_in_one_line(monkeypatch, tmp_path):
+    """The real build, gemlite faked to refuse the shape (gemlite 0.6 refuses an input width
+    not divisible by 32): unwrapped is measured alone and chosen, and a line says why."""
+    pytest.importorskip("torchao")
+    import dataclasses
+
+    from support import gemlite_fake
+
+    from microbench.steps import quant_layers
+    gemlite_fake.install(monkeypatch, quant_layout, quant_layers,
+                         fails=NotImplementedError("Invalid input shapes: 64 , 128.\nin_features "
+                                                   "should be divisible by 32"))
+    model = _model()
+    planned = QuantPlan("int8wo", "auto", ("unwrapped", "gemlite"),
+                        facts=dataclasses.replace(GPU, gemlite=True))
+    choice = quant_choice.choose(planned, model, _phases(model), CPU, lambda product: 1.0,
+                                 cache_path=str(tmp_path / "cache.json"))
+    (line,) = choice.failures
+    assert line == ("gemlite left out: building it failed (NotImplementedError: Invalid input "
+                    "shapes: 64 , 128. in_features should be divisible by 32)")
+    assert choice.measured_layouts == ["unwrapped"]
+    assert {choice.layout("prefill", name) for name in ("0", "1", "2")} == {"unwrapped"}

@@ -203,6 +203,43 @@ def _int8_layer(bias=False):
     return Int8WeightOnlyLinear(values, scale, torch.bfloat16, offset)
 
 
+def test_the_gemlite_layer_keeps_gemlites_tensors_as_plain_parameters_and_adds_the_bias(
+        monkeypatch):
+    """gemlite's packed weight is the int8 values' transposed view: no copy of the weight."""
+    from support import gemlite_fake
+
+    from microbench.steps import quant_layers
+    gemlite_fake.install(monkeypatch, quant_layout, quant_layers)
+    unwrapped = _int8_layer(bias=True)
+    layer = quant_layers.GemliteLinear.repack(unwrapped, torch.bfloat16)
+    assert all(type(p) is nn.Parameter and not p.requires_grad for p in layer.parameters())
+    assert layer.weight.data_ptr() == unwrapped.weight.data_ptr()
+    assert layer.bias is unwrapped.bias
+    x = torch.randint(-3, 4, (5, 64)).to(torch.bfloat16)
+    assert torch.equal(layer(x), unwrapped(x))
+    # as stored: the int8 weight, the BF16 scales, the bias and gemlite's meta scale
+    assert low_precision.weight_bytes(layer) == 48 * 64 + 48 * 2 + 48 * 2 + 4
+
+
+def test_a_gemlite_packing_that_changes_the_values_is_refused(monkeypatch):
+    """Another gemlite that reorders or requantizes the weight cannot promise the unwrapped
+    layer's numbers: its build fails, and auto leaves gemlite out in one line."""
+    from support import gemlite_fake
+
+    from microbench.steps import quant_layers
+    gemlite_fake.install(monkeypatch, quant_layout, quant_layers)
+    original = gemlite_fake.Packed.__init__
+
+    def swapped(self, weight, scales, dtype, post_scale):
+        original(self, weight, scales, dtype, post_scale)
+        self.W_q = weight.flip(0).t()                       # rows in another order
+    monkeypatch.setattr(gemlite_fake.Packed, "__init__", swapped)
+    with pytest.raises(ValueError, match="did not keep the values and row scales as given"):
+        quant_layers.GemliteLinear.repack(_int8_layer(), torch.bfloat16)
+    with pytest.raises(TypeError, match="repacks the unwrapped layout's layers"):
+        quant_layers.GemliteLinear.repack(_linear(), torch.bfloat16)
+
+
 def test_a_phase_layer_gives_a_phases_layer_the_buffered_input_it_asks_for():
     """int8's decode step reads the SwiGLU product as a buffer of its own (llama's
     materialized): where the prompt's layer is another layout, the phase layer still asks."""

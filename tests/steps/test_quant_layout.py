@@ -2,6 +2,8 @@
 the layouts planned from the device's facts (faked here: an H100 with and without mslk, an A100,
 an L4, an MI300, the CPU), the torchao configuration each makes, what ran read back from the
 layers, the weight errors, and the compile settings of a quantized run."""
+import dataclasses
+
 import pytest
 import torch
 from torch import nn
@@ -452,3 +454,148 @@ def test_a_broken_mslk_is_left_out_in_one_line_a_layout(monkeypatch):
     for note in planned.notes:
         assert "mslk fails to import (ModuleNotFoundError" in note
         assert "\n" not in note and len(note) < 400
+
+
+# ---------------------------------------------------------------- gemlite (issue 61)
+
+H100_GEMLITE = dataclasses.replace(H100_BARE, gemlite=True)
+
+
+def _fake_gemlite(monkeypatch, **options):
+    from microbench.steps import quant_layers
+    from support import gemlite_fake
+    return gemlite_fake.install(monkeypatch, quant_layout, quant_layers, **options)
+
+
+def test_gemlite_is_measured_beside_unwrapped_on_a_gpu_where_it_imports(monkeypatch):
+    _fake_gemlite(monkeypatch)
+    for quantize in ("int8wo", "float8wo"):
+        planned = plan(quantize, "auto", H100_GEMLITE)
+        assert planned.layouts == ("unwrapped", "gemlite") and planned.measured
+        assert planned.notes == ()
+        assert plan(quantize, "auto", H100_BARE).layouts == ("unwrapped",)     # not installed
+        assert plan(quantize, "gemlite", H100_GEMLITE).layouts == ("gemlite",)  # by name
+    assert plan("int8wo", "auto", dataclasses.replace(MI300, gemlite=True)).layouts == \
+        ("unwrapped", "gemlite")
+    assert plan("int8wo", "auto", dataclasses.replace(CPU, gemlite=True)).layouts == \
+        ("rowwise",)
+    assert plan("int4wo", "auto", H100_GEMLITE).layouts == ("tinygemm", "inductor")
+
+
+def test_gemlite_named_where_it_is_not_installed_or_on_the_cpu_is_refused_in_words():
+    with pytest.raises(UsageError, match=r"--quant-layout gemlite for --quantize int8wo: the "
+                                         r"gemlite layout \(gemlite's A16W8 Triton kernels\) "
+                                         r"needs the gemlite package: pip install gemlite"):
+        plan("int8wo", "gemlite", H100_BARE)
+    with pytest.raises(UsageError, match=r"gemlite's A16W8 Triton kernels\) needs a GPU"):
+        plan("float8wo", "gemlite", dataclasses.replace(CPU, fp8=True, gemlite=True))
+    with pytest.raises(UsageError, match="not a layout of --quantize int4wo"):
+        plan("int4wo", "gemlite", H100_GEMLITE)
+
+
+def test_a_gemlite_that_fails_to_import_is_left_out_in_one_line(monkeypatch):
+    import sys
+    monkeypatch.setitem(sys.modules, "gemlite", None)               # import gemlite fails
+    planned = plan("int8wo", "auto", H100_GEMLITE)
+    assert planned.layouts == ("unwrapped",)
+    (note,) = planned.notes
+    assert note.startswith("--quantize int8wo leaves out layout gemlite: gemlite fails to "
+                           "import (ModuleNotFoundError") and "\n" not in note
+    named = plan("int8wo", "gemlite", H100_GEMLITE)                  # named: auto's instead
+    assert named.layouts == ("unwrapped",) and named.requested == "gemlite"
+    assert named.notes[0].startswith("--quant-layout gemlite cannot run: gemlite fails")
+
+
+def test_a_gemlite_op_torch_compile_cannot_trace_is_left_out(monkeypatch):
+    _fake_gemlite(monkeypatch, fake_kernel=False)
+    (note,) = plan("float8wo", "auto", H100_GEMLITE).notes
+    assert "has no fake kernel for " in note and "::forward_functional" in note
+
+
+def test_what_gemlite_says_at_its_import_is_a_note_not_a_console_line(monkeypatch):
+    said = "gemlite.core WARNING: Loaded /site/gemlite/configs/h100.json config."
+    _fake_gemlite(monkeypatch, said=(said,))
+    assert plan("int8wo", "auto", H100_GEMLITE).notes == (f"gemlite at its import: {said}",)
+    assert plan("int8wo", "unwrapped", H100_GEMLITE).notes == ()
+
+
+def _built(quantize: str, layout: str, out_features: int = 48) -> nn.Linear:
+    torch.manual_seed(0)
+    layer = nn.Linear(64, out_features, bias=False).to(torch.bfloat16)
+    return quant_layout.build(layer, quantize, layout, H100_GEMLITE)
+
+
+@pytest.mark.parametrize("quantize, post_scale, scale_dtype", [
+    ("int8wo", True, torch.bfloat16), ("float8wo", False, torch.float32)])
+def test_the_gemlite_layer_holds_the_unwrapped_values_and_gives_their_outputs(
+        monkeypatch, quantize, post_scale, scale_dtype):
+    """The table's promise: the same values, so the choice changes the kernel, not the numbers.
+    Each scale is applied where the unwrapped layer applies it (int8: after the product, BF16;
+    FP8: on the weight, FP32), which the fake's arithmetic, gemlite's, then shows bit for bit."""
+    pytest.importorskip("torchao")
+    from microbench.steps.quant_layers import GemliteLinear
+    calls, namespace = _fake_gemlite(monkeypatch)
+    unwrapped, gemlite = _built(quantize, "unwrapped"), _built(quantize, "gemlite")
+    assert isinstance(gemlite, GemliteLinear)
+    assert calls == [dict(device=torch.device("cpu"), dtype=torch.bfloat16,
+                          fp8=torch.float8_e4m3fn if quantize == "float8wo" else None,
+                          post_scale=post_scale)]
+    assert gemlite.scale.dtype == scale_dtype and gemlite.scale.shape == (1, 48)
+    assert gemlite.weight.shape == (64, 48)                 # gemlite's (in, out) view
+    assert torch.equal(gemlite.dequantize(), unwrapped.dequantize())
+    assert low_precision.weight_error(unwrapped.dequantize().to(torch.bfloat16), gemlite) == 0
+    torch.manual_seed(1)
+    for shape in ((3, 64), (1, 2, 64)):
+        x = torch.randint(-4, 5, shape).to(torch.bfloat16)    # exact sums: any order agrees
+        assert torch.equal(gemlite(x), unwrapped(x))
+    compiled = torch.compile(gemlite, backend="aot_eager", fullgraph=True)   # its fake kernel
+    assert torch.equal(compiled(x), unwrapped(x))
+    torch._dynamo.reset()
+    assert quant_layout.layout_of(gemlite) == "gemlite"
+    kind = "FP8" if quantize == "float8wo" else "int8"
+    how = ("int8 weight cast to BF16 inside the product, row scales after it" if post_scale
+           else "FP8 weight times its FP32 row scale, cast to BF16, inside the product")
+    assert quant_layout.describe_layer(gemlite, rows=1) == (
+        "GemliteLinear", f"gemlite A16W8 {kind}", f"gemlite's Triton GEMV_SPLITK kernel ({how})")
+    assert "GEMM kernel" in quant_layout.describe_layer(gemlite, rows=128)[2]
+
+
+def test_auto_measures_gemlite_per_phase_and_the_summary_names_what_each_phase_ran(
+        monkeypatch, tmp_path):
+    """int8 on a faked H100 with gemlite: the decode step's one row faster unwrapped, the
+    prompt's rows faster in gemlite (what issue 61 hopes of an H200), so each layer holds both,
+    and the summary and the JSON say what each phase ran."""
+    pytest.importorskip("torchao")
+    from microbench.steps import quant_choice
+    from microbench.steps.quant_layers import GemliteLinear, PhaseLinear
+    _fake_gemlite(monkeypatch)
+    monkeypatch.setattr(quant_choice.writing, "user_cache_root", lambda: str(tmp_path))
+
+    def timer(product):                 # gemlite 2 ms a product for a prompt, 5 for one row
+        cells = [cell.cell_contents for cell in product.__closure__ or ()]
+        built = next(cell for cell in cells if isinstance(cell, nn.Module))
+        x = next(cell for cell in cells if isinstance(cell, torch.Tensor))
+        prompt = x.shape[0] > 1
+        return (2.0 if prompt else 5.0) if isinstance(built, GemliteLinear) else 4.0
+
+    model = _tiny()
+    names = [name for name, _ in quant_layout.linear_layers(model)]
+    phases = (Phase("decode", dict.fromkeys(names, 1)), Phase("prefill", dict.fromkeys(names, 16)))
+    report = low_precision.quantize_measured(model, plan("int8wo", "auto", H100_GEMLITE), phases,
+                                             torch.randn(2, 64).to(torch.bfloat16),
+                                             torch.device("cpu"), timer=timer)
+    assert isinstance(model[0], PhaseLinear) and isinstance(model[0].prompt, GemliteLinear)
+    assert model[0].materialize_input          # the int8 decode step's input, as a buffer
+    assert report.quant_layout == "per phase"
+    decode, prefill = report.quant_phases
+    assert [(k["tensor"], k["packing"], k["layers"]) for k in decode["kernels"]] == \
+        [("Int8WeightOnlyLinear", "unwrapped rowwise", 2)]
+    assert [(k["tensor"], k["packing"], k["layers"]) for k in prefill["kernels"]] == \
+        [("GemliteLinear", "gemlite A16W8 int8", 2)]
+    assert prefill["kernels"][0]["kernel"].startswith("gemlite's Triton GEMM_SPLITK kernel")
+    rows = dict(report.rows())
+    assert rows["Quantized layouts"].startswith("auto, measured: every linear product")
+    assert report.quant_choice["phases"]["prefill"]["candidates_ms"] == \
+        {"gemlite": 4.0, "unwrapped": 8.0}
+    assert report.weight_errors.max_error < 0.02 and report.drift.relative_error < 0.02
+    print("\n".join(f"  {label:<22}: {value}" for label, value in report.rows()))
