@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The GPU suite both ways the GPU rule asks for: with the optional kernels (mslk, FBGEMM's GenAI
-# kernels that torchao's int4 layouts call) importable, and without them.
+# kernels that torchao's int4 layouts call, and gemlite, the Triton kernels of int8's and FP8's
+# gemlite layout) importable, and without them.
 #
 #   bash benchmarks/gpu_suite.sh OUT [--way with_mslk|without_mslk] [pytest args...]
 #
-# Wheels: torchao (and what the machine lacks) in .whl/*.whl, the mslk-cuda wheel in .whl/mslk/.
+# Wheels: torchao (and what the machine lacks) in .whl/*.whl, the mslk-cuda wheel in .whl/mslk/,
+# gemlite's in .whl/gemlite/ (both in the with_mslk suite's site).
 # With 4 or more GPUs the two suites run at once, each on 2 GPUs of its own (CUDA_VISIBLE_DEVICES
 # 0,1 and 2,3: every 2-GPU test still runs under torchrun, and the run costs one suite's time);
 # with 2 or 3 GPUs one after the other, or the one --way names (a device call each). Each suite
@@ -23,10 +25,12 @@ fi
 mkdir -p "$out"
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl || exit 4
-if ls .whl/mslk/*.whl >/dev/null 2>&1; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-        --target /tmp/site-mslk .whl/mslk/*.whl || exit 4
-fi
+for kernels in .whl/mslk .whl/gemlite; do
+    if ls "$kernels"/*.whl >/dev/null 2>&1; then
+        python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+            --target /tmp/site-mslk "$kernels"/*.whl || exit 4
+    fi
+done
 gpus=$(python3 -c 'import torch; print(torch.cuda.device_count())')
 echo "GPUs: $gpus; $(python3 -c 'import torch; print(torch.__version__, torch.cuda.get_device_name(0))')"
 
@@ -89,6 +93,7 @@ suite() {   # NAME GPU_A GPU_B PYTHONPATH [pytest args...]
     part "$log.judged.log" "$a,$b" "$path" "$cache-judged" "${JUDGED[@]}" "$@"; rc_judged=$?
     local kernels="no mslk"
     PYTHONPATH=$path python3 -c 'import mslk' 2>/dev/null && kernels="mslk importable"
+    PYTHONPATH=$path python3 -c 'import gemlite' 2>/dev/null && kernels="$kernels, gemlite importable"
     local rc=$(( rc_a1 || rc_b1 || rc_a2 || rc_b2 || rc_both || rc_judged ))
     {
         echo "suite $name (GPUs $a,$b, $kernels): exit $rc in $((SECONDS - started)) s"

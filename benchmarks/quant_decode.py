@@ -21,7 +21,11 @@ gpt-fast's recipe (coordinate-descent tuning, the prefill compiled ``fullgraph``
 
 Whether mslk was importable is read from the job's own environment and named on every int4
 line: run the script once with mslk on PYTHONPATH and once without (benchmarks/gpu_suite.sh's
-two site folders) for issue 61's "with and without mslk".
+two site folders) for issue 61's "with and without mslk". Whether gemlite was importable is
+named the same way on every int8wo and float8wo line: where it was, auto measured gemlite's
+kernels beside the unwrapped layout's (its choice is in the table's decode and prefill kernels),
+and the torchao loop runs torchao's own gemlite int8 form (UIntxWeightOnlyConfig, bit_width 8)
+where the tool's decode step chose gemlite.
 
 Then a PASS/FAIL line per target of issue 61:
 
@@ -78,6 +82,11 @@ def _torchao_config(fmt: str, layout: str):
     from torchao.quantization import (Float8WeightOnlyConfig, Int4WeightOnlyConfig,
                                       Int8WeightOnlyConfig, PerRow, PerTensor)
     granularity = PerTensor() if layout == "tensorwise" else PerRow()
+    if fmt == "int8wo" and layout == "gemlite":
+        # torchao's own gemlite form: its int8 values with BF16 row scales, gemlite's A16W8
+        # pre-scaled (torchao/prototype/quantization/uintx/uintx_bit_packed_tensor.py)
+        from torchao.prototype.quantization.quant_api import UIntxWeightOnlyConfig
+        return UIntxWeightOnlyConfig(group_size=None, bit_width=8, set_inductor_config=False)
     if fmt == "int4wo":
         packing = {"tinygemm": "tile_packed_to_4d"}.get(layout, layout)
         if packing in ("preshuffled", "plain"):
@@ -93,6 +102,14 @@ def _torchao_config(fmt: str, layout: str):
     if fmt == "int8wo":
         return Int8WeightOnlyConfig(granularity=granularity, set_inductor_config=False)
     return Float8WeightOnlyConfig(granularity=granularity, set_inductor_config=False)
+
+
+def torchao_layout(fmt: str, layout: str) -> str:
+    """The torchao layout the loop runs for the tool's ``layout``: torchao's rowwise tensor for
+    the tool's unwrapped layers, and for gemlite's FP8, which torchao has no form of."""
+    if layout == "unwrapped" or (layout == "gemlite" and fmt == "float8wo"):
+        return "rowwise"
+    return layout
 
 
 class GptFastInt8Linear:
@@ -145,7 +162,7 @@ def loop_worker(model_name: str, fmt: str, layout: str, shape: dict, out: str,
         GptFastInt8Linear.replace_all(model)
     elif fmt != "bf16":
         from torchao.quantization import quantize_
-        quantize_(model, _torchao_config(fmt, {"unwrapped": "rowwise"}.get(layout, layout)))
+        quantize_(model, _torchao_config(fmt, torchao_layout(fmt, layout)))
     cache = model.make_cache(1, shape["prompt"] + shape["gen"] - 1, device=device,
                              dtype=torch.bfloat16)
     prompt = torch.randint(0, model.config.vocab_size, (1, shape["prompt"]), device=device)
@@ -302,8 +319,8 @@ def run_format(out: Path, model: str, fmt: str, shape: dict, end: float,
     layout = tool.get("decode_layout") or ("tinygemm" if fmt == "int4wo" else "rowwise")
     loop = (_loop(out, model, fmt, layout, shape, end, f"loop_{name}") if "torchao" in loops
             else {"error": "not run (--loops)"})
-    row = {"model": model, "format": fmt, "mslk": MSLK, "tool": tool, "loop": loop,
-           "ttft_by_prompt": ttft}
+    row = {"model": model, "format": fmt, "mslk": MSLK, "gemlite": GEMLITE, "tool": tool,
+           "loop": loop, "ttft_by_prompt": ttft}
     if fmt == "int8wo" and "gptfast" in loops:
         row["gptfast"] = _loop(out, model, fmt, "gptfast", shape, end, f"gptfast_{name}")
     print(json.dumps(row), flush=True)
@@ -319,8 +336,19 @@ def _tool(out: Path, model: str, fmt: str, shape: dict, end: float, name: str,
             else {"error": f"exit {code}, see tool_{name}.log"})
 
 
-# Whether this job's runs can import mslk (the int4 lines say so: issue 61 asks for both).
+# Whether this job's runs can import mslk (the int4 lines say so: issue 61 asks for both), and
+# gemlite (a candidate of int8wo and float8wo where it imports).
 MSLK = importlib.util.find_spec("mslk") is not None
+GEMLITE = importlib.util.find_spec("gemlite") is not None
+# The optional library each format's auto may choose, named on its lines.
+LIBRARY = {"int4wo": "mslk", "int8wo": "gemlite", "float8wo": "gemlite"}
+
+
+def _label(row: dict) -> str:
+    """'model format', and whether the format's optional library could be imported."""
+    library = LIBRARY.get(row["format"])
+    found = f" ({'with' if row.get(library) else 'without'} {library})" if library else ""
+    return f"{row['model']} {row['format']}{found}"
 
 
 def _ratio(a, b):
@@ -333,8 +361,7 @@ def verdicts(rows: list[dict]) -> list[str]:
     base = {row["model"]: row for row in rows if row["format"] == "bf16"}
     for row in rows:
         model, fmt, tool, loop = row["model"], row["format"], row["tool"], row["loop"]
-        label = f"{model} {fmt}" + (f" ({'with' if row.get('mslk') else 'without'} mslk)"
-                                    if fmt == "int4wo" else "")
+        label = _label(row)
         bf16 = (base.get(model) or {}).get("tool") or {}
         if fmt == "bf16":
             continue
@@ -384,9 +411,10 @@ def _line(target: str, value, passes, side, other, unit: str = "x") -> str:
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| model | format | mslk | decode tok/s | vs BF16 | TTFT ms by prompt | compile + "
-             "first s (+ auto's measuring) | cache | decode kernels | prefill kernels | weight "
-             "error max/mean |", "|---|---|---|---:|---:|---|---|---|---|---|---|"]
+    lines = ["| model | format | mslk | gemlite | decode tok/s | vs BF16 | TTFT ms by prompt | "
+             "compile + first s (+ auto's measuring) | cache | decode kernels | prefill "
+             "kernels | weight error max/mean |",
+             "|---|---|---|---|---:|---:|---|---|---|---|---|---|"]
     base = {row["model"]: row["tool"] for row in rows if row["format"] == "bf16"}
     rows = [*rows, *({"model": row["model"], "format": "gpt-fast int8 form (loop)",
                       "tool": row["gptfast"]} for row in rows if "gptfast" in row)]
@@ -402,7 +430,7 @@ def table(rows: list[dict]) -> str:
         rate = tool.get("decode_tokens_per_s")
         lines.append(
             f"| {row['model']} | {row['format']} | {'yes' if row.get('mslk') else 'no'} | "
-            f"{_num(rate)} | "
+            f"{'yes' if row.get('gemlite') else 'no'} | {_num(rate)} | "
             f"{_num(_ratio(rate, (base.get(row['model']) or {}).get('decode_tokens_per_s')), 3)}"
             f" | {ttft} | {_num(tool.get('first_iteration_s'))} (+{_num(tool.get('choice_s'))})"
             f" | {tool.get('compile_cache') or ''} | "
@@ -503,7 +531,7 @@ def main(argv: list[str]) -> int:
     for model in args.models:
         for fmt in args.formats:
             if time.monotonic() > deadline:
-                rows.append({"model": model, "format": fmt, "mslk": MSLK,
+                rows.append({"model": model, "format": fmt, "mslk": MSLK, "gemlite": GEMLITE,
                              "tool": {"error": "not started (deadline)"}, "loop": {}})
                 continue
             rows.append(run_format(args.out, model, fmt, shape, end, args.loops,

@@ -59,26 +59,30 @@ def _row(model, fmt, tool_rate, loop_rate, ttft=2.0, first=60.0):
 def test_every_target_is_judged():
     rows = [_row("llama3_8b", "bf16", 100.0, 100.0),
             {**_row("llama3_8b", "int4wo", 180.0, 182.0), "mslk": True},    # 1.8x < 1.85x
-            _row("llama3_8b", "int8wo", 150.0, 150.0, ttft=5.0),  # 1.5x; TTFT 2.5x
+            {**_row("llama3_8b", "int8wo", 150.0, 150.0, ttft=5.0), "gemlite": True},  # TTFT 2.5x
             _row("llama_1b", "bf16", 800.0, 790.0),
             _row("llama_1b", "float8wo", 700.0, 690.0, first=150.0)]
     rows[2]["tool"]["choice_s"] = 18.0               # auto's measuring counts with the compile
     lines = quant_decode.verdicts(rows)
     text = "\n".join(lines)
     assert "FAIL     llama3_8b int4wo (with mslk) decode vs BF16 >= 1.85x: 1.800x" in text
-    assert "PASS     llama3_8b int8wo decode vs BF16 >= 1.50x: 1.500x" in text
-    assert "FAIL     llama3_8b int8wo TTFT at prompt 128 vs BF16 <= 1.3x: 2.500x" in text
-    assert "FAIL     llama3_8b int8wo compile + first iteration (+ auto's measuring) vs BF16 " \
-           "<= 1.3x: 1.300x" not in text
-    assert "PASS     llama3_8b int8wo compile + first iteration (+ auto's measuring) vs BF16 " \
-           "<= 1.3x: 1.300x" in text
-    assert "FAIL     llama_1b float8wo decode vs BF16 >= 1.00x: 0.875x" in text
-    assert "FAIL     llama_1b float8wo compile + first iteration (+ auto's measuring) vs BF16 " \
-           "<= 1.3x: 2.500x" in text
+    # Whether gemlite could be imported is named on the int8 and FP8 lines, as mslk on int4's.
+    assert "PASS     llama3_8b int8wo (with gemlite) decode vs BF16 >= 1.50x: 1.500x" in text
+    assert "FAIL     llama3_8b int8wo (with gemlite) TTFT at prompt 128 vs BF16 <= 1.3x: " \
+           "2.500x" in text
+    assert "FAIL     llama3_8b int8wo (with gemlite) compile + first iteration (+ auto's " \
+           "measuring) vs BF16 <= 1.3x: 1.300x" not in text
+    assert "PASS     llama3_8b int8wo (with gemlite) compile + first iteration (+ auto's " \
+           "measuring) vs BF16 <= 1.3x: 1.300x" in text
+    assert "FAIL     llama_1b float8wo (without gemlite) decode vs BF16 >= 1.00x: 0.875x" in text
+    assert "FAIL     llama_1b float8wo (without gemlite) compile + first iteration (+ auto's " \
+           "measuring) vs BF16 <= 1.3x: 2.500x" in text
     assert "PASS     llama3_8b int4wo (with mslk) tool vs torchao loop >= 0.97x: 0.989x" in text
     assert not any(line.startswith("not run") for line in lines)
     assert not any("bf16" in line for line in lines)        # the baseline judges the others
-    assert "| llama3_8b | int4wo | yes | 180.0 | 1.800 | 128: 2.00 |" in quant_decode.table(rows)
+    table = quant_decode.table(rows)
+    assert "| llama3_8b | int4wo | yes | no | 180.0 | 1.800 | 128: 2.00 |" in table
+    assert "| llama3_8b | int8wo | no | yes | 150.0 | 1.500 | 128: 5.00 |" in table
 
 
 def test_the_time_to_first_token_is_judged_at_every_prompt_run():
@@ -99,12 +103,15 @@ def test_int8_is_judged_against_gpt_fasts_form_and_float8_against_its_new_target
              "gptfast": {"decode_tokens_per_s": 160.0, "ttft_ms": 4.0}},
             _row("llama3_8b", "float8wo", 134.0, 121.0, ttft=3.1)]
     text = "\n".join(quant_decode.verdicts(rows))
-    assert "FAIL     llama3_8b int8wo decode vs gpt-fast's int8 form >= 1.00x: 0.938x" in text
-    assert "PASS     llama3_8b int8wo TTFT at prompt 128 vs BF16 <= 1.3x: 1.250x" in text
-    assert "FAIL     llama3_8b float8wo decode vs BF16 >= 1.35x: 1.340x" in text
-    assert "FAIL     llama3_8b float8wo TTFT at prompt 128 vs BF16 <= 1.3x: 1.550x" in text
+    assert "FAIL     llama3_8b int8wo (without gemlite) decode vs gpt-fast's int8 form >= " \
+           "1.00x: 0.938x" in text
+    assert "PASS     llama3_8b int8wo (without gemlite) TTFT at prompt 128 vs BF16 <= 1.3x: " \
+           "1.250x" in text
+    assert "FAIL     llama3_8b float8wo (without gemlite) decode vs BF16 >= 1.35x: 1.340x" in text
+    assert "FAIL     llama3_8b float8wo (without gemlite) TTFT at prompt 128 vs BF16 <= 1.3x: " \
+           "1.550x" in text
     assert "gpt-fast" not in "\n".join(line for line in text.splitlines() if "float8" in line)
-    assert "| llama3_8b | gpt-fast int8 form (loop) | no | 160.0 | 1.600 |" in \
+    assert "| llama3_8b | gpt-fast int8 form (loop) | no | no | 160.0 | 1.600 |" in \
         quant_decode.table(rows)
     missing = [{**rows[1], "gptfast": {"error": "exit 1, see gptfast_llama3_8b_int8wo.log"}}]
     [line] = [line for line in quant_decode.verdicts(rows[:1] + missing) if "gpt-fast" in line]
@@ -192,3 +199,15 @@ def test_the_tight_loop_quantizes_and_times_the_same_model(monkeypatch, tmp_path
     quant_decode.loop_worker("llama_tiny", "int8wo", "gptfast",
                              dict(prompt=8, gen=4, iterations=2, warmup=2), str(out), "cpu")
     assert json.loads(out.read_text())["weights"] == ["Tensor"]
+
+
+def test_the_torchao_loop_runs_torchaos_own_gemlite_form_where_the_tool_chose_gemlite():
+    """int8: torchao's UIntxWeightOnlyConfig (gemlite's A16W8 under a tensor subclass); FP8:
+    torchao has no gemlite form, and the loop runs its rowwise Float8Tensor."""
+    pytest.importorskip("torchao")
+    config = quant_decode._torchao_config("int8wo", "gemlite")
+    assert type(config).__name__ == "UIntxWeightOnlyConfig"
+    assert (config.bit_width, config.group_size, config.set_inductor_config) == (8, None, False)
+    assert quant_decode.torchao_layout("int8wo", "gemlite") == "gemlite"
+    assert quant_decode.torchao_layout("float8wo", "gemlite") == "rowwise"
+    assert quant_decode.torchao_layout("int8wo", "unwrapped") == "rowwise"
