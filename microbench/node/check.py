@@ -22,8 +22,8 @@ import torch
 
 from microbench.measure.telemetry.opening import open_source
 from microbench.node import document, reference
-from microbench.node import links, program, show
-from microbench.node.reference import Baseline
+from microbench.node import links, node_pairs, program, show
+from microbench.node.reference import ALL_NODES, Baseline
 from microbench.node.parts import DEFAULT_TOLERANCE_PCT
 from microbench.node.verdict import judge, judge_links, pairs_to_confirm
 from microbench.platform import devices
@@ -57,6 +57,8 @@ class Outcome:
     rechecks: list | None = None      # every GPU's second measurement of the flagged parts
     copies_again: list = field(default_factory=list)  # the flagged pairs' copies, again
     collectives_again: list = field(default_factory=list)  # the flagged all-reduces, again
+    pairs_of_nodes: list = field(default_factory=list)  # each pair of nodes' all-reduce, where
+                                                        # the job's across nodes flagged
     collectives: list = field(default_factory=list)
     copies: list = field(default_factory=list)
     p2p_note: str | None = None
@@ -247,9 +249,10 @@ def _links_and_gather(launch: distributed.Launch, device: torch.device, options:
                                     f"node {record.node}")]
     if len(groups) > 1:
         collectives.append(links.all_reduce(None, list(range(launch.world_size)), device,
-                                            options.samples, "all nodes"))
-    collectives_again = _collectives_again(collectives, node_groups, groups, record.node,
-                                           launch.world_size, device, options, models)
+                                            options.samples, ALL_NODES))
+    collectives_again, pairs_of_nodes = _collectives_again(
+        collectives, node_groups, groups, record.node, launch.world_size, device, options,
+        models)
     copies, copies_again, p2p_note = [], [], None
     if options.quick:
         p2p_note = "peer-to-peer copies: not measured with --quick"
@@ -260,34 +263,39 @@ def _links_and_gather(launch: distributed.Launch, device: torch.device, options:
                                    device, options.samples)
         copies_again = _pairs_again(copies, node_groups[record.node], mine, record.node,
                                     launch.rank, device, options, models)
-    # Each node's all-reduce once (its first rank's), the job's once (rank 0's).
+    # Each node's all-reduce once (its first rank's), the job's once (rank 0's), a pair of
+    # nodes' once (its first rank's).
     def once(measured: list) -> list:
-        shared = [c for c in measured if c.scope == "all nodes"] if launch.rank == 0 else []
-        own = [c for c in measured if c.scope != "all nodes"] if launch.rank == mine[0] else []
+        shared = [c for c in measured if c.scope == ALL_NODES] if launch.rank == 0 else []
+        own = [c for c in measured if c.scope != ALL_NODES] if launch.rank == mine[0] else []
         return own + shared
 
+    pairs_once = [pair for pair in pairs_of_nodes if pair.all_reduce.ranks[0] == launch.rank]
     gathered = distributed.gather_to_main((record, once(collectives), copies, copies_again,
-                                           once(collectives_again)))
+                                           once(collectives_again), pairs_once))
     if gathered is None:
         return None
     outcome = Outcome(p2p_note=p2p_note, backend=distributed.backend_name(),
                       rechecks=rechecks)
-    for record_, collectives_, copies_, again_, reduced_again in gathered:
+    for record_, collectives_, copies_, again_, reduced_again, pairs_ in gathered:
         outcome.records.append(record_)
         outcome.collectives += collectives_
         outcome.copies += copies_
         outcome.copies_again += again_
         outcome.collectives_again += reduced_again
+        outcome.pairs_of_nodes += pairs_
     return outcome
 
 
 def _collectives_again(collectives: list, node_groups: dict, groups: dict, node: str,
                        world_size: int, device: torch.device, options: Options,
-                       models: dict) -> list:
+                       models: dict) -> tuple[list, list]:
     """An all-reduce's flag is confirmed as a pair's is: every rank judges every all-reduce as
     rank 0 will (against the other nodes' and the baseline), and the flagged ones are measured
     again: the job's by every rank, then each node's by its own ranks (one order on every
-    rank: the job's scope sorts first)."""
+    rank: the job's scope sorts first). The job's flagged across 3 or more nodes, each pair
+    of nodes' all-reduce is measured too, to name the slow node (``node_pairs.py``).
+    The all-reduces measured again, and the pairs of nodes' (this rank's)."""
     everyone = {c.scope: c for measured in distributed.all_gather_objects(collectives)
                 for c in measured}
     flagged = sorted({link.scope for link in judge_links(
@@ -295,13 +303,15 @@ def _collectives_again(collectives: list, node_groups: dict, groups: dict, node:
         models=models) if link.flagged and link.scope})
     again = []
     for scope in flagged:
-        if scope == "all nodes":
+        if scope == ALL_NODES:
             again.append(links.all_reduce(None, list(range(world_size)), device,
                                           options.samples, scope))
         elif scope == f"node {node}":
             again.append(links.all_reduce(node_groups[node], groups[node], device,
                                           options.samples, scope))
-    return again
+    if ALL_NODES not in flagged or len(groups) < node_pairs.MIN_NODES:
+        return again, []
+    return again, node_pairs.measure(groups, node, device, options.samples)
 
 
 def _pairs_again(copies: list, group: dist.ProcessGroup | None, mine: list[int], host: str,
@@ -325,7 +335,7 @@ def _finish(outcome: Outcome, args: argparse.Namespace, options: Options, argv: 
     # Nothing flagged at first: nothing measured again, and no flag to confirm ([]).
     verdict = judge(outcome.records, outcome.copies, outcome.collectives, options.tolerance_pct,
                     options.baseline, outcome.rechecks or [], outcome.copies_again,
-                    outcome.collectives_again)
+                    outcome.collectives_again, outcome.pairs_of_nodes)
     show.print_verdict(verdict, outcome.collectives, outcome.p2p_note, sys.stdout)
     built = document.build(
         verdict, outcome.collectives, outcome.copies, device_type=options.device_type,

@@ -25,7 +25,9 @@ METHOD = ("each figure is the median of its samples; a GPU is flagged when a fig
           "errors or retired pages, trained a narrower or slower PCIe link than its peers, or "
           "failed a part; links are judged by the same rule against the other links and, with a "
           "baseline, against its links of the same model and shape (scope, ranks, nodes, "
-          "size)")
+          "size); where the job's all-reduce across 3 or more nodes flags, the all-reduce over "
+          "each pair of nodes (across_nodes) is judged against the fastest pair's, and the node "
+          "in every slow pair, each of its pairs slow, is named (slow_node)")
 
 
 def _judged(judged: Judged) -> dict:
@@ -74,6 +76,17 @@ def _collective(collective: Collective, backend: str | None) -> dict:
                       for size, values in collective.busbw_gbs.items()]}
 
 
+def _across(verdict: Verdict, backend: str | None) -> dict | None:
+    """What split the job's all-reduce across nodes (None: it was not flagged)."""
+    across = verdict.across
+    if across is None:
+        return None
+    return {"finding": across.finding, "slow_node": across.slow_node,
+            "pairs": [{"nodes": list(pair.measured.nodes),
+                       "all_reduce": _collective(pair.measured.all_reduce, backend),
+                       "judged": _judged(pair.judged)} for pair in across.pairs]}
+
+
 def build(verdict: Verdict, collectives: Sequence[Collective], copies: Sequence[PairCopy],
           *, device_type: str, quick: bool, samples: int, command: Sequence[str],
           seconds: float, backend: str | None, p2p_note: str | None) -> dict:
@@ -94,6 +107,7 @@ def build(verdict: Verdict, collectives: Sequence[Collective], copies: Sequence[
                    "scope": link.scope, "ranks": list(link.ranks),
                    "baseline": _against_baseline(link.baseline)} for link in verdict.links],
         "allreduce": [_collective(c, backend) for c in collectives],
+        "across_nodes": _across(verdict, backend),
         "p2p": [{"host": c.host, "source_rank": c.source_rank, "target_rank": c.target_rank,
                  "gbs": list(c.gbs)} for c in copies],
         "p2p_note": p2p_note,

@@ -1,6 +1,7 @@
 """The node check on the console: one row per GPU, each figure beside the median with its
 difference (and the baseline's, given one), the columns shown but not judged marked, then the
-links, then one line of verdict."""
+links (and, where the job's all-reduce across nodes flagged, what its pairs of nodes say), then
+one line of verdict."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Sequence, TextIO
@@ -8,7 +9,7 @@ from typing import TYPE_CHECKING, Sequence, TextIO
 from microbench.node.parts import (FIGURES, GPU_FIGURES, NOT_JUDGED_MARK, judged,
                                    not_judged_note, shown)
 from microbench.node.links import Collective
-from microbench.node.verdict import Judged, Verdict
+from microbench.node.verdict import AcrossNodes, Judged, Verdict
 from microbench.platform import text_table
 from microbench.platform.safe_text import terminal
 
@@ -57,6 +58,16 @@ def gpu_table(verdict: Verdict) -> tuple[list[str], list[list[str]], str | None]
     return header, rows, not_judged_note(f.key for f in known)
 
 
+def _print_across(across: AcrossNodes, out: TextIO) -> None:
+    """Each pair of nodes' all-reduce against the fastest pair's, then what they name."""
+    figure = FIGURES["allreduce_busbw_gbs"]
+    for pair in across.pairs:
+        print(terminal(f"{pair.name}: {_cell(figure, pair.judged)} GB/s"
+                       f"{' slow: ' + pair.judged.why if pair.judged.flagged else ''}"),
+              file=out)
+    print(terminal(f"all-reduce across nodes: {across.finding}"), file=out)
+
+
 def print_verdict(verdict: Verdict, collectives: Sequence[Collective], p2p_note: str | None,
                   out: TextIO) -> None:
     header, rows, not_judged = gpu_table(verdict)
@@ -84,6 +95,8 @@ def print_verdict(verdict: Verdict, collectives: Sequence[Collective], p2p_note:
             figure = FIGURES["p2p_gbs" if link.kind == "p2p" else "allreduce_busbw_gbs"]
             print(terminal(f"{link.name}: {_cell(figure, link.judged, link.baseline)} GB/s"
                            f"{' FLAGGED ' + link.why if link.flagged else ''}"), file=out)
+    if verdict.across is not None:
+        _print_across(verdict.across, out)
     if p2p_note:
         print(terminal(p2p_note), file=out)
     for note in verdict.notes:
@@ -98,5 +111,5 @@ def print_verdict(verdict: Verdict, collectives: Sequence[Collective], p2p_note:
         return
     names = ", ".join(g.record.label for g in flagged) or "none"
     print(terminal(f"Node check: FLAGGED GPUs: {names}; links: {len(links)}; hosts: "
-                   f"{', '.join(verdict.flagged_hosts())}; flagged by: "
+                   f"{', '.join(verdict.flagged_hosts()) or 'none'}; flagged by: "
                    f"{', '.join(verdict.flagged_by())}"), file=out)

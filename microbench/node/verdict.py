@@ -29,7 +29,9 @@ A link (a pair's copy, a node's all-reduce) is judged by the same rule against t
 and, given a baseline, against the baseline's links of its model and shape
 (``reference.LinkShape``: a pair's copy, or an all-reduce over as many ranks and nodes at the
 same size): a node whose links are all slow is seen only so, and the job's all-reduce across
-nodes, which has no peer, only so.
+nodes, which has no peer, only so. Where that all-reduce is flagged, the all-reduce over each
+pair of nodes (``node_pairs.py``) is judged against the fastest pair's, and the node in every
+slow pair (each of its pairs slow, no other) is named; two nodes are one link, named as such.
 
 This module computes; ``show.py`` prints and ``document.py`` writes what it found.
 """
@@ -42,8 +44,10 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from microbench.measure import stats
-from microbench.node.reference import Baseline, LinkShape, P2P, collective_shape
-from microbench.node.links import Collective, PairCopy
+from microbench.node.reference import ALL_NODES, Baseline, LinkShape, P2P, collective_shape
+from microbench.node import node_pairs
+from microbench.node.links import Collective, PairCopy, node_groups
+from microbench.node.node_pairs import NodePair
 from microbench.node.parts import DEFAULT_TOLERANCE_PCT, GPU_FIGURES, HOST_BOUND, judged
 from microbench.node.program import GpuRecord
 from microbench.node.watch import throttling
@@ -52,6 +56,9 @@ from microbench.store import ranges
 # The comparisons a figure is judged by (a finding and the document name which flagged it).
 PEERS, BASELINE = "peers", "baseline"
 BELOW = {PEERS: "its peers' median", BASELINE: "the baseline's median"}
+# A pair of nodes is judged against the fastest pair, not the pairs' median: with 3 nodes one
+# slow node is in 2 of the 3 pairs, and their median is the slow pairs' own.
+FASTEST_PAIR = "the fastest pair of nodes' median"
 # Beyond the tolerance, a figure is beyond its noise when Welch's t says so (as --compare) or
 # when its samples rank below the reference's at this level (a GPU shared with another process:
 # stats.lower_by_rank says why the t test misses it).
@@ -113,6 +120,28 @@ class LinkVerdict:
                          if j is not None and j.flagged)
 
 
+@dataclass(frozen=True)
+class JudgedPair:
+    """A pair of nodes' all-reduce (largest size) against the fastest pair's."""
+
+    measured: NodePair
+    judged: Judged
+
+    @property
+    def name(self) -> str:
+        return f"all-reduce {max(self.measured.all_reduce.busbw_gbs) >> 20} MiB " \
+               f"({node_pairs.scope(self.measured.nodes)})"
+
+
+@dataclass(frozen=True)
+class AcrossNodes:
+    """Which node the job's all-reduce across nodes, flagged, is slow by (``node_pairs.py``)."""
+
+    finding: str                         # in words, one line
+    pairs: tuple[JudgedPair, ...] = ()   # each pair of nodes' all-reduce (3 or more nodes)
+    slow_node: str | None = None         # the node every slow pair shares (None: no one node)
+
+
 def pairs_to_confirm(links: Sequence[LinkVerdict]) -> frozenset:
     """The pairs of GPUs whose copy flagged a link: measured again before the flag counts."""
     return frozenset(link.pair for link in links if link.flagged and link.pair)
@@ -125,6 +154,7 @@ class Verdict:
     tolerance_pct: float
     notes: tuple[str, ...] = field(default=())
     baseline_source: str | None = None
+    across: AcrossNodes | None = None    # the job's all-reduce across nodes, split by pairs
 
     @property
     def flagged(self) -> bool:
@@ -133,7 +163,9 @@ class Verdict:
     def flagged_hosts(self) -> list[str]:
         hosts = [g.record.node for g in self.gpus if g.flagged]
         hosts += [l.name.rsplit("(", 1)[-1].rstrip(")") for l in self.links
-                  if l.flagged and "(" in l.name and l.scope != "all nodes"]
+                  if l.flagged and "(" in l.name and l.scope != ALL_NODES]
+        if self.across is not None and self.across.slow_node is not None:
+            hosts.append(self.across.slow_node)
         return sorted(set(hosts))
 
     def flagged_by(self) -> list[str]:
@@ -199,10 +231,9 @@ def judge_figure(own: Sequence[float], peers: Sequence[Sequence[float]],
 
 
 def judge_reference(own: Sequence[float], reference: Sequence[float],
-                    tolerance_pct: float) -> Judged:
-    """``own`` samples against a baseline's samples of the same model."""
-    return _ruled(own, _median(own), _median(reference), reference, tolerance_pct,
-                  BELOW[BASELINE])
+                    tolerance_pct: float, below: str = BELOW[BASELINE]) -> Judged:
+    """``own`` samples against a reference's samples (a baseline's of the same model)."""
+    return _ruled(own, _median(own), _median(reference), reference, tolerance_pct, below)
 
 
 def _peers(records: Sequence[GpuRecord], record: GpuRecord) -> list[GpuRecord]:
@@ -383,6 +414,38 @@ def judge_links(copies: Sequence[PairCopy], collectives: Sequence[Collective],
     return verdicts
 
 
+def judge_across(links: Sequence[LinkVerdict], nodes: Sequence[str],
+                 pairs: Sequence[NodePair], tolerance_pct: float) -> AcrossNodes | None:
+    """What splits the job's all-reduce across nodes, where it is flagged: two nodes are one
+    link; 3 or more have their pairs (measured where it flagged at first), each judged against
+    the fastest pair, and the node every slow pair shares named. None: nothing to say (not
+    flagged, and no pair measured)."""
+    flagged = any(link.flagged for link in links if link.scope == ALL_NODES)
+    if len(nodes) == 2:
+        return AcrossNodes(node_pairs.one_link(nodes)) if flagged else None
+    order = {node: index for index, node in enumerate(nodes)}
+    measured = sorted((pair for pair in pairs if pair.all_reduce.busbw_gbs),
+                      key=lambda pair: [order.get(node, len(order)) for node in pair.nodes])
+    if not measured:
+        return None
+    judged = _judged_pairs(measured, tolerance_pct)
+    if not flagged:             # flagged at first, not when measured again: nothing to split
+        return AcrossNodes(node_pairs.not_confirmed(), judged)
+    slow = {pair.measured.nodes: pair.judged.flagged for pair in judged}
+    named = node_pairs.slow_node(nodes, slow)
+    return AcrossNodes(node_pairs.finding(named, slow), judged, named)
+
+
+def _judged_pairs(pairs: Sequence[NodePair], tolerance_pct: float) -> tuple[JudgedPair, ...]:
+    """Each pair's all-reduce at its largest size against the fastest pair's samples."""
+    def largest(pair: NodePair) -> tuple[float, ...]:
+        return pair.all_reduce.busbw_gbs[max(pair.all_reduce.busbw_gbs)]
+
+    fastest = max((largest(pair) for pair in pairs), key=statistics.median)
+    return tuple(JudgedPair(pair, judge_reference(largest(pair), fastest, tolerance_pct,
+                                                  FASTEST_PAIR)) for pair in pairs)
+
+
 def link_notes(collectives: Sequence[Collective], baseline: Baseline,
                models: dict[int, str]) -> list[str]:
     """What the baseline cannot judge: an all-reduce of a shape it lacks (another count of
@@ -408,10 +471,12 @@ def judge(records: Sequence[GpuRecord], copies: Sequence[PairCopy] = (),
           tolerance_pct: float = DEFAULT_TOLERANCE_PCT, baseline: Baseline | None = None,
           recheck: Sequence[GpuRecord] | None = None,
           copies_again: Sequence[PairCopy] | None = None,
-          collectives_again: Sequence[Collective] = ()) -> Verdict:
+          collectives_again: Sequence[Collective] = (),
+          pairs_of_nodes: Sequence[NodePair] = ()) -> Verdict:
     """``recheck``: every GPU's second measurement of the parts the first flagged;
     ``copies_again``: the flagged pairs' copies measured again (None: the preliminary verdict,
-    flags as first measured), and ``collectives_again`` the flagged all-reduces."""
+    flags as first measured), ``collectives_again`` the flagged all-reduces, and
+    ``pairs_of_nodes`` the all-reduce over each pair of nodes (where the job's flagged)."""
     notes = []
     if len(records) < 2:
         notes.append("one GPU: its figures have no peers to be compared with (throttling "
@@ -433,5 +498,7 @@ def judge(records: Sequence[GpuRecord], copies: Sequence[PairCopy] = (),
     gpus = tuple(judge_gpu(r, records, tolerance_pct, baseline, recheck) for r in records)
     links = judge_links(copies, collectives, tolerance_pct, copies_again, baseline, models_of,
                         collectives_again)
+    nodes = list(node_groups([r.node for r in records]))
     return Verdict(gpus, tuple(links), tolerance_pct, tuple(notes),
-                   baseline_source=None if baseline is None else baseline.source)
+                   baseline_source=None if baseline is None else baseline.source,
+                   across=judge_across(links, nodes, pairs_of_nodes, tolerance_pct))

@@ -3,8 +3,10 @@ them made slow by the test hook (MICROBENCH_NODE_SCALE) is flagged, alone, with 
 its document validates and reads back; bad input is one line and its documented code."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -98,27 +100,53 @@ def test_cuda_without_a_gpu_is_exit_4():
     assert_one_line_error(_node("--device", "cuda"), 4, "asked for a GPU")
 
 
-@pytest.mark.slow
-def test_two_torchrun_agents_on_one_host_are_two_nodes(tmp_path):
-    """Issue 62's one-host stand-in for two nodes: two torchrun agents (--nnodes 2, c10d on
-    localhost), one process each. Grouped by host name alone they were one node; named by
-    torchrun's node rank they are two, each with its own all-reduce, and one across them."""
+def _agents(folder, nodes: int, *args: str) -> list[tuple[int, str, str]]:
+    """Issue 62's one-host stand-in for ``nodes`` nodes: as many torchrun agents (c10d on
+    localhost), one process each, running the check --quick on the CPU: each agent's
+    (returncode, stdout, stderr), their output kept in ``folder``."""
     from conftest import free_port, spawn
-    port, processes = free_port(), []
+    port, processes, logs = free_port(), [], []
     inherited = {k: v for k, v in os.environ.items()
                  if k not in ("MICROBENCH_NODE_SCALE", "RANK", "WORLD_SIZE", "LOCAL_RANK")}
-    path = tmp_path / "node.json"
-    for node in range(2):
-        command = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2",
+    for node in range(nodes):
+        command = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nodes),
                    "--nproc-per-node", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint",
-                   f"127.0.0.1:{port}", "--rdzv-id", "two-agents", "--node-rank", str(node),
-                   "-m", "microbench.node", "--device", "cpu", "--quick", "--samples", "3",
-                   "--tolerance", "50", "--json", str(path)]
-        processes.append(spawn(command, cwd=ROOT, env={**inherited, "OMP_NUM_THREADS": "1",
-                                                        "PYTHONUNBUFFERED": "1"},
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    outputs = [p.communicate(timeout=180) for p in processes]
-    assert [p.returncode for p in processes] == [0, 0], [err[-2000:] for _, err in outputs]
+                   f"127.0.0.1:{port}", "--rdzv-id", f"agents-{port}", "--node-rank",
+                   str(node), "-m", "microbench.node", "--device", "cpu", "--quick",
+                   "--samples", "3", *args]
+        logs.append((folder / f"agent{node}.out", folder / f"agent{node}.err"))
+        with open(logs[-1][0], "w") as out, open(logs[-1][1], "w") as err:
+            processes.append(spawn(command, cwd=ROOT, stdout=out, stderr=err,
+                                   start_new_session=True,
+                                   env={**inherited, "OMP_NUM_THREADS": "1",
+                                        "PYTHONUNBUFFERED": "1"}))
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and any(p.poll() is None for p in processes):
+        if any(p.returncode for p in processes):
+            # A flagged check exits 6 on rank 0, and its agent skips torchrun's exit barrier,
+            # where the agents of the ranks that succeeded then wait for it (300 s), deaf to
+            # SIGTERM inside the store's wait: their ranks are done (and any that is not, ended
+            # with its agent, or it would wait for rank 0 in a collective).
+            for process in processes:
+                if process.poll() is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(process.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired, StopIteration):
+            next(p for p in processes if p.poll() is None).wait(timeout=0.5)
+    for process in processes:
+        process.wait(timeout=30)
+    return [(p.returncode, out.read_text(), err.read_text())
+            for p, (out, err) in zip(processes, logs)]
+
+
+@pytest.mark.slow
+def test_two_torchrun_agents_on_one_host_are_two_nodes(tmp_path):
+    """Two torchrun agents on one host: grouped by host name alone they were one node; named
+    by torchrun's node rank they are two, each with its own all-reduce, and one across them."""
+    path = tmp_path / "node.json"
+    ran = _agents(tmp_path, 2, "--tolerance", "50", "--json", str(path))
+    assert [code for code, _, _ in ran] == [0, 0], [err[-2000:] for _, _, err in ran]
+    outputs = [(out, err) for _, out, err in ran]
     check = json.loads(path.read_text())["node_check"]
     assert sorted(g["node_rank"] for g in check["gpus"]) == [0, 1]
     scopes = sorted(c["scope"] for c in check["allreduce"])
@@ -127,3 +155,46 @@ def test_two_torchrun_agents_on_one_host_are_two_nodes(tmp_path):
         f"node {g['host']} node {g['node_rank']}" for g in check["gpus"]}
     [shown] = [out for out, _ in outputs if "Node check:" in out]
     assert " node 0 rank 0" in shown and " node 1 rank 1" in shown
+
+
+def _unreachable_baseline(path) -> None:
+    """A baseline whose all-reduce across 3 nodes (one rank each, at the CPU's largest size)
+    no CPU reaches, and whose GEMM any does: the job's all-reduce is flagged, no process."""
+    from microbench.node.links import CPU_SIZES
+    path.write_text(json.dumps({"schema_version": 2, "node_baseline": {
+        "version": "test", "time": "2026-01-01T00:00:00+00:00", "models": [{
+            "device_name": "cpu", "gpus": 3,
+            "figures": {"gemm_tflops": {"median": 1e-6, "samples": [1e-6, 1.1e-6, 0.9e-6]}},
+            "links": [{"figure": "allreduce_busbw_gbs", "scope": "all nodes", "ranks": 3,
+                       "nodes": 3, "bytes": max(CPU_SIZES), "median": 1e4,
+                       "samples": [1e4, 1.01e4, 0.99e4]}]}]}}))
+
+
+@pytest.mark.slow
+def test_three_agents_split_a_slow_all_reduce_across_nodes_by_pairs_of_nodes(tmp_path):
+    """Issue 62: three torchrun agents as three nodes, the job's all-reduce across them far
+    below the baseline's: flagged, measured again, and every pair of nodes measured to say
+    which node is slow. On one host the pairs are alike, so the verdict may name a node, list
+    slow pairs or say no pair is slower; it says one of them, on rank 0, and in the document."""
+    path, baseline = tmp_path / "node.json", tmp_path / "baseline.json"
+    _unreachable_baseline(baseline)
+    ran = _agents(tmp_path, 3, "--tolerance", "50", "--json", str(path), "--baseline",
+                  str(baseline))
+    [(code, shown, _)] = [agent for agent in ran if "Node check:" in agent[1]]
+    assert code != 0 and "Node check: FLAGGED" in shown, [err[-2000:] for _, _, err in ran]
+    assert "all-reduce 4 MiB (all 3 nodes): " in shown and "FLAGGED" in shown
+    [line] = [line for line in shown.splitlines()
+              if line.startswith("all-reduce across nodes: ")]
+    findings = ("is slow: every pair of nodes with it", "no single node explains it",
+                "no pair of nodes is slower than the others")
+    assert any(finding in line for finding in findings), line
+    check = json.loads(path.read_text())["node_check"]
+    schema.validate_result({"schema_version": 2, "node_check": check}, str(path))
+    across = check["across_nodes"]
+    nodes = sorted(f"{g['host']} node {g['node_rank']}" for g in check["gpus"])
+    assert sorted(tuple(pair["nodes"]) for pair in across["pairs"]) == [
+        (nodes[0], nodes[1]), (nodes[0], nodes[2]), (nodes[1], nodes[2])]
+    assert all(len(pair["all_reduce"]["ranks"]) == 2 and pair["all_reduce"]["sizes"]
+               for pair in across["pairs"])
+    assert across["finding"] in line and (across["slow_node"] is None
+                                          or across["slow_node"] in check["flagged_hosts"])

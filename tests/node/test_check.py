@@ -104,11 +104,52 @@ def test_only_the_flagged_all_reduces_are_measured_again(monkeypatch):
     monkeypatch.setattr(check.links, "all_reduce", lambda group, ranks, device, samples, scope:
                         asked.append((group, scope)) or measured(scope))
     groups = {"a": [0], "b": [1], "c": [2]}
-    again = check._collectives_again(nodes, {"a": "ga", "b": "gb", "c": "gc"}, groups, "b", 3,
-                                     None, OPTIONS, {0: "x", 1: "x", 2: "x"})
+    again, pairs = check._collectives_again(nodes, {"a": "ga", "b": "gb", "c": "gc"}, groups,
+                                            "b", 3, None, OPTIONS, {0: "x", 1: "x", 2: "x"})
     assert asked == [("gb", "node b")] and [c.scope for c in again] == ["node b"]
+    assert pairs == []                         # the job's all-reduce has no baseline here
     _gathering(monkeypatch, [nodes[:1] + nodes[3:], nodes[1:2], nodes[2:3]])
     asked.clear()
     check._collectives_again(nodes, {"a": "ga", "b": "gb", "c": "gc"}, groups, "a", 3, None,
                              OPTIONS, {0: "x", 1: "x", 2: "x"})
     assert asked == []                         # node a's rank: node b's is not its to measure
+
+
+def test_the_pairs_of_nodes_are_measured_only_where_the_job_all_reduce_flagged(monkeypatch):
+    """Issue 62: the job's all-reduce across 3 nodes, 55% below the baseline (340 -> 154
+    GB/s), has every pair of nodes measured with the flagged all-reduces, to name the slow
+    node; a healthy job measures none, and neither do 2 nodes (their one pair is the job)."""
+    from microbench.node import reference
+    from microbench.node.links import Collective
+    size = 1 << 20
+    shape = reference.LinkShape(reference.ALLREDUCE, reference.ALL_NODES, 3, 3, size)
+    stored = reference.Baseline("healthy.json", {"x": {"gemm_tflops": STEADY}}, {"x": 3},
+                                {"x": {shape: tuple(s * 3.4 for s in STEADY)}})
+    options = check.Options("cuda", 6, True, 60.0, baseline=stored)
+    job = lambda gbs: Collective("all nodes", (0, 1, 2), (size,), {size: tuple(
+        s * gbs / 100 for s in STEADY)})
+    measured = []
+    monkeypatch.setattr(check.links, "all_reduce", lambda group, ranks, device, samples, scope:
+                        job(154))
+    monkeypatch.setattr(check.node_pairs, "measure", lambda groups, node, device, samples:
+                        measured.append((list(groups), node)) or ["pairs"])
+    groups = {"a": [0], "b": [1], "c": [2]}
+    models = {0: "x", 1: "x", 2: "x"}
+
+    def again(gbs: float, groups: dict) -> tuple[list, list]:
+        # Each node's own all-reduce (one rank: nothing measured), then the job's.
+        own = [[Collective(f"node {node}", tuple(ranks), (size,))] for node, ranks in
+               groups.items()]
+        _gathering(monkeypatch, [own[0] + [job(gbs)], *own[1:]])
+        return check._collectives_again(own[1] + [job(gbs)], {}, groups, "b", 3, None,
+                                        options, models)
+
+    assert again(340, groups) == ([], []) and measured == []
+    again_, pairs = again(154, groups)
+    assert [c.scope for c in again_] == ["all nodes"] and pairs == ["pairs"]
+    assert measured == [(["a", "b", "c"], "b")]
+    measured.clear()
+    shape2 = reference.LinkShape(reference.ALLREDUCE, reference.ALL_NODES, 3, 2, size)
+    stored.links["x"][shape2] = stored.links["x"][shape]
+    flagged, pairs = again(154, {"a": [0], "b": [1, 2]})
+    assert [c.scope for c in flagged] == ["all nodes"] and pairs == [] and measured == []
