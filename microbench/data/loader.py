@@ -27,6 +27,7 @@ Example::
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import signal
@@ -37,6 +38,7 @@ from typing import Any, Callable, Iterator, Protocol
 
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
+from torch.utils.data._utils import signal_handling
 
 from microbench.platform import process
 from microbench.platform.errors import EXIT_UNEXPECTED, BenchmarkError, MissingEnvironment
@@ -79,13 +81,34 @@ def check_shared_memory(batch_bytes: int, workers: int, prefetch_factor: int,
 _started_by_main_thread = False
 
 
+# The signals a worker sets aside: it waits to be stopped by the main process, which got the
+# same signal (a job's SIGTERM reaches its whole process group).
+_WORKER_DEAF = (signal.SIGINT, *process.STOPPING)      # SIGTERM, SIGHUP, SIGQUIT
+
+
+@contextlib.contextmanager
+def _held_across_the_fork() -> Iterator[None]:
+    """The stopping signals held back (not lost) while the workers are forked: each is born
+    with them blocked and unblocks them in :func:`_worker_init` once it ignores them, so a
+    group's SIGTERM cannot end a worker before then (on a loaded host one died so, and its
+    death raised over the run's own Terminated); the main process gets any that came at once
+    after (a fork copies the forking thread's mask; from another thread, the main thread
+    takes them meanwhile)."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, _WORKER_DEAF)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
 def _worker_init(worker_id: int) -> None:
     # A forked worker inherits the main process's handlers (SIGTERM raises Terminated), which
     # would print a traceback in the worker; dying of the signal instead makes DataLoader's
-    # SIGCHLD handler raise in the main process while it shuts down. So workers wait to be
-    # stopped by the main process, which got the same signal.
-    for number in (signal.SIGINT, *process.STOPPING):   # SIGTERM, SIGHUP, SIGQUIT
+    # SIGCHLD handler raise in the main process while it shuts down. So workers ignore them,
+    # then take the signals the fork held back (ignored now).
+    for number in _WORKER_DEAF:
         signal.signal(number, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _WORKER_DEAF)
     if _started_by_main_thread:         # the kernel's "parent" is the thread that forked
         process.killed_with_parent()    # so they never outlive the run, however it ends
     sys.excepthook = _quiet_when_the_receiver_left(sys.excepthook)
@@ -171,7 +194,7 @@ class EndlessBatches:
             global _started_by_main_thread
             _started_by_main_thread = threading.current_thread() is threading.main_thread()
             with process.starting(f"{self.loader.num_workers} loader workers",
-                                  "use fewer --workers"):
+                                  "use fewer --workers"), _held_across_the_fork():
                 self._iterator = iter(self.loader)
         try:
             batch = next(self._iterator)
@@ -187,8 +210,17 @@ class EndlessBatches:
         return tuple(worker.pid for worker in workers if worker.pid is not None)
 
     def close(self) -> None:
-        """Stop the workers now and wait for them (DataLoader's own shutdown)."""
+        """Stop the workers now and wait for them (DataLoader's own shutdown).
+
+        Their deaths are expected from here, so torch's SIGCHLD handler stops watching them
+        first: DataLoader stops only after joining them, and a worker that a job's SIGTERM
+        (sent to the whole process group) ended during that join raised "DataLoader worker
+        ... is killed by signal: Terminated" over the Terminated that was closing the run,
+        which then ended in that traceback instead of its one line (seen on a loaded host)."""
         iterator, self._iterator = self._iterator, None
+        if getattr(iterator, "_worker_pids_set", False):
+            signal_handling._remove_worker_pids(id(iterator))
+            setattr(iterator, "_worker_pids_set", False)
         shutdown = getattr(iterator, "_shutdown_workers", None)
         if shutdown is not None:
             shutdown()

@@ -379,3 +379,46 @@ def test_a_dead_worker_is_one_line_not_a_traceback(tmp_path, monkeypatch):
     text = str(error.value)
     assert "\n" not in text and error.value.exit_code == 1
     assert text.startswith("DataLoader worker (pid 4242) is killed by signal: Killed:")
+
+
+def test_a_worker_that_dies_during_the_shutdown_raises_nothing_over_it(tmp_path):
+    """A worker that dies while the main process is joining it (a job's SIGTERM closing the run
+    reached a worker that had not yet set its signals aside, on a loaded host) must not raise
+    torch's "worker is killed by signal" from its SIGCHLD handler over the exception that is
+    closing the run. The worker is killed once the shutdown has begun."""
+    import signal
+    settings = DataSettings(source="loader", count=8, image_side=40, workers=1,
+                            cache_dir=str(tmp_path))
+    pipeline = open_pipeline(settings, image_input(), batch_size=4, device=CPU).__enter__()
+    pipeline.next_batch()
+    [worker] = pipeline.batches.worker_pids()
+    iterator = pipeline.batches._iterator
+    shutdown = iterator._shutdown_workers
+
+    def shutdown_of_a_dead_worker():
+        iterator._shutdown_workers = shutdown               # once (the iterator's __del__ too)
+        os.kill(worker, signal.SIGKILL)
+        os.waitid(os.P_PID, worker, os.WEXITED | os.WNOWAIT)     # dead: SIGCHLD handled here
+        shutdown()
+
+    iterator._shutdown_workers = shutdown_of_a_dead_worker
+    pipeline.close()                                            # raises nothing
+    assert pipeline.batches.worker_pids() == ()
+
+
+def test_workers_are_born_deaf_to_the_stopping_signals_and_the_parent_hears_them(tmp_path):
+    """The stopping signals are held back across the workers' fork: a job's SIGTERM to its
+    process group cannot end a worker before it sets them aside (only the main process
+    stops the workers), and the main process's own mask is as it was once they started."""
+    import signal
+    settings = DataSettings(source="loader", count=8, image_side=40, workers=1,
+                            cache_dir=str(tmp_path))
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    with open_pipeline(settings, image_input(), batch_size=4, device=CPU) as pipeline:
+        pipeline.next_batch()
+        assert signal.pthread_sigmask(signal.SIG_BLOCK, []) == before
+        [worker] = pipeline.batches.worker_pids()
+        status = dict(line.split(":\t") for line in
+                      open(f"/proc/{worker}/status").read().splitlines() if ":\t" in line)
+        ignored, blocked = int(status["SigIgn"], 16), int(status["SigBlk"], 16)
+    assert ignored >> (signal.SIGTERM - 1) & 1 and not blocked >> (signal.SIGTERM - 1) & 1
