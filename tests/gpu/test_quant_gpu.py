@@ -6,8 +6,8 @@ shapes, for the prompt and for the decode step, and each phase names the kernels
 back from the layers; only the decode step is compiled with coordinate-descent tuning; a
 compiled int8 run keeps inductor's CPU int8 lowering out; an FP8 run's measured peak is an FP8
 product; with gemlite installed, its layer multiplies the unwrapped layer's values, compiled and
-in a CUDA graph, and auto measures it beside the unwrapped layout. Asserts what a GPU run must show, never a speed: the speeds are
-benchmarks/quant_decode.py's."""
+in a CUDA graph, and auto measures it beside the unwrapped layout. Asserts what a GPU run must
+show, never a speed: the speeds are benchmarks/quant_decode.py's."""
 import sys
 
 import pytest
