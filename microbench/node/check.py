@@ -25,7 +25,7 @@ from microbench.node import document, reference
 from microbench.node import links, node_pairs, program, show
 from microbench.node.reference import ALL_NODES, Baseline
 from microbench.node.parts import DEFAULT_TOLERANCE_PCT
-from microbench.node.verdict import judge, judge_links, pairs_to_confirm
+from microbench.node.verdict import Verdict, judge, judge_links, pairs_to_confirm
 from microbench.platform import devices
 from microbench.platform import distributed, process, safe_text, workers, writing
 from microbench.platform.errors import EXIT_FLAGGED, UsageError
@@ -108,9 +108,9 @@ def run(args: argparse.Namespace, argv: list[str], stored: Baseline | None) -> i
     try:
         if launch.distributed:
             program.scale_of(os.environ, launch.world_size)
-            outcome = _measure_rank(launch, options)
+            outcome, code = _measure_rank(launch, options)
             if not launch.is_main or outcome is None:       # rank 0 has the outcome
-                return 0
+                return code
         else:
             count = _process_count(args.processes, options.device_type)
             program.scale_of(os.environ, count)  # a rank outside the job: refused before it
@@ -172,14 +172,18 @@ def _worker_main(index: int, count: int, port: int, options: Options, connection
     launch = distributed.Launch(launcher="manual", rank=index, local_rank=index,
                                 world_size=count, init_method=f"tcp://127.0.0.1:{port}",
                                 device_index=index)
-    workers.serve(connection, lambda: _measure_rank(launch, options),
+    workers.serve(connection, lambda: _measure_rank(launch, options)[0],
                   f"node check process {index}", prefix=f"[rank {index}] ")
 
 
 # ---------------------------------------------------------------- one rank
 
-def _measure_rank(launch: distributed.Launch, options: Options) -> Outcome | None:
-    """This rank's program and its part of the links; on rank 0 what every rank found."""
+def _measure_rank(launch: distributed.Launch, options: Options) -> tuple[Outcome | None, int]:
+    """This rank's program and its part of the links; on rank 0 what every rank found. With
+    it, the exit code every rank leaves with: the verdict's, judged on rank 0. Under torchrun
+    across nodes an agent whose workers all succeeded waits at torchrun's exit barrier for
+    the agents whose workers failed (up to 300 s, deaf to SIGTERM): a flagged check, rank 0's
+    exit 6 alone, held every other node's torchrun that long (issue 62)."""
     device = (torch.device("cuda", launch.local_rank) if options.device_type == "cuda"
               else torch.device("cpu"))
     devices.activate(device)
@@ -202,7 +206,9 @@ def _measure_rank(launch: distributed.Launch, options: Options) -> Outcome | Non
                                    node_rank=launch.node_rank)
             record = measure()
             rechecks = _recheck(record, measure, options)
-            return _links_and_gather(launch, device, options, record, rechecks)
+            outcome = _links_and_gather(launch, device, options, record, rechecks)
+            code = _exit_code(verdict_of(outcome, options)) if outcome is not None else None
+            return outcome, distributed.all_gather_objects(code)[0]
     finally:
         if source is not None:
             source.close()
@@ -332,10 +338,7 @@ def _pairs_again(copies: list, group: dist.ProcessGroup | None, mine: list[int],
 def _finish(outcome: Outcome, args: argparse.Namespace, options: Options, argv: list[str],
             seconds: float, json_path: str | None = None) -> int:
     """The verdict, printed and written (``json_path``: --json's claimed name; None: none)."""
-    # Nothing flagged at first: nothing measured again, and no flag to confirm ([]).
-    verdict = judge(outcome.records, outcome.copies, outcome.collectives, options.tolerance_pct,
-                    options.baseline, outcome.rechecks or [], outcome.copies_again,
-                    outcome.collectives_again, outcome.pairs_of_nodes)
+    verdict = verdict_of(outcome, options)
     show.print_verdict(verdict, outcome.collectives, outcome.p2p_note, sys.stdout)
     built = document.build(
         verdict, outcome.collectives, outcome.copies, device_type=options.device_type,
@@ -353,4 +356,16 @@ def _finish(outcome: Outcome, args: argparse.Namespace, options: Options, argv: 
         plot.write(verdict, args.plot)
         print(safe_text.terminal(f"Plot: {args.plot}"))
     sys.stdout.flush()
+    return _exit_code(verdict)
+
+
+def verdict_of(outcome: Outcome, options: Options) -> Verdict:
+    """The verdict on what rank 0 gathered."""
+    # Nothing flagged at first: nothing measured again, and no flag to confirm ([]).
+    return judge(outcome.records, outcome.copies, outcome.collectives, options.tolerance_pct,
+                 options.baseline, outcome.rechecks or [], outcome.copies_again,
+                 outcome.collectives_again, outcome.pairs_of_nodes)
+
+
+def _exit_code(verdict: Verdict) -> int:
     return EXIT_FLAGGED if verdict.flagged else 0
