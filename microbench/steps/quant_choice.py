@@ -58,12 +58,14 @@ CACHE_FILE = "quant_layouts.json"
 CACHE_ENTRIES = 64          # the newest choices the cache file keeps
 CACHE_LIMIT_BYTES = 4 << 20
 # Bumped when what is measured changes, so that older cached choices are not reused.
-METHOD = "graph-flushed-v1"
-# Layouts whose product is written for inductor: timed compiled, as the run runs them. The
+METHOD = "graph-flushed-v2"
+# Layouts whose product is written for inductor: timed compiled, as the run runs them (eager,
+# the unwrapped int8 layer writes a BF16 copy of its weight before each product: three times
+# the bytes its compiled product reads, which would hand auto to gemlite at any speed). The
 # others call their kernels (tinygemm's, mslk's, gemlite's Triton kernels through its custom
 # op) whether compiled or not: timed as they are. gemlite may tune its kernels at the first call
 # of each shape and row count, which the timer's first calls, outside its graphs, make.
-COMPILED = ("inductor",)
+COMPILED = ("inductor", "unwrapped")
 
 Shape = tuple[int, int]     # (in_features, out_features)
 

@@ -86,9 +86,11 @@ def test_an_fp8_runs_measured_peak_is_an_fp8_product(cli):
 @pytest.mark.parametrize("quantize", ["int8wo", "float8wo"])
 def test_gemlite_multiplies_the_unwrapped_values_compiled_and_in_a_cuda_graph(quantize):
     """gemlite's kernels on the unwrapped layer's values and scales (issue 61): the same
-    weight, outputs within the rounding of another order of sums (its split-K GEMV adds
-    partial sums in BF16), the compiled layer (through gemlite's fake kernel) the eager one's,
-    and the product captured and replayed in a CUDA graph, as auto times it."""
+    weight, outputs within the rounding of another order of sums (its split-K kernels add
+    partial sums atomically in BF16, so two calls need not agree to the bit: each call, eager
+    or compiled through gemlite's fake kernel, is held to the unwrapped layer's output), at the
+    row counts of its three kernels (a GEMV, a split-K GEMM, a GEMM), and the product captured
+    and replayed in a CUDA graph, as auto times it."""
     if not (has_module("torchao") and has_module("gemlite")):
         pytest.skip("needs torchao and gemlite")
     if quantize == "float8wo" and not fp8_device():
@@ -109,13 +111,14 @@ def test_gemlite_multiplies_the_unwrapped_values_compiled_and_in_a_cuda_graph(qu
     assert torch.equal(gemlite.dequantize(), unwrapped.dequantize())
     timer = quant_choice.device_timer(device)
     with torch.inference_mode():
-        for rows in (1, 2, 16, 128):
+        for rows in (1, 16, 128):
             x = torch.randn(rows, 4096, device=device, dtype=torch.bfloat16)
-            expected, got = unwrapped(x).float(), gemlite(x)
-            assert got.shape == (rows, 1024) and got.dtype == torch.bfloat16
-            error = float((got.float() - expected).norm() / expected.norm())
-            assert error < 0.02, (rows, error, quant_layout.describe_layer(gemlite, rows))
+            expected = unwrapped(x).float()
             compiled = torch.compile(gemlite, fullgraph=True, dynamic=False)
-            assert torch.allclose(compiled(x).float(), got.float(), rtol=1e-2, atol=1e-2)
+            for side, got in (("eager", gemlite(x)), ("compiled", compiled(x))):
+                assert got.shape == (rows, 1024) and got.dtype == torch.bfloat16
+                error = float((got.float() - expected).norm() / expected.norm())
+                assert error < 0.02, (side, rows, error,
+                                      quant_layout.describe_layer(gemlite, rows))
             assert timer(lambda: gemlite(x)) > 0
     torch.compiler.reset()

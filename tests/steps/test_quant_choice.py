@@ -223,3 +223,25 @@ def test_a_gemlite_that_fails_to_build_is_left_out_in_one_line(monkeypatch, tmp_
                     "shapes: 64 , 128. in_features should be divisible by 32)")
     assert choice.measured_layouts == ["unwrapped"]
     assert {choice.layout("prefill", name) for name in ("0", "1", "2")} == {"unwrapped"}
+
+
+def test_layouts_written_for_inductor_are_timed_compiled_and_kernels_as_they_are(
+        fake_layouts, monkeypatch, tmp_path):
+    """The unwrapped layer (and int4's inductor layout) run compiled: timed eager, int8's
+    unwrapped product would write a BF16 copy of its weight first and lose to gemlite at any
+    speed. A kernel layout (gemlite's custom op) is timed as it is."""
+    compiled = []
+
+    def fake_compile(module, **options):
+        compiled.append((module.layout, options["options"]["phase"]))
+        return module
+    monkeypatch.setattr(torch, "compile", fake_compile)
+    model = _model()
+    choice = quant_choice.choose(_plan("unwrapped", "gemlite"), model, _phases(model), CPU,
+                                 lambda product: 1.0, cache_path=str(tmp_path / "cache.json"),
+                                 compile_options=lambda phase: {"options": {"phase": phase}})
+    assert set(choice.measured_layouts) == {"unwrapped", "gemlite"}
+    # Each (shape, rows) of a compiled layout compiled once, with its phase's options.
+    assert sorted(compiled) == sorted([("unwrapped", "decode")] * 2 +
+                                      [("unwrapped", "prefill")] * 2)
+    assert choice.compile_seconds >= 0
