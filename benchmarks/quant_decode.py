@@ -68,6 +68,7 @@ GPTFAST_SHARE = 1.0         # the tool's int8wo decode tokens/s over gpt-fast's 
 LOOPS = ("torchao", "gptfast")
 DEFAULT_LOOPS = ("gptfast",)
 PROFILED_STEPS = 8          # decode steps a loop profiles after its timed generations
+TOP_KERNELS = 10            # the heaviest decode kernels kept per run (the tool keeps 10)
 TTFT_GEN = 8                # generated tokens of a run that times the first token only
 # Prompt and generation (the issue's: 128 and 128); three warm-up iterations, which the tool
 # asks of reduce-overhead (it records its CUDA graphs during the first ones).
@@ -223,7 +224,7 @@ def decode_profile(step, steps: int) -> dict:
     rows = sorted(((name, us) for name, us in rows if us), key=lambda row: -row[1])
     return {"decode_busy_ms": sum(us for _, us in rows) / steps / 1e3,
             "decode_top": [{"name": name[:120], "ms": us / steps / 1e3}
-                           for name, us in rows[:3]]}
+                           for name, us in rows[:TOP_KERNELS]]}
 
 
 # ------------------------------------------------------------------ the driver
@@ -284,8 +285,10 @@ def tool_figures(document: dict) -> dict:
             "phases": block.get("quant_phases") or [],
             "compile_cache": (document.get("compiler") or {}).get("cache"),
             "decode_busy_ms": found.get("busy_ms"), "decode_gap_ms": found.get("gap_ms"),
+            "decode_kernels_per_step": found.get("per_step"),
+            "decode_classes": found.get("classes") or {},
             "decode_top": [{"name": str(k.get("name", ""))[:120], "ms": k.get("ms")}
-                           for k in (found.get("top") or [])[:3]],
+                           for k in (found.get("top") or [])[:TOP_KERNELS]],
             "ttft_ms": ttft.get("median_ms"),
             "first_iteration_s": (document.get("timing") or {}).get("first_iteration_s"),
             "layout": block.get("quant_layout"), "kernels": block.get("quant_kernels") or [],
