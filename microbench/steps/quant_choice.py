@@ -13,9 +13,9 @@ How a product is timed (:func:`device_timer`): on a GPU, ``REPEATS`` calls captu
 finds its weight in memory, not in L2), minus the same graph of flushes alone, median of
 ``ROUNDS`` replays: the kernels' own time, without the host's launches, which the run's compiled
 and graph-replayed steps do not pay either. A layout whose product is written for inductor
-(``inductor``) is compiled first, with the phase's own compile settings; the compile time is
-counted and reported. A candidate that fails (to build, compile or run) is left out with one
-line.
+(``inductor``, ``unwrapped``) is compiled first, with the phase's own compile settings; the
+compile time is counted and reported. A candidate that fails (to build, compile or run) is left
+out with one line.
 
 The choice is kept in ``user_cache_root()/quant_layouts.json``, keyed by the device, the library
 versions, the format, its candidates and the shapes and rows measured; a run that finds its key
